@@ -1,0 +1,66 @@
+// Small core pieces: Device parsing, error formatting, logging.
+#include <unistd.h>
+
+#include <cstdio>
+#include <mutex>
+
+#include "core/device.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace trident {
+
+std::optional<Device> Device::parse(const std::string& s) {
+  if (s == "cpu") return Device{DeviceType::cpu, 0};
+  if (s == "cuda") return Device{DeviceType::cuda, 0};
+  if (s.rfind("cuda:", 0) == 0 && s.size() > 5) {
+    int idx = 0;
+    for (char c : s.substr(5)) {
+      if (c < '0' || c > '9') return std::nullopt;
+      idx = idx * 10 + (c - '0');
+    }
+    return Device{DeviceType::cuda, idx};
+  }
+  return std::nullopt;
+}
+
+std::string Device::str() const { return type == DeviceType::cpu ? "cpu" : fmt::format("cuda:{}", index); }
+
+void throw_check_failure(const char* cond, const char* file, int line, const std::string& msg) {
+  throw Error(fmt::format("check `{}` failed at {}:{}: {}", cond, file, line, msg));
+}
+
+void throw_library_failure(const char* library, const char* stmt, const char* file, int line,
+                           const std::string& message) {
+  char host[256] = "?";
+  gethostname(host, sizeof(host) - 1);
+  throw Error(fmt::format("{} error in `{}` at {}:{} on rank {} ({}): {}", library, stmt, file, line, log::rank(),
+                          host, message));
+}
+
+namespace log {
+namespace {
+int g_rank = 0;
+int g_world = 1;
+std::mutex g_mutex;
+}  // namespace
+
+void set_rank(int r, int w) {
+  g_rank = r;
+  g_world = w;
+}
+int rank() { return g_rank; }
+int world() { return g_world; }
+
+void write(bool error_stream, const std::string& line) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  FILE* f = error_stream ? stderr : stdout;
+  if (g_world > 1)
+    fmt::print(f, "[rank {}] {}\n", g_rank, line);
+  else
+    fmt::print(f, "{}\n", line);
+  std::fflush(f);
+}
+}  // namespace log
+
+}  // namespace trident

@@ -1,0 +1,327 @@
+// Indexed datasets (read via mmap, written atomically), the Markov source and
+// the two samplers. Format described in dataset.hpp and docs/data.md.
+#include "core/dataset.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "core/philox.hpp"
+
+namespace trident {
+namespace {
+
+constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail_input("{}: cannot open ({})", path, std::strerror(errno));
+  std::vector<uint8_t> data;
+  uint8_t buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) data.insert(data.end(), buf, buf + n);
+  std::fclose(f);
+  return data;
+}
+
+struct Cursor {
+  const std::string& path;
+  const std::vector<uint8_t>& data;
+  size_t pos = 0;
+  template <typename T>
+  T get(const char* what) {
+    if (pos + sizeof(T) > data.size())
+      fail_input("{}: truncated index at offset {}: expected {} ({} bytes), file has {} bytes", path, pos, what,
+                 sizeof(T), data.size());
+    T v;
+    std::memcpy(&v, data.data() + pos, sizeof(T));
+    pos += sizeof(T);
+    return v;
+  }
+  template <typename T>
+  void get_array(std::vector<T>& out, uint64_t n, const char* what) {
+    if (n > (data.size() - pos) / sizeof(T))
+      fail_input("{}: truncated index at offset {}: expected {} {} entries ({} bytes), {} bytes remain", path, pos,
+                 n, what, n * sizeof(T), data.size() - pos);
+    out.resize(n);
+    std::memcpy(out.data(), data.data() + pos, n * sizeof(T));
+    pos += n * sizeof(T);
+  }
+};
+
+void write_all(FILE* f, const void* p, size_t n, const std::string& path) {
+  if (n && std::fwrite(p, 1, n, f) != n) throw Error(fmt::format("{}: write failed ({})", path, std::strerror(errno)));
+}
+
+void sync_close(FILE*& f, const std::string& path) {
+  if (std::fflush(f) != 0 || fsync(fileno(f)) != 0)
+    throw Error(fmt::format("{}: flush failed ({})", path, std::strerror(errno)));
+  std::fclose(f);
+  f = nullptr;
+}
+
+}  // namespace
+
+int token_dtype_bytes(TokenDType t) {
+  switch (t) {
+    case TokenDType::u8: case TokenDType::i8: return 1;
+    case TokenDType::i16: case TokenDType::u16: return 2;
+    case TokenDType::i32: case TokenDType::f32: return 4;
+    case TokenDType::i64: case TokenDType::f64: return 8;
+  }
+  return 0;
+}
+
+IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
+  std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
+  std::vector<uint8_t> idx = read_file(idx_path);
+  Cursor c{idx_path, idx};
+  if (idx.size() < 9 || std::memcmp(idx.data(), kMagic, 9) != 0)
+    fail_input("{}: bad magic at offset 0: expected \"MMIDIDX\\0\\0\", found {} bytes not matching", idx_path,
+               std::min<size_t>(idx.size(), 9));
+  c.pos = 9;
+  uint64_t version = c.get<uint64_t>("version");
+  if (version != 1) fail_input("{}: offset 9: expected version 1, found {}", idx_path, version);
+  uint8_t code = c.get<uint8_t>("dtype code");
+  if (code != 1 && code != 4 && code != 5 && code != 8)
+    fail_input("{}: offset 17: expected token dtype code 1 (u8), 4 (i32), 5 (i64) or 8 (u16), found {}", idx_path,
+               int(code));
+  dtype_ = TokenDType(code);
+  uint64_t seqs = c.get<uint64_t>("sequence count");
+  uint64_t docs = c.get<uint64_t>("document count");
+  c.get_array(sizes_, seqs, "size");
+  c.get_array(pointers_, seqs, "pointer");
+  c.get_array(doc_index_, docs, "document index");
+  if (c.pos != idx.size())
+    fail_input("{}: {} unexpected trailing bytes after offset {}", idx_path, idx.size() - c.pos, c.pos);
+  if (doc_index_.empty() || doc_index_.front() != 0 || doc_index_.back() != int64_t(seqs))
+    fail_input("{}: document index must start at 0 and end at the sequence count {}", idx_path, seqs);
+  for (size_t i = 1; i < doc_index_.size(); ++i)
+    if (doc_index_[i] < doc_index_[i - 1])
+      fail_input("{}: document index entry {} ({}) is smaller than the previous ({})", idx_path, i, doc_index_[i],
+                 doc_index_[i - 1]);
+
+  int fd = ::open(bin_path.c_str(), O_RDONLY);
+  if (fd < 0) fail_input("{}: cannot open ({})", bin_path, std::strerror(errno));
+  struct stat st{};
+  fstat(fd, &st);
+  bin_bytes_ = size_t(st.st_size);
+  int64_t width = token_dtype_bytes(dtype_);
+  int64_t expect = 0;
+  for (size_t i = 0; i < seqs; ++i) {
+    if (sizes_[i] < 0) fail_input("{}: sequence {} has negative size {}", idx_path, i, sizes_[i]);
+    if (pointers_[i] != expect)
+      fail_input("{}: sequence {} pointer: expected byte offset {}, found {}", idx_path, i, expect, pointers_[i]);
+    expect += int64_t(sizes_[i]) * width;
+  }
+  if (int64_t(bin_bytes_) != expect) {
+    ::close(fd);
+    fail_input("{}: expected {} bytes ({} tokens of {} bytes, per {}), found {} bytes", bin_path, expect,
+               expect / width, width, idx_path, bin_bytes_);
+  }
+  num_tokens_ = expect / width;
+  if (bin_bytes_ > 0) {
+    void* p = mmap(nullptr, bin_bytes_, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      throw Error(fmt::format("{}: mmap failed ({})", bin_path, std::strerror(errno)));
+    }
+    bin_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+}
+
+IndexedDataset::~IndexedDataset() {
+  if (bin_) munmap(const_cast<uint8_t*>(bin_), bin_bytes_);
+}
+
+int64_t IndexedDataset::token(int64_t i) const {
+  switch (dtype_) {
+    case TokenDType::u8: return bin_[i];
+    case TokenDType::u16: { uint16_t v; std::memcpy(&v, bin_ + 2 * i, 2); return v; }
+    case TokenDType::i32: { int32_t v; std::memcpy(&v, bin_ + 4 * i, 4); return v; }
+    case TokenDType::i64: { int64_t v; std::memcpy(&v, bin_ + 8 * i, 8); return v; }
+    default: return 0;
+  }
+}
+
+void IndexedDataset::read(int64_t begin, int64_t n, int32_t* out) const {
+  TRIDENT_CHECK(begin >= 0 && begin + n <= num_tokens_, "read [{}, {}) outside {} tokens", begin, begin + n,
+                num_tokens_);
+  for (int64_t i = 0; i < n; ++i) out[i] = int32_t(token(begin + i));
+}
+
+int64_t IndexedDataset::max_token() const {
+  int64_t m = 0;
+  for (int64_t i = 0; i < num_tokens_; ++i) m = std::max(m, token(i));
+  return m;
+}
+
+IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDType dtype)
+    : prefix_(std::move(prefix)), dtype_(dtype) {
+  std::string tmp = prefix_ + ".bin.tmp";
+  bin_ = std::fopen(tmp.c_str(), "wb");
+  if (!bin_) fail_input("{}: cannot create ({})", tmp, std::strerror(errno));
+}
+
+IndexedDatasetWriter::~IndexedDatasetWriter() {
+  if (finished_) return;
+  if (bin_) std::fclose(bin_);
+  std::remove((prefix_ + ".bin.tmp").c_str());
+  std::remove((prefix_ + ".idx.tmp").c_str());
+}
+
+void IndexedDatasetWriter::add_sequence(const int32_t* tokens, int64_t n) {
+  int w = token_dtype_bytes(dtype_);
+  std::vector<uint8_t> buf(size_t(n) * w);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t v = tokens[i];
+    std::memcpy(buf.data() + i * w, &v, w);  // little-endian truncation to the token width
+  }
+  write_all(bin_, buf.data(), buf.size(), prefix_ + ".bin.tmp");
+  sizes_.push_back(int32_t(n));
+  pointers_.push_back(byte_offset_);
+  byte_offset_ += int64_t(buf.size());
+}
+
+void IndexedDatasetWriter::end_document() { doc_index_.push_back(int64_t(sizes_.size())); }
+
+void IndexedDatasetWriter::finish() {
+  if (doc_index_.back() != int64_t(sizes_.size())) end_document();
+  std::string bin_tmp = prefix_ + ".bin.tmp", idx_tmp = prefix_ + ".idx.tmp";
+  sync_close(bin_, bin_tmp);
+  FILE* idx = std::fopen(idx_tmp.c_str(), "wb");
+  if (!idx) throw Error(fmt::format("{}: cannot create ({})", idx_tmp, std::strerror(errno)));
+  uint64_t version = 1, seqs = sizes_.size(), docs = doc_index_.size();
+  uint8_t code = uint8_t(dtype_);
+  write_all(idx, kMagic, 9, idx_tmp);
+  write_all(idx, &version, 8, idx_tmp);
+  write_all(idx, &code, 1, idx_tmp);
+  write_all(idx, &seqs, 8, idx_tmp);
+  write_all(idx, &docs, 8, idx_tmp);
+  write_all(idx, sizes_.data(), sizes_.size() * 4, idx_tmp);
+  write_all(idx, pointers_.data(), pointers_.size() * 8, idx_tmp);
+  write_all(idx, doc_index_.data(), doc_index_.size() * 8, idx_tmp);
+  sync_close(idx, idx_tmp);
+  if (std::rename(bin_tmp.c_str(), (prefix_ + ".bin").c_str()) != 0 ||
+      std::rename(idx_tmp.c_str(), (prefix_ + ".idx").c_str()) != 0)
+    throw Error(fmt::format("{}: rename failed ({})", prefix_, std::strerror(errno)));
+  finished_ = true;
+}
+
+MarkovSource::MarkovSource(int64_t vocab, int64_t order, int64_t branching, double skew, uint64_t seed)
+    : vocab_(vocab), order_(order), branching_(branching), seed_(seed) {
+  double z = 0;
+  for (int64_t j = 0; j < branching; ++j) z += std::exp(-skew * double(j));
+  double c = 0;
+  for (int64_t j = 0; j < branching; ++j) {
+    double p = std::exp(-skew * double(j)) / z;
+    probs_.push_back(p);
+    c += p;
+    cdf_.push_back(c);
+    entropy_ -= p * std::log(p);
+  }
+  cdf_.back() = 1.0;
+}
+
+double MarkovSource::sequence_floor(int64_t n) const {
+  int64_t blind = std::min<int64_t>(order_ - 1, n);
+  return (double(blind) * std::log(double(vocab_)) + double(n - blind) * entropy_) / double(n);
+}
+
+int32_t MarkovSource::successor(const int32_t* ctx, int64_t j) const {
+  uint64_t h = seed_ * 0x9E3779B97F4A7C15ull;
+  for (int64_t i = 0; i < order_; ++i) h = (h ^ uint64_t(ctx[i])) * 0x100000001b3ull + 0x632BE59BD9B4E019ull;
+  PhiloxKey key{uint32_t(h), uint32_t(h >> 32)};
+  int32_t chosen[1024];
+  int64_t n = 0;
+  for (uint64_t counter = 0; n <= j; ++counter) {
+    PhiloxBlock b = philox_at(key, counter, 7);
+    for (uint32_t r : b) {
+      int32_t tok = int32_t(r % uint32_t(vocab_));
+      if (std::find(chosen, chosen + n, tok) == chosen + n) chosen[n++] = tok;
+      if (n > j) break;
+    }
+  }
+  return chosen[j];
+}
+
+void MarkovSource::sample(uint64_t index, uint32_t stream, int64_t n, int32_t* out) const {
+  PhiloxKey key = philox_key(seed_, stream == 0 ? "markov.train" : "markov.valid");
+  for (int64_t t = 0; t < n; ++t) {
+    PhiloxBlock b = philox_at(key, index, uint32_t(t));
+    if (t < order_) {
+      out[t] = int32_t(b[0] % uint32_t(vocab_));
+      continue;
+    }
+    double u = u32_to_unit(b[0]);
+    int64_t j = std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin();
+    out[t] = successor(out + t - order_, std::min<int64_t>(j, branching_ - 1));
+  }
+}
+
+namespace {
+
+class MarkovSampler : public TokenSampler {
+ public:
+  explicit MarkovSampler(MarkovSource src) : src_(std::move(src)), vocab_(0) {}
+  void sample(uint64_t index, bool valid, int64_t n, int32_t* out) const override {
+    src_.sample(index, valid ? 1 : 0, n, out);
+  }
+  int64_t vocab_needed() const override { return vocab_; }
+  MarkovSource src_;
+  int64_t vocab_;
+};
+
+class DatasetSampler : public TokenSampler {
+ public:
+  DatasetSampler(const std::string& train, const std::string& valid, int64_t seq_len, uint64_t seed)
+      : train_(std::make_unique<IndexedDataset>(train)), key_(philox_key(seed, "dataset.sampler")) {
+    if (!valid.empty()) valid_ = std::make_unique<IndexedDataset>(valid);
+    for (auto* d : {train_.get(), valid_.get()}) {
+      if (!d) continue;
+      if (d->num_tokens() < seq_len + 1)
+        fail_input("{}: dataset has {} tokens, a sample needs seq_len + 1 = {}", d == train_.get() ? train : valid,
+                   d->num_tokens(), seq_len + 1);
+      vocab_ = std::max(vocab_, d->max_token() + 1);
+    }
+  }
+  void sample(uint64_t index, bool valid, int64_t n, int32_t* out) const override {
+    const IndexedDataset& d = valid ? *valid_ : *train_;
+    uint64_t span = uint64_t(d.num_tokens() - n + 1);
+    // train: a random window per sample index; valid: consecutive windows.
+    uint64_t begin = valid ? (index * uint64_t(n)) % span
+                           : (uint64_t(philox_at(key_, index)[0]) << 32 | philox_at(key_, index)[1]) % span;
+    d.read(int64_t(begin), n, out);
+  }
+  int64_t vocab_needed() const override { return vocab_; }
+  bool has_valid() const override { return valid_ != nullptr; }
+
+ private:
+  std::unique_ptr<IndexedDataset> train_, valid_;
+  PhiloxKey key_;
+  int64_t vocab_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenSampler> make_markov_sampler(int64_t vocab, int64_t order, int64_t branching, double skew,
+                                                  uint64_t seed) {
+  auto s = std::make_unique<MarkovSampler>(MarkovSource(vocab, order, branching, skew, seed));
+  s->vocab_ = vocab;
+  return s;
+}
+
+std::unique_ptr<TokenSampler> make_dataset_sampler(const std::string& train_prefix, const std::string& valid_prefix,
+                                                   int64_t seq_len, uint64_t seed) {
+  return std::make_unique<DatasetSampler>(train_prefix, valid_prefix, seq_len, seed);
+}
+
+}  // namespace trident

@@ -1,0 +1,103 @@
+// Recipe: the typed, validated form of a YAML training recipe.
+// load_recipe() is strict: unknown keys, wrong types, out-of-range values,
+// missing required keys and inconsistent values are InputErrors that name
+// file:line:column (or the --set override), the key path, what was expected
+// and what was found. Every key and default is documented in docs/recipes.md
+// (a test checks that each key read here appears there).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+struct ModelConfig {
+  std::string arch;  // gpt2 | llama
+  int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, seq_len = 0, vocab = 0;
+  double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
+  bool tie_embeddings = true;
+  int64_t head_dim() const { return hidden / heads; }
+};
+
+struct ParallelConfig {
+  int64_t data = 1, tensor = 1, pipeline = 1;  // 0 = auto (at most one of them)
+  std::vector<std::string> order{"tensor", "data", "pipeline"};
+  std::string schedule = "1f1b";
+  int64_t virtual_stages = 1;
+  int64_t zero = 0;
+  bool sequence_parallel = false;
+  int64_t bucket_bytes = 25 << 20;
+};
+
+struct TrainConfig {
+  int64_t global_batch = 0, micro_batch = 0, steps = 0;
+  std::string precision = "fp32";
+  std::string recompute = "none";  // none | selective | full
+  int64_t threads = 0;             // 0 = all cores of this process's share
+};
+
+struct OptimConfig {
+  double lr = 0, min_lr = 0;
+  int64_t warmup = 0;
+  std::string decay = "cosine";  // constant | cosine | linear | wsd
+  double wsd_decay_fraction = 0.2;
+  std::array<double, 2> betas{0.9, 0.95};
+  double eps = 1e-8, weight_decay = 0.0, grad_clip = 1.0;
+  bool decay_norms_and_biases = false, decay_embeddings = false;
+};
+
+struct SyntheticConfig {
+  int64_t vocab = 0, order = 2, branching = 4;
+  double skew = 0.7;
+  int64_t seed = 1;
+};
+
+struct DataConfig {
+  bool synthetic = true;
+  SyntheticConfig syn;
+  std::string train, valid;  // indexed-dataset prefixes (PREFIX.bin / PREFIX.idx)
+};
+
+struct EvalConfig {
+  int64_t every = 0;  // 0 = only after the last step
+  int64_t batches = 8;
+};
+
+struct CheckpointConfig {
+  std::string dir;
+  int64_t every = 0, keep = 3;
+};
+
+struct LogConfig {
+  int64_t every = 10;
+  std::string metrics;
+  double peak_flops = 0;  // 0 = measure this machine's GEMM peak at start-up
+};
+
+struct Recipe {
+  std::string source;  // file the recipe came from
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  OptimConfig optim;
+  DataConfig data;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  int64_t seed = 1234;
+  std::string device = "cpu";
+  std::vector<std::string> keys_read;  // every key path the loader knows, in order
+
+  int64_t micro_batches_per_step(int64_t data_parallel) const {
+    return train.global_batch / (train.micro_batch * data_parallel);
+  }
+};
+
+// Loads and validates a recipe; overrides are "key.path=value" (YAML scalar or
+// flow value). `world` is the number of processes the run has.
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {}, int64_t world = 1);
+Recipe load_recipe_text(const std::string& yaml_text, const std::string& name,
+                        const std::vector<std::string>& overrides = {}, int64_t world = 1);
+
+}  // namespace trident

@@ -1,0 +1,18 @@
+// AdamW (Loshchilov & Hutter) with decoupled weight decay, one fused pass:
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+//   p -= lr * (m / (1-b1^t) / (sqrt(v / (1-b2^t)) + eps) + wd * p)
+// `step` counts from 1. Updates param, m, v in place.
+#pragma once
+#include <cstdint>
+
+namespace trident::kernels {
+
+struct AdamWParams {
+  double lr, beta1, beta2, eps, weight_decay;
+  int64_t step;
+};
+
+template <typename T>
+void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& hp);
+
+}  // namespace trident::kernels

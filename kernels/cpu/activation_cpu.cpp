@@ -1,0 +1,72 @@
+// CPU GELU and SwiGLU.
+#include <cmath>
+
+#include "kernels/activation.hpp"
+
+namespace trident::kernels {
+
+constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2/pi)
+
+template <typename T>
+void gelu_forward(T* out, const T* inp, int64_t n) {
+#pragma omp parallel for simd
+  for (int64_t i = 0; i < n; ++i) {
+    T x = inp[i];
+    T u = T(kGeluScale) * (x + T(0.044715) * x * x * x);
+    out[i] = T(0.5) * x * (T(1) + std::tanh(u));
+  }
+}
+
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+#pragma omp parallel for simd
+  for (int64_t i = 0; i < n; ++i) {
+    T x = inp[i];
+    T u = T(kGeluScale) * (x + T(0.044715) * x * x * x);
+    T th = std::tanh(u);
+    T sech2 = T(1) - th * th;
+    T grad = T(0.5) * (T(1) + th) + T(0.5) * x * sech2 * T(kGeluScale) * (T(1) + T(3 * 0.044715) * x * x);
+    dinp[i] = grad * dout[i];
+  }
+}
+
+template <typename T>
+void swiglu_forward(T* out, const T* inp, int64_t N, int64_t F) {
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n) {
+    const T* g = inp + n * 2 * F;
+    const T* u = g + F;
+    T* o = out + n * F;
+#pragma omp simd
+    for (int64_t f = 0; f < F; ++f) o[f] = g[f] / (T(1) + std::exp(-g[f])) * u[f];
+  }
+}
+
+template <typename T>
+void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F) {
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n) {
+    const T* g = inp + n * 2 * F;
+    const T* u = g + F;
+    const T* d = dout + n * F;
+    T* dg = dinp + n * 2 * F;
+    T* du = dg + F;
+#pragma omp simd
+    for (int64_t f = 0; f < F; ++f) {
+      T sig = T(1) / (T(1) + std::exp(-g[f]));
+      T silu = g[f] * sig;
+      du[f] = d[f] * silu;
+      dg[f] = d[f] * u[f] * sig * (T(1) + g[f] * (T(1) - sig));
+    }
+  }
+}
+
+#define INSTANTIATE(T)                                                       \
+  template void gelu_forward<T>(T*, const T*, int64_t);                      \
+  template void gelu_backward<T>(T*, const T*, const T*, int64_t);           \
+  template void swiglu_forward<T>(T*, const T*, int64_t, int64_t);           \
+  template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t);
+INSTANTIATE(float)
+INSTANTIATE(double)
+
+}  // namespace trident::kernels

@@ -1,0 +1,116 @@
+// The `trident` command: subcommands train, prepare; --version, --help.
+// Exit codes: 0 success, 1 failure, 2 bad input (recipe, data, command line).
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/recipe.hpp"
+#include "kernels/backends.hpp"
+#include "launch/trainer.hpp"
+
+#ifndef TRIDENT_GIT_REV
+#define TRIDENT_GIT_REV "unknown"
+#endif
+
+namespace {
+
+using namespace trident;
+
+constexpr const char* kUsage = R"(usage: trident <command> [options]
+
+commands:
+  train RECIPE.yaml [--set key.path=value ...]   train a model from a recipe
+  prepare --input FILE.txt --out PREFIX [--tokenizer byte|char] [--valid-fraction F]
+                                                 text -> indexed dataset (PREFIX_train, PREFIX_valid)
+  --version                                      revision and backends of this build
+  --help                                         this text
+
+exit codes: 0 success, 1 failure, 2 bad input
+docs: docs/commands.md, docs/recipes.md
+)";
+
+int cmd_train(const std::vector<std::string>& args) {
+  std::string recipe;
+  std::vector<std::string> sets;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--set") {
+      if (i + 1 >= args.size()) fail_input("train: --set needs key.path=value");
+      sets.push_back(args[++i]);
+    } else if (a.rfind("--set=", 0) == 0) {
+      sets.push_back(a.substr(6));
+    } else if (a == "--help" || a == "-h") {
+      fmt::print("usage: trident train RECIPE.yaml [--set key.path=value ...]\n");
+      return 0;
+    } else if (a.rfind("-", 0) == 0) {
+      fail_input("train: unknown option '{}' (expected --set key.path=value)", a);
+    } else if (recipe.empty()) {
+      recipe = a;
+    } else {
+      fail_input("train: unexpected argument '{}' (one recipe file expected, found '{}' already)", a, recipe);
+    }
+  }
+  if (recipe.empty()) fail_input("train: missing RECIPE.yaml (try configs/demo.yaml)");
+  Recipe rc = load_recipe(recipe, sets, 1);
+  launch::train(rc);
+  return 0;
+}
+
+int cmd_prepare(const std::vector<std::string>& args) {
+  launch::PrepareOptions o;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) fail_input("prepare: {} needs a value", a);
+      return args[++i];
+    };
+    if (a == "--input") o.input = value();
+    else if (a == "--out") o.out = value();
+    else if (a == "--tokenizer") o.tokenizer = value();
+    else if (a == "--valid-fraction") {
+      std::string v = value();
+      char* end = nullptr;
+      o.valid_fraction = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end) fail_input("prepare: --valid-fraction: expected a number, found '{}'", v);
+    } else if (a == "--help" || a == "-h") {
+      fmt::print("usage: trident prepare --input FILE.txt --out PREFIX [--tokenizer byte|char] [--valid-fraction F]\n");
+      return 0;
+    } else fail_input("prepare: unknown argument '{}'", a);
+  }
+  launch::prepare(o);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+      fmt::print("{}", kUsage);
+      return args.empty() ? kExitBadInput : kExitOk;
+    }
+    if (args[0] == "--version") {
+      fmt::print("trident {} (revision {})\n  cpu gemm: {}\n  cuda: {}\n", TRIDENT_VERSION, TRIDENT_GIT_REV,
+                 kernels::cpu_gemm_backend(), kernels::cuda_backend());
+      return kExitOk;
+    }
+    std::vector<std::string> rest(args.begin() + 1, args.end());
+    if (args[0] == "train") return cmd_train(rest);
+    if (args[0] == "prepare") return cmd_prepare(rest);
+    fail_input("unknown command '{}' (expected train or prepare; see trident --help)", args[0]);
+  } catch (const InputError& e) {
+    log::error("{}", e.what());
+    return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    log::error("out of host memory: the recipe's model, optimizer state and activations do not fit this machine");
+    return kExitFailure;
+  } catch (const std::exception& e) {
+    log::error("{}", e.what());
+    return kExitFailure;
+  }
+}

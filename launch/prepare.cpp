@@ -1,0 +1,174 @@
+// `trident prepare`: text file -> Megatron indexed datasets PREFIX_train and
+// PREFIX_valid (+ PREFIX.vocab.json for the char tokenizer).
+// Documents are paragraphs (separated by blank lines); the last
+// valid_fraction of the documents form the valid split. byte: token = byte
+// value (vocab 256). char: token = index of the Unicode code point in the
+// sorted set of code points of the file (invalid UTF-8 is an error naming the
+// byte offset). Outputs appear only when complete (temporary names, renamed).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sys/stat.h>
+
+#include "core/dataset.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "launch/trainer.hpp"
+
+namespace trident::launch {
+using trident::Error;
+using trident::fail_input;
+namespace {
+
+std::vector<uint32_t> decode_utf8(const std::string& s, const std::string& path) {
+  std::vector<uint32_t> out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + size_t(len) > s.size())
+      fail_input("{}: byte offset {}: invalid UTF-8 (byte 0x{:02x}); use --tokenizer byte for binary input", path, i,
+                 c);
+    uint32_t cp = len == 1 ? c : c & (0x7f >> len);
+    for (int k = 1; k < len; ++k) {
+      unsigned char cc = static_cast<unsigned char>(s[i + size_t(k)]);
+      if ((cc >> 6) != 2)
+        fail_input("{}: byte offset {}: invalid UTF-8 continuation byte 0x{:02x}", path, i + size_t(k), cc);
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    out.push_back(cp);
+    i += size_t(len);
+  }
+  return out;
+}
+
+std::string encode_utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) s += char(cp);
+  else if (cp < 0x800) s += char(0xc0 | (cp >> 6)), s += char(0x80 | (cp & 0x3f));
+  else if (cp < 0x10000) s += char(0xe0 | (cp >> 12)), s += char(0x80 | ((cp >> 6) & 0x3f)), s += char(0x80 | (cp & 0x3f));
+  else s += char(0xf0 | (cp >> 18)), s += char(0x80 | ((cp >> 12) & 0x3f)), s += char(0x80 | ((cp >> 6) & 0x3f)), s += char(0x80 | (cp & 0x3f));
+  return s;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += char(c);
+    else if (c < 0x20) out += fmt::format("\\u{:04x}", c);
+    else out += char(c);
+  }
+  return out + "\"";
+}
+
+// Progress on a terminal: bytes done, rate, ETA; one line per ~2 s otherwise.
+class Progress {
+ public:
+  explicit Progress(int64_t total) : total_(total), tty_(isatty(fileno(stderr))), t0_(std::chrono::steady_clock::now()) {}
+  void update(int64_t done, bool final = false) {
+    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    if (!final && el - last_ < (tty_ ? 0.2 : 2.0)) return;
+    last_ = el;
+    double rate = el > 0 ? double(done) / el : 0;
+    double eta = rate > 0 ? double(total_ - done) / rate : 0;
+    std::string line = fmt::format("prepare: {:.1f}/{:.1f} MiB ({:.0f}%) | {:.1f} MiB/s | eta {}", double(done) / (1 << 20),
+                                   double(total_) / (1 << 20), total_ ? 100.0 * double(done) / double(total_) : 100.0,
+                                   rate / (1 << 20), format_duration(eta));
+    if (tty_) fmt::print(stderr, "\r{}{}", line, final ? "\n" : "");
+    else fmt::print(stderr, "{}\n", line);
+  }
+
+ private:
+  int64_t total_;
+  bool tty_;
+  std::chrono::steady_clock::time_point t0_;
+  double last_ = -1e9;
+};
+
+}  // namespace
+
+void prepare(const PrepareOptions& o) {
+  if (o.input.empty()) fail_input("prepare: missing --input FILE.txt");
+  if (o.out.empty()) fail_input("prepare: missing --out PREFIX");
+  if (o.tokenizer != "byte" && o.tokenizer != "char")
+    fail_input("prepare: --tokenizer: expected byte or char, found '{}'", o.tokenizer);
+  if (!(o.valid_fraction >= 0 && o.valid_fraction < 1))
+    fail_input("prepare: --valid-fraction: expected a number in [0, 1), found {}", o.valid_fraction);
+  std::ifstream in(o.input, std::ios::binary);
+  if (!in) fail_input("{}: cannot open input ({})", o.input, std::strerror(errno));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.empty()) fail_input("{}: input is empty", o.input);
+  std::string dir = o.out.find('/') == std::string::npos ? "." : o.out.substr(0, o.out.rfind('/'));
+  struct stat st{};
+  if (!dir.empty() && (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
+    fail_input("prepare: --out {}: directory '{}' does not exist", o.out, dir);
+
+  // Tokens per byte of input, and document boundaries (paragraphs).
+  std::vector<int32_t> tokens;
+  std::vector<uint32_t> vocab;
+  if (o.tokenizer == "byte") {
+    for (size_t i = 0; i < text.size(); ++i) tokens.push_back(static_cast<unsigned char>(text[i]));
+  } else {
+    std::vector<uint32_t> cps = decode_utf8(text, o.input);
+    std::map<uint32_t, int32_t> ids;
+    for (uint32_t c : cps) ids[c] = 0;
+    for (auto& [c, id] : ids) id = int32_t(vocab.size()), vocab.push_back(c);
+    for (uint32_t c : cps) tokens.push_back(ids[c]);
+  }
+  // Document ends: after each "\n\n" run (in tokens: newline is byte/char 10).
+  auto newline = o.tokenizer == "byte" ? 10 : -1;
+  if (o.tokenizer == "char")
+    for (size_t i = 0; i < vocab.size(); ++i)
+      if (vocab[i] == 10) newline = int32_t(i);
+  std::vector<std::pair<int64_t, int64_t>> docs;
+  int64_t start = 0;
+  for (int64_t i = 1; i < int64_t(tokens.size()); ++i)
+    if (tokens[size_t(i)] == newline && tokens[size_t(i - 1)] == newline) {
+      docs.push_back({start, i + 1});
+      start = i + 1;
+    }
+  if (start < int64_t(tokens.size())) docs.push_back({start, int64_t(tokens.size())});
+  int64_t n_valid = int64_t(double(docs.size()) * o.valid_fraction + 0.5);
+  if (o.valid_fraction > 0 && n_valid == 0) n_valid = 1;
+  if (n_valid >= int64_t(docs.size()))
+    fail_input("{}: {} document(s) cannot be split with --valid-fraction {}", o.input, docs.size(), o.valid_fraction);
+
+  Progress progress(int64_t(text.size()));
+  const int64_t bytes_per_token = std::max<int64_t>(1, int64_t(text.size()) / std::max<int64_t>(1, int64_t(tokens.size())));
+  IndexedDatasetWriter train(o.out + "_train", TokenDType::u16), valid(o.out + "_valid", TokenDType::u16);
+  int64_t done = 0;
+  for (size_t d = 0; d < docs.size(); ++d) {
+    IndexedDatasetWriter& w = int64_t(d) < int64_t(docs.size()) - n_valid ? train : valid;
+    w.add_sequence(tokens.data() + docs[d].first, docs[d].second - docs[d].first);
+    w.end_document();
+    done += (docs[d].second - docs[d].first) * bytes_per_token;
+    progress.update(std::min<int64_t>(done, int64_t(text.size())));
+  }
+  if (o.tokenizer == "char") {
+    std::string tmp = o.out + ".vocab.json.tmp";
+    {
+      std::ofstream v(tmp);
+      v << "[";
+      for (size_t i = 0; i < vocab.size(); ++i) v << (i ? "," : "") << json_string(encode_utf8(vocab[i]));
+      v << "]\n";
+      if (!v) throw Error(fmt::format("{}: write failed", tmp));
+    }
+    train.finish();
+    valid.finish();
+    std::rename(tmp.c_str(), (o.out + ".vocab.json").c_str());
+  } else {
+    train.finish();
+    valid.finish();
+  }
+  progress.update(int64_t(text.size()), true);
+  int64_t vocab_size = o.tokenizer == "byte" ? 256 : int64_t(vocab.size());
+  log::info("prepare: {} tokens in {} documents -> {}_train ({} docs), {}_valid ({} docs) | vocab {} ({})",
+            tokens.size(), docs.size(), o.out, int64_t(docs.size()) - n_valid, o.out, n_valid, vocab_size,
+            o.tokenizer);
+}
+
+}  // namespace trident::launch

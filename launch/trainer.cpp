@@ -1,0 +1,221 @@
+// The training loop (see trainer.hpp).
+#include "launch/trainer.hpp"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "core/allocator.hpp"
+#include "core/dataset.hpp"
+#include "core/log.hpp"
+#include "kernels/backends.hpp"
+#include "kernels/gemm.hpp"
+#include "model/transformer.hpp"
+#include "optim/adamw.hpp"
+#include "optim/lr_schedule.hpp"
+
+namespace trident::launch {
+
+using Clock = std::chrono::steady_clock;
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  int64_t t = int64_t(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+double measure_gemm_peak(double seconds) {
+  const int64_t n = 1024;
+  std::vector<float> a(size_t(n * n), 1.0f), b(size_t(n * n), 0.5f), c(size_t(n * n));
+  kernels::gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+  double best = 0;
+  auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < end) {
+    auto t0 = Clock::now();
+    kernels::gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, 2.0 * double(n * n * n) / dt);
+  }
+  return best;
+}
+
+namespace {
+
+std::string peak_bytes_json(const MemStats& s) {
+  std::string out = "{";
+  for (int i = 0; i < kMemCategories; ++i)
+    out += fmt::format("\"{}\":{},", mem_category_name(MemCategory(i)), s.peak[size_t(i)]);
+  return out + fmt::format("\"total\":{}}}", s.total_peak);
+}
+
+std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", double(b) / (1 << 20)); }
+
+// Append-only JSON-lines writer; every record is flushed.
+class MetricsFile {
+ public:
+  explicit MetricsFile(const std::string& path) {
+    if (path.empty()) return;
+    f_ = std::fopen(path.c_str(), "w");
+    if (!f_) fail_input("log.metrics: cannot create '{}' ({})", path, std::strerror(errno));
+  }
+  ~MetricsFile() {
+    if (f_) std::fclose(f_);
+  }
+  void write(const std::string& record) {
+    if (!f_) return;
+    std::fputs(record.c_str(), f_);
+    std::fputc('\n', f_);
+    std::fflush(f_);
+  }
+
+ private:
+  FILE* f_ = nullptr;
+};
+
+}  // namespace
+
+TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
+  const auto& m = rc.model;
+  const int64_t B = rc.train.micro_batch, T = m.seq_len, V = m.vocab;
+  const int64_t micro_steps = rc.micro_batches_per_step(rc.parallel.data);
+  const model::Recompute recompute = model::parse_recompute(rc.train.recompute);
+
+  // Threads: one rank uses every core unless the recipe says otherwise.
+  int threads = rc.train.threads > 0 ? int(rc.train.threads) : omp_get_num_procs();
+  kernels::set_num_threads(threads);
+
+  // Data.
+  std::unique_ptr<TokenSampler> sampler;
+  double floor = 0, seq_floor = 0;
+  if (rc.data.synthetic) {
+    const auto& s = rc.data.syn;
+    MarkovSource src(s.vocab, s.order, s.branching, s.skew, uint64_t(s.seed));
+    floor = src.entropy_rate();
+    seq_floor = src.sequence_floor(T);
+    sampler = make_markov_sampler(s.vocab, s.order, s.branching, s.skew, uint64_t(s.seed));
+  } else {
+    sampler = make_dataset_sampler(rc.data.train, rc.data.valid, T + 1, uint64_t(rc.seed));
+    if (sampler->vocab_needed() > V)
+      fail_input("{}: token id {} does not fit model.vocab({}) of {}", rc.data.train, sampler->vocab_needed() - 1, V,
+                 rc.source);
+  }
+
+  // Model and optimizer.
+  model::Transformer<float> net(m, uint64_t(rc.seed));
+  auto ctx = net.make_activations(B, recompute);
+  optim::AdamW<float> opt(net.registry(), rc.optim);
+  const double flops_tok = model::flops_per_token(m);
+  const double peak = rc.log.peak_flops > 0 ? rc.log.peak_flops : measure_gemm_peak();
+  const MemStats mem0 = HostAllocator::instance().stats();
+
+  log::info("trident: {} | {} layers, hidden {}, heads {}/{}, ffn {}, seq {}, vocab {} | {:.2f}M parameters",
+            rc.source, m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, T, V, double(net.registry().total()) / 1e6);
+  log::info("batch: global {} = micro {} x {} accumulation steps | recompute {} | {} threads | {}", rc.train.global_batch,
+            B, micro_steps, rc.train.recompute, threads, kernels::cpu_gemm_backend());
+  log::info("memory: params {} grads {} optimizer {} activations {}", mib(mem0.current[0]), mib(mem0.current[1]),
+            mib(mem0.current[2]), mib(mem0.current[3]));
+  log::info("model FLOPs/token {:.4g} | MFU reference {:.1f} GFLOP/s ({})", flops_tok, peak / 1e9,
+            rc.log.peak_flops > 0 ? "log.peak_flops" : "measured sgemm");
+  if (rc.data.synthetic)
+    log::info("data: synthetic Markov source (vocab {}, order {}, branching {}) | entropy floor {:.4f} nats/token "
+              "(sequence floor {:.4f}, log(vocab) {:.4f})",
+              rc.data.syn.vocab, rc.data.syn.order, rc.data.syn.branching, floor, seq_floor,
+              std::log(double(rc.data.syn.vocab)));
+  if (!rc.checkpoint.dir.empty()) log::warn("checkpoint.* is set but this build does not write checkpoints yet");
+
+  MetricsFile metrics(rc.log.metrics);
+  metrics.write(fmt::format(
+      "{{\"type\":\"start\",\"recipe\":\"{}\",\"params\":{},\"flops_per_token\":{},\"peak_flops\":{},"
+      "\"entropy_floor\":{},\"sequence_floor\":{},\"threads\":{}}}",
+      rc.source, net.registry().total(), flops_tok, peak, rc.data.synthetic ? fmt::format("{}", floor) : "null",
+      rc.data.synthetic ? fmt::format("{}", seq_floor) : "null", threads));
+
+  std::vector<int32_t> sample(size_t(T + 1)), tokens(size_t(B * T)), targets(size_t(B * T));
+  auto load_batch = [&](uint64_t first_index, bool valid) {
+    for (int64_t b = 0; b < B; ++b) {
+      sampler->sample(first_index + uint64_t(b), valid, T + 1, sample.data());
+      std::copy(sample.begin(), sample.begin() + T, tokens.begin() + b * T);
+      std::copy(sample.begin() + 1, sample.end(), targets.begin() + b * T);
+    }
+  };
+  auto evaluate = [&]() {
+    if (rc.eval.batches == 0 || !sampler->has_valid()) return double(NAN);
+    double sum = 0;
+    for (int64_t i = 0; i < rc.eval.batches; ++i) {
+      load_batch(uint64_t(i * B), true);
+      sum += net.forward(*ctx, tokens.data(), targets.data(), 0.0f);
+    }
+    return sum / double(rc.eval.batches * B * T);
+  };
+
+  TrainSummary out;
+  out.entropy_floor = floor;
+  const float dscale = float(1.0 / double(rc.train.global_batch * T));
+  const double tokens_per_step = double(rc.train.global_batch * T);
+  double timed_seconds = 0, timed_steps = 0;
+  auto run_start = Clock::now();
+  HostAllocator::instance().reset_peaks();
+
+  for (int64_t step = 0; step < rc.train.steps; ++step) {
+    auto t0 = Clock::now();
+    net.zero_grads();
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < micro_steps; ++micro) {
+      load_batch(uint64_t(step * rc.train.global_batch + micro * B), false);
+      loss_sum += net.forward(*ctx, tokens.data(), targets.data(), dscale);
+      net.backward(*ctx, recompute);
+    }
+    const double loss = loss_sum / tokens_per_step;
+    float* g = net.grads().data<float>();
+    const double gnorm = optim::clip_grad_norm(g, net.registry().total(), rc.optim.grad_clip);
+    const double lr = optim::learning_rate(rc.optim, step, rc.train.steps);
+    opt.step(net.params().data<float>(), g, lr, step + 1);
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (step > 0 || rc.train.steps == 1) timed_seconds += dt, timed_steps += 1;
+    const double tps = tokens_per_step / dt;
+    const double mfu = flops_tok * tps / peak;
+    out.losses.push_back(loss);
+    out.grad_norms.push_back(gnorm);
+    if (!std::isfinite(loss)) throw Error(fmt::format("loss is {} at step {}", loss, step + 1));
+
+    const bool last = step + 1 == rc.train.steps;
+    const MemStats mem = HostAllocator::instance().stats();
+    metrics.write(fmt::format("{{\"type\":\"train\",\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},"
+                              "\"tokens_per_s\":{:.1f},\"mfu\":{:.4f},\"step_s\":{:.4f},\"peak_bytes\":{}}}",
+                              step + 1, loss, lr, gnorm, tps, mfu, dt, peak_bytes_json(mem)));
+    if (!opts.quiet && ((step + 1) % rc.log.every == 0 || step == 0 || last)) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
+      const double eta = elapsed / double(step + 1) * double(rc.train.steps - step - 1);
+      log::info("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | mfu {:.1f}% | eta {}",
+                step + 1, rc.train.steps, loss, lr, gnorm, tps, 100 * mfu, format_duration(eta));
+    }
+    if ((rc.eval.every > 0 && (step + 1) % rc.eval.every == 0) || last) {
+      double val = evaluate();
+      if (std::isfinite(val)) {
+        out.final_val_loss = val;
+        metrics.write(fmt::format("{{\"type\":\"eval\",\"step\":{},\"val_loss\":{}}}", step + 1, val));
+        if (!opts.quiet)
+          log::info("eval   {:>6}/{} | val loss {:.4f}{}", step + 1, rc.train.steps, val,
+                    rc.data.synthetic ? fmt::format(" | floor {:.4f} ({:+.1f}%)", floor, 100 * (val / floor - 1))
+                                      : "");
+      }
+    }
+  }
+  out.tokens_per_s = timed_steps > 0 ? tokens_per_step * timed_steps / timed_seconds : 0;
+  out.mfu = flops_tok * out.tokens_per_s / peak;
+  const MemStats mem = HostAllocator::instance().stats();
+  if (!opts.quiet)
+    log::info("done: {} steps in {} | {:.0f} tok/s | mfu {:.1f}% | peak memory {} (activations {})", rc.train.steps,
+              format_duration(std::chrono::duration<double>(Clock::now() - run_start).count()), out.tokens_per_s,
+              100 * out.mfu, mib(mem.total_peak), mib(mem.peak[size_t(MemCategory::activations)]));
+  return out;
+}
+
+}  // namespace trident::launch

@@ -1,0 +1,230 @@
+// Transformer forward/backward over the CPU kernels (see transformer.hpp).
+#include "model/transformer.hpp"
+
+#include "kernels/activation.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/norm.hpp"
+#include "kernels/rotary.hpp"
+
+namespace trident::model {
+
+namespace k = trident::kernels;
+
+Recompute parse_recompute(const std::string& s) {
+  if (s == "none") return Recompute::none;
+  if (s == "selective") return Recompute::selective;
+  if (s == "full") return Recompute::full;
+  fail_input("train.recompute: expected none | selective | full, found '{}'", s);
+}
+
+double flops_per_token(const ModelConfig& m) {
+  const double C = double(m.hidden), F = double(m.ffn_hidden), D = double(m.head_dim());
+  const double H = double(m.heads), KV = double(m.kv_heads), L = double(m.layers);
+  double mlp = m.arch == "gpt2" ? 2 * C * F : 3 * C * F;
+  double attn = C * (H + 2 * KV) * D + H * D * C;
+  double matmul_params = L * (attn + mlp) + double(m.vocab) * C;
+  return 6 * matmul_params + 12 * L * C * double(m.seq_len);
+}
+
+template <typename T>
+Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg), reg_(cfg), llama_(cfg.arch == "llama") {
+  const int64_t D = cfg.head_dim();
+  qkv_width_ = (cfg.heads + 2 * cfg.kv_heads) * D;
+  fc_width_ = llama_ ? 2 * cfg.ffn_hidden : cfg.ffn_hidden;
+  params_ = Tensor::empty({reg_.total()}, dtype_of<T>(), MemCategory::params);
+  grads_ = Tensor::zeros({reg_.total()}, dtype_of<T>(), MemCategory::grads);
+  reg_.initialize(params_.data<T>(), seed);
+  T* P = params_.data<T>();
+  T* G = grads_.data<T>();
+  auto at = [&](T* base, const std::string& n) { return base + reg_.at(n).offset; };
+  auto maybe = [&](T* base, const std::string& n) -> T* { return base ? at(base, n) : nullptr; };
+  if (!llama_) {
+    wte_ = at(P, "transformer.wte.weight"), dwte_ = at(G, "transformer.wte.weight");
+    wpe_ = at(P, "transformer.wpe.weight"), dwpe_ = at(G, "transformer.wpe.weight");
+    nfw_ = at(P, "transformer.ln_f.weight"), dnfw_ = at(G, "transformer.ln_f.weight");
+    nfb_ = at(P, "transformer.ln_f.bias"), dnfb_ = at(G, "transformer.ln_f.bias");
+  } else {
+    wte_ = at(P, "model.embed_tokens.weight"), dwte_ = at(G, "model.embed_tokens.weight");
+    wpe_ = dwpe_ = nullptr;
+    nfw_ = at(P, "model.norm.weight"), dnfw_ = at(G, "model.norm.weight");
+    nfb_ = dnfb_ = nullptr;
+    rope_ = k::rope_table(cfg.seq_len, D, cfg.rope_theta);
+  }
+  head_ = cfg.tie_embeddings ? wte_ : at(P, "lm_head.weight");
+  dhead_ = cfg.tie_embeddings ? dwte_ : at(G, "lm_head.weight");
+  for (int64_t l = 0; l < cfg.layers; ++l) {
+    std::string p = layer_prefix(cfg, l);
+    LayerParams lp{};
+    for (int g = 0; g < 2; ++g) {
+      T* base = g == 0 ? P : G;
+      T** out = g == 0 ? &lp.n1w : &lp.dn1w;  // the two halves of LayerParams have the same order
+      if (!llama_) {
+        const char* names[12] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                                 "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                                 "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+        for (int i = 0; i < 12; ++i) out[i] = at(base, p + names[i]);
+      } else {
+        const char* names[12] = {"input_layernorm.weight", nullptr, "self_attn.q_proj.weight", nullptr,
+                                 "self_attn.o_proj.weight", nullptr, "post_attention_layernorm.weight", nullptr,
+                                 "mlp.gate_proj.weight", nullptr, "mlp.down_proj.weight", nullptr};
+        for (int i = 0; i < 12; ++i) out[i] = names[i] ? maybe(base, p + names[i]) : nullptr;
+      }
+    }
+    layers_.push_back(lp);
+  }
+}
+
+template <typename T>
+std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Recompute recompute) const {
+  const int64_t Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, L = cfg_.layers;
+  const int64_t probs = B * cfg_.heads * Tn * Tn;
+  auto ctx = std::make_unique<Activations<T>>();
+  ctx->B = B;
+  auto alloc = [&](int64_t n) {
+    ctx->storage.push_back(Tensor::empty({n}, dtype_of<T>(), MemCategory::activations));
+    return ctx->storage.back().template data<T>();
+  };
+  // One layer's worth of buffers; per layer or shared, depending on recompute.
+  auto layer_set = [&](LayerActs<T>& a, bool with_probs) {
+    a.ln1 = alloc(N * C), a.ln1_mean = alloc(N), a.ln1_rstd = alloc(N), a.qkv = alloc(N * qkv_width_);
+    a.probs = with_probs ? alloc(probs) : nullptr;
+    a.atty = alloc(N * cfg_.heads * cfg_.head_dim()), a.x_mid = alloc(N * C);
+    a.ln2 = alloc(N * C), a.ln2_mean = alloc(N), a.ln2_rstd = alloc(N), a.fc = alloc(N * fc_width_);
+    a.act = alloc(N * cfg_.ffn_hidden);
+  };
+  ctx->layers.resize(size_t(L));
+  LayerActs<T> shared{};
+  if (recompute == Recompute::full) layer_set(shared, true);
+  T* shared_probs = recompute == Recompute::selective ? alloc(probs) : nullptr;
+  for (auto& a : ctx->layers) {
+    if (recompute == Recompute::full) {
+      a = shared;
+    } else {
+      layer_set(a, recompute == Recompute::none);
+      if (recompute == Recompute::selective) a.probs = shared_probs;
+    }
+    a.x_in = alloc(N * C);
+  }
+  ctx->x_final = alloc(N * C);
+  ctx->lnf = alloc(N * C), ctx->lnf_mean = alloc(N), ctx->lnf_rstd = alloc(N);
+  ctx->logits = alloc(N * cfg_.vocab);
+  ctx->losses = alloc(N);
+  return ctx;
+}
+
+template <typename T>
+void Transformer<T>::norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N) {
+  if (llama_)
+    k::rmsnorm_forward(out, rstd, inp, w, N, cfg_.hidden, cfg_.norm_eps);
+  else
+    k::layernorm_forward(out, mean, rstd, inp, w, b, N, cfg_.hidden, cfg_.norm_eps);
+}
+
+template <typename T>
+void Transformer<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean,
+                                   const T* rstd, int64_t N) {
+  if (llama_)
+    k::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, cfg_.hidden);
+  else
+    k::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, cfg_.hidden);
+}
+
+template <typename T>
+void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B) {
+  const int64_t Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, H = cfg_.heads, KV = cfg_.kv_heads;
+  const int64_t D = cfg_.head_dim(), F = cfg_.ffn_hidden;
+  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x_in, p.n1w, p.n1b, N);
+  k::linear_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, qkv_width_);
+  if (llama_) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D);
+  k::attention_forward(a.atty, a.probs, a.qkv, B, Tn, H, KV, D);
+  k::linear_forward(a.x_mid, a.atty, p.ow, p.ob, N, H * D, C);
+#pragma omp parallel for simd
+  for (int64_t i = 0; i < N * C; ++i) a.x_mid[i] += a.x_in[i];
+  norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.n2w, p.n2b, N);
+  k::linear_forward(a.fc, a.ln2, p.fcw, p.fcb, N, C, fc_width_);
+  if (llama_)
+    k::swiglu_forward(a.act, a.fc, N, F);
+  else
+    k::gelu_forward(a.act, a.fc, N * F);
+  k::linear_forward(x_out, a.act, p.pw, p.pb, N, F, C);
+#pragma omp parallel for simd
+  for (int64_t i = 0; i < N * C; ++i) x_out[i] += a.x_mid[i];
+}
+
+template <typename T>
+double Transformer<T>::forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale) {
+  const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, V = cfg_.vocab;
+  ctx.tokens = tokens;
+  k::embedding_forward(ctx.layers[0].x_in, tokens, wte_, wpe_, B, Tn, C);
+  for (int64_t l = 0; l < cfg_.layers; ++l) {
+    T* x_out = l + 1 < cfg_.layers ? ctx.layers[size_t(l + 1)].x_in : ctx.x_final;
+    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(l)], B);
+  }
+  norm_forward(ctx.lnf, ctx.lnf_mean, ctx.lnf_rstd, ctx.x_final, nfw_, nfb_, N);
+  k::linear_forward(ctx.logits, ctx.lnf, head_, static_cast<const T*>(nullptr), N, C, V);
+  if (!targets) return 0;
+  k::softmax_cross_entropy(ctx.losses, ctx.logits, targets, N, V, V, dscale);
+  double sum = 0;
+  for (int64_t i = 0; i < N; ++i) sum += double(ctx.losses[i]);
+  return sum;
+}
+
+template <typename T>
+void Transformer<T>::ensure_scratch(int64_t B) {
+  if (B <= scratch_B_) return;
+  const int64_t N = B * cfg_.seq_len, C = cfg_.hidden;
+  const int64_t sizes[6] = {N * C, N * C, N * qkv_width_, N * cfg_.heads * cfg_.head_dim(), N * fc_width_,
+                            N * cfg_.ffn_hidden};
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations);
+  T* p = scratch_.data<T>();
+  T** outs[6] = {&d_res_, &d_ln_, &d_qkv_, &d_atty_, &d_fc_, &d_act_};
+  for (int i = 0; i < 6; ++i) *outs[i] = p, p += sizes[i];
+  scratch_B_ = B;
+}
+
+template <typename T>
+void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute) {
+  const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, V = cfg_.vocab;
+  const int64_t H = cfg_.heads, KV = cfg_.kv_heads, D = cfg_.head_dim(), F = cfg_.ffn_hidden;
+  ensure_scratch(B);
+  // LM head and final norm. dlogits were left in ctx.logits by forward().
+  k::linear_backward(d_ln_, dhead_, static_cast<T*>(nullptr), ctx.logits, ctx.lnf, head_, N, C, V);
+  std::fill(d_res_, d_res_ + N * C, T(0));
+  norm_backward(d_res_, dnfw_, dnfb_, d_ln_, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, N);
+  for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
+    const LayerActs<T>& a = ctx.layers[size_t(l)];
+    const LayerParams& p = layers_[size_t(l)];
+    if (recompute == Recompute::full) {
+      // Rerun this layer's forward from its saved input; the output goes to a
+      // scratch row nobody reads (d_ln_ is overwritten below before use).
+      layer_forward(a, d_ln_, p, B);
+    } else if (recompute == Recompute::selective) {
+      k::attention_probs(a.probs, a.qkv, B, Tn, H, KV, D);
+    }
+    // MLP
+    k::linear_backward(d_act_, p.dpw, p.dpb, d_res_, a.act, p.pw, N, F, C);
+    if (llama_)
+      k::swiglu_backward(d_fc_, a.fc, d_act_, N, F);
+    else
+      k::gelu_backward(d_fc_, a.fc, d_act_, N * F);
+    k::linear_backward(d_ln_, p.dfcw, p.dfcb, d_fc_, a.ln2, p.fcw, N, C, fc_width_);
+    norm_backward(d_res_, p.dn2w, p.dn2b, d_ln_, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, N);
+    // attention
+    k::linear_backward(d_atty_, p.dow, p.dob, d_res_, a.atty, p.ow, N, H * D, C);
+    k::attention_backward(d_qkv_, d_atty_, a.qkv, a.probs, B, Tn, H, KV, D);
+    if (llama_) k::rope_backward(d_qkv_, rope_.data(), B, Tn, H, KV, D);
+    k::linear_backward(d_ln_, p.dqkvw, p.dqkvb, d_qkv_, a.ln1, p.qkvw, N, C, qkv_width_);
+    norm_backward(d_res_, p.dn1w, p.dn1b, d_ln_, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, N);
+  }
+  k::embedding_backward(dwte_, dwpe_, d_res_, ctx.tokens, B, Tn, C);
+}
+
+template class Transformer<float>;
+template class Transformer<double>;
+
+}  // namespace trident::model

@@ -1,0 +1,93 @@
+// Decoder-only transformer (GPT-2 and LLaMA styles) with explicit forward and
+// backward, written as the single-device computation: no parallel logic here.
+//
+// Shapes: B micro-batch, T sequence, C hidden, H/KV query/key-value heads,
+// D head size, F ffn hidden, V vocab, L layers.
+// Parameters and gradients are two flat buffers in ParamRegistry order.
+// Gradients are accumulated (+=) across micro-batches until zero_grads().
+// An Activations context holds what backward needs for one micro-batch;
+// `recompute` decides what it keeps:
+//   none      every layer's intermediates
+//   selective all but the attention probabilities [B,H,T,T], rebuilt in backward
+//   full      only each layer's input; its forward is rerun inside backward
+// Loss: forward() returns the sum of per-token losses; with dscale != 0 it
+// also leaves dlogits = dscale * dloss/dlogits ready for backward().
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/recipe.hpp"
+#include "core/tensor.hpp"
+#include "model/params.hpp"
+
+namespace trident::model {
+
+enum class Recompute { none, selective, full };
+Recompute parse_recompute(const std::string& s);
+
+// Model FLOPs per token, forward + backward (3x forward), attention included,
+// recomputation excluded: 6 * (matmul weights incl. the LM head) + 12 L C T.
+double flops_per_token(const ModelConfig& cfg);
+
+template <typename T>
+struct LayerActs {
+  T *x_in, *ln1, *ln1_mean, *ln1_rstd, *qkv, *probs, *atty, *x_mid, *ln2, *ln2_mean, *ln2_rstd, *fc, *act;
+};
+
+template <typename T>
+struct Activations {
+  int64_t B = 0;
+  std::vector<Tensor> storage;  // owns the buffers the pointers below see
+  std::vector<LayerActs<T>> layers;
+  T *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+  const int32_t* tokens = nullptr;
+};
+
+template <typename T>
+class Transformer {
+ public:
+  Transformer(const ModelConfig& cfg, uint64_t seed);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ParamRegistry& registry() const { return reg_; }
+  Tensor& params() { return params_; }
+  Tensor& grads() { return grads_; }
+  T* param(const std::string& name) { return params_.data<T>() + reg_.at(name).offset; }
+  T* grad(const std::string& name) { return grads_.data<T>() + reg_.at(name).offset; }
+
+  std::unique_ptr<Activations<T>> make_activations(int64_t B, Recompute recompute) const;
+
+  // tokens, targets [B,T]. Returns the summed loss over B*T targets.
+  double forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale);
+  // Needs a forward() with dscale != 0 on the same context.
+  void backward(Activations<T>& ctx, Recompute recompute);
+  void zero_grads() { grads_.zero_(); }
+
+ private:
+  struct LayerParams {
+    T *n1w, *n1b, *qkvw, *qkvb, *ow, *ob, *n2w, *n2b, *fcw, *fcb, *pw, *pb;
+    T *dn1w, *dn1b, *dqkvw, *dqkvb, *dow, *dob, *dn2w, *dn2b, *dfcw, *dfcb, *dpw, *dpb;
+  };
+  void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B);
+  void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N);
+  void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,
+                     int64_t N);
+
+  ModelConfig cfg_;
+  ParamRegistry reg_;
+  bool llama_;
+  int64_t qkv_width_, fc_width_;
+  Tensor params_, grads_;
+  std::vector<LayerParams> layers_;
+  T *wte_, *wpe_, *nfw_, *nfb_, *head_;
+  T *dwte_, *dwpe_, *dnfw_, *dnfb_, *dhead_;
+  std::vector<double> rope_;
+  // backward scratch, shared by all layers, sized for the largest context seen
+  int64_t scratch_B_ = 0;
+  Tensor scratch_;
+  T *d_res_, *d_ln_, *d_qkv_, *d_atty_, *d_fc_, *d_act_;
+  void ensure_scratch(int64_t B);
+};
+
+}  // namespace trident::model

@@ -1,0 +1,77 @@
+// AdamW with decay ranges, gradient-norm clipping.
+#include "optim/adamw.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+
+#include "kernels/adamw.hpp"
+
+namespace trident::optim {
+
+std::vector<Range> decay_ranges(const model::ParamRegistry& reg, const OptimConfig& cfg) {
+  std::vector<Range> out;
+  for (const auto& p : reg.params()) {
+    bool decay = p.kind == model::ParamKind::weight ||
+                 ((p.kind == model::ParamKind::bias || p.kind == model::ParamKind::norm) && cfg.decay_norms_and_biases) ||
+                 (p.kind == model::ParamKind::embedding && cfg.decay_embeddings);
+    if (!out.empty() && out.back().decay == decay && out.back().offset + out.back().size == p.offset)
+      out.back().size += p.numel;
+    else
+      out.push_back({p.offset, p.numel, decay});
+  }
+  return out;
+}
+
+template <typename T>
+double sum_of_squares(const T* g, int64_t n) {
+  // Fixed chunking (independent of the thread count) and an ordered final sum.
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> part(size_t(chunks), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double s = 0;
+    const int64_t end = std::min(n, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < end; ++i) s += double(g[i]) * double(g[i]);
+    part[size_t(c)] = s;
+  }
+  double total = 0;
+  for (double s : part) total += s;
+  return total;
+}
+
+template <typename T>
+double clip_grad_norm(T* grads, int64_t n, double max_norm) {
+  double norm = std::sqrt(sum_of_squares(grads, n));
+  if (max_norm > 0 && norm > max_norm) {
+    const T scale = T(max_norm / (norm + 1e-6));
+#pragma omp parallel for simd
+    for (int64_t i = 0; i < n; ++i) grads[i] *= scale;
+  }
+  return norm;
+}
+
+template <typename T>
+AdamW<T>::AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg) : cfg_(cfg), ranges_(decay_ranges(reg, cfg)) {
+  m_ = Tensor::zeros({reg.total()}, dtype_of<T>(), MemCategory::optimizer);
+  v_ = Tensor::zeros({reg.total()}, dtype_of<T>(), MemCategory::optimizer);
+}
+
+template <typename T>
+void AdamW<T>::step(T* params, const T* grads, double lr, int64_t step) {
+  for (const Range& r : ranges_) {
+    kernels::AdamWParams hp{lr, cfg_.betas[0], cfg_.betas[1], cfg_.eps, r.decay ? cfg_.weight_decay : 0.0, step};
+    kernels::adamw_update(params + r.offset, m_.data<T>() + r.offset, v_.data<T>() + r.offset, grads + r.offset,
+                          r.size, hp);
+  }
+}
+
+template class AdamW<float>;
+template class AdamW<double>;
+template double clip_grad_norm<float>(float*, int64_t, double);
+template double clip_grad_norm<double>(double*, int64_t, double);
+template double sum_of_squares<float>(const float*, int64_t);
+template double sum_of_squares<double>(const double*, int64_t);
+
+}  // namespace trident::optim

@@ -1,0 +1,48 @@
+// AdamW over a flat parameter buffer, with the parameters split into ranges
+// that do or do not take weight decay, and global-norm gradient clipping.
+// Optimizer state (m, v) is two flat buffers of the parameter layout.
+// By default norms, biases and embeddings take no weight decay (Megatron-LM
+// and nanoGPT practice); optim.decay_norms_and_biases / decay_embeddings
+// turn it on. A tied embedding follows the embedding rule.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/recipe.hpp"
+#include "core/tensor.hpp"
+#include "model/params.hpp"
+
+namespace trident::optim {
+
+struct Range {
+  int64_t offset, size;
+  bool decay;
+};
+
+// Maximal runs of consecutive parameters with the same decay flag.
+std::vector<Range> decay_ranges(const model::ParamRegistry& reg, const OptimConfig& cfg);
+
+// Sum of squares in double, in a fixed order (bitwise reproducible for a
+// given thread count).
+template <typename T>
+double sum_of_squares(const T* g, int64_t n);
+
+template <typename T>
+class AdamW {
+ public:
+  AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg);
+  // One step over the whole buffer; `step` counts from 1.
+  void step(T* params, const T* grads, double lr, int64_t step);
+
+ private:
+  OptimConfig cfg_;
+  std::vector<Range> ranges_;
+  Tensor m_, v_;
+};
+
+// Scales grads so their L2 norm is at most max_norm (0 disables); returns the
+// norm before clipping.
+template <typename T>
+double clip_grad_norm(T* grads, int64_t n, double max_norm);
+
+}  // namespace trident::optim

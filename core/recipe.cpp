@@ -89,8 +89,15 @@ class Reader {
     if (!n.IsDefined() || n.IsNull()) return;
     std::string label = section.empty() ? "top level" : "section '" + section + "'";
     if (!n.IsMap()) bad(section, "a map of keys");
+    std::map<std::string, int> seen;
     for (auto it = n.begin(); it != n.end(); ++it) {
       std::string key = it->first.as<std::string>();
+      std::string full = section.empty() ? key : section + "." + key;
+      auto mk = it->first.Mark();
+      if (seen.count(key))
+        fail_input("{}:{}:{}: duplicate key '{}' (first at line {})", file_, mk.line + 1, mk.column + 1, full,
+                   seen[key]);
+      seen[key] = mk.line + 1;
       if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
       std::string path = section.empty() ? key : section + "." + key;
       std::string best;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 
@@ -88,7 +89,10 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   const model::Recompute recompute = model::parse_recompute(rc.train.recompute);
 
   // Threads: one rank uses every core unless the recipe says otherwise.
-  int threads = rc.train.threads > 0 ? int(rc.train.threads) : omp_get_num_procs();
+  // OMP_NUM_THREADS, when set, is the launcher's word (one thread per rank).
+  int threads = rc.train.threads > 0      ? int(rc.train.threads)
+                : std::getenv("OMP_NUM_THREADS") ? omp_get_max_threads()
+                                               : omp_get_num_procs();
   kernels::set_num_threads(threads);
 
   // Data.

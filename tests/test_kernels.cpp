@@ -1,0 +1,215 @@
+// Every CPU kernel's backward against a double-precision finite-difference
+// gradient of L = <forward output, R> for a random R, on odd sizes; AdamW
+// against the textbook update; float kernels against the double ones.
+#include <cstring>
+
+#include "kernels/activation.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/norm.hpp"
+#include "kernels/rotary.hpp"
+#include "tests/test_util.hpp"
+
+namespace trident::kernels {
+using test::dot;
+using test::expect_fd_gradient;
+using test::randn;
+using V = std::vector<double>;
+
+TEST(Kernels, LinearBackwardMatchesFiniteDifferences) {
+  const int64_t N = 7, C = 5, OC = 3;
+  V x = randn(N * C, 1), w = randn(OC * C, 2), b = randn(OC, 3), r = randn(N * OC, 4), out(N * OC);
+  auto f = [&] {
+    linear_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+    return dot(out, r);
+  };
+  V dx(N * C), dw(OC * C, 0.0), db(OC, 0.0);
+  linear_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), N, C, OC);
+  expect_fd_gradient("linear dinp", x, dx, f);
+  expect_fd_gradient("linear dweight", w, dw, f);
+  expect_fd_gradient("linear dbias", b, db, f);
+}
+
+TEST(Kernels, LinearFloatMatchesDouble) {
+  const int64_t N = 33, C = 17, OC = 29;
+  V x = randn(N * C, 1), w = randn(OC * C, 2), b = randn(OC, 3), out(N * OC);
+  std::vector<float> xf(x.begin(), x.end()), wf(w.begin(), w.end()), bf(b.begin(), b.end()), outf(N * OC);
+  linear_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+  linear_forward(outf.data(), xf.data(), wf.data(), bf.data(), N, C, OC);
+  double worst = 0;
+  for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::abs(out[i] - double(outf[i])));
+  EXPECT_LT(worst, 1e-4) << "first elements: double " << out[0] << " float " << outf[0];
+}
+
+TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
+  const int64_t N = 5, C = 7;
+  V x = randn(N * C, 5), w = randn(C, 6), b = randn(C, 7), r = randn(N * C, 8), out(N * C), mean(N), rstd(N);
+  auto f = [&] {
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5);
+    return dot(out, r);
+  };
+  f();
+  V dx(N * C, 0.0), dw(C, 0.0), db(C, 0.0);
+  layernorm_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+  expect_fd_gradient("layernorm dinp", x, dx, f);
+  expect_fd_gradient("layernorm dweight", w, dw, f);
+  expect_fd_gradient("layernorm dbias", b, db, f);
+}
+
+TEST(Kernels, RMSNormBackwardMatchesFiniteDifferences) {
+  const int64_t N = 4, C = 9;
+  V x = randn(N * C, 9), w = randn(C, 10), r = randn(N * C, 11), out(N * C), rstd(N);
+  auto f = [&] {
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5);
+    return dot(out, r);
+  };
+  f();
+  V dx(N * C, 0.0), dw(C, 0.0);
+  rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), N, C);
+  expect_fd_gradient("rmsnorm dinp", x, dx, f);
+  expect_fd_gradient("rmsnorm dweight", w, dw, f);
+}
+
+TEST(Kernels, GeluBackwardMatchesFiniteDifferences) {
+  const int64_t n = 23;
+  V x = randn(n, 12, 2.0), r = randn(n, 13), out(n), dx(n);
+  auto f = [&] {
+    gelu_forward(out.data(), x.data(), n);
+    return dot(out, r);
+  };
+  gelu_backward(dx.data(), x.data(), r.data(), n);
+  expect_fd_gradient("gelu", x, dx, f);
+  // GELU(1) with the tanh approximation
+  double one = 1.0, y;
+  gelu_forward(&y, &one, 1);
+  EXPECT_NEAR(y, 0.8411919906082768, 1e-12);
+}
+
+TEST(Kernels, SwigluBackwardMatchesFiniteDifferences) {
+  const int64_t N = 3, F = 5;
+  V x = randn(N * 2 * F, 14), r = randn(N * F, 15), out(N * F), dx(N * 2 * F);
+  auto f = [&] {
+    swiglu_forward(out.data(), x.data(), N, F);
+    return dot(out, r);
+  };
+  swiglu_backward(dx.data(), x.data(), r.data(), N, F);
+  expect_fd_gradient("swiglu", x, dx, f);
+}
+
+void check_attention(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
+  const int64_t W = (H + 2 * KV) * D;
+  V qkv = randn(B * T * W, 16), r = randn(B * T * H * D, 17), out(B * T * H * D), probs(B * H * T * T);
+  auto f = [&] {
+    attention_forward(out.data(), probs.data(), qkv.data(), B, T, H, KV, D);
+    return dot(out, r);
+  };
+  f();
+  V dqkv(B * T * W);
+  attention_backward(dqkv.data(), r.data(), qkv.data(), probs.data(), B, T, H, KV, D);
+  expect_fd_gradient("attention dqkv H=" + std::to_string(H) + " KV=" + std::to_string(KV), qkv, dqkv, f, 1e-6, 400);
+  // attention_probs reproduces the forward's probabilities exactly
+  V again(probs.size());
+  attention_probs(again.data(), qkv.data(), B, T, H, KV, D);
+  f();
+  EXPECT_EQ(0, std::memcmp(again.data(), probs.data(), probs.size() * sizeof(double)));
+}
+
+TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) { check_attention(2, 5, 3, 3, 3); }
+TEST(Kernels, GroupedQueryAttentionBackwardMatchesFiniteDifferences) { check_attention(2, 6, 4, 2, 4); }
+
+TEST(Kernels, AttentionIsCausal) {
+  const int64_t B = 1, T = 6, H = 2, KV = 1, D = 4, W = (H + 2 * KV) * D;
+  V qkv = randn(B * T * W, 18), out(B * T * H * D), probs(B * H * T * T);
+  attention_forward(out.data(), probs.data(), qkv.data(), B, T, H, KV, D);
+  V out2(out.size());
+  qkv[(T - 1) * W + (H + KV) * D] += 10.0;  // change the last token's value
+  attention_forward(out2.data(), probs.data(), qkv.data(), B, T, H, KV, D);
+  for (int64_t i = 0; i < (T - 1) * H * D; ++i) EXPECT_EQ(out[i], out2[i]) << "future token leaked at " << i;
+}
+
+TEST(Kernels, RotaryBackwardMatchesFiniteDifferences) {
+  const int64_t B = 2, T = 5, H = 2, KV = 1, D = 6, W = (H + 2 * KV) * D;
+  auto table = rope_table(T, D, 10000.0);
+  V x = randn(B * T * W, 19), r = randn(B * T * W, 20), y(x.size());
+  auto f = [&] {
+    y = x;
+    rope_forward(y.data(), table.data(), B, T, H, KV, D);
+    return dot(y, r);
+  };
+  V dx = r;
+  rope_backward(dx.data(), table.data(), B, T, H, KV, D);
+  expect_fd_gradient("rope", x, dx, f, 1e-6, 200);
+  // position 0 is not rotated, v is never rotated
+  f();
+  for (int64_t c = 0; c < W; ++c) EXPECT_DOUBLE_EQ(y[c], x[c]);
+  for (int64_t c = (H + KV) * D; c < W; ++c) EXPECT_DOUBLE_EQ(y[W + c], x[W + c]);
+}
+
+TEST(Kernels, EmbeddingBackwardMatchesFiniteDifferences) {
+  const int64_t B = 2, T = 4, C = 3, Vocab = 5;
+  std::vector<int32_t> tok = {0, 3, 3, 1, 4, 0, 2, 3};
+  V wte = randn(Vocab * C, 21), wpe = randn(T * C, 22), r = randn(B * T * C, 23), out(B * T * C);
+  auto f = [&] {
+    embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    return dot(out, r);
+  };
+  V dwte(Vocab * C, 0.0), dwpe(T * C, 0.0);
+  embedding_backward(dwte.data(), dwpe.data(), r.data(), tok.data(), B, T, C);
+  expect_fd_gradient("embedding dwte", wte, dwte, f);
+  expect_fd_gradient("embedding dwpe", wpe, dwpe, f);
+}
+
+TEST(Kernels, CrossEntropyBackwardMatchesFiniteDifferences) {
+  const int64_t N = 4, Vocab = 7;
+  std::vector<int32_t> tgt = {0, 6, 3, 3};
+  V logits = randn(N * Vocab, 24, 3.0), losses(N);
+  auto f = [&] {
+    V tmp = logits;
+    softmax_cross_entropy(losses.data(), tmp.data(), tgt.data(), N, Vocab, Vocab, 0.0);
+    double s = 0;
+    for (double l : losses) s += l;
+    return s;
+  };
+  V d = logits;
+  softmax_cross_entropy(losses.data(), d.data(), tgt.data(), N, Vocab, Vocab, 1.0);
+  expect_fd_gradient("cross-entropy", logits, d, f);
+  // uniform logits: loss = log(V)
+  V flat(Vocab, 0.0);
+  double loss;
+  int32_t t0 = 2;
+  softmax_cross_entropy(&loss, flat.data(), &t0, 1, Vocab, Vocab, 0.0);
+  EXPECT_NEAR(loss, std::log(double(Vocab)), 1e-12);
+}
+
+TEST(Kernels, CrossEntropyPaddingTakesNoProbability) {
+  const int64_t Vocab = 8, Valid = 5;
+  V logits = {0, 1, 2, 3, 4, 100, 100, 100};
+  double loss;
+  int32_t t = 4;
+  softmax_cross_entropy(&loss, logits.data(), &t, 1, Vocab, Valid, 1.0);
+  for (int64_t v = Valid; v < Vocab; ++v) EXPECT_EQ(logits[v], 0.0);
+  EXPECT_LT(loss, 1.0);
+}
+
+TEST(Kernels, AdamWMatchesTextbookUpdate) {
+  const int64_t n = 9;
+  V p = randn(n, 25), g = randn(n, 26), m(n, 0.0), v(n, 0.0);
+  V pr = p, mr = m, vr = v;
+  AdamWParams hp{1e-2, 0.9, 0.95, 1e-8, 0.1, 0};
+  for (int64_t step = 1; step <= 3; ++step) {
+    hp.step = step;
+    adamw_update(p.data(), m.data(), v.data(), g.data(), n, hp);
+    for (int64_t i = 0; i < n; ++i) {
+      mr[i] = 0.9 * mr[i] + 0.1 * g[i];
+      vr[i] = 0.95 * vr[i] + 0.05 * g[i] * g[i];
+      double mhat = mr[i] / (1 - std::pow(0.9, step)), vhat = vr[i] / (1 - std::pow(0.95, step));
+      pr[i] -= 1e-2 * (mhat / (std::sqrt(vhat) + 1e-8) + 0.1 * pr[i]);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(p[i], pr[i], 1e-12) << i;
+}
+
+}  // namespace trident::kernels

@@ -1,0 +1,169 @@
+// Whole-model checks: finite-difference gradients of a tiny GPT-2 and LLaMA
+// in double precision, float against double, recompute modes give identical
+// gradients and smaller activation memory, mesh-independent Philox
+// initialisation, the model-FLOPs formula against hand-computed values.
+#include <cstring>
+
+#include "core/allocator.hpp"
+#include "core/philox.hpp"
+#include "model/transformer.hpp"
+#include "tests/test_util.hpp"
+
+namespace trident::model {
+
+ModelConfig tiny(const std::string& arch) {
+  ModelConfig m;
+  m.arch = arch;
+  m.layers = 2, m.hidden = 12, m.heads = arch == "gpt2" ? 3 : 4, m.kv_heads = arch == "gpt2" ? 3 : 2;
+  m.ffn_hidden = 20, m.seq_len = 5, m.vocab = 11, m.init_std = 0.3;
+  m.tie_embeddings = arch == "gpt2";
+  return m;
+}
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+  Batch(int64_t n, int64_t vocab, uint32_t seed) {
+    std::mt19937 rng(seed);
+    for (int64_t i = 0; i < n; ++i) tokens.push_back(int32_t(rng() % vocab)), targets.push_back(int32_t(rng() % vocab));
+  }
+};
+
+void check_model_fd(const std::string& arch) {
+  ModelConfig m = tiny(arch);
+  const int64_t B = 2, N = B * m.seq_len;
+  Transformer<double> net(m, 7);
+  auto ctx = net.make_activations(B, Recompute::none);
+  Batch batch(N, m.vocab, 3);
+  net.forward(*ctx, batch.tokens.data(), batch.targets.data(), 1.0 / double(N));
+  net.backward(*ctx, Recompute::none);
+  double* P = net.params().data<double>();
+  const double* G = net.grads().data<double>();
+  auto loss = [&] { return net.forward(*ctx, batch.tokens.data(), batch.targets.data(), 0.0) / double(N); };
+  // every parameter tensor, a few elements each
+  for (const auto& p : net.registry().params()) {
+    std::vector<double> x(P + p.offset, P + p.offset + p.numel), g(G + p.offset, G + p.offset + p.numel);
+    auto f = [&] {
+      std::memcpy(P + p.offset, x.data(), sizeof(double) * size_t(p.numel));
+      return loss();
+    };
+    test::expect_fd_gradient(arch + " " + p.name, x, g, f, 1e-6, 6, 1e-5);
+    std::memcpy(P + p.offset, x.data(), sizeof(double) * size_t(p.numel));
+  }
+}
+
+TEST(Model, Gpt2GradientsMatchFiniteDifferences) { check_model_fd("gpt2"); }
+TEST(Model, LlamaGradientsMatchFiniteDifferences) { check_model_fd("llama"); }
+
+TEST(Model, FloatMatchesDouble) {
+  for (std::string arch : {"gpt2", "llama"}) {
+    ModelConfig m = tiny(arch);
+    m.hidden = 32, m.heads = 4, m.kv_heads = arch == "gpt2" ? 4 : 2, m.ffn_hidden = 48, m.seq_len = 16, m.vocab = 40;
+    m.init_std = 0.02;
+    const int64_t B = 3, N = B * m.seq_len;
+    Transformer<double> d(m, 11);
+    Transformer<float> f(m, 11);
+    Batch batch(N, m.vocab, 5);
+    auto cd = d.make_activations(B, Recompute::none);
+    auto cf = f.make_activations(B, Recompute::none);
+    double ld = d.forward(*cd, batch.tokens.data(), batch.targets.data(), 1.0 / double(N));
+    double lf = f.forward(*cf, batch.tokens.data(), batch.targets.data(), 1.0f / float(N));
+    d.backward(*cd, Recompute::none);
+    f.backward(*cf, Recompute::none);
+    EXPECT_NEAR(lf / ld, 1.0, 1e-6) << arch;
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < d.registry().total(); ++i) {
+      double a = d.grads().data<double>()[i], b = f.grads().data<float>()[i];
+      diff += (a - b) * (a - b), norm += a * a;
+    }
+    EXPECT_LT(std::sqrt(diff / norm), 1e-4) << arch << " relative gradient difference";
+  }
+}
+
+TEST(Model, RecomputeGivesIdenticalGradientsAndLessMemory) {
+  for (std::string arch : {"gpt2", "llama"}) {
+    ModelConfig m = tiny(arch);
+    m.layers = 3, m.hidden = 32, m.heads = 4, m.kv_heads = arch == "gpt2" ? 4 : 2, m.ffn_hidden = 64;
+    m.seq_len = 32, m.vocab = 50;
+    const int64_t B = 4, N = B * m.seq_len;
+    Batch batch(N, m.vocab, 9);
+    std::vector<float> ref;
+    int64_t act_bytes[3];
+    Recompute modes[3] = {Recompute::none, Recompute::selective, Recompute::full};
+    for (int i = 0; i < 3; ++i) {
+      Transformer<float> net(m, 1);
+      int64_t before = HostAllocator::instance().stats().current[int(MemCategory::activations)];
+      auto ctx = net.make_activations(B, modes[i]);
+      act_bytes[i] = HostAllocator::instance().stats().current[int(MemCategory::activations)] - before;
+      for (int micro = 0; micro < 2; ++micro) {  // accumulation too
+        net.forward(*ctx, batch.tokens.data(), batch.targets.data(), 1.0f / float(N));
+        net.backward(*ctx, modes[i]);
+      }
+      const float* g = net.grads().data<float>();
+      if (i == 0) ref.assign(g, g + net.registry().total());
+      else EXPECT_EQ(0, std::memcmp(ref.data(), g, ref.size() * sizeof(float))) << arch << " recompute mode " << i;
+    }
+    EXPECT_LT(act_bytes[1], act_bytes[0]) << arch;
+    EXPECT_LT(act_bytes[2], act_bytes[1]) << arch;
+    // selective saves exactly the attention probabilities of all layers but one
+    EXPECT_EQ(act_bytes[0] - act_bytes[1], int64_t(sizeof(float)) * (m.layers - 1) * B * m.heads * m.seq_len * m.seq_len);
+  }
+}
+
+TEST(Model, RegistryFollowsHuggingFaceNames) {
+  ModelConfig g = tiny("gpt2");
+  ParamRegistry rg(g);
+  EXPECT_EQ(rg.params().front().name, "transformer.wte.weight");
+  EXPECT_EQ(rg.at("transformer.h.1.attn.c_attn.weight").shape, (Shape{3 * g.hidden, g.hidden}));
+  EXPECT_EQ(rg.at("transformer.h.0.mlp.c_proj.weight").shape, (Shape{g.hidden, g.ffn_hidden}));
+  EXPECT_THROW(rg.at("lm_head.weight"), Error);  // tied
+  ModelConfig l = tiny("llama");
+  ParamRegistry rl(l);
+  EXPECT_EQ(rl.at("model.layers.1.self_attn.k_proj.weight").shape, (Shape{l.kv_heads * l.head_dim(), l.hidden}));
+  // q, k, v adjacent (the fused QKV weight); gate, up adjacent
+  auto& q = rl.at("model.layers.0.self_attn.q_proj.weight");
+  auto& k = rl.at("model.layers.0.self_attn.k_proj.weight");
+  auto& v = rl.at("model.layers.0.self_attn.v_proj.weight");
+  EXPECT_EQ(q.offset + q.numel, k.offset);
+  EXPECT_EQ(k.offset + k.numel, v.offset);
+  auto& gate = rl.at("model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(gate.offset + gate.numel, rl.at("model.layers.0.mlp.up_proj.weight").offset);
+  EXPECT_EQ(rl.params().back().name, "lm_head.weight");
+}
+
+TEST(Model, PhiloxInitIsShardIndependent) {
+  const PhiloxKey key = philox_key(1234, "transformer.h.0.attn.c_attn.weight");
+  std::vector<float> full(1000), shard(300);
+  philox_fill_normal(full.data(), 0, 1000, key, 0.0, 0.02);
+  philox_fill_normal(shard.data(), 517, 300, key, 0.0, 0.02);
+  EXPECT_EQ(0, std::memcmp(full.data() + 517, shard.data(), 300 * sizeof(float)));
+  double mean = 0, var = 0;
+  for (float x : full) mean += x;
+  mean /= 1000;
+  for (float x : full) var += (x - mean) * (x - mean);
+  EXPECT_NEAR(std::sqrt(var / 1000), 0.02, 0.002);
+  // a different name gives a different stream
+  std::vector<float> other(1000);
+  philox_fill_normal(other.data(), 0, 1000, philox_key(1234, "transformer.h.1.attn.c_attn.weight"), 0.0, 0.02);
+  EXPECT_NE(0, std::memcmp(full.data(), other.data(), 1000 * sizeof(float)));
+  // Philox4x32-10 known-answer test (Random123 kat_vectors: counter 0, key 0)
+  PhiloxBlock b = philox4x32_10({0, 0, 0, 0}, {0, 0});
+  EXPECT_EQ(b[0], 0x6627e8d5u);
+  EXPECT_EQ(b[1], 0xe169c58du);
+  EXPECT_EQ(b[2], 0xbc57ac4cu);
+  EXPECT_EQ(b[3], 0x9b00dbd8u);
+}
+
+TEST(Model, FlopsPerTokenMatchesHandComputedValues) {
+  ModelConfig g;
+  g.arch = "gpt2", g.layers = 12, g.hidden = 768, g.heads = 12, g.kv_heads = 12, g.ffn_hidden = 3072;
+  g.seq_len = 1024, g.vocab = 50257;
+  // 6 * (12 * 12 * 768^2 + 50257 * 768) + 12 * 12 * 768 * 1024
+  EXPECT_DOUBLE_EQ(flops_per_token(g), 854438400.0);
+  ModelConfig l;
+  l.arch = "llama", l.layers = 32, l.hidden = 4096, l.heads = 32, l.kv_heads = 8, l.ffn_hidden = 14336;
+  l.seq_len = 8192, l.vocab = 128256;
+  // 6 * (32 * (4096 * 48 * 128 + 4096 * 4096 + 3 * 4096 * 14336) + 128256 * 4096) + 12 * 32 * 4096 * 8192
+  EXPECT_DOUBLE_EQ(flops_per_token(l), 57912852480.0);
+}
+
+}  // namespace trident::model

@@ -1,0 +1,56 @@
+// Test helpers: seeded random buffers and a double-precision
+// finite-difference gradient check that reports the first mismatches.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace trident::test {
+
+inline std::vector<double> randn(size_t n, uint32_t seed, double scale = 1.0) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> d(0.0, scale);
+  std::vector<double> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Checks analytic[i] against (f(x + h e_i) - f(x - h e_i)) / 2h for every
+// element of x (or `max_checks` evenly spaced ones). f must read x.
+inline void expect_fd_gradient(const std::string& what, std::vector<double>& x, const std::vector<double>& analytic,
+                               const std::function<double()>& f, double tol = 1e-6, size_t max_checks = 64,
+                               double h = 1e-5) {
+  ASSERT_EQ(x.size(), analytic.size()) << what;
+  size_t stride = std::max<size_t>(1, x.size() / max_checks);
+  double worst = 0;
+  size_t worst_i = 0, failures = 0;
+  std::string first;
+  for (size_t i = 0; i < x.size(); i += stride) {
+    double saved = x[i];
+    x[i] = saved + h;
+    double fp = f();
+    x[i] = saved - h;
+    double fm = f();
+    x[i] = saved;
+    double numeric = (fp - fm) / (2 * h);
+    double err = std::abs(numeric - analytic[i]) / std::max(1.0, std::abs(numeric));
+    if (err > worst) worst = err, worst_i = i;
+    if (err > tol && failures++ < 5)
+      first += "\n  [" + std::to_string(i) + "] analytic " + std::to_string(analytic[i]) + " numeric " +
+               std::to_string(numeric);
+  }
+  EXPECT_EQ(failures, 0u) << what << ": " << failures << " mismatches, max error " << worst << " at " << worst_i
+                          << first;
+}
+
+}  // namespace trident::test

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -34,7 +35,7 @@ std::string format_duration(double s) {
 
 double measure_gemm_peak(double seconds) {
   const int64_t n = 1024;
-  std::vector<float> a(size_t(n * n), 1.0f), b(size_t(n * n), 0.5f), c(size_t(n * n));
+  std::vector<float> a(static_cast<size_t>(n * n), 1.0f), b(size_t(n * n), 0.5f), c(size_t(n * n));
   kernels::gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
   double best = 0;
   auto end = Clock::now() + std::chrono::duration<double>(seconds);
@@ -63,6 +64,9 @@ class MetricsFile {
  public:
   explicit MetricsFile(const std::string& path) {
     if (path.empty()) return;
+    std::error_code ec;
+    auto parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     f_ = std::fopen(path.c_str(), "w");
     if (!f_) fail_input("log.metrics: cannot create '{}' ({})", path, std::strerror(errno));
   }
@@ -141,7 +145,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
       rc.source, net.registry().total(), flops_tok, peak, rc.data.synthetic ? fmt::format("{}", floor) : "null",
       rc.data.synthetic ? fmt::format("{}", seq_floor) : "null", threads));
 
-  std::vector<int32_t> sample(size_t(T + 1)), tokens(size_t(B * T)), targets(size_t(B * T));
+  std::vector<int32_t> sample(static_cast<size_t>(T + 1)), tokens(size_t(B * T)), targets(size_t(B * T));
   auto load_batch = [&](uint64_t first_index, bool valid) {
     for (int64_t b = 0; b < B; ++b) {
       sampler->sample(first_index + uint64_t(b), valid, T + 1, sample.data());

@@ -1,0 +1,147 @@
+// Forward and backward of every CPU kernel at the GPT-2 124M shape, micro-batch
+// 4 x sequence 64 (N = 256 tokens, C = 768, H = 12, V = 50257), 2 threads.
+// Counters: GB/s of the tensors read and written (memory-bound kernels) or
+// GFLOP/s (attention).
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "kernels/activation.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/norm.hpp"
+#include "kernels/rotary.hpp"
+
+namespace trident::bench {
+namespace k = trident::kernels;
+
+constexpr int64_t B = 4, T = 64, N = B * T, C = 768, H = 12, D = 64, F = 3072, V = 50257;
+
+std::vector<float> filled(int64_t n, float v = 0.01f) {
+  std::vector<float> x(static_cast<size_t>(n));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = v * float(int(i % 13) - 6);
+  return x;
+}
+void bytes(benchmark::State& st, double n) {
+  st.counters["GB/s"] = benchmark::Counter(n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+static void BM_layernorm_forward(benchmark::State& st) {
+  auto x = filled(N * C), w = filled(C, 1.f), b = filled(C), y = filled(N * C), m = filled(N), r = filled(N);
+  for (auto _ : st) k::layernorm_forward(y.data(), m.data(), r.data(), x.data(), w.data(), b.data(), N, C, 1e-5);
+  bytes(st, 2.0 * N * C * 4);
+}
+static void BM_layernorm_backward(benchmark::State& st) {
+  auto x = filled(N * C), w = filled(C, 1.f), b = filled(C), y = filled(N * C), m = filled(N), r = filled(N);
+  auto dx = filled(N * C), dw = filled(C), db = filled(C), dy = filled(N * C);
+  k::layernorm_forward(y.data(), m.data(), r.data(), x.data(), w.data(), b.data(), N, C, 1e-5);
+  for (auto _ : st)
+    k::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), m.data(), r.data(), N, C);
+  bytes(st, 4.0 * N * C * 4);
+}
+static void BM_rmsnorm_forward(benchmark::State& st) {
+  auto x = filled(N * C), w = filled(C, 1.f), y = filled(N * C), r = filled(N);
+  for (auto _ : st) k::rmsnorm_forward(y.data(), r.data(), x.data(), w.data(), N, C, 1e-5);
+  bytes(st, 2.0 * N * C * 4);
+}
+static void BM_rmsnorm_backward(benchmark::State& st) {
+  auto x = filled(N * C), w = filled(C, 1.f), y = filled(N * C), r = filled(N), dx = filled(N * C), dw = filled(C);
+  k::rmsnorm_forward(y.data(), r.data(), x.data(), w.data(), N, C, 1e-5);
+  for (auto _ : st) k::rmsnorm_backward(dx.data(), dw.data(), y.data(), x.data(), w.data(), r.data(), N, C);
+  bytes(st, 4.0 * N * C * 4);
+}
+static void BM_gelu_forward(benchmark::State& st) {
+  auto x = filled(N * F), y = filled(N * F);
+  for (auto _ : st) k::gelu_forward(y.data(), x.data(), N * F);
+  bytes(st, 2.0 * N * F * 4);
+}
+static void BM_gelu_backward(benchmark::State& st) {
+  auto x = filled(N * F), dy = filled(N * F), dx = filled(N * F);
+  for (auto _ : st) k::gelu_backward(dx.data(), x.data(), dy.data(), N * F);
+  bytes(st, 3.0 * N * F * 4);
+}
+static void BM_swiglu_forward(benchmark::State& st) {
+  auto x = filled(N * 2 * F), y = filled(N * F);
+  for (auto _ : st) k::swiglu_forward(y.data(), x.data(), N, F);
+  bytes(st, 3.0 * N * F * 4);
+}
+static void BM_swiglu_backward(benchmark::State& st) {
+  auto x = filled(N * 2 * F), dy = filled(N * F), dx = filled(N * 2 * F);
+  for (auto _ : st) k::swiglu_backward(dx.data(), x.data(), dy.data(), N, F);
+  bytes(st, 5.0 * N * F * 4);
+}
+static void BM_attention_forward(benchmark::State& st) {
+  auto qkv = filled(N * 3 * C), out = filled(N * C), p = filled(B * H * T * T);
+  for (auto _ : st) k::attention_forward(out.data(), p.data(), qkv.data(), B, T, H, H, D);
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * 2 * B * H * T * T * D / 2 / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+static void BM_attention_backward(benchmark::State& st) {
+  auto qkv = filled(N * 3 * C), out = filled(N * C), p = filled(B * H * T * T), dqkv = filled(N * 3 * C);
+  k::attention_forward(out.data(), p.data(), qkv.data(), B, T, H, H, D);
+  for (auto _ : st) k::attention_backward(dqkv.data(), out.data(), qkv.data(), p.data(), B, T, H, H, D);
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * 4 * B * H * T * T * D / 2 / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+static void BM_rope_forward(benchmark::State& st) {
+  auto qkv = filled(N * 3 * C);
+  auto table = k::rope_table(T, D, 10000.0);
+  for (auto _ : st) k::rope_forward(qkv.data(), table.data(), B, T, H, H, D);
+  bytes(st, 2.0 * N * 2 * C * 4);
+}
+static void BM_rope_backward(benchmark::State& st) {
+  auto qkv = filled(N * 3 * C);
+  auto table = k::rope_table(T, D, 10000.0);
+  for (auto _ : st) k::rope_backward(qkv.data(), table.data(), B, T, H, H, D);
+  bytes(st, 2.0 * N * 2 * C * 4);
+}
+static void BM_embedding_forward(benchmark::State& st) {
+  std::vector<int32_t> tok(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) tok[size_t(i)] = int32_t((i * 7919) % V);
+  auto wte = filled(V * C), wpe = filled(T * C), out = filled(N * C);
+  for (auto _ : st) k::embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  bytes(st, 3.0 * N * C * 4);
+}
+static void BM_embedding_backward(benchmark::State& st) {
+  std::vector<int32_t> tok(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) tok[size_t(i)] = int32_t((i * 7919) % V);
+  auto dwte = filled(V * C), dwpe = filled(T * C), dout = filled(N * C);
+  for (auto _ : st) k::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+  bytes(st, 5.0 * N * C * 4);
+}
+static void BM_cross_entropy_fused(benchmark::State& st) {
+  std::vector<int32_t> tgt(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) tgt[size_t(i)] = int32_t((i * 31) % V);
+  auto logits = filled(N * V), losses = filled(N);
+  for (auto _ : st) k::softmax_cross_entropy(losses.data(), logits.data(), tgt.data(), N, V, V, 1.0f / float(N));
+  bytes(st, 2.0 * N * V * 4);
+}
+static void BM_adamw_124m(benchmark::State& st) {
+  const int64_t n = 124'000'000;
+  auto p = filled(n), m = filled(n), v = filled(n, 0.f), g = filled(n);
+  int64_t step = 0;
+  for (auto _ : st) k::adamw_update(p.data(), m.data(), v.data(), g.data(), n, {1e-4, 0.9, 0.95, 1e-8, 0.1, ++step});
+  bytes(st, 7.0 * n * 4);
+}
+
+BENCHMARK(BM_layernorm_forward)->UseRealTime();
+BENCHMARK(BM_layernorm_backward)->UseRealTime();
+BENCHMARK(BM_rmsnorm_forward)->UseRealTime();
+BENCHMARK(BM_rmsnorm_backward)->UseRealTime();
+BENCHMARK(BM_gelu_forward)->UseRealTime();
+BENCHMARK(BM_gelu_backward)->UseRealTime();
+BENCHMARK(BM_swiglu_forward)->UseRealTime();
+BENCHMARK(BM_swiglu_backward)->UseRealTime();
+BENCHMARK(BM_attention_forward)->UseRealTime();
+BENCHMARK(BM_attention_backward)->UseRealTime();
+BENCHMARK(BM_rope_forward)->UseRealTime();
+BENCHMARK(BM_rope_backward)->UseRealTime();
+BENCHMARK(BM_embedding_forward)->UseRealTime();
+BENCHMARK(BM_embedding_backward)->UseRealTime();
+BENCHMARK(BM_cross_entropy_fused)->UseRealTime();
+BENCHMARK(BM_adamw_124m)->UseRealTime()->MinTime(1.0);
+
+}  // namespace trident::bench
+
+BENCHMARK_MAIN();

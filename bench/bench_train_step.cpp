@@ -1,0 +1,75 @@
+// One full training step (forward + backward of every micro-batch, clipping,
+// AdamW) for a recipe, at micro-batch 4 x sequence 64 unless overridden.
+// Counters: tokens/s, MFU against the measured sgemm peak (the trainer's
+// reference) and against the measured FMA peak.
+// Usage: bench_train_step [--recipe configs/X.yaml] [google-benchmark flags]
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/peak.hpp"
+#include "core/recipe.hpp"
+#include "kernels/gemm.hpp"
+#include "launch/trainer.hpp"
+#include "model/transformer.hpp"
+#include "optim/adamw.hpp"
+#include "optim/lr_schedule.hpp"
+
+namespace trident::bench {
+
+static void train_step(benchmark::State& st, std::string recipe_path, std::vector<std::string> sets) {
+  const int threads = int(st.range(0));
+  kernels::set_num_threads(threads);
+  Recipe rc = load_recipe(recipe_path, sets);
+  const int64_t B = rc.train.micro_batch, T = rc.model.seq_len, micro = rc.micro_batches_per_step(1);
+  model::Transformer<float> net(rc.model, uint64_t(rc.seed));
+  auto recompute = model::parse_recompute(rc.train.recompute);
+  auto ctx = net.make_activations(B, recompute);
+  optim::AdamW<float> opt(net.registry(), rc.optim);
+  std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(size_t(B * T));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919) % uint64_t(rc.model.vocab)), targets[i] = int32_t((i * 104729) % uint64_t(rc.model.vocab));
+  int64_t step = 0;
+  for (auto _ : st) {
+    net.zero_grads();
+    for (int64_t m = 0; m < micro; ++m) {
+      net.forward(*ctx, tokens.data(), targets.data(), 1.0f / float(rc.train.global_batch * T));
+      net.backward(*ctx, recompute);
+    }
+    optim::clip_grad_norm(net.grads().data<float>(), net.registry().total(), rc.optim.grad_clip);
+    opt.step(net.params().data<float>(), net.grads().data<float>(), 1e-4, ++step);
+  }
+  const double tokens_per_step = double(rc.train.global_batch * T);
+  const double fpt = model::flops_per_token(rc.model);
+  st.counters["tokens/s"] = benchmark::Counter(tokens_per_step, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["model_GFLOP/s"] = benchmark::Counter(tokens_per_step * fpt / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["sgemm_peak_GFLOP/s"] = launch::measure_gemm_peak(0.5) / 1e9;
+  st.counters["fma_peak_GFLOP/s"] = measure_fma_peak(threads) / 1e9;
+}
+
+}  // namespace trident::bench
+
+int main(int argc, char** argv) {
+  std::string root = TRIDENT_SOURCE_DIR;
+  std::vector<std::pair<std::string, std::string>> recipes = {{"demo", root + "/configs/demo.yaml"},
+                                                             {"gpt2-124m", root + "/configs/gpt2-124m.yaml"}};
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--recipe") == 0 && i + 1 < argc) {
+      recipes = {{argv[i + 1], argv[i + 1]}};
+      ++i;
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  // micro-batch 4 x sequence 64, one micro-batch per step
+  std::vector<std::string> sets = {"train.micro_batch=4", "train.global_batch=4", "model.seq_len=64"};
+  for (auto& [name, path] : recipes)
+    benchmark::RegisterBenchmark(("train_step/" + name).c_str(), trident::bench::train_step, path, sets)
+        ->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
+  int n = int(rest.size());
+  benchmark::Initialize(&n, rest.data());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+}

@@ -5,6 +5,7 @@
 // Usage: bench_train_step [--recipe configs/X.yaml] [google-benchmark flags]
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -37,8 +38,8 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
       net.forward(*ctx, tokens.data(), targets.data(), 1.0f / float(rc.train.global_batch * T));
       net.backward(*ctx, recompute);
     }
-    optim::clip_grad_norm(net.grads().data<float>(), net.registry().total(), rc.optim.grad_clip);
-    opt.step(net.params().data<float>(), net.grads().data<float>(), 1e-4, ++step);
+    double norm = std::sqrt(optim::sum_of_squares(net.grads().data<float>(), net.registry().total()));
+    opt.step(net.params().data<float>(), net.grads().data<float>(), 1e-4, ++step, optim::clip_scale(norm, rc.optim.grad_clip));
   }
   const double tokens_per_step = double(rc.train.global_batch * T);
   const double fpt = model::flops_per_token(rc.model);

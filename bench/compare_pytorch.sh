@@ -14,19 +14,22 @@ if ! "$VENV/bin/python" -c "import torch, yaml" 2>/dev/null; then
   "$VENV/bin/pip" install -q torch pyyaml numpy
 fi
 unset OMP_NUM_THREADS
-printf '%-12s %-7s %14s %14s %8s\n' recipe threads trident_tok/s pytorch_tok/s ratio
+printf '%-12s %-7s %14s %14s %8s %10s %10s\n' recipe threads trident_tok/s pytorch_tok/s ratio mfu_sgemm mfu_fma
 for recipe in demo gpt2-124m; do
   for threads in 1 2; do
     ref=$("$VENV/bin/python" "$ROOT/bench/reference/gpt_pytorch.py" --recipe "$ROOT/configs/$recipe.yaml" \
           --threads "$threads" --steps 10 | tail -1)
     ours=$("$BUILD_DIR/bench/bench_train_step" --recipe "$ROOT/configs/$recipe.yaml" \
-           --benchmark_filter="threads:$threads\$" --benchmark_format=json 2>/dev/null)
+           --benchmark_filter="threads:$threads/" --benchmark_format=json 2>/dev/null)
     python3 - "$recipe" "$threads" "$ref" "$ours" <<'PY'
 import json, sys
 recipe, threads, ref, ours = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
-t = ours["benchmarks"][0]["tokens/s"]
+b = ours["benchmarks"][0]
+t = b["tokens/s"]
 p = ref["tokens_per_s"]
-print(f"{recipe:<12} {threads:<7} {t:14.0f} {p:14.0f} {t / p:8.2f}")
+mfu_gemm = b["model_GFLOP/s"] / b["sgemm_peak_GFLOP/s"]
+mfu_fma = b["model_GFLOP/s"] / b["fma_peak_GFLOP/s"]
+print(f"{recipe:<12} {threads:<7} {t:14.0f} {p:14.0f} {t / p:8.2f} {mfu_gemm:10.1%} {mfu_fma:10.1%}")
 PY
   done
 done

@@ -1,4 +1,5 @@
 // AdamW (Loshchilov & Hutter) with decoupled weight decay, one fused pass:
+// g = grad_scale * grad (gradient clipping folded into the same pass)
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p -= lr * (m / (1-b1^t) / (sqrt(v / (1-b2^t)) + eps) + wd * p)
 // `step` counts from 1. Updates param, m, v in place.
@@ -10,6 +11,7 @@ namespace trident::kernels {
 struct AdamWParams {
   double lr, beta1, beta2, eps, weight_decay;
   int64_t step;
+  double grad_scale = 1.0;
 };
 
 template <typename T>

@@ -182,9 +182,9 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     }
     const double loss = loss_sum / tokens_per_step;
     float* g = net.grads().data<float>();
-    const double gnorm = optim::clip_grad_norm(g, net.registry().total(), rc.optim.grad_clip);
+    const double gnorm = std::sqrt(optim::sum_of_squares(g, net.registry().total()));
     const double lr = optim::learning_rate(rc.optim, step, rc.train.steps);
-    opt.step(net.params().data<float>(), g, lr, step + 1);
+    opt.step(net.params().data<float>(), g, lr, step + 1, optim::clip_scale(gnorm, rc.optim.grad_clip));
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     if (step > 0 || rc.train.steps == 1) timed_seconds += dt, timed_steps += 1;
     const double tps = tokens_per_step / dt;

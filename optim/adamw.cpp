@@ -44,8 +44,8 @@ double sum_of_squares(const T* g, int64_t n) {
 template <typename T>
 double clip_grad_norm(T* grads, int64_t n, double max_norm) {
   double norm = std::sqrt(sum_of_squares(grads, n));
-  if (max_norm > 0 && norm > max_norm) {
-    const T scale = T(max_norm / (norm + 1e-6));
+  if (clip_scale(norm, max_norm) != 1.0) {
+    const T scale = T(clip_scale(norm, max_norm));
 #pragma omp parallel for simd
     for (int64_t i = 0; i < n; ++i) grads[i] *= scale;
   }
@@ -59,9 +59,10 @@ AdamW<T>::AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg) : cfg_(
 }
 
 template <typename T>
-void AdamW<T>::step(T* params, const T* grads, double lr, int64_t step) {
+void AdamW<T>::step(T* params, const T* grads, double lr, int64_t step, double grad_scale) {
   for (const Range& r : ranges_) {
-    kernels::AdamWParams hp{lr, cfg_.betas[0], cfg_.betas[1], cfg_.eps, r.decay ? cfg_.weight_decay : 0.0, step};
+    kernels::AdamWParams hp{lr, cfg_.betas[0], cfg_.betas[1], cfg_.eps, r.decay ? cfg_.weight_decay : 0.0, step,
+                            grad_scale};
     kernels::adamw_update(params + r.offset, m_.data<T>() + r.offset, v_.data<T>() + r.offset, grads + r.offset,
                           r.size, hp);
   }

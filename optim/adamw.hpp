@@ -31,14 +31,21 @@ template <typename T>
 class AdamW {
  public:
   AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg);
-  // One step over the whole buffer; `step` counts from 1.
-  void step(T* params, const T* grads, double lr, int64_t step);
+  // One step over the whole buffer; `step` counts from 1. The gradients are
+  // read as grad_scale * grads (clipping without a separate pass).
+  void step(T* params, const T* grads, double lr, int64_t step, double grad_scale = 1.0);
 
  private:
   OptimConfig cfg_;
   std::vector<Range> ranges_;
   Tensor m_, v_;
 };
+
+// The factor that brings a gradient of L2 norm `norm` to at most max_norm
+// (1 when max_norm is 0 or the norm is below it).
+inline double clip_scale(double norm, double max_norm) {
+  return max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+}
 
 // Scales grads so their L2 norm is at most max_norm (0 disables); returns the
 // norm before clipping.

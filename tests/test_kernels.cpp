@@ -11,6 +11,7 @@
 #include "kernels/gemm.hpp"
 #include "kernels/norm.hpp"
 #include "kernels/rotary.hpp"
+#include "kernels/cpu/vmath.hpp"
 #include "tests/test_util.hpp"
 
 namespace trident::kernels {
@@ -31,6 +32,18 @@ TEST(Kernels, LinearBackwardMatchesFiniteDifferences) {
   expect_fd_gradient("linear dinp", x, dx, f);
   expect_fd_gradient("linear dweight", w, dw, f);
   expect_fd_gradient("linear dbias", b, db, f);
+}
+
+TEST(Kernels, VectorExpAndTanhAreAccurate) {
+  double worst_exp = 0, worst_tanh = 0;
+  for (double x = -87.0; x <= 88.0; x += 0.00731) {
+    worst_exp = std::max(worst_exp, std::abs(double(vexp(float(x))) / std::exp(double(float(x))) - 1));
+  }
+  for (double u = -20.0; u <= 20.0; u += 0.00317)
+    worst_tanh = std::max(worst_tanh, std::abs(double(vtanh(float(u))) - std::tanh(double(float(u)))));
+  EXPECT_LT(worst_exp, 5e-7);
+  EXPECT_LT(worst_tanh, 5e-7);
+  EXPECT_EQ(vexp(-1000.0f), std::exp(-87.0f));  // clamped, finite
 }
 
 TEST(Kernels, LinearFloatMatchesDouble) {
@@ -210,6 +223,14 @@ TEST(Kernels, AdamWMatchesTextbookUpdate) {
     }
   }
   for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(p[i], pr[i], 1e-12) << i;
+  // grad_scale is the same as scaling the gradient first
+  V p2 = p, m2 = m, v2 = v, g2 = g;
+  for (auto& x : g2) x *= 0.25;
+  hp.step = 4;
+  adamw_update(p2.data(), m2.data(), v2.data(), g2.data(), n, hp);
+  hp.grad_scale = 0.25;
+  adamw_update(p.data(), m.data(), v.data(), g.data(), n, hp);
+  for (int64_t i = 0; i < n; ++i) EXPECT_DOUBLE_EQ(p[i], p2[i]) << i;
 }
 
 }  // namespace trident::kernels

@@ -64,6 +64,9 @@ TEST(Optim, ClipToGlobalNorm) {
   std::vector<float> h = {0.3f, 0.4f};
   clip_grad_norm(h.data(), 2, 1.0);  // below the limit: untouched
   EXPECT_FLOAT_EQ(h[0], 0.3f);
+  EXPECT_DOUBLE_EQ(clip_scale(5.0, 1.0), 1.0 / (5.0 + 1e-6));
+  EXPECT_DOUBLE_EQ(clip_scale(0.5, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(clip_scale(5.0, 0.0), 1.0);
   std::vector<double> big(300000, 1e-3);
   EXPECT_NEAR(sum_of_squares(big.data(), 300000), 0.3, 1e-12);
 }

@@ -1,6 +1,8 @@
 // CPU GELU and SwiGLU.
 #include <cmath>
 
+#include "kernels/cpu/vmath.hpp"
+
 #include "kernels/activation.hpp"
 
 namespace trident::kernels {
@@ -13,7 +15,7 @@ void gelu_forward(T* out, const T* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     T x = inp[i];
     T u = T(kGeluScale) * (x + T(0.044715) * x * x * x);
-    out[i] = T(0.5) * x * (T(1) + std::tanh(u));
+    out[i] = T(0.5) * x * (T(1) + vtanh(u));
   }
 }
 
@@ -23,7 +25,7 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     T x = inp[i];
     T u = T(kGeluScale) * (x + T(0.044715) * x * x * x);
-    T th = std::tanh(u);
+    T th = vtanh(u);
     T sech2 = T(1) - th * th;
     T grad = T(0.5) * (T(1) + th) + T(0.5) * x * sech2 * T(kGeluScale) * (T(1) + T(3 * 0.044715) * x * x);
     dinp[i] = grad * dout[i];
@@ -38,7 +40,7 @@ void swiglu_forward(T* out, const T* inp, int64_t N, int64_t F) {
     const T* u = g + F;
     T* o = out + n * F;
 #pragma omp simd
-    for (int64_t f = 0; f < F; ++f) o[f] = g[f] / (T(1) + std::exp(-g[f])) * u[f];
+    for (int64_t f = 0; f < F; ++f) o[f] = g[f] / (T(1) + vexp(-g[f])) * u[f];
   }
 }
 
@@ -53,7 +55,7 @@ void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F)
     T* du = dg + F;
 #pragma omp simd
     for (int64_t f = 0; f < F; ++f) {
-      T sig = T(1) / (T(1) + std::exp(-g[f]));
+      T sig = T(1) / (T(1) + vexp(-g[f]));
       T silu = g[f] * sig;
       du[f] = d[f] * silu;
       dg[f] = d[f] * u[f] * sig * (T(1) + g[f] * (T(1) - sig));

@@ -4,6 +4,8 @@
 // Left out on purpose: a tiled (flash-style) CPU kernel; T^2 probabilities
 // are materialised, which is cheap at the sequence lengths run on CPU.
 #include <cmath>
+
+#include "kernels/cpu/vmath.hpp"
 #include <cstring>
 #include <vector>
 
@@ -29,8 +31,9 @@ static void probs_row(T* p, const T* qkv, int64_t b, int64_t t, int64_t h, int64
     mx = p[s] > mx ? p[s] : mx;
   }
   T sum = 0;
+#pragma omp simd reduction(+ : sum)
   for (int64_t s = 0; s <= t; ++s) {
-    p[s] = std::exp(p[s] - mx);
+    p[s] = vexp(p[s] - mx);
     sum += p[s];
   }
   T inv = T(1) / sum;

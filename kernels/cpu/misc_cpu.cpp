@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "kernels/cpu/vmath.hpp"
+
 #include "kernels/adamw.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
@@ -46,16 +48,17 @@ void softmax_cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t
   for (int64_t n = 0; n < N; ++n) {
     T* row = logits + n * V;
     T mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
     for (int64_t v = 0; v < Vvalid; ++v) mx = row[v] > mx ? row[v] : mx;
     T sum = 0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t v = 0; v < Vvalid; ++v) sum += std::exp(row[v] - mx);
+    for (int64_t v = 0; v < Vvalid; ++v) sum += vexp(row[v] - mx);
     T lse = mx + std::log(sum);
     int64_t tgt = targets[n];
     losses[n] = lse - row[tgt];
     if (dscale != T(0)) {
 #pragma omp simd
-      for (int64_t v = 0; v < Vvalid; ++v) row[v] = std::exp(row[v] - lse) * dscale;
+      for (int64_t v = 0; v < Vvalid; ++v) row[v] = vexp(row[v] - lse) * dscale;
       for (int64_t v = Vvalid; v < V; ++v) row[v] = 0;
       row[tgt] -= dscale;
     }
@@ -67,10 +70,10 @@ void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWPar
   const T b1 = T(hp.beta1), b2 = T(hp.beta2);
   const T c1 = T(1.0 / (1.0 - std::pow(hp.beta1, double(hp.step))));
   const T c2 = T(1.0 / (1.0 - std::pow(hp.beta2, double(hp.step))));
-  const T lr = T(hp.lr), eps = T(hp.eps), wd = T(hp.weight_decay);
+  const T lr = T(hp.lr), eps = T(hp.eps), wd = T(hp.weight_decay), gs = T(hp.grad_scale);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    T g = grad[i];
+    T g = grad[i] * gs;
     T mi = b1 * m[i] + (T(1) - b1) * g;
     T vi = b2 * v[i] + (T(1) - b2) * g * g;
     m[i] = mi;

@@ -25,6 +25,12 @@ std::vector<float> filled(int64_t n, float v = 0.01f) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = v * float(int(i % 13) - 6);
   return x;
 }
+// N token ids spread over the vocabulary.
+std::vector<int32_t> token_ids(int64_t stride) {
+  std::vector<int32_t> tok(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) tok[size_t(i)] = int32_t((i * stride) % V);
+  return tok;
+}
 void bytes(benchmark::State& st, double n) {
   st.counters["GB/s"] = benchmark::Counter(n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -97,22 +103,19 @@ static void BM_rope_backward(benchmark::State& st) {
   bytes(st, 2.0 * N * 2 * C * 4);
 }
 static void BM_embedding_forward(benchmark::State& st) {
-  std::vector<int32_t> tok(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i) tok[size_t(i)] = int32_t((i * 7919) % V);
+  auto tok = token_ids(7919);
   auto wte = filled(V * C), wpe = filled(T * C), out = filled(N * C);
   for (auto _ : st) k::embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
   bytes(st, 3.0 * N * C * 4);
 }
 static void BM_embedding_backward(benchmark::State& st) {
-  std::vector<int32_t> tok(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i) tok[size_t(i)] = int32_t((i * 7919) % V);
+  auto tok = token_ids(7919);
   auto dwte = filled(V * C), dwpe = filled(T * C), dout = filled(N * C);
   for (auto _ : st) k::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
   bytes(st, 5.0 * N * C * 4);
 }
 static void BM_cross_entropy_fused(benchmark::State& st) {
-  std::vector<int32_t> tgt(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i) tgt[size_t(i)] = int32_t((i * 31) % V);
+  auto tgt = token_ids(31);
   auto logits = filled(N * V), losses = filled(N);
   for (auto _ : st) k::softmax_cross_entropy(losses.data(), logits.data(), tgt.data(), N, V, V, 1.0f / float(N));
   bytes(st, 2.0 * N * V * 4);

@@ -33,6 +33,7 @@ double sum_of_squares(const T* g, int64_t n) {
   for (int64_t c = 0; c < chunks; ++c) {
     double s = 0;
     const int64_t end = std::min(n, (c + 1) * kChunk);
+#pragma omp simd reduction(+ : s)
     for (int64_t i = c * kChunk; i < end; ++i) s += double(g[i]) * double(g[i]);
     part[size_t(c)] = s;
   }

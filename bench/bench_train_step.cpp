@@ -33,10 +33,9 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919) % uint64_t(rc.model.vocab)), targets[i] = int32_t((i * 104729) % uint64_t(rc.model.vocab));
   int64_t step = 0;
   for (auto _ : st) {
-    net.zero_grads();
     for (int64_t m = 0; m < micro; ++m) {
       net.forward(*ctx, tokens.data(), targets.data(), 1.0f / float(rc.train.global_batch * T));
-      net.backward(*ctx, recompute);
+      net.backward(*ctx, recompute, /*accumulate=*/m > 0);
     }
     double norm = std::sqrt(optim::sum_of_squares(net.grads().data<float>(), net.registry().total()));
     opt.step(net.params().data<float>(), net.grads().data<float>(), 1e-4, ++step, optim::clip_scale(norm, rc.optim.grad_clip));

@@ -3,7 +3,8 @@
 # (micro-batch 4 x sequence 64) of configs/demo.yaml and configs/gpt2-124m.yaml
 # at 1 and 2 threads. Installs the current PyTorch (CPU use) into a virtual
 # environment when missing (TRIDENT_BENCH_VENV, default build/bench-venv).
-# Prints tokens/s of both and the ratio.
+# Prints the median tokens/s of both over REPS alternating runs (default 3)
+# and the ratio.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
@@ -14,22 +15,30 @@ if ! "$VENV/bin/python" -c "import torch, yaml" 2>/dev/null; then
   "$VENV/bin/pip" install -q torch pyyaml numpy
 fi
 unset OMP_NUM_THREADS
+REPS=${REPS:-3}
+# The machine is shared: the two frameworks run alternately REPS times and the
+# medians are compared.
 printf '%-12s %-7s %14s %14s %8s %10s %10s\n' recipe threads trident_tok/s pytorch_tok/s ratio mfu_sgemm mfu_fma
 for recipe in demo gpt2-124m; do
   for threads in 1 2; do
-    ref=$("$VENV/bin/python" "$ROOT/bench/reference/gpt_pytorch.py" --recipe "$ROOT/configs/$recipe.yaml" \
-          --threads "$threads" --steps 10 | tail -1)
-    ours=$("$BUILD_DIR/bench/bench_train_step" --recipe "$ROOT/configs/$recipe.yaml" \
-           --benchmark_filter="threads:$threads/" --benchmark_format=json 2>/dev/null)
-    python3 - "$recipe" "$threads" "$ref" "$ours" <<'PY'
-import json, sys
-recipe, threads, ref, ours = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
-b = ours["benchmarks"][0]
-t = b["tokens/s"]
-p = ref["tokens_per_s"]
-mfu_gemm = b["model_GFLOP/s"] / b["sgemm_peak_GFLOP/s"]
-mfu_fma = b["model_GFLOP/s"] / b["fma_peak_GFLOP/s"]
-print(f"{recipe:<12} {threads:<7} {t:14.0f} {p:14.0f} {t / p:8.2f} {mfu_gemm:10.1%} {mfu_fma:10.1%}")
+    runs=()
+    for _ in $(seq "$REPS"); do
+      ref=$("$VENV/bin/python" "$ROOT/bench/reference/gpt_pytorch.py" --recipe "$ROOT/configs/$recipe.yaml" \
+            --threads "$threads" --steps 10 | tail -1)
+      ours=$("$BUILD_DIR/bench/bench_train_step" --recipe "$ROOT/configs/$recipe.yaml" \
+             --benchmark_filter="threads:$threads/" --benchmark_format=json 2>/dev/null | tr -d '\n')
+      runs+=("$ref" "$ours")
+    done
+    python3 - "$recipe" "$threads" "${runs[@]}" <<'PY'
+import json, statistics, sys
+recipe, threads, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+refs = [json.loads(r)["tokens_per_s"] for r in rest[0::2]]
+ours = [json.loads(o)["benchmarks"][0] for o in rest[1::2]]
+t = statistics.median(b["tokens/s"] for b in ours)
+p = statistics.median(refs)
+mfu_gemm = statistics.median(b["model_GFLOP/s"] / b["sgemm_peak_GFLOP/s"] for b in ours)
+mfu_fma = statistics.median(b["model_GFLOP/s"] / b["fma_peak_GFLOP/s"] for b in ours)
+print(f"{recipe:<12} {threads:<7} {t:14.0f} {p:14.0f} {t / p:8.2f} {mfu_gemm:10.1%} {mfu_fma:10.1%}", flush=True)
 PY
   done
 done

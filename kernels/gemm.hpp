@@ -2,7 +2,8 @@
 // float goes to oneDNN's dnnl_sgemm (chosen by measurement, docs/performance.md);
 // double is a plain loop nest, used only as the finite-difference reference.
 // Shapes: N rows (tokens), C input channels, OC output channels.
-// linear_backward: dinp is overwritten, dweight and dbias are accumulated (+=).
+// linear_backward: dinp is overwritten; dweight and dbias are accumulated (+=),
+// or overwritten when accumulate is false (the first micro-batch of a step).
 #pragma once
 #include <cstdint>
 
@@ -21,7 +22,7 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 // dinp or dbias may be null (not needed / no bias).
 template <typename T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
-                     int64_t C, int64_t OC);
+                     int64_t C, int64_t OC, bool accumulate = true);
 
 // Number of threads the CPU kernels use (OpenMP and oneDNN).
 void set_num_threads(int n);

@@ -173,12 +173,11 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
 
   for (int64_t step = 0; step < rc.train.steps; ++step) {
     auto t0 = Clock::now();
-    net.zero_grads();
     double loss_sum = 0;
     for (int64_t micro = 0; micro < micro_steps; ++micro) {
       load_batch(uint64_t(step * rc.train.global_batch + micro * B), false);
       loss_sum += net.forward(*ctx, tokens.data(), targets.data(), dscale);
-      net.backward(*ctx, recompute);
+      net.backward(*ctx, recompute, /*accumulate=*/micro > 0);  // the first micro-batch overwrites
     }
     const double loss = loss_sum / tokens_per_step;
     float* g = net.grads().data<float>();

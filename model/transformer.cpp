@@ -125,11 +125,11 @@ void Transformer<T>::norm_forward(T* out, T* mean, T* rstd, const T* inp, const 
 
 template <typename T>
 void Transformer<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean,
-                                   const T* rstd, int64_t N) {
+                                   const T* rstd, int64_t N, bool accumulate) {
   if (llama_)
-    k::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, cfg_.hidden);
+    k::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, cfg_.hidden, accumulate);
   else
-    k::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, cfg_.hidden);
+    k::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, cfg_.hidden, accumulate);
 }
 
 template <typename T>
@@ -188,14 +188,15 @@ void Transformer<T>::ensure_scratch(int64_t B) {
 }
 
 template <typename T>
-void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute) {
+void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool accumulate) {
+  const bool acc = accumulate;
   const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, V = cfg_.vocab;
   const int64_t H = cfg_.heads, KV = cfg_.kv_heads, D = cfg_.head_dim(), F = cfg_.ffn_hidden;
   ensure_scratch(B);
   // LM head and final norm. dlogits were left in ctx.logits by forward().
-  k::linear_backward(d_ln_, dhead_, static_cast<T*>(nullptr), ctx.logits, ctx.lnf, head_, N, C, V);
+  k::linear_backward(d_ln_, dhead_, static_cast<T*>(nullptr), ctx.logits, ctx.lnf, head_, N, C, V, acc);
   std::fill(d_res_, d_res_ + N * C, T(0));
-  norm_backward(d_res_, dnfw_, dnfb_, d_ln_, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, N);
+  norm_backward(d_res_, dnfw_, dnfb_, d_ln_, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, N, acc);
   for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
     const LayerActs<T>& a = ctx.layers[size_t(l)];
     const LayerParams& p = layers_[size_t(l)];
@@ -207,19 +208,25 @@ void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute) {
       k::attention_probs(a.probs, a.qkv, B, Tn, H, KV, D);
     }
     // MLP
-    k::linear_backward(d_act_, p.dpw, p.dpb, d_res_, a.act, p.pw, N, F, C);
+    k::linear_backward(d_act_, p.dpw, p.dpb, d_res_, a.act, p.pw, N, F, C, acc);
     if (llama_)
       k::swiglu_backward(d_fc_, a.fc, d_act_, N, F);
     else
       k::gelu_backward(d_fc_, a.fc, d_act_, N * F);
-    k::linear_backward(d_ln_, p.dfcw, p.dfcb, d_fc_, a.ln2, p.fcw, N, C, fc_width_);
-    norm_backward(d_res_, p.dn2w, p.dn2b, d_ln_, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, N);
+    k::linear_backward(d_ln_, p.dfcw, p.dfcb, d_fc_, a.ln2, p.fcw, N, C, fc_width_, acc);
+    norm_backward(d_res_, p.dn2w, p.dn2b, d_ln_, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, N, acc);
     // attention
-    k::linear_backward(d_atty_, p.dow, p.dob, d_res_, a.atty, p.ow, N, H * D, C);
+    k::linear_backward(d_atty_, p.dow, p.dob, d_res_, a.atty, p.ow, N, H * D, C, acc);
     k::attention_backward(d_qkv_, d_atty_, a.qkv, a.probs, B, Tn, H, KV, D);
     if (llama_) k::rope_backward(d_qkv_, rope_.data(), B, Tn, H, KV, D);
-    k::linear_backward(d_ln_, p.dqkvw, p.dqkvb, d_qkv_, a.ln1, p.qkvw, N, C, qkv_width_);
-    norm_backward(d_res_, p.dn1w, p.dn1b, d_ln_, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, N);
+    k::linear_backward(d_ln_, p.dqkvw, p.dqkvb, d_qkv_, a.ln1, p.qkvw, N, C, qkv_width_, acc);
+    norm_backward(d_res_, p.dn1w, p.dn1b, d_ln_, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, N, acc);
+  }
+  // The embedding gradient is a scatter-add: start from zero when not
+  // accumulating, unless the tied LM head has just written the same buffer.
+  if (!acc) {
+    if (!cfg_.tie_embeddings) std::fill(dwte_, dwte_ + V * C, T(0));
+    if (dwpe_) std::fill(dwpe_, dwpe_ + Tn * C, T(0));
   }
   k::embedding_backward(dwte_, dwpe_, d_res_, ctx.tokens, B, Tn, C);
 }

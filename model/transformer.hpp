@@ -60,8 +60,10 @@ class Transformer {
 
   // tokens, targets [B,T]. Returns the summed loss over B*T targets.
   double forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale);
-  // Needs a forward() with dscale != 0 on the same context.
-  void backward(Activations<T>& ctx, Recompute recompute);
+  // Needs a forward() with dscale != 0 on the same context. With
+  // accumulate = false the parameter gradients are overwritten instead of
+  // added to (the first micro-batch of a step: no zeroing pass needed).
+  void backward(Activations<T>& ctx, Recompute recompute, bool accumulate = true);
   void zero_grads() { grads_.zero_(); }
 
  private:
@@ -72,7 +74,7 @@ class Transformer {
   void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B);
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N);
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,
-                     int64_t N);
+                     int64_t N, bool accumulate);
 
   ModelConfig cfg_;
   ParamRegistry reg_;

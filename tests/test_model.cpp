@@ -109,6 +109,29 @@ TEST(Model, RecomputeGivesIdenticalGradientsAndLessMemory) {
   }
 }
 
+TEST(Model, FirstMicroBatchOverwritesGradients) {
+  for (std::string arch : {"gpt2", "llama"}) {
+    ModelConfig m = tiny(arch);
+    const int64_t B = 2, N = B * m.seq_len;
+    Batch b1(N, m.vocab, 21), b2(N, m.vocab, 22);
+    Transformer<float> ref(m, 3), net(m, 3);
+    auto c1 = ref.make_activations(B, Recompute::none), c2 = net.make_activations(B, Recompute::none);
+    for (Batch* b : {&b1, &b2}) {  // reference: zeroed, then accumulate both
+      ref.forward(*c1, b->tokens.data(), b->targets.data(), 0.5f);
+      ref.backward(*c1, Recompute::none);
+    }
+    float* g = net.grads().data<float>();
+    std::fill(g, g + net.registry().total(), 123.0f);  // stale gradients from an earlier step
+    net.forward(*c2, b1.tokens.data(), b1.targets.data(), 0.5f);
+    net.backward(*c2, Recompute::none, /*accumulate=*/false);
+    net.forward(*c2, b2.tokens.data(), b2.targets.data(), 0.5f);
+    net.backward(*c2, Recompute::none, /*accumulate=*/true);
+    const float* r = ref.grads().data<float>();
+    for (const auto& p : net.registry().params())  // bitwise: 0 + x == x
+      EXPECT_EQ(0, std::memcmp(g + p.offset, r + p.offset, sizeof(float) * size_t(p.numel))) << arch << " " << p.name;
+  }
+}
+
 TEST(Model, RegistryFollowsHuggingFaceNames) {
   ModelConfig g = tiny("gpt2");
   ParamRegistry rg(g);

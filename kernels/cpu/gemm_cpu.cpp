@@ -38,15 +38,15 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 
 template <typename T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
-                     int64_t C, int64_t OC) {
+                     int64_t C, int64_t OC, bool accumulate) {
   if (dinp) gemm<T>(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
-  gemm<T>(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
+  gemm<T>(true, false, OC, C, N, T(1), dout, OC, inp, C, accumulate ? T(1) : T(0), dweight, C);
   if (dbias) {
 #pragma omp parallel for
     for (int64_t o = 0; o < OC; ++o) {
       T s = 0;
       for (int64_t n = 0; n < N; ++n) s += dout[n * OC + o];
-      dbias[o] += s;
+      dbias[o] = accumulate ? dbias[o] + s : s;
     }
   }
 }
@@ -54,9 +54,9 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
 template void linear_forward<double>(double*, const double*, const double*, const double*, int64_t, int64_t, int64_t);
 template void linear_backward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t,
-                                     int64_t, int64_t);
+                                     int64_t, int64_t, bool);
 template void linear_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                      int64_t, int64_t, int64_t);
+                                      int64_t, int64_t, int64_t, bool);
 
 void set_num_threads(int n) { omp_set_num_threads(n); }
 int num_threads() { return omp_get_max_threads(); }

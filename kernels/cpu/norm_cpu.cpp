@@ -30,16 +30,21 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
   }
 }
 
-// Per-thread partial sums for parameter gradients, combined in thread order.
+// Per-thread partial sums for a parameter gradient, combined in thread order
+// (row stride `stride` in part), added to dst or written over it.
 template <typename T>
-static void reduce_partials(std::vector<T>& part, int threads, int64_t width, T* dst) {
-  for (int t = 0; t < threads; ++t)
-    for (int64_t c = 0; c < width; ++c) dst[c] += part[size_t(t) * width + c];
+static void reduce_partials(const T* part, int threads, int64_t stride, int64_t width, T* dst,
+                            bool accumulate) {
+  for (int64_t c = 0; c < width; ++c) {
+    T s = accumulate ? dst[c] : T(0);
+    for (int t = 0; t < threads; ++t) s += part[size_t(t) * stride + c];
+    dst[c] = s;
+  }
 }
 
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
-                        const T* rstd, int64_t N, int64_t C) {
+                        const T* rstd, int64_t N, int64_t C, bool accumulate) {
   int threads = omp_get_max_threads();
   std::vector<T> part(size_t(threads) * 2 * C, T(0));
 #pragma omp parallel
@@ -70,11 +75,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
       }
     }
   }
-  for (int t = 0; t < threads; ++t)
-    for (int64_t c = 0; c < C; ++c) {
-      dweight[c] += part[size_t(t) * 2 * C + c];
-      dbias[c] += part[size_t(t) * 2 * C + C + c];
-    }
+  reduce_partials(part.data(), threads, 2 * C, C, dweight, accumulate);
+  reduce_partials(part.data() + C, threads, 2 * C, C, dbias, accumulate);
 }
 
 template <typename T>
@@ -93,7 +95,7 @@ void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, 
 
 template <typename T>
 void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
-                      int64_t C) {
+                      int64_t C, bool accumulate) {
   int threads = omp_get_max_threads();
   std::vector<T> part(size_t(threads) * C, T(0));
 #pragma omp parallel
@@ -114,15 +116,15 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
       for (int64_t c = 0; c < C; ++c) dx[c] += weight[c] * g[c] * s - x[c] * dot;
     }
   }
-  reduce_partials(part, threads, C, dweight);
+  reduce_partials(part.data(), threads, C, C, dweight, accumulate);
 }
 
 #define INSTANTIATE(T)                                                                                            \
   template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, double);        \
   template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t,      \
-                                      int64_t);                                                                   \
+                                      int64_t, bool);                                                             \
   template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);                         \
-  template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t);
+  template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t, bool);
 INSTANTIATE(float)
 INSTANTIATE(double)
 

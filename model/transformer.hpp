@@ -4,7 +4,8 @@
 // Shapes: B micro-batch, T sequence, C hidden, H/KV query/key-value heads,
 // D head size, F ffn hidden, V vocab, L layers.
 // Parameters and gradients are two flat buffers in ParamRegistry order.
-// Gradients are accumulated (+=) across micro-batches until zero_grads().
+// Gradients are accumulated (+=) across micro-batches; the first backward of a
+// step passes accumulate = false and overwrites them (no zeroing pass).
 // An Activations context holds what backward needs for one micro-batch;
 // `recompute` decides what it keeps:
 //   none      every layer's intermediates

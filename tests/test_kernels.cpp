@@ -3,6 +3,7 @@
 // against the textbook update; float kernels against the double ones.
 #include <cstring>
 
+#include "core/error.hpp"
 #include "kernels/activation.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/attention.hpp"
@@ -205,6 +206,20 @@ TEST(Kernels, CrossEntropyPaddingTakesNoProbability) {
   softmax_cross_entropy(&loss, logits.data(), &t, 1, Vocab, Valid, 1.0);
   for (int64_t v = Valid; v < Vocab; ++v) EXPECT_EQ(logits[v], 0.0);
   EXPECT_LT(loss, 1.0);
+}
+
+TEST(Kernels, GemmErrorsNameLibraryStatementAndRank) {
+  std::vector<float> a(4), c(4);
+  try {
+    gemm<float>(false, false, 2, 2, 2, 1.f, a.data(), 1, a.data(), 2, 0.f, c.data(), 2);  // lda < K
+    FAIL() << "no error for lda < K";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("oneDNN error in `dnnl_sgemm("), std::string::npos) << m;
+    EXPECT_NE(m.find("gemm_cpu.cpp:"), std::string::npos) << m;
+    EXPECT_NE(m.find("on rank 0 ("), std::string::npos) << m;
+    EXPECT_NE(m.find("dnnl_status_t"), std::string::npos) << m;
+  }
 }
 
 TEST(Kernels, AdamWMatchesTextbookUpdate) {

@@ -7,11 +7,13 @@
 
 namespace trident::kernels {
 
+static std::string dnnl_status_string(dnnl_status_t s) { return fmt::format("dnnl_status_t {}", int(s)); }
+#define DNNL_CHECK(stmt) TRIDENT_LIBRARY_CHECK("oneDNN", stmt, dnnl_success, dnnl_status_string)
+
 template <>
 void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  if (st != dnnl_success) throw_library_failure("oneDNN", "dnnl_sgemm", __FILE__, __LINE__, fmt::format("status {}", int(st)));
+  DNNL_CHECK(dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
 }
 
 template <>

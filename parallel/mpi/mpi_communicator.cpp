@@ -1,0 +1,187 @@
+// MPI communicator (see mpi_communicator.hpp).
+#include "parallel/mpi/mpi_communicator.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace trident::parallel {
+
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, buf, &len);
+  return std::string(buf, size_t(len));
+}
+
+std::vector<int64_t> split_counts(int64_t n, int size, const std::vector<int64_t>& counts) {
+  if (!counts.empty()) {
+    TRIDENT_CHECK(int(counts.size()) == size, "{} counts for a group of {}", counts.size(), size);
+    TRIDENT_CHECK(std::accumulate(counts.begin(), counts.end(), int64_t(0)) == n, "counts do not sum to {}", n);
+    return counts;
+  }
+  std::vector<int64_t> out(size_t(size), n / size);
+  for (int r = 0; r < n % size; ++r) out[size_t(r)] += 1;
+  return out;
+}
+
+namespace {
+
+MPI_Op g_bf16_sum = MPI_OP_NULL;
+
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT;
+    case DType::bf16: return MPI_UINT16_T;
+    case DType::f16: return MPI_UINT16_T;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(ReduceOp op, DType t) {
+  if (t == DType::bf16) {
+    TRIDENT_CHECK(op == ReduceOp::sum, "bf16 reductions support sum only");
+    return g_bf16_sum;
+  }
+  TRIDENT_CHECK(t != DType::f16, "f16 reductions are not supported by the MPI backend");
+  return op == ReduceOp::sum ? MPI_SUM : MPI_MAX;
+}
+
+class MpiWork : public Work {
+ public:
+  MpiWork(std::vector<Tensor> keep) : keep_(std::move(keep)) {}
+  ~MpiWork() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+  void wait() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+  }
+  bool is_completed() override {
+    if (request_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
+    return done != 0;
+  }
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  std::vector<int> counts_, displs_;  // must outlive the request (v-collectives)
+
+ private:
+  std::vector<Tensor> keep_;
+};
+
+int as_int(int64_t n) {
+  TRIDENT_CHECK(n <= INT32_MAX, "MPI message of {} elements exceeds INT32_MAX; split it", n);
+  return int(n);
+}
+
+}  // namespace
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  int provided = 0;
+  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_);
+  MPI_Op_create(&bf16_sum, 1, &g_bf16_sum);
+  log::set_rank(rank_, world_);
+}
+
+MpiRuntime::~MpiRuntime() {
+  MPI_Op_free(&g_bf16_sum);
+  MPI_Finalize();
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world");
+}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key, std::string name) const {
+  MPI_Comm c;
+  MPI_CHECK(MPI_Comm_split(comm_, color, key, &c));
+  return std::make_unique<MpiCommunicator>(c, std::move(name));
+}
+
+WorkPtr MpiCommunicator::all_reduce(Tensor buf, const AllReduceOptions& opts) {
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf});
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf.raw(), as_int(buf.numel()), mpi_type(buf.dtype()),
+                           mpi_op(opts.op, buf.dtype()), comm_, &w->request_));
+  return w;
+}
+
+WorkPtr MpiCommunicator::reduce_scatter(Tensor out, Tensor in, const ReduceScatterOptions& opts) {
+  TRIDENT_CHECK(out.dtype() == in.dtype(), "reduce_scatter dtypes differ");
+  auto counts = split_counts(in.numel(), size_, opts.counts);
+  TRIDENT_CHECK(out.numel() == counts[size_t(rank_)], "reduce_scatter output has {} elements, rank {} gets {}",
+                out.numel(), rank_, counts[size_t(rank_)]);
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{out, in});
+  for (int64_t c : counts) w->counts_.push_back(as_int(c));
+  MPI_CHECK(MPI_Ireduce_scatter(in.raw(), out.raw(), w->counts_.data(), mpi_type(in.dtype()),
+                                mpi_op(opts.op, in.dtype()), comm_, &w->request_));
+  return w;
+}
+
+WorkPtr MpiCommunicator::all_gather(Tensor buf, const AllGatherOptions& opts) {
+  auto counts = split_counts(buf.numel(), size_, opts.counts);
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf});
+  int64_t off = 0;
+  for (int64_t c : counts) w->counts_.push_back(as_int(c)), w->displs_.push_back(as_int(off)), off += c;
+  MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf.raw(), w->counts_.data(), w->displs_.data(),
+                            mpi_type(buf.dtype()), comm_, &w->request_));
+  return w;
+}
+
+WorkPtr MpiCommunicator::broadcast(Tensor buf, const BroadcastOptions& opts) {
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf});
+  MPI_CHECK(MPI_Ibcast(buf.raw(), as_int(buf.numel()), mpi_type(buf.dtype()), opts.root, comm_, &w->request_));
+  return w;
+}
+
+WorkPtr MpiCommunicator::send(Tensor buf, const PointToPointOptions& opts) {
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf});
+  MPI_CHECK(MPI_Isend(buf.raw(), as_int(buf.numel()), mpi_type(buf.dtype()), opts.peer, opts.tag, comm_, &w->request_));
+  return w;
+}
+
+WorkPtr MpiCommunicator::recv(Tensor buf, const PointToPointOptions& opts) {
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf});
+  MPI_CHECK(MPI_Irecv(buf.raw(), as_int(buf.numel()), mpi_type(buf.dtype()), opts.peer, opts.tag, comm_, &w->request_));
+  return w;
+}
+
+WorkPtr MpiCommunicator::barrier() {
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{});
+  MPI_CHECK(MPI_Ibarrier(comm_, &w->request_));
+  return w;
+}
+
+ProcessGroups::ProcessGroups(const Topology& topo, const MpiCommunicator& world) : topo_(topo) {
+  TRIDENT_CHECK(topo.world() == world.size(), "topology of {} ranks on a world of {}", topo.world(), world.size());
+  for (GroupKind kind : kAllGroupKinds) {
+    auto all = topo.groups(kind);
+    auto mine = topo.members(kind, world.rank());
+    int color = int(std::find(all.begin(), all.end(), mine) - all.begin());
+    groups_[size_t(kind)] = world.split(color, world.rank(), group_name(kind));
+  }
+}
+
+}  // namespace trident::parallel

@@ -1,0 +1,73 @@
+// MPI backend of the Communicator (CPU buffers), and the process groups of a
+// Topology built with MPI_Comm_split (each kind split once per rank).
+// Non-blocking MPI operations (MPI_Iallreduce, MPI_Ireduce_scatter, ...);
+// bf16 sums use a user-defined op that adds in f32 and rounds once.
+// MPI is initialised by MpiRuntime (thread level FUNNELED: only the main
+// thread calls MPI; OpenMP threads compute).
+#pragma once
+#include <mpi.h>
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include "parallel/communicator.hpp"
+#include "parallel/topology.hpp"
+
+namespace trident::parallel {
+
+std::string mpi_error_string(int code);
+#define MPI_CHECK(stmt) TRIDENT_LIBRARY_CHECK("MPI", stmt, MPI_SUCCESS, ::trident::parallel::mpi_error_string)
+
+class MpiRuntime {
+ public:
+  MpiRuntime(int* argc, char*** argv);
+  ~MpiRuntime();
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+
+ private:
+  int rank_ = 0, world_ = 1;
+};
+
+class MpiCommunicator : public Communicator {
+ public:
+  // Takes ownership of comm (freed on destruction unless it is MPI_COMM_WORLD).
+  MpiCommunicator(MPI_Comm comm, std::string name);
+  ~MpiCommunicator() override;
+  static std::unique_ptr<MpiCommunicator> world();
+  // Collective over this communicator: ranks with the same color form a group.
+  std::unique_ptr<MpiCommunicator> split(int color, int key, std::string name) const;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return name_; }
+  MPI_Comm comm() const { return comm_; }
+
+  WorkPtr all_reduce(Tensor buf, const AllReduceOptions& opts = {}) override;
+  WorkPtr reduce_scatter(Tensor out, Tensor in, const ReduceScatterOptions& opts = {}) override;
+  WorkPtr all_gather(Tensor buf, const AllGatherOptions& opts = {}) override;
+  WorkPtr broadcast(Tensor buf, const BroadcastOptions& opts = {}) override;
+  WorkPtr send(Tensor buf, const PointToPointOptions& opts) override;
+  WorkPtr recv(Tensor buf, const PointToPointOptions& opts) override;
+  WorkPtr barrier() override;
+
+ private:
+  MPI_Comm comm_;
+  std::string name_;
+  int rank_ = 0, size_ = 1;
+};
+
+// This rank's group of every kind of a Topology.
+class ProcessGroups {
+ public:
+  ProcessGroups(const Topology& topo, const MpiCommunicator& world);
+  MpiCommunicator& get(GroupKind kind) { return *groups_[size_t(kind)]; }
+  const Topology& topology() const { return topo_; }
+
+ private:
+  Topology topo_;
+  std::array<std::unique_ptr<MpiCommunicator>, kAllGroupKinds.size()> groups_;
+};
+
+}  // namespace trident::parallel

@@ -11,6 +11,8 @@
 #include "core/recipe.hpp"
 #include "kernels/backends.hpp"
 #include "launch/trainer.hpp"
+#include "parallel/mpi/mpi_communicator.hpp"
+#include "parallel/topology.hpp"
 
 #ifndef TRIDENT_GIT_REV
 #define TRIDENT_GIT_REV "unknown"
@@ -20,12 +22,17 @@ namespace {
 
 using namespace trident;
 
+int* g_argc = nullptr;
+char*** g_argv = nullptr;
+
 constexpr const char* kUsage = R"(usage: trident <command> [options]
 
 commands:
   train RECIPE.yaml [--set key.path=value ...]   train a model from a recipe
   prepare --input FILE.txt --out PREFIX [--tokenizer byte|char] [--valid-fraction F]
                                                  text -> indexed dataset (PREFIX_train, PREFIX_valid)
+  topology RECIPE.yaml --world N [--ranks-per-node K] [--set ...]
+                                                 print the rank layout and process groups
   --version                                      revision and backends of this build
   --help                                         this text
 
@@ -55,8 +62,45 @@ int cmd_train(const std::vector<std::string>& args) {
     }
   }
   if (recipe.empty()) fail_input("train: missing RECIPE.yaml (try configs/demo.yaml)");
-  Recipe rc = load_recipe(recipe, sets, 1);
+  parallel::MpiRuntime mpi(g_argc, g_argv);  // a singleton world when not launched by mpirun/srun
+  Recipe rc = load_recipe(recipe, sets, mpi.world());
   launch::train(rc);
+  return 0;
+}
+
+int64_t parse_positive(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  if (end == v.c_str() || *end || n < 1) fail_input("{}: expected a positive integer, found '{}'", flag, v);
+  return n;
+}
+
+int cmd_topology(const std::vector<std::string>& args) {
+  std::string recipe;
+  std::vector<std::string> sets;
+  int64_t world = 0, per_node = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) fail_input("topology: {} needs a value", a);
+      return args[++i];
+    };
+    if (a == "--world") world = parse_positive("topology: --world", value());
+    else if (a == "--ranks-per-node") per_node = parse_positive("topology: --ranks-per-node", value());
+    else if (a == "--set") sets.push_back(value());
+    else if (a == "--help" || a == "-h") {
+      fmt::print("usage: trident topology RECIPE.yaml --world N [--ranks-per-node K] [--set key.path=value ...]\n");
+      return 0;
+    } else if (a.rfind("-", 0) == 0) fail_input("topology: unknown option '{}'", a);
+    else if (recipe.empty()) recipe = a;
+    else fail_input("topology: unexpected argument '{}'", a);
+  }
+  if (recipe.empty()) fail_input("topology: missing RECIPE.yaml");
+  if (world == 0) fail_input("topology: missing --world N");
+  Recipe rc = load_recipe(recipe, sets, world);
+  const auto& p = rc.parallel;
+  parallel::Topology topo(int(p.data), int(p.pipeline), int(p.tensor), p.order);
+  fmt::print("{}", topo.describe(int(per_node > 0 ? per_node : world)));
   return 0;
 }
 
@@ -88,6 +132,8 @@ int cmd_prepare(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_argc = &argc;
+  g_argv = &argv;
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
@@ -102,7 +148,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> rest(args.begin() + 1, args.end());
     if (args[0] == "train") return cmd_train(rest);
     if (args[0] == "prepare") return cmd_prepare(rest);
-    fail_input("unknown command '{}' (expected train or prepare; see trident --help)", args[0]);
+    if (args[0] == "topology") return cmd_topology(rest);
+    fail_input("unknown command '{}' (expected train, prepare or topology; see trident --help)", args[0]);
   } catch (const InputError& e) {
     log::error("{}", e.what());
     return kExitBadInput;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -20,6 +21,8 @@
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
+#include "parallel/data_parallel.hpp"
+#include "parallel/mpi/mpi_communicator.hpp"
 
 namespace trident::launch {
 
@@ -86,17 +89,50 @@ class MetricsFile {
 
 }  // namespace
 
+int default_threads(int world) {
+  if (std::getenv("OMP_NUM_THREADS")) return omp_get_max_threads();  // the launcher's word
+  int local = world;
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* v = std::getenv(var)) {
+      local = std::max(1, std::atoi(v));
+      break;
+    }
+  return std::max(1, omp_get_num_procs() / local);
+}
+
 TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   const auto& m = rc.model;
+  const auto& par = rc.parallel;
   const int64_t B = rc.train.micro_batch, T = m.seq_len, V = m.vocab;
-  const int64_t micro_steps = rc.micro_batches_per_step(rc.parallel.data);
   const model::Recompute recompute = model::parse_recompute(rc.train.recompute);
 
-  // Threads: one rank uses every core unless the recipe says otherwise.
-  // OMP_NUM_THREADS, when set, is the launcher's word (one thread per rank).
-  int threads = rc.train.threads > 0      ? int(rc.train.threads)
-                : std::getenv("OMP_NUM_THREADS") ? omp_get_max_threads()
-                                               : omp_get_num_procs();
+  // Parallel layout: MPI world (when launched with mpirun/srun) -> groups.
+  int mpi_on = 0;
+  MPI_Initialized(&mpi_on);
+  std::unique_ptr<parallel::MpiCommunicator> world;
+  std::unique_ptr<parallel::ProcessGroups> groups;
+  if (mpi_on && !opts.single_process) world = parallel::MpiCommunicator::world();
+  const int world_size = world ? world->size() : 1;
+  if (par.data * par.tensor * par.pipeline != world_size)
+    fail_input("{}: parallel mesh data({}) x tensor({}) x pipeline({}) != world size {}", rc.source, par.data,
+               par.tensor, par.pipeline, world_size);
+  if (par.tensor > 1) fail_input("{}: key 'parallel.tensor': tensor parallelism is not implemented yet; expected 1, found {}", rc.source, par.tensor);
+  if (par.pipeline > 1) fail_input("{}: key 'parallel.pipeline': pipeline parallelism is not implemented yet; expected 1, found {}", rc.source, par.pipeline);
+  if (par.zero > 1) fail_input("{}: key 'parallel.zero': ZeRO stages 2 and 3 are not implemented yet; expected 0 or 1, found {}", rc.source, par.zero);
+  parallel::Communicator* dp = nullptr;
+  if (world) {
+    groups = std::make_unique<parallel::ProcessGroups>(
+        parallel::Topology(int(par.data), int(par.pipeline), int(par.tensor), par.order), *world);
+    dp = &groups->get(parallel::GroupKind::data);
+  }
+  const int dp_rank = dp ? dp->rank() : 0;
+  const bool leader = !world || world->rank() == 0;
+  const int64_t micro_steps = rc.micro_batches_per_step(par.data);
+  const int64_t rank_batch = rc.train.global_batch / par.data;  // sequences per rank per step
+
+  // Threads: every core for one rank; an even share of the node's cores per
+  // rank otherwise; train.threads or OMP_NUM_THREADS override.
+  int threads = rc.train.threads > 0 ? int(rc.train.threads) : default_threads(world_size);
   kernels::set_num_threads(threads);
 
   // Data.
@@ -118,7 +154,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   // Model and optimizer.
   model::Transformer<float> net(m, uint64_t(rc.seed));
   auto ctx = net.make_activations(B, recompute);
-  optim::AdamW<float> opt(net.registry(), rc.optim);
+  parallel::GradientSync sync(dp, net.registry().total(), DType::f32, int(par.zero), par.bucket_bytes);
+  optim::AdamW<float> opt(net.registry(), rc.optim, sync.shard_begin(), sync.shard_end());
   const double flops_tok = model::flops_per_token(m);
   const double peak = rc.log.peak_flops > 0 ? rc.log.peak_flops : measure_gemm_peak();
   const MemStats mem0 = HostAllocator::instance().stats();
@@ -127,8 +164,12 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
             rc.source, m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, T, V, double(net.registry().total()) / 1e6);
   log::info("batch: global {} = micro {} x {} accumulation steps | recompute {} | {} threads | {}", rc.train.global_batch,
             B, micro_steps, rc.train.recompute, threads, kernels::cpu_gemm_backend());
-  log::info("memory: params {} grads {} optimizer {} activations {}", mib(mem0.current[0]), mib(mem0.current[1]),
-            mib(mem0.current[2]), mib(mem0.current[3]));
+  const double P = double(net.registry().total()), d = double(par.data);
+  log::info("data parallel {} x ZeRO {} | bucket {} | per rank: params {} grads {} optimizer {} activations {} "
+            "(ZeRO formula: params 4P = {}, grads 4P = {}, optimizer {} = {})",
+            par.data, par.zero, mib(par.bucket_bytes), mib(mem0.current[0]), mib(mem0.current[1]),
+            mib(mem0.current[2]), mib(mem0.current[3]), mib(int64_t(4 * P)), mib(int64_t(4 * P)),
+            par.zero >= 1 ? "8P/d" : "8P", mib(int64_t(par.zero >= 1 ? 8 * P / d : 8 * P)));
   log::info("model FLOPs/token {:.4g} | MFU reference {:.1f} GFLOP/s ({})", flops_tok, peak / 1e9,
             rc.log.peak_flops > 0 ? "log.peak_flops" : "measured sgemm");
   if (rc.data.synthetic)
@@ -138,7 +179,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
               std::log(double(rc.data.syn.vocab)));
   if (!rc.checkpoint.dir.empty()) log::warn("checkpoint.* is set but this build does not write checkpoints yet");
 
-  MetricsFile metrics(rc.log.metrics);
+  MetricsFile metrics(leader ? rc.log.metrics : std::string());
   metrics.write(fmt::format(
       "{{\"type\":\"start\",\"recipe\":\"{}\",\"params\":{},\"flops_per_token\":{},\"peak_flops\":{},"
       "\"entropy_floor\":{},\"sequence_floor\":{},\"threads\":{}}}",
@@ -165,6 +206,10 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
 
   TrainSummary out;
   out.entropy_floor = floor;
+  float* P_ = net.params().data<float>();
+  float* G = net.grads().data<float>();
+  const int64_t n_params = net.registry().total();
+  auto on_ready = [&](int64_t frontier) { sync.grads_ready(net.grads(), frontier); };
   const float dscale = float(1.0 / double(rc.train.global_batch * T));
   const double tokens_per_step = double(rc.train.global_batch * T);
   double timed_seconds = 0, timed_steps = 0;
@@ -175,19 +220,33 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     auto t0 = Clock::now();
     double loss_sum = 0;
     for (int64_t micro = 0; micro < micro_steps; ++micro) {
-      load_batch(uint64_t(step * rc.train.global_batch + micro * B), false);
+      // this rank's slice of the global batch: samples [dp_rank * rank_batch, ...) of the step
+      load_batch(uint64_t(step * rc.train.global_batch + dp_rank * rank_batch + micro * B), false);
       loss_sum += net.forward(*ctx, tokens.data(), targets.data(), dscale);
-      net.backward(*ctx, recompute, /*accumulate=*/micro > 0);  // the first micro-batch overwrites
+      const bool last = micro + 1 == micro_steps;  // reduce once per step
+      net.backward(*ctx, recompute, /*accumulate=*/micro > 0,  // the first micro-batch overwrites
+                   last ? std::function<void(int64_t)>(on_ready) : std::function<void(int64_t)>());
     }
-    const double loss = loss_sum / tokens_per_step;
-    float* g = net.grads().data<float>();
-    const double gnorm = std::sqrt(optim::sum_of_squares(g, net.registry().total()));
+    sync.finish(net.grads());
+    const double loss = sync.sum(loss_sum) / tokens_per_step;
+    // the true global norm: ZeRO 1 ranks hold disjoint reduced shards
+    const double local_sq = optim::sum_of_squares(G + sync.shard_begin(), sync.shard_end() - sync.shard_begin());
+    const double gnorm = std::sqrt(par.zero >= 1 ? sync.sum(local_sq) : local_sq);
+    if (step == 0 && opts.capture_step1_grads) {
+      Tensor full = Tensor::empty({n_params}, DType::f32, MemCategory::other);
+      std::memcpy(full.raw(), G, full.nbytes());
+      if (par.zero >= 1 && dp) dp->all_gather(full, {sync.shard_counts()})->wait();
+      out.step1_grads.assign(full.data<float>(), full.data<float>() + n_params);
+    }
     const double lr = optim::learning_rate(rc.optim, step, rc.train.steps);
-    opt.step(net.params().data<float>(), g, lr, step + 1, optim::clip_scale(gnorm, rc.optim.grad_clip));
+    opt.step(P_, G, lr, step + 1, optim::clip_scale(gnorm, rc.optim.grad_clip));
+    sync.gather_params(net.params());
+    const double comm_wait = sync.take_wait_seconds();
+    out.comm_wait_s += comm_wait;
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     if (step > 0 || rc.train.steps == 1) timed_seconds += dt, timed_steps += 1;
     const double tps = tokens_per_step / dt;
-    const double mfu = flops_tok * tps / peak;
+    const double mfu = flops_tok * tps / (peak * world_size);  // peak is per rank
     out.losses.push_back(loss);
     out.grad_norms.push_back(gnorm);
     if (!std::isfinite(loss)) throw Error(fmt::format("loss is {} at step {}", loss, step + 1));
@@ -195,8 +254,9 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     const bool last = step + 1 == rc.train.steps;
     const MemStats mem = HostAllocator::instance().stats();
     metrics.write(fmt::format("{{\"type\":\"train\",\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},"
-                              "\"tokens_per_s\":{:.1f},\"mfu\":{:.4f},\"step_s\":{:.4f},\"peak_bytes\":{}}}",
-                              step + 1, loss, lr, gnorm, tps, mfu, dt, peak_bytes_json(mem)));
+                              "\"tokens_per_s\":{:.1f},\"mfu\":{:.4f},\"step_s\":{:.4f},\"comm_wait_s\":{:.4f},"
+                              "\"peak_bytes\":{}}}",
+                              step + 1, loss, lr, gnorm, tps, mfu, dt, comm_wait, peak_bytes_json(mem)));
     if (!opts.quiet && ((step + 1) % rc.log.every == 0 || step == 0 || last)) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
       const double eta = elapsed / double(step + 1) * double(rc.train.steps - step - 1);
@@ -216,7 +276,13 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     }
   }
   out.tokens_per_s = timed_steps > 0 ? tokens_per_step * timed_steps / timed_seconds : 0;
-  out.mfu = flops_tok * out.tokens_per_s / peak;
+  {
+    const MemStats peak = HostAllocator::instance().stats();
+    out.peak_params = peak.peak[size_t(MemCategory::params)];
+    out.peak_grads = peak.peak[size_t(MemCategory::grads)];
+    out.peak_optimizer = peak.peak[size_t(MemCategory::optimizer)];
+  }
+  out.mfu = flops_tok * out.tokens_per_s / (peak * world_size);
   const MemStats mem = HostAllocator::instance().stats();
   if (!opts.quiet)
     log::info("done: {} steps in {} | {:.0f} tok/s | mfu {:.1f}% | peak memory {} (activations {})", rc.train.steps,

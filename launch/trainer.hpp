@@ -2,7 +2,8 @@
 //   recipe -> data sampler -> model -> optimizer ->
 //   for each step { micro-batches: forward, backward (gradient accumulation);
 //                   clip; LR; optimizer step; log; evaluate }
-// Single process for now; the parallel plan slots in between model and loop.
+// Data parallelism (ZeRO 0/1) over MPI when launched with several ranks;
+// tensor and pipeline parallelism are not implemented yet.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -19,10 +20,15 @@ struct TrainSummary {
   double entropy_floor = 0;    // synthetic source only, else 0
   double tokens_per_s = 0;     // mean over steps after the first
   double mfu = 0;
+  double comm_wait_s = 0;      // total time blocked on data-parallel communication
+  std::vector<float> step1_grads;  // full reduced gradient of step 1 (capture_step1_grads)
+  int64_t peak_params = 0, peak_grads = 0, peak_optimizer = 0;  // this rank's allocator peaks
 };
 
 struct TrainOptions {
-  bool quiet = false;  // no per-step stdout lines (tests)
+  bool quiet = false;                // no per-step stdout lines (tests)
+  bool capture_step1_grads = false;  // fill TrainSummary::step1_grads (tests)
+  bool single_process = false;       // ignore MPI even when initialised (reference runs in tests)
 };
 
 TrainSummary train(const Recipe& recipe, const TrainOptions& opts = {});

@@ -74,7 +74,9 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg), 
       }
     }
     layers_.push_back(lp);
+    layer_offset_.push_back(reg_.at(p + (llama_ ? "input_layernorm.weight" : "ln_1.weight")).offset);
   }
+  head_frontier_ = reg_.at(llama_ ? "model.norm.weight" : "transformer.ln_f.weight").offset;
 }
 
 template <typename T>
@@ -188,7 +190,11 @@ void Transformer<T>::ensure_scratch(int64_t B) {
 }
 
 template <typename T>
-void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool accumulate) {
+void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool accumulate,
+                              const std::function<void(int64_t)>& on_ready) {
+  auto ready = [&](int64_t frontier) {
+    if (on_ready) on_ready(frontier);
+  };
   const bool acc = accumulate;
   const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, V = cfg_.vocab;
   const int64_t H = cfg_.heads, KV = cfg_.kv_heads, D = cfg_.head_dim(), F = cfg_.ffn_hidden;
@@ -197,6 +203,8 @@ void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool acc
   k::linear_backward(d_ln_, dhead_, static_cast<T*>(nullptr), ctx.logits, ctx.lnf, head_, N, C, V, acc);
   std::fill(d_res_, d_res_ + N * C, T(0));
   norm_backward(d_res_, dnfw_, dnfb_, d_ln_, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, N, acc);
+  // a tied head also writes wte (offset 0), which is final only at the end
+  ready(head_frontier_);
   for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
     const LayerActs<T>& a = ctx.layers[size_t(l)];
     const LayerParams& p = layers_[size_t(l)];
@@ -221,6 +229,7 @@ void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool acc
     if (llama_) k::rope_backward(d_qkv_, rope_.data(), B, Tn, H, KV, D);
     k::linear_backward(d_ln_, p.dqkvw, p.dqkvb, d_qkv_, a.ln1, p.qkvw, N, C, qkv_width_, acc);
     norm_backward(d_res_, p.dn1w, p.dn1b, d_ln_, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, N, acc);
+    ready(layer_offset_[size_t(l)]);
   }
   // The embedding gradient is a scatter-add: start from zero when not
   // accumulating, unless the tied LM head has just written the same buffer.
@@ -229,6 +238,7 @@ void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool acc
     if (dwpe_) std::fill(dwpe_, dwpe_ + Tn * C, T(0));
   }
   k::embedding_backward(dwte_, dwpe_, d_res_, ctx.tokens, B, Tn, C);
+  ready(0);
 }
 
 template class Transformer<float>;

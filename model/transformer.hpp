@@ -15,6 +15,7 @@
 // also leaves dlogits = dscale * dloss/dlogits ready for backward().
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -64,7 +65,11 @@ class Transformer {
   // Needs a forward() with dscale != 0 on the same context. With
   // accumulate = false the parameter gradients are overwritten instead of
   // added to (the first micro-batch of a step: no zeroing pass needed).
-  void backward(Activations<T>& ctx, Recompute recompute, bool accumulate = true);
+  // on_ready(F), when given, is called as soon as gradients [F, numel) are
+  // final: after the head and final norm, after each layer, after the
+  // embeddings (F = 0). Data parallelism launches its buckets from it.
+  void backward(Activations<T>& ctx, Recompute recompute, bool accumulate = true,
+                const std::function<void(int64_t)>& on_ready = {});
   void zero_grads() { grads_.zero_(); }
 
  private:
@@ -83,6 +88,8 @@ class Transformer {
   int64_t qkv_width_, fc_width_;
   Tensor params_, grads_;
   std::vector<LayerParams> layers_;
+  std::vector<int64_t> layer_offset_;  // flat offset of each layer's first parameter
+  int64_t head_frontier_ = 0;          // first offset after the layers (final norm, untied head)
   T *wte_, *wpe_, *nfw_, *nfb_, *head_;
   T *dwte_, *dwpe_, *dnfw_, *dnfb_, *dhead_;
   std::vector<double> rope_;

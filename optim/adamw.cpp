@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/adamw.hpp"
@@ -54,9 +55,14 @@ double clip_grad_norm(T* grads, int64_t n, double max_norm) {
 }
 
 template <typename T>
-AdamW<T>::AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg) : cfg_(cfg), ranges_(decay_ranges(reg, cfg)) {
-  m_ = Tensor::zeros({reg.total()}, dtype_of<T>(), MemCategory::optimizer);
-  v_ = Tensor::zeros({reg.total()}, dtype_of<T>(), MemCategory::optimizer);
+AdamW<T>::AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg, int64_t begin, int64_t end)
+    : cfg_(cfg), begin_(begin), end_(end < 0 ? reg.total() : end) {
+  for (Range r : decay_ranges(reg, cfg)) {
+    int64_t lo = std::max(r.offset, begin_), hi = std::min(r.offset + r.size, end_);
+    if (hi > lo) ranges_.push_back({lo, hi - lo, r.decay});
+  }
+  m_ = Tensor::zeros({end_ - begin_}, dtype_of<T>(), MemCategory::optimizer);
+  v_ = Tensor::zeros({end_ - begin_}, dtype_of<T>(), MemCategory::optimizer);
 }
 
 template <typename T>
@@ -64,8 +70,8 @@ void AdamW<T>::step(T* params, const T* grads, double lr, int64_t step, double g
   for (const Range& r : ranges_) {
     kernels::AdamWParams hp{lr, cfg_.betas[0], cfg_.betas[1], cfg_.eps, r.decay ? cfg_.weight_decay : 0.0, step,
                             grad_scale};
-    kernels::adamw_update(params + r.offset, m_.data<T>() + r.offset, v_.data<T>() + r.offset, grads + r.offset,
-                          r.size, hp);
+    kernels::adamw_update(params + r.offset, m_.data<T>() + (r.offset - begin_), v_.data<T>() + (r.offset - begin_),
+                          grads + r.offset, r.size, hp);
   }
 }
 

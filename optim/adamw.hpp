@@ -30,15 +30,21 @@ double sum_of_squares(const T* g, int64_t n);
 template <typename T>
 class AdamW {
  public:
-  AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg);
-  // One step over the whole buffer; `step` counts from 1. The gradients are
-  // read as grad_scale * grads (clipping without a separate pass).
+  // State for elements [begin, end) of the flat buffer (ZeRO: this rank's
+  // shard); end < 0 means the whole buffer.
+  AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg, int64_t begin = 0, int64_t end = -1);
+  // One step over [begin, end) of the full-size buffers params and grads;
+  // `step` counts from 1. Gradients are read as grad_scale * grads (clipping
+  // without a separate pass).
   void step(T* params, const T* grads, double lr, int64_t step, double grad_scale = 1.0);
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
 
  private:
   OptimConfig cfg_;
-  std::vector<Range> ranges_;
-  Tensor m_, v_;
+  std::vector<Range> ranges_;  // intersected with [begin_, end_)
+  int64_t begin_, end_;
+  Tensor m_, v_;               // end_ - begin_ elements each
 };
 
 // The factor that brings a gradient of L2 norm `norm` to at most max_norm

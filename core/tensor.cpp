@@ -1,6 +1,8 @@
 // Tensor storage and the host allocator's accounting.
 #include "core/tensor.hpp"
 
+#include "core/device_memory.hpp"
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -61,11 +63,15 @@ void HostAllocator::reset_peaks() {
 }
 
 Storage::Storage(size_t b, MemCategory cat, Device dev) : bytes(b), category(cat), device(dev) {
-  TRIDENT_CHECK(dev.type == DeviceType::cpu, "device {} storage needs the CUDA backend", dev.str());
-  data = HostAllocator::instance().allocate(bytes, cat);
+  data = dev.type == DeviceType::cpu ? HostAllocator::instance().allocate(bytes, cat) : device_alloc(bytes, dev.index);
 }
 
-Storage::~Storage() { HostAllocator::instance().release(data, bytes, category); }
+Storage::~Storage() {
+  if (device.type == DeviceType::cpu)
+    HostAllocator::instance().release(data, bytes, category);
+  else
+    device_free(data, device.index);
+}
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
@@ -97,7 +103,11 @@ Tensor Tensor::view(int64_t offset, const Shape& shape) const {
 }
 
 void Tensor::zero_() {
-  if (storage_) std::memset(raw(), 0, nbytes());
+  if (!storage_) return;
+  if (device().type == DeviceType::cpu)
+    std::memset(raw(), 0, nbytes());
+  else
+    device_memset_zero(raw(), nbytes(), device().index);
 }
 
 }  // namespace trident

@@ -1,7 +1,10 @@
 // Tensor: shape, dtype, device and a view into shared contiguous storage.
 // A Tensor never owns a strided layout: views are {offset, shape} ranges of a
 // flat buffer (how parameters, gradients and ZeRO shards are carved), always
-// contiguous. Storage is released when the last view goes away.
+// contiguous. Storage is released when the last view goes away. CPU storage
+// goes through the accounting HostAllocator; cuda:N storage through
+// core/device_memory.hpp (refused in builds without CUDA). data<T>() of a
+// device tensor is a device pointer.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -1,0 +1,150 @@
+// NCCL communicator (see nccl_communicator.hpp). Compiled only with the CUDA
+// backend; parallel/nccl/nccl_none.cpp stands in otherwise.
+#include "parallel/nccl/nccl_communicator.hpp"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "core/error.hpp"
+
+#define CUDA_CHECK(stmt) TRIDENT_LIBRARY_CHECK("CUDA", stmt, cudaSuccess, cudaGetErrorString)
+#define NCCL_CHECK(stmt) TRIDENT_LIBRARY_CHECK("NCCL", stmt, ncclSuccess, ncclGetErrorString)
+
+namespace trident::parallel {
+
+bool nccl_built() { return true; }
+
+struct NcclCommunicator::Impl {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+namespace {
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclFloat16;
+    case DType::i32: return ncclInt32;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclMax; }
+
+void check_device(const Tensor& t, int device) {
+  TRIDENT_CHECK(t.device().type == DeviceType::cuda && t.device().index == device,
+                "NCCL communicator on cuda:{} got a tensor on {}", device, t.device().str());
+}
+
+class NcclWork : public Work {
+ public:
+  NcclWork(cudaEvent_t e, std::vector<Tensor> keep) : event_(e), keep_(std::move(keep)) {}
+  ~NcclWork() override {
+    cudaEventSynchronize(event_);
+    cudaEventDestroy(event_);
+  }
+  void wait() override { CUDA_CHECK(cudaEventSynchronize(event_)); }
+  bool is_completed() override {
+    cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaErrorNotReady) return false;
+    CUDA_CHECK(e);
+    return true;
+  }
+
+ private:
+  cudaEvent_t event_;
+  std::vector<Tensor> keep_;
+};
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(const MpiCommunicator& group, int device)
+    : impl_(std::make_unique<Impl>()), rank_(group.rank()), size_(group.size()), device_(device),
+      name_(group.name() + ":nccl") {
+  CUDA_CHECK(cudaSetDevice(device));
+  ncclUniqueId id;
+  if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, group.comm()));
+  NCCL_CHECK(ncclCommInitRank(&impl_->comm, size_, id, rank_));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (impl_->stream) cudaStreamSynchronize(impl_->stream), cudaStreamDestroy(impl_->stream);
+  if (impl_->comm) ncclCommDestroy(impl_->comm);
+}
+
+WorkPtr NcclCommunicator::record(std::vector<Tensor> keep) {
+  cudaEvent_t e;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(e, impl_->stream));
+  return std::make_unique<NcclWork>(e, std::move(keep));
+}
+
+WorkPtr NcclCommunicator::all_reduce(Tensor buf, const AllReduceOptions& opts) {
+  check_device(buf, device_);
+  NCCL_CHECK(ncclAllReduce(buf.raw(), buf.raw(), size_t(buf.numel()), nccl_type(buf.dtype()), nccl_op(opts.op),
+                           impl_->comm, impl_->stream));
+  return record({buf});
+}
+
+WorkPtr NcclCommunicator::reduce_scatter(Tensor out, Tensor in, const ReduceScatterOptions& opts) {
+  check_device(out, device_);
+  check_device(in, device_);
+  auto counts = split_counts(in.numel(), size_, opts.counts);
+  const size_t esize = dtype_size(in.dtype());
+  NCCL_CHECK(ncclGroupStart());
+  int64_t off = 0;
+  for (int q = 0; q < size_; ++q) {
+    const char* src = static_cast<const char*>(in.raw()) + off * int64_t(esize);
+    NCCL_CHECK(ncclReduce(src, out.raw(), size_t(counts[size_t(q)]), nccl_type(in.dtype()), nccl_op(opts.op), q,
+                          impl_->comm, impl_->stream));
+    off += counts[size_t(q)];
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  return record({out, in});
+}
+
+WorkPtr NcclCommunicator::all_gather(Tensor buf, const AllGatherOptions& opts) {
+  check_device(buf, device_);
+  auto counts = split_counts(buf.numel(), size_, opts.counts);
+  const size_t esize = dtype_size(buf.dtype());
+  NCCL_CHECK(ncclGroupStart());
+  int64_t off = 0;
+  for (int q = 0; q < size_; ++q) {
+    char* p = static_cast<char*>(buf.raw()) + off * int64_t(esize);
+    NCCL_CHECK(ncclBroadcast(p, p, size_t(counts[size_t(q)]), nccl_type(buf.dtype()), q, impl_->comm, impl_->stream));
+    off += counts[size_t(q)];
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  return record({buf});
+}
+
+WorkPtr NcclCommunicator::broadcast(Tensor buf, const BroadcastOptions& opts) {
+  check_device(buf, device_);
+  NCCL_CHECK(ncclBroadcast(buf.raw(), buf.raw(), size_t(buf.numel()), nccl_type(buf.dtype()), opts.root, impl_->comm,
+                           impl_->stream));
+  return record({buf});
+}
+
+WorkPtr NcclCommunicator::send(Tensor buf, const PointToPointOptions& opts) {
+  check_device(buf, device_);
+  NCCL_CHECK(ncclSend(buf.raw(), size_t(buf.numel()), nccl_type(buf.dtype()), opts.peer, impl_->comm, impl_->stream));
+  return record({buf});
+}
+
+WorkPtr NcclCommunicator::recv(Tensor buf, const PointToPointOptions& opts) {
+  check_device(buf, device_);
+  NCCL_CHECK(ncclRecv(buf.raw(), size_t(buf.numel()), nccl_type(buf.dtype()), opts.peer, impl_->comm, impl_->stream));
+  return record({buf});
+}
+
+WorkPtr NcclCommunicator::barrier() {
+  Tensor t = Tensor::zeros({1}, DType::i32, MemCategory::comm, Device{DeviceType::cuda, device_});
+  return all_reduce(t);
+}
+
+}  // namespace trident::parallel

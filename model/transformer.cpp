@@ -30,53 +30,88 @@ double flops_per_token(const ModelConfig& m) {
 }
 
 template <typename T>
-Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg), reg_(cfg), llama_(cfg.arch == "llama") {
+Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers)
+    : cfg_(cfg), reg_(cfg), llama_(cfg.arch == "llama") {
   const int64_t D = cfg.head_dim();
   qkv_width_ = (cfg.heads + 2 * cfg.kv_heads) * D;
   fc_width_ = llama_ ? 2 * cfg.ffn_hidden : cfg.ffn_hidden;
+  if (llama_) rope_ = k::rope_table(cfg.seq_len, D, cfg.rope_theta);
+  layers_.resize(size_t(cfg.layers));
+  for (int64_t l = 0; l < cfg.layers; ++l)
+    layer_offset_.push_back(reg_.at(layer_prefix(cfg, l) + (llama_ ? "input_layernorm.weight" : "ln_1.weight")).offset);
+  head_frontier_ = reg_.at(llama_ ? "model.norm.weight" : "transformer.ln_f.weight").offset;
+  segments_.push_back({0, layer_offset_.front()});
+  for (int64_t l = 0; l < cfg.layers; ++l)
+    segments_.push_back({layer_offset_[size_t(l)], l + 1 < cfg.layers ? layer_offset_[size_t(l + 1)] : head_frontier_});
+  segments_.push_back({head_frontier_, reg_.total()});
+  if (!full_buffers) return;
   params_ = Tensor::empty({reg_.total()}, dtype_of<T>(), MemCategory::params);
   grads_ = Tensor::zeros({reg_.total()}, dtype_of<T>(), MemCategory::grads);
   reg_.initialize(params_.data<T>(), seed);
-  T* P = params_.data<T>();
-  T* G = grads_.data<T>();
-  auto at = [&](T* base, const std::string& n) { return base + reg_.at(n).offset; };
-  auto maybe = [&](T* base, const std::string& n) -> T* { return base ? at(base, n) : nullptr; };
-  if (!llama_) {
-    wte_ = at(P, "transformer.wte.weight"), dwte_ = at(G, "transformer.wte.weight");
-    wpe_ = at(P, "transformer.wpe.weight"), dwpe_ = at(G, "transformer.wpe.weight");
-    nfw_ = at(P, "transformer.ln_f.weight"), dnfw_ = at(G, "transformer.ln_f.weight");
-    nfb_ = at(P, "transformer.ln_f.bias"), dnfb_ = at(G, "transformer.ln_f.bias");
-  } else {
-    wte_ = at(P, "model.embed_tokens.weight"), dwte_ = at(G, "model.embed_tokens.weight");
-    wpe_ = dwpe_ = nullptr;
-    nfw_ = at(P, "model.norm.weight"), dnfw_ = at(G, "model.norm.weight");
-    nfb_ = dnfb_ = nullptr;
-    rope_ = k::rope_table(cfg.seq_len, D, cfg.rope_theta);
-  }
-  head_ = cfg.tie_embeddings ? wte_ : at(P, "lm_head.weight");
-  dhead_ = cfg.tie_embeddings ? dwte_ : at(G, "lm_head.weight");
-  for (int64_t l = 0; l < cfg.layers; ++l) {
-    std::string p = layer_prefix(cfg, l);
-    LayerParams lp{};
-    for (int g = 0; g < 2; ++g) {
-      T* base = g == 0 ? P : G;
-      T** out = g == 0 ? &lp.n1w : &lp.dn1w;  // the two halves of LayerParams have the same order
-      if (!llama_) {
-        const char* names[12] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                                 "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                                 "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
-        for (int i = 0; i < 12; ++i) out[i] = at(base, p + names[i]);
-      } else {
-        const char* names[12] = {"input_layernorm.weight", nullptr, "self_attn.q_proj.weight", nullptr,
-                                 "self_attn.o_proj.weight", nullptr, "post_attention_layernorm.weight", nullptr,
-                                 "mlp.gate_proj.weight", nullptr, "mlp.down_proj.weight", nullptr};
-        for (int i = 0; i < 12; ++i) out[i] = names[i] ? maybe(base, p + names[i]) : nullptr;
-      }
+  for (int s = 0; s < int(segments_.size()); ++s)
+    bind(s, params_.data<T>() + segments_[size_t(s)].begin, grads_.data<T>() + segments_[size_t(s)].begin);
+}
+
+template <typename T>
+void Transformer<T>::bind(int s, T* pbase, T* gbase) {
+  const int64_t begin = segments_[size_t(s)].begin;
+  auto at = [&](T* base, const std::string& n) -> T* { return base ? base + (reg_.at(n).offset - begin) : nullptr; };
+  const int L = int(cfg_.layers);
+  auto set = [&](T*& param_ptr, T*& grad_ptr, const std::string& n) {
+    if (pbase) param_ptr = at(pbase, n);
+    if (gbase) grad_ptr = at(gbase, n);
+  };
+  if (s == 0) {
+    set(wte_, dwte_, llama_ ? "model.embed_tokens.weight" : "transformer.wte.weight");
+    if (!llama_) set(wpe_, dwpe_, "transformer.wpe.weight");
+    else wpe_ = dwpe_ = nullptr;
+    if (cfg_.tie_embeddings) {
+      if (pbase) head_ = wte_;
+      if (gbase) dhead_ = dwte_;
     }
-    layers_.push_back(lp);
-    layer_offset_.push_back(reg_.at(p + (llama_ ? "input_layernorm.weight" : "ln_1.weight")).offset);
+  } else if (s == L + 1) {
+    set(nfw_, dnfw_, llama_ ? "model.norm.weight" : "transformer.ln_f.weight");
+    if (!llama_) set(nfb_, dnfb_, "transformer.ln_f.bias");
+    else nfb_ = dnfb_ = nullptr;
+    if (!cfg_.tie_embeddings) set(head_, dhead_, "lm_head.weight");
+  } else {
+    const std::string p = layer_prefix(cfg_, s - 1);
+    LayerParams& lp = layers_[size_t(s - 1)];
+    T** params = &lp.n1w;  // the two halves of LayerParams have the same order
+    T** grads = &lp.dn1w;
+    static const char* kGpt2[12] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                                    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                                    "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    static const char* kLlama[12] = {"input_layernorm.weight", nullptr, "self_attn.q_proj.weight", nullptr,
+                                     "self_attn.o_proj.weight", nullptr, "post_attention_layernorm.weight", nullptr,
+                                     "mlp.gate_proj.weight", nullptr, "mlp.down_proj.weight", nullptr};
+    const char** names = llama_ ? kLlama : kGpt2;
+    for (int i = 0; i < 12; ++i) {
+      if (!names[i]) {
+        if (pbase) params[i] = nullptr;
+        if (gbase) grads[i] = nullptr;
+        continue;
+      }
+      set(params[i], grads[i], p + names[i]);
+    }
   }
-  head_frontier_ = reg_.at(llama_ ? "model.norm.weight" : "transformer.ln_f.weight").offset;
+}
+
+template <typename T>
+void Transformer<T>::use_params(int s, int next) {
+  if (store_) bind(s, store_->acquire_params(s, next), nullptr);
+}
+template <typename T>
+void Transformer<T>::done_params(int s) {
+  if (store_) store_->release_params(s);
+}
+template <typename T>
+void Transformer<T>::use_grads(int s) {
+  if (store_) bind(s, nullptr, store_->acquire_grads(s));
+}
+template <typename T>
+void Transformer<T>::done_grads(int s) {
+  if (store_) store_->grads_done(s);
 }
 
 template <typename T>
@@ -159,14 +194,28 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
 template <typename T>
 double Transformer<T>::forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale) {
   const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, V = cfg_.vocab;
+  const int L = int(cfg_.layers), head = L + 1;
+  const bool tied = cfg_.tie_embeddings;
   ctx.tokens = tokens;
+  use_params(0, 1);
   k::embedding_forward(ctx.layers[0].x_in, tokens, wte_, wpe_, B, Tn, C);
-  for (int64_t l = 0; l < cfg_.layers; ++l) {
-    T* x_out = l + 1 < cfg_.layers ? ctx.layers[size_t(l + 1)].x_in : ctx.x_final;
+  done_params(0);
+  for (int l = 0; l < L; ++l) {
+    use_params(1 + l, l + 1 < L ? 2 + l : head);
+    T* x_out = l + 1 < L ? ctx.layers[size_t(l + 1)].x_in : ctx.x_final;
     layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(l)], B);
+    done_params(1 + l);
   }
+  use_params(head, tied ? 0 : -1);
+  if (tied) use_params(0, -1);
   norm_forward(ctx.lnf, ctx.lnf_mean, ctx.lnf_rstd, ctx.x_final, nfw_, nfb_, N);
   k::linear_forward(ctx.logits, ctx.lnf, head_, static_cast<const T*>(nullptr), N, C, V);
+  // A forward for training (dscale != 0) keeps the head's parameters for
+  // backward(); otherwise they are released here.
+  if (!targets || dscale == T(0)) {
+    done_params(head);
+    if (tied) done_params(0);
+  }
   if (!targets) return 0;
   k::softmax_cross_entropy(ctx.losses, ctx.logits, targets, N, V, V, dscale);
   double sum = 0;
@@ -199,13 +248,23 @@ void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool acc
   const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, V = cfg_.vocab;
   const int64_t H = cfg_.heads, KV = cfg_.kv_heads, D = cfg_.head_dim(), F = cfg_.ffn_hidden;
   ensure_scratch(B);
-  // LM head and final norm. dlogits were left in ctx.logits by forward().
+  const int L = int(cfg_.layers), head = L + 1;
+  const bool tied = cfg_.tie_embeddings;
+  // LM head and final norm (their parameters are still held from forward).
+  // dlogits were left in ctx.logits by forward().
+  use_grads(head);
+  if (tied) use_grads(0);
   k::linear_backward(d_ln_, dhead_, static_cast<T*>(nullptr), ctx.logits, ctx.lnf, head_, N, C, V, acc);
   std::fill(d_res_, d_res_ + N * C, T(0));
   norm_backward(d_res_, dnfw_, dnfb_, d_ln_, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, N, acc);
+  done_params(head);
+  if (tied) done_params(0);
+  done_grads(head);
   // a tied head also writes wte (offset 0), which is final only at the end
   ready(head_frontier_);
-  for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
+  for (int l = L - 1; l >= 0; --l) {
+    use_params(1 + l, l > 0 ? l : -1);
+    use_grads(1 + l);
     const LayerActs<T>& a = ctx.layers[size_t(l)];
     const LayerParams& p = layers_[size_t(l)];
     if (recompute == Recompute::full) {
@@ -229,8 +288,11 @@ void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool acc
     if (llama_) k::rope_backward(d_qkv_, rope_.data(), B, Tn, H, KV, D);
     k::linear_backward(d_ln_, p.dqkvw, p.dqkvb, d_qkv_, a.ln1, p.qkvw, N, C, qkv_width_, acc);
     norm_backward(d_res_, p.dn1w, p.dn1b, d_ln_, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, N, acc);
+    done_params(1 + l);
+    done_grads(1 + l);
     ready(layer_offset_[size_t(l)]);
   }
+  if (!tied) use_grads(0);
   // The embedding gradient is a scatter-add: start from zero when not
   // accumulating, unless the tied LM head has just written the same buffer.
   if (!acc) {
@@ -238,6 +300,7 @@ void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool acc
     if (dwpe_) std::fill(dwpe_, dwpe_ + Tn * C, T(0));
   }
   k::embedding_backward(dwte_, dwpe_, d_res_, ctx.tokens, B, Tn, C);
+  done_grads(0);
   ready(0);
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/recipe.hpp"
+#include "core/segment_storage.hpp"
 #include "core/tensor.hpp"
 #include "model/params.hpp"
 
@@ -49,7 +50,15 @@ struct Activations {
 template <typename T>
 class Transformer {
  public:
-  Transformer(const ModelConfig& cfg, uint64_t seed);
+  // full_buffers = false: no flat parameter/gradient buffers of the whole
+  // model (ZeRO 3 keeps shards); a SegmentStorage must then be set.
+  Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers = true);
+
+  // Segments of the flat buffer: 0 embeddings, 1 + l layer l, layers + 1 the
+  // final norm and (untied) head. See core/segment_storage.hpp.
+  const std::vector<Segment>& segments() const { return segments_; }
+  // nullptr: use the model's own full buffers.
+  void set_storage(SegmentStorage<T>* store) { store_ = store; }
 
   const ModelConfig& config() const { return cfg_; }
   const ParamRegistry& registry() const { return reg_; }
@@ -90,6 +99,15 @@ class Transformer {
   std::vector<LayerParams> layers_;
   std::vector<int64_t> layer_offset_;  // flat offset of each layer's first parameter
   int64_t head_frontier_ = 0;          // first offset after the layers (final norm, untied head)
+  std::vector<Segment> segments_;
+  SegmentStorage<T>* store_ = nullptr;
+  // Points the parameter (pbase) and/or gradient (gbase) pointers of segment
+  // s at storage whose first element is the segment's first element.
+  void bind(int s, T* pbase, T* gbase);
+  void use_params(int s, int next);
+  void done_params(int s);
+  void use_grads(int s);
+  void done_grads(int s);
   T *wte_, *wpe_, *nfw_, *nfb_, *head_;
   T *dwte_, *dwpe_, *dnfw_, *dnfb_, *dhead_;
   std::vector<double> rope_;

@@ -22,6 +22,7 @@
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/data_parallel.hpp"
+#include "parallel/zero_storage.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 
 namespace trident::launch {
@@ -118,7 +119,6 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
                par.tensor, par.pipeline, world_size);
   if (par.tensor > 1) fail_input("{}: key 'parallel.tensor': tensor parallelism is not implemented yet; expected 1, found {}", rc.source, par.tensor);
   if (par.pipeline > 1) fail_input("{}: key 'parallel.pipeline': pipeline parallelism is not implemented yet; expected 1, found {}", rc.source, par.pipeline);
-  if (par.zero > 1) fail_input("{}: key 'parallel.zero': ZeRO stages 2 and 3 are not implemented yet; expected 0 or 1, found {}", rc.source, par.zero);
   parallel::Communicator* dp = nullptr;
   if (world) {
     groups = std::make_unique<parallel::ProcessGroups>(
@@ -151,11 +151,35 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
                  rc.source);
   }
 
-  // Model and optimizer.
-  model::Transformer<float> net(m, uint64_t(rc.seed));
+  // Model, data parallelism / ZeRO, optimizer. ZeRO 0-1: the model owns full
+  // buffers and GradientSync reduces buckets; ZeRO 2-3: ZeroStorage owns the
+  // shards and serves the model segment by segment.
+  const int zero = int(par.zero);
+  model::Transformer<float> net(m, uint64_t(rc.seed), /*full_buffers=*/zero < 2);
+  const int64_t n_params = net.registry().total();
   auto ctx = net.make_activations(B, recompute);
-  parallel::GradientSync sync(dp, net.registry().total(), DType::f32, int(par.zero), par.bucket_bytes);
-  optim::AdamW<float> opt(net.registry(), rc.optim, sync.shard_begin(), sync.shard_end());
+  std::unique_ptr<parallel::GradientSync> sync;
+  std::unique_ptr<parallel::ZeroStorage> zstore;
+  int64_t shard_begin = 0, shard_end = n_params;
+  std::vector<int64_t> shard_counts;
+  float *param_shard = nullptr, *grad_shard = nullptr;  // element shard_begin of this rank's shard
+  if (zero < 2) {
+    sync = std::make_unique<parallel::GradientSync>(dp, n_params, DType::f32, zero, par.bucket_bytes);
+    shard_begin = sync->shard_begin(), shard_end = sync->shard_end(), shard_counts = sync->shard_counts();
+    param_shard = net.params().data<float>() + shard_begin;
+    grad_shard = net.grads().data<float>() + shard_begin;
+  } else {
+    zstore = std::make_unique<parallel::ZeroStorage>(dp, net.segments(), n_params, zero);
+    net.set_storage(zstore.get());
+    shard_begin = zstore->shard_begin(), shard_end = zstore->shard_end(), shard_counts = zstore->shard_counts();
+    if (zero == 2)
+      net.registry().initialize(zstore->full_params().data<float>(), uint64_t(rc.seed));
+    else  // each rank generates only its shard: Philox by global index
+      net.registry().initialize_range(zstore->param_shard(), shard_begin, shard_end, uint64_t(rc.seed));
+    param_shard = zstore->param_shard();
+    grad_shard = zstore->grad_shard();
+  }
+  optim::AdamW<float> opt(net.registry(), rc.optim, shard_begin, shard_end);
   const double flops_tok = model::flops_per_token(m);
   const double peak = rc.log.peak_flops > 0 ? rc.log.peak_flops : measure_gemm_peak();
   const MemStats mem0 = HostAllocator::instance().stats();
@@ -164,12 +188,13 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
             rc.source, m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, T, V, double(net.registry().total()) / 1e6);
   log::info("batch: global {} = micro {} x {} accumulation steps | recompute {} | {} threads | {}", rc.train.global_batch,
             B, micro_steps, rc.train.recompute, threads, kernels::cpu_gemm_backend());
-  const double P = double(net.registry().total()), d = double(par.data);
-  log::info("data parallel {} x ZeRO {} | bucket {} | per rank: params {} grads {} optimizer {} activations {} "
-            "(ZeRO formula: params 4P = {}, grads 4P = {}, optimizer {} = {})",
-            par.data, par.zero, mib(par.bucket_bytes), mib(mem0.current[0]), mib(mem0.current[1]),
-            mib(mem0.current[2]), mib(mem0.current[3]), mib(int64_t(4 * P)), mib(int64_t(4 * P)),
-            par.zero >= 1 ? "8P/d" : "8P", mib(int64_t(par.zero >= 1 ? 8 * P / d : 8 * P)));
+  const double P = double(n_params), d = double(par.data);
+  log::info("data parallel {} x ZeRO {} | per rank: params {} grads {} optimizer {} activations {} | ZeRO formula: "
+            "params {} = {}, grads {} = {}, optimizer {} = {}",
+            par.data, zero, mib(mem0.current[0]), mib(mem0.current[1]), mib(mem0.current[2]), mib(mem0.current[3]),
+            zero >= 3 ? "4P/d" : "4P", mib(int64_t(zero >= 3 ? 4 * P / d : 4 * P)), zero >= 2 ? "4P/d" : "4P",
+            mib(int64_t(zero >= 2 ? 4 * P / d : 4 * P)), zero >= 1 ? "8P/d" : "8P",
+            mib(int64_t(zero >= 1 ? 8 * P / d : 8 * P)));
   log::info("model FLOPs/token {:.4g} | MFU reference {:.1f} GFLOP/s ({})", flops_tok, peak / 1e9,
             rc.log.peak_flops > 0 ? "log.peak_flops" : "measured sgemm");
   if (rc.data.synthetic)
@@ -206,10 +231,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
 
   TrainSummary out;
   out.entropy_floor = floor;
-  float* P_ = net.params().data<float>();
-  float* G = net.grads().data<float>();
-  const int64_t n_params = net.registry().total();
-  auto on_ready = [&](int64_t frontier) { sync.grads_ready(net.grads(), frontier); };
+  auto on_ready = [&](int64_t frontier) { sync->grads_ready(net.grads(), frontier); };
   const float dscale = float(1.0 / double(rc.train.global_batch * T));
   const double tokens_per_step = double(rc.train.global_batch * T);
   double timed_seconds = 0, timed_steps = 0;
@@ -222,26 +244,29 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     for (int64_t micro = 0; micro < micro_steps; ++micro) {
       // this rank's slice of the global batch: samples [dp_rank * rank_batch, ...) of the step
       load_batch(uint64_t(step * rc.train.global_batch + dp_rank * rank_batch + micro * B), false);
-      loss_sum += net.forward(*ctx, tokens.data(), targets.data(), dscale);
       const bool last = micro + 1 == micro_steps;  // reduce once per step
+      if (zstore) zstore->begin_backward(micro_steps > 1, last);
+      loss_sum += net.forward(*ctx, tokens.data(), targets.data(), dscale);
       net.backward(*ctx, recompute, /*accumulate=*/micro > 0,  // the first micro-batch overwrites
-                   last ? std::function<void(int64_t)>(on_ready) : std::function<void(int64_t)>());
+                   last && sync ? std::function<void(int64_t)>(on_ready) : std::function<void(int64_t)>());
     }
-    sync.finish(net.grads());
-    const double loss = sync.sum(loss_sum) / tokens_per_step;
-    // the true global norm: ZeRO 1 ranks hold disjoint reduced shards
-    const double local_sq = optim::sum_of_squares(G + sync.shard_begin(), sync.shard_end() - sync.shard_begin());
-    const double gnorm = std::sqrt(par.zero >= 1 ? sync.sum(local_sq) : local_sq);
+    if (sync) sync->finish(net.grads());
+    else zstore->finish_step();
+    const double loss = parallel::sum_over(dp, loss_sum) / tokens_per_step;
+    // the true global norm: with ZeRO >= 1 ranks hold disjoint reduced shards
+    const double local_sq = optim::sum_of_squares(grad_shard, shard_end - shard_begin);
+    const double gnorm = std::sqrt(zero >= 1 ? parallel::sum_over(dp, local_sq) : local_sq);
     if (step == 0 && opts.capture_step1_grads) {
-      Tensor full = Tensor::empty({n_params}, DType::f32, MemCategory::other);
-      std::memcpy(full.raw(), G, full.nbytes());
-      if (par.zero >= 1 && dp) dp->all_gather(full, {sync.shard_counts()})->wait();
+      Tensor full = Tensor::zeros({n_params}, DType::f32, MemCategory::other);
+      std::memcpy(full.data<float>() + shard_begin, grad_shard, size_t(shard_end - shard_begin) * sizeof(float));
+      if (zero >= 1 && dp) dp->all_gather(full, {shard_counts})->wait();
       out.step1_grads.assign(full.data<float>(), full.data<float>() + n_params);
     }
     const double lr = optim::learning_rate(rc.optim, step, rc.train.steps);
-    opt.step(P_, G, lr, step + 1, optim::clip_scale(gnorm, rc.optim.grad_clip));
-    sync.gather_params(net.params());
-    const double comm_wait = sync.take_wait_seconds();
+    opt.step(param_shard, grad_shard, lr, step + 1, optim::clip_scale(gnorm, rc.optim.grad_clip));
+    if (sync) sync->gather_params(net.params());
+    else zstore->gather_params();
+    const double comm_wait = sync ? sync->take_wait_seconds() : zstore->take_wait_seconds();
     out.comm_wait_s += comm_wait;
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     if (step > 0 || rc.train.steps == 1) timed_seconds += dt, timed_steps += 1;

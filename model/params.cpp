@@ -1,6 +1,7 @@
 // Parameter registry: names, shapes, layout and initialisation.
 #include "model/params.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/philox.hpp"
@@ -69,18 +70,22 @@ const ParamSpec& ParamRegistry::at(const std::string& name) const {
 }
 
 template <typename T>
-void ParamRegistry::initialize(T* buf, uint64_t seed) const {
+void ParamRegistry::initialize_range(T* out, int64_t begin, int64_t end, uint64_t seed) const {
   for (const auto& p : params_) {
-    T* dst = buf + p.offset;
+    const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
+    if (hi <= lo) continue;
+    T* dst = out + (lo - begin);
     switch (p.init) {
-      case InitKind::zeros: std::fill(dst, dst + p.numel, T(0)); break;
-      case InitKind::ones: std::fill(dst, dst + p.numel, T(1)); break;
-      case InitKind::normal: philox_fill_normal(dst, 0, p.numel, philox_key(seed, p.name), 0.0, p.init_std); break;
+      case InitKind::zeros: std::fill(dst, dst + (hi - lo), T(0)); break;
+      case InitKind::ones: std::fill(dst, dst + (hi - lo), T(1)); break;
+      case InitKind::normal:
+        philox_fill_normal(dst, uint64_t(lo - p.offset), hi - lo, philox_key(seed, p.name), 0.0, p.init_std);
+        break;
     }
   }
 }
 
-template void ParamRegistry::initialize<float>(float*, uint64_t) const;
-template void ParamRegistry::initialize<double>(double*, uint64_t) const;
+template void ParamRegistry::initialize_range<float>(float*, int64_t, int64_t, uint64_t) const;
+template void ParamRegistry::initialize_range<double>(double*, int64_t, int64_t, uint64_t) const;
 
 }  // namespace trident::model

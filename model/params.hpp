@@ -41,7 +41,11 @@ class ParamRegistry {
   int64_t total() const { return total_; }
   // Fills buf (this registry's layout) from Philox keyed by (seed, name).
   template <typename T>
-  void initialize(T* buf, uint64_t seed) const;
+  void initialize(T* buf, uint64_t seed) const { initialize_range(buf, 0, total_, seed); }
+  // Elements [begin, end) of the flat buffer into dst (dst[0] = element
+  // begin): a ZeRO shard generates exactly the single-rank model's values.
+  template <typename T>
+  void initialize_range(T* dst, int64_t begin, int64_t end, uint64_t seed) const;
 
  private:
   void add(std::string name, Shape shape, ParamKind kind, InitKind init, double std = 0);

@@ -70,8 +70,8 @@ void AdamW<T>::step(T* params, const T* grads, double lr, int64_t step, double g
   for (const Range& r : ranges_) {
     kernels::AdamWParams hp{lr, cfg_.betas[0], cfg_.betas[1], cfg_.eps, r.decay ? cfg_.weight_decay : 0.0, step,
                             grad_scale};
-    kernels::adamw_update(params + r.offset, m_.data<T>() + (r.offset - begin_), v_.data<T>() + (r.offset - begin_),
-                          grads + r.offset, r.size, hp);
+    const int64_t o = r.offset - begin_;
+    kernels::adamw_update(params + o, m_.data<T>() + o, v_.data<T>() + o, grads + o, r.size, hp);
   }
 }
 

@@ -33,9 +33,10 @@ class AdamW {
   // State for elements [begin, end) of the flat buffer (ZeRO: this rank's
   // shard); end < 0 means the whole buffer.
   AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg, int64_t begin = 0, int64_t end = -1);
-  // One step over [begin, end) of the full-size buffers params and grads;
-  // `step` counts from 1. Gradients are read as grad_scale * grads (clipping
-  // without a separate pass).
+  // One step over elements [begin, end): params and grads point at element
+  // `begin` (a shard's own buffers, or full buffers + begin). `step` counts
+  // from 1. Gradients are read as grad_scale * grads (clipping without a
+  // separate pass).
   void step(T* params, const T* grads, double lr, int64_t step, double grad_scale = 1.0);
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }

@@ -66,13 +66,15 @@ void GradientSync::finish(const Tensor& grads) {
                 recv_.nbytes());
 }
 
-double GradientSync::sum(double local) {
-  if (!dp_) return local;
+double sum_over(Communicator* group, double local) {
+  if (!group || group->size() == 1) return local;
   Tensor t = Tensor::empty({1}, DType::f64, MemCategory::comm);
   t.data<double>()[0] = local;
-  dp_->all_reduce(t)->wait();
+  group->all_reduce(t)->wait();
   return t.data<double>()[0];
 }
+
+double GradientSync::sum(double local) { return sum_over(dp_, local); }
 
 void GradientSync::gather_params(const Tensor& params) {
   if (!dp_ || zero_ == 0) return;

@@ -29,6 +29,9 @@ struct Bucket {
   int64_t begin, end;  // elements of the flat buffer
 };
 
+// Sum of a per-rank scalar over the group (the scalar itself without a group).
+double sum_over(Communicator* group, double local);
+
 // Buckets of at most `elems` elements, from the end of [0, numel) backwards.
 std::vector<Bucket> make_buckets(int64_t numel, int64_t elems);
 

@@ -1,0 +1,156 @@
+// ZeRO stages 2 and 3 (see zero_storage.hpp).
+#include "parallel/zero_storage.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace trident::parallel {
+
+ZeroStorage::ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_t numel, int stage)
+    : dp_(dp && dp->size() > 1 ? dp : nullptr), segments_(std::move(segments)), stage_(stage) {
+  TRIDENT_CHECK(stage == 2 || stage == 3, "ZeroStorage serves stages 2 and 3, not {}", stage);
+  const int n = dp_ ? dp_->size() : 1, r = dp_ ? dp_->rank() : 0;
+  counts_ = split_counts(numel, n, {});
+  for (int q = 0; q < r; ++q) shard_begin_ += counts_[size_t(q)];
+  shard_end_ = shard_begin_ + counts_[size_t(r)];
+  params_ = Tensor::empty({stage == 2 ? numel : shard_end_ - shard_begin_}, DType::f32, MemCategory::params);
+  grad_shard_ = Tensor::zeros({shard_end_ - shard_begin_}, DType::f32, MemCategory::grads);
+}
+
+ZeroStorage::~ZeroStorage() {
+  for (auto& w : reducing_)
+    if (w.work) w.work->wait();
+  for (auto& [s, w] : param_windows_)
+    if (w.work) w.work->wait();
+}
+
+float* ZeroStorage::param_shard() {
+  return stage_ == 2 ? params_.data<float>() + shard_begin_ : params_.data<float>();
+}
+
+std::vector<int64_t> ZeroStorage::counts_for(const Segment& seg) const {
+  std::vector<int64_t> out(counts_.size());
+  int64_t s = 0;
+  for (size_t q = 0; q < counts_.size(); ++q) {
+    out[q] = std::max<int64_t>(0, std::min(seg.end, s + counts_[q]) - std::max(seg.begin, s));
+    s += counts_[q];
+  }
+  return out;
+}
+
+void ZeroStorage::wait(Window& w) {
+  if (!w.work) return;
+  auto t0 = std::chrono::steady_clock::now();
+  w.work->wait();
+  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  w.work.reset();
+}
+
+double ZeroStorage::take_wait_seconds() {
+  double s = wait_s_;
+  wait_s_ = 0;
+  return s;
+}
+
+// ---- parameters ----
+
+void ZeroStorage::start_gather(int s) {
+  const Segment& seg = segments_[size_t(s)];
+  Window w;
+  w.buf = Tensor::empty({seg.size()}, DType::f32, MemCategory::params);
+  const int64_t lo = std::max(seg.begin, shard_begin_), hi = std::min(seg.end, shard_end_);
+  if (hi > lo)
+    std::memcpy(w.buf.data<float>() + (lo - seg.begin), params_.data<float>() + (lo - shard_begin_),
+                size_t(hi - lo) * sizeof(float));
+  if (dp_) w.work = dp_->all_gather(w.buf, {counts_for(seg)});
+  param_windows_[s] = std::move(w);
+}
+
+float* ZeroStorage::acquire_params(int s, int next) {
+  if (stage_ == 2) return params_.data<float>() + segments_[size_t(s)].begin;
+  if (!param_windows_.count(s)) start_gather(s);
+  Window& w = param_windows_.at(s);
+  if (next >= 0 && !param_windows_.count(next)) start_gather(next);  // prefetch
+  wait(w);
+  return w.buf.data<float>();
+}
+
+void ZeroStorage::release_params(int s) {
+  if (stage_ == 2) return;
+  auto it = param_windows_.find(s);
+  TRIDENT_CHECK(it != param_windows_.end(), "release of segment {} that was not acquired", s);
+  wait(it->second);
+  param_windows_.erase(it);
+}
+
+void ZeroStorage::gather_params() {
+  if (stage_ != 2 || !dp_) return;
+  auto t0 = std::chrono::steady_clock::now();
+  dp_->all_gather(params_, {counts_})->wait();
+  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ---- gradients ----
+
+void ZeroStorage::begin_backward(bool accumulating, bool last_micro) {
+  accumulating_ = accumulating;
+  last_micro_ = last_micro;
+  if (accumulating_ && !accum_.defined())
+    accum_ = Tensor::empty({segments_.back().end}, DType::f32, MemCategory::grads);
+}
+
+float* ZeroStorage::acquire_grads(int s) {
+  const Segment& seg = segments_[size_t(s)];
+  if (accumulating_) return accum_.data<float>() + seg.begin;
+  retire_grad_windows(2);  // bound the windows in flight
+  Tensor w = Tensor::empty({seg.size()}, DType::f32, MemCategory::grads);
+  float* p = w.data<float>();
+  grad_windows_[s] = std::move(w);
+  return p;
+}
+
+void ZeroStorage::reduce(int s, const Tensor& g) {
+  const Segment& seg = segments_[size_t(s)];
+  const int64_t lo = std::max(seg.begin, shard_begin_), hi = std::min(seg.end, shard_end_);
+  Window w;
+  w.buf = g;
+  if (!dp_) {
+    if (hi > lo)
+      std::memcpy(grad_shard() + (lo - shard_begin_), g.data<float>() + (lo - seg.begin), size_t(hi - lo) * 4);
+  } else {
+    Tensor out = grad_shard_.view(hi > lo ? lo - shard_begin_ : 0, {std::max<int64_t>(0, hi - lo)});
+    w.work = dp_->reduce_scatter(out, g, {ReduceOp::sum, counts_for(seg)});
+  }
+  reducing_.push_back(std::move(w));
+}
+
+void ZeroStorage::grads_done(int s) {
+  const Segment& seg = segments_[size_t(s)];
+  if (accumulating_) {
+    if (last_micro_) reduce(s, accum_.view(seg.begin, {seg.size()}));
+    return;
+  }
+  auto it = grad_windows_.find(s);
+  TRIDENT_CHECK(it != grad_windows_.end(), "grads_done of segment {} that was not acquired", s);
+  reduce(s, it->second);
+  grad_windows_.erase(it);
+  for (auto& w : reducing_)
+    if (w.work) w.work->is_completed();  // drive progress
+}
+
+void ZeroStorage::retire_grad_windows(size_t keep) {
+  while (reducing_.size() > keep) {
+    wait(reducing_.front());
+    reducing_.erase(reducing_.begin());
+  }
+}
+
+void ZeroStorage::finish_step() {
+  retire_grad_windows(0);
+  if (last_micro_) accum_ = Tensor();  // release the accumulation buffer
+}
+
+}  // namespace trident::parallel

@@ -1,0 +1,88 @@
+// ZeRO stages 2 and 3 as a SegmentStorage (core/segment_storage.hpp): the
+// model asks for one segment (embeddings, a layer, the head) at a time.
+//
+// Shards: rank r owns the contiguous range [shard_begin, shard_end) of the
+// flat buffer (equal split), for optimizer state (8P/d), gradients (4P/d)
+// and, in stage 3, parameters (4P/d).
+//
+// Gradients (stages 2, 3): with one micro-batch per step, acquire_grads(s)
+// hands out a window the size of segment s; grads_done(s) reduce-scatters it
+// asynchronously straight into the owners' gradient shards, and the window
+// is freed when that completes (at most two windows in flight, plus the
+// embeddings' window, which a tied head keeps for the whole backward). With
+// gradient accumulation (several micro-batches), gradients accumulate in a
+// full-size buffer for the step and are reduce-scattered once, during the
+// last micro-batch's backward: that costs a transient 4P bytes; the
+// alternative, reducing every micro-batch, costs a reduction per micro-batch.
+//
+// Parameters: stage 2 keeps a full replica (gathered after each step);
+// stage 3 keeps only the shard: acquire_params(s, next) all-gathers segment
+// s into a window (or waits for the prefetch already issued for it) and
+// issues the gather of `next` early; release_params(s) frees the window.
+// All ranks run the same model code, so every rank issues the same
+// collectives in the same order.
+#pragma once
+#include <map>
+#include <vector>
+
+#include "core/segment_storage.hpp"
+#include "parallel/communicator.hpp"
+
+namespace trident::parallel {
+
+class ZeroStorage : public SegmentStorage<float> {
+ public:
+  ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_t numel, int stage);
+  ~ZeroStorage() override;
+
+  int64_t shard_begin() const { return shard_begin_; }
+  int64_t shard_end() const { return shard_end_; }
+  const std::vector<int64_t>& shard_counts() const { return counts_; }
+  // This rank's parameter shard: the full replica + shard_begin (stage 2) or
+  // the shard itself (stage 3). Fill it with the initial values.
+  float* param_shard();
+  float* grad_shard() { return grad_shard_.data<float>(); }
+  // stage 2: the full parameter replica.
+  Tensor& full_params() { return params_; }
+
+  // Before each backward: whether gradients accumulate over several
+  // micro-batches this step, and whether this is the step's last one.
+  void begin_backward(bool accumulating, bool last_micro);
+  // After the last backward of a step: wait for every reduction.
+  void finish_step();
+  // stage 2: all-gather the updated shards into the replica.
+  void gather_params();
+  double take_wait_seconds();
+
+  float* acquire_params(int s, int next) override;
+  void release_params(int s) override;
+  float* acquire_grads(int s) override;
+  void grads_done(int s) override;
+
+ private:
+  struct Window {
+    Tensor buf;
+    WorkPtr work;  // gather (params) or reduce-scatter (grads) in flight
+  };
+  std::vector<int64_t> counts_for(const Segment& seg) const;
+  void start_gather(int s);
+  void reduce(int s, const Tensor& grads_of_segment);
+  void wait(Window& w);
+  void retire_grad_windows(size_t keep);
+
+  Communicator* dp_;
+  std::vector<Segment> segments_;
+  int stage_;
+  std::vector<int64_t> counts_;
+  int64_t shard_begin_ = 0, shard_end_ = 0;
+  Tensor params_;      // stage 2: full replica; stage 3: shard
+  Tensor grad_shard_;  // 4P/d
+  Tensor accum_;       // full gradients while accumulating over micro-batches
+  bool accumulating_ = false, last_micro_ = true;
+  std::map<int, Window> param_windows_;
+  std::map<int, Tensor> grad_windows_;  // acquired, not yet done
+  std::vector<Window> reducing_;        // done, reduction in flight (oldest first)
+  double wait_s_ = 0;
+};
+
+}  // namespace trident::parallel

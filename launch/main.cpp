@@ -63,7 +63,13 @@ int cmd_train(const std::vector<std::string>& args) {
   }
   if (recipe.empty()) fail_input("train: missing RECIPE.yaml (try configs/demo.yaml)");
   parallel::MpiRuntime mpi(g_argc, g_argv);  // a singleton world when not launched by mpirun/srun
-  Recipe rc = load_recipe(recipe, sets, mpi.world());
+  Recipe rc;
+  try {
+    rc = load_recipe(recipe, sets, mpi.world());
+  } catch (const InputError&) {
+    if (mpi.rank() != 0) return kExitBadInput;  // every rank reads the same recipe: rank 0 reports it once
+    throw;
+  }
   launch::train(rc);
   return 0;
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Data-parallel scaling on this machine: the same recipe trained by 1 rank and
-# by 2 ranks (one thread each, so the work per core is the same), ZeRO 0 and
-# 1. Prints tokens/s, the time per step blocked on communication, and the
-# scaling efficiency tokens/s(2 ranks) / (2 x tokens/s(1 rank)).
+# by 2 ranks (one thread each, so the work per core is the same), for ZeRO
+# stages 0-3 (ZERO_STAGES="0 1 2 3"). Prints tokens/s, the time per step
+# blocked on communication, and the scaling efficiency
+# tokens/s(2 ranks) / (2 x tokens/s(1 rank)).
 # Usage: bench/data_parallel.sh [RECIPE] [extra --set ...]   (default gpt2-124m
 # at sequence 64, micro-batch 4, 4 micro-batches per rank per step)
 set -euo pipefail
@@ -31,7 +32,7 @@ print(f"{tps:.1f} {wait:.3f} {step:.3f}")
 PY
 }
 printf '%-6s %-5s %12s %14s %10s %11s\n' ranks zero tokens/s comm_wait_s step_s efficiency
-for zero in 0 1; do
+for zero in ${ZERO_STAGES:-0 1 2 3}; do
   read -r t1 w1 s1 < <(run 1 "$zero")
   read -r t2 w2 s2 < <(run 2 "$zero")
   printf '%-6s %-5s %12s %14s %10s %11s\n' 1 "$zero" "$t1" "$w1" "$s1" "-"

@@ -20,6 +20,21 @@ ZeroStorage::ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_
   grad_shard_ = Tensor::zeros({shard_end_ - shard_begin_}, DType::f32, MemCategory::grads);
 }
 
+Tensor ZeroStorage::take(int64_t n, MemCategory cat) {
+  auto& pool = pool_[cat == MemCategory::params ? 0 : 1];
+  size_t best = pool.size();  // the smallest pooled buffer that fits
+  for (size_t i = 0; i < pool.size(); ++i)
+    if (pool[i].numel() >= n && (best == pool.size() || pool[i].numel() < pool[best].numel())) best = i;
+  if (best == pool.size()) return Tensor::empty({n}, DType::f32, cat);
+  Tensor t = pool[best];
+  pool.erase(pool.begin() + long(best));
+  return t;
+}
+
+void ZeroStorage::give_back(Tensor base, MemCategory cat) {
+  if (base.defined()) pool_[cat == MemCategory::params ? 0 : 1].push_back(std::move(base));
+}
+
 ZeroStorage::~ZeroStorage() {
   for (auto& w : reducing_)
     if (w.work) w.work->wait();
@@ -60,29 +75,32 @@ double ZeroStorage::take_wait_seconds() {
 void ZeroStorage::start_gather(int s) {
   const Segment& seg = segments_[size_t(s)];
   Window w;
-  w.buf = Tensor::empty({seg.size()}, DType::f32, MemCategory::params);
+  w.base = take(seg.size(), MemCategory::params);
+  w.buf = w.base.view(0, {seg.size()});
   const int64_t lo = std::max(seg.begin, shard_begin_), hi = std::min(seg.end, shard_end_);
   if (hi > lo)
     std::memcpy(w.buf.data<float>() + (lo - seg.begin), params_.data<float>() + (lo - shard_begin_),
                 size_t(hi - lo) * sizeof(float));
-  if (dp_) w.work = dp_->all_gather(w.buf, {counts_for(seg)});
+  w.work = dp_->all_gather(w.buf, {counts_for(seg)});
   param_windows_[s] = std::move(w);
 }
 
 float* ZeroStorage::acquire_params(int s, int next) {
-  if (stage_ == 2) return params_.data<float>() + segments_[size_t(s)].begin;
+  // stage 2 keeps a replica; one rank's shard is the whole buffer
+  if (stage_ == 2 || !dp_) return params_.data<float>() + (segments_[size_t(s)].begin - (stage_ == 2 ? 0 : shard_begin_));
   if (!param_windows_.count(s)) start_gather(s);
-  Window& w = param_windows_.at(s);
   if (next >= 0 && !param_windows_.count(next)) start_gather(next);  // prefetch
+  Window& w = param_windows_.at(s);
   wait(w);
   return w.buf.data<float>();
 }
 
 void ZeroStorage::release_params(int s) {
-  if (stage_ == 2) return;
+  if (stage_ == 2 || !dp_) return;
   auto it = param_windows_.find(s);
   TRIDENT_CHECK(it != param_windows_.end(), "release of segment {} that was not acquired", s);
   wait(it->second);
+  give_back(std::move(it->second.base), MemCategory::params);
   param_windows_.erase(it);
 }
 
@@ -96,7 +114,7 @@ void ZeroStorage::gather_params() {
 // ---- gradients ----
 
 void ZeroStorage::begin_backward(bool accumulating, bool last_micro) {
-  accumulating_ = accumulating;
+  accumulating_ = accumulating && dp_;  // one rank accumulates straight into its (whole) shard
   last_micro_ = last_micro;
   if (accumulating_ && !accum_.defined())
     accum_ = Tensor::empty({segments_.back().end}, DType::f32, MemCategory::grads);
@@ -104,38 +122,39 @@ void ZeroStorage::begin_backward(bool accumulating, bool last_micro) {
 
 float* ZeroStorage::acquire_grads(int s) {
   const Segment& seg = segments_[size_t(s)];
+  if (!dp_) return grad_shard() + seg.begin;
   if (accumulating_) return accum_.data<float>() + seg.begin;
   retire_grad_windows(2);  // bound the windows in flight
-  Tensor w = Tensor::empty({seg.size()}, DType::f32, MemCategory::grads);
-  float* p = w.data<float>();
+  Window w;
+  w.base = take(seg.size(), MemCategory::grads);
+  w.buf = w.base.view(0, {seg.size()});
+  float* p = w.buf.data<float>();
   grad_windows_[s] = std::move(w);
   return p;
 }
 
-void ZeroStorage::reduce(int s, const Tensor& g) {
+void ZeroStorage::reduce(int s, Window w) {
   const Segment& seg = segments_[size_t(s)];
   const int64_t lo = std::max(seg.begin, shard_begin_), hi = std::min(seg.end, shard_end_);
-  Window w;
-  w.buf = g;
-  if (!dp_) {
-    if (hi > lo)
-      std::memcpy(grad_shard() + (lo - shard_begin_), g.data<float>() + (lo - seg.begin), size_t(hi - lo) * 4);
-  } else {
-    Tensor out = grad_shard_.view(hi > lo ? lo - shard_begin_ : 0, {std::max<int64_t>(0, hi - lo)});
-    w.work = dp_->reduce_scatter(out, g, {ReduceOp::sum, counts_for(seg)});
-  }
+  Tensor out = grad_shard_.view(hi > lo ? lo - shard_begin_ : 0, {std::max<int64_t>(0, hi - lo)});
+  w.work = dp_->reduce_scatter(out, w.buf, {ReduceOp::sum, counts_for(seg)});
   reducing_.push_back(std::move(w));
 }
 
 void ZeroStorage::grads_done(int s) {
+  if (!dp_) return;
   const Segment& seg = segments_[size_t(s)];
   if (accumulating_) {
-    if (last_micro_) reduce(s, accum_.view(seg.begin, {seg.size()}));
+    if (last_micro_) {
+      Window w;
+      w.buf = accum_.view(seg.begin, {seg.size()});
+      reduce(s, std::move(w));
+    }
     return;
   }
   auto it = grad_windows_.find(s);
   TRIDENT_CHECK(it != grad_windows_.end(), "grads_done of segment {} that was not acquired", s);
-  reduce(s, it->second);
+  reduce(s, std::move(it->second));
   grad_windows_.erase(it);
   for (auto& w : reducing_)
     if (w.work) w.work->is_completed();  // drive progress
@@ -144,6 +163,7 @@ void ZeroStorage::grads_done(int s) {
 void ZeroStorage::retire_grad_windows(size_t keep) {
   while (reducing_.size() > keep) {
     wait(reducing_.front());
+    give_back(std::move(reducing_.front().base), MemCategory::grads);
     reducing_.erase(reducing_.begin());
   }
 }

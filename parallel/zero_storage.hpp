@@ -20,7 +20,9 @@
 // s into a window (or waits for the prefetch already issued for it) and
 // issues the gather of `next` early; release_params(s) frees the window.
 // All ranks run the same model code, so every rank issues the same
-// collectives in the same order.
+// collectives in the same order. Window buffers are pooled and reused. With a
+// single rank there is nothing to gather or reduce: segments are served
+// straight from the shard (which is then the whole buffer).
 #pragma once
 #include <map>
 #include <vector>
@@ -61,12 +63,18 @@ class ZeroStorage : public SegmentStorage<float> {
 
  private:
   struct Window {
-    Tensor buf;
+    Tensor base;   // pooled buffer (returned to the pool when the window retires)
+    Tensor buf;    // the segment's view of it
     WorkPtr work;  // gather (params) or reduce-scatter (grads) in flight
   };
+  // Window buffers are pooled per category: allocating fresh memory for every
+  // window would page-fault it in again on every use.
+  Tensor take(int64_t n, MemCategory cat);
+  void give_back(Tensor base, MemCategory cat);
+  std::vector<Tensor> pool_[2];  // params, grads
   std::vector<int64_t> counts_for(const Segment& seg) const;
   void start_gather(int s);
-  void reduce(int s, const Tensor& grads_of_segment);
+  void reduce(int s, Window w);
   void wait(Window& w);
   void retire_grad_windows(size_t keep);
 
@@ -80,7 +88,7 @@ class ZeroStorage : public SegmentStorage<float> {
   Tensor accum_;       // full gradients while accumulating over micro-batches
   bool accumulating_ = false, last_micro_ = true;
   std::map<int, Window> param_windows_;
-  std::map<int, Tensor> grad_windows_;  // acquired, not yet done
+  std::map<int, Window> grad_windows_;  // acquired, not yet done
   std::vector<Window> reducing_;        // done, reduction in flight (oldest first)
   double wait_s_ = 0;
 };

@@ -374,6 +374,13 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
                                                 mesh_fits(world)));
   if (m.heads % p.tensor != 0)
     r.inconsistent("parallel.tensor", fmt::format("heads({}) % tensor({}) != 0", m.heads, p.tensor));
+  // KV heads are split when there are at least `tensor` of them, replicated otherwise
+  if (m.kv_heads >= p.tensor && m.kv_heads % p.tensor != 0)
+    r.inconsistent("parallel.tensor", fmt::format("kv_heads({}) % tensor({}) != 0", m.kv_heads, p.tensor));
+  if (m.kv_heads < p.tensor && p.tensor % m.kv_heads != 0)
+    r.inconsistent("parallel.tensor", fmt::format("tensor({}) % kv_heads({}) != 0 (fewer KV heads than tensor ranks "
+                                                  "are replicated, which needs tensor to be a multiple)",
+                                                  p.tensor, m.kv_heads));
   if (m.layers % (p.pipeline * p.virtual_stages) != 0)
     r.inconsistent("parallel.pipeline", fmt::format("layers({}) % (pipeline({}) x virtual_stages({})) != 0",
                                                     m.layers, p.pipeline, p.virtual_stages));

@@ -79,6 +79,12 @@ TEST(Topology, RecipeValidationMessages) {
   EXPECT_EQ(err({"parallel.data=4"}, 4), "no error");
   EXPECT_NE(err({"parallel.data=8"}, 8).find("global_batch(8) % (micro_batch(2) x data(8)) = 8 != 0"), std::string::npos);
   EXPECT_NE(err({"parallel.tensor=3"}, 3).find("heads(4) % tensor(3) != 0"), std::string::npos);
+  // kv heads: split when >= tensor, replicated when fewer (tensor a multiple of them)
+  EXPECT_NE(err({"model.hidden=96", "model.heads=12", "model.kv_heads=6", "parallel.tensor=4"}, 4).find("kv_heads(6) % tensor(4) != 0"),
+            std::string::npos);
+  EXPECT_EQ(err({"model.heads=8", "model.kv_heads=2", "parallel.tensor=4"}, 4), "no error");
+  EXPECT_NE(err({"model.hidden=96", "model.heads=12", "model.kv_heads=4", "parallel.tensor=6"}, 6).find("tensor(6) % kv_heads(4) != 0"),
+            std::string::npos);
 }
 
 }  // namespace trident::parallel

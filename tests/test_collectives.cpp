@@ -9,6 +9,7 @@
 
 #include "core/dtype.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
+#include "tests/mpi_test_main.hpp"
 
 namespace trident::parallel {
 
@@ -153,18 +154,5 @@ TEST(Collectives, GroupsOfA2x2x2Mesh) {
 }  // namespace trident::parallel
 
 int main(int argc, char** argv) {
-  trident::parallel::MpiRuntime mpi(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  auto world = trident::parallel::MpiCommunicator::world();
-  trident::parallel::g_world = world.get();
-  if (mpi.rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  // every rank's verdict counts
-  int any = rc;
-  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  world.reset();
-  return any;
+  return trident::test::run_mpi_tests(argc, argv, [](trident::parallel::MpiCommunicator& w) { trident::parallel::g_world = &w; });
 }

@@ -14,6 +14,7 @@
 #include "launch/trainer.hpp"
 #include "model/transformer.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
+#include "tests/mpi_test_main.hpp"
 
 namespace trident {
 
@@ -110,15 +111,5 @@ INSTANTIATE_TEST_SUITE_P(Zero, ZeroMemory, ::testing::Values(0, 1, 2, 3));
 }  // namespace trident
 
 int main(int argc, char** argv) {
-  trident::parallel::MpiRuntime mpi(&argc, &argv);
-  trident::g_world = mpi.world();
-  ::testing::InitGoogleTest(&argc, argv);
-  if (mpi.rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  int any = rc;
-  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return any;
+  return trident::test::run_mpi_tests(argc, argv, [](trident::parallel::MpiCommunicator& w) { trident::g_world = w.size(); });
 }

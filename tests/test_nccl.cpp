@@ -4,6 +4,7 @@
 
 #include "core/device_memory.hpp"
 #include "parallel/nccl/nccl_communicator.hpp"
+#include "tests/mpi_test_main.hpp"
 
 namespace trident::parallel {
 
@@ -61,13 +62,5 @@ TEST(Nccl, AllReduceReduceScatterAllGather) {
 }  // namespace trident::parallel
 
 int main(int argc, char** argv) {
-  trident::parallel::MpiRuntime mpi(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  auto world = trident::parallel::MpiCommunicator::world();
-  trident::parallel::g_world = world.get();
-  int rc = RUN_ALL_TESTS();
-  int any = rc;
-  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  world.reset();
-  return any;
+  return trident::test::run_mpi_tests(argc, argv, [](trident::parallel::MpiCommunicator& w) { trident::parallel::g_world = &w; });
 }

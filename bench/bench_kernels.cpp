@@ -105,13 +105,19 @@ static void BM_rope_backward(benchmark::State& st) {
 static void BM_embedding_forward(benchmark::State& st) {
   auto tok = token_ids(7919);
   auto wte = filled(V * C), wpe = filled(T * C), out = filled(N * C);
-  for (auto _ : st) k::embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  for (auto _ : st) {
+    k::embedding_forward(out.data(), tok.data(), wte.data(), N, C, 0, V);
+    k::position_forward(out.data(), out.data(), wpe.data(), 0, N, T, C);
+  }
   bytes(st, 3.0 * N * C * 4);
 }
 static void BM_embedding_backward(benchmark::State& st) {
   auto tok = token_ids(7919);
   auto dwte = filled(V * C), dwpe = filled(T * C), dout = filled(N * C);
-  for (auto _ : st) k::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+  for (auto _ : st) {
+    k::embedding_backward(dwte.data(), dout.data(), tok.data(), N, C, 0, V);
+    k::position_backward(dwpe.data(), dout.data(), 0, N, T, C);
+  }
   bytes(st, 5.0 * N * C * 4);
 }
 static void BM_cross_entropy_fused(benchmark::State& st) {

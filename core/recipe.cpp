@@ -302,7 +302,7 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
   r.check_section("", {"model", "parallel", "train", "optim", "data", "eval", "checkpoint", "log", "seed",
                        "device"});
   r.check_section("model", {"arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab",
-                            "rope_theta", "norm_eps", "init_std", "tie_embeddings"});
+                            "rope_theta", "norm_eps", "init_std", "tie_embeddings", "vocab_multiple"});
   r.check_section("parallel", {"data", "tensor", "pipeline", "order", "schedule", "virtual_stages", "zero",
                                "sequence_parallel", "bucket_bytes"});
   r.check_section("train", {"global_batch", "micro_batch", "steps", "precision", "recompute", "threads"});
@@ -329,6 +329,7 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
   m.norm_eps = r.real("model.norm_eps", 0, 1, 1e-5, true);
   m.init_std = r.real("model.init_std", 0, 10, 0.02, true);
   m.tie_embeddings = r.boolean("model.tie_embeddings", m.arch == "gpt2");
+  m.vocab_multiple = r.integer("model.vocab_multiple", 1, 1 << 16, 64);
   if (m.hidden % m.heads != 0)
     r.inconsistent("model.heads", fmt::format("hidden({}) % heads({}) = {} != 0", m.hidden, m.heads,
                                               m.hidden % m.heads));
@@ -381,6 +382,8 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
     r.inconsistent("parallel.tensor", fmt::format("tensor({}) % kv_heads({}) != 0 (fewer KV heads than tensor ranks "
                                                   "are replicated, which needs tensor to be a multiple)",
                                                   p.tensor, m.kv_heads));
+  if (m.ffn_hidden % p.tensor != 0)
+    r.inconsistent("parallel.tensor", fmt::format("ffn_hidden({}) % tensor({}) != 0", m.ffn_hidden, p.tensor));
   if (m.layers % (p.pipeline * p.virtual_stages) != 0)
     r.inconsistent("parallel.pipeline", fmt::format("layers({}) % (pipeline({}) x virtual_stages({})) != 0",
                                                     m.layers, p.pipeline, p.virtual_stages));
@@ -397,6 +400,12 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
     r.inconsistent("train.global_batch", fmt::format("global_batch({}) % (micro_batch({}) x data({})) = {} != 0",
                                                      t.global_batch, t.micro_batch, p.data,
                                                      t.global_batch % (t.micro_batch * p.data)));
+  if (p.sequence_parallel && (t.micro_batch * m.seq_len) % p.tensor != 0)
+    r.inconsistent("parallel.sequence_parallel",
+                   fmt::format("sequence parallelism splits micro_batch({}) x seq_len({}) = {} token rows over "
+                               "tensor({}): {} % {} != 0",
+                               t.micro_batch, m.seq_len, t.micro_batch * m.seq_len, p.tensor,
+                               t.micro_batch * m.seq_len, p.tensor));
 
   // optim
   auto& o = rc.optim;

@@ -17,7 +17,15 @@ struct ModelConfig {
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, seq_len = 0, vocab = 0;
   double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
   bool tie_embeddings = true;
+  int64_t vocab_multiple = 64;  // the vocabulary is padded to a multiple of vocab_multiple x tensor
   int64_t head_dim() const { return hidden / heads; }
+  // Rows of the token table and LM head with `tensor` ranks: vocab rounded up
+  // to a multiple of vocab_multiple x tensor. Padded rows never win nor take
+  // probability (their logits are masked) and are stripped on export.
+  int64_t padded_vocab(int64_t tensor) const {
+    const int64_t m = vocab_multiple * tensor;
+    return (vocab + m - 1) / m * m;
+  }
 };
 
 struct ParallelConfig {

@@ -66,7 +66,10 @@ Storage::Storage(size_t b, MemCategory cat, Device dev) : bytes(b), category(cat
   data = dev.type == DeviceType::cpu ? HostAllocator::instance().allocate(bytes, cat) : device_alloc(bytes, dev.index);
 }
 
+Storage::Storage(void* borrowed, size_t b, Device dev) : data(borrowed), bytes(b), device(dev), owned(false) {}
+
 Storage::~Storage() {
+  if (!owned) return;
   if (device.type == DeviceType::cpu)
     HostAllocator::instance().release(data, bytes, category);
   else
@@ -77,6 +80,14 @@ int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
+}
+
+Tensor Tensor::borrow_raw(void* data, int64_t n, DType dtype, Device dev) {
+  Tensor t;
+  t.storage_ = std::make_shared<Storage>(data, size_t(n) * dtype_size(dtype), dev);
+  t.shape_ = {n};
+  t.dtype_ = dtype;
+  return t;
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, MemCategory cat, Device dev) {

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "core/allocator.hpp"
@@ -22,7 +23,9 @@ struct Storage {
   size_t bytes = 0;
   MemCategory category = MemCategory::other;
   Device device;
+  bool owned = true;  // false: borrowed memory (Tensor::borrow), never freed here
   Storage(size_t bytes, MemCategory cat, Device dev);
+  Storage(void* borrowed, size_t bytes, Device dev);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -37,6 +40,13 @@ class Tensor {
   Tensor() = default;
   static Tensor empty(const Shape& shape, DType dtype, MemCategory cat, Device dev = {});
   static Tensor zeros(const Shape& shape, DType dtype, MemCategory cat, Device dev = {});
+  // A view of memory owned elsewhere (not accounted, not freed): how the
+  // model's raw buffers reach a Communicator. The owner keeps it alive.
+  template <typename T>
+  static Tensor borrow(T* data, int64_t n, Device dev = {}) {
+    return borrow_raw(const_cast<std::remove_const_t<T>*>(data), n, dtype_of<std::remove_const_t<T>>(), dev);
+  }
+  static Tensor borrow_raw(void* data, int64_t n, DType dtype, Device dev = {});
 
   const Shape& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }

@@ -1,15 +1,30 @@
-// Token (and optional learned position) embedding lookup.
-// Shapes: B batch, T sequence, C channels, V vocab.
+// Token embedding over a range of the vocabulary, and learned positions.
+// Shapes: N rows (tokens, B x T flattened), C channels, T sequence length.
+// A rank may hold only the rows [vocab_begin, vocab_begin + V) of the token
+// table (vocab-parallel embedding): tokens outside give zero rows forward and
+// no gradient. With the whole table, vocab_begin = 0 and V = the table's rows.
 // Backward accumulates (+=) into dwte and dwpe.
 #pragma once
 #include <cstdint>
 
 namespace trident::kernels {
 
-// out[B,T,C] = wte[tokens[b,t]] + wpe[t] (wpe may be null)
+// out[N,C] = wte[tokens[n] - vocab_begin] if the token is in range, else 0
 template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B, int64_t T_, int64_t C);
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int64_t C, int64_t vocab_begin,
+                       int64_t V);
+// dwte[V,C] += dout[n] for every in-range token n
 template <typename T>
-void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t T_, int64_t C);
+void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N, int64_t C, int64_t vocab_begin,
+                        int64_t V);
+
+// Rows [row_begin, row_begin + rows) of a flattened [B,T] batch (a sequence
+// shard): out[i] = inp[i] + wpe[(row_begin + i) % T]. out may equal inp;
+// wpe null: a plain copy.
+template <typename T>
+void position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin, int64_t rows, int64_t T_, int64_t C);
+// dwpe[T,C] += dout[i] at position (row_begin + i) % T
+template <typename T>
+void position_backward(T* dwpe, const T* dout, int64_t row_begin, int64_t rows, int64_t T_, int64_t C);
 
 }  // namespace trident::kernels

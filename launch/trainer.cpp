@@ -22,6 +22,7 @@
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/data_parallel.hpp"
+#include "parallel/tensor_parallel.hpp"
 #include "parallel/zero_storage.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 
@@ -117,14 +118,20 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   if (par.data * par.tensor * par.pipeline != world_size)
     fail_input("{}: parallel mesh data({}) x tensor({}) x pipeline({}) != world size {}", rc.source, par.data,
                par.tensor, par.pipeline, world_size);
-  if (par.tensor > 1) fail_input("{}: key 'parallel.tensor': tensor parallelism is not implemented yet; expected 1, found {}", rc.source, par.tensor);
   if (par.pipeline > 1) fail_input("{}: key 'parallel.pipeline': pipeline parallelism is not implemented yet; expected 1, found {}", rc.source, par.pipeline);
-  parallel::Communicator* dp = nullptr;
+  parallel::Communicator *dp = nullptr, *tp_group = nullptr;
+  std::unique_ptr<parallel::MpiCommunicator> kv_group;  // ranks sharing replicated KV heads
   if (world) {
     groups = std::make_unique<parallel::ProcessGroups>(
         parallel::Topology(int(par.data), int(par.pipeline), int(par.tensor), par.order), *world);
     dp = &groups->get(parallel::GroupKind::data);
+    auto& tg = groups->get(parallel::GroupKind::tensor);
+    tp_group = &tg;
+    if (m.kv_heads < par.tensor)  // KV head r * kv_heads / tensor is held by tensor / kv_heads ranks
+      kv_group = tg.split(int(tg.rank() * m.kv_heads / par.tensor), tg.rank(), "kv");
   }
+  // Tensor parallelism: the region ops the model calls (identity with one rank).
+  parallel::TensorParallel tp(tp_group, par.sequence_parallel);
   const int dp_rank = dp ? dp->rank() : 0;
   const bool leader = !world || world->rank() == 0;
   const int64_t micro_steps = rc.micro_batches_per_step(par.data);
@@ -155,8 +162,9 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   // buffers and GradientSync reduces buckets; ZeRO 2-3: ZeroStorage owns the
   // shards and serves the model segment by segment.
   const int zero = int(par.zero);
-  model::Transformer<float> net(m, uint64_t(rc.seed), /*full_buffers=*/zero < 2);
-  const int64_t n_params = net.registry().total();
+  model::Transformer<float> net(m, uint64_t(rc.seed), /*full_buffers=*/zero < 2, &tp);
+  const int64_t n_params = net.registry().total();  // this rank's flat buffer
+  const int64_t n_global = model::consolidated_numel(m);
   auto ctx = net.make_activations(B, recompute);
   std::unique_ptr<parallel::GradientSync> sync;
   std::unique_ptr<parallel::ZeroStorage> zstore;
@@ -180,12 +188,36 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     grad_shard = zstore->grad_shard();
   }
   optim::AdamW<float> opt(net.registry(), rc.optim, shard_begin, shard_end);
+  // Gradients of replicated parameters: with sequence parallelism each tensor
+  // rank saw only its rows, so norms and row-parallel biases are summed over
+  // the tensor group; replicated KV heads are summed over their KV group
+  // always. Done on the data-reduced shard (the sums commute).
+  std::vector<std::pair<int64_t, int64_t>> tensor_replicated, kv_replicated;  // relative to grad_shard
+  for (const auto& p : net.registry().params()) {
+    const int64_t lo = std::max(shard_begin, p.offset), hi = std::min(shard_end, p.offset + p.numel);
+    if (hi <= lo) continue;
+    if (p.replication == model::Replication::tensor && tp.sequence_parallel())
+      tensor_replicated.push_back({lo - shard_begin, hi - shard_begin});
+    if (p.replication == model::Replication::kv_group) kv_replicated.push_back({lo - shard_begin, hi - shard_begin});
+  }
   const double flops_tok = model::flops_per_token(m);
   const double peak = rc.log.peak_flops > 0 ? rc.log.peak_flops : measure_gemm_peak();
   const MemStats mem0 = HostAllocator::instance().stats();
 
   log::info("trident: {} | {} layers, hidden {}, heads {}/{}, ffn {}, seq {}, vocab {} | {:.2f}M parameters",
-            rc.source, m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, T, V, double(net.registry().total()) / 1e6);
+            rc.source, m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, T, V, double(n_global) / 1e6);
+  const int64_t Vpad = m.padded_vocab(par.tensor);
+  log::info("vocabulary padded {} -> {} (+{} rows, a multiple of vocab_multiple {} x tensor {}); padded logits are "
+            "masked and stripped on export",
+            V, Vpad, Vpad - V, m.vocab_multiple, par.tensor);
+  if (par.tensor > 1) {
+    const auto& dims = net.dims();
+    log::info("tensor parallel {}{} | per rank: heads {}, kv heads {}{}, ffn {}, vocab rows {} | {:.2f}M parameters "
+              "per rank",
+              par.tensor, tp.sequence_parallel() ? " with sequence parallelism" : "", dims.heads, dims.kv_heads,
+              m.kv_heads < par.tensor ? fmt::format(" (replicated on {} ranks)", par.tensor / m.kv_heads) : "",
+              dims.ffn, dims.vocab, double(n_params) / 1e6);
+  }
   log::info("batch: global {} = micro {} x {} accumulation steps | recompute {} | {} threads | {}", rc.train.global_batch,
             B, micro_steps, rc.train.recompute, threads, kernels::cpu_gemm_backend());
   const double P = double(n_params), d = double(par.data);
@@ -208,7 +240,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   metrics.write(fmt::format(
       "{{\"type\":\"start\",\"recipe\":\"{}\",\"params\":{},\"flops_per_token\":{},\"peak_flops\":{},"
       "\"entropy_floor\":{},\"sequence_floor\":{},\"threads\":{}}}",
-      rc.source, net.registry().total(), flops_tok, peak, rc.data.synthetic ? fmt::format("{}", floor) : "null",
+      rc.source, n_global, flops_tok, peak, rc.data.synthetic ? fmt::format("{}", floor) : "null",
       rc.data.synthetic ? fmt::format("{}", seq_floor) : "null", threads));
 
   std::vector<int32_t> sample(static_cast<size_t>(T + 1)), tokens(size_t(B * T)), targets(size_t(B * T));
@@ -252,15 +284,27 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     }
     if (sync) sync->finish(net.grads());
     else zstore->finish_step();
+    parallel::all_reduce_ranges(tp.group(), grad_shard, tensor_replicated);
+    parallel::all_reduce_ranges(kv_group.get(), grad_shard, kv_replicated);
+    // every tensor rank has the same loss (the vocab-parallel loss is complete)
     const double loss = parallel::sum_over(dp, loss_sum) / tokens_per_step;
-    // the true global norm: with ZeRO >= 1 ranks hold disjoint reduced shards
-    const double local_sq = optim::sum_of_squares(grad_shard, shard_end - shard_begin);
-    const double gnorm = std::sqrt(zero >= 1 ? parallel::sum_over(dp, local_sq) : local_sq);
+    // the true global norm: with ZeRO >= 1 data ranks hold disjoint reduced
+    // shards; tensor ranks hold disjoint slices (replicated ones counted once)
+    double sq = optim::sum_of_squares_counted(net.registry(), grad_shard, shard_begin, shard_end);
+    if (zero >= 1) sq = parallel::sum_over(dp, sq);
+    const double gnorm = std::sqrt(parallel::sum_over(tp.group(), sq));
     if (step == 0 && opts.capture_step1_grads) {
-      Tensor full = Tensor::zeros({n_params}, DType::f32, MemCategory::other);
+      // this rank's full buffer, then every tensor rank's, consolidated
+      const int tsize = tp.size();
+      Tensor all = Tensor::zeros({tsize * n_params}, DType::f32, MemCategory::other);
+      Tensor full = all.view(tp.rank() * n_params, {n_params});
       std::memcpy(full.data<float>() + shard_begin, grad_shard, size_t(shard_end - shard_begin) * sizeof(float));
       if (zero >= 1 && dp) dp->all_gather(full, {shard_counts})->wait();
-      out.step1_grads.assign(full.data<float>(), full.data<float>() + n_params);
+      if (tp.group()) tp.group()->all_gather(all)->wait();
+      std::vector<const float*> ranks;
+      for (int r = 0; r < tsize; ++r) ranks.push_back(all.data<float>() + r * n_params);
+      out.step1_grads.assign(size_t(n_global), 0.0f);
+      model::consolidate(out.step1_grads.data(), m, ranks);
     }
     const double lr = optim::learning_rate(rc.optim, step, rc.train.steps);
     opt.step(param_shard, grad_shard, lr, step + 1, optim::clip_scale(gnorm, rc.optim.grad_clip));

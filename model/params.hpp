@@ -9,7 +9,11 @@
 // - LLaMA's q_proj, k_proj, v_proj are adjacent, so together they are the
 //   fused [(H + 2 KV) D, C] QKV weight; gate_proj and up_proj likewise form
 //   the [2F, C] gate|up weight. One GEMM each, no copies.
-// - Shard slices (for tensor parallelism) are added by the parallel plan.
+// - With tensor parallelism each rank's registry describes its slice of every
+//   parameter (model/parallel_plan.hpp): local shape and offset in this
+//   rank's flat buffer, and where the slice sits in the global tensor. The
+//   global tensor has the padded vocabulary (ModelConfig::padded_vocab).
+//   Every tensor rank's layout has the same shapes in the same order.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,25 +21,45 @@
 
 #include "core/recipe.hpp"
 #include "core/tensor.hpp"
+#include "model/parallel_plan.hpp"
 
 namespace trident::model {
 
 enum class ParamKind { weight, bias, norm, embedding };
 enum class InitKind { normal, zeros, ones };
 
+// Who else holds the same values as this rank's slice.
+enum class Replication { none, tensor, kv_group };
+
 struct ParamSpec {
   std::string name;
-  Shape shape;
-  int64_t offset = 0;  // in elements, into the flat buffer
+  Shape shape;         // this rank's slice
+  int64_t offset = 0;  // in elements, into this rank's flat buffer
   int64_t numel = 0;
   ParamKind kind = ParamKind::weight;
   InitKind init = InitKind::normal;
   double init_std = 0;
+  // Place in the global tensor, seen as [rows, cols] (a vector: cols = 1):
+  // this rank holds the global rows of row_ranges (in local order) and the
+  // columns [col_begin, col_begin + local cols).
+  Shape global_shape;
+  int64_t valid_rows = 0;  // global rows that are real (the rest: vocabulary padding)
+  std::vector<std::pair<int64_t, int64_t>> row_ranges;
+  int64_t col_begin = 0;
+  ShardStyle style = ShardStyle::replicate;
+  Replication replication = Replication::none;
+  bool counts_in_norm = true;  // false on all but one holder of a replicated slice
+  int64_t rows() const { return shape[0]; }
+  int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
+  int64_t global_cols() const { return global_shape.size() > 1 ? global_shape[1] : 1; }
+  // Global element index of local element e.
+  int64_t global_index(int64_t e) const;
 };
 
 class ParamRegistry {
  public:
-  explicit ParamRegistry(const ModelConfig& cfg);
+  explicit ParamRegistry(const ModelConfig& cfg, TensorShard shard = {});
+  TensorShard shard() const { return shard_; }
   const std::vector<ParamSpec>& params() const { return params_; }
   const ParamSpec& at(const std::string& name) const;
   int64_t total() const { return total_; }
@@ -49,9 +73,18 @@ class ParamRegistry {
 
  private:
   void add(std::string name, Shape shape, ParamKind kind, InitKind init, double std = 0);
+  void apply_plan(const ModelConfig& cfg);
   std::vector<ParamSpec> params_;
   int64_t total_ = 0;
+  TensorShard shard_;
 };
+
+// The Hugging Face layout: every parameter whole, vocabulary padding
+// stripped, in registry order. consolidate() assembles it from the flat
+// buffers of every tensor rank (rank_buffers[r] in rank r's layout).
+int64_t consolidated_numel(const ModelConfig& cfg);
+template <typename T>
+void consolidate(T* out, const ModelConfig& cfg, const std::vector<const T*>& rank_buffers);
 
 // Per-layer names, so model code reads like the architecture.
 std::string layer_prefix(const ModelConfig& cfg, int64_t layer);

@@ -7,6 +7,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/norm.hpp"
+#include "kernels/residual.hpp"
 #include "kernels/rotary.hpp"
 
 namespace trident::model {
@@ -30,11 +31,15 @@ double flops_per_token(const ModelConfig& m) {
 }
 
 template <typename T>
-Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers)
-    : cfg_(cfg), reg_(cfg), llama_(cfg.arch == "llama") {
+Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers, parallel::TensorParallel* tp)
+    : cfg_(cfg),
+      tp_(tp ? tp : &single_),
+      reg_(cfg, {tp_->rank(), tp_->size()}),
+      dims_(local_dims(cfg, {tp_->rank(), tp_->size()})),
+      llama_(cfg.arch == "llama") {
   const int64_t D = cfg.head_dim();
-  qkv_width_ = (cfg.heads + 2 * cfg.kv_heads) * D;
-  fc_width_ = llama_ ? 2 * cfg.ffn_hidden : cfg.ffn_hidden;
+  qkv_width_ = (dims_.heads + 2 * dims_.kv_heads) * D;
+  fc_width_ = llama_ ? 2 * dims_.ffn : dims_.ffn;
   if (llama_) rope_ = k::rope_table(cfg.seq_len, D, cfg.rope_theta);
   layers_.resize(size_t(cfg.layers));
   for (int64_t l = 0; l < cfg.layers; ++l)
@@ -117,20 +122,29 @@ void Transformer<T>::done_grads(int s) {
 template <typename T>
 std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Recompute recompute) const {
   const int64_t Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, L = cfg_.layers;
-  const int64_t probs = B * cfg_.heads * Tn * Tn;
+  const int64_t R = tp_->rows(N), row0 = tp_->row_begin(N);
+  const int64_t probs = B * dims_.heads * Tn * Tn;
   auto ctx = std::make_unique<Activations<T>>();
   ctx->B = B;
   auto alloc = [&](int64_t n) {
     ctx->storage.push_back(Tensor::empty({n}, dtype_of<T>(), MemCategory::activations));
     return ctx->storage.back().template data<T>();
   };
+  // A norm's output [R,C] and the full input [N,C] of the linear after it:
+  // when the region gathers, the local rows are this rank's part of the full.
+  auto norm_out = [&](T*& local, T*& full) {
+    full = alloc(tp_->gathers() ? N * C : R * C);
+    local = tp_->gathers() ? full + row0 * C : full;
+  };
   // One layer's worth of buffers; per layer or shared, depending on recompute.
   auto layer_set = [&](LayerActs<T>& a, bool with_probs) {
-    a.ln1 = alloc(N * C), a.ln1_mean = alloc(N), a.ln1_rstd = alloc(N), a.qkv = alloc(N * qkv_width_);
+    norm_out(a.ln1, a.ln1_full);
+    a.ln1_mean = alloc(R), a.ln1_rstd = alloc(R), a.qkv = alloc(N * qkv_width_);
     a.probs = with_probs ? alloc(probs) : nullptr;
-    a.atty = alloc(N * cfg_.heads * cfg_.head_dim()), a.x_mid = alloc(N * C);
-    a.ln2 = alloc(N * C), a.ln2_mean = alloc(N), a.ln2_rstd = alloc(N), a.fc = alloc(N * fc_width_);
-    a.act = alloc(N * cfg_.ffn_hidden);
+    a.atty = alloc(N * dims_.heads * cfg_.head_dim()), a.x_mid = alloc(R * C);
+    norm_out(a.ln2, a.ln2_full);
+    a.ln2_mean = alloc(R), a.ln2_rstd = alloc(R), a.fc = alloc(N * fc_width_);
+    a.act = alloc(N * dims_.ffn);
   };
   ctx->layers.resize(size_t(L));
   LayerActs<T> shared{};
@@ -143,11 +157,12 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
       layer_set(a, recompute == Recompute::none);
       if (recompute == Recompute::selective) a.probs = shared_probs;
     }
-    a.x_in = alloc(N * C);
+    a.x_in = alloc(R * C);
   }
-  ctx->x_final = alloc(N * C);
-  ctx->lnf = alloc(N * C), ctx->lnf_mean = alloc(N), ctx->lnf_rstd = alloc(N);
-  ctx->logits = alloc(N * cfg_.vocab);
+  ctx->x_final = alloc(R * C);
+  norm_out(ctx->lnf, ctx->lnf_full);
+  ctx->lnf_mean = alloc(R), ctx->lnf_rstd = alloc(R);
+  ctx->logits = alloc(N * dims_.vocab);
   ctx->losses = alloc(N);
   return ctx;
 }
@@ -169,36 +184,43 @@ void Transformer<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T
     k::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, cfg_.hidden, accumulate);
 }
 
+// x_out = x_mid + exit(MLP(norm2(x_mid))), x_mid = x_in + exit(attention(norm1(x_in)))
 template <typename T>
 void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B) {
-  const int64_t Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, H = cfg_.heads, KV = cfg_.kv_heads;
-  const int64_t D = cfg_.head_dim(), F = cfg_.ffn_hidden;
-  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x_in, p.n1w, p.n1b, N);
-  k::linear_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, qkv_width_);
+  const int64_t Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
+  const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), F = dims_.ffn;
+  ensure_scratch(B);
+  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x_in, p.n1w, p.n1b, R);
+  const T* h = tp_->enter(a.ln1_full, a.ln1, N, C);
+  k::linear_forward(a.qkv, h, p.qkvw, p.qkvb, N, C, qkv_width_);
   if (llama_) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D);
   k::attention_forward(a.atty, a.probs, a.qkv, B, Tn, H, KV, D);
-  k::linear_forward(a.x_mid, a.atty, p.ow, p.ob, N, H * D, C);
-#pragma omp parallel for simd
-  for (int64_t i = 0; i < N * C; ++i) a.x_mid[i] += a.x_in[i];
-  norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.n2w, p.n2b, N);
-  k::linear_forward(a.fc, a.ln2, p.fcw, p.fcb, N, C, fc_width_);
+  k::linear_forward(partial_, a.atty, p.ow, static_cast<const T*>(nullptr), N, H * D, C);
+  const T* y = tp_->exit(reduced_, partial_, N, C);
+  k::residual_forward(a.x_mid, a.x_in, y, p.ob, R, C);
+  norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.n2w, p.n2b, R);
+  h = tp_->enter(a.ln2_full, a.ln2, N, C);
+  k::linear_forward(a.fc, h, p.fcw, p.fcb, N, C, fc_width_);
   if (llama_)
     k::swiglu_forward(a.act, a.fc, N, F);
   else
     k::gelu_forward(a.act, a.fc, N * F);
-  k::linear_forward(x_out, a.act, p.pw, p.pb, N, F, C);
-#pragma omp parallel for simd
-  for (int64_t i = 0; i < N * C; ++i) x_out[i] += a.x_mid[i];
+  k::linear_forward(partial_, a.act, p.pw, static_cast<const T*>(nullptr), N, F, C);
+  y = tp_->exit(reduced_, partial_, N, C);
+  k::residual_forward(x_out, a.x_mid, y, p.pb, R, C);
 }
 
 template <typename T>
 double Transformer<T>::forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale) {
-  const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, V = cfg_.vocab;
+  const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int L = int(cfg_.layers), head = L + 1;
   const bool tied = cfg_.tie_embeddings;
+  ensure_scratch(B);
   ctx.tokens = tokens;
   use_params(0, 1);
-  k::embedding_forward(ctx.layers[0].x_in, tokens, wte_, wpe_, B, Tn, C);
+  k::embedding_forward(partial_, tokens, wte_, N, C, dims_.vocab_begin, dims_.vocab);
+  const T* emb = tp_->exit(reduced_, partial_, N, C);
+  k::position_forward(ctx.layers[0].x_in, emb, wpe_, tp_->row_begin(N), R, Tn, C);
   done_params(0);
   for (int l = 0; l < L; ++l) {
     use_params(1 + l, l + 1 < L ? 2 + l : head);
@@ -208,8 +230,9 @@ double Transformer<T>::forward(Activations<T>& ctx, const int32_t* tokens, const
   }
   use_params(head, tied ? 0 : -1);
   if (tied) use_params(0, -1);
-  norm_forward(ctx.lnf, ctx.lnf_mean, ctx.lnf_rstd, ctx.x_final, nfw_, nfb_, N);
-  k::linear_forward(ctx.logits, ctx.lnf, head_, static_cast<const T*>(nullptr), N, C, V);
+  norm_forward(ctx.lnf, ctx.lnf_mean, ctx.lnf_rstd, ctx.x_final, nfw_, nfb_, R);
+  const T* h = tp_->enter(ctx.lnf_full, ctx.lnf, N, C);
+  k::linear_forward(ctx.logits, h, head_, static_cast<const T*>(nullptr), N, C, dims_.vocab);
   // A forward for training (dscale != 0) keeps the head's parameters for
   // backward(); otherwise they are released here.
   if (!targets || dscale == T(0)) {
@@ -217,7 +240,7 @@ double Transformer<T>::forward(Activations<T>& ctx, const int32_t* tokens, const
     if (tied) done_params(0);
   }
   if (!targets) return 0;
-  k::softmax_cross_entropy(ctx.losses, ctx.logits, targets, N, V, V, dscale);
+  tp_->cross_entropy(ctx.losses, ctx.logits, targets, N, dims_.vocab, dims_.vocab_valid, dims_.vocab_begin, dscale);
   double sum = 0;
   for (int64_t i = 0; i < N; ++i) sum += double(ctx.losses[i]);
   return sum;
@@ -226,15 +249,15 @@ double Transformer<T>::forward(Activations<T>& ctx, const int32_t* tokens, const
 template <typename T>
 void Transformer<T>::ensure_scratch(int64_t B) {
   if (B <= scratch_B_) return;
-  const int64_t N = B * cfg_.seq_len, C = cfg_.hidden;
-  const int64_t sizes[6] = {N * C, N * C, N * qkv_width_, N * cfg_.heads * cfg_.head_dim(), N * fc_width_,
-                            N * cfg_.ffn_hidden};
+  const int64_t N = B * cfg_.seq_len, C = cfg_.hidden, R = tp_->rows(N);
+  const int64_t sizes[10] = {N * C, R * C, R * C, N * C, N * C, R * C, N * qkv_width_,
+                             N * dims_.heads * cfg_.head_dim(), N * fc_width_, N * dims_.ffn};
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
   scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations);
   T* p = scratch_.data<T>();
-  T** outs[6] = {&d_res_, &d_ln_, &d_qkv_, &d_atty_, &d_fc_, &d_act_};
-  for (int i = 0; i < 6; ++i) *outs[i] = p, p += sizes[i];
+  T** outs[10] = {&partial_, &reduced_, &d_res_, &d_full_, &d_ln_, &d_local_, &d_qkv_, &d_atty_, &d_fc_, &d_act_};
+  for (int i = 0; i < 10; ++i) *outs[i] = p, p += sizes[i];
   scratch_B_ = B;
 }
 
@@ -245,8 +268,8 @@ void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool acc
     if (on_ready) on_ready(frontier);
   };
   const bool acc = accumulate;
-  const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, V = cfg_.vocab;
-  const int64_t H = cfg_.heads, KV = cfg_.kv_heads, D = cfg_.head_dim(), F = cfg_.ffn_hidden;
+  const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
+  const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), F = dims_.ffn, V = dims_.vocab;
   ensure_scratch(B);
   const int L = int(cfg_.layers), head = L + 1;
   const bool tied = cfg_.tie_embeddings;
@@ -254,9 +277,10 @@ void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool acc
   // dlogits were left in ctx.logits by forward().
   use_grads(head);
   if (tied) use_grads(0);
-  k::linear_backward(d_ln_, dhead_, static_cast<T*>(nullptr), ctx.logits, ctx.lnf, head_, N, C, V, acc);
-  std::fill(d_res_, d_res_ + N * C, T(0));
-  norm_backward(d_res_, dnfw_, dnfb_, d_ln_, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, N, acc);
+  k::linear_backward(d_ln_, dhead_, static_cast<T*>(nullptr), ctx.logits, ctx.lnf_full, head_, N, C, V, acc);
+  const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
+  std::fill(d_res_, d_res_ + R * C, T(0));
+  norm_backward(d_res_, dnfw_, dnfb_, d, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, R, acc);
   done_params(head);
   if (tied) done_params(0);
   done_grads(head);
@@ -274,20 +298,26 @@ void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool acc
     } else if (recompute == Recompute::selective) {
       k::attention_probs(a.probs, a.qkv, B, Tn, H, KV, D);
     }
-    // MLP
-    k::linear_backward(d_act_, p.dpw, p.dpb, d_res_, a.act, p.pw, N, F, C, acc);
+    // MLP: d_res_ is the gradient of x_out = x_mid + exit(act pw^T) + pb
+    k::bias_backward(p.dpb, d_res_, R, C, acc);
+    const T* dy = tp_->exit_backward(d_full_, d_res_, N, C);
+    k::linear_backward(d_act_, p.dpw, static_cast<T*>(nullptr), dy, a.act, p.pw, N, F, C, acc);
     if (llama_)
       k::swiglu_backward(d_fc_, a.fc, d_act_, N, F);
     else
       k::gelu_backward(d_fc_, a.fc, d_act_, N * F);
-    k::linear_backward(d_ln_, p.dfcw, p.dfcb, d_fc_, a.ln2, p.fcw, N, C, fc_width_, acc);
-    norm_backward(d_res_, p.dn2w, p.dn2b, d_ln_, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, N, acc);
-    // attention
-    k::linear_backward(d_atty_, p.dow, p.dob, d_res_, a.atty, p.ow, N, H * D, C, acc);
+    k::linear_backward(d_ln_, p.dfcw, p.dfcb, d_fc_, a.ln2_full, p.fcw, N, C, fc_width_, acc);
+    d = tp_->enter_backward(d_local_, d_ln_, N, C);
+    norm_backward(d_res_, p.dn2w, p.dn2b, d, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, R, acc);
+    // attention: d_res_ is now the gradient of x_mid = x_in + exit(atty ow^T) + ob
+    k::bias_backward(p.dob, d_res_, R, C, acc);
+    dy = tp_->exit_backward(d_full_, d_res_, N, C);
+    k::linear_backward(d_atty_, p.dow, static_cast<T*>(nullptr), dy, a.atty, p.ow, N, H * D, C, acc);
     k::attention_backward(d_qkv_, d_atty_, a.qkv, a.probs, B, Tn, H, KV, D);
     if (llama_) k::rope_backward(d_qkv_, rope_.data(), B, Tn, H, KV, D);
-    k::linear_backward(d_ln_, p.dqkvw, p.dqkvb, d_qkv_, a.ln1, p.qkvw, N, C, qkv_width_, acc);
-    norm_backward(d_res_, p.dn1w, p.dn1b, d_ln_, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, N, acc);
+    k::linear_backward(d_ln_, p.dqkvw, p.dqkvb, d_qkv_, a.ln1_full, p.qkvw, N, C, qkv_width_, acc);
+    d = tp_->enter_backward(d_local_, d_ln_, N, C);
+    norm_backward(d_res_, p.dn1w, p.dn1b, d, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, R, acc);
     done_params(1 + l);
     done_grads(1 + l);
     ready(layer_offset_[size_t(l)]);
@@ -299,7 +329,9 @@ void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool acc
     if (!cfg_.tie_embeddings) std::fill(dwte_, dwte_ + V * C, T(0));
     if (dwpe_) std::fill(dwpe_, dwpe_ + Tn * C, T(0));
   }
-  k::embedding_backward(dwte_, dwpe_, d_res_, ctx.tokens, B, Tn, C);
+  if (dwpe_) k::position_backward(dwpe_, d_res_, tp_->row_begin(N), R, Tn, C);
+  const T* demb = tp_->exit_backward(d_full_, d_res_, N, C);
+  k::embedding_backward(dwte_, demb, ctx.tokens, N, C, dims_.vocab_begin, V);
   done_grads(0);
   ready(0);
 }

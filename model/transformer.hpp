@@ -1,8 +1,15 @@
 // Decoder-only transformer (GPT-2 and LLaMA styles) with explicit forward and
-// backward, written as the single-device computation: no parallel logic here.
+// backward, written as the single-device computation over this rank's share
+// of the dimensions (model/parallel_plan.hpp). The only parallel code is the
+// calls of the tensor-parallel region ops (parallel/tensor_parallel.hpp):
+// enter before each column-parallel linear, exit after each row-parallel one
+// and the embedding, the vocab-parallel loss; with one rank they are the
+// identity.
 //
-// Shapes: B micro-batch, T sequence, C hidden, H/KV query/key-value heads,
-// D head size, F ffn hidden, V vocab, L layers.
+// Shapes: B micro-batch, T sequence, N = B x T token rows, R rows of the
+// residual stream on this rank (N, or N / tensor with sequence parallelism),
+// C hidden, H/KV query/key-value heads, D head size, F ffn hidden, V vocab,
+// L layers; H, KV, F and V are this rank's share.
 // Parameters and gradients are two flat buffers in ParamRegistry order.
 // Gradients are accumulated (+=) across micro-batches; the first backward of a
 // step passes accumulate = false and overwrites them (no zeroing pass).
@@ -22,7 +29,9 @@
 #include "core/recipe.hpp"
 #include "core/segment_storage.hpp"
 #include "core/tensor.hpp"
+#include "model/parallel_plan.hpp"
 #include "model/params.hpp"
+#include "parallel/tensor_parallel.hpp"
 
 namespace trident::model {
 
@@ -33,9 +42,13 @@ Recompute parse_recompute(const std::string& s);
 // recomputation excluded: 6 * (matmul weights incl. the LM head) + 12 L C T.
 double flops_per_token(const ModelConfig& cfg);
 
+// [R,C]: x_in, ln1, x_mid, ln2 (means, rstds [R]); [N, ...]: the rest.
+// ln1_full / ln2_full [N,C] are the inputs of the column-parallel linears
+// (the same buffers as ln1 / ln2 unless the region gathers them).
 template <typename T>
 struct LayerActs {
-  T *x_in, *ln1, *ln1_mean, *ln1_rstd, *qkv, *probs, *atty, *x_mid, *ln2, *ln2_mean, *ln2_rstd, *fc, *act;
+  T *x_in, *ln1, *ln1_full, *ln1_mean, *ln1_rstd, *qkv, *probs, *atty, *x_mid, *ln2, *ln2_full, *ln2_mean,
+      *ln2_rstd, *fc, *act;
 };
 
 template <typename T>
@@ -43,7 +56,9 @@ struct Activations {
   int64_t B = 0;
   std::vector<Tensor> storage;  // owns the buffers the pointers below see
   std::vector<LayerActs<T>> layers;
-  T *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+  T *x_final, *lnf, *lnf_full, *lnf_mean, *lnf_rstd;
+  T* logits;  // [N, V]: this rank's vocabulary columns
+  T* losses;  // [N]
   const int32_t* tokens = nullptr;
 };
 
@@ -52,7 +67,10 @@ class Transformer {
  public:
   // full_buffers = false: no flat parameter/gradient buffers of the whole
   // model (ZeRO 3 keeps shards); a SegmentStorage must then be set.
-  Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers = true);
+  // tp: this rank's tensor-parallel region (nullptr: one rank); it must
+  // outlive the model.
+  Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers = true,
+              parallel::TensorParallel* tp = nullptr);
 
   // Segments of the flat buffer: 0 embeddings, 1 + l layer l, layers + 1 the
   // final norm and (untied) head. See core/segment_storage.hpp.
@@ -61,6 +79,8 @@ class Transformer {
   void set_storage(SegmentStorage<T>* store) { store_ = store; }
 
   const ModelConfig& config() const { return cfg_; }
+  const LocalDims& dims() const { return dims_; }
+  parallel::TensorParallel& tensor_parallel() { return *tp_; }
   const ParamRegistry& registry() const { return reg_; }
   Tensor& params() { return params_; }
   Tensor& grads() { return grads_; }
@@ -69,7 +89,8 @@ class Transformer {
 
   std::unique_ptr<Activations<T>> make_activations(int64_t B, Recompute recompute) const;
 
-  // tokens, targets [B,T]. Returns the summed loss over B*T targets.
+  // tokens, targets [B,T] (the whole micro-batch on every tensor rank).
+  // Returns the summed loss over B*T targets.
   double forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale);
   // Needs a forward() with dscale != 0 on the same context. With
   // accumulate = false the parameter gradients are overwritten instead of
@@ -92,7 +113,10 @@ class Transformer {
                      int64_t N, bool accumulate);
 
   ModelConfig cfg_;
+  parallel::TensorParallel single_;  // the region of a one-rank model
+  parallel::TensorParallel* tp_;
   ParamRegistry reg_;
+  LocalDims dims_;
   bool llama_;
   int64_t qkv_width_, fc_width_;
   Tensor params_, grads_;
@@ -111,10 +135,13 @@ class Transformer {
   T *wte_, *wpe_, *nfw_, *nfb_, *head_;
   T *dwte_, *dwpe_, *dnfw_, *dnfb_, *dhead_;
   std::vector<double> rope_;
-  // backward scratch, shared by all layers, sized for the largest context seen
+  // scratch shared by all layers, sized for the largest context seen:
+  // forward [N,C] partial sums and [R,C] their reduction; backward d_res_
+  // [R,C] (the residual stream's gradient), d_full_ / d_ln_ [N,C], d_local_ [R,C]
   int64_t scratch_B_ = 0;
   Tensor scratch_;
-  T *d_res_, *d_ln_, *d_qkv_, *d_atty_, *d_fc_, *d_act_;
+  T *partial_, *reduced_;
+  T *d_res_, *d_full_, *d_ln_, *d_local_, *d_qkv_, *d_atty_, *d_fc_, *d_act_;
   void ensure_scratch(int64_t B);
 };
 

@@ -43,6 +43,31 @@ double sum_of_squares(const T* g, int64_t n) {
   return total;
 }
 
+double sum_of_squares_counted(const model::ParamRegistry& reg, const float* g, int64_t begin, int64_t end) {
+  double sum = 0;
+  int64_t run_begin = -1, run_end = -1;  // maximal runs of counted parameters
+  auto flush = [&] {
+    if (run_begin >= 0) sum += sum_of_squares(g + (run_begin - begin), run_end - run_begin);
+    run_begin = run_end = -1;
+  };
+  for (const auto& p : reg.params()) {
+    const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
+    if (hi <= lo) continue;
+    if (!p.counts_in_norm) {
+      flush();
+      continue;
+    }
+    if (run_begin >= 0 && run_end == lo) {
+      run_end = hi;
+    } else {
+      flush();
+      run_begin = lo, run_end = hi;
+    }
+  }
+  flush();
+  return sum;
+}
+
 template <typename T>
 double clip_grad_norm(T* grads, int64_t n, double max_norm) {
   double norm = std::sqrt(sum_of_squares(grads, n));

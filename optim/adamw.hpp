@@ -27,6 +27,12 @@ std::vector<Range> decay_ranges(const model::ParamRegistry& reg, const OptimConf
 template <typename T>
 double sum_of_squares(const T* g, int64_t n);
 
+// The part of the gradient's squared norm that this rank contributes, for a
+// shard g of elements [begin, end) of its flat buffer: parameters replicated
+// over the tensor group (or a KV group) count on one holder only
+// (ParamSpec::counts_in_norm), so the sum over ranks counts each once.
+double sum_of_squares_counted(const model::ParamRegistry& reg, const float* g, int64_t begin, int64_t end);
+
 template <typename T>
 class AdamW {
  public:

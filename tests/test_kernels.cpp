@@ -1,6 +1,8 @@
 // Every CPU kernel's backward against a double-precision finite-difference
 // gradient of L = <forward output, R> for a random R, on odd sizes; AdamW
 // against the textbook update; float kernels against the double ones.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -9,6 +11,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/residual.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/norm.hpp"
 #include "kernels/rotary.hpp"
@@ -163,17 +166,95 @@ TEST(Kernels, RotaryBackwardMatchesFiniteDifferences) {
 }
 
 TEST(Kernels, EmbeddingBackwardMatchesFiniteDifferences) {
-  const int64_t B = 2, T = 4, C = 3, Vocab = 5;
+  const int64_t B = 2, T = 4, C = 3, Vocab = 5, N = B * T;
   std::vector<int32_t> tok = {0, 3, 3, 1, 4, 0, 2, 3};
-  V wte = randn(Vocab * C, 21), wpe = randn(T * C, 22), r = randn(B * T * C, 23), out(B * T * C);
+  V wte = randn(Vocab * C, 21), wpe = randn(T * C, 22), r = randn(N * C, 23), out(N * C);
   auto f = [&] {
-    embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    embedding_forward(out.data(), tok.data(), wte.data(), N, C, 0, Vocab);
+    position_forward(out.data(), out.data(), wpe.data(), 0, N, T, C);
     return dot(out, r);
   };
   V dwte(Vocab * C, 0.0), dwpe(T * C, 0.0);
-  embedding_backward(dwte.data(), dwpe.data(), r.data(), tok.data(), B, T, C);
+  embedding_backward(dwte.data(), r.data(), tok.data(), N, C, 0, Vocab);
+  position_backward(dwpe.data(), r.data(), 0, N, T, C);
   expect_fd_gradient("embedding dwte", wte, dwte, f);
   expect_fd_gradient("embedding dwpe", wpe, dwpe, f);
+}
+
+// A vocab range [2, 4) of the table: other tokens give zero rows and no
+// gradient; the rows of a sequence shard get the positions of their place.
+TEST(Kernels, EmbeddingVocabRangeAndSequenceShard) {
+  const int64_t T = 4, C = 3, N = 8;
+  std::vector<int32_t> tok = {0, 3, 3, 1, 4, 0, 2, 3};
+  V wte = randn(5 * C, 21), wpe = randn(T * C, 22), full(N * C), part(N * C);
+  embedding_forward(full.data(), tok.data(), wte.data(), N, C, 0, 5);
+  embedding_forward(part.data(), tok.data(), wte.data() + 2 * C, N, C, 2, 2);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      EXPECT_EQ(part[size_t(n * C + c)], tok[size_t(n)] >= 2 && tok[size_t(n)] < 4 ? full[size_t(n * C + c)] : 0.0);
+  V dwte(2 * C, 0.0), ones(N * C, 1.0);
+  embedding_backward(dwte.data(), ones.data(), tok.data(), N, C, 2, 2);
+  EXPECT_EQ(dwte[0], 1.0);  // token 2 once
+  EXPECT_EQ(dwte[C], 3.0);  // token 3 three times
+  V shard(3 * C);
+  position_forward(shard.data(), full.data() + 5 * C, wpe.data(), 5, 3, T, C);  // rows 5..7: positions 1..3
+  for (int64_t i = 0; i < 3; ++i)
+    EXPECT_EQ(shard[size_t(i * C)], full[size_t((5 + i) * C)] + wpe[size_t((1 + i) * C)]);
+}
+
+TEST(Kernels, ResidualAndBiasBackward) {
+  const int64_t N = 5, C = 7;
+  V a = randn(N * C, 1), b = randn(N * C, 2), bias = randn(C, 3), out(N * C), r = randn(N * C, 4);
+  residual_forward(out.data(), a.data(), b.data(), bias.data(), N, C);
+  EXPECT_EQ(out[size_t(2 * C + 3)], a[size_t(2 * C + 3)] + b[size_t(2 * C + 3)] + bias[3]);
+  auto f = [&] {
+    residual_forward(out.data(), a.data(), b.data(), bias.data(), N, C);
+    return dot(out, r);
+  };
+  V db(C, 5.0);
+  bias_backward(db.data(), r.data(), N, C, /*accumulate=*/false);
+  expect_fd_gradient("bias", bias, db, f);
+  V db2 = db;
+  bias_backward(db2.data(), r.data(), N, C, /*accumulate=*/true);
+  for (int64_t c = 0; c < C; ++c) EXPECT_DOUBLE_EQ(db2[size_t(c)], 2 * db[size_t(c)]);
+}
+
+// The vocab-parallel passes over 3 column ranges, with the reductions done
+// by hand, give the fused kernel's losses and dlogits; the last range holds
+// the padding (Vvalid < V) and one range holds no real column at all.
+TEST(Kernels, CrossEntropyVocabParallelMatchesFused) {
+  const int64_t N = 6, Vreal = 10, Vl = 4, R = 4;  // 4 ranks x 4 columns = 16 >= 10
+  std::vector<int32_t> tgt = {0, 9, 3, 4, 7, 8};
+  V logits = randn(N * R * Vl, 25, 3.0), losses(N);
+  V fused = logits;
+  softmax_cross_entropy(losses.data(), fused.data(), tgt.data(), N, R * Vl, Vreal, 0.5);
+  std::vector<V> part(size_t(R), V(size_t(N * Vl)));
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t v = 0; v < Vl; ++v) part[size_t(r)][size_t(n * Vl + v)] = logits[size_t(n * R * Vl + r * Vl + v)];
+  auto valid = [&](int64_t r) { return std::clamp<int64_t>(Vreal - r * Vl, 0, Vl); };
+  V mx(N, -INFINITY), sums(2 * N, 0.0);
+  for (int64_t r = 0; r < R; ++r) {
+    V m(N);
+    cross_entropy_local_max(m.data(), part[size_t(r)].data(), N, Vl, valid(r));
+    for (int64_t n = 0; n < N; ++n) mx[size_t(n)] = std::max(mx[size_t(n)], m[size_t(n)]);
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    V s(2 * N);
+    cross_entropy_local_sums(s.data(), part[size_t(r)].data(), mx.data(), tgt.data(), N, Vl, valid(r), r * Vl);
+    for (int64_t i = 0; i < 2 * N; ++i) sums[size_t(i)] += s[size_t(i)];
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    V l(N);
+    cross_entropy_finish(l.data(), part[size_t(r)].data(), mx.data(), sums.data(), tgt.data(), N, Vl, valid(r),
+                         r * Vl, 0.5);
+    for (int64_t n = 0; n < N; ++n) {
+      EXPECT_NEAR(l[size_t(n)], losses[size_t(n)], 1e-12);
+      for (int64_t v = 0; v < Vl; ++v)
+        EXPECT_NEAR(part[size_t(r)][size_t(n * Vl + v)], fused[size_t(n * R * Vl + r * Vl + v)], 1e-12)
+            << "rank " << r << " row " << n << " column " << v;
+    }
+  }
 }
 
 TEST(Kernels, CrossEntropyBackwardMatchesFiniteDifferences) {

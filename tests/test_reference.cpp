@@ -58,6 +58,7 @@ std::map<std::string, RefModel> load_reference() {
       m.seq_len = std::stol(kv["seq_len"]), m.vocab = std::stol(kv["vocab"]), m.norm_eps = std::stod(kv["norm_eps"]);
       if (kv.count("rope_theta")) m.rope_theta = std::stod(kv["rope_theta"]);
       m.tie_embeddings = name == "gpt2";
+      m.vocab_multiple = 1;  // Hugging Face's shapes: no vocabulary padding
       continue;
     }
     RefTensor t;

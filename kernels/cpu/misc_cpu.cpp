@@ -1,6 +1,7 @@
 // CPU embedding, fused softmax cross-entropy and AdamW.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/vmath.hpp"
@@ -8,35 +9,70 @@
 #include "kernels/adamw.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/residual.hpp"
 
 namespace trident::kernels {
 
 template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B, int64_t T_, int64_t C) {
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int64_t C, int64_t vocab_begin,
+                       int64_t V) {
 #pragma omp parallel for
-  for (int64_t i = 0; i < B * T_; ++i) {
-    const T* e = wte + int64_t(tokens[i]) * C;
-    const T* p = wpe ? wpe + (i % T_) * C : nullptr;
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t row = int64_t(tokens[i]) - vocab_begin;
     T* o = out + i * C;
-    for (int64_t c = 0; c < C; ++c) o[c] = e[c] + (p ? p[c] : T(0));
+    if (row < 0 || row >= V) {
+      std::fill(o, o + C, T(0));
+      continue;
+    }
+    const T* e = wte + row * C;
+    for (int64_t c = 0; c < C; ++c) o[c] = e[c];
   }
 }
 
 // Threads own disjoint channel ranges, so rows sharing a token never race.
 template <typename T>
-void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t T_, int64_t C) {
+void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N, int64_t C, int64_t vocab_begin,
+                        int64_t V) {
 #pragma omp parallel
   {
     int nt = omp_get_num_threads(), tid = omp_get_thread_num();
     int64_t c0 = C * tid / nt, c1 = C * (tid + 1) / nt;
-    for (int64_t i = 0; i < B * T_; ++i) {
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t row = int64_t(tokens[i]) - vocab_begin;
+      if (row < 0 || row >= V) continue;
       const T* g = dout + i * C;
-      T* e = dwte + int64_t(tokens[i]) * C;
+      T* e = dwte + row * C;
       for (int64_t c = c0; c < c1; ++c) e[c] += g[c];
-      if (dwpe) {
-        T* p = dwpe + (i % T_) * C;
-        for (int64_t c = c0; c < c1; ++c) p[c] += g[c];
-      }
+    }
+  }
+}
+
+template <typename T>
+void position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin, int64_t rows, int64_t T_, int64_t C) {
+#pragma omp parallel for
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* x = inp + i * C;
+    T* o = out + i * C;
+    if (!wpe) {
+      if (o != x) std::copy(x, x + C, o);
+      continue;
+    }
+    const T* p = wpe + ((row_begin + i) % T_) * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) o[c] = x[c] + p[c];
+  }
+}
+
+template <typename T>
+void position_backward(T* dwpe, const T* dout, int64_t row_begin, int64_t rows, int64_t T_, int64_t C) {
+#pragma omp parallel
+  {
+    int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    int64_t c0 = C * tid / nt, c1 = C * (tid + 1) / nt;
+    for (int64_t i = 0; i < rows; ++i) {
+      const T* g = dout + i * C;
+      T* p = dwpe + ((row_begin + i) % T_) * C;
+      for (int64_t c = c0; c < c1; ++c) p[c] += g[c];
     }
   }
 }
@@ -66,6 +102,83 @@ void softmax_cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t
 }
 
 template <typename T>
+void residual_forward(T* out, const T* a, const T* b, const T* bias, int64_t N, int64_t C) {
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n) {
+    const T *x = a + n * C, *y = b + n * C;
+    T* o = out + n * C;
+    if (bias) {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] = x[c] + y[c] + bias[c];
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] = x[c] + y[c];
+    }
+  }
+}
+
+// Threads own disjoint channel ranges; each channel sums its rows in order.
+template <typename T>
+void bias_backward(T* dbias, const T* dout, int64_t N, int64_t C, bool accumulate) {
+  if (!dbias) return;
+#pragma omp parallel
+  {
+    int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    int64_t c0 = C * tid / nt, c1 = C * (tid + 1) / nt;
+    if (!accumulate) std::fill(dbias + c0, dbias + c1, T(0));
+    for (int64_t n = 0; n < N; ++n) {
+      const T* g = dout + n * C;
+      for (int64_t c = c0; c < c1; ++c) dbias[c] += g[c];
+    }
+  }
+}
+
+template <typename T>
+void cross_entropy_local_max(T* row_max, const T* logits, int64_t N, int64_t V, int64_t Vvalid) {
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n) {
+    const T* row = logits + n * V;
+    T mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int64_t v = 0; v < Vvalid; ++v) mx = row[v] > mx ? row[v] : mx;
+    row_max[n] = mx;
+  }
+}
+
+template <typename T>
+void cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t N,
+                              int64_t V, int64_t Vvalid, int64_t vocab_begin) {
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n) {
+    const T* row = logits + n * V;
+    const T mx = row_max[n];
+    T sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t v = 0; v < Vvalid; ++v) sum += vexp(row[v] - mx);
+    sums[n] = sum;
+    const int64_t tgt = int64_t(targets[n]) - vocab_begin;
+    sums[N + n] = tgt >= 0 && tgt < Vvalid ? row[tgt] : T(0);
+  }
+}
+
+template <typename T>
+void cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums, const int32_t* targets, int64_t N,
+                          int64_t V, int64_t Vvalid, int64_t vocab_begin, T dscale) {
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n) {
+    const T lse = row_max[n] + std::log(sums[n]);
+    losses[n] = lse - sums[N + n];
+    if (dscale == T(0)) continue;
+    T* row = logits + n * V;
+#pragma omp simd
+    for (int64_t v = 0; v < Vvalid; ++v) row[v] = vexp(row[v] - lse) * dscale;
+    for (int64_t v = Vvalid; v < V; ++v) row[v] = 0;
+    const int64_t tgt = int64_t(targets[n]) - vocab_begin;
+    if (tgt >= 0 && tgt < Vvalid) row[tgt] -= dscale;
+  }
+}
+
+template <typename T>
 void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& hp) {
   const T b1 = T(hp.beta1), b2 = T(hp.beta2);
   const T c1 = T(1.0 / (1.0 - std::pow(hp.beta1, double(hp.step))));
@@ -83,8 +196,17 @@ void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWPar
 }
 
 #define INSTANTIATE(T)                                                                                     \
-  template void embedding_forward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t, int64_t);  \
-  template void embedding_backward<T>(T*, T*, const T*, const int32_t*, int64_t, int64_t, int64_t);       \
+  template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t, int64_t);      \
+  template void embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);     \
+  template void position_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t);            \
+  template void position_backward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t);                     \
+  template void cross_entropy_local_max<T>(T*, const T*, int64_t, int64_t, int64_t);                        \
+  template void cross_entropy_local_sums<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
+                                            int64_t);                                                      \
+  template void cross_entropy_finish<T>(T*, T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
+                                        int64_t, T);                                                       \
+  template void residual_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t);                   \
+  template void bias_backward<T>(T*, const T*, int64_t, int64_t, bool);                                     \
   template void softmax_cross_entropy<T>(T*, T*, const int32_t*, int64_t, int64_t, int64_t, T);            \
   template void adamw_update<T>(T*, T*, T*, const T*, int64_t, const AdamWParams&);
 INSTANTIATE(float)

@@ -1,0 +1,52 @@
+// The tensor-parallel plan: how each parameter is split over the tensor group
+// (torchtitan's parallelize plan, as a table). Model code is written as the
+// single-device computation over the local sizes below; the split itself is
+// applied by the parameter registry (params.hpp) and the communication is
+// done by the region ops (parallel/tensor_parallel.hpp).
+//
+// Styles (weights are [out, in]):
+//   column     rows split: each rank computes a slice of the outputs
+//              (QKV, MLP up / gate); `parts` > 1 splits each of that many
+//              equal row blocks (GPT-2's fused c_attn: q, k and v)
+//   column_kv  the key/value heads of grouped-query attention: split when
+//              there are at least `tensor` of them, replicated over groups
+//              of tensor / kv_heads ranks otherwise
+//   row        columns split: each rank holds a partial sum of the outputs
+//              (attention output, MLP down)
+//   vocab      rows of the padded vocabulary split (embedding, LM head)
+//   replicate  every rank holds all of it (norms, biases of row-parallel
+//              layers, position embeddings)
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/recipe.hpp"
+
+namespace trident::model {
+
+enum class ShardStyle { replicate, column, column_kv, row, vocab };
+const char* shard_style_name(ShardStyle s);
+
+struct TensorShard {
+  int rank = 0, size = 1;
+};
+
+struct PlanEntry {
+  ShardStyle style = ShardStyle::replicate;
+  int parts = 1;
+};
+
+// The plan entry of a parameter (by its global name); every parameter of
+// both architectures has one.
+PlanEntry tensor_plan(const ModelConfig& cfg, const std::string& name);
+
+// This rank's share of the model's dimensions.
+struct LocalDims {
+  int64_t heads, kv_heads, ffn;  // query heads, key/value heads, MLP hidden
+  int64_t vocab;                 // rows of the padded vocabulary held
+  int64_t vocab_begin;           // global index of the first
+  int64_t vocab_valid;           // how many of them are real tokens
+};
+LocalDims local_dims(const ModelConfig& cfg, TensorShard shard);
+
+}  // namespace trident::model

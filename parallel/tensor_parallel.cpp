@@ -2,11 +2,21 @@
 #include "parallel/tensor_parallel.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "kernels/cross_entropy.hpp"
 
 namespace trident::parallel {
+
+namespace {
+// Adds the seconds of its scope to a counter.
+struct Timed {
+  double& total;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~Timed() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+};
+}  // namespace
 
 TensorParallel::TensorParallel(Communicator* group, bool sequence_parallel)
     : group_(group && group->size() > 1 ? group : nullptr), sp_(sequence_parallel && group_ != nullptr) {}
@@ -14,6 +24,7 @@ TensorParallel::TensorParallel(Communicator* group, bool sequence_parallel)
 template <typename T>
 const T* TensorParallel::enter(T* full, const T* local, int64_t N, int64_t C) {
   if (!sp_) return local;
+  Timed timed{traffic_.seconds};
   T* mine = full + row_begin(N) * C;
   if (mine != local) std::memcpy(mine, local, sizeof(T) * size_t(rows(N) * C));
   group_->all_gather(Tensor::borrow(full, N * C))->wait();
@@ -24,6 +35,7 @@ const T* TensorParallel::enter(T* full, const T* local, int64_t N, int64_t C) {
 template <typename T>
 const T* TensorParallel::enter_backward(T* dlocal, T* dfull, int64_t N, int64_t C) {
   if (!group_) return dfull;
+  Timed timed{traffic_.seconds};
   traffic_.calls += 1;
   if (!sp_) {
     group_->all_reduce(Tensor::borrow(dfull, N * C))->wait();
@@ -54,6 +66,7 @@ void TensorParallel::cross_entropy(T* losses, T* logits, const int32_t* targets,
   }
   if (!scratch_.defined() || scratch_.dtype() != dtype_of<T>() || scratch_.numel() < 3 * N)
     scratch_ = Tensor::empty({3 * N}, dtype_of<T>(), MemCategory::comm);
+  Timed timed{traffic_.seconds};
   T* row_max = scratch_.data<T>();
   T* sums = row_max + N;  // [sum exp | target logit]
   kernels::cross_entropy_local_max(row_max, logits, N, V, Vvalid);

@@ -35,6 +35,7 @@ namespace trident::parallel {
 struct TensorTraffic {
   int64_t all_reduce = 0, all_gather = 0, reduce_scatter = 0;
   int64_t calls = 0;
+  double seconds = 0;  // spent inside the collectives (issue to completion)
 };
 
 class TensorParallel {

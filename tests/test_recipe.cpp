@@ -108,6 +108,20 @@ TEST(Recipe, LayersNotDivisibleByPipeline) {
 TEST(Recipe, GptWithGroupedQueryHeadsIsRejected) {
   expect_error(kGood, {"gpt2 uses multi-head attention: kv_heads(2) != heads(4)"}, {"model.kv_heads=2"});
 }
+TEST(Recipe, TensorParallelDivisibility) {
+  // kGood: hidden 64, heads 4, ffn_hidden 256 (4 x hidden), micro_batch 2 x seq_len 32
+  expect_error(with("parallel: {tensor: 3}"), {"'parallel.tensor'", "heads(4) % tensor(3) != 0"}, {}, 3);
+  expect_error(with("parallel: {tensor: 4}"), {"'parallel.tensor'", "ffn_hidden(250) % tensor(4) != 0"},
+               {"model.ffn_hidden=250"}, 4);
+  expect_error(with("parallel: {tensor: 4, sequence_parallel: true}"),
+               {"'parallel.sequence_parallel'", "micro_batch(1) x seq_len(30) = 30 token rows over tensor(4)",
+                "30 % 4 != 0"},
+               {"train.micro_batch=1", "model.seq_len=30"}, 4);
+  expect_error(kGood, {"'model.vocab_multiple'", "found '0'"}, {"model.vocab_multiple=0"});
+  Recipe r = load_recipe_text(with("parallel: {tensor: 4}"), "r.yaml", {"model.vocab_multiple=3"}, 4);
+  EXPECT_EQ(r.model.padded_vocab(4), 60);  // 50 -> a multiple of 3 x 4
+  EXPECT_EQ(r.model.padded_vocab(1), 51);
+}
 TEST(Recipe, BadOrder) {
   expect_error(with("parallel: {order: [tensor, data, data]}"), {"'parallel.order'", "a permutation of [tensor, data, pipeline]"});
 }

@@ -4,7 +4,7 @@
 // the tensor group:
 //   mpirun -np 1 build/bench/bench_tensor_parallel [recipe] [key=value ...]
 //   mpirun -np 2 build/bench/bench_tensor_parallel [recipe] [key=value ...]
-// Per layer = (3-layer model - 1-layer model) / 2, for the time (median of
+// Per layer = (5-layer model - 1-layer model) / 4, for the time (median of
 // `reps` fwd+bwd passes) and for the bytes (exact), so the embedding, head
 // and loss drop out. Analytic count per layer per micro-batch of N = B x T
 // rows and C channels, fp32: without sequence parallelism 4 all-reduces of
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   }
   const ModelConfig& m = rc.model;
   const int64_t B = rc.train.micro_batch, N = B * m.seq_len, C = m.hidden;
-  const int reps = 9;
+  const int reps = 7;
   if (world->rank() == 0) {
     std::printf("# tensor %d | %s: hidden %lld, heads %lld/%lld, ffn %lld | micro-batch %lld x seq %lld = %lld rows | "
                 "%d threads per rank\n",
@@ -96,12 +96,12 @@ int main(int argc, char** argv) {
   }
   for (bool sp : {false, true}) {
     if (sp && t == 1) continue;
-    Cost one = measure(m, 1, B, sp, *world, reps), three = measure(m, 3, B, sp, *world, reps);
-    const double ms = (three.seconds - one.seconds) / 2 * 1e3;
-    const double comm_ms = (three.traffic.seconds - one.traffic.seconds) / 2 * 1e3;  // mean, not median
-    const int64_t ar = (three.traffic.all_reduce - one.traffic.all_reduce) / 2 * 4;
-    const int64_t ag = (three.traffic.all_gather - one.traffic.all_gather) / 2 * 4;
-    const int64_t rs = (three.traffic.reduce_scatter - one.traffic.reduce_scatter) / 2 * 4;
+    Cost one = measure(m, 1, B, sp, *world, reps), five = measure(m, 5, B, sp, *world, reps);
+    const double ms = (five.seconds - one.seconds) / 4 * 1e3;
+    const double comm_ms = (five.traffic.seconds - one.traffic.seconds) / 4 * 1e3;  // mean, not median
+    const int64_t ar = (five.traffic.all_reduce - one.traffic.all_reduce) / 4 * 4;
+    const int64_t ag = (five.traffic.all_gather - one.traffic.all_gather) / 4 * 4;
+    const int64_t rs = (five.traffic.reduce_scatter - one.traffic.reduce_scatter) / 4 * 4;
     const int64_t bytes = 4 * N * C * 4;  // four N x C fp32 buffers of each kind
     const bool match = t == 1 ? ar + ag + rs == 0 : sp ? (ar == 0 && ag == bytes && rs == bytes) : (ar == bytes && ag + rs == 0);
     if (world->rank() == 0)

@@ -272,6 +272,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
 
   for (int64_t step = 0; step < rc.train.steps; ++step) {
     auto t0 = Clock::now();
+    const double tensor_comm0 = tp.traffic().seconds;
     double loss_sum = 0;
     for (int64_t micro = 0; micro < micro_steps; ++micro) {
       // this rank's slice of the global batch: samples [dp_rank * rank_batch, ...) of the step
@@ -324,8 +325,9 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     const MemStats mem = HostAllocator::instance().stats();
     metrics.write(fmt::format("{{\"type\":\"train\",\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},"
                               "\"tokens_per_s\":{:.1f},\"mfu\":{:.4f},\"step_s\":{:.4f},\"comm_wait_s\":{:.4f},"
-                              "\"peak_bytes\":{}}}",
-                              step + 1, loss, lr, gnorm, tps, mfu, dt, comm_wait, peak_bytes_json(mem)));
+                              "\"tensor_comm_s\":{:.4f},\"peak_bytes\":{}}}",
+                              step + 1, loss, lr, gnorm, tps, mfu, dt, comm_wait, tp.traffic().seconds - tensor_comm0,
+                              peak_bytes_json(mem)));
     if (!opts.quiet && ((step + 1) % rc.log.every == 0 || step == 0 || last)) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
       const double eta = elapsed / double(step + 1) * double(rc.train.steps - step - 1);

@@ -81,13 +81,23 @@ class Layer : public ::testing::TestWithParam<bool> {
   int64_t R = N, row0 = 0;
 };
 
+// The unsplit linear layer y = x W^T + b, forward and backward, on random
+// inputs x [N,C], W [OC,C], b [OC] and output gradient dy [N,OC].
+struct LinearCase {
+  V x, W, b, dy, y, dx, dW, db;
+  LinearCase(int64_t N, int64_t C, int64_t OC, uint32_t seed)
+      : x(randn(N * C, seed)), W(randn(OC * C, seed + 1)), b(randn(OC, seed + 2)), dy(randn(N * OC, seed + 3)),
+        y(N * OC), dx(N * C), dW(OC * C), db(OC) {
+    k::linear_forward(y.data(), x.data(), W.data(), b.data(), N, C, OC);
+    k::linear_backward(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), N, C, OC, false);
+  }
+};
+
 // y = x W^T + b with W's rows (outputs) split; the input enters the region.
 TEST_P(Layer, ColumnParallelLinear) {
   const int64_t C = 8, OC = 16, OCl = OC / t;
-  V x = randn(N * C, 1), W = randn(OC * C, 2), b = randn(OC, 3), dy = randn(N * OC, 4);
-  V y(N * OC), dx(N * C), dW(OC * C), db(OC);
-  k::linear_forward(y.data(), x.data(), W.data(), b.data(), N, C, OC);
-  k::linear_backward(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), N, C, OC, false);
+  const LinearCase ref(N, C, OC, 1);
+  const auto& [x, W, b, dy, y, dx, dW, db] = ref;
 
   V Wr = rows_of(W, C, r * OCl, OCl), br(b.begin() + r * OCl, b.begin() + (r + 1) * OCl);
   V x_local = rows_of(x, C, row0, R), full(N * C), yr(N * OCl);
@@ -106,10 +116,8 @@ TEST_P(Layer, ColumnParallelLinear) {
 // region, the replicated bias is added once after the reduction.
 TEST_P(Layer, RowParallelLinear) {
   const int64_t C = 16, OC = 8, Cl = C / t;
-  V x = randn(N * C, 5), W = randn(OC * C, 6), b = randn(OC, 7), dy = randn(N * OC, 8);
-  V y(N * OC), dx(N * C), dW(OC * C), db(OC);
-  k::linear_forward(y.data(), x.data(), W.data(), b.data(), N, C, OC);
-  k::linear_backward(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), N, C, OC, false);
+  const LinearCase ref(N, C, OC, 5);
+  const auto& [x, W, b, dy, y, dx, dW, db] = ref;
 
   V xr = cols_of(x, N, C, r * Cl, Cl), Wr = cols_of(W, OC, C, r * Cl, Cl), partial(N * OC), local(R * OC);
   k::linear_forward(partial.data(), xr.data(), Wr.data(), static_cast<const double*>(nullptr), N, Cl, OC);

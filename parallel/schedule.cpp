@@ -1,0 +1,288 @@
+// Pipeline schedules and their simulator (see schedule.hpp).
+#include "parallel/schedule.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "core/error.hpp"
+
+namespace trident::parallel {
+
+ScheduleKind parse_schedule(const std::string& name) {
+  if (name == "gpipe") return ScheduleKind::gpipe;
+  if (name == "1f1b") return ScheduleKind::one_f_one_b;
+  if (name == "interleaved_1f1b") return ScheduleKind::interleaved_1f1b;
+  if (name == "zero_bubble") return ScheduleKind::zero_bubble;
+  fail_input("schedule: expected gpipe | 1f1b | interleaved_1f1b | zero_bubble, found '{}'", name);
+}
+
+const char* schedule_name(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::gpipe: return "gpipe";
+    case ScheduleKind::one_f_one_b: return "1f1b";
+    case ScheduleKind::interleaved_1f1b: return "interleaved_1f1b";
+    case ScheduleKind::zero_bubble: return "zero_bubble";
+  }
+  return "?";
+}
+
+const char* action_name(ActionType t) {
+  switch (t) {
+    case ActionType::forward: return "forward";
+    case ActionType::backward: return "backward";
+    case ActionType::backward_input: return "backward_input";
+    case ActionType::backward_weight: return "backward_weight";
+    case ActionType::send_act: return "send_act";
+    case ActionType::recv_act: return "recv_act";
+    case ActionType::send_grad: return "send_grad";
+    case ActionType::recv_grad: return "recv_grad";
+  }
+  return "?";
+}
+
+bool is_compute(ActionType t) {
+  return t == ActionType::forward || t == ActionType::backward || t == ActionType::backward_input ||
+         t == ActionType::backward_weight;
+}
+
+void validate_schedule(ScheduleKind kind, int P, int V, int M) {
+  if (P < 1 || V < 1 || M < 1)
+    fail_input("schedule: pipeline({}), virtual_stages({}) and micro-batches({}) must be >= 1", P, V, M);
+  if (kind == ScheduleKind::interleaved_1f1b) {
+    if (V < 2) fail_input("schedule interleaved_1f1b: needs virtual_stages >= 2, found {}", V);
+    if (M % P != 0)
+      fail_input("schedule interleaved_1f1b: micro-batches({}) % pipeline({}) = {} != 0 (each round of the "
+                 "interleaving takes one micro-batch per stage)",
+                 M, P, M % P);
+  } else if (V != 1) {
+    fail_input("schedule {}: virtual_stages must be 1 (only interleaved_1f1b interleaves chunks), found {}",
+               schedule_name(kind), V);
+  }
+}
+
+namespace {
+
+using A = ActionType;
+
+std::vector<Action> one_f_one_b(int P, int M, int p) {
+  std::vector<Action> out;
+  const int warm = std::min(P - p - 1, M);
+  for (int m = 0; m < warm; ++m) out.push_back({A::forward, 0, m});
+  for (int i = 0; i < M - warm; ++i) out.push_back({A::forward, 0, warm + i}), out.push_back({A::backward, 0, i});
+  for (int m = M - warm; m < M; ++m) out.push_back({A::backward, 0, m});
+  return out;
+}
+
+// Megatron-LM's forward_backward_pipelining_with_interleaving.
+std::vector<Action> interleaved(int P, int V, int M, int p) {
+  const int total = M * V;
+  auto micro = [&](int k) { return (k / (P * V)) * P + k % P; };
+  auto fchunk = [&](int k) { return (k % (P * V)) / P; };
+  auto bchunk = [&](int k) { return V - 1 - (k % (P * V)) / P; };
+  const int warm = std::min((P - p - 1) * 2 + (V - 1) * P, total);
+  std::vector<Action> out;
+  for (int k = 0; k < warm; ++k) out.push_back({A::forward, fchunk(k), micro(k)});
+  for (int i = 0; i < total - warm; ++i) {
+    out.push_back({A::forward, fchunk(warm + i), micro(warm + i)});
+    out.push_back({A::backward, bchunk(i), micro(i)});
+  }
+  for (int k = total - warm; k < total; ++k) out.push_back({A::backward, bchunk(k), micro(k)});
+  return out;
+}
+
+// ZB-H1 by list scheduling with unit costs: when a rank is free it runs the
+// oldest ready input-gradient pass, else the next forward if fewer than
+// P - p micro-batches are in flight, else the oldest pending weight pass.
+std::vector<std::vector<Action>> zero_bubble_all(int P, int M) {
+  std::vector<std::vector<Action>> out(static_cast<size_t>(P));
+  const double kNever = 1e300;
+  std::vector<std::vector<double>> f_end(size_t(P), std::vector<double>(size_t(M), kNever)), b_end = f_end;
+  std::vector<int> next_f(size_t(P), 0), next_b(size_t(P), 0), next_w(size_t(P), 0);
+  std::vector<double> free_at(size_t(P), 0);
+  int done = 0;
+  for (int t = 0; done < 3 * P * M; ++t) {
+    for (int p = 0; p < P; ++p) {
+      if (free_at[size_t(p)] > t) continue;
+      const int nb = next_b[size_t(p)], nf = next_f[size_t(p)], nw = next_w[size_t(p)];
+      const bool b_ready = nb < nf && (p == P - 1 ? f_end[size_t(p)][size_t(nb)] <= t
+                                                  : b_end[size_t(p + 1)][size_t(nb)] <= t);
+      const bool f_ready = nf < M && nf - nw < P - p && (p == 0 || f_end[size_t(p - 1)][size_t(nf)] <= t);
+      const bool w_ready = nw < nb;
+      if (b_ready) {
+        out[size_t(p)].push_back({A::backward_input, 0, nb});
+        b_end[size_t(p)][size_t(nb)] = t + 1, ++next_b[size_t(p)];
+      } else if (f_ready) {
+        out[size_t(p)].push_back({A::forward, 0, nf});
+        f_end[size_t(p)][size_t(nf)] = t + 1, ++next_f[size_t(p)];
+      } else if (w_ready) {
+        out[size_t(p)].push_back({A::backward_weight, 0, nw});
+        ++next_w[size_t(p)];
+      } else {
+        continue;
+      }
+      free_at[size_t(p)] = t + 1;
+      ++done;
+    }
+    TRIDENT_CHECK(t < 100 * P * M + 100, "zero_bubble construction did not finish (P {} M {})", P, M);
+  }
+  return out;
+}
+
+std::vector<Action> compute_actions(ScheduleKind kind, int P, int V, int M, int p) {
+  switch (kind) {
+    case ScheduleKind::gpipe: {
+      std::vector<Action> out;
+      for (int m = 0; m < M; ++m) out.push_back({A::forward, 0, m});
+      for (int m = 0; m < M; ++m) out.push_back({A::backward, 0, m});
+      return out;
+    }
+    case ScheduleKind::one_f_one_b: return one_f_one_b(P, M, p);
+    case ScheduleKind::interleaved_1f1b: return interleaved(P, V, M, p);
+    case ScheduleKind::zero_bubble: {
+      // cached: every rank of a run asks for its row of the same table
+      static std::map<std::pair<int, int>, std::vector<std::vector<Action>>> cache;
+      auto key = std::make_pair(P, M);
+      if (!cache.count(key)) cache[key] = zero_bubble_all(P, M);
+      return cache[key][size_t(p)];
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<Action> make_schedule(ScheduleKind kind, int P, int V, int M, int p) {
+  validate_schedule(kind, P, V, M);
+  TRIDENT_CHECK(p >= 0 && p < P, "rank {} outside pipeline {}", p, P);
+  const int last = P * V - 1;
+  std::vector<Action> out;
+  for (const Action& a : compute_actions(kind, P, V, M, p)) {
+    const int c = a.chunk * P + p;
+    switch (a.type) {
+      case A::forward:
+        if (c > 0) out.push_back({A::recv_act, a.chunk, a.micro});
+        out.push_back(a);
+        if (c < last) out.push_back({A::send_act, a.chunk, a.micro});
+        break;
+      case A::backward:
+      case A::backward_input:
+        if (c < last) out.push_back({A::recv_grad, a.chunk, a.micro});
+        out.push_back(a);
+        if (c > 0) out.push_back({A::send_grad, a.chunk, a.micro});
+        break;
+      default: out.push_back(a);
+    }
+  }
+  return out;
+}
+
+double Simulation::bubble_fraction() const {
+  double s = 0;
+  for (double b : bubble) s += b;
+  return bubble.empty() ? 0 : s / double(bubble.size());
+}
+
+Simulation simulate(ScheduleKind kind, int P, int V, int M, const Costs& costs) {
+  validate_schedule(kind, P, V, M);
+  const int C = P * V;
+  std::vector<std::vector<Action>> lists(static_cast<size_t>(P));
+  for (int p = 0; p < P; ++p)
+    for (const Action& a : make_schedule(kind, P, V, M, p))
+      if (is_compute(a.type)) lists[size_t(p)].push_back(a);
+  const double kNever = -1;
+  // end times by global chunk and micro-batch (kNever: not run yet)
+  std::vector<std::vector<double>> f_end(size_t(C), std::vector<double>(size_t(M), kNever)), b_end = f_end;
+  Simulation sim;
+  sim.busy.assign(size_t(P), 0), sim.bubble.assign(size_t(P), 0), sim.peak_in_flight.assign(size_t(P), 0);
+  sim.spans.resize(static_cast<size_t>(P));
+  std::vector<size_t> next(size_t(P), 0);
+  std::vector<double> clock(size_t(P), 0);
+  std::vector<int> in_flight(size_t(P), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int p = 0; p < P; ++p) {
+      auto& list = lists[size_t(p)];
+      while (next[size_t(p)] < list.size()) {
+        const Action& a = list[next[size_t(p)]];
+        const int c = a.chunk * P + p;
+        const size_t m = size_t(a.micro);
+        double ready = 0, cost = 0;
+        if (a.type == A::forward) {
+          if (c > 0 && f_end[size_t(c - 1)][m] < 0) break;
+          ready = c > 0 ? f_end[size_t(c - 1)][m] : 0;
+          cost = costs.forward;
+        } else if (a.type == A::backward || a.type == A::backward_input) {
+          if (f_end[size_t(c)][m] < 0) {  // the list itself is wrong: no waiting fixes it
+            sim.deadlock = true;
+            sim.deadlock_reason = fmt::format("rank {}: backward of chunk {} micro-batch {} before its forward", p,
+                                              a.chunk, a.micro);
+            return sim;
+          }
+          if (c < C - 1 && b_end[size_t(c + 1)][m] < 0) break;
+          ready = c < C - 1 ? b_end[size_t(c + 1)][m] : f_end[size_t(c)][m];
+          cost = a.type == A::backward ? costs.backward_input + costs.backward_weight : costs.backward_input;
+        } else {  // backward_weight
+          if (b_end[size_t(c)][m] < 0) {
+            sim.deadlock = true;
+            sim.deadlock_reason = fmt::format("rank {}: weight gradient of chunk {} micro-batch {} before its input "
+                                              "gradient", p, a.chunk, a.micro);
+            return sim;
+          }
+          cost = costs.backward_weight;
+        }
+        const double start = std::max(clock[size_t(p)], ready), end = start + cost;
+        if (a.type == A::forward) f_end[size_t(c)][m] = end;
+        if (a.type == A::backward || a.type == A::backward_input) b_end[size_t(c)][m] = end;
+        if (a.type == A::forward) in_flight[size_t(p)] += 1;
+        if (a.type == A::backward || a.type == A::backward_weight) in_flight[size_t(p)] -= 1;
+        sim.peak_in_flight[size_t(p)] = std::max(sim.peak_in_flight[size_t(p)], in_flight[size_t(p)]);
+        sim.spans[size_t(p)].push_back({a, start, end});
+        sim.busy[size_t(p)] += cost;
+        clock[size_t(p)] = end;
+        ++next[size_t(p)];
+        progress = true;
+      }
+    }
+  }
+  for (int p = 0; p < P; ++p)
+    if (next[size_t(p)] < lists[size_t(p)].size()) {
+      const Action& a = lists[size_t(p)][next[size_t(p)]];
+      sim.deadlock = true;
+      sim.deadlock_reason = fmt::format("rank {} waits forever at {} of chunk {} micro-batch {}", p,
+                                        action_name(a.type), a.chunk, a.micro);
+      return sim;
+    }
+  for (int p = 0; p < P; ++p) sim.makespan = std::max(sim.makespan, clock[size_t(p)]);
+  for (int p = 0; p < P; ++p) sim.bubble[size_t(p)] = 1 - sim.busy[size_t(p)] / sim.makespan;
+  return sim;
+}
+
+std::string render_timeline(const Simulation& sim, int V, int width) {
+  // one cell per time unit when it fits in `width`, else scaled down
+  const double scale = std::min(1.0, double(width) / std::max(1.0, sim.makespan));
+  const int cells = int(std::ceil(sim.makespan * scale));
+  std::string out;
+  for (size_t p = 0; p < sim.spans.size(); ++p) {
+    std::vector<std::string> row(size_t(cells), " .");
+    for (const Span& s : sim.spans[p]) {
+      char kind = s.action.type == A::forward ? 'F' : s.action.type == A::backward_weight ? 'W' : 'B';
+      if (V > 1 && s.action.chunk % 2 == 1) kind = char(kind - 'A' + 'a');  // odd chunks in lower case
+      const char* digits = "0123456789abcdefghijklmnopqrstuvwxyz";
+      const std::string cell = std::string(1, kind) + digits[s.action.micro % 36];
+      for (int c = int(std::floor(s.start * scale)); c < int(std::ceil(s.end * scale)) && c < cells; ++c)
+        row[size_t(c)] = cell;
+    }
+    out += fmt::format("rank {:>2} |", p);
+    for (const auto& c : row) out += c;
+    out += fmt::format("| bubble {:.1f}% | peak in flight {}\n", 100 * sim.bubble[p], sim.peak_in_flight[p]);
+  }
+  return out;
+}
+
+double bubble_formula(ScheduleKind kind, int P, int V, int M) {
+  if (kind == ScheduleKind::interleaved_1f1b) return double(P - 1) / double(V * M + P - 1);
+  return double(P - 1) / double(M + P - 1);
+}
+
+}  // namespace trident::parallel

@@ -12,6 +12,7 @@
 #include "kernels/backends.hpp"
 #include "launch/trainer.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
+#include "parallel/schedule.hpp"
 #include "parallel/topology.hpp"
 
 #ifndef TRIDENT_GIT_REV
@@ -33,6 +34,8 @@ commands:
                                                  text -> indexed dataset (PREFIX_train, PREFIX_valid)
   topology RECIPE.yaml --world N [--ranks-per-node K] [--set ...]
                                                  print the rank layout and process groups
+  schedule --pipeline P --micro-batches M [--virtual-stages V] --schedule S [--width W]
+                                                 simulate a pipeline schedule, print its timeline
   --version                                      revision and backends of this build
   --help                                         this text
 
@@ -137,6 +140,43 @@ int cmd_prepare(const std::vector<std::string>& args) {
 
 }  // namespace
 
+int cmd_schedule(const std::vector<std::string>& args) {
+  int64_t P = 0, M = 0, V = 1, width = 120;
+  std::string kind;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) fail_input("schedule: {} needs a value", a);
+      return args[++i];
+    };
+    if (a == "--pipeline") P = parse_positive("schedule: --pipeline", value());
+    else if (a == "--micro-batches") M = parse_positive("schedule: --micro-batches", value());
+    else if (a == "--virtual-stages") V = parse_positive("schedule: --virtual-stages", value());
+    else if (a == "--schedule") kind = value();
+    else if (a == "--width") width = parse_positive("schedule: --width", value());
+    else if (a == "--help" || a == "-h") {
+      fmt::print("usage: trident schedule --pipeline P --micro-batches M [--virtual-stages V] --schedule "
+                 "gpipe|1f1b|interleaved_1f1b|zero_bubble [--width W]\n");
+      return 0;
+    } else fail_input("schedule: unexpected argument '{}'", a);
+  }
+  if (P == 0) fail_input("schedule: missing --pipeline P");
+  if (M == 0) fail_input("schedule: missing --micro-batches M");
+  if (kind.empty()) fail_input("schedule: missing --schedule gpipe|1f1b|interleaved_1f1b|zero_bubble");
+  const auto k = parallel::parse_schedule(kind);
+  const auto sim = parallel::simulate(k, int(P), int(V), int(M));
+  fmt::print("schedule {} | pipeline {} x virtual stages {} | {} micro-batches | unit costs: forward 1, "
+             "backward 2 (input 1 + weight 1)\n",
+             kind, P, V, M);
+  fmt::print("F/B/W + micro-batch (base 36); {}'.' idle\n", V > 1 ? "odd chunks in lower case; " : "");
+  fmt::print("{}", parallel::render_timeline(sim, int(V), int(width)));
+  fmt::print("makespan {} | bubble {:.2f}%", sim.makespan, 100 * sim.bubble_fraction());
+  if (k != parallel::ScheduleKind::zero_bubble)
+    fmt::print(" (formula {:.2f}%)", 100 * parallel::bubble_formula(k, int(P), int(V), int(M)));
+  fmt::print("\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   g_argc = &argc;
   g_argv = &argv;
@@ -155,7 +195,8 @@ int main(int argc, char** argv) {
     if (args[0] == "train") return cmd_train(rest);
     if (args[0] == "prepare") return cmd_prepare(rest);
     if (args[0] == "topology") return cmd_topology(rest);
-    fail_input("unknown command '{}' (expected train, prepare or topology; see trident --help)", args[0]);
+    if (args[0] == "schedule") return cmd_schedule(rest);
+    fail_input("unknown command '{}' (expected train, prepare, topology or schedule; see trident --help)", args[0]);
   } catch (const InputError& e) {
     log::error("{}", e.what());
     return kExitBadInput;

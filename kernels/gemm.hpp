@@ -19,7 +19,8 @@ template <typename T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC);
 
 // dinp[N,C] = dout[N,OC] * weight[OC,C]; dweight[OC,C] += dout^T * inp; dbias[OC] += sum_n dout
-// dinp or dbias may be null (not needed / no bias).
+// dinp, dweight or dbias may be null (not needed now / no bias): zero-bubble
+// pipelines compute dinp first and dweight later.
 template <typename T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
                      int64_t C, int64_t OC, bool accumulate = true);

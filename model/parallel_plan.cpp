@@ -55,6 +55,32 @@ PlanEntry tensor_plan(const ModelConfig& cfg, const std::string& name) {
   throw Error(fmt::format("tensor-parallel plan: no entry for parameter '{}'", name));
 }
 
+std::vector<int64_t> chunk_layer_counts(const ModelConfig& cfg, int P, int V, const std::vector<int64_t>& list) {
+  if (!list.empty()) {
+    TRIDENT_CHECK(int64_t(list.size()) == int64_t(P) * V, "stage layer list has {} entries for {} chunks", list.size(),
+                  P * V);
+    return list;
+  }
+  TRIDENT_CHECK(cfg.layers % (int64_t(P) * V) == 0, "layers({}) % chunks({}) != 0", cfg.layers, P * V);
+  return std::vector<int64_t>(static_cast<size_t>(P * V), cfg.layers / (P * V));
+}
+
+std::vector<ChunkSpec> pipeline_chunks(const ModelConfig& cfg, int P, int V, const std::vector<int64_t>& list,
+                                       int rank) {
+  const auto counts = chunk_layer_counts(cfg, P, V, list);
+  std::vector<ChunkSpec> out;
+  for (int v = 0; v < V; ++v) {
+    const int c = v * P + rank;
+    ChunkSpec spec;
+    for (int i = 0; i < c; ++i) spec.first_layer += counts[size_t(i)];
+    spec.layers = counts[size_t(c)];
+    spec.embedding = c == 0;
+    spec.head = c == P * V - 1;
+    out.push_back(spec);
+  }
+  return out;
+}
+
 LocalDims local_dims(const ModelConfig& cfg, TensorShard s) {
   LocalDims d;
   d.heads = cfg.heads / s.size;

@@ -19,6 +19,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/recipe.hpp"
 
@@ -39,6 +40,21 @@ struct PlanEntry {
 // The plan entry of a parameter (by its global name); every parameter of
 // both architectures has one.
 PlanEntry tensor_plan(const ModelConfig& cfg, const std::string& name);
+
+// One pipeline chunk: consecutive layers, with the embedding (global chunk
+// 0) and / or the final norm, head and loss (the last global chunk).
+struct ChunkSpec {
+  int64_t first_layer = 0, layers = 0;
+  bool embedding = true, head = true;
+};
+
+// Layers of each of the P x V global chunks: `stage_layers` (its sum must be
+// the layer count; validated by the recipe loader) or the even split.
+std::vector<int64_t> chunk_layer_counts(const ModelConfig& cfg, int stages, int virtual_stages,
+                                        const std::vector<int64_t>& stage_layers);
+// The chunks pipeline rank `rank` holds: global chunks v P + rank, v = 0..V-1.
+std::vector<ChunkSpec> pipeline_chunks(const ModelConfig& cfg, int stages, int virtual_stages,
+                                       const std::vector<int64_t>& stage_layers, int rank);
 
 // This rank's share of the model's dimensions.
 struct LocalDims {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/philox.hpp"
 
@@ -21,49 +22,72 @@ void ParamRegistry::add(std::string name, Shape shape, ParamKind kind, InitKind 
   params_.push_back(std::move(p));
 }
 
-ParamRegistry::ParamRegistry(const ModelConfig& m, TensorShard shard) : shard_(shard) {
+ParamRegistry::ParamRegistry(const ModelConfig& m, TensorShard shard, std::vector<ChunkSpec> chunks)
+    : shard_(shard), chunks_(std::move(chunks)) {
+  if (chunks_.empty()) chunks_.push_back({0, m.layers, true, true});
   const int64_t C = m.hidden, F = m.ffn_hidden, V = m.padded_vocab(shard.size), D = m.head_dim();
   const int64_t H = m.heads, KV = m.kv_heads;
   const double s = m.init_std;
   const double s_resid = s / std::sqrt(2.0 * double(m.layers));  // GPT-2 scaled residual projections
-  if (m.arch == "gpt2") {
-    add("transformer.wte.weight", {V, C}, ParamKind::embedding, InitKind::normal, s);
-    add("transformer.wpe.weight", {m.seq_len, C}, ParamKind::embedding, InitKind::normal, s);
-    for (int64_t l = 0; l < m.layers; ++l) {
-      std::string p = layer_prefix(m, l);
-      add(p + "ln_1.weight", {C}, ParamKind::norm, InitKind::ones);
-      add(p + "ln_1.bias", {C}, ParamKind::bias, InitKind::zeros);
-      add(p + "attn.c_attn.weight", {3 * C, C}, ParamKind::weight, InitKind::normal, s);
-      add(p + "attn.c_attn.bias", {3 * C}, ParamKind::bias, InitKind::zeros);
-      add(p + "attn.c_proj.weight", {C, C}, ParamKind::weight, InitKind::normal, s_resid);
-      add(p + "attn.c_proj.bias", {C}, ParamKind::bias, InitKind::zeros);
-      add(p + "ln_2.weight", {C}, ParamKind::norm, InitKind::ones);
-      add(p + "ln_2.bias", {C}, ParamKind::bias, InitKind::zeros);
-      add(p + "mlp.c_fc.weight", {F, C}, ParamKind::weight, InitKind::normal, s);
-      add(p + "mlp.c_fc.bias", {F}, ParamKind::bias, InitKind::zeros);
-      add(p + "mlp.c_proj.weight", {C, F}, ParamKind::weight, InitKind::normal, s_resid);
-      add(p + "mlp.c_proj.bias", {C}, ParamKind::bias, InitKind::zeros);
+  const bool gpt2 = m.arch == "gpt2";
+  bool has_embedding = false;
+  for (const auto& c : chunks_) has_embedding |= c.embedding;
+  for (const auto& chunk : chunks_) {
+    if (chunk.embedding) {
+      add(gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", {V, C}, ParamKind::embedding,
+          InitKind::normal, s);
+      if (gpt2) add("transformer.wpe.weight", {m.seq_len, C}, ParamKind::embedding, InitKind::normal, s);
     }
-    add("transformer.ln_f.weight", {C}, ParamKind::norm, InitKind::ones);
-    add("transformer.ln_f.bias", {C}, ParamKind::bias, InitKind::zeros);
-  } else {
-    add("model.embed_tokens.weight", {V, C}, ParamKind::embedding, InitKind::normal, s);
-    for (int64_t l = 0; l < m.layers; ++l) {
+    for (int64_t l = chunk.first_layer; l < chunk.first_layer + chunk.layers; ++l) {
       std::string p = layer_prefix(m, l);
-      add(p + "input_layernorm.weight", {C}, ParamKind::norm, InitKind::ones);
-      add(p + "self_attn.q_proj.weight", {H * D, C}, ParamKind::weight, InitKind::normal, s);
-      add(p + "self_attn.k_proj.weight", {KV * D, C}, ParamKind::weight, InitKind::normal, s);
-      add(p + "self_attn.v_proj.weight", {KV * D, C}, ParamKind::weight, InitKind::normal, s);
-      add(p + "self_attn.o_proj.weight", {C, H * D}, ParamKind::weight, InitKind::normal, s);
-      add(p + "post_attention_layernorm.weight", {C}, ParamKind::norm, InitKind::ones);
-      add(p + "mlp.gate_proj.weight", {F, C}, ParamKind::weight, InitKind::normal, s);
-      add(p + "mlp.up_proj.weight", {F, C}, ParamKind::weight, InitKind::normal, s);
-      add(p + "mlp.down_proj.weight", {C, F}, ParamKind::weight, InitKind::normal, s);
+      if (gpt2) {
+        add(p + "ln_1.weight", {C}, ParamKind::norm, InitKind::ones);
+        add(p + "ln_1.bias", {C}, ParamKind::bias, InitKind::zeros);
+        add(p + "attn.c_attn.weight", {3 * C, C}, ParamKind::weight, InitKind::normal, s);
+        add(p + "attn.c_attn.bias", {3 * C}, ParamKind::bias, InitKind::zeros);
+        add(p + "attn.c_proj.weight", {C, C}, ParamKind::weight, InitKind::normal, s_resid);
+        add(p + "attn.c_proj.bias", {C}, ParamKind::bias, InitKind::zeros);
+        add(p + "ln_2.weight", {C}, ParamKind::norm, InitKind::ones);
+        add(p + "ln_2.bias", {C}, ParamKind::bias, InitKind::zeros);
+        add(p + "mlp.c_fc.weight", {F, C}, ParamKind::weight, InitKind::normal, s);
+        add(p + "mlp.c_fc.bias", {F}, ParamKind::bias, InitKind::zeros);
+        add(p + "mlp.c_proj.weight", {C, F}, ParamKind::weight, InitKind::normal, s_resid);
+        add(p + "mlp.c_proj.bias", {C}, ParamKind::bias, InitKind::zeros);
+      } else {
+        add(p + "input_layernorm.weight", {C}, ParamKind::norm, InitKind::ones);
+        add(p + "self_attn.q_proj.weight", {H * D, C}, ParamKind::weight, InitKind::normal, s);
+        add(p + "self_attn.k_proj.weight", {KV * D, C}, ParamKind::weight, InitKind::normal, s);
+        add(p + "self_attn.v_proj.weight", {KV * D, C}, ParamKind::weight, InitKind::normal, s);
+        add(p + "self_attn.o_proj.weight", {C, H * D}, ParamKind::weight, InitKind::normal, s);
+        add(p + "post_attention_layernorm.weight", {C}, ParamKind::norm, InitKind::ones);
+        add(p + "mlp.gate_proj.weight", {F, C}, ParamKind::weight, InitKind::normal, s);
+        add(p + "mlp.up_proj.weight", {F, C}, ParamKind::weight, InitKind::normal, s);
+        add(p + "mlp.down_proj.weight", {C, F}, ParamKind::weight, InitKind::normal, s);
+      }
     }
-    add("model.norm.weight", {C}, ParamKind::norm, InitKind::ones);
+    if (chunk.head) {
+      if (gpt2) {
+        add("transformer.ln_f.weight", {C}, ParamKind::norm, InitKind::ones);
+        add("transformer.ln_f.bias", {C}, ParamKind::bias, InitKind::zeros);
+      } else {
+        add("model.norm.weight", {C}, ParamKind::norm, InitKind::ones);
+      }
+      if (!m.tie_embeddings) {
+        add("lm_head.weight", {V, C}, ParamKind::weight, InitKind::normal, s);
+      } else if (!has_embedding) {  // the head's own copy of the tied embedding
+        add(gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", {V, C}, ParamKind::embedding,
+            InitKind::normal, s);
+        params_.back().tied_copy = true;
+      }
+    }
   }
-  if (!m.tie_embeddings) add("lm_head.weight", {V, C}, ParamKind::weight, InitKind::normal, s);
   apply_plan(m);
+}
+
+const ParamSpec& ParamRegistry::find(const std::string& name, int64_t begin, int64_t end) const {
+  for (const auto& p : params_)
+    if (p.name == name && p.offset >= begin && p.offset < end) return p;
+  throw Error(fmt::format("no parameter named '{}' in elements [{}, {})", name, begin, end));
 }
 
 // Global shapes -> this rank's slices, offsets in the local flat buffer.
@@ -111,9 +135,9 @@ void ParamRegistry::apply_plan(const ModelConfig& m) {
     p.numel = local_rows * local_cols;
     p.offset = total_;
     total_ += p.numel;
-    p.counts_in_norm = p.replication == Replication::none ||
+    p.counts_in_norm = !p.tied_copy && (p.replication == Replication::none ||
                        (p.replication == Replication::tensor && r == 0) ||
-                       (p.replication == Replication::kv_group && r % (t / m.kv_heads) == 0);
+                       (p.replication == Replication::kv_group && r % (t / m.kv_heads) == 0));
   }
 }
 
@@ -135,26 +159,42 @@ int64_t consolidated_numel(const ModelConfig& cfg) {
 }
 
 template <typename T>
-void consolidate(T* out, const ModelConfig& cfg, const std::vector<const T*>& rank_buffers) {
-  const int t = int(rank_buffers.size());
-  for (int r = 0; r < t; ++r) {
-    ParamRegistry reg(cfg, {r, t});
-    int64_t base = 0;  // this parameter's offset in the consolidated layout
-    for (const auto& p : reg.params()) {
-      const T* src = rank_buffers[size_t(r)] + p.offset;
-      const int64_t lc = p.cols(), gc = p.global_cols();
+void consolidate(T* out, const ModelConfig& cfg, const std::vector<std::pair<const ParamRegistry*, const T*>>& parts) {
+  std::map<std::string, int64_t> base;  // each parameter's offset in the consolidated layout
+  {
+    const ParamRegistry whole(cfg);
+    int64_t n = 0;
+    for (const auto& p : whole.params()) base[p.name] = n, n += p.valid_rows * p.global_cols();
+  }
+  for (const auto& [reg, buf] : parts)
+    for (const auto& p : reg->params()) {
+      if (p.tied_copy) continue;
+      const T* src = buf + p.offset;
+      const int64_t lc = p.cols(), gc = p.global_cols(), b = base.at(p.name);
       for (int64_t lr = 0; lr < p.rows(); ++lr) {
         const int64_t g = p.global_index(lr * lc);  // first element of the local row
         if (g / gc >= p.valid_rows) continue;       // vocabulary padding
-        std::copy(src + lr * lc, src + (lr + 1) * lc, out + base + g);
+        std::copy(src + lr * lc, src + (lr + 1) * lc, out + b + g);
       }
-      base += p.valid_rows * gc;
     }
-  }
+}
+
+template <typename T>
+void consolidate(T* out, const ModelConfig& cfg, const std::vector<const T*>& rank_buffers) {
+  const int t = int(rank_buffers.size());
+  std::vector<ParamRegistry> regs;
+  for (int r = 0; r < t; ++r) regs.emplace_back(cfg, TensorShard{r, t});
+  std::vector<std::pair<const ParamRegistry*, const T*>> parts;
+  for (int r = 0; r < t; ++r) parts.push_back({&regs[size_t(r)], rank_buffers[size_t(r)]});
+  consolidate(out, cfg, parts);
 }
 
 template void consolidate<float>(float*, const ModelConfig&, const std::vector<const float*>&);
 template void consolidate<double>(double*, const ModelConfig&, const std::vector<const double*>&);
+template void consolidate<float>(float*, const ModelConfig&,
+                                 const std::vector<std::pair<const ParamRegistry*, const float*>>&);
+template void consolidate<double>(double*, const ModelConfig&,
+                                  const std::vector<std::pair<const ParamRegistry*, const double*>>&);
 
 const ParamSpec& ParamRegistry::at(const std::string& name) const {
   for (const auto& p : params_)

@@ -49,6 +49,7 @@ struct ParamSpec {
   ShardStyle style = ShardStyle::replicate;
   Replication replication = Replication::none;
   bool counts_in_norm = true;  // false on all but one holder of a replicated slice
+  bool tied_copy = false;      // the last pipeline stage's copy of the tied token embedding
   int64_t rows() const { return shape[0]; }
   int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
   int64_t global_cols() const { return global_shape.size() > 1 ? global_shape[1] : 1; }
@@ -58,8 +59,14 @@ struct ParamSpec {
 
 class ParamRegistry {
  public:
-  explicit ParamRegistry(const ModelConfig& cfg, TensorShard shard = {});
+  // chunks: the pipeline chunks this rank holds (empty: the whole model).
+  // A chunk with the head but without the embedding gets a copy of a tied
+  // embedding (same name; tied_copy), kept equal by the trainer.
+  explicit ParamRegistry(const ModelConfig& cfg, TensorShard shard = {}, std::vector<ChunkSpec> chunks = {});
   TensorShard shard() const { return shard_; }
+  const std::vector<ChunkSpec>& chunks() const { return chunks_; }
+  // The parameter of this name whose storage lies in [begin, end).
+  const ParamSpec& find(const std::string& name, int64_t begin, int64_t end) const;
   const std::vector<ParamSpec>& params() const { return params_; }
   const ParamSpec& at(const std::string& name) const;
   int64_t total() const { return total_; }
@@ -77,12 +84,17 @@ class ParamRegistry {
   std::vector<ParamSpec> params_;
   int64_t total_ = 0;
   TensorShard shard_;
+  std::vector<ChunkSpec> chunks_;
 };
 
 // The Hugging Face layout: every parameter whole, vocabulary padding
-// stripped, in registry order. consolidate() assembles it from the flat
-// buffers of every tensor rank (rank_buffers[r] in rank r's layout).
+// stripped, in the whole model's registry order. consolidate() assembles it
+// from the flat buffers of ranks that together hold every slice (each with
+// its registry: every tensor rank of every pipeline stage); tied copies are
+// skipped. The tensor-only form takes the buffers of tensor ranks 0..t-1.
 int64_t consolidated_numel(const ModelConfig& cfg);
+template <typename T>
+void consolidate(T* out, const ModelConfig& cfg, const std::vector<std::pair<const ParamRegistry*, const T*>>& parts);
 template <typename T>
 void consolidate(T* out, const ModelConfig& cfg, const std::vector<const T*>& rank_buffers);
 

@@ -1,6 +1,8 @@
 // Transformer forward/backward over the CPU kernels (see transformer.hpp).
 #include "model/transformer.hpp"
 
+#include <algorithm>
+
 #include "kernels/activation.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cross_entropy.hpp"
@@ -31,24 +33,54 @@ double flops_per_token(const ModelConfig& m) {
 }
 
 template <typename T>
-Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers, parallel::TensorParallel* tp)
+Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers, parallel::TensorParallel* tp,
+                            std::vector<ChunkSpec> chunks)
     : cfg_(cfg),
       tp_(tp ? tp : &single_),
-      reg_(cfg, {tp_->rank(), tp_->size()}),
+      reg_(cfg, {tp_->rank(), tp_->size()}, std::move(chunks)),
       dims_(local_dims(cfg, {tp_->rank(), tp_->size()})),
       llama_(cfg.arch == "llama") {
   const int64_t D = cfg.head_dim();
   qkv_width_ = (dims_.heads + 2 * dims_.kv_heads) * D;
   fc_width_ = llama_ ? 2 * dims_.ffn : dims_.ffn;
   if (llama_) rope_ = k::rope_table(cfg.seq_len, D, cfg.rope_theta);
-  layers_.resize(size_t(cfg.layers));
-  for (int64_t l = 0; l < cfg.layers; ++l)
-    layer_offset_.push_back(reg_.at(layer_prefix(cfg, l) + (llama_ ? "input_layernorm.weight" : "ln_1.weight")).offset);
-  head_frontier_ = reg_.at(llama_ ? "model.norm.weight" : "transformer.ln_f.weight").offset;
-  segments_.push_back({0, layer_offset_.front()});
-  for (int64_t l = 0; l < cfg.layers; ++l)
-    segments_.push_back({layer_offset_[size_t(l)], l + 1 < cfg.layers ? layer_offset_[size_t(l + 1)] : head_frontier_});
-  segments_.push_back({head_frontier_, reg_.total()});
+  // Segments, in registry order: walk the parameters and cut at each
+  // chunk's embedding, layers and head.
+  const auto& params = reg_.params();
+  size_t i = 0;
+  auto take = [&](size_t count) {
+    const int64_t begin = params[i].offset;
+    i += count;
+    return Segment{begin, params[i - 1].offset + params[i - 1].numel};
+  };
+  const size_t per_layer = llama_ ? 9 : 12;
+  bool has_embedding = false;
+  for (const auto& c : reg_.chunks()) has_embedding |= c.embedding;
+  tied_local_ = cfg.tie_embeddings && has_embedding;
+  for (const ChunkSpec& spec : reg_.chunks()) {
+    Chunk ch;
+    ch.spec = spec;
+    if (spec.embedding) {
+      ch.emb_seg = emb_seg_ = int(segments_.size());
+      segments_.push_back(take(llama_ ? 1 : 2));
+      seg_info_.push_back({SegKind::embedding, -1});
+    }
+    ch.first_layer_seg = int(segments_.size());
+    ch.first_local = int64_t(layers_.size());
+    for (int64_t l = 0; l < spec.layers; ++l) {
+      segments_.push_back(take(per_layer));
+      seg_info_.push_back({SegKind::layer, int64_t(layers_.size())});
+      layers_.emplace_back();
+    }
+    if (spec.head) {
+      ch.head_seg = int(segments_.size());
+      const bool own_table = !cfg.tie_embeddings || !has_embedding;  // untied head or the tied copy
+      segments_.push_back(take((llama_ ? 1 : 2) + (own_table ? 1 : 0)));
+      seg_info_.push_back({SegKind::head, -1});
+    }
+    chunks_.push_back(ch);
+  }
+  TRIDENT_CHECK(i == params.size(), "segments cover {} of {} parameters", i, params.size());
   if (!full_buffers) return;
   params_ = Tensor::empty({reg_.total()}, dtype_of<T>(), MemCategory::params);
   grads_ = Tensor::zeros({reg_.total()}, dtype_of<T>(), MemCategory::grads);
@@ -59,29 +91,33 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buf
 
 template <typename T>
 void Transformer<T>::bind(int s, T* pbase, T* gbase) {
-  const int64_t begin = segments_[size_t(s)].begin;
-  auto at = [&](T* base, const std::string& n) -> T* { return base ? base + (reg_.at(n).offset - begin) : nullptr; };
-  const int L = int(cfg_.layers);
+  const Segment& seg = segments_[size_t(s)];
+  const SegInfo& info = seg_info_[size_t(s)];
   auto set = [&](T*& param_ptr, T*& grad_ptr, const std::string& n) {
-    if (pbase) param_ptr = at(pbase, n);
-    if (gbase) grad_ptr = at(gbase, n);
+    const int64_t off = reg_.find(n, seg.begin, seg.end).offset - seg.begin;
+    if (pbase) param_ptr = pbase + off;
+    if (gbase) grad_ptr = gbase + off;
   };
-  if (s == 0) {
-    set(wte_, dwte_, llama_ ? "model.embed_tokens.weight" : "transformer.wte.weight");
+  const std::string table = llama_ ? "model.embed_tokens.weight" : "transformer.wte.weight";
+  if (info.kind == SegKind::embedding) {
+    set(wte_, dwte_, table);
     if (!llama_) set(wpe_, dwpe_, "transformer.wpe.weight");
-    else wpe_ = dwpe_ = nullptr;
-    if (cfg_.tie_embeddings) {
+    if (tied_local_) {
       if (pbase) head_ = wte_;
       if (gbase) dhead_ = dwte_;
     }
-  } else if (s == L + 1) {
+  } else if (info.kind == SegKind::head) {
     set(nfw_, dnfw_, llama_ ? "model.norm.weight" : "transformer.ln_f.weight");
     if (!llama_) set(nfb_, dnfb_, "transformer.ln_f.bias");
-    else nfb_ = dnfb_ = nullptr;
     if (!cfg_.tie_embeddings) set(head_, dhead_, "lm_head.weight");
+    else if (!tied_local_) set(head_, dhead_, table);  // this stage's copy
   } else {
-    const std::string p = layer_prefix(cfg_, s - 1);
-    LayerParams& lp = layers_[size_t(s - 1)];
+    // the layer's global index, from its first parameter's name
+    const std::string& first = reg_.params()[size_t(std::distance(
+        reg_.params().begin(), std::find_if(reg_.params().begin(), reg_.params().end(),
+                                            [&](const ParamSpec& p) { return p.offset == seg.begin; })))].name;
+    const std::string p = first.substr(0, first.size() - std::string(llama_ ? "input_layernorm.weight" : "ln_1.weight").size());
+    LayerParams& lp = layers_[size_t(info.layer)];
     T** params = &lp.n1w;  // the two halves of LayerParams have the same order
     T** grads = &lp.dn1w;
     static const char* kGpt2[12] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
@@ -91,13 +127,13 @@ void Transformer<T>::bind(int s, T* pbase, T* gbase) {
                                      "self_attn.o_proj.weight", nullptr, "post_attention_layernorm.weight", nullptr,
                                      "mlp.gate_proj.weight", nullptr, "mlp.down_proj.weight", nullptr};
     const char** names = llama_ ? kLlama : kGpt2;
-    for (int i = 0; i < 12; ++i) {
-      if (!names[i]) {
-        if (pbase) params[i] = nullptr;
-        if (gbase) grads[i] = nullptr;
+    for (int j = 0; j < 12; ++j) {
+      if (!names[j]) {
+        if (pbase) params[j] = nullptr;
+        if (gbase) grads[j] = nullptr;
         continue;
       }
-      set(params[i], grads[i], p + names[i]);
+      set(params[j], grads[j], p + names[j]);
     }
   }
 }
@@ -120,12 +156,15 @@ void Transformer<T>::done_grads(int s) {
 }
 
 template <typename T>
-std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Recompute recompute) const {
-  const int64_t Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, L = cfg_.layers;
+std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Recompute recompute, int chunk,
+                                                                 bool split_backward) const {
+  const Chunk& ch = chunks_[size_t(chunk)];
+  const int64_t Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, L = ch.spec.layers;
   const int64_t R = tp_->rows(N), row0 = tp_->row_begin(N);
   const int64_t probs = B * dims_.heads * Tn * Tn;
   auto ctx = std::make_unique<Activations<T>>();
   ctx->B = B;
+  ctx->chunk = chunk;
   auto alloc = [&](int64_t n) {
     ctx->storage.push_back(Tensor::empty({n}, dtype_of<T>(), MemCategory::activations));
     return ctx->storage.back().template data<T>();
@@ -148,8 +187,8 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
   };
   ctx->layers.resize(size_t(L));
   LayerActs<T> shared{};
-  if (recompute == Recompute::full) layer_set(shared, true);
-  T* shared_probs = recompute == Recompute::selective ? alloc(probs) : nullptr;
+  if (recompute == Recompute::full && L > 0) layer_set(shared, true);
+  T* shared_probs = recompute == Recompute::selective && L > 0 ? alloc(probs) : nullptr;
   for (auto& a : ctx->layers) {
     if (recompute == Recompute::full) {
       a = shared;
@@ -159,11 +198,16 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
     }
     a.x_in = alloc(R * C);
   }
+  if (split_backward)
+    for (int64_t l = 0; l < L; ++l)
+      ctx->saved.push_back({alloc(N * qkv_width_), alloc(N * C), alloc(N * fc_width_), alloc(N * C)});
   ctx->x_final = alloc(R * C);
-  norm_out(ctx->lnf, ctx->lnf_full);
-  ctx->lnf_mean = alloc(R), ctx->lnf_rstd = alloc(R);
-  ctx->logits = alloc(N * dims_.vocab);
-  ctx->losses = alloc(N);
+  if (ch.spec.head) {
+    norm_out(ctx->lnf, ctx->lnf_full);
+    ctx->lnf_mean = alloc(R), ctx->lnf_rstd = alloc(R);
+    ctx->logits = alloc(N * dims_.vocab);
+    ctx->losses = alloc(N);
+  }
   return ctx;
 }
 
@@ -211,25 +255,36 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
 }
 
 template <typename T>
-double Transformer<T>::forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale) {
+double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens, const T* x_in,
+                                     const int32_t* targets, T dscale) {
+  const Chunk& ch = chunks_[size_t(ctx.chunk)];
   const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
-  const int L = int(cfg_.layers), head = L + 1;
-  const bool tied = cfg_.tie_embeddings;
+  const int L = int(ch.spec.layers);
   ensure_scratch(B);
-  ctx.tokens = tokens;
-  use_params(0, 1);
-  k::embedding_forward(partial_, tokens, wte_, N, C, dims_.vocab_begin, dims_.vocab);
-  const T* emb = tp_->exit(reduced_, partial_, N, C);
-  k::position_forward(ctx.layers[0].x_in, emb, wpe_, tp_->row_begin(N), R, Tn, C);
-  done_params(0);
-  for (int l = 0; l < L; ++l) {
-    use_params(1 + l, l + 1 < L ? 2 + l : head);
-    T* x_out = l + 1 < L ? ctx.layers[size_t(l + 1)].x_in : ctx.x_final;
-    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(l)], B);
-    done_params(1 + l);
+  T* first_in = L > 0 ? ctx.layers[0].x_in : ctx.x_final;
+  // the segment after s in this chunk's forward order (-1: none)
+  auto next_seg = [&](int s) { return s + 1 < ch.first_layer_seg + L + (ch.head_seg >= 0 ? 1 : 0) ? s + 1 : -1; };
+  if (ch.spec.embedding) {
+    ctx.tokens = tokens;
+    use_params(ch.emb_seg, next_seg(ch.emb_seg));
+    k::embedding_forward(partial_, tokens, wte_, N, C, dims_.vocab_begin, dims_.vocab);
+    const T* emb = tp_->exit(reduced_, partial_, N, C);
+    k::position_forward(first_in, emb, wpe_, tp_->row_begin(N), R, Tn, C);
+    done_params(ch.emb_seg);
+  } else {
+    std::copy(x_in, x_in + R * C, first_in);
   }
-  use_params(head, tied ? 0 : -1);
-  if (tied) use_params(0, -1);
+  for (int l = 0; l < L; ++l) {
+    const int s = ch.first_layer_seg + l;
+    use_params(s, next_seg(s));
+    T* x_out = l + 1 < L ? ctx.layers[size_t(l + 1)].x_in : ctx.x_final;
+    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], B);
+    done_params(s);
+  }
+  if (!ch.spec.head) return 0;
+  const int head = ch.head_seg;
+  use_params(head, tied_local_ ? emb_seg_ : -1);
+  if (tied_local_) use_params(emb_seg_, -1);
   norm_forward(ctx.lnf, ctx.lnf_mean, ctx.lnf_rstd, ctx.x_final, nfw_, nfb_, R);
   const T* h = tp_->enter(ctx.lnf_full, ctx.lnf, N, C);
   k::linear_forward(ctx.logits, h, head_, static_cast<const T*>(nullptr), N, C, dims_.vocab);
@@ -237,7 +292,7 @@ double Transformer<T>::forward(Activations<T>& ctx, const int32_t* tokens, const
   // backward(); otherwise they are released here.
   if (!targets || dscale == T(0)) {
     done_params(head);
-    if (tied) done_params(0);
+    if (tied_local_) done_params(emb_seg_);
   }
   if (!targets) return 0;
   tp_->cross_entropy(ctx.losses, ctx.logits, targets, N, dims_.vocab, dims_.vocab_valid, dims_.vocab_begin, dscale);
@@ -262,35 +317,68 @@ void Transformer<T>::ensure_scratch(int64_t B) {
 }
 
 template <typename T>
-void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool accumulate,
-                              const std::function<void(int64_t)>& on_ready) {
-  auto ready = [&](int64_t frontier) {
-    if (on_ready) on_ready(frontier);
+void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompute recompute, bool accumulate,
+                                    BackwardPart part, const std::function<void(int64_t)>& on_ready) {
+  auto ready = [&](int s) {
+    if (on_ready) on_ready(segments_[size_t(s)].begin);
   };
+  const Chunk& ch = chunks_[size_t(ctx.chunk)];
   const bool acc = accumulate;
   const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), F = dims_.ffn, V = dims_.vocab;
+  const int L = int(ch.spec.layers);
+  const bool split = part != BackwardPart::all;
   ensure_scratch(B);
-  const int L = int(cfg_.layers), head = L + 1;
-  const bool tied = cfg_.tie_embeddings;
-  // LM head and final norm (their parameters are still held from forward).
-  // dlogits were left in ctx.logits by forward().
-  use_grads(head);
-  if (tied) use_grads(0);
-  k::linear_backward(d_ln_, dhead_, static_cast<T*>(nullptr), ctx.logits, ctx.lnf_full, head_, N, C, V, acc);
-  const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
-  std::fill(d_res_, d_res_ + R * C, T(0));
-  norm_backward(d_res_, dnfw_, dnfb_, d, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, R, acc);
-  done_params(head);
-  if (tied) done_params(0);
-  done_grads(head);
-  // a tied head also writes wte (offset 0), which is final only at the end
-  ready(head_frontier_);
+  if (part == BackwardPart::weight) {  // the linears' weight gradients, from what the input pass kept
+    if (ch.spec.head) {
+      use_grads(ch.head_seg);
+      if (tied_local_) use_grads(emb_seg_);
+      // a tied table already holds this micro-batch's embedding gradient: add to it
+      k::linear_backward(static_cast<T*>(nullptr), dhead_, static_cast<T*>(nullptr), ctx.logits, ctx.lnf_full,
+                         head_, N, C, V, acc || tied_local_);
+      done_grads(ch.head_seg);
+      if (tied_local_) done_grads(emb_seg_);
+    }
+    for (int l = L - 1; l >= 0; --l) {
+      use_grads(ch.first_layer_seg + l);
+      layer_weight_grads(ctx.layers[size_t(l)], ctx.saved[size_t(l)], layers_[size_t(ch.first_local + l)], B, acc);
+      done_grads(ch.first_layer_seg + l);
+    }
+    return;
+  }
+  TRIDENT_CHECK(!split || ctx.saved.size() == size_t(L), "split backward needs make_activations(split_backward)");
+  if (ch.spec.head) {
+    // LM head and final norm (their parameters are still held from forward).
+    // dlogits were left in ctx.logits by forward().
+    const int head = ch.head_seg;
+    use_grads(head);
+    if (tied_local_) use_grads(emb_seg_);
+    k::linear_backward(d_ln_, split ? static_cast<T*>(nullptr) : dhead_, static_cast<T*>(nullptr), ctx.logits,
+                       ctx.lnf_full, head_, N, C, V, acc);
+    const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
+    std::fill(d_res_, d_res_ + R * C, T(0));
+    norm_backward(d_res_, dnfw_, dnfb_, d, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, R, acc);
+    done_params(head);
+    if (tied_local_) done_params(emb_seg_);
+    done_grads(head);
+    // a tied head also writes the table, which is final only at the end
+    ready(head);
+  } else {
+    std::copy(d_out, d_out + R * C, d_res_);
+  }
   for (int l = L - 1; l >= 0; --l) {
-    use_params(1 + l, l > 0 ? l : -1);
-    use_grads(1 + l);
+    const int s = ch.first_layer_seg + l;
+    use_params(s, l > 0 ? s - 1 : -1);
+    use_grads(s);
     const LayerActs<T>& a = ctx.layers[size_t(l)];
-    const LayerParams& p = layers_[size_t(l)];
+    const LayerParams& p = layers_[size_t(ch.first_local + l)];
+    // split: the four linears' output gradients go where the weight pass finds them
+    T* d_qkv = split ? ctx.saved[size_t(l)].d_qkv : d_qkv_;
+    T* d_fc = split ? ctx.saved[size_t(l)].d_fc : d_fc_;
+    T* dpw = split ? nullptr : p.dpw;
+    T* dfcw = split ? nullptr : p.dfcw;
+    T* dow = split ? nullptr : p.dow;
+    T* dqkvw = split ? nullptr : p.dqkvw;
     if (recompute == Recompute::full) {
       // Rerun this layer's forward from its saved input; the output goes to a
       // scratch row nobody reads (d_ln_ is overwritten below before use).
@@ -301,39 +389,56 @@ void Transformer<T>::backward(Activations<T>& ctx, Recompute recompute, bool acc
     // MLP: d_res_ is the gradient of x_out = x_mid + exit(act pw^T) + pb
     k::bias_backward(p.dpb, d_res_, R, C, acc);
     const T* dy = tp_->exit_backward(d_full_, d_res_, N, C);
-    k::linear_backward(d_act_, p.dpw, static_cast<T*>(nullptr), dy, a.act, p.pw, N, F, C, acc);
+    if (split) std::copy(dy, dy + N * C, ctx.saved[size_t(l)].d_mlp_out);
+    k::linear_backward(d_act_, dpw, static_cast<T*>(nullptr), dy, a.act, p.pw, N, F, C, acc);
     if (llama_)
-      k::swiglu_backward(d_fc_, a.fc, d_act_, N, F);
+      k::swiglu_backward(d_fc, a.fc, d_act_, N, F);
     else
-      k::gelu_backward(d_fc_, a.fc, d_act_, N * F);
-    k::linear_backward(d_ln_, p.dfcw, p.dfcb, d_fc_, a.ln2_full, p.fcw, N, C, fc_width_, acc);
-    d = tp_->enter_backward(d_local_, d_ln_, N, C);
+      k::gelu_backward(d_fc, a.fc, d_act_, N * F);
+    k::linear_backward(d_ln_, dfcw, p.dfcb, d_fc, a.ln2_full, p.fcw, N, C, fc_width_, acc);
+    const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
     norm_backward(d_res_, p.dn2w, p.dn2b, d, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, R, acc);
     // attention: d_res_ is now the gradient of x_mid = x_in + exit(atty ow^T) + ob
     k::bias_backward(p.dob, d_res_, R, C, acc);
     dy = tp_->exit_backward(d_full_, d_res_, N, C);
-    k::linear_backward(d_atty_, p.dow, static_cast<T*>(nullptr), dy, a.atty, p.ow, N, H * D, C, acc);
-    k::attention_backward(d_qkv_, d_atty_, a.qkv, a.probs, B, Tn, H, KV, D);
-    if (llama_) k::rope_backward(d_qkv_, rope_.data(), B, Tn, H, KV, D);
-    k::linear_backward(d_ln_, p.dqkvw, p.dqkvb, d_qkv_, a.ln1_full, p.qkvw, N, C, qkv_width_, acc);
+    if (split) std::copy(dy, dy + N * C, ctx.saved[size_t(l)].d_attn_out);
+    k::linear_backward(d_atty_, dow, static_cast<T*>(nullptr), dy, a.atty, p.ow, N, H * D, C, acc);
+    k::attention_backward(d_qkv, d_atty_, a.qkv, a.probs, B, Tn, H, KV, D);
+    if (llama_) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D);
+    k::linear_backward(d_ln_, dqkvw, p.dqkvb, d_qkv, a.ln1_full, p.qkvw, N, C, qkv_width_, acc);
     d = tp_->enter_backward(d_local_, d_ln_, N, C);
     norm_backward(d_res_, p.dn1w, p.dn1b, d, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, R, acc);
-    done_params(1 + l);
-    done_grads(1 + l);
-    ready(layer_offset_[size_t(l)]);
+    done_params(s);
+    done_grads(s);
+    ready(s);
   }
-  if (!tied) use_grads(0);
+  if (!ch.spec.embedding) return;  // d_res_ is the gradient of the chunk's input
+  const int emb = ch.emb_seg;
+  if (!cfg_.tie_embeddings) use_grads(emb);
   // The embedding gradient is a scatter-add: start from zero when not
   // accumulating, unless the tied LM head has just written the same buffer.
+  // (Split backward: the head's weight pass comes later and accumulates, so
+  // the table starts from zero here.)
   if (!acc) {
-    if (!cfg_.tie_embeddings) std::fill(dwte_, dwte_ + V * C, T(0));
+    if (!tied_local_ || split) std::fill(dwte_, dwte_ + V * C, T(0));
     if (dwpe_) std::fill(dwpe_, dwpe_ + Tn * C, T(0));
   }
   if (dwpe_) k::position_backward(dwpe_, d_res_, tp_->row_begin(N), R, Tn, C);
   const T* demb = tp_->exit_backward(d_full_, d_res_, N, C);
   k::embedding_backward(dwte_, demb, ctx.tokens, N, C, dims_.vocab_begin, V);
-  done_grads(0);
-  ready(0);
+  done_grads(emb);
+  ready(emb);
+}
+
+template <typename T>
+void Transformer<T>::layer_weight_grads(const LayerActs<T>& a, const SavedGrads<T>& g, const LayerParams& p,
+                                        int64_t B, bool acc) {
+  const int64_t N = B * cfg_.seq_len, C = cfg_.hidden, F = dims_.ffn, HD = dims_.heads * cfg_.head_dim();
+  T* none = nullptr;
+  k::linear_backward(none, p.dpw, none, g.d_mlp_out, a.act, p.pw, N, F, C, acc);
+  k::linear_backward(none, p.dfcw, none, g.d_fc, a.ln2_full, p.fcw, N, C, fc_width_, acc);
+  k::linear_backward(none, p.dow, none, g.d_attn_out, a.atty, p.ow, N, HD, C, acc);
+  k::linear_backward(none, p.dqkvw, none, g.d_qkv, a.ln1_full, p.qkvw, N, C, qkv_width_, acc);
 }
 
 template class Transformer<float>;

@@ -4,7 +4,10 @@
 // calls of the tensor-parallel region ops (parallel/tensor_parallel.hpp):
 // enter before each column-parallel linear, exit after each row-parallel one
 // and the embedding, the vocab-parallel loss; with one rank they are the
-// identity.
+// identity. A pipeline rank holds one or more chunks (consecutive layers;
+// the embedding on global chunk 0, norm, head and loss on the last) and runs
+// them one micro-batch at a time: forward_chunk / backward_chunk. The
+// schedule that orders them lives in parallel/schedule.hpp.
 //
 // Shapes: B micro-batch, T sequence, N = B x T token rows, R rows of the
 // residual stream on this rank (N, or N / tensor with sequence parallelism),
@@ -12,14 +15,14 @@
 // L layers; H, KV, F and V are this rank's share.
 // Parameters and gradients are two flat buffers in ParamRegistry order.
 // Gradients are accumulated (+=) across micro-batches; the first backward of a
-// step passes accumulate = false and overwrites them (no zeroing pass).
-// An Activations context holds what backward needs for one micro-batch;
-// `recompute` decides what it keeps:
+// step (per chunk) passes accumulate = false and overwrites them (no zeroing).
+// An Activations context holds what backward needs for one micro-batch of
+// one chunk; `recompute` decides what it keeps:
 //   none      every layer's intermediates
 //   selective all but the attention probabilities [B,H,T,T], rebuilt in backward
 //   full      only each layer's input; its forward is rerun inside backward
-// Loss: forward() returns the sum of per-token losses; with dscale != 0 it
-// also leaves dlogits = dscale * dloss/dlogits ready for backward().
+// Loss: the head chunk's forward returns the sum of per-token losses; with
+// dscale != 0 it also leaves dlogits = dscale * dloss/dlogits for backward.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -42,6 +45,10 @@ Recompute parse_recompute(const std::string& s);
 // recomputation excluded: 6 * (matmul weights incl. the LM head) + 12 L C T.
 double flops_per_token(const ModelConfig& cfg);
 
+// What a backward pass computes: everything, or (zero-bubble pipelines) the
+// input gradients first and the weight gradients of the linears later.
+enum class BackwardPart { all, input, weight };
+
 // [R,C]: x_in, ln1, x_mid, ln2 (means, rstds [R]); [N, ...]: the rest.
 // ln1_full / ln2_full [N,C] are the inputs of the column-parallel linears
 // (the same buffers as ln1 / ln2 unless the region gathers them).
@@ -51,14 +58,24 @@ struct LayerActs {
       *ln2_rstd, *fc, *act;
 };
 
+// Output gradients of a layer's four linears, kept from the input pass for
+// the weight pass (split backward only): [N, qkv], [N, C], [N, fc], [N, C].
+template <typename T>
+struct SavedGrads {
+  T *d_qkv, *d_attn_out, *d_fc, *d_mlp_out;
+};
+
 template <typename T>
 struct Activations {
   int64_t B = 0;
+  int chunk = 0;  // this rank's chunk index
   std::vector<Tensor> storage;  // owns the buffers the pointers below see
   std::vector<LayerActs<T>> layers;
-  T *x_final, *lnf, *lnf_full, *lnf_mean, *lnf_rstd;
-  T* logits;  // [N, V]: this rank's vocabulary columns
-  T* losses;  // [N]
+  std::vector<SavedGrads<T>> saved;  // split backward only
+  T* x_final = nullptr;              // [R,C] the chunk's output
+  T *lnf = nullptr, *lnf_full = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // head chunk
+  T* logits = nullptr;  // [N, V]: this rank's vocabulary columns (head chunk)
+  T* losses = nullptr;  // [N] (head chunk)
   const int32_t* tokens = nullptr;
 };
 
@@ -68,18 +85,21 @@ class Transformer {
   // full_buffers = false: no flat parameter/gradient buffers of the whole
   // model (ZeRO 3 keeps shards); a SegmentStorage must then be set.
   // tp: this rank's tensor-parallel region (nullptr: one rank); it must
-  // outlive the model.
+  // outlive the model. chunks: the pipeline chunks held (empty: all).
   Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers = true,
-              parallel::TensorParallel* tp = nullptr);
+              parallel::TensorParallel* tp = nullptr, std::vector<ChunkSpec> chunks = {});
 
-  // Segments of the flat buffer: 0 embeddings, 1 + l layer l, layers + 1 the
-  // final norm and (untied) head. See core/segment_storage.hpp.
+  // Segments of the flat buffer, in order: per chunk its embedding, each
+  // layer, its head (final norm, untied or copied LM head). See
+  // core/segment_storage.hpp.
   const std::vector<Segment>& segments() const { return segments_; }
   // nullptr: use the model's own full buffers.
   void set_storage(SegmentStorage<T>* store) { store_ = store; }
 
   const ModelConfig& config() const { return cfg_; }
   const LocalDims& dims() const { return dims_; }
+  int num_chunks() const { return int(chunks_.size()); }
+  const ChunkSpec& chunk(int c) const { return chunks_[size_t(c)].spec; }
   parallel::TensorParallel& tensor_parallel() { return *tp_; }
   const ParamRegistry& registry() const { return reg_; }
   Tensor& params() { return params_; }
@@ -87,19 +107,36 @@ class Transformer {
   T* param(const std::string& name) { return params_.data<T>() + reg_.at(name).offset; }
   T* grad(const std::string& name) { return grads_.data<T>() + reg_.at(name).offset; }
 
-  std::unique_ptr<Activations<T>> make_activations(int64_t B, Recompute recompute) const;
+  // split_backward: keep what a later BackwardPart::weight pass needs.
+  std::unique_ptr<Activations<T>> make_activations(int64_t B, Recompute recompute, int chunk = 0,
+                                                   bool split_backward = false) const;
 
-  // tokens, targets [B,T] (the whole micro-batch on every tensor rank).
-  // Returns the summed loss over B*T targets.
-  double forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale);
-  // Needs a forward() with dscale != 0 on the same context. With
-  // accumulate = false the parameter gradients are overwritten instead of
-  // added to (the first micro-batch of a step: no zeroing pass needed).
+  // One chunk, one micro-batch. tokens [B,T] (the embedding chunk) or x_in
+  // [R,C] (the previous chunk's output); targets [B,T] (the head chunk; may
+  // be null for no loss). Returns the summed loss over B*T targets on the
+  // head chunk, else 0; the output is ctx.x_final.
+  double forward_chunk(Activations<T>& ctx, const int32_t* tokens, const T* x_in, const int32_t* targets,
+                       T dscale);
+  // Needs forward_chunk() with dscale != 0 on the same context. d_out [R,C]
+  // is the gradient of the chunk's output (null on the head chunk). With
+  // accumulate = false the gradients are overwritten instead of added to.
   // on_ready(F), when given, is called as soon as gradients [F, numel) are
-  // final: after the head and final norm, after each layer, after the
-  // embeddings (F = 0). Data parallelism launches its buckets from it.
+  // final (single-chunk models): after the head and final norm, after each
+  // layer, after the embeddings. Data parallelism launches its buckets from it.
+  // After it, input_grad() [R,C] is the gradient of the chunk's input (until
+  // the next call), except on the embedding chunk.
+  void backward_chunk(Activations<T>& ctx, const T* d_out, Recompute recompute, bool accumulate = true,
+                      BackwardPart part = BackwardPart::all, const std::function<void(int64_t)>& on_ready = {});
+  const T* input_grad() const { return d_res_; }
+
+  // The whole model on one pipeline rank (one chunk with embedding and head).
+  double forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale) {
+    return forward_chunk(ctx, tokens, nullptr, targets, dscale);
+  }
   void backward(Activations<T>& ctx, Recompute recompute, bool accumulate = true,
-                const std::function<void(int64_t)>& on_ready = {});
+                const std::function<void(int64_t)>& on_ready = {}) {
+    backward_chunk(ctx, nullptr, recompute, accumulate, BackwardPart::all, on_ready);
+  }
   void zero_grads() { grads_.zero_(); }
 
  private:
@@ -107,7 +144,19 @@ class Transformer {
     T *n1w, *n1b, *qkvw, *qkvb, *ow, *ob, *n2w, *n2b, *fcw, *fcb, *pw, *pb;
     T *dn1w, *dn1b, *dqkvw, *dqkvb, *dow, *dob, *dn2w, *dn2b, *dfcw, *dfcb, *dpw, *dpb;
   };
+  enum class SegKind { embedding, layer, head };
+  struct SegInfo {
+    SegKind kind;
+    int64_t layer;  // local layer index (SegKind::layer)
+  };
+  struct Chunk {
+    ChunkSpec spec;
+    int first_layer_seg = -1;  // segment of its first layer
+    int64_t first_local = 0;   // index of its first layer in layers_
+    int emb_seg = -1, head_seg = -1;
+  };
   void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B);
+  void layer_weight_grads(const LayerActs<T>& a, const SavedGrads<T>& g, const LayerParams& p, int64_t B, bool acc);
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N);
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,
                      int64_t N, bool accumulate);
@@ -120,10 +169,12 @@ class Transformer {
   bool llama_;
   int64_t qkv_width_, fc_width_;
   Tensor params_, grads_;
-  std::vector<LayerParams> layers_;
-  std::vector<int64_t> layer_offset_;  // flat offset of each layer's first parameter
-  int64_t head_frontier_ = 0;          // first offset after the layers (final norm, untied head)
+  std::vector<Chunk> chunks_;
+  std::vector<LayerParams> layers_;  // every local layer, in order
   std::vector<Segment> segments_;
+  std::vector<SegInfo> seg_info_;
+  int emb_seg_ = -1;        // this rank's embedding segment, if any
+  bool tied_local_ = false; // the head uses the embedding segment's table
   SegmentStorage<T>* store_ = nullptr;
   // Points the parameter (pbase) and/or gradient (gbase) pointers of segment
   // s at storage whose first element is the segment's first element.
@@ -132,8 +183,8 @@ class Transformer {
   void done_params(int s);
   void use_grads(int s);
   void done_grads(int s);
-  T *wte_, *wpe_, *nfw_, *nfb_, *head_;
-  T *dwte_, *dwpe_, *dnfw_, *dnfb_, *dhead_;
+  T *wte_ = nullptr, *wpe_ = nullptr, *nfw_ = nullptr, *nfb_ = nullptr, *head_ = nullptr;
+  T *dwte_ = nullptr, *dwpe_ = nullptr, *dnfw_ = nullptr, *dnfb_ = nullptr, *dhead_ = nullptr;
   std::vector<double> rope_;
   // scratch shared by all layers, sized for the largest context seen:
   // forward [N,C] partial sums and [R,C] their reduction; backward d_res_
@@ -141,7 +192,7 @@ class Transformer {
   int64_t scratch_B_ = 0;
   Tensor scratch_;
   T *partial_, *reduced_;
-  T *d_res_, *d_full_, *d_ln_, *d_local_, *d_qkv_, *d_atty_, *d_fc_, *d_act_;
+  T *d_res_ = nullptr, *d_full_, *d_ln_, *d_local_, *d_qkv_, *d_atty_, *d_fc_, *d_act_;
   void ensure_scratch(int64_t B);
 };
 

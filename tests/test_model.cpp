@@ -132,6 +132,91 @@ TEST(Model, FirstMicroBatchOverwritesGradients) {
   }
 }
 
+// Split backward (zero-bubble pipelines): the input pass, then the weight
+// pass, give the full backward's gradients, over two accumulated micro-batches.
+TEST(Model, SplitBackwardMatchesFullBackward) {
+  for (std::string arch : {"gpt2", "llama"}) {
+    ModelConfig m = tiny(arch);
+    const int64_t B = 2, N = B * m.seq_len;
+    Batch b1(N, m.vocab, 31), b2(N, m.vocab, 32);
+    Transformer<double> full(m, 5), split(m, 5);
+    auto cf = full.make_activations(B, Recompute::selective);
+    auto cs1 = split.make_activations(B, Recompute::selective, 0, true);
+    auto cs2 = split.make_activations(B, Recompute::selective, 0, true);
+    int micro = 0;
+    for (Batch* b : {&b1, &b2}) {
+      full.forward(*cf, b->tokens.data(), b->targets.data(), 0.5);
+      full.backward(*cf, Recompute::selective, micro > 0);
+      ++micro;
+    }
+    // both input passes first, then both weight passes (as a zero-bubble schedule may)
+    split.forward(*cs1, b1.tokens.data(), b1.targets.data(), 0.5);
+    split.backward_chunk(*cs1, nullptr, Recompute::selective, false, BackwardPart::input);
+    split.forward(*cs2, b2.tokens.data(), b2.targets.data(), 0.5);
+    split.backward_chunk(*cs2, nullptr, Recompute::selective, true, BackwardPart::input);
+    split.backward_chunk(*cs1, nullptr, Recompute::selective, false, BackwardPart::weight);
+    split.backward_chunk(*cs2, nullptr, Recompute::selective, true, BackwardPart::weight);
+    for (const auto& p : full.registry().params()) {
+      double d = 0, n = 0;
+      for (int64_t i = 0; i < p.numel; ++i) {
+        double a = full.grads().data<double>()[p.offset + i], b = split.grads().data<double>()[p.offset + i];
+        d += (a - b) * (a - b), n += a * a;
+      }
+      EXPECT_LE(std::sqrt(d / std::max(n, 1e-300)), 1e-12) << arch << " " << p.name;
+    }
+  }
+}
+
+// The model cut into pipeline chunks (2 stages x 2 virtual stages, two
+// objects standing for the two ranks, activations handed over by hand) gives
+// the whole model's loss and gradients; the last stage's copy of a tied
+// embedding starts equal and its gradient, added to the first stage's, is
+// the whole model's.
+TEST(Model, PipelineChunksMatchWholeModel) {
+  for (std::string arch : {"gpt2", "llama"}) {
+    ModelConfig m = tiny(arch);
+    m.layers = 4;
+    const int64_t B = 2, N = B * m.seq_len, C = m.hidden;
+    Batch batch(N, m.vocab, 41);
+    Transformer<double> whole(m, 9);
+    auto cw = whole.make_activations(B, Recompute::none);
+    const double want = whole.forward(*cw, batch.tokens.data(), batch.targets.data(), 1.0);
+    whole.backward(*cw, Recompute::none, false);
+    Transformer<double> r0(m, 9, true, nullptr, pipeline_chunks(m, 2, 2, {}, 0));
+    Transformer<double> r1(m, 9, true, nullptr, pipeline_chunks(m, 2, 2, {}, 1));
+    ASSERT_EQ(r0.num_chunks(), 2);
+    EXPECT_TRUE(r0.chunk(0).embedding && !r0.chunk(0).head && r1.chunk(1).head && !r1.chunk(1).embedding);
+    Transformer<double>* owner[4] = {&r0, &r1, &r0, &r1};  // global chunk c = v * 2 + rank
+    std::vector<std::unique_ptr<Activations<double>>> ctx;
+    for (int c = 0; c < 4; ++c) ctx.push_back(owner[c]->make_activations(B, Recompute::none, c / 2));
+    double loss = 0;
+    for (int c = 0; c < 4; ++c)
+      loss += owner[c]->forward_chunk(*ctx[size_t(c)], batch.tokens.data(),
+                                      c > 0 ? ctx[size_t(c - 1)]->x_final : nullptr, batch.targets.data(), 1.0);
+    EXPECT_NEAR(loss, want, 1e-12 * std::abs(want)) << arch;
+    std::vector<double> d(static_cast<size_t>(N * C));
+    for (int c = 3; c >= 0; --c) {
+      owner[c]->backward_chunk(*ctx[size_t(c)], c < 3 ? d.data() : nullptr, Recompute::none, false);
+      if (c > 0) std::copy(owner[c]->input_grad(), owner[c]->input_grad() + N * C, d.begin());
+    }
+    if (m.tie_embeddings) {  // the embedding group's all-reduce, by hand
+      const auto& copy = r1.registry().params().back();
+      ASSERT_TRUE(copy.tied_copy);
+      const auto& table = r0.registry().at(copy.name);
+      EXPECT_EQ(0, std::memcmp(r0.params().data<double>() + table.offset, r1.params().data<double>() + copy.offset,
+                               sizeof(double) * size_t(copy.numel)));
+      for (int64_t i = 0; i < copy.numel; ++i)
+        r0.grads().data<double>()[table.offset + i] += r1.grads().data<double>()[copy.offset + i];
+    }
+    std::vector<double> got(size_t(consolidated_numel(m))), ref(got.size());
+    consolidate(got.data(), m, {{&r0.registry(), r0.grads().data<double>()}, {&r1.registry(), r1.grads().data<double>()}});
+    consolidate(ref.data(), m, {whole.grads().data<double>()});
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < ref.size(); ++i) diff += (got[i] - ref[i]) * (got[i] - ref[i]), norm += ref[i] * ref[i];
+    EXPECT_LE(std::sqrt(diff / norm), 1e-12) << arch;
+  }
+}
+
 TEST(Model, RegistryFollowsHuggingFaceNames) {
   ModelConfig g = tiny("gpt2");
   ParamRegistry rg(g);

@@ -42,7 +42,7 @@ template <typename T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
                      int64_t C, int64_t OC, bool accumulate) {
   if (dinp) gemm<T>(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
-  gemm<T>(true, false, OC, C, N, T(1), dout, OC, inp, C, accumulate ? T(1) : T(0), dweight, C);
+  if (dweight) gemm<T>(true, false, OC, C, N, T(1), dout, OC, inp, C, accumulate ? T(1) : T(0), dweight, C);
   if (dbias) {
 #pragma omp parallel for
     for (int64_t o = 0; o < OC; ++o) {

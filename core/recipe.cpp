@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -215,6 +216,27 @@ class Reader {
     return out;
   }
 
+  // A list of integers in [lo, hi] (any length; empty when absent).
+  std::vector<int64_t> integers(const std::string& path, int64_t lo, int64_t hi) {
+    note(path);
+    const std::string expected = fmt::format("a list of integers in [{}, {}]", lo, hi);
+    if (!has(path)) return {};
+    YAML::Node n = find(path);
+    if (!n.IsSequence()) bad(path, expected);
+    std::vector<int64_t> out;
+    for (auto v : n) {
+      int64_t x = 0;
+      try {
+        x = v.as<int64_t>();
+      } catch (const YAML::Exception&) {
+        bad(path, expected);
+      }
+      if (x < lo || x > hi) bad(path, expected);
+      out.push_back(x);
+    }
+    return out;
+  }
+
   std::vector<std::string> texts(const std::string& path, std::vector<std::string> def) {
     note(path);
     if (!has(path)) return def;
@@ -304,7 +326,7 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
   r.check_section("model", {"arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab",
                             "rope_theta", "norm_eps", "init_std", "tie_embeddings", "vocab_multiple"});
   r.check_section("parallel", {"data", "tensor", "pipeline", "order", "schedule", "virtual_stages", "zero",
-                               "sequence_parallel", "bucket_bytes"});
+                               "sequence_parallel", "bucket_bytes", "stage_layers", "timeout_s"});
   r.check_section("train", {"global_batch", "micro_batch", "steps", "precision", "recompute", "threads"});
   r.check_section("optim", {"lr", "min_lr", "warmup", "decay", "wsd_decay_fraction", "betas", "eps",
                             "weight_decay", "grad_clip", "decay_norms_and_biases", "decay_embeddings"});
@@ -312,7 +334,7 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
   r.check_section("data.synthetic", {"vocab", "order", "branching", "skew", "seed"});
   r.check_section("eval", {"every", "batches"});
   r.check_section("checkpoint", {"dir", "every", "keep"});
-  r.check_section("log", {"every", "metrics", "peak_flops"});
+  r.check_section("log", {"every", "metrics", "peak_flops", "trace", "trace_steps"});
 
   // model
   auto& m = rc.model;
@@ -354,6 +376,8 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
   p.zero = r.integer("parallel.zero", 0, 3, 0);
   p.sequence_parallel = r.boolean("parallel.sequence_parallel", false);
   p.bucket_bytes = r.integer("parallel.bucket_bytes", 1024, kMax, p.bucket_bytes);
+  p.stage_layers = r.integers("parallel.stage_layers", 0, 100000);
+  p.timeout_s = r.real("parallel.timeout_s", 0, 1e7, p.timeout_s, true);
   {
     std::vector<std::string> sorted = p.order;
     std::sort(sorted.begin(), sorted.end());
@@ -384,9 +408,21 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
                                                   p.tensor, m.kv_heads));
   if (m.ffn_hidden % p.tensor != 0)
     r.inconsistent("parallel.tensor", fmt::format("ffn_hidden({}) % tensor({}) != 0", m.ffn_hidden, p.tensor));
-  if (m.layers % (p.pipeline * p.virtual_stages) != 0)
-    r.inconsistent("parallel.pipeline", fmt::format("layers({}) % (pipeline({}) x virtual_stages({})) != 0",
+  if (!p.stage_layers.empty()) {
+    const int64_t chunks = p.pipeline * p.virtual_stages, sum = std::accumulate(p.stage_layers.begin(),
+                                                                                p.stage_layers.end(), int64_t(0));
+    if (int64_t(p.stage_layers.size()) != chunks)
+      r.inconsistent("parallel.stage_layers",
+                     fmt::format("{} entries for pipeline({}) x virtual_stages({}) = {} chunks", p.stage_layers.size(),
+                                 p.pipeline, p.virtual_stages, chunks));
+    if (sum != m.layers)
+      r.inconsistent("parallel.stage_layers",
+                     fmt::format("the per-chunk layers sum to {} != model.layers({})", sum, m.layers));
+  } else if (m.layers % (p.pipeline * p.virtual_stages) != 0) {
+    r.inconsistent("parallel.pipeline", fmt::format("layers({}) % (pipeline({}) x virtual_stages({})) != 0 (or list "
+                                                    "the layers per chunk in parallel.stage_layers)",
                                                     m.layers, p.pipeline, p.virtual_stages));
+  }
 
   // train
   auto& t = rc.train;
@@ -457,6 +493,9 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
   rc.log.every = r.integer("log.every", 1, kMax, 10);
   rc.log.metrics = r.text("log.metrics", "");
   rc.log.peak_flops = r.real("log.peak_flops", 0, 1e20, 0.0);
+  rc.log.trace = r.text("log.trace", "");
+  rc.log.trace_steps = r.integers("log.trace_steps", 1, kMax);
+  if (!rc.log.trace.empty() && rc.log.trace_steps.empty()) rc.log.trace_steps = {std::min<int64_t>(2, rc.train.steps)};
   rc.seed = r.integer("seed", 0, kMax, 1234);
   rc.device = r.choice("device", {"cpu"}, "cpu");
   rc.keys_read = r.keys;

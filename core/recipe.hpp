@@ -36,6 +36,8 @@ struct ParallelConfig {
   int64_t zero = 0;
   bool sequence_parallel = false;
   int64_t bucket_bytes = 25 << 20;
+  std::vector<int64_t> stage_layers;  // layers per pipeline chunk (P x V entries); empty: even split
+  double timeout_s = 600;             // a pipeline transfer waiting longer is an error
 };
 
 struct TrainConfig {
@@ -81,6 +83,8 @@ struct LogConfig {
   int64_t every = 10;
   std::string metrics;
   double peak_flops = 0;  // 0 = measure this machine's GEMM peak at start-up
+  std::string trace;                // Chrome trace file ("" = none)
+  std::vector<int64_t> trace_steps; // steps traced (1-based; default [2])
 };
 
 struct Recipe {

@@ -22,6 +22,8 @@
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/data_parallel.hpp"
+#include "parallel/pipeline.hpp"
+#include "parallel/schedule.hpp"
 #include "parallel/tensor_parallel.hpp"
 #include "parallel/zero_storage.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
@@ -102,6 +104,113 @@ int default_threads(int world) {
   return std::max(1, omp_get_num_procs() / local);
 }
 
+// Every rank's reduced gradients, consolidated into the Hugging Face layout
+// (tests): this rank's shard -> its full buffer over the data group -> every
+// tensor and pipeline rank's buffer over the model-parallel group.
+std::vector<float> capture_gradients(model::Transformer<float>& net, const ModelConfig& m, const ParallelConfig& par,
+                                     parallel::ProcessGroups* groups, parallel::Communicator* dp,
+                                     parallel::Communicator* mp, const float* grad_shard, int64_t shard_begin,
+                                     int64_t shard_end, const std::vector<int64_t>& shard_counts, int zero) {
+  const int64_t n = net.registry().total();
+  Tensor full = Tensor::zeros({n}, DType::f32, MemCategory::other);
+  std::memcpy(full.data<float>() + shard_begin, grad_shard, size_t(shard_end - shard_begin) * sizeof(float));
+  if (zero >= 1 && dp) dp->all_gather(full, {shard_counts})->wait();
+  std::vector<float> out(static_cast<size_t>(model::consolidated_numel(m)));
+  if (!mp || mp->size() == 1) {
+    model::consolidate(out.data(), m, {{&net.registry(), full.data<float>()}});
+    return out;
+  }
+  // buffer sizes differ between pipeline stages: gather them first
+  Tensor sizes = Tensor::zeros({mp->size()}, DType::f64, MemCategory::other);
+  sizes.data<double>()[mp->rank()] = double(n);
+  mp->all_gather(sizes)->wait();
+  std::vector<int64_t> counts;
+  int64_t total = 0, mine = 0;
+  for (int r = 0; r < mp->size(); ++r) {
+    counts.push_back(int64_t(sizes.data<double>()[r]));
+    if (r < mp->rank()) mine += counts.back();
+    total += counts.back();
+  }
+  Tensor all = Tensor::zeros({total}, DType::f32, MemCategory::other);
+  std::memcpy(all.data<float>() + mine, full.data<float>(), size_t(n) * sizeof(float));
+  mp->all_gather(all, {counts})->wait();
+  // the members' coordinates, in group rank order (ascending world ranks)
+  const auto& topo = groups->topology();
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  const auto members = topo.members(parallel::GroupKind::model_parallel, world_rank);
+  std::vector<std::unique_ptr<model::ParamRegistry>> regs;
+  std::vector<std::pair<const model::ParamRegistry*, const float*>> parts;
+  int64_t off = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const auto c = topo.coords(members[i]);
+    regs.push_back(std::make_unique<model::ParamRegistry>(
+        m, model::TensorShard{c.tp, int(par.tensor)},
+        model::pipeline_chunks(m, int(par.pipeline), int(par.virtual_stages), par.stage_layers, c.pp)));
+    parts.push_back({regs.back().get(), all.data<float>() + off});
+    off += counts[i];
+  }
+  model::consolidate(out.data(), m, parts);
+  return out;
+}
+
+// A Chrome trace (chrome://tracing, Perfetto): every rank's spans of the
+// traced steps, gathered to rank 0. Each span is 6 doubles: step, kind, chunk,
+// micro-batch, start, end (seconds from the step's start, ranks aligned by a
+// barrier at the step's start).
+class Trace {
+ public:
+  enum Kind { forward, backward, backward_input, backward_weight, recv_wait, grad_sync, optimizer, kinds };
+  static const char* name(int k) {
+    static const char* names[kinds] = {"forward", "backward", "backward_input", "backward_weight",
+                                       "recv (waiting)", "gradient sync", "optimizer"};
+    return names[k];
+  }
+  void add(int64_t step, int kind, int chunk, int micro, double start, double end) {
+    for (double v : {double(step), double(kind), double(chunk), double(micro), start, end}) spans_.push_back(v);
+  }
+  void write(const std::string& path, parallel::Communicator* world) {
+    std::vector<double> all = spans_;
+    std::vector<int64_t> counts{int64_t(spans_.size())};
+    if (world && world->size() > 1) {
+      Tensor n = Tensor::zeros({world->size()}, DType::f64, MemCategory::other);
+      n.data<double>()[world->rank()] = double(spans_.size());
+      world->all_gather(n)->wait();
+      counts.clear();
+      int64_t total = 0;
+      for (int r = 0; r < world->size(); ++r) counts.push_back(int64_t(n.data<double>()[r])), total += counts.back();
+      Tensor buf = Tensor::zeros({std::max<int64_t>(total, 1)}, DType::f64, MemCategory::other);
+      int64_t off = 0;
+      for (int r = 0; r < world->rank(); ++r) off += counts[size_t(r)];
+      std::copy(spans_.begin(), spans_.end(), buf.data<double>() + off);
+      if (total > 0) world->all_gather(buf.view(0, {total}), {counts})->wait();
+      all.assign(buf.data<double>(), buf.data<double>() + total);
+      if (world->rank() != 0) return;
+    }
+    const std::string tmp = path + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) fail_input("log.trace: cannot create '{}' ({})", tmp, std::strerror(errno));
+    std::fputs("{\"traceEvents\":[\n", f);
+    size_t i = 0;
+    bool first = true;
+    for (size_t r = 0; r < counts.size(); ++r)
+      for (int64_t e = 0; e < counts[r] / 6; ++e, i += 6) {
+        const int kind = int(all[i + 1]);
+        std::fprintf(f, "%s{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%zu,\"ts\":%.1f,\"dur\":%.1f,"
+                        "\"args\":{\"step\":%d,\"chunk\":%d,\"micro\":%d}}",
+                     first ? "" : ",\n", name(kind), r, all[i + 4] * 1e6, (all[i + 5] - all[i + 4]) * 1e6,
+                     int(all[i]), int(all[i + 2]), int(all[i + 3]));
+        first = false;
+      }
+    std::fputs("\n],\"displayTimeUnit\":\"ms\"}\n", f);
+    std::fclose(f);
+    std::filesystem::rename(tmp, path);
+  }
+
+ private:
+  std::vector<double> spans_;
+};
+
 TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   const auto& m = rc.model;
   const auto& par = rc.parallel;
@@ -118,13 +227,16 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   if (par.data * par.tensor * par.pipeline != world_size)
     fail_input("{}: parallel mesh data({}) x tensor({}) x pipeline({}) != world size {}", rc.source, par.data,
                par.tensor, par.pipeline, world_size);
-  if (par.pipeline > 1) fail_input("{}: key 'parallel.pipeline': pipeline parallelism is not implemented yet; expected 1, found {}", rc.source, par.pipeline);
-  parallel::Communicator *dp = nullptr, *tp_group = nullptr;
+  parallel::Communicator *dp = nullptr, *tp_group = nullptr, *pp_group = nullptr, *mp_group = nullptr,
+                         *emb_group = nullptr;
   std::unique_ptr<parallel::MpiCommunicator> kv_group;  // ranks sharing replicated KV heads
   if (world) {
     groups = std::make_unique<parallel::ProcessGroups>(
         parallel::Topology(int(par.data), int(par.pipeline), int(par.tensor), par.order), *world);
     dp = &groups->get(parallel::GroupKind::data);
+    pp_group = &groups->get(parallel::GroupKind::pipeline);
+    mp_group = &groups->get(parallel::GroupKind::model_parallel);
+    emb_group = &groups->get(parallel::GroupKind::embedding);
     auto& tg = groups->get(parallel::GroupKind::tensor);
     tp_group = &tg;
     if (m.kv_heads < par.tensor)  // KV head r * kv_heads / tensor is held by tensor / kv_heads ranks
@@ -133,16 +245,38 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   // Tensor parallelism: the region ops the model calls (identity with one rank).
   parallel::TensorParallel tp(tp_group, par.sequence_parallel);
   const int dp_rank = dp ? dp->rank() : 0;
+  const int pp_rank = pp_group ? pp_group->rank() : 0;
+  const int P = int(par.pipeline), VS = int(par.virtual_stages);
   const bool leader = !world || world->rank() == 0;
   const int64_t micro_steps = rc.micro_batches_per_step(par.data);
   const int64_t rank_batch = rc.train.global_batch / par.data;  // sequences per rank per step
+
+  // Pipeline schedule: this rank's actions for one step (the same every step).
+  parallel::ScheduleKind kind;
+  std::vector<parallel::Action> actions;
+  try {
+    kind = parallel::parse_schedule(par.schedule);
+    actions = parallel::make_schedule(kind, P, VS, int(micro_steps), pp_rank);
+  } catch (const InputError& e) {
+    fail_input("{}: key 'parallel.schedule': {} (micro-batches per step = global_batch / (micro_batch x data))",
+               rc.source, e.what());
+  }
+  const bool split = kind == parallel::ScheduleKind::zero_bubble;
+  if (split && recompute == model::Recompute::full)
+    fail_input("{}: key 'train.recompute': zero_bubble's weight passes need the layer activations; expected none or "
+               "selective, found full",
+               rc.source);
+  // piped: chunks exchange activations, or backward is split: gradients are
+  // final only after the whole schedule (no overlap with the data-parallel
+  // reduction); otherwise the last micro-batch's backward launches buckets.
+  const bool piped = P > 1 || VS > 1 || split;
 
   // Threads: every core for one rank; an even share of the node's cores per
   // rank otherwise; train.threads or OMP_NUM_THREADS override.
   int threads = rc.train.threads > 0 ? int(rc.train.threads) : default_threads(world_size);
   kernels::set_num_threads(threads);
 
-  // Data.
+  // Data (read by the ranks holding the embedding or the head).
   std::unique_ptr<TokenSampler> sampler;
   double floor = 0, seq_floor = 0;
   if (rc.data.synthetic) {
@@ -158,14 +292,17 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
                  rc.source);
   }
 
-  // Model, data parallelism / ZeRO, optimizer. ZeRO 0-1: the model owns full
-  // buffers and GradientSync reduces buckets; ZeRO 2-3: ZeroStorage owns the
-  // shards and serves the model segment by segment.
+  // Model (this rank's pipeline chunks, its tensor-parallel slices), data
+  // parallelism / ZeRO, optimizer. ZeRO 0-1: the model owns full buffers and
+  // GradientSync reduces buckets; ZeRO 2-3: ZeroStorage owns the shards and
+  // serves the model segment by segment.
   const int zero = int(par.zero);
-  model::Transformer<float> net(m, uint64_t(rc.seed), /*full_buffers=*/zero < 2, &tp);
+  const auto chunks = model::pipeline_chunks(m, P, VS, par.stage_layers, pp_rank);
+  model::Transformer<float> net(m, uint64_t(rc.seed), /*full_buffers=*/zero < 2, &tp, chunks);
+  bool reads_tokens = false, reads_targets = false;
+  for (const auto& c : chunks) reads_tokens |= c.embedding, reads_targets |= c.head;
   const int64_t n_params = net.registry().total();  // this rank's flat buffer
   const int64_t n_global = model::consolidated_numel(m);
-  auto ctx = net.make_activations(B, recompute);
   std::unique_ptr<parallel::GradientSync> sync;
   std::unique_ptr<parallel::ZeroStorage> zstore;
   int64_t shard_begin = 0, shard_end = n_params;
@@ -193,16 +330,38 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   // the tensor group; replicated KV heads are summed over their KV group
   // always. Done on the data-reduced shard (the sums commute).
   std::vector<std::pair<int64_t, int64_t>> tensor_replicated, kv_replicated;  // relative to grad_shard
+  // A tied embedding split over the first and last stage: its two copies'
+  // gradients are summed over the embedding group before the data-parallel
+  // reduction (on the full local gradients).
+  std::vector<std::pair<int64_t, int64_t>> tied_table;  // relative to the local buffer
   for (const auto& p : net.registry().params()) {
     const int64_t lo = std::max(shard_begin, p.offset), hi = std::min(shard_end, p.offset + p.numel);
+    if (m.tie_embeddings && P > 1 && (p.name == "transformer.wte.weight" || p.name == "model.embed_tokens.weight"))
+      tied_table.push_back({p.offset, p.offset + p.numel});
     if (hi <= lo) continue;
     if (p.replication == model::Replication::tensor && tp.sequence_parallel())
       tensor_replicated.push_back({lo - shard_begin, hi - shard_begin});
     if (p.replication == model::Replication::kv_group) kv_replicated.push_back({lo - shard_begin, hi - shard_begin});
   }
+
+  // Activation contexts: per chunk, as many as the schedule holds in flight.
+  std::vector<std::vector<std::unique_ptr<model::Activations<float>>>> ctx_pool(chunks.size());
+  {
+    std::vector<int> live(chunks.size(), 0), peak(chunks.size(), 0);
+    for (const auto& a : actions) {
+      if (a.type == parallel::ActionType::forward) peak[size_t(a.chunk)] = std::max(peak[size_t(a.chunk)], ++live[size_t(a.chunk)]);
+      if (a.type == parallel::ActionType::backward || a.type == parallel::ActionType::backward_weight) --live[size_t(a.chunk)];
+    }
+    for (size_t c = 0; c < chunks.size(); ++c)
+      for (int i = 0; i < std::max(peak[c], 1); ++i)
+        ctx_pool[c].push_back(net.make_activations(B, recompute, int(c), split));
+  }
+  const int64_t R = tp.rows(B * T);
+  parallel::PipelineExecutor executor(pp_group, P, VS, R * m.hidden, par.timeout_s);
   const double flops_tok = model::flops_per_token(m);
   const double peak = rc.log.peak_flops > 0 ? rc.log.peak_flops : measure_gemm_peak();
   const MemStats mem0 = HostAllocator::instance().stats();
+  const double predicted_bubble = parallel::simulate(kind, P, VS, int(micro_steps)).bubble_fraction();
 
   log::info("trident: {} | {} layers, hidden {}, heads {}/{}, ffn {}, seq {}, vocab {} | {:.2f}M parameters",
             rc.source, m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, T, V, double(n_global) / 1e6);
@@ -218,15 +377,21 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
               m.kv_heads < par.tensor ? fmt::format(" (replicated on {} ranks)", par.tensor / m.kv_heads) : "",
               dims.ffn, dims.vocab, double(n_params) / 1e6);
   }
+  if (P > 1 || VS > 1) {
+    const auto counts = model::chunk_layer_counts(m, P, VS, par.stage_layers);
+    log::info("pipeline {} x virtual stages {} | schedule {} | layers per chunk [{}] | {} micro-batches per step | "
+              "simulated bubble {:.1f}%",
+              P, VS, par.schedule, fmt::join(counts, ", "), micro_steps, 100 * predicted_bubble);
+  }
   log::info("batch: global {} = micro {} x {} accumulation steps | recompute {} | {} threads | {}", rc.train.global_batch,
             B, micro_steps, rc.train.recompute, threads, kernels::cpu_gemm_backend());
-  const double P = double(n_params), d = double(par.data);
+  const double Pn = double(n_params), d = double(par.data);
   log::info("data parallel {} x ZeRO {} | per rank: params {} grads {} optimizer {} activations {} | ZeRO formula: "
             "params {} = {}, grads {} = {}, optimizer {} = {}",
             par.data, zero, mib(mem0.current[0]), mib(mem0.current[1]), mib(mem0.current[2]), mib(mem0.current[3]),
-            zero >= 3 ? "4P/d" : "4P", mib(int64_t(zero >= 3 ? 4 * P / d : 4 * P)), zero >= 2 ? "4P/d" : "4P",
-            mib(int64_t(zero >= 2 ? 4 * P / d : 4 * P)), zero >= 1 ? "8P/d" : "8P",
-            mib(int64_t(zero >= 1 ? 8 * P / d : 8 * P)));
+            zero >= 3 ? "4P/d" : "4P", mib(int64_t(zero >= 3 ? 4 * Pn / d : 4 * Pn)), zero >= 2 ? "4P/d" : "4P",
+            mib(int64_t(zero >= 2 ? 4 * Pn / d : 4 * Pn)), zero >= 1 ? "8P/d" : "8P",
+            mib(int64_t(zero >= 1 ? 8 * Pn / d : 8 * Pn)));
   log::info("model FLOPs/token {:.4g} | MFU reference {:.1f} GFLOP/s ({})", flops_tok, peak / 1e9,
             rc.log.peak_flops > 0 ? "log.peak_flops" : "measured sgemm");
   if (rc.data.synthetic)
@@ -243,91 +408,200 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
       rc.source, n_global, flops_tok, peak, rc.data.synthetic ? fmt::format("{}", floor) : "null",
       rc.data.synthetic ? fmt::format("{}", seq_floor) : "null", threads));
 
-  std::vector<int32_t> sample(static_cast<size_t>(T + 1)), tokens(size_t(B * T)), targets(size_t(B * T));
-  auto load_batch = [&](uint64_t first_index, bool valid) {
+  // Tokens and targets of every micro-batch of a step (pipelines hold several).
+  std::vector<int32_t> sample(static_cast<size_t>(T + 1));
+  std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(micro_steps), std::vector<int32_t>(size_t(B * T)));
+  std::vector<std::vector<int32_t>> targets = tokens;
+  auto load_batch = [&](int64_t micro, uint64_t first_index, bool valid) {
+    if (!reads_tokens && !reads_targets) return;
+    auto& tok = tokens[size_t(micro)];
+    auto& tgt = targets[size_t(micro)];
     for (int64_t b = 0; b < B; ++b) {
       sampler->sample(first_index + uint64_t(b), valid, T + 1, sample.data());
-      std::copy(sample.begin(), sample.begin() + T, tokens.begin() + b * T);
-      std::copy(sample.begin() + 1, sample.end(), targets.begin() + b * T);
+      std::copy(sample.begin(), sample.begin() + T, tok.begin() + b * T);
+      std::copy(sample.begin() + 1, sample.end(), tgt.begin() + b * T);
     }
+  };
+
+  // The hooks the executor calls: contexts taken at forward, returned after
+  // the backward (or, split, the weight pass).
+  std::vector<std::vector<int>> slot_of(chunks.size(), std::vector<int>(size_t(micro_steps), -1));
+  std::vector<std::vector<int>> free_slots(chunks.size());
+  std::vector<char> input_started(chunks.size()), weight_started(chunks.size());
+  double loss_sum = 0;
+  float dscale = float(1.0 / double(rc.train.global_batch * T));
+  bool last_reduces = false;  // unpiped: the last micro-batch's backward launches the buckets
+  auto on_ready = [&](int64_t frontier) { sync->grads_ready(net.grads(), frontier); };
+  parallel::PipelineHooks hooks;
+  hooks.forward = [&](int c, int micro, const float* input) {
+    auto& fs = free_slots[size_t(c)];
+    TRIDENT_CHECK(!fs.empty(), "no free activation context for chunk {}", c);
+    const int slot = fs.back();
+    fs.pop_back();
+    slot_of[size_t(c)][size_t(micro)] = slot;
+    const auto& spec = net.chunk(c);
+    loss_sum += net.forward_chunk(*ctx_pool[size_t(c)][size_t(slot)], spec.embedding ? tokens[size_t(micro)].data() : nullptr,
+                                  input, spec.head ? targets[size_t(micro)].data() : nullptr, dscale);
+  };
+  hooks.output = [&](int c, int micro) { return ctx_pool[size_t(c)][size_t(slot_of[size_t(c)][size_t(micro)])]->x_final; };
+  hooks.input_grad = [&](int, int) { return net.input_grad(); };
+  hooks.backward = [&](int c, int micro, const float* d_out, parallel::ActionType type) {
+    const int slot = slot_of[size_t(c)][size_t(micro)];
+    auto& ctx = *ctx_pool[size_t(c)][size_t(slot)];
+    const bool weight = type == parallel::ActionType::backward_weight;
+    char& started = weight ? weight_started[size_t(c)] : input_started[size_t(c)];
+    const bool accumulate = started != 0;  // the step's first backward of a chunk overwrites
+    started = 1;
+    const bool last = !piped && micro + 1 == micro_steps;
+    if (zstore) zstore->begin_backward(piped || micro_steps > 1, !piped && last);
+    const model::BackwardPart part = type == parallel::ActionType::backward ? model::BackwardPart::all
+                                     : weight                              ? model::BackwardPart::weight
+                                                                           : model::BackwardPart::input;
+    net.backward_chunk(ctx, d_out, recompute, accumulate, part,
+                       last && last_reduces ? std::function<void(int64_t)>(on_ready) : std::function<void(int64_t)>());
+    if (type != parallel::ActionType::backward_input) free_slots[size_t(c)].push_back(slot);
+  };
+  auto reset_step = [&]() {
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      free_slots[c].clear();
+      for (int i = int(ctx_pool[c].size()) - 1; i >= 0; --i) free_slots[c].push_back(i);
+      input_started[c] = weight_started[c] = 0;
+    }
+    loss_sum = 0;
+  };
+  // Forward only (evaluation): micro-batch by micro-batch, chunks in order.
+  auto forward_only = [&](int64_t micro_batches) {
+    std::vector<parallel::Action> list;
+    const int last_chunk = P * VS - 1;
+    for (int mb = 0; mb < int(micro_batches); ++mb)
+      for (int v = 0; v < VS; ++v) {
+        const int c = v * P + pp_rank;
+        if (c > 0) list.push_back({parallel::ActionType::recv_act, v, mb});
+        list.push_back({parallel::ActionType::forward, v, mb});
+        if (c < last_chunk) list.push_back({parallel::ActionType::send_act, v, mb});
+      }
+    return list;
   };
   auto evaluate = [&]() {
     if (rc.eval.batches == 0 || !sampler->has_valid()) return double(NAN);
     double sum = 0;
-    for (int64_t i = 0; i < rc.eval.batches; ++i) {
-      load_batch(uint64_t(i * B), true);
-      sum += net.forward(*ctx, tokens.data(), targets.data(), 0.0f);
+    const float saved_scale = dscale;
+    dscale = 0;
+    for (int64_t i = 0; i < rc.eval.batches; i += micro_steps) {
+      const int64_t n = std::min(micro_steps, rc.eval.batches - i);
+      for (int64_t mb = 0; mb < n; ++mb) load_batch(mb, uint64_t((i + mb) * B), true);
+      reset_step();
+      // one context per chunk suffices: each micro-batch's forward finishes before the next
+      parallel::PipelineHooks eval_hooks = hooks;
+      eval_hooks.forward = [&](int c, int micro, const float* input) {
+        slot_of[size_t(c)][size_t(micro)] = 0;
+        const auto& spec = net.chunk(c);
+        loss_sum += net.forward_chunk(*ctx_pool[size_t(c)][0], spec.embedding ? tokens[size_t(micro)].data() : nullptr,
+                                      input, spec.head ? targets[size_t(micro)].data() : nullptr, 0.0f);
+      };
+      executor.run(forward_only(n), eval_hooks);
+      sum += loss_sum;
     }
-    return sum / double(rc.eval.batches * B * T);
+    dscale = saved_scale;
+    return parallel::sum_over(pp_group, sum) / double(rc.eval.batches * B * T);
   };
 
   TrainSummary out;
   out.entropy_floor = floor;
-  auto on_ready = [&](int64_t frontier) { sync->grads_ready(net.grads(), frontier); };
-  const float dscale = float(1.0 / double(rc.train.global_batch * T));
+  out.predicted_bubble = predicted_bubble;
   const double tokens_per_step = double(rc.train.global_batch * T);
   double timed_seconds = 0, timed_steps = 0;
   auto run_start = Clock::now();
   HostAllocator::instance().reset_peaks();
+  Trace trace;
+  const int64_t trace_last = rc.log.trace_steps.empty()
+                                 ? 0
+                                 : *std::max_element(rc.log.trace_steps.begin(), rc.log.trace_steps.end());
 
   for (int64_t step = 0; step < rc.train.steps; ++step) {
+    const bool traced = !rc.log.trace.empty() && std::count(rc.log.trace_steps.begin(), rc.log.trace_steps.end(), step + 1);
+    if (traced && world) world->barrier()->wait();  // align the ranks' clocks for the trace
     auto t0 = Clock::now();
+    auto since = [&]() { return std::chrono::duration<double>(Clock::now() - t0).count(); };
     const double tensor_comm0 = tp.traffic().seconds;
-    double loss_sum = 0;
-    for (int64_t micro = 0; micro < micro_steps; ++micro) {
-      // this rank's slice of the global batch: samples [dp_rank * rank_batch, ...) of the step
-      load_batch(uint64_t(step * rc.train.global_batch + dp_rank * rank_batch + micro * B), false);
-      const bool last = micro + 1 == micro_steps;  // reduce once per step
-      if (zstore) zstore->begin_backward(micro_steps > 1, last);
-      loss_sum += net.forward(*ctx, tokens.data(), targets.data(), dscale);
-      net.backward(*ctx, recompute, /*accumulate=*/micro > 0,  // the first micro-batch overwrites
-                   last && sync ? std::function<void(int64_t)>(on_ready) : std::function<void(int64_t)>());
+    // this rank's slice of the global batch: samples [dp_rank * rank_batch, ...) of the step
+    for (int64_t micro = 0; micro < micro_steps; ++micro)
+      load_batch(micro, uint64_t(step * rc.train.global_batch + dp_rank * rank_batch + micro * B), false);
+    reset_step();
+    last_reduces = sync != nullptr && !piped;
+    executor.run(actions, hooks);
+    const double sched_s = executor.step_seconds();
+    if (traced)
+      for (const auto& sp : executor.spans()) {
+        int k = -1;
+        switch (sp.type) {
+          case parallel::ActionType::forward: k = Trace::forward; break;
+          case parallel::ActionType::backward: k = Trace::backward; break;
+          case parallel::ActionType::backward_input: k = Trace::backward_input; break;
+          case parallel::ActionType::backward_weight: k = Trace::backward_weight; break;
+          case parallel::ActionType::recv_act:
+          case parallel::ActionType::recv_grad: k = Trace::recv_wait; break;
+          default: break;
+        }
+        if (k >= 0) trace.add(step + 1, k, sp.chunk, sp.micro, sp.start, sp.end);
+      }
+    const double sync_start = since();
+    // tied embedding: first and last stage sum their copies' gradients
+    if (!tied_table.empty())
+      parallel::all_reduce_ranges(emb_group, zstore ? zstore->accumulated_grads() : net.grads().data<float>(),
+                                  tied_table);
+    if (sync) {
+      sync->finish(net.grads());
+    } else {
+      if (piped) zstore->reduce_accumulated();
+      zstore->finish_step();
     }
-    if (sync) sync->finish(net.grads());
-    else zstore->finish_step();
     parallel::all_reduce_ranges(tp.group(), grad_shard, tensor_replicated);
     parallel::all_reduce_ranges(kv_group.get(), grad_shard, kv_replicated);
-    // every tensor rank has the same loss (the vocab-parallel loss is complete)
-    const double loss = parallel::sum_over(dp, loss_sum) / tokens_per_step;
+    if (traced) trace.add(step + 1, Trace::grad_sync, 0, 0, sync_start, since());
+    // the last stage's loss, over the data group; every tensor rank has the same
+    const double loss = parallel::sum_over(pp_group, parallel::sum_over(dp, loss_sum)) / tokens_per_step;
     // the true global norm: with ZeRO >= 1 data ranks hold disjoint reduced
-    // shards; tensor ranks hold disjoint slices (replicated ones counted once)
+    // shards; tensor and pipeline ranks hold disjoint slices (replicated ones
+    // and the tied copy counted once)
     double sq = optim::sum_of_squares_counted(net.registry(), grad_shard, shard_begin, shard_end);
     if (zero >= 1) sq = parallel::sum_over(dp, sq);
-    const double gnorm = std::sqrt(parallel::sum_over(tp.group(), sq));
-    if (step == 0 && opts.capture_step1_grads) {
-      // this rank's full buffer, then every tensor rank's, consolidated
-      const int tsize = tp.size();
-      Tensor all = Tensor::zeros({tsize * n_params}, DType::f32, MemCategory::other);
-      Tensor full = all.view(tp.rank() * n_params, {n_params});
-      std::memcpy(full.data<float>() + shard_begin, grad_shard, size_t(shard_end - shard_begin) * sizeof(float));
-      if (zero >= 1 && dp) dp->all_gather(full, {shard_counts})->wait();
-      if (tp.group()) tp.group()->all_gather(all)->wait();
-      std::vector<const float*> ranks;
-      for (int r = 0; r < tsize; ++r) ranks.push_back(all.data<float>() + r * n_params);
-      out.step1_grads.assign(size_t(n_global), 0.0f);
-      model::consolidate(out.step1_grads.data(), m, ranks);
-    }
+    const double gnorm = std::sqrt(parallel::sum_over(mp_group, sq));
+    if (step == 0 && opts.capture_step1_grads) out.step1_grads = capture_gradients(net, m, par, groups.get(), dp, mp_group, grad_shard, shard_begin, shard_end, shard_counts, zero);
     const double lr = optim::learning_rate(rc.optim, step, rc.train.steps);
+    const double opt_start = since();
     opt.step(param_shard, grad_shard, lr, step + 1, optim::clip_scale(gnorm, rc.optim.grad_clip));
     if (sync) sync->gather_params(net.params());
     else zstore->gather_params();
+    if (traced) trace.add(step + 1, Trace::optimizer, 0, 0, opt_start, since());
+    if (traced && step + 1 == trace_last) trace.write(rc.log.trace, world.get());
     const double comm_wait = sync ? sync->take_wait_seconds() : zstore->take_wait_seconds();
     out.comm_wait_s += comm_wait;
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     if (step > 0 || rc.train.steps == 1) timed_seconds += dt, timed_steps += 1;
     const double tps = tokens_per_step / dt;
     const double mfu = flops_tok * tps / (peak * world_size);  // peak is per rank
+    // measured bubble per stage: time blocked on pipeline transfers / schedule time
+    std::vector<double> bubble(static_cast<size_t>(P), 0.0);
+    {
+      Tensor b = Tensor::zeros({P}, DType::f64, MemCategory::other);
+      b.data<double>()[pp_rank] = sched_s > 0 ? executor.idle_seconds() / sched_s : 0;
+      if (pp_group && P > 1) pp_group->all_gather(b)->wait();
+      bubble.assign(b.data<double>(), b.data<double>() + P);
+    }
     out.losses.push_back(loss);
     out.grad_norms.push_back(gnorm);
+    out.bubbles.push_back(bubble);
     if (!std::isfinite(loss)) throw Error(fmt::format("loss is {} at step {}", loss, step + 1));
 
     const bool last = step + 1 == rc.train.steps;
     const MemStats mem = HostAllocator::instance().stats();
     metrics.write(fmt::format("{{\"type\":\"train\",\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},"
                               "\"tokens_per_s\":{:.1f},\"mfu\":{:.4f},\"step_s\":{:.4f},\"comm_wait_s\":{:.4f},"
-                              "\"tensor_comm_s\":{:.4f},\"peak_bytes\":{}}}",
+                              "\"tensor_comm_s\":{:.4f},\"bubble\":[{:.4f}],\"bubble_predicted\":{:.4f},"
+                              "\"peak_bytes\":{}}}",
                               step + 1, loss, lr, gnorm, tps, mfu, dt, comm_wait, tp.traffic().seconds - tensor_comm0,
-                              peak_bytes_json(mem)));
+                              fmt::join(bubble, ","), predicted_bubble, peak_bytes_json(mem)));
     if (!opts.quiet && ((step + 1) % rc.log.every == 0 || step == 0 || last)) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
       const double eta = elapsed / double(step + 1) * double(rc.train.steps - step - 1);

@@ -21,7 +21,9 @@ struct TrainSummary {
   double tokens_per_s = 0;     // mean over steps after the first
   double mfu = 0;
   double comm_wait_s = 0;      // total time blocked on data-parallel communication
-  std::vector<float> step1_grads;  // full reduced gradient of step 1 (capture_step1_grads)
+  std::vector<float> step1_grads;  // reduced gradient of step 1, consolidated (capture_step1_grads)
+  std::vector<std::vector<double>> bubbles;  // per step: measured bubble fraction of each pipeline stage
+  double predicted_bubble = 0;               // the simulator's, unit costs
   int64_t peak_params = 0, peak_grads = 0, peak_optimizer = 0;  // this rank's allocator peaks
 };
 

@@ -54,9 +54,9 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buf
     return Segment{begin, params[i - 1].offset + params[i - 1].numel};
   };
   const size_t per_layer = llama_ ? 9 : 12;
-  bool has_embedding = false;
-  for (const auto& c : reg_.chunks()) has_embedding |= c.embedding;
-  tied_local_ = cfg.tie_embeddings && has_embedding;
+  bool has_embedding = false, has_head = false;
+  for (const auto& c : reg_.chunks()) has_embedding |= c.embedding, has_head |= c.head;
+  tied_local_ = cfg.tie_embeddings && has_embedding && has_head;
   for (const ChunkSpec& spec : reg_.chunks()) {
     Chunk ch;
     ch.spec = spec;

@@ -91,6 +91,7 @@ float* ZeroStorage::acquire_params(int s, int next) {
   if (!param_windows_.count(s)) start_gather(s);
   if (next >= 0 && !param_windows_.count(next)) start_gather(next);  // prefetch
   Window& w = param_windows_.at(s);
+  w.users += 1;
   wait(w);
   return w.buf.data<float>();
 }
@@ -98,7 +99,8 @@ float* ZeroStorage::acquire_params(int s, int next) {
 void ZeroStorage::release_params(int s) {
   if (stage_ == 2 || !dp_) return;
   auto it = param_windows_.find(s);
-  TRIDENT_CHECK(it != param_windows_.end(), "release of segment {} that was not acquired", s);
+  TRIDENT_CHECK(it != param_windows_.end() && it->second.users > 0, "release of segment {} that was not acquired", s);
+  if (--it->second.users > 0) return;
   wait(it->second);
   give_back(std::move(it->second.base), MemCategory::params);
   param_windows_.erase(it);
@@ -166,6 +168,22 @@ void ZeroStorage::retire_grad_windows(size_t keep) {
     give_back(std::move(reducing_.front().base), MemCategory::grads);
     reducing_.erase(reducing_.begin());
   }
+}
+
+float* ZeroStorage::accumulated_grads() {
+  if (!dp_) return grad_shard();  // one rank: the shard is the whole buffer
+  TRIDENT_CHECK(accumulating_ && accum_.defined(), "accumulated_grads() outside an accumulating step");
+  return accum_.data<float>();
+}
+
+void ZeroStorage::reduce_accumulated() {
+  if (!dp_) return;
+  for (int s = 0; s < int(segments_.size()); ++s) {
+    Window w;
+    w.buf = accum_.view(segments_[size_t(s)].begin, {segments_[size_t(s)].size()});
+    reduce(s, std::move(w));
+  }
+  retire_grad_windows(0);
 }
 
 void ZeroStorage::finish_step() {

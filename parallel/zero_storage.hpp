@@ -20,7 +20,9 @@
 // s into a window (or waits for the prefetch already issued for it) and
 // issues the gather of `next` early; release_params(s) frees the window.
 // All ranks run the same model code, so every rank issues the same
-// collectives in the same order. Window buffers are pooled and reused. With a
+// collectives in the same order. A segment acquired several times (a
+// pipeline's head, held from each micro-batch's forward to its backward) is
+// released when its last user releases it. Window buffers are pooled and reused. With a
 // single rank there is nothing to gather or reduce: segments are served
 // straight from the shard (which is then the whole buffer).
 #pragma once
@@ -54,6 +56,11 @@ class ZeroStorage : public SegmentStorage<float> {
   void finish_step();
   // stage 2: all-gather the updated shards into the replica.
   void gather_params();
+  // Pipelines: every backward of the step accumulates (begin_backward(true,
+  // false)); after the last one, the full local gradients (accumulated_grads,
+  // the whole local buffer) are reduce-scattered into the shards at once.
+  float* accumulated_grads();
+  void reduce_accumulated();
   double take_wait_seconds();
 
   float* acquire_params(int s, int next) override;
@@ -66,6 +73,7 @@ class ZeroStorage : public SegmentStorage<float> {
     Tensor base;   // pooled buffer (returned to the pool when the window retires)
     Tensor buf;    // the segment's view of it
     WorkPtr work;  // gather (params) or reduce-scatter (grads) in flight
+    int users = 0;  // params: acquisitions not yet released (pipelines hold a head for several micro-batches)
   };
   // Window buffers are pooled per category: allocating fresh memory for every
   // window would page-fault it in again on every use.

@@ -1,0 +1,170 @@
+// Pipeline executor (see pipeline.hpp).
+#include "parallel/pipeline.hpp"
+
+#include <cstring>
+#include <thread>
+
+#include "core/error.hpp"
+
+namespace trident::parallel {
+
+PipelineExecutor::PipelineExecutor(Communicator* group, int stages, int virtual_stages, int64_t message_elems,
+                                   double timeout_s, int lookahead)
+    : group_(group && group->size() > 1 ? group : nullptr),
+      P_(stages),
+      V_(virtual_stages),
+      rank_(group_ ? group_->rank() : 0),
+      elems_(message_elems),
+      timeout_s_(timeout_s),
+      lookahead_(lookahead) {
+  TRIDENT_CHECK(!group_ || group_->size() == stages, "pipeline group of {} ranks for {} stages",
+                group_ ? group_->size() : 1, stages);
+  TRIDENT_CHECK(stages * virtual_stages <= 64, "at most 64 pipeline chunks (message tags), found {}",
+                stages * virtual_stages);
+}
+
+double PipelineExecutor::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+Tensor PipelineExecutor::take() {
+  if (pool_.empty()) return Tensor::empty({elems_}, DType::f32, MemCategory::comm);
+  Tensor t = std::move(pool_.back());
+  pool_.pop_back();
+  return t;
+}
+
+void PipelineExecutor::give_back(Tensor t) { pool_.push_back(std::move(t)); }
+
+// Activations flow to the next rank (ring: the last stage's chunk v feeds
+// the first stage's chunk v + 1), gradients to the previous one.
+int PipelineExecutor::peer(ActionType t) const {
+  const bool to_next = t == ActionType::send_act || t == ActionType::recv_grad;
+  return to_next ? (rank_ + 1) % P_ : (rank_ + P_ - 1) % P_;
+}
+
+// direction, receiving global chunk, micro-batch
+int PipelineExecutor::tag(const Action& a) const {
+  const int c = a.chunk * P_ + rank_;
+  int dir = 0, receiver = 0;
+  switch (a.type) {
+    case ActionType::recv_act: dir = 0, receiver = c; break;
+    case ActionType::send_act: dir = 0, receiver = c + 1; break;
+    case ActionType::recv_grad: dir = 1, receiver = c; break;
+    case ActionType::send_grad: dir = 1, receiver = c - 1; break;
+    default: TRIDENT_CHECK(false, "no tag for {}", action_name(a.type));
+  }
+  TRIDENT_CHECK(a.micro < (1 << 16), "micro-batch {} too large for a message tag", a.micro);
+  return ((dir * 64 + receiver) << 16) | a.micro;
+}
+
+void PipelineExecutor::wait(Transfer& t, const Action& a) {
+  const double start = now();
+  while (!t.work->is_completed()) {
+    if (now() - start > timeout_s_)
+      throw Error(fmt::format("pipeline: timed out after {:.0f} s (parallel.timeout_s) in {} of chunk {} (global {}) "
+                              "micro-batch {} with pipeline rank {}: the peer never sent or received it",
+                              timeout_s_, action_name(a.type), a.chunk, a.chunk * P_ + rank_, a.micro,
+                              peer(a.type)));
+    std::this_thread::yield();
+  }
+  t.work->wait();
+}
+
+void PipelineExecutor::post_receives(const std::vector<Action>& actions, size_t from) {
+  // up to the lookahead-th compute action after `from`
+  size_t limit = from;
+  for (int computes = 0; limit < actions.size(); ++limit)
+    if (is_compute(actions[limit].type) && ++computes > lookahead_) break;
+  for (next_post_ = std::max(next_post_, from); next_post_ < limit; ++next_post_) {
+    const Action& a = actions[next_post_];
+    if (a.type != ActionType::recv_act && a.type != ActionType::recv_grad) continue;
+    Transfer t;
+    t.buf = take();
+    t.work = group_->recv(t.buf, {.peer = peer(a.type), .tag = tag(a)});
+    posted_[next_post_] = std::move(t);
+  }
+}
+
+void PipelineExecutor::reap_sends(bool all) {
+  for (auto it = sends_.begin(); it != sends_.end();) {
+    if (all) wait(it->second, it->first);
+    if (all || it->second.work->is_completed()) {
+      give_back(std::move(it->second.buf));
+      it = sends_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void PipelineExecutor::run(const std::vector<Action>& actions, const PipelineHooks& hooks) {
+  t0_ = std::chrono::steady_clock::now();
+  spans_.clear();
+  idle_s_ = 0;
+  next_post_ = 0;
+  const float* received = nullptr;  // the last receive, consumed by the next compute action
+  Transfer held;                    // its buffer
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    if (group_) post_receives(actions, i);
+    const double start = now();
+    switch (a.type) {
+      case ActionType::recv_act:
+      case ActionType::recv_grad: {
+        if (!group_) {
+          auto local = local_.find(tag(a));
+          TRIDENT_CHECK(local != local_.end(), "{} of chunk {} micro-batch {} before its send", action_name(a.type),
+                        a.chunk, a.micro);
+          held.buf = std::move(local->second);
+          local_.erase(local);
+          received = held.buf.data<float>();
+          break;
+        }
+        auto it = posted_.find(i);
+        TRIDENT_CHECK(it != posted_.end(), "receive {} was not posted", i);
+        held = std::move(it->second);
+        posted_.erase(it);
+        wait(held, a);
+        received = held.buf.data<float>();
+        idle_s_ += now() - start;
+        break;
+      }
+      case ActionType::send_act:
+      case ActionType::send_grad: {
+        const float* src = a.type == ActionType::send_act ? hooks.output(a.chunk, a.micro)
+                                                          : hooks.input_grad(a.chunk, a.micro);
+        Transfer t;
+        t.buf = take();
+        std::memcpy(t.buf.data<float>(), src, sizeof(float) * size_t(elems_));
+        if (!group_) {
+          local_[tag({a.type == ActionType::send_act ? ActionType::recv_act : ActionType::recv_grad,
+                      a.type == ActionType::send_act ? a.chunk + 1 : a.chunk - 1, a.micro})] =  // one rank: P = 1
+              std::move(t.buf);
+          break;
+        }
+        t.work = group_->send(t.buf, {.peer = peer(a.type), .tag = tag(a)});
+        sends_.push_back({a, std::move(t)});
+        reap_sends(false);
+        break;
+      }
+      case ActionType::forward: hooks.forward(a.chunk, a.micro, received); break;
+      case ActionType::backward:
+      case ActionType::backward_input:
+      case ActionType::backward_weight: hooks.backward(a.chunk, a.micro, received, a.type); break;
+    }
+    if (is_compute(a.type)) {
+      if (held.buf.defined()) give_back(std::move(held.buf));
+      held = Transfer();
+      received = nullptr;
+    }
+    spans_.push_back({a.type, a.chunk, a.micro, start, now()});
+  }
+  const double start = now();
+  reap_sends(true);
+  idle_s_ += now() - start;
+  TRIDENT_CHECK(posted_.empty(), "{} receives left over at the end of the step", posted_.size());
+  step_s_ = now();
+}
+
+}  // namespace trident::parallel

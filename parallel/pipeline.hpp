@@ -1,0 +1,92 @@
+// Pipeline executor: runs one step's action list (parallel/schedule.hpp) on
+// this pipeline rank. Compute goes through hooks (the trainer binds them to
+// the model); transfers are asynchronous point-to-point messages on the
+// pipeline group:
+// - receives are posted early: when an action starts, every receive among
+//   the next `lookahead` compute actions is already posted, into pooled
+//   buffers; the consuming action waits for it;
+// - sends copy the produced tensor into a pooled buffer and return at once;
+//   finished sends recycle their buffers; the step waits for all at the end.
+// Buffers are allocated on first use and reused by later steps.
+// Messages are matched by tag: direction, receiving global chunk and
+// micro-batch (so receive order need not equal send order).
+// A transfer that does not complete within `timeout_s` is an error naming
+// the action, chunk, micro-batch and peer: a hang is never silent.
+//
+// With one pipeline rank and several chunks, messages between its chunks are
+// handed over in memory.
+// All ranks of the pipeline group run their own lists of the same schedule;
+// deadlock-freedom of those lists is what the simulator tests.
+#pragma once
+#include <chrono>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "parallel/communicator.hpp"
+#include "parallel/schedule.hpp"
+
+namespace trident::parallel {
+
+struct PipelineHooks {
+  // forward of local chunk `chunk`, micro-batch `micro`; input [R,C] is the
+  // previous chunk's output (null on global chunk 0)
+  std::function<void(int chunk, int micro, const float* input)> forward;
+  // after forward: the chunk's output [R,C], sent to the next chunk
+  std::function<const float*(int chunk, int micro)> output;
+  // backward / backward_input (d_output: the next chunk's input gradient, null
+  // on the last chunk) and backward_weight (d_output null)
+  std::function<void(int chunk, int micro, const float* d_output, ActionType part)> backward;
+  // after backward / backward_input: the chunk's input gradient [R,C], sent back
+  std::function<const float*(int chunk, int micro)> input_grad;
+};
+
+// A span of this rank's step, for traces: seconds from the step's start.
+struct PipelineSpan {
+  ActionType type;
+  int chunk, micro;
+  double start, end;
+};
+
+class PipelineExecutor {
+ public:
+  // group: the pipeline group (nullptr or one rank: no transfers).
+  // message_elems: floats per activation / gradient message (R x C).
+  PipelineExecutor(Communicator* group, int stages, int virtual_stages, int64_t message_elems, double timeout_s,
+                   int lookahead = 2);
+  void run(const std::vector<Action>& actions, const PipelineHooks& hooks);
+
+  double step_seconds() const { return step_s_; }
+  double idle_seconds() const { return idle_s_; }  // blocked on receives and on the final sends
+  const std::vector<PipelineSpan>& spans() const { return spans_; }
+
+ private:
+  struct Transfer {
+    Tensor buf;
+    WorkPtr work;
+  };
+  Tensor take();
+  void give_back(Tensor t);
+  int peer(ActionType t) const;
+  int tag(const Action& a) const;
+  void wait(Transfer& t, const Action& a);
+  void post_receives(const std::vector<Action>& actions, size_t from);
+  void reap_sends(bool all);
+
+  Communicator* group_;
+  int P_, V_, rank_;
+  int64_t elems_;
+  double timeout_s_;
+  int lookahead_;
+  std::vector<Tensor> pool_;
+  std::map<size_t, Transfer> posted_;  // action index -> receive in flight
+  size_t next_post_ = 0;
+  std::vector<std::pair<Action, Transfer>> sends_;
+  std::map<int, Tensor> local_;  // one-rank pipeline (chunks on one rank): messages by tag
+  double step_s_ = 0, idle_s_ = 0;
+  std::chrono::steady_clock::time_point t0_;
+  std::vector<PipelineSpan> spans_;
+  double now() const;
+};
+
+}  // namespace trident::parallel

@@ -6,4 +6,4 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 "$ROOT/launch/setup.sh"
 cd "$BUILD_DIR"
 export OMPI_MCA_mpi_yield_when_idle=1
-ctest --output-on-failure -j "$(nproc)" --timeout 900 "$@"
+ctest --output-on-failure -j "$(nproc)" --timeout 900 -LE full "$@"

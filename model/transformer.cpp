@@ -414,7 +414,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
   }
   if (!ch.spec.embedding) return;  // d_res_ is the gradient of the chunk's input
   const int emb = ch.emb_seg;
-  if (!cfg_.tie_embeddings) use_grads(emb);
+  if (!tied_local_) use_grads(emb);  // a tied head on this rank acquired it already
   // The embedding gradient is a scatter-add: start from zero when not
   // accumulating, unless the tied LM head has just written the same buffer.
   // (Split backward: the head's weight pass comes later and accumulates, so

@@ -77,8 +77,13 @@ std::vector<int> Topology::members(GroupKind kind, int rank) const {
     case GroupKind::data: vary({Dim::data}); break;
     case GroupKind::model_parallel: vary({Dim::tensor, Dim::pipeline}); break;
     case GroupKind::embedding: {
+      // first and last stage together; a middle stage holds no embedding: alone
       Coords first = me, last = me;
       first.pp = 0, last.pp = pipeline_ - 1;
+      if (me.pp != 0 && me.pp != pipeline_ - 1) {
+        out = {rank_of(me)};
+        break;
+      }
       out = {rank_of(first)};
       if (pipeline_ > 1) out.push_back(rank_of(last));
       std::sort(out.begin(), out.end());

@@ -8,7 +8,8 @@
 // group is a run of adjacent ranks (one node).
 // Groups: tensor (same dp, pp), pipeline (same dp, tp), data (same pp, tp),
 // model_parallel (same dp: tensor x pipeline), embedding (first and last
-// pipeline stage of each (dp, tp) slice; one member when pipeline = 1).
+// pipeline stage of each (dp, tp) slice; one member when pipeline = 1; a
+// middle stage's group is itself alone).
 #pragma once
 #include <array>
 #include <string>

@@ -34,7 +34,9 @@ TEST(Topology, OtherOrders) {
   EXPECT_EQ(t.members(GroupKind::embedding, 5), (std::vector<int>{5}));  // pipeline 1
   Topology p(1, 3, 1, {"pipeline", "tensor", "data"});
   EXPECT_EQ(p.members(GroupKind::pipeline, 1), (std::vector<int>{0, 1, 2}));
-  EXPECT_EQ(p.members(GroupKind::embedding, 1), (std::vector<int>{0, 2}));
+  EXPECT_EQ(p.members(GroupKind::embedding, 0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(p.members(GroupKind::embedding, 2), (std::vector<int>{0, 2}));
+  EXPECT_EQ(p.members(GroupKind::embedding, 1), (std::vector<int>{1}));  // a middle stage: alone
 }
 
 TEST(Topology, EveryRankInExactlyOneGroupOfEachKind) {

@@ -12,6 +12,8 @@
 #include "kernels/backends.hpp"
 #include "launch/trainer.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
+#include <mpi.h>
+
 #include "parallel/schedule.hpp"
 #include "parallel/topology.hpp"
 
@@ -73,7 +75,20 @@ int cmd_train(const std::vector<std::string>& args) {
     if (mpi.rank() != 0) return kExitBadInput;  // every rank reads the same recipe: rank 0 reports it once
     throw;
   }
-  launch::train(rc);
+  try {
+    launch::train(rc);
+  } catch (const InputError&) {
+    throw;  // the same on every rank: each reaches MPI_Finalize and exits 2
+  } catch (const std::exception& e) {
+    // A failure on one rank (a timed-out transfer, a lost peer) would leave
+    // the others waiting in their next collective: report it here, on this
+    // rank, and end the whole job.
+    if (mpi.world() > 1) {
+      log::error("{}", e.what());
+      MPI_Abort(MPI_COMM_WORLD, kExitFailure);
+    }
+    throw;
+  }
   return 0;
 }
 

@@ -98,7 +98,26 @@ void PipelineExecutor::reap_sends(bool all) {
   }
 }
 
+// After a failure the pending transfers can never complete (the run is being
+// abandoned): drop their requests without waiting, which a Work's destructor
+// would do forever.
+void PipelineExecutor::abandon() {
+  for (auto& [i, t] : posted_) (void)t.work.release();
+  for (auto& [a, t] : sends_) (void)t.work.release();
+  posted_.clear();
+  sends_.clear();
+}
+
 void PipelineExecutor::run(const std::vector<Action>& actions, const PipelineHooks& hooks) {
+  try {
+    run_list(actions, hooks);
+  } catch (...) {
+    abandon();
+    throw;
+  }
+}
+
+void PipelineExecutor::run_list(const std::vector<Action>& actions, const PipelineHooks& hooks) {
   t0_ = std::chrono::steady_clock::now();
   spans_.clear();
   idle_s_ = 0;
@@ -125,7 +144,12 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const PipelineHoo
         TRIDENT_CHECK(it != posted_.end(), "receive {} was not posted", i);
         held = std::move(it->second);
         posted_.erase(it);
-        wait(held, a);
+        try {
+          wait(held, a);
+        } catch (...) {
+          (void)held.work.release();
+          throw;
+        }
         received = held.buf.data<float>();
         idle_s_ += now() - start;
         break;

@@ -72,6 +72,8 @@ class PipelineExecutor {
   void wait(Transfer& t, const Action& a);
   void post_receives(const std::vector<Action>& actions, size_t from);
   void reap_sends(bool all);
+  void run_list(const std::vector<Action>& actions, const PipelineHooks& hooks);
+  void abandon();
 
   Communicator* group_;
   int P_, V_, rank_;

@@ -18,7 +18,10 @@
 // and 4: 16 chunks of 8 layers would not divide).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -150,6 +153,46 @@ TEST(Pipeline, EveryMeshMatchesSingleRank) {
   for (const char* k : {"schedule gpipe", "schedule 1f1b", "schedule interleaved_1f1b", "schedule zero_bubble",
                         "zero 0", "zero 1", "zero 3", "gpt2", "llama"})
     EXPECT_GT(seen[k], 0) << k;
+}
+
+// Observability: the measured bubble of every stage in the summary and the
+// metrics file beside the simulator's prediction, and a Chrome trace with a
+// track per rank and spans of every kind.
+TEST(Pipeline, TraceAndMeasuredBubble) {
+  if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
+  const std::string dir = std::string(TRIDENT_BINARY_DIR) + "/pipeline_trace_test";
+  std::filesystem::create_directories(dir);
+  Recipe rc = recipe({1, 1, 8, "1f1b", 0, "gpt2"}, g_world);
+  rc.train.steps = 3;
+  rc.log.trace = dir + "/trace.json";
+  rc.log.trace_steps = {2, 3};
+  rc.log.metrics = dir + "/metrics.jsonl";
+  launch::TrainSummary run = launch::train(rc, {.quiet = true});
+  EXPECT_NEAR(run.predicted_bubble, 7.0 / 15.0, 1e-12);  // (P-1)/(M+P-1), P = M = 8
+  ASSERT_EQ(run.bubbles.size(), 3u);
+  for (const auto& step : run.bubbles) {
+    ASSERT_EQ(step.size(), 8u);
+    for (double b : step) EXPECT_TRUE(b >= 0 && b < 1) << b;
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) return;
+  std::ifstream t(rc.log.trace);
+  std::string trace((std::istreambuf_iterator<char>(t)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(trace.rfind("{\"traceEvents\":[", 0), 0u);
+  for (const char* s : {"\"tid\":0,", "\"tid\":7,", "\"name\":\"forward\"", "\"name\":\"backward\"",
+                        "\"name\":\"recv (waiting)\"", "\"name\":\"gradient sync\"", "\"name\":\"optimizer\"",
+                        "\"step\":2,", "\"step\":3,"})
+    EXPECT_NE(trace.find(s), std::string::npos) << s;
+  EXPECT_EQ(trace.find("\"step\":1,"), std::string::npos) << "step 1 was not asked for";
+  std::ifstream mf(rc.log.metrics);
+  std::string line, last;
+  while (std::getline(mf, line))
+    if (line.find("\"type\":\"train\"") != std::string::npos) last = line;
+  EXPECT_NE(last.find("\"bubble_predicted\":0.4667"), std::string::npos) << last;
+  const size_t b = last.find("\"bubble\":[");
+  ASSERT_NE(b, std::string::npos) << last;
+  EXPECT_EQ(std::count(last.begin() + long(b), last.begin() + long(last.find(']', b)), ','), 7) << last;
 }
 
 }  // namespace trident

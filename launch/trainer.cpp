@@ -160,10 +160,10 @@ std::vector<float> capture_gradients(model::Transformer<float>& net, const Model
 // barrier at the step's start).
 class Trace {
  public:
-  enum Kind { forward, backward, backward_input, backward_weight, recv_wait, grad_sync, optimizer, kinds };
+  enum Kind { forward, backward, backward_input, backward_weight, recv_wait, send, grad_sync, optimizer, kinds };
   static const char* name(int k) {
     static const char* names[kinds] = {"forward", "backward", "backward_input", "backward_weight",
-                                       "recv (waiting)", "gradient sync", "optimizer"};
+                                       "recv (waiting)", "send", "gradient sync", "optimizer"};
     return names[k];
   }
   void add(int64_t step, int kind, int chunk, int micro, double start, double end) {
@@ -541,7 +541,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
           case parallel::ActionType::backward_weight: k = Trace::backward_weight; break;
           case parallel::ActionType::recv_act:
           case parallel::ActionType::recv_grad: k = Trace::recv_wait; break;
-          default: break;
+          case parallel::ActionType::send_act:
+          case parallel::ActionType::send_grad: k = Trace::send; break;
         }
         if (k >= 0) trace.add(step + 1, k, sp.chunk, sp.micro, sp.start, sp.end);
       }

@@ -181,7 +181,7 @@ TEST(Pipeline, TraceAndMeasuredBubble) {
   std::string trace((std::istreambuf_iterator<char>(t)), std::istreambuf_iterator<char>());
   EXPECT_EQ(trace.rfind("{\"traceEvents\":[", 0), 0u);
   for (const char* s : {"\"tid\":0,", "\"tid\":7,", "\"name\":\"forward\"", "\"name\":\"backward\"",
-                        "\"name\":\"recv (waiting)\"", "\"name\":\"gradient sync\"", "\"name\":\"optimizer\"",
+                        "\"name\":\"recv (waiting)\"", "\"name\":\"send\"", "\"name\":\"gradient sync\"", "\"name\":\"optimizer\"",
                         "\"step\":2,", "\"step\":3,"})
     EXPECT_NE(trace.find(s), std::string::npos) << s;
   EXPECT_EQ(trace.find("\"step\":1,"), std::string::npos) << "step 1 was not asked for";

@@ -1,0 +1,228 @@
+// safetensors reader and atomic writer (see safetensors.hpp).
+#include "core/safetensors.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.hpp"
+
+namespace trident {
+
+namespace {
+
+constexpr int64_t kMaxHeader = int64_t(100) << 20;  // the reference implementation's limit
+
+DType parse_dtype(const std::string& path, const std::string& name, const std::string& s) {
+  if (s == "F32") return DType::f32;
+  if (s == "F64") return DType::f64;
+  if (s == "BF16") return DType::bf16;
+  if (s == "F16") return DType::f16;
+  if (s == "I32") return DType::i32;
+  fail_input("{}: tensor '{}': dtype expected one of F32, F64, BF16, F16, I32, found '{}'", path, name, s);
+}
+
+std::string json_string(const std::string& s) {
+  std::string out(1, '"');
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (static_cast<unsigned char>(c) < 0x20) out.append(fmt::format("\\u{:04x}", int(c)));
+    else out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+
+// Reads exactly n bytes at offset, or fails naming what was being read.
+void pread_all(int fd, void* dst, int64_t n, int64_t offset, const std::string& path, const std::string& what) {
+  char* p = static_cast<char*>(dst);
+  while (n > 0) {
+    ssize_t got = ::pread(fd, p, size_t(n), off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0)
+      fail_input("{}: {}: expected {} more bytes at offset {}, found {}", path, what, n, offset,
+                 got < 0 ? std::strerror(errno) : "end of file");
+    p += got, n -= got, offset += got;
+  }
+}
+
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+const char* safetensors_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
+    case DType::i32: return "I32";
+  }
+  return "?";
+}
+
+SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
+  Fd f{::open(path_.c_str(), O_RDONLY)};
+  if (f.fd < 0) fail_input("{}: cannot open ({})", path_, std::strerror(errno));
+  const int64_t size = int64_t(::lseek(f.fd, 0, SEEK_END));
+  if (size < 8) fail_input("{}: expected at least the 8-byte header length, found a file of {} bytes", path_, size);
+  uint8_t len_bytes[8];
+  pread_all(f.fd, len_bytes, 8, 0, path_, "header length");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
+  if (n > uint64_t(kMaxHeader) || int64_t(n) > size - 8)
+    fail_input("{}: header length {} at offset 0 exceeds the file ({} bytes) or the {} byte limit", path_, n, size,
+               kMaxHeader);
+  std::string header(size_t(n), '\0');
+  pread_all(f.fd, header.data(), int64_t(n), 8, path_, "header");
+  data_start_ = 8 + int64_t(n);
+  YAML::Node root;
+  try {
+    root = YAML::Load(header);
+  } catch (const YAML::Exception& e) {
+    fail_input("{}: header (bytes 8..{}) is not valid JSON: {}", path_, data_start_, e.what());
+  }
+  if (!root.IsMap()) fail_input("{}: header: expected a JSON object, found something else", path_);
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string name = it->first.as<std::string>();
+    const YAML::Node v = it->second;
+    if (name == "__metadata__") {
+      if (!v.IsMap()) fail_input("{}: __metadata__: expected an object of strings", path_);
+      for (auto m = v.begin(); m != v.end(); ++m) metadata_[m->first.as<std::string>()] = m->second.as<std::string>();
+      continue;
+    }
+    if (!v.IsMap() || !v["dtype"] || !v["shape"] || !v["data_offsets"])
+      fail_input("{}: tensor '{}': expected {{\"dtype\", \"shape\", \"data_offsets\"}}", path_, name);
+    SafetensorsEntry e;
+    e.name = name;
+    e.dtype = parse_dtype(path_, name, v["dtype"].as<std::string>());
+    if (!v["shape"].IsSequence() || !v["data_offsets"].IsSequence() || v["data_offsets"].size() != 2)
+      fail_input("{}: tensor '{}': expected a shape list and two data_offsets", path_, name);
+    try {
+      for (auto d : v["shape"]) {
+        const int64_t x = d.as<int64_t>();
+        if (x < 0) fail_input("{}: tensor '{}': negative dimension {}", path_, name, x);
+        e.shape.push_back(x);
+      }
+      e.begin = v["data_offsets"][0].as<int64_t>();
+      e.end = v["data_offsets"][1].as<int64_t>();
+    } catch (const YAML::Exception&) {
+      fail_input("{}: tensor '{}': shape and data_offsets must be integers", path_, name);
+    }
+    const int64_t bytes = shape_numel(e.shape) * int64_t(dtype_size(e.dtype));
+    if (e.begin < 0 || e.end < e.begin || e.end - e.begin != bytes)
+      fail_input("{}: tensor '{}': data_offsets [{}, {}] hold {} bytes, expected {} for {} {}", path_, name, e.begin,
+                 e.end, e.end - e.begin, bytes, safetensors_dtype(e.dtype), fmt::join(e.shape, "x"));
+    if (contains(name)) fail_input("{}: tensor '{}' appears twice in the header", path_, name);
+    entries_.push_back(std::move(e));
+  }
+  // the tensors tile the data section exactly
+  std::vector<const SafetensorsEntry*> by_offset;
+  for (const auto& e : entries_) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+  int64_t at = 0;
+  for (const auto* e : by_offset) {
+    if (e->begin != at)
+      fail_input("{}: tensor '{}' starts at data offset {}, expected {} ({})", path_, e->name, e->begin, at,
+                 e->begin > at ? "a hole before it" : "it overlaps the previous tensor");
+    at = e->end;
+  }
+  const int64_t data = size - data_start_;
+  if (data != at)
+    fail_input("{}: data section of {} bytes (from offset {}), the header's tensors cover {}: {}", path_, data,
+               data_start_, at, data < at ? "the file is truncated" : "trailing bytes after the last tensor");
+}
+
+bool SafetensorsReader::contains(const std::string& name) const {
+  return std::any_of(entries_.begin(), entries_.end(), [&](const auto& e) { return e.name == name; });
+}
+
+const SafetensorsEntry& SafetensorsReader::at(const std::string& name) const {
+  for (const auto& e : entries_)
+    if (e.name == name) return e;
+  fail_input("{}: no tensor named '{}' ({} tensors in the file)", path_, name, entries_.size());
+}
+
+void SafetensorsReader::read(const std::string& name, void* dst) const {
+  const auto& e = at(name);
+  read_range(name, 0, shape_numel(e.shape), dst);
+}
+
+void SafetensorsReader::read_range(const std::string& name, int64_t first, int64_t count, void* dst) const {
+  const auto& e = at(name);
+  const int64_t es = int64_t(dtype_size(e.dtype));
+  if (first < 0 || count < 0 || (first + count) * es > e.end - e.begin)
+    fail_input("{}: tensor '{}': elements [{}, {}) outside its {} elements", path_, name, first, first + count,
+               (e.end - e.begin) / es);
+  Fd f{::open(path_.c_str(), O_RDONLY)};
+  if (f.fd < 0) fail_input("{}: cannot open ({})", path_, std::strerror(errno));
+  pread_all(f.fd, dst, count * es, data_start_ + e.begin + first * es, path_, "tensor '" + name + "'");
+}
+
+void write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::string header = "{";
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    std::vector<std::string> items;
+    for (const auto& [k, v] : metadata) items.push_back(json_string(k) + ":" + json_string(v));
+    header += fmt::format("{}}}", fmt::join(items, ","));
+  }
+  int64_t offset = 0;
+  for (const auto& t : tensors) {
+    const int64_t bytes = shape_numel(t.shape) * int64_t(dtype_size(t.dtype));
+    header += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+                          header.size() > 1 ? "," : "", json_string(t.name), safetensors_dtype(t.dtype),
+                          fmt::join(t.shape, ","), offset, offset + bytes);
+    offset += bytes;
+  }
+  header += "}";
+  while ((8 + header.size()) % 8 != 0) header += ' ';  // data section 8-byte aligned, as the reference writer does
+  const std::filesystem::path target(path);
+  const std::string tmp = path + ".tmp";
+  Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644)};
+  if (f.fd < 0) throw Error(fmt::format("{}: cannot create ({})", tmp, std::strerror(errno)));
+  auto write_all = [&](const void* src, int64_t n) {
+    const char* p = static_cast<const char*>(src);
+    while (n > 0) {
+      ssize_t put = ::write(f.fd, p, size_t(n));
+      if (put < 0 && errno == EINTR) continue;
+      if (put <= 0) {
+        const std::string why = std::strerror(errno);
+        ::close(f.fd);
+        f.fd = -1;
+        std::filesystem::remove(tmp);
+        throw Error(fmt::format("{}: write failed ({}); {} left as it was", tmp, why, path));
+      }
+      p += put, n -= put;
+    }
+  };
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
+  write_all(len, 8);
+  write_all(header.data(), int64_t(header.size()));
+  for (const auto& t : tensors) write_all(t.data, shape_numel(t.shape) * int64_t(dtype_size(t.dtype)));
+  if (::fsync(f.fd) != 0) {
+    const std::string why = std::strerror(errno);
+    std::filesystem::remove(tmp);
+    throw Error(fmt::format("{}: fsync failed ({}); {} left as it was", tmp, why, path));
+  }
+  ::close(f.fd);
+  f.fd = -1;
+  std::filesystem::rename(tmp, target);
+  const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+  Fd d{::open(dir.c_str(), O_RDONLY)};
+  if (d.fd >= 0) ::fsync(d.fd);  // the rename itself is durable
+}
+
+}  // namespace trident

@@ -31,7 +31,8 @@ char*** g_argv = nullptr;
 constexpr const char* kUsage = R"(usage: trident <command> [options]
 
 commands:
-  train RECIPE.yaml [--set key.path=value ...]   train a model from a recipe
+  train RECIPE.yaml [--resume [auto|DIR]] [--set key.path=value ...]
+                                                 train a model from a recipe
   prepare --input FILE.txt --out PREFIX [--tokenizer byte|char] [--valid-fraction F]
                                                  text -> indexed dataset (PREFIX_train, PREFIX_valid)
   topology RECIPE.yaml --world N [--ranks-per-node K] [--set ...]
@@ -48,15 +49,22 @@ docs: docs/commands.md, docs/recipes.md
 int cmd_train(const std::vector<std::string>& args) {
   std::string recipe;
   std::vector<std::string> sets;
+  launch::TrainOptions opts;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--set") {
+    if (a == "--resume") {  // --resume [auto|PATH]
+      opts.resume = i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0 && args[i + 1].find(".yaml") == std::string::npos
+                        ? args[++i]
+                        : "auto";
+    } else if (a.rfind("--resume=", 0) == 0) {
+      opts.resume = a.substr(9);
+    } else if (a == "--set") {
       if (i + 1 >= args.size()) fail_input("train: --set needs key.path=value");
       sets.push_back(args[++i]);
     } else if (a.rfind("--set=", 0) == 0) {
       sets.push_back(a.substr(6));
     } else if (a == "--help" || a == "-h") {
-      fmt::print("usage: trident train RECIPE.yaml [--set key.path=value ...]\n");
+      fmt::print("usage: trident train RECIPE.yaml [--resume [auto|CHECKPOINT_DIR]] [--set key.path=value ...]\n");
       return 0;
     } else if (a.rfind("-", 0) == 0) {
       fail_input("train: unknown option '{}' (expected --set key.path=value)", a);
@@ -76,7 +84,7 @@ int cmd_train(const std::vector<std::string>& args) {
     throw;
   }
   try {
-    launch::train(rc);
+    launch::train(rc, opts);
   } catch (const InputError&) {
     throw;  // the same on every rank: each reaches MPI_Finalize and exits 2
   } catch (const std::exception& e) {

@@ -1,5 +1,6 @@
 // The training loop (see trainer.hpp).
 #include "launch/trainer.hpp"
+#include "launch/checkpoint.hpp"
 
 #include <omp.h>
 #include <unistd.h>
@@ -69,12 +70,12 @@ std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", double(b) / (1 << 
 // Append-only JSON-lines writer; every record is flushed.
 class MetricsFile {
  public:
-  explicit MetricsFile(const std::string& path) {
+  explicit MetricsFile(const std::string& path, bool append = false) {
     if (path.empty()) return;
     std::error_code ec;
     auto parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    f_ = std::fopen(path.c_str(), "w");
+    f_ = std::fopen(path.c_str(), append ? "a" : "w");
     if (!f_) fail_input("log.metrics: cannot create '{}' ({})", path, std::strerror(errno));
   }
   ~MetricsFile() {
@@ -399,9 +400,24 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
               "(sequence floor {:.4f}, log(vocab) {:.4f})",
               rc.data.syn.vocab, rc.data.syn.order, rc.data.syn.branching, floor, seq_floor,
               std::log(double(rc.data.syn.vocab)));
-  if (!rc.checkpoint.dir.empty()) log::warn("checkpoint.* is set but this build does not write checkpoints yet");
+  // Resume: the same mesh's checkpoint fills this rank's shard (parameters
+  // and optimizer state); the replicas are then rebuilt from the shards.
+  RankState ckpt_state{&net.registry(), dp_rank, pp_rank, tp.rank(), shard_begin, shard_end, param_shard,
+                       opt.exp_avg(), opt.exp_avg_sq()};
+  int64_t start_step = 0;
+  if (!opts.resume.empty()) {
+    const std::string from = resolve_resume(rc, opts.resume);
+    if (from.empty()) {
+      log::info("resume: no checkpoint in {} yet; starting from step 0", rc.checkpoint.dir);
+    } else {
+      start_step = load_checkpoint(rc, from, ckpt_state, world.get());
+      if (sync) sync->gather_params(net.params());
+      else zstore->gather_params();
+      log::info("resumed from {} after step {}", from, start_step);
+    }
+  }
 
-  MetricsFile metrics(leader ? rc.log.metrics : std::string());
+  MetricsFile metrics(leader ? rc.log.metrics : std::string(), /*append=*/start_step > 0);
   metrics.write(fmt::format(
       "{{\"type\":\"start\",\"recipe\":\"{}\",\"params\":{},\"flops_per_token\":{},\"peak_flops\":{},"
       "\"entropy_floor\":{},\"sequence_floor\":{},\"threads\":{}}}",
@@ -518,7 +534,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
                                  ? 0
                                  : *std::max_element(rc.log.trace_steps.begin(), rc.log.trace_steps.end());
 
-  for (int64_t step = 0; step < rc.train.steps; ++step) {
+  for (int64_t step = start_step; step < rc.train.steps; ++step) {
     const bool traced = !rc.log.trace.empty() && std::count(rc.log.trace_steps.begin(), rc.log.trace_steps.end(), step + 1);
     if (traced && world) world->barrier()->wait();  // align the ranks' clocks for the trace
     auto t0 = Clock::now();
@@ -576,6 +592,11 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     else zstore->gather_params();
     if (traced) trace.add(step + 1, Trace::optimizer, 0, 0, opt_start, since());
     if (traced && step + 1 == trace_last) trace.write(rc.log.trace, world.get());
+    if (!rc.checkpoint.dir.empty() &&
+        ((rc.checkpoint.every > 0 && (step + 1) % rc.checkpoint.every == 0) || step + 1 == rc.train.steps)) {
+      const std::string saved = save_checkpoint(rc, step + 1, ckpt_state, world.get());
+      if (!opts.quiet) log::info("checkpoint {}", saved);
+    }
     const double comm_wait = sync ? sync->take_wait_seconds() : zstore->take_wait_seconds();
     out.comm_wait_s += comm_wait;
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();

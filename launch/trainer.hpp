@@ -31,6 +31,7 @@ struct TrainOptions {
   bool quiet = false;                // no per-step stdout lines (tests)
   bool capture_step1_grads = false;  // fill TrainSummary::step1_grads (tests)
   bool single_process = false;       // ignore MPI even when initialised (reference runs in tests)
+  std::string resume;                // "", "auto" or a checkpoint directory (trident train --resume)
 };
 
 TrainSummary train(const Recipe& recipe, const TrainOptions& opts = {});

@@ -46,6 +46,9 @@ class AdamW {
   void step(T* params, const T* grads, double lr, int64_t step, double grad_scale = 1.0);
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }
+  // The moment estimates (end - begin elements each), for checkpoints.
+  T* exp_avg() { return m_.data<T>(); }
+  T* exp_avg_sq() { return v_.data<T>(); }
 
  private:
   OptimConfig cfg_;

@@ -1,0 +1,283 @@
+// Checkpoint save and same-mesh resume (see checkpoint.hpp).
+#include "launch/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/safetensors.hpp"
+#include "model/parallel_plan.hpp"
+
+namespace trident::launch {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kVersion = 1;
+
+std::string step_name(int64_t step) { return fmt::format("step_{:08d}", step); }
+
+uint64_t fnv1a64(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail_input("{}: cannot open", path);
+  uint64_t h = 1469598103934665603ull;
+  std::vector<char> buf(size_t(1) << 20);
+  while (f) {
+    f.read(buf.data(), std::streamsize(buf.size()));
+    for (std::streamsize i = 0; i < f.gcount(); ++i) h = (h ^ uint8_t(buf[size_t(i)])) * 1099511628211ull;
+  }
+  return h;
+}
+
+void fsync_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd >= 0) ::fsync(fd), ::close(fd);
+}
+
+// Writes text to path atomically (temporary, fsync, rename).
+void write_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.flush();
+    if (!f) {
+      fs::remove(tmp);
+      throw Error(fmt::format("{}: write failed", tmp));
+    }
+  }
+  fsync_path(tmp);
+  fs::rename(tmp, path);
+}
+
+std::string file_name(int dp, int pp, int tp) { return fmt::format("dp{}_pp{}_tp{}.safetensors", dp, pp, tp); }
+
+std::string mesh_json(const Recipe& rc) {
+  const auto& p = rc.parallel;
+  return fmt::format("{{\"data\":{},\"tensor\":{},\"pipeline\":{},\"virtual_stages\":{},\"zero\":{},\"stage_layers\":[{}]}}",
+                     p.data, p.tensor, p.pipeline, p.virtual_stages, p.zero, fmt::join(p.stage_layers, ","));
+}
+
+std::string model_json(const ModelConfig& m) {
+  return fmt::format("{{\"arch\":\"{}\",\"layers\":{},\"hidden\":{},\"heads\":{},\"kv_heads\":{},\"ffn_hidden\":{},"
+                     "\"seq_len\":{},\"vocab\":{},\"vocab_multiple\":{},\"tie_embeddings\":{}}}",
+                     m.arch, m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.seq_len, m.vocab,
+                     m.vocab_multiple, m.tie_embeddings);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (c == '\n') out.append("\\n");
+    else if (static_cast<unsigned char>(c) < 0x20) out.append(fmt::format("\\u{:04x}", int(c)));
+    else out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string save_checkpoint(const Recipe& rc, int64_t steps_done, const RankState& s, parallel::Communicator* world) {
+  const fs::path root(rc.checkpoint.dir);
+  const fs::path final_dir = root / step_name(steps_done), tmp_dir = root / (".tmp_" + step_name(steps_done));
+  const int rank = world ? world->rank() : 0, size = world ? world->size() : 1;
+  if (rank == 0) {
+    fs::create_directories(root);
+    fs::remove_all(tmp_dir);
+    fs::create_directories(tmp_dir);
+  }
+  if (world) world->barrier()->wait();
+  const bool writer = rc.parallel.zero >= 1 || s.dp == 0;  // ZeRO 0: data replicas hold the same state
+  const int64_t n = s.shard_end - s.shard_begin;
+  double info[8] = {0, double(s.dp), double(s.pp), double(s.tp), 0, 0, double(s.shard_begin), double(s.shard_end)};
+  if (writer) {
+    const std::string path = (tmp_dir / file_name(s.dp, s.pp, s.tp)).string();
+    write_safetensors(path,
+                      {{"params", DType::f32, {n}, s.params},
+                       {"exp_avg", DType::f32, {n}, s.exp_avg},
+                       {"exp_avg_sq", DType::f32, {n}, s.exp_avg_sq}},
+                      {{"step", std::to_string(steps_done)}});
+    const uint64_t h = fnv1a64(path);
+    info[0] = 1, info[4] = double(h >> 32), info[5] = double(h & 0xffffffffu);
+  }
+  // every rank's file, at rank 0 (also the barrier before the index)
+  Tensor all = Tensor::zeros({8 * size}, DType::f64, MemCategory::other);
+  std::copy(info, info + 8, all.data<double>() + 8 * rank);
+  if (world) world->all_gather(all)->wait();
+  if (rank == 0) {
+    const auto& m = rc.model;
+    const auto& p = rc.parallel;
+    std::string files, tensors_by_name;
+    std::map<std::string, std::vector<std::string>> pieces;  // per global name
+    std::map<std::string, std::string> shapes;
+    for (int r = 0; r < size; ++r) {
+      const double* e = all.data<double>() + 8 * r;
+      if (e[0] == 0) continue;
+      const int dp = int(e[1]), pp = int(e[2]), tp = int(e[3]);
+      const int64_t sb = int64_t(e[6]), se = int64_t(e[7]);
+      const std::string name = file_name(dp, pp, tp);
+      const uint64_t h = (uint64_t(e[4]) << 32) | uint64_t(e[5]);
+      files += fmt::format("{}{{\"file\":\"{}\",\"dp\":{},\"pp\":{},\"tp\":{},\"shard\":[{},{}],\"bytes\":{},"
+                           "\"fnv1a64\":\"{:016x}\"}}",
+                           files.empty() ? "" : ",", name, dp, pp, tp, sb, se, fs::file_size(tmp_dir / name), h);
+      model::ParamRegistry reg(m, {tp, int(p.tensor)},
+                               model::pipeline_chunks(m, int(p.pipeline), int(p.virtual_stages), p.stage_layers, pp));
+      for (const auto& q : reg.params()) {
+        const int64_t lo = std::max(sb, q.offset), hi = std::min(se, q.offset + q.numel);
+        if (hi <= lo || q.tied_copy) continue;
+        std::string rows;
+        for (auto [a, b] : q.row_ranges) rows += fmt::format("{}[{},{}]", rows.empty() ? "" : ",", a, b);
+        pieces[q.name].push_back(fmt::format(
+            "{{\"file\":\"{}\",\"offset\":{},\"local\":[{},{}],\"local_shape\":[{}],\"rows\":[{}],\"col_begin\":{}}}",
+            name, lo - sb, lo - q.offset, hi - q.offset, fmt::join(q.shape, ","), rows, q.col_begin));
+        shapes[q.name] = fmt::format("[{}]", fmt::join(q.global_shape, ","));
+      }
+    }
+    for (const auto& [name, list] : pieces)
+      tensors_by_name += fmt::format("{}\"{}\":{{\"dtype\":\"F32\",\"global_shape\":{},\"valid_rows\":{},\"pieces\":[{}]}}",
+                                     tensors_by_name.empty() ? "" : ",", name, shapes[name],
+                                     model::ParamRegistry(m).at(name).valid_rows, fmt::join(list, ","));
+    const std::string index = fmt::format(
+        "{{\"format\":\"trident-checkpoint\",\"version\":{},\"step\":{},\"consumed_samples\":{},\"seed\":{},"
+        "\"mesh\":{},\"model\":{},\"optimizer\":{{\"type\":\"adamw\",\"step\":{},\"states\":[\"exp_avg\",\"exp_avg_sq\"]}},"
+        "\"recipe_file\":\"{}\",\"recipe_text\":\"{}\",\"files\":[{}],\"tensors\":{{{}}}}}\n",
+        kVersion, steps_done, steps_done * rc.train.global_batch, rc.seed, mesh_json(rc), model_json(m), steps_done,
+        json_escape(rc.source), json_escape(read_text(rc.source)), files, tensors_by_name);
+    write_atomic((tmp_dir / "index.json").string(), index);
+    fsync_path(tmp_dir.string());
+    if (fs::exists(final_dir)) fs::remove_all(final_dir);
+    fs::rename(tmp_dir, final_dir);
+    fsync_path(root.string());
+    write_atomic((root / "latest").string(), step_name(steps_done) + "\n");
+    // keep the newest checkpoint.keep complete checkpoints; drop abandoned temporaries
+    std::vector<fs::path> done;
+    for (const auto& e : fs::directory_iterator(root)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("step_", 0) == 0 && fs::exists(e.path() / "index.json")) done.push_back(e.path());
+      if (n.rfind(".tmp_step_", 0) == 0 && e.path() != tmp_dir) fs::remove_all(e.path());
+    }
+    std::sort(done.begin(), done.end());
+    for (size_t i = 0; i + size_t(rc.checkpoint.keep) < done.size(); ++i) fs::remove_all(done[i]);
+  }
+  if (world) world->barrier()->wait();
+  return final_dir.string();
+}
+
+std::string resolve_resume(const Recipe& rc, const std::string& arg) {
+  if (arg != "auto") {
+    if (!fs::exists(fs::path(arg) / "index.json"))
+      fail_input("--resume {}: not a checkpoint (no index.json; an interrupted save leaves none)", arg);
+    return arg;
+  }
+  if (rc.checkpoint.dir.empty()) fail_input("--resume auto: the recipe sets no checkpoint.dir");
+  const fs::path latest = fs::path(rc.checkpoint.dir) / "latest";
+  if (!fs::exists(latest)) return "";
+  std::string name = read_text(latest.string());
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  const fs::path dir = fs::path(rc.checkpoint.dir) / name;
+  if (!fs::exists(dir / "index.json"))
+    fail_input("{}: points at '{}', which has no index.json", latest.string(), name);
+  return dir.string();
+}
+
+int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankState& s, parallel::Communicator* world) {
+  const std::string index_path = (fs::path(dir) / "index.json").string();
+  std::string problem;
+  int64_t step = 0;
+  std::string file;
+  try {
+    YAML::Node idx;
+    try {
+      idx = YAML::LoadFile(index_path);
+    } catch (const YAML::Exception& e) {
+      fail_input("{}: not valid JSON ({})", index_path, e.what());
+    }
+    if (!idx["format"] || idx["format"].as<std::string>() != "trident-checkpoint")
+      fail_input("{}: key 'format': expected 'trident-checkpoint'", index_path);
+    const int version = idx["version"] ? idx["version"].as<int>() : -1;
+    if (version != kVersion)
+      fail_input("{}: key 'version': expected {}, found {} (written by another Trident version)", index_path, kVersion,
+                 version);
+    step = idx["step"].as<int64_t>();
+    const auto& p = rc.parallel;
+    const YAML::Node mesh = idx["mesh"];
+    const std::string saved = fmt::format("data {} x tensor {} x pipeline {} (virtual stages {}), ZeRO {}",
+                                          mesh["data"].as<int64_t>(), mesh["tensor"].as<int64_t>(),
+                                          mesh["pipeline"].as<int64_t>(), mesh["virtual_stages"].as<int64_t>(),
+                                          mesh["zero"].as<int64_t>());
+    const std::string mine = fmt::format("data {} x tensor {} x pipeline {} (virtual stages {}), ZeRO {}", p.data,
+                                         p.tensor, p.pipeline, p.virtual_stages, p.zero);
+    if (saved != mine || mesh["stage_layers"].as<std::vector<int64_t>>() != p.stage_layers)
+      fail_input("{}: saved under mesh {}, this run is {}: loading on another mesh (resharding) is not supported yet",
+                 index_path, saved, mine);
+    const YAML::Node model = idx["model"];
+    const auto& m = rc.model;
+    for (auto [key, want] : std::vector<std::pair<const char*, int64_t>>{
+             {"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"kv_heads", m.kv_heads},
+             {"ffn_hidden", m.ffn_hidden}, {"seq_len", m.seq_len}, {"vocab", m.vocab}, {"vocab_multiple", m.vocab_multiple}})
+      if (model[key].as<int64_t>() != want)
+        fail_input("{}: model.{}: the checkpoint has {}, the recipe {}", index_path, key, model[key].as<int64_t>(), want);
+    if (model["arch"].as<std::string>() != m.arch)
+      fail_input("{}: model.arch: the checkpoint has {}, the recipe {}", index_path, model["arch"].as<std::string>(),
+                 m.arch);
+    // this rank's file: its own, or data rank 0's with ZeRO 0
+    const int dp = p.zero >= 1 ? s.dp : 0;
+    const std::string want_name = file_name(dp, s.pp, s.tp);
+    YAML::Node entry;
+    for (const YAML::Node& f : idx["files"])
+      if (f["file"].as<std::string>() == want_name) entry = f;
+    if (!entry) fail_input("{}: no file for data {} pipeline {} tensor {} ({})", index_path, dp, s.pp, s.tp, want_name);
+    file = (fs::path(dir) / want_name).string();
+    if (!fs::exists(file)) fail_input("{}: missing (listed in {})", file, index_path);
+    const int64_t bytes = entry["bytes"].as<int64_t>();
+    if (int64_t(fs::file_size(file)) != bytes)
+      fail_input("{}: {} bytes, the index says {} (truncated or replaced)", file, fs::file_size(file), bytes);
+    const std::string sum = fmt::format("{:016x}", fnv1a64(file));
+    if (sum != entry["fnv1a64"].as<std::string>())
+      fail_input("{}: checksum {} != {} in the index (the file is corrupted)", file, sum,
+                 entry["fnv1a64"].as<std::string>());
+    if (entry["shard"][0].as<int64_t>() != s.shard_begin || entry["shard"][1].as<int64_t>() != s.shard_end)
+      fail_input("{}: holds elements [{}, {}), this rank's shard is [{}, {})", file, entry["shard"][0].as<int64_t>(),
+                 entry["shard"][1].as<int64_t>(), s.shard_begin, s.shard_end);
+    SafetensorsReader reader(file);
+    for (const char* t : {"params", "exp_avg", "exp_avg_sq"}) {
+      const auto& e = reader.at(t);
+      if (e.dtype != DType::f32 || e.shape != Shape{s.shard_end - s.shard_begin})
+        fail_input("{}: tensor '{}': expected F32 [{}], found {} [{}]", file, t, s.shard_end - s.shard_begin,
+                   safetensors_dtype(e.dtype), fmt::join(e.shape, ","));
+    }
+  } catch (const InputError& e) {
+    problem = e.what();
+  }
+  // every rank checks its file before any rank changes its state
+  double failed = problem.empty() ? 0 : 1;
+  if (world && world->size() > 1) {
+    Tensor t = Tensor::zeros({1}, DType::f64, MemCategory::other);
+    t.data<double>()[0] = failed;
+    world->all_reduce(t, {.op = parallel::ReduceOp::max})->wait();
+    failed = t.data<double>()[0];
+  }
+  if (!problem.empty()) fail_input("{}", problem);
+  if (failed != 0) fail_input("{}: rejected by another rank (its error says why)", dir);
+  SafetensorsReader reader(file);
+  reader.read("params", s.params);
+  reader.read("exp_avg", s.exp_avg);
+  reader.read("exp_avg_sq", s.exp_avg_sq);
+  return step;
+}
+
+}  // namespace trident::launch

@@ -9,6 +9,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <set>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -194,11 +197,131 @@ std::string resolve_resume(const Recipe& rc, const std::string& arg) {
   return dir.string();
 }
 
+namespace {
+
+// Where a saved parameter's elements are: one piece per file holding some.
+struct Piece {
+  std::string file;
+  int64_t offset, local_begin, local_end, local_cols;
+  std::vector<std::pair<int64_t, int64_t>> rows;  // global rows of the saved slice, in its local order
+  int64_t col_begin;
+};
+
+// One read: `count` elements at element `src` of a file's flat tensors into
+// element `dst` of this rank's shard.
+struct Copy {
+  std::string file;
+  int64_t src, dst, count;
+};
+
+}  // namespace
+
+struct ReshardPlan {
+  std::vector<std::string> files;  // files read (checked first)
+  std::vector<Copy> copies;
+  std::vector<std::pair<int64_t, int64_t>> zeros;  // shard ranges with no saved values: vocabulary padding
+};
+
+// For every element of this rank's shard, the saved piece holding the same
+// global element (Philox-free: slices are mapped by global row and column).
+ReshardPlan plan_reshard(const YAML::Node& idx, const std::string& index_path, const RankState& s) {
+  std::map<std::string, std::vector<Piece>> pieces;
+  for (auto it = idx["tensors"].begin(); it != idx["tensors"].end(); ++it) {
+    auto& list = pieces[it->first.as<std::string>()];
+    for (const YAML::Node& q : it->second["pieces"]) {
+      Piece pc;
+      pc.file = q["file"].as<std::string>();
+      pc.offset = q["offset"].as<int64_t>();
+      pc.local_begin = q["local"][0].as<int64_t>(), pc.local_end = q["local"][1].as<int64_t>();
+      const auto shape = q["local_shape"].as<std::vector<int64_t>>();
+      pc.local_cols = shape.size() > 1 ? shape[1] : 1;
+      for (const YAML::Node& r : q["rows"]) pc.rows.push_back({r[0].as<int64_t>(), r[1].as<int64_t>()});
+      pc.col_begin = q["col_begin"].as<int64_t>();
+      list.push_back(std::move(pc));
+    }
+  }
+  ReshardPlan plan;
+  std::set<std::string> files;
+  for (const auto& p : s.registry->params()) {
+    const int64_t lo = std::max(s.shard_begin, p.offset), hi = std::min(s.shard_end, p.offset + p.numel);
+    if (hi <= lo) continue;
+    auto found = pieces.find(p.name);
+    if (found == pieces.end()) fail_input("{}: no tensor '{}' in the checkpoint", index_path, p.name);
+    const int64_t lc = p.cols();
+    int64_t filled = 0;
+    for (int64_t e = lo - p.offset; e < hi - p.offset;) {  // one local row (part) at a time
+      const int64_t c = e % lc, run = std::min(lc - c, hi - p.offset - e);
+      const int64_t g = p.global_index(e);
+      const int64_t grow = g / p.global_cols(), gcol = g % p.global_cols();
+      const int64_t dst = p.offset + e - s.shard_begin;
+      if (grow >= p.valid_rows) {  // vocabulary padding: nothing saved, nothing used
+        plan.zeros.push_back({dst, dst + run});
+        filled += run;
+        e += run;
+        continue;
+      }
+      std::vector<char> done(static_cast<size_t>(run), 0);
+      for (const Piece& pc : found->second) {
+        int64_t lr = 0;  // the saved slice's local row holding global row grow
+        bool has = false;
+        for (auto [a, b] : pc.rows) {
+          if (grow >= a && grow < b) {
+            lr += grow - a, has = true;
+            break;
+          }
+          lr += b - a;
+        }
+        if (!has) continue;
+        const int64_t x0 = std::max(gcol, pc.col_begin), x1 = std::min(gcol + run, pc.col_begin + pc.local_cols);
+        if (x1 <= x0) continue;
+        const int64_t le = lr * pc.local_cols + (x0 - pc.col_begin);  // saved local element of column x0
+        const int64_t a = std::max(le, pc.local_begin), b = std::min(le + (x1 - x0), pc.local_end);
+        if (b <= a) continue;
+        // replicated parameters are saved by several ranks: take each element once
+        const int64_t first = (x0 - gcol) + (a - le);  // position in this run
+        for (int64_t i = first; i < first + (b - a);) {
+          if (done[size_t(i)]) {
+            ++i;
+            continue;
+          }
+          int64_t j = i;
+          while (j < first + (b - a) && !done[size_t(j)]) done[size_t(j++)] = 1;
+          plan.copies.push_back({pc.file, pc.offset + (a - pc.local_begin) + (i - first), dst + i, j - i});
+          files.insert(pc.file);
+          filled += j - i;
+          i = j;
+        }
+      }
+      e += run;
+    }
+    if (filled != hi - lo)
+      fail_input("{}: tensor '{}': the checkpoint holds {} of the {} elements this rank needs", index_path, p.name,
+                 filled, hi - lo);
+  }
+  plan.files.assign(files.begin(), files.end());
+  return plan;
+}
+
+void run_reshard(const ReshardPlan& plan, const std::string& dir, const RankState& s) {
+  std::map<std::string, std::unique_ptr<SafetensorsReader>> readers;
+  for (const auto& name : plan.files) readers[name] = std::make_unique<SafetensorsReader>((fs::path(dir) / name).string());
+  for (const Copy& c : plan.copies) {
+    const auto& r = *readers.at(c.file);
+    r.read_range("params", c.src, c.count, s.params + c.dst);
+    r.read_range("exp_avg", c.src, c.count, s.exp_avg + c.dst);
+    r.read_range("exp_avg_sq", c.src, c.count, s.exp_avg_sq + c.dst);
+  }
+  for (auto [a, b] : plan.zeros)
+    for (float* t : {s.params, s.exp_avg, s.exp_avg_sq}) std::fill(t + a, t + b, 0.0f);
+}
+
 int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankState& s, parallel::Communicator* world) {
   const std::string index_path = (fs::path(dir) / "index.json").string();
   std::string problem;
   int64_t step = 0;
   std::string file;
+  bool same_mesh = true;
+  ReshardPlan plan;
   try {
     YAML::Node idx;
     try {
@@ -221,9 +344,8 @@ int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankStat
                                           mesh["zero"].as<int64_t>());
     const std::string mine = fmt::format("data {} x tensor {} x pipeline {} (virtual stages {}), ZeRO {}", p.data,
                                          p.tensor, p.pipeline, p.virtual_stages, p.zero);
-    if (saved != mine || mesh["stage_layers"].as<std::vector<int64_t>>() != p.stage_layers)
-      fail_input("{}: saved under mesh {}, this run is {}: loading on another mesh (resharding) is not supported yet",
-                 index_path, saved, mine);
+    same_mesh = saved == mine && mesh["stage_layers"].as<std::vector<int64_t>>() == p.stage_layers;
+    if (!same_mesh) log::info("resharding {} saved under mesh {} onto this run's {}", dir, saved, mine);
     const YAML::Node model = idx["model"];
     const auto& m = rc.model;
     for (auto [key, want] : std::vector<std::pair<const char*, int64_t>>{
@@ -234,31 +356,42 @@ int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankStat
     if (model["arch"].as<std::string>() != m.arch)
       fail_input("{}: model.arch: the checkpoint has {}, the recipe {}", index_path, model["arch"].as<std::string>(),
                  m.arch);
-    // this rank's file: its own, or data rank 0's with ZeRO 0
-    const int dp = p.zero >= 1 ? s.dp : 0;
-    const std::string want_name = file_name(dp, s.pp, s.tp);
-    YAML::Node entry;
-    for (const YAML::Node& f : idx["files"])
-      if (f["file"].as<std::string>() == want_name) entry = f;
-    if (!entry) fail_input("{}: no file for data {} pipeline {} tensor {} ({})", index_path, dp, s.pp, s.tp, want_name);
-    file = (fs::path(dir) / want_name).string();
-    if (!fs::exists(file)) fail_input("{}: missing (listed in {})", file, index_path);
-    const int64_t bytes = entry["bytes"].as<int64_t>();
-    if (int64_t(fs::file_size(file)) != bytes)
-      fail_input("{}: {} bytes, the index says {} (truncated or replaced)", file, fs::file_size(file), bytes);
-    const std::string sum = fmt::format("{:016x}", fnv1a64(file));
-    if (sum != entry["fnv1a64"].as<std::string>())
-      fail_input("{}: checksum {} != {} in the index (the file is corrupted)", file, sum,
-                 entry["fnv1a64"].as<std::string>());
-    if (entry["shard"][0].as<int64_t>() != s.shard_begin || entry["shard"][1].as<int64_t>() != s.shard_end)
-      fail_input("{}: holds elements [{}, {}), this rank's shard is [{}, {})", file, entry["shard"][0].as<int64_t>(),
-                 entry["shard"][1].as<int64_t>(), s.shard_begin, s.shard_end);
-    SafetensorsReader reader(file);
-    for (const char* t : {"params", "exp_avg", "exp_avg_sq"}) {
-      const auto& e = reader.at(t);
-      if (e.dtype != DType::f32 || e.shape != Shape{s.shard_end - s.shard_begin})
-        fail_input("{}: tensor '{}': expected F32 [{}], found {} [{}]", file, t, s.shard_end - s.shard_begin,
-                   safetensors_dtype(e.dtype), fmt::join(e.shape, ","));
+    // every file this rank reads: exists, indexed size and checksum
+    auto check_file = [&](const std::string& name) {
+      YAML::Node entry;
+      for (const YAML::Node& f : idx["files"])
+        if (f["file"].as<std::string>() == name) entry = f;
+      if (!entry) fail_input("{}: no file {} in the index", index_path, name);
+      const std::string path = (fs::path(dir) / name).string();
+      if (!fs::exists(path)) fail_input("{}: missing (listed in {})", path, index_path);
+      const int64_t bytes = entry["bytes"].as<int64_t>();
+      if (int64_t(fs::file_size(path)) != bytes)
+        fail_input("{}: {} bytes, the index says {} (truncated or replaced)", path, fs::file_size(path), bytes);
+      const std::string sum = fmt::format("{:016x}", fnv1a64(path));
+      if (sum != entry["fnv1a64"].as<std::string>())
+        fail_input("{}: checksum {} != {} in the index (the file is corrupted)", path, sum,
+                   entry["fnv1a64"].as<std::string>());
+      return entry;
+    };
+    if (same_mesh) {
+      // this rank's file: its own, or data rank 0's with ZeRO 0
+      const int dp = p.zero >= 1 ? s.dp : 0;
+      const std::string want_name = file_name(dp, s.pp, s.tp);
+      const YAML::Node entry = check_file(want_name);
+      file = (fs::path(dir) / want_name).string();
+      if (entry["shard"][0].as<int64_t>() != s.shard_begin || entry["shard"][1].as<int64_t>() != s.shard_end)
+        fail_input("{}: holds elements [{}, {}), this rank's shard is [{}, {})", file, entry["shard"][0].as<int64_t>(),
+                   entry["shard"][1].as<int64_t>(), s.shard_begin, s.shard_end);
+      SafetensorsReader reader(file);
+      for (const char* t : {"params", "exp_avg", "exp_avg_sq"}) {
+        const auto& e = reader.at(t);
+        if (e.dtype != DType::f32 || e.shape != Shape{s.shard_end - s.shard_begin})
+          fail_input("{}: tensor '{}': expected F32 [{}], found {} [{}]", file, t, s.shard_end - s.shard_begin,
+                     safetensors_dtype(e.dtype), fmt::join(e.shape, ","));
+      }
+    } else {
+      plan = plan_reshard(idx, index_path, s);
+      for (const auto& name : plan.files) check_file(name);
     }
   } catch (const InputError& e) {
     problem = e.what();
@@ -273,10 +406,14 @@ int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankStat
   }
   if (!problem.empty()) fail_input("{}", problem);
   if (failed != 0) fail_input("{}: rejected by another rank (its error says why)", dir);
-  SafetensorsReader reader(file);
-  reader.read("params", s.params);
-  reader.read("exp_avg", s.exp_avg);
-  reader.read("exp_avg_sq", s.exp_avg_sq);
+  if (same_mesh) {
+    SafetensorsReader reader(file);
+    reader.read("params", s.params);
+    reader.read("exp_avg", s.exp_avg);
+    reader.read("exp_avg_sq", s.exp_avg_sq);
+  } else {
+    run_reshard(plan, dir, s);
+  }
   return step;
 }
 

@@ -13,9 +13,11 @@
 // FNV-1a checksum, and for every parameter the pieces of it each file holds
 // (global name, shape, file, offset and slice).
 //
-// Loading today needs the mesh the checkpoint was saved under (resharding to
-// another mesh is not implemented yet: a clear error says so). Every file is
-// checked (size, checksum, tensor names and shapes) before any state changes.
+// Loading works on any mesh: on the one it was saved under each rank reads
+// its own file; on another, each rank maps every element of its new shard
+// (by parameter name, global row and column) to the saved piece holding it
+// and reads only those ranges. Every file read is checked (size, checksum,
+// tensor names and shapes) on every rank before any state changes.
 #pragma once
 #include <cstdint>
 #include <string>

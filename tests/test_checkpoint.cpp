@@ -4,9 +4,11 @@
 // several meshes (data with ZeRO 0, 1 and 3, tensor, pipeline with
 // interleaving, all three). Keep-N rotation and the cleanup of an
 // abandoned (interrupted) save. Damage: a flipped byte (checksum), a
-// truncated or missing shard, a wrong format version, another model, another
-// mesh (resharding is not supported yet): each an InputError naming the file
-// or key, raised on every rank, with the checkpoint left as it was.
+// truncated or missing shard, a wrong format version, another model: each an
+// InputError naming the file or key, raised on every rank, with the
+// checkpoint left as it was. Resharding: a checkpoint saved under each mesh
+// (and by one process) resumes under every other (and on one process) with
+// the uninterrupted single-rank run's losses within 1e-4.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -156,15 +158,67 @@ TEST(Checkpoint, DamageIsAClearErrorAndChangesNothing) {
   Recipe other = rc;
   other.model.hidden = 64;
   EXPECT_NE(error_of(other, ck).find("model.hidden: the checkpoint has 128, the recipe 64"), std::string::npos);
-  if (g_world == 4) {
-    const Recipe moved = recipe(dir, {"parallel.data=4", "parallel.zero=1"}, 3, 3);
-    EXPECT_NE(error_of(moved, ck).find("resharding) is not supported yet"), std::string::npos);
-  }
   // nothing was overwritten: the checkpoint still resumes
   const std::string now = bytes(shard);
   EXPECT_TRUE(now == good) << "rank " << g_comm->rank() << ": " << now.size() << " bytes now, " << good.size()
                            << " at the start";
   EXPECT_EQ(launch::train(rc, {.quiet = true, .resume = ck}).losses.size(), 0u);
+}
+
+TEST(Checkpoint, ReshardsAcrossMeshes) {
+  if (g_world != 4) GTEST_SKIP() << "runs on 4 ranks";
+  // the reference: one process, 6 steps, no checkpoints
+  const Recipe ref_rc = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/demo.yaml",
+                       {"train.steps=6", "train.micro_batch=2", "train.global_batch=8", "log.metrics=",
+                        "eval.batches=0", "train.threads=1"},
+                       1);
+  const launch::TrainSummary ref = launch::train(ref_rc, {.quiet = true, .single_process = true});
+  auto meshes4 = meshes();
+  // saved under each 4-rank mesh, and by one process (rank 0 alone)
+  std::vector<std::string> saved;
+  for (size_t a = 0; a < meshes4.size(); ++a) {
+    const std::string dir = fresh_dir("reshard_from" + std::to_string(a));
+    launch::train(recipe(dir, meshes4[a], 3, 3), {.quiet = true});
+    saved.push_back(dir + "/step_00000003");
+  }
+  {
+    const std::string dir = fresh_dir("reshard_from_one");
+    if (leader()) {
+      Recipe one = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/demo.yaml",
+                               {"train.steps=3", "train.micro_batch=2", "train.global_batch=8", "log.metrics=",
+                                "eval.batches=0", "train.threads=1", "checkpoint.dir=" + dir, "checkpoint.every=3"},
+                               1);
+      launch::train(one, {.quiet = true, .single_process = true});
+    }
+    barrier();
+    saved.push_back(dir + "/step_00000003");
+  }
+  auto expect_matches = [&](const launch::TrainSummary& run, const std::string& what) {
+    ASSERT_EQ(run.losses.size(), 3u) << what;
+    for (size_t s = 0; s < 3; ++s)
+      EXPECT_LE(std::abs(run.losses[s] / ref.losses[s + 3] - 1), 1e-4)
+          << what << ", step " << s + 4 << ": " << run.losses[s] << " vs " << ref.losses[s + 3];
+  };
+  for (size_t a = 0; a < saved.size(); ++a)
+    for (size_t b = 0; b < meshes4.size(); ++b) {
+      if (a == b) continue;
+      const std::string scratch = fresh_dir("reshard_to");
+      expect_matches(launch::train(recipe(scratch, meshes4[b], 6, 100), {.quiet = true, .resume = saved[a]}),
+                     "saved under mesh " + std::to_string(a) + " (" + std::to_string(meshes4.size()) +
+                         " = one process), resumed under mesh " + std::to_string(b));
+    }
+  // a 4-rank checkpoint resumed by one process
+  for (size_t a = 0; a < meshes4.size(); ++a) {
+    if (leader()) {
+      Recipe one = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/demo.yaml",
+                               {"train.steps=6", "train.micro_batch=2", "train.global_batch=8", "log.metrics=",
+                                "eval.batches=0", "train.threads=1"},
+                               1);
+      expect_matches(launch::train(one, {.quiet = true, .single_process = true, .resume = saved[a]}),
+                     "saved under mesh " + std::to_string(a) + ", resumed by one process");
+    }
+    barrier();
+  }
 }
 
 }  // namespace trident

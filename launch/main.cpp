@@ -201,6 +201,7 @@ int cmd_schedule(const std::vector<std::string>& args) {
 }
 
 int main(int argc, char** argv) {
+  trident::launch::install_stop_signals();  // before MPI and OpenMP start threads
   g_argc = &argc;
   g_argv = &argv;
   std::vector<std::string> args(argv + 1, argv + argc);

@@ -6,6 +6,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <csignal>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +38,44 @@
 namespace trident::launch {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+// SIGTERM / SIGUSR1 (Slurm's warning before a time limit or preemption): stop
+// after the current step, save, exit 0. Set by the signal thread
+// (install_stop_signals) or, in-process, by request_stop().
+std::atomic<int> g_stop_signal{0};
+std::atomic<bool> g_stop_accepted{false};  // a run with somewhere to save is in progress
+}  // namespace
+
+void request_stop(int sig) { g_stop_signal = sig; }
+
+// The signals are blocked in every thread (the mask is inherited by threads
+// created later: MPI's, OpenMP's), so they never interrupt MPI or a kernel
+// mid-call; one thread waits for them. Without a run that can save, the
+// default action (termination) is restored and the signal re-raised.
+void install_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) continue;
+      if (g_stop_accepted) {
+        g_stop_signal = sig;
+        continue;
+      }
+      std::signal(sig, SIG_DFL);
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, sig);
+      pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+      ::kill(::getpid(), sig);
+    }
+  }).detach();
+}
 
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
@@ -534,6 +578,12 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
                                  ? 0
                                  : *std::max_element(rc.log.trace_steps.begin(), rc.log.trace_steps.end());
 
+  // Stop signals: caught only when there is somewhere to save to.
+  g_stop_signal = 0;
+  g_stop_accepted = !rc.checkpoint.dir.empty();
+  struct StopGuard {
+    ~StopGuard() { g_stop_accepted = false; }
+  } stop_guard;
   for (int64_t step = start_step; step < rc.train.steps; ++step) {
     const bool traced = !rc.log.trace.empty() && std::count(rc.log.trace_steps.begin(), rc.log.trace_steps.end(), step + 1);
     if (traced && world) world->barrier()->wait();  // align the ranks' clocks for the trace
@@ -592,11 +642,24 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     else zstore->gather_params();
     if (traced) trace.add(step + 1, Trace::optimizer, 0, 0, opt_start, since());
     if (traced && step + 1 == trace_last) trace.write(rc.log.trace, world.get());
+    // all ranks agree whether any of them was signalled (one number per step)
+    int stop = 0;
+    if (!rc.checkpoint.dir.empty()) {
+      double sig = double(g_stop_signal.load());
+      if (world && world->size() > 1) {
+        Tensor t = Tensor::zeros({1}, DType::f64, MemCategory::other);
+        t.data<double>()[0] = sig;
+        world->all_reduce(t, {.op = parallel::ReduceOp::max})->wait();
+        sig = t.data<double>()[0];
+      }
+      stop = int(sig);
+    }
     if (!rc.checkpoint.dir.empty() &&
-        ((rc.checkpoint.every > 0 && (step + 1) % rc.checkpoint.every == 0) || step + 1 == rc.train.steps)) {
+        ((rc.checkpoint.every > 0 && (step + 1) % rc.checkpoint.every == 0) || step + 1 == rc.train.steps || stop)) {
       const std::string saved = save_checkpoint(rc, step + 1, ckpt_state, world.get());
       if (!opts.quiet) log::info("checkpoint {}", saved);
     }
+
     const double comm_wait = sync ? sync->take_wait_seconds() : zstore->take_wait_seconds();
     out.comm_wait_s += comm_wait;
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -640,6 +703,12 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
                     rc.data.synthetic ? fmt::format(" | floor {:.4f} ({:+.1f}%)", floor, 100 * (val / floor - 1))
                                       : "");
       }
+    }
+    if (stop) {
+      log::info("stopping after step {} on signal {}: saved; resume with --resume", step + 1,
+                stop == SIGTERM ? "SIGTERM" : stop == SIGUSR1 ? "SIGUSR1" : std::to_string(stop));
+      out.stopped_by_signal = stop;
+      break;
     }
   }
   out.tokens_per_s = timed_steps > 0 ? tokens_per_step * timed_steps / timed_seconds : 0;

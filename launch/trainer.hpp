@@ -24,6 +24,7 @@ struct TrainSummary {
   std::vector<float> step1_grads;  // reduced gradient of step 1, consolidated (capture_step1_grads)
   std::vector<std::vector<double>> bubbles;  // per step: measured bubble fraction of each pipeline stage
   double predicted_bubble = 0;               // the simulator's, unit costs
+  int stopped_by_signal = 0;                 // SIGTERM / SIGUSR1 stopped the run early (after saving)
   int64_t peak_params = 0, peak_grads = 0, peak_optimizer = 0;  // this rank's allocator peaks
 };
 
@@ -35,6 +36,13 @@ struct TrainOptions {
 };
 
 TrainSummary train(const Recipe& recipe, const TrainOptions& opts = {});
+
+// Stop signals (SIGTERM, SIGUSR1): call install_stop_signals() first thing in
+// main, before MPI or any thread starts. During a run with a checkpoint.dir
+// the ranks then stop after the current step, save and return
+// (TrainSummary::stopped_by_signal); otherwise the signal terminates as usual.
+void install_stop_signals();
+void request_stop(int sig);  // the same, in-process (tests)
 
 // Measured fp32 GEMM throughput of this process (FLOP/s), the MFU reference
 // on CPU when log.peak_flops is not set.

@@ -1,9 +1,15 @@
 // End to end: the demo recipe learns to within 10% of its entropy floor;
 // the metrics file follows its schema; the CLI's exit codes and messages.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "core/recipe.hpp"
 #include "launch/trainer.hpp"
@@ -26,6 +32,68 @@ CliRun run(const std::string& args) {
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   int status = pclose(p);
   return {WEXITSTATUS(status), out};
+}
+
+// A stop signal (SIGTERM to the process, or SIGUSR1 to mpirun, which
+// forwards it to every rank) ends the run after the current step with a
+// checkpoint and exit code 0; --resume continues after it.
+void stop_and_resume(const std::string& launcher, int sig, const std::string& name, const std::string& mesh = "") {
+  namespace fs = std::filesystem;
+  const std::string dir = fs::temp_directory_path() / ("trident_signal_" + name + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string metrics = dir + "/metrics.jsonl";
+  const std::string args = fmt::format("{} {} train {} --set train.steps=100000 --set eval.batches=0 --set "
+                                       "log.metrics={} --set checkpoint.dir={}/ck --set train.micro_batch=4 --set "
+                                       "train.global_batch=8 {}",
+                                       launcher, TRIDENT_BINARY, src("configs/demo.yaml"), metrics, dir, mesh);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
+    execl("/bin/sh", "sh", "-c", ("exec " + args + " > " + dir + "/out.txt 2>&1").c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  auto train_records = [&] {
+    std::ifstream f(metrics);
+    int n = 0;
+    for (std::string l; std::getline(f, l);) n += l.find("\"type\":\"train\"") != std::string::npos;
+    return n;
+  };
+  for (int i = 0; i < 600 && train_records() < 3; ++i) usleep(100000);
+  if (train_records() < 3) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    std::ifstream f(dir + "/out.txt");
+    FAIL() << "the run did not start: " << std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }
+  kill(pid, sig);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream out_file(dir + "/out.txt");
+  const std::string out((std::istreambuf_iterator<char>(out_file)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_NE(out.find("stopping after step"), std::string::npos) << out;
+  const int steps = train_records();
+  std::ifstream latest(dir + "/ck/latest");
+  std::string l;
+  latest >> l;
+  EXPECT_EQ(l, fmt::format("step_{:08d}", steps)) << "the checkpoint is the last step the metrics record";
+  // resume: two more steps, appended to the same metrics file
+  CliRun r = run(fmt::format("train {} --resume --set train.steps={} --set eval.batches=0 --set log.metrics={} "
+                             "--set checkpoint.dir={}/ck --set train.micro_batch=4 --set train.global_batch=8",
+                             src("configs/demo.yaml"), steps + 2, metrics, dir));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("after step {}", steps)), std::string::npos) << r.out;
+  EXPECT_EQ(train_records(), steps + 2);
+  fs::remove_all(dir);
+}
+
+TEST(Train, SigtermSavesAndExitsZero) { stop_and_resume("", SIGTERM, "term"); }
+TEST(Train, SigusrThroughMpirunStopsEveryRank) {
+  stop_and_resume("mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2", SIGUSR1, "usr1",
+                  "--set parallel.data=2");
 }
 
 TEST(Train, DemoReachesEntropyFloor) {

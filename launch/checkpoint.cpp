@@ -107,20 +107,39 @@ std::string save_checkpoint(const Recipe& rc, int64_t steps_done, const RankStat
   const bool writer = rc.parallel.zero >= 1 || s.dp == 0;  // ZeRO 0: data replicas hold the same state
   const int64_t n = s.shard_end - s.shard_begin;
   double info[8] = {0, double(s.dp), double(s.pp), double(s.tp), 0, 0, double(s.shard_begin), double(s.shard_end)};
+  std::string failure;
   if (writer) {
     const std::string path = (tmp_dir / file_name(s.dp, s.pp, s.tp)).string();
-    write_safetensors(path,
-                      {{"params", DType::f32, {n}, s.params},
-                       {"exp_avg", DType::f32, {n}, s.exp_avg},
-                       {"exp_avg_sq", DType::f32, {n}, s.exp_avg_sq}},
-                      {{"step", std::to_string(steps_done)}});
-    const uint64_t h = fnv1a64(path);
-    info[0] = 1, info[4] = double(h >> 32), info[5] = double(h & 0xffffffffu);
+    try {
+      write_safetensors(path,
+                        {{"params", DType::f32, {n}, s.params},
+                         {"exp_avg", DType::f32, {n}, s.exp_avg},
+                         {"exp_avg_sq", DType::f32, {n}, s.exp_avg_sq}},
+                        {{"step", std::to_string(steps_done)}});
+      const uint64_t h = fnv1a64(path);
+      info[0] = 1, info[4] = double(h >> 32), info[5] = double(h & 0xffffffffu);
+    } catch (const std::exception& e) {  // disk full, permissions: this save is lost, training is not
+      failure = e.what();
+      info[0] = -1;
+    }
   }
   // every rank's file, at rank 0 (also the barrier before the index)
   Tensor all = Tensor::zeros({8 * size}, DType::f64, MemCategory::other);
   std::copy(info, info + 8, all.data<double>() + 8 * rank);
   if (world) world->all_gather(all)->wait();
+  bool failed = false;
+  for (int r = 0; r < size; ++r) failed |= all.data<double>()[8 * r] < 0;
+  if (failed) {
+    if (!failure.empty()) log::error("checkpoint after step {}: {}", steps_done, failure);
+    if (rank == 0) {
+      fs::remove_all(tmp_dir);
+      log::error("checkpoint after step {} failed (see the errors above); the previous checkpoint ({}) is kept and "
+                 "training continues",
+                 steps_done, fs::exists(root / "latest") ? read_text((root / "latest").string()) : "none\n");
+    }
+    if (world) world->barrier()->wait();
+    return "";
+  }
   if (rank == 0) {
     const auto& m = rc.model;
     const auto& p = rc.parallel;

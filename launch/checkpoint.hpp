@@ -37,7 +37,10 @@ struct RankState {
 };
 
 // Collective over `world` (nullptr: one rank). `steps_done` optimizer steps.
-// Returns the checkpoint directory.
+// Returns the checkpoint directory, or "" when a rank could not write its
+// file (disk full): then the error is logged, the temporary directory is
+// removed, the previous checkpoint and `latest` are untouched, and training
+// goes on (the next save tries again).
 std::string save_checkpoint(const Recipe& rc, int64_t steps_done, const RankState& s, parallel::Communicator* world);
 
 // "auto": checkpoint.dir/latest, or "" when there is none (start fresh);

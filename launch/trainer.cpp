@@ -657,7 +657,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     if (!rc.checkpoint.dir.empty() &&
         ((rc.checkpoint.every > 0 && (step + 1) % rc.checkpoint.every == 0) || step + 1 == rc.train.steps || stop)) {
       const std::string saved = save_checkpoint(rc, step + 1, ckpt_state, world.get());
-      if (!opts.quiet) log::info("checkpoint {}", saved);
+      if (!opts.quiet && !saved.empty()) log::info("checkpoint {}", saved);
     }
 
     const double comm_wait = sync ? sync->take_wait_seconds() : zstore->take_wait_seconds();

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -94,6 +95,78 @@ TEST(Train, SigtermSavesAndExitsZero) { stop_and_resume("", SIGTERM, "term"); }
 TEST(Train, SigusrThroughMpirunStopsEveryRank) {
   stop_and_resume("mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2", SIGUSR1, "usr1",
                   "--set parallel.data=2");
+}
+
+// A full disk during a save (a file size limit: every save's file is too
+// big): each save fails with an error, the previous checkpoint and `latest`
+// stay, no temporary is left, and training runs to the end (exit 0).
+TEST(Train, FailedSaveKeepsThePreviousCheckpointAndTrains) {
+  namespace fs = std::filesystem;
+  const std::string dir = fs::temp_directory_path() / ("trident_diskfull_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string common = fmt::format(
+      "--set eval.batches=0 --set log.metrics= --set checkpoint.dir={} --set train.micro_batch=4 "
+      "--set train.global_batch=8", dir);
+  CliRun first = run(fmt::format("train {} --set train.steps=3 {}", src("configs/demo.yaml"), common));
+  ASSERT_EQ(first.code, 0) << first.out;
+  const std::string cmd = fmt::format("bash -c \"trap '' XFSZ; ulimit -f 8000; exec {} train {} --resume --set "
+                                      "train.steps=6 --set checkpoint.every=1 {}\" 2>&1",
+                                      TRIDENT_BINARY, src("configs/demo.yaml"), common);
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_NE(out.find("checkpoint after step 4 failed"), std::string::npos) << out;
+  EXPECT_NE(out.find("the previous checkpoint (step_00000003"), std::string::npos) << out;
+  EXPECT_NE(out.find("step      6/6"), std::string::npos) << "training went on: " << out;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000003"}));
+  fs::remove_all(dir);
+}
+
+// kill -9 at arbitrary moments of a run that saves every step: `latest`
+// always names a complete checkpoint, and the run resumes from it.
+TEST(Train, KillDuringSaveLeavesALoadableCheckpoint) {
+  namespace fs = std::filesystem;
+  const std::string dir = fs::temp_directory_path() / ("trident_kill_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  // a wider model: each save writes ~60 MB, so kills land inside saves too
+  const std::string common = fmt::format(
+      "--set eval.batches=0 --set log.metrics= --set checkpoint.dir={} --set checkpoint.every=1 "
+      "--set checkpoint.keep=2 --set model.hidden=512 --set model.heads=8 --set train.micro_batch=1 "
+      "--set train.global_batch=1",
+      dir);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const std::string cmd = fmt::format("exec {} train {} --resume --set train.steps=100000 {} > /dev/null 2>&1",
+                                          TRIDENT_BINARY, src("configs/demo.yaml"), common);
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+      _exit(127);
+    }
+    usleep(useconds_t(1500000 + 370000 * attempt));  // different moments of the step / save cycle
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    std::ifstream latest(dir + "/latest");
+    std::string l;
+    latest >> l;
+    if (l.empty()) continue;  // killed before the first save completed
+    EXPECT_TRUE(fs::exists(dir + "/" + l + "/index.json")) << "latest names an incomplete checkpoint: " << l;
+  }
+  std::ifstream latest(dir + "/latest");
+  std::string l;
+  latest >> l;
+  ASSERT_FALSE(l.empty()) << "no checkpoint completed in four attempts";
+  const int64_t step = std::stoll(l.substr(5));
+  CliRun r = run(fmt::format("train {} --resume --set train.steps={} {}", src("configs/demo.yaml"), step + 1, common));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("resumed from {}/{} after step {}", dir, l, step)), std::string::npos) << r.out;
+  fs::remove_all(dir);
 }
 
 TEST(Train, DemoReachesEntropyFloor) {

@@ -4,8 +4,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -28,16 +32,44 @@ constexpr int kVersion = 1;
 
 std::string step_name(int64_t step) { return fmt::format("step_{:08d}", step); }
 
-uint64_t fnv1a64(const std::string& path) {
+// CRC-32C (Castagnoli) of a whole file, streamed in 4 MiB blocks: the
+// SSE4.2 instruction where the CPU has it (about 10 GB/s), a table otherwise.
+uint32_t crc32c_update(uint32_t crc, const unsigned char* p, size_t n) {
+#if defined(__SSE4_2__)
+  uint64_t c = crc;
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    c = _mm_crc32_u64(c, w);
+  }
+  crc = uint32_t(c);
+  for (; n > 0; ++p, --n) crc = _mm_crc32_u8(crc, *p);
+  return crc;
+#else
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  for (; n > 0; ++p, --n) crc = table[(crc ^ *p) & 0xff] ^ (crc >> 8);
+  return crc;
+#endif
+}
+
+uint32_t crc32c_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail_input("{}: cannot open", path);
-  uint64_t h = 1469598103934665603ull;
-  std::vector<char> buf(size_t(1) << 20);
+  uint32_t crc = 0xFFFFFFFFu;
+  std::vector<char> buf(size_t(4) << 20);
   while (f) {
     f.read(buf.data(), std::streamsize(buf.size()));
-    for (std::streamsize i = 0; i < f.gcount(); ++i) h = (h ^ uint8_t(buf[size_t(i)])) * 1099511628211ull;
+    crc = crc32c_update(crc, reinterpret_cast<const unsigned char*>(buf.data()), size_t(f.gcount()));
   }
-  return h;
+  return crc ^ 0xFFFFFFFFu;
 }
 
 void fsync_path(const std::string& path) {
@@ -116,7 +148,7 @@ std::string save_checkpoint(const Recipe& rc, int64_t steps_done, const RankStat
                          {"exp_avg", DType::f32, {n}, s.exp_avg},
                          {"exp_avg_sq", DType::f32, {n}, s.exp_avg_sq}},
                         {{"step", std::to_string(steps_done)}});
-      const uint64_t h = fnv1a64(path);
+      const uint64_t h = crc32c_file(path);
       info[0] = 1, info[4] = double(h >> 32), info[5] = double(h & 0xffffffffu);
     } catch (const std::exception& e) {  // disk full, permissions: this save is lost, training is not
       failure = e.what();
@@ -154,7 +186,7 @@ std::string save_checkpoint(const Recipe& rc, int64_t steps_done, const RankStat
       const std::string name = file_name(dp, pp, tp);
       const uint64_t h = (uint64_t(e[4]) << 32) | uint64_t(e[5]);
       files += fmt::format("{}{{\"file\":\"{}\",\"dp\":{},\"pp\":{},\"tp\":{},\"shard\":[{},{}],\"bytes\":{},"
-                           "\"fnv1a64\":\"{:016x}\"}}",
+                           "\"crc32c\":\"{:08x}\"}}",
                            files.empty() ? "" : ",", name, dp, pp, tp, sb, se, fs::file_size(tmp_dir / name), h);
       model::ParamRegistry reg(m, {tp, int(p.tensor)},
                                model::pipeline_chunks(m, int(p.pipeline), int(p.virtual_stages), p.stage_layers, pp));
@@ -386,10 +418,10 @@ int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankStat
       const int64_t bytes = entry["bytes"].as<int64_t>();
       if (int64_t(fs::file_size(path)) != bytes)
         fail_input("{}: {} bytes, the index says {} (truncated or replaced)", path, fs::file_size(path), bytes);
-      const std::string sum = fmt::format("{:016x}", fnv1a64(path));
-      if (sum != entry["fnv1a64"].as<std::string>())
+      const std::string sum = fmt::format("{:08x}", crc32c_file(path));
+      if (sum != entry["crc32c"].as<std::string>())
         fail_input("{}: checksum {} != {} in the index (the file is corrupted)", path, sum,
-                   entry["fnv1a64"].as<std::string>());
+                   entry["crc32c"].as<std::string>());
       return entry;
     };
     if (same_mesh) {

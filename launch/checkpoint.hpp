@@ -10,7 +10,7 @@
 // state, so only data rank 0 writes it. The index records the step, the
 // consumed samples (the data order and the LR schedule are functions of the
 // step), the mesh and model, every file's coordinates, shard, size and
-// FNV-1a checksum, and for every parameter the pieces of it each file holds
+// CRC-32C checksum, and for every parameter the pieces of it each file holds
 // (global name, shape, file, offset and slice).
 //
 // Loading works on any mesh: on the one it was saved under each rank reads

@@ -27,16 +27,6 @@ DType parse_dtype(const std::string& path, const std::string& name, const std::s
   fail_input("{}: tensor '{}': dtype expected one of F32, F64, BF16, F16, I32, found '{}'", path, name, s);
 }
 
-std::string json_string(const std::string& s) {
-  std::string out(1, '"');
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    if (static_cast<unsigned char>(c) < 0x20) out.append(fmt::format("\\u{:04x}", int(c)));
-    else out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
-}
 
 // Reads exactly n bytes at offset, or fails naming what was being read.
 void pread_all(int fd, void* dst, int64_t n, int64_t offset, const std::string& path, const std::string& what) {
@@ -59,6 +49,17 @@ struct Fd {
 };
 
 }  // namespace
+
+std::string json_quote(const std::string& s) {
+  std::string out(1, '"');
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (static_cast<unsigned char>(c) < 0x20) out.append(fmt::format("\\u{:04x}", int(c)));
+    else out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
 
 const char* safetensors_dtype(DType t) {
   switch (t) {
@@ -175,14 +176,14 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsInp
   if (!metadata.empty()) {
     header += "\"__metadata__\":{";
     std::vector<std::string> items;
-    for (const auto& [k, v] : metadata) items.push_back(json_string(k) + ":" + json_string(v));
+    for (const auto& [k, v] : metadata) items.push_back(json_quote(k) + ":" + json_quote(v));
     header += fmt::format("{}}}", fmt::join(items, ","));
   }
   int64_t offset = 0;
   for (const auto& t : tensors) {
     const int64_t bytes = shape_numel(t.shape) * int64_t(dtype_size(t.dtype));
     header += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                          header.size() > 1 ? "," : "", json_string(t.name), safetensors_dtype(t.dtype),
+                          header.size() > 1 ? "," : "", json_quote(t.name), safetensors_dtype(t.dtype),
                           fmt::join(t.shape, ","), offset, offset + bytes);
     offset += bytes;
   }

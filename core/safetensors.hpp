@@ -63,6 +63,9 @@ struct SafetensorsInput {
 void write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// s as a JSON string literal, quotes included (headers, checkpoint indexes).
+std::string json_quote(const std::string& s);
+
 // "F32", "BF16", ... <-> DType (InputError for a dtype Trident does not use).
 const char* safetensors_dtype(DType t);
 

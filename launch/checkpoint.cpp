@@ -113,16 +113,6 @@ std::string read_text(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    if (c == '\n') out.append("\\n");
-    else if (static_cast<unsigned char>(c) < 0x20) out.append(fmt::format("\\u{:04x}", int(c)));
-    else out.push_back(c);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -201,16 +191,17 @@ std::string save_checkpoint(const Recipe& rc, int64_t steps_done, const RankStat
         shapes[q.name] = fmt::format("[{}]", fmt::join(q.global_shape, ","));
       }
     }
+    const model::ParamRegistry whole(m);  // valid rows per name
     for (const auto& [name, list] : pieces)
       tensors_by_name += fmt::format("{}\"{}\":{{\"dtype\":\"F32\",\"global_shape\":{},\"valid_rows\":{},\"pieces\":[{}]}}",
                                      tensors_by_name.empty() ? "" : ",", name, shapes[name],
-                                     model::ParamRegistry(m).at(name).valid_rows, fmt::join(list, ","));
+                                     whole.at(name).valid_rows, fmt::join(list, ","));
     const std::string index = fmt::format(
         "{{\"format\":\"trident-checkpoint\",\"version\":{},\"step\":{},\"consumed_samples\":{},\"seed\":{},"
         "\"mesh\":{},\"model\":{},\"optimizer\":{{\"type\":\"adamw\",\"step\":{},\"states\":[\"exp_avg\",\"exp_avg_sq\"]}},"
-        "\"recipe_file\":\"{}\",\"recipe_text\":\"{}\",\"files\":[{}],\"tensors\":{{{}}}}}\n",
+        "\"recipe_file\":{},\"recipe_text\":{},\"files\":[{}],\"tensors\":{{{}}}}}\n",
         kVersion, steps_done, steps_done * rc.train.global_batch, rc.seed, mesh_json(rc), model_json(m), steps_done,
-        json_escape(rc.source), json_escape(read_text(rc.source)), files, tensors_by_name);
+        json_quote(rc.source), json_quote(read_text(rc.source)), files, tensors_by_name);
     write_atomic((tmp_dir / "index.json").string(), index);
     fsync_path(tmp_dir.string());
     if (fs::exists(final_dir)) fs::remove_all(final_dir);

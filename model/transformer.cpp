@@ -63,20 +63,20 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buf
     if (spec.embedding) {
       ch.emb_seg = emb_seg_ = int(segments_.size());
       segments_.push_back(take(llama_ ? 1 : 2));
-      seg_info_.push_back({SegKind::embedding, -1});
+      seg_info_.push_back({SegKind::embedding, -1, -1});
     }
     ch.first_layer_seg = int(segments_.size());
     ch.first_local = int64_t(layers_.size());
     for (int64_t l = 0; l < spec.layers; ++l) {
       segments_.push_back(take(per_layer));
-      seg_info_.push_back({SegKind::layer, int64_t(layers_.size())});
+      seg_info_.push_back({SegKind::layer, int64_t(layers_.size()), spec.first_layer + l});
       layers_.emplace_back();
     }
     if (spec.head) {
       ch.head_seg = int(segments_.size());
       const bool own_table = !cfg.tie_embeddings || !has_embedding;  // untied head or the tied copy
       segments_.push_back(take((llama_ ? 1 : 2) + (own_table ? 1 : 0)));
-      seg_info_.push_back({SegKind::head, -1});
+      seg_info_.push_back({SegKind::head, -1, -1});
     }
     chunks_.push_back(ch);
   }
@@ -112,11 +112,7 @@ void Transformer<T>::bind(int s, T* pbase, T* gbase) {
     if (!cfg_.tie_embeddings) set(head_, dhead_, "lm_head.weight");
     else if (!tied_local_) set(head_, dhead_, table);  // this stage's copy
   } else {
-    // the layer's global index, from its first parameter's name
-    const std::string& first = reg_.params()[size_t(std::distance(
-        reg_.params().begin(), std::find_if(reg_.params().begin(), reg_.params().end(),
-                                            [&](const ParamSpec& p) { return p.offset == seg.begin; })))].name;
-    const std::string p = first.substr(0, first.size() - std::string(llama_ ? "input_layernorm.weight" : "ln_1.weight").size());
+    const std::string p = layer_prefix(cfg_, info.global);
     LayerParams& lp = layers_[size_t(info.layer)];
     T** params = &lp.n1w;  // the two halves of LayerParams have the same order
     T** grads = &lp.dn1w;

@@ -147,7 +147,8 @@ class Transformer {
   enum class SegKind { embedding, layer, head };
   struct SegInfo {
     SegKind kind;
-    int64_t layer;  // local layer index (SegKind::layer)
+    int64_t layer;   // local layer index (SegKind::layer)
+    int64_t global;  // the layer's index in the whole model (SegKind::layer)
   };
   struct Chunk {
     ChunkSpec spec;

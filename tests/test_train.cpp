@@ -212,6 +212,16 @@ TEST(Cli, ExitCodesAndMessages) {
   EXPECT_NE(bad.out.find("--set train.steps=0: key 'train.steps': expected an integer >= 1, found '0'"), std::string::npos)
       << bad.out;
   EXPECT_EQ(run("train").code, 2);
+  // trident schedule: the simulator's timeline and the published bubble
+  CliRun sched = run("schedule --pipeline 4 --micro-batches 8 --schedule 1f1b");
+  EXPECT_EQ(sched.code, 0) << sched.out;
+  EXPECT_NE(sched.out.find("rank  3 | . . .F0B0B0F1"), std::string::npos) << sched.out;
+  EXPECT_NE(sched.out.find("bubble 27.27% (formula 27.27%)"), std::string::npos) << sched.out;
+  CliRun bad_sched = run("schedule --pipeline 4 --micro-batches 6 --virtual-stages 2 --schedule interleaved_1f1b");
+  EXPECT_EQ(bad_sched.code, 2);
+  EXPECT_NE(bad_sched.out.find("micro-batches(6) % pipeline(4) = 2 != 0"), std::string::npos) << bad_sched.out;
+  EXPECT_EQ(run("schedule --pipeline 4 --micro-batches 8 --schedule pipedream").code, 2);
+  EXPECT_EQ(run("schedule --micro-batches 8 --schedule 1f1b").code, 2);
   EXPECT_EQ(run("frobnicate").code, 2);
   EXPECT_EQ(run("train /nonexistent.yaml").code, 2);
   EXPECT_EQ(run("prepare --input /nonexistent.txt --out /tmp/x").code, 2);

@@ -72,6 +72,10 @@ const char* safetensors_dtype(DType t) {
   return "?";
 }
 
+SafetensorsReader::~SafetensorsReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
   Fd f{::open(path_.c_str(), O_RDONLY)};
   if (f.fd < 0) fail_input("{}: cannot open ({})", path_, std::strerror(errno));
@@ -142,6 +146,7 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
   if (data != at)
     fail_input("{}: data section of {} bytes (from offset {}), the header's tensors cover {}: {}", path_, data,
                data_start_, at, data < at ? "the file is truncated" : "trailing bytes after the last tensor");
+  std::swap(fd_, f.fd);  // valid: keep it open for the reads
 }
 
 bool SafetensorsReader::contains(const std::string& name) const {
@@ -165,9 +170,7 @@ void SafetensorsReader::read_range(const std::string& name, int64_t first, int64
   if (first < 0 || count < 0 || (first + count) * es > e.end - e.begin)
     fail_input("{}: tensor '{}': elements [{}, {}) outside its {} elements", path_, name, first, first + count,
                (e.end - e.begin) / es);
-  Fd f{::open(path_.c_str(), O_RDONLY)};
-  if (f.fd < 0) fail_input("{}: cannot open ({})", path_, std::strerror(errno));
-  pread_all(f.fd, dst, count * es, data_start_ + e.begin + first * es, path_, "tensor '" + name + "'");
+  pread_all(fd_, dst, count * es, data_start_ + e.begin + first * es, path_, "tensor '" + name + "'");
 }
 
 void write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,

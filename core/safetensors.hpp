@@ -34,7 +34,10 @@ struct SafetensorsEntry {
 
 class SafetensorsReader {
  public:
-  explicit SafetensorsReader(std::string path);  // validates the whole layout
+  explicit SafetensorsReader(std::string path);  // validates the whole layout; keeps the file open
+  ~SafetensorsReader();
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
   const std::string& path() const { return path_; }
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -47,6 +50,7 @@ class SafetensorsReader {
 
  private:
   std::string path_;
+  int fd_ = -1;
   int64_t data_start_ = 0;
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, std::string> metadata_;

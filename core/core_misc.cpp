@@ -52,9 +52,14 @@ void set_rank(int r, int w) {
 int rank() { return g_rank; }
 int world() { return g_world; }
 
+namespace {
+bool g_info_stderr = false;
+}
+void info_to_stderr(bool on) { g_info_stderr = on; }
+
 void write(bool error_stream, const std::string& line) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  FILE* f = error_stream ? stderr : stdout;
+  FILE* f = error_stream || g_info_stderr ? stderr : stdout;
   if (g_world > 1)
     fmt::print(f, "[rank {}] {}\n", g_rank, line);
   else

@@ -11,6 +11,8 @@ void set_rank(int rank, int world);
 int rank();
 int world();
 void write(bool error_stream, const std::string& line);
+// Info lines on stderr too: commands whose stdout is their output (sample).
+void info_to_stderr(bool on);
 
 template <typename... Args>
 void info(fmt::format_string<Args...> f, Args&&... args) {

@@ -320,6 +320,7 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
   Reader r(root, file, origin);
   Recipe rc;
   rc.source = file;
+  rc.overrides = overrides;
 
   r.check_section("", {"model", "parallel", "train", "optim", "data", "eval", "checkpoint", "log", "seed",
                        "device"});
@@ -333,7 +334,7 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
   r.check_section("data", {"train", "valid", "synthetic"});
   r.check_section("data.synthetic", {"vocab", "order", "branching", "skew", "seed"});
   r.check_section("eval", {"every", "batches"});
-  r.check_section("checkpoint", {"dir", "every", "keep"});
+  r.check_section("checkpoint", {"dir", "every", "keep", "async"});
   r.check_section("log", {"every", "metrics", "peak_flops", "trace", "trace_steps"});
 
   // model
@@ -393,10 +394,16 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
                                                   world, known, mesh_fits(world)));
     (p.data == 0 ? p.data : p.tensor == 0 ? p.tensor : p.pipeline) = world / known;
   }
-  if (p.data * p.tensor * p.pipeline != world)
+  const int64_t mesh = p.data * p.tensor * p.pipeline;
+  if (mesh != world && world == 1)  // the usual mistake: a multi-rank recipe started without a launcher
+    r.inconsistent("parallel.data",
+                   fmt::format("data({}) x tensor({}) x pipeline({}) = {} ranks, but this is one process (started "
+                               "without a launcher, or with one rank): run it under `mpirun -np {} trident ...`, "
+                               "`srun -n {} --mpi=pmix trident ...` or `trident submit` (docs/slurm.md)",
+                               p.data, p.tensor, p.pipeline, mesh, mesh, mesh));
+  if (mesh != world)
     r.inconsistent("parallel.data", fmt::format("data({}) x tensor({}) x pipeline({}) = {} != world size {}; {}",
-                                                p.data, p.tensor, p.pipeline, p.data * p.tensor * p.pipeline, world,
-                                                mesh_fits(world)));
+                                                p.data, p.tensor, p.pipeline, mesh, world, mesh_fits(world)));
   if (m.heads % p.tensor != 0)
     r.inconsistent("parallel.tensor", fmt::format("heads({}) % tensor({}) != 0", m.heads, p.tensor));
   // KV heads are split when there are at least `tensor` of them, replicated otherwise
@@ -490,6 +497,7 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
   rc.checkpoint.dir = r.text("checkpoint.dir", "");
   rc.checkpoint.every = r.integer("checkpoint.every", 0, kMax, 0);
   rc.checkpoint.keep = r.integer("checkpoint.keep", 1, kMax, 3);
+  rc.checkpoint.async = r.boolean("checkpoint.async", true);
   rc.log.every = r.integer("log.every", 1, kMax, 10);
   rc.log.metrics = r.text("log.metrics", "");
   rc.log.peak_flops = r.real("log.peak_flops", 0, 1e20, 0.0);
@@ -512,7 +520,35 @@ Recipe load_recipe_text(const std::string& text, const std::string& name, const 
   } catch (const YAML::ParserException& e) {
     fail_input("{}:{}:{}: YAML syntax error: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg);
   }
-  return read_recipe(root, name, overrides, world);
+  Recipe rc = read_recipe(root, name, overrides, world);
+  rc.text = text;
+  return rc;
+}
+
+int64_t recipe_ranks(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    fail_input("{}: cannot open recipe file", path);
+  } catch (const YAML::ParserException& e) {
+    fail_input("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg);
+  }
+  if (!root.IsMap()) return 0;
+  apply_overrides(root, overrides);
+  int64_t n = 1;
+  for (const char* k : {"data", "tensor", "pipeline"}) {
+    const YAML::Node v = root["parallel"] ? root["parallel"][k] : YAML::Node();
+    if (!v) continue;
+    try {
+      const int64_t x = v.as<int64_t>();
+      if (x < 1) return 0;
+      n *= x;
+    } catch (const YAML::Exception&) {
+      return 0;  // auto, or not a number (load_recipe says which)
+    }
+  }
+  return n;
 }
 
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, int64_t world) {

@@ -77,6 +77,7 @@ struct EvalConfig {
 struct CheckpointConfig {
   std::string dir;
   int64_t every = 0, keep = 3;
+  bool async = true;  // write files from a background thread while training goes on
 };
 
 struct LogConfig {
@@ -89,6 +90,8 @@ struct LogConfig {
 
 struct Recipe {
   std::string source;  // file the recipe came from
+  std::string text;                    // its YAML text, as read
+  std::vector<std::string> overrides;  // the key.path=value overrides applied to it (--set)
   ModelConfig model;
   ParallelConfig parallel;
   TrainConfig train;
@@ -109,6 +112,9 @@ struct Recipe {
 // Loads and validates a recipe; overrides are "key.path=value" (YAML scalar or
 // flow value). `world` is the number of processes the run has.
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {}, int64_t world = 1);
+// The ranks the recipe's mesh asks for (data x tensor x pipeline, with the
+// overrides), without validating the rest; 0 when a size is auto or invalid.
+int64_t recipe_ranks(const std::string& path, const std::vector<std::string>& overrides = {});
 Recipe load_recipe_text(const std::string& yaml_text, const std::string& name,
                         const std::vector<std::string>& overrides = {}, int64_t world = 1);
 

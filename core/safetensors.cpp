@@ -1,6 +1,8 @@
 // safetensors reader and atomic writer (see safetensors.hpp).
 #include "core/safetensors.hpp"
 
+#include "core/crc32c.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -173,7 +175,7 @@ void SafetensorsReader::read_range(const std::string& name, int64_t first, int64
   pread_all(fd_, dst, count * es, data_start_ + e.begin + first * es, path_, "tensor '" + name + "'");
 }
 
-void write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
+uint32_t write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   std::string header = "{";
   if (!metadata.empty()) {
@@ -196,8 +198,10 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsInp
   const std::string tmp = path + ".tmp";
   Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644)};
   if (f.fd < 0) throw Error(fmt::format("{}: cannot create ({})", tmp, std::strerror(errno)));
+  uint32_t crc = 0xFFFFFFFFu;
   auto write_all = [&](const void* src, int64_t n) {
     const char* p = static_cast<const char*>(src);
+    crc = crc32c_update(crc, p, size_t(n));
     while (n > 0) {
       ssize_t put = ::write(f.fd, p, size_t(n));
       if (put < 0 && errno == EINTR) continue;
@@ -227,6 +231,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsInp
   const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
   Fd d{::open(dir.c_str(), O_RDONLY)};
   if (d.fd >= 0) ::fsync(d.fd);  // the rename itself is durable
+  return crc ^ 0xFFFFFFFFu;
 }
 
 }  // namespace trident

@@ -64,7 +64,8 @@ struct SafetensorsInput {
 };
 
 // Writes `tensors` (in this order) and `metadata` to `path` atomically.
-void write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
+// Returns the CRC-32C of the file's bytes (computed as they are written).
+uint32_t write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 // s as a JSON string literal, quotes included (headers, checkpoint indexes).

@@ -4,19 +4,19 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
-#if defined(__SSE4_2__)
-#include <nmmintrin.h>
-#endif
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 
+#include "core/crc32c.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/safetensors.hpp"
@@ -31,46 +31,6 @@ namespace {
 constexpr int kVersion = 1;
 
 std::string step_name(int64_t step) { return fmt::format("step_{:08d}", step); }
-
-// CRC-32C (Castagnoli) of a whole file, streamed in 4 MiB blocks: the
-// SSE4.2 instruction where the CPU has it (about 10 GB/s), a table otherwise.
-uint32_t crc32c_update(uint32_t crc, const unsigned char* p, size_t n) {
-#if defined(__SSE4_2__)
-  uint64_t c = crc;
-  for (; n >= 8; p += 8, n -= 8) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    c = _mm_crc32_u64(c, w);
-  }
-  crc = uint32_t(c);
-  for (; n > 0; ++p, --n) crc = _mm_crc32_u8(crc, *p);
-  return crc;
-#else
-  static const auto table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  for (; n > 0; ++p, --n) crc = table[(crc ^ *p) & 0xff] ^ (crc >> 8);
-  return crc;
-#endif
-}
-
-uint32_t crc32c_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail_input("{}: cannot open", path);
-  uint32_t crc = 0xFFFFFFFFu;
-  std::vector<char> buf(size_t(4) << 20);
-  while (f) {
-    f.read(buf.data(), std::streamsize(buf.size()));
-    crc = crc32c_update(crc, reinterpret_cast<const unsigned char*>(buf.data()), size_t(f.gcount()));
-  }
-  return crc ^ 0xFFFFFFFFu;
-}
 
 void fsync_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
@@ -103,9 +63,16 @@ std::string mesh_json(const Recipe& rc) {
 
 std::string model_json(const ModelConfig& m) {
   return fmt::format("{{\"arch\":\"{}\",\"layers\":{},\"hidden\":{},\"heads\":{},\"kv_heads\":{},\"ffn_hidden\":{},"
-                     "\"seq_len\":{},\"vocab\":{},\"vocab_multiple\":{},\"tie_embeddings\":{}}}",
+                     "\"seq_len\":{},\"vocab\":{},\"vocab_multiple\":{},\"tie_embeddings\":{},\"norm_eps\":{},"
+                     "\"rope_theta\":{}}}",
                      m.arch, m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.seq_len, m.vocab,
-                     m.vocab_multiple, m.tie_embeddings);
+                     m.vocab_multiple, m.tie_embeddings, m.norm_eps, m.rope_theta);
+}
+
+std::string quoted(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : ",") + json_quote(i);
+  return out;
 }
 
 std::string read_text(const std::string& path) {
@@ -116,53 +83,122 @@ std::string read_text(const std::string& path) {
 
 }  // namespace
 
-std::string save_checkpoint(const Recipe& rc, int64_t steps_done, const RankState& s, parallel::Communicator* world) {
-  const fs::path root(rc.checkpoint.dir);
-  const fs::path final_dir = root / step_name(steps_done), tmp_dir = root / (".tmp_" + step_name(steps_done));
-  const int rank = world ? world->rank() : 0, size = world ? world->size() : 1;
+struct CheckpointSaver::Pending {
+  int64_t step = 0;
+  fs::path tmp_dir, final_dir;
+  std::thread writer;
+  std::atomic<bool> written{false};
+  double info[8] = {};  // written?, dp, pp, tp, crc high, crc low, shard begin, shard end
+  std::string failure;
+};
+
+CheckpointSaver::CheckpointSaver(const Recipe& rc, parallel::Communicator* world) : rc_(rc), world_(world) {}
+
+CheckpointSaver::~CheckpointSaver() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+}
+
+int64_t CheckpointSaver::buffer_bytes() const {
+  return int64_t(sizeof(float) * (params_.capacity() + exp_avg_.capacity() + exp_avg_sq_.capacity()));
+}
+
+void CheckpointSaver::reserve(int64_t n) {
+  for (auto* b : {&params_, &exp_avg_, &exp_avg_sq_}) b->resize(static_cast<size_t>(n));
+}
+
+std::string CheckpointSaver::start(int64_t steps_done, const RankState& s) {
+  const std::string previous = pending_ ? finish() : "";
+  const fs::path root(rc_.checkpoint.dir);
+  auto p = std::make_unique<Pending>();
+  p->step = steps_done;
+  p->final_dir = root / step_name(steps_done), p->tmp_dir = root / (".tmp_" + step_name(steps_done));
+  const int rank = world_ ? world_->rank() : 0;
   if (rank == 0) {
     fs::create_directories(root);
-    fs::remove_all(tmp_dir);
-    fs::create_directories(tmp_dir);
+    fs::remove_all(p->tmp_dir);
+    fs::create_directories(p->tmp_dir);
   }
-  if (world) world->barrier()->wait();
-  const bool writer = rc.parallel.zero >= 1 || s.dp == 0;  // ZeRO 0: data replicas hold the same state
+  if (world_) world_->barrier()->wait();
+  const bool writer = rc_.parallel.zero >= 1 || s.dp == 0;  // ZeRO 0: data replicas hold the same state
   const int64_t n = s.shard_end - s.shard_begin;
-  double info[8] = {0, double(s.dp), double(s.pp), double(s.tp), 0, 0, double(s.shard_begin), double(s.shard_end)};
-  std::string failure;
-  if (writer) {
-    const std::string path = (tmp_dir / file_name(s.dp, s.pp, s.tp)).string();
-    try {
-      write_safetensors(path,
-                        {{"params", DType::f32, {n}, s.params},
-                         {"exp_avg", DType::f32, {n}, s.exp_avg},
-                         {"exp_avg_sq", DType::f32, {n}, s.exp_avg_sq}},
-                        {{"step", std::to_string(steps_done)}});
-      const uint64_t h = crc32c_file(path);
-      info[0] = 1, info[4] = double(h >> 32), info[5] = double(h & 0xffffffffu);
-    } catch (const std::exception& e) {  // disk full, permissions: this save is lost, training is not
-      failure = e.what();
-      info[0] = -1;
-    }
+  double* info = p->info;
+  info[1] = s.dp, info[2] = s.pp, info[3] = s.tp, info[6] = double(s.shard_begin), info[7] = double(s.shard_end);
+  if (!writer) {
+    p->written = true;
+    pending_ = std::move(p);
+    return previous;
   }
+  // background: from a host copy, since training changes the shard while the
+  // file is written; synchronous: from the shard itself
+  const float *src_p = s.params, *src_m = s.exp_avg, *src_v = s.exp_avg_sq;
+  if (rc_.checkpoint.async) {
+    params_.assign(s.params, s.params + n);
+    exp_avg_.assign(s.exp_avg, s.exp_avg + n);
+    exp_avg_sq_.assign(s.exp_avg_sq, s.exp_avg_sq + n);
+    src_p = params_.data(), src_m = exp_avg_.data(), src_v = exp_avg_sq_.data();
+  }
+  auto write = [n, src_p, src_m, src_v, pending = p.get(), path = (p->tmp_dir / file_name(s.dp, s.pp, s.tp)).string()] {
+    try {
+      const uint64_t h = write_safetensors(path,
+                                           {{"params", DType::f32, {n}, src_p},
+                                            {"exp_avg", DType::f32, {n}, src_m},
+                                            {"exp_avg_sq", DType::f32, {n}, src_v}},
+                                           {{"step", std::to_string(pending->step)}});
+      pending->info[0] = 1, pending->info[4] = double(h >> 32), pending->info[5] = double(h & 0xffffffffu);
+    } catch (const std::exception& e) {  // disk full, permissions: this save is lost, training is not
+      pending->failure = e.what();
+      pending->info[0] = -1;
+    }
+    pending->written = true;
+  };
+  if (rc_.checkpoint.async) p->writer = std::thread(write);
+  else write();
+  pending_ = std::move(p);
+  return previous;
+}
+
+std::string CheckpointSaver::poll() {
+  if (!pending_) return "";
+  double busy = pending_->written ? 0 : 1;  // does any rank still write?
+  if (world_ && world_->size() > 1) {
+    Tensor t = Tensor::zeros({1}, DType::f64, MemCategory::other);
+    t.data<double>()[0] = busy;
+    world_->all_reduce(t, {.op = parallel::ReduceOp::max})->wait();
+    busy = t.data<double>()[0];
+  }
+  return busy == 0 ? complete() : "";
+}
+
+std::string CheckpointSaver::finish() { return pending_ ? complete() : ""; }
+
+// Every rank's file is written (or this waits for it): the index, the rename,
+// `latest`, rotation.
+std::string CheckpointSaver::complete() {
+  std::unique_ptr<Pending> p = std::move(pending_);
+  if (p->writer.joinable()) p->writer.join();
+  const fs::path root(rc_.checkpoint.dir);
+  const int rank = world_ ? world_->rank() : 0, size = world_ ? world_->size() : 1;
+  const int64_t steps_done = p->step;
+  const fs::path &tmp_dir = p->tmp_dir, &final_dir = p->final_dir;
   // every rank's file, at rank 0 (also the barrier before the index)
   Tensor all = Tensor::zeros({8 * size}, DType::f64, MemCategory::other);
-  std::copy(info, info + 8, all.data<double>() + 8 * rank);
-  if (world) world->all_gather(all)->wait();
+  std::copy(p->info, p->info + 8, all.data<double>() + 8 * rank);
+  if (world_) world_->all_gather(all)->wait();
   bool failed = false;
   for (int r = 0; r < size; ++r) failed |= all.data<double>()[8 * r] < 0;
   if (failed) {
-    if (!failure.empty()) log::error("checkpoint after step {}: {}", steps_done, failure);
+    if (!p->failure.empty()) log::error("checkpoint after step {}: {}", steps_done, p->failure);
     if (rank == 0) {
       fs::remove_all(tmp_dir);
       log::error("checkpoint after step {} failed (see the errors above); the previous checkpoint ({}) is kept and "
                  "training continues",
                  steps_done, fs::exists(root / "latest") ? read_text((root / "latest").string()) : "none\n");
     }
-    if (world) world->barrier()->wait();
+    if (world_) world_->barrier()->wait();
     return "";
   }
   if (rank == 0) {
+    const Recipe& rc = rc_;
     const auto& m = rc.model;
     const auto& p = rc.parallel;
     std::string files, tensors_by_name;
@@ -199,9 +235,10 @@ std::string save_checkpoint(const Recipe& rc, int64_t steps_done, const RankStat
     const std::string index = fmt::format(
         "{{\"format\":\"trident-checkpoint\",\"version\":{},\"step\":{},\"consumed_samples\":{},\"seed\":{},"
         "\"mesh\":{},\"model\":{},\"optimizer\":{{\"type\":\"adamw\",\"step\":{},\"states\":[\"exp_avg\",\"exp_avg_sq\"]}},"
-        "\"recipe_file\":{},\"recipe_text\":{},\"files\":[{}],\"tensors\":{{{}}}}}\n",
+        "\"recipe_file\":{},\"recipe_text\":{},\"recipe_overrides\":[{}],\"files\":[{}],\"tensors\":{{{}}}}}\n",
         kVersion, steps_done, steps_done * rc.train.global_batch, rc.seed, mesh_json(rc), model_json(m), steps_done,
-        json_quote(rc.source), json_quote(read_text(rc.source)), files, tensors_by_name);
+        json_quote(rc.source), json_quote(rc.text), quoted(rc.overrides),
+        files, tensors_by_name);
     write_atomic((tmp_dir / "index.json").string(), index);
     fsync_path(tmp_dir.string());
     if (fs::exists(final_dir)) fs::remove_all(final_dir);
@@ -218,25 +255,78 @@ std::string save_checkpoint(const Recipe& rc, int64_t steps_done, const RankStat
     std::sort(done.begin(), done.end());
     for (size_t i = 0; i + size_t(rc.checkpoint.keep) < done.size(); ++i) fs::remove_all(done[i]);
   }
-  if (world) world->barrier()->wait();
+  if (world_) world_->barrier()->wait();
   return final_dir.string();
 }
 
-std::string resolve_resume(const Recipe& rc, const std::string& arg) {
-  if (arg != "auto") {
-    if (!fs::exists(fs::path(arg) / "index.json"))
-      fail_input("--resume {}: not a checkpoint (no index.json; an interrupted save leaves none)", arg);
-    return arg;
-  }
-  if (rc.checkpoint.dir.empty()) fail_input("--resume auto: the recipe sets no checkpoint.dir");
-  const fs::path latest = fs::path(rc.checkpoint.dir) / "latest";
+std::string save_checkpoint(const Recipe& rc, int64_t steps_done, const RankState& s, parallel::Communicator* world) {
+  Recipe sync = rc;
+  sync.checkpoint.async = false;  // writes from the shard: no copy
+  CheckpointSaver saver(sync, world);
+  saver.start(steps_done, s);
+  return saver.finish();
+}
+
+namespace {
+
+// root/latest -> root/step_N ("" when there is no `latest`).
+std::string follow_latest(const fs::path& root) {
+  const fs::path latest = root / "latest";
   if (!fs::exists(latest)) return "";
   std::string name = read_text(latest.string());
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  const fs::path dir = fs::path(rc.checkpoint.dir) / name;
+  const fs::path dir = root / name;
   if (!fs::exists(dir / "index.json"))
     fail_input("{}: points at '{}', which has no index.json", latest.string(), name);
   return dir.string();
+}
+
+}  // namespace
+
+std::string resolve_checkpoint(const std::string& path) {
+  if (fs::exists(fs::path(path) / "index.json")) return path;
+  if (fs::exists(fs::path(path) / "latest")) return follow_latest(path);
+  if (!fs::exists(path)) fail_input("{}: no such checkpoint", path);
+  fail_input("{}: not a checkpoint (neither a step directory with index.json nor a checkpoint directory with "
+             "`latest`; an interrupted save leaves neither)",
+             path);
+}
+
+std::string resolve_resume(const Recipe& rc, const std::string& arg) {
+  if (arg != "auto") return resolve_checkpoint(arg);
+  if (rc.checkpoint.dir.empty()) fail_input("--resume auto: the recipe sets no checkpoint.dir");
+  return follow_latest(rc.checkpoint.dir);
+}
+
+std::vector<std::string> single_process_overrides() {
+  return {"parallel.data=1",         "parallel.tensor=1",     "parallel.pipeline=1",
+          "parallel.virtual_stages=1", "parallel.zero=0",     "parallel.schedule=1f1b",
+          "parallel.sequence_parallel=false", "parallel.stage_layers=[]"};
+}
+
+WholeModel load_whole_model(const std::string& path) {
+  WholeModel w;
+  w.dir = resolve_checkpoint(path);
+  const std::string index_path = (fs::path(w.dir) / "index.json").string();
+  YAML::Node idx;
+  try {
+    idx = YAML::LoadFile(index_path);
+  } catch (const YAML::Exception& e) {
+    fail_input("{}: not valid JSON ({})", index_path, e.what());
+  }
+  if (!idx["recipe_text"]) fail_input("{}: no key 'recipe_text'", index_path);
+  // the recipe the run was trained with, on one process
+  std::vector<std::string> sets;
+  if (idx["recipe_overrides"]) sets = idx["recipe_overrides"].as<std::vector<std::string>>();
+  for (const auto& s : single_process_overrides()) sets.push_back(s);
+  const std::string name = idx["recipe_file"] ? idx["recipe_file"].as<std::string>() + " (from " + index_path + ")"
+                                               : index_path;
+  w.recipe = load_recipe_text(idx["recipe_text"].as<std::string>(), name, sets, 1);
+  const model::ParamRegistry reg(w.recipe.model);
+  w.params.assign(static_cast<size_t>(reg.total()), 0.0f);
+  const RankState s{&reg, 0, 0, 0, 0, reg.total(), w.params.data(), nullptr, nullptr};
+  w.step = load_checkpoint(w.recipe, w.dir, s, nullptr);
+  return w;
 }
 
 namespace {
@@ -350,11 +440,12 @@ void run_reshard(const ReshardPlan& plan, const std::string& dir, const RankStat
   for (const Copy& c : plan.copies) {
     const auto& r = *readers.at(c.file);
     r.read_range("params", c.src, c.count, s.params + c.dst);
-    r.read_range("exp_avg", c.src, c.count, s.exp_avg + c.dst);
-    r.read_range("exp_avg_sq", c.src, c.count, s.exp_avg_sq + c.dst);
+    if (s.exp_avg) r.read_range("exp_avg", c.src, c.count, s.exp_avg + c.dst);
+    if (s.exp_avg_sq) r.read_range("exp_avg_sq", c.src, c.count, s.exp_avg_sq + c.dst);
   }
   for (auto [a, b] : plan.zeros)
-    for (float* t : {s.params, s.exp_avg, s.exp_avg_sq}) std::fill(t + a, t + b, 0.0f);
+    for (float* t : {s.params, s.exp_avg, s.exp_avg_sq})
+      if (t) std::fill(t + a, t + b, 0.0f);
 }
 
 int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankState& s, parallel::Communicator* world) {
@@ -451,8 +542,8 @@ int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankStat
   if (same_mesh) {
     SafetensorsReader reader(file);
     reader.read("params", s.params);
-    reader.read("exp_avg", s.exp_avg);
-    reader.read("exp_avg_sq", s.exp_avg_sq);
+    if (s.exp_avg) reader.read("exp_avg", s.exp_avg);
+    if (s.exp_avg_sq) reader.read("exp_avg_sq", s.exp_avg_sq);
   } else {
     run_reshard(plan, dir, s);
   }

@@ -20,7 +20,9 @@
 // tensor names and shapes) on every rank before any state changes.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/recipe.hpp"
 #include "model/params.hpp"
@@ -36,18 +38,73 @@ struct RankState {
   float *params = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;  // shard_end - shard_begin each
 };
 
-// Collective over `world` (nullptr: one rank). `steps_done` optimizer steps.
-// Returns the checkpoint directory, or "" when a rank could not write its
-// file (disk full): then the error is logged, the temporary directory is
-// removed, the previous checkpoint and `latest` are untouched, and training
-// goes on (the next save tries again).
+// Saves in two halves. start() (collective) copies this rank's shard into
+// host buffers it keeps (3 x 4 bytes per element of the shard: the memory
+// cost of saving) and writes its file from a background thread
+// (checkpoint.async) or at once; poll() (collective, once per step) finishes
+// the save when every rank's file is written: rank 0 writes the index,
+// renames the directory into place, updates `latest` and rotates. A second
+// start() first waits for the previous save. finish() waits for and finishes
+// the pending save. All ranks call these at the same steps.
+// A finished save returns the checkpoint directory, or "" when a rank could
+// not write its file (disk full): then the error is logged, the temporary
+// directory is removed, the previous checkpoint and `latest` are untouched,
+// and training goes on (the next save tries again).
+// Destroyed with a save pending (an exception unwinding): the writer thread
+// is joined and the unfinished `.tmp_` directory is left, as after a crash.
+class CheckpointSaver {
+ public:
+  CheckpointSaver(const Recipe& rc, parallel::Communicator* world);
+  ~CheckpointSaver();
+  CheckpointSaver(const CheckpointSaver&) = delete;
+  CheckpointSaver& operator=(const CheckpointSaver&) = delete;
+  // Returns the directory of a previous save finished on the way, else "".
+  std::string start(int64_t steps_done, const RankState& s);
+  std::string poll();
+  std::string finish();
+  bool pending() const { return pending_ != nullptr; }
+  // Allocates (and touches) the host copy for a shard of n elements now, so
+  // that the first save does not stall on page faults.
+  void reserve(int64_t n);
+  int64_t buffer_bytes() const;  // the host copy kept for background writes
+
+ private:
+  struct Pending;
+  std::string complete();
+  const Recipe& rc_;
+  parallel::Communicator* world_;
+  std::unique_ptr<Pending> pending_;
+  std::vector<float> params_, exp_avg_, exp_avg_sq_;
+};
+
+// One synchronous save (start + finish).
 std::string save_checkpoint(const Recipe& rc, int64_t steps_done, const RankState& s, parallel::Communicator* world);
 
+// A step directory (with index.json), or a checkpoint directory: its
+// `latest`. InputError naming the path otherwise.
+std::string resolve_checkpoint(const std::string& path);
+
 // "auto": checkpoint.dir/latest, or "" when there is none (start fresh);
-// otherwise the given directory (InputError if it is not a checkpoint).
+// otherwise resolve_checkpoint(arg).
 std::string resolve_resume(const Recipe& rc, const std::string& arg);
 
-// Collective. Fills the shard from checkpoint `dir`; returns its step.
+// Collective. Fills the shard from checkpoint `dir`; returns its step. Null
+// exp_avg / exp_avg_sq: the optimizer state is not read.
 int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankState& s, parallel::Communicator* world);
+
+// A checkpoint saved under any mesh, on one process: the recipe it was
+// trained with (its file text and --set overrides, on a 1x1x1 mesh) and the
+// parameters in the whole model's registry layout (padded vocabulary rows
+// zero). For export and sampling.
+// --set overrides that put a recipe on one process (a 1x1x1 mesh, ZeRO 0).
+std::vector<std::string> single_process_overrides();
+
+struct WholeModel {
+  std::string dir;  // the step directory
+  Recipe recipe;
+  int64_t step = 0;
+  std::vector<float> params;
+};
+WholeModel load_whole_model(const std::string& path);
 
 }  // namespace trident::launch

@@ -2,6 +2,9 @@
 // Exit codes: 0 success, 1 failure, 2 bad input (recipe, data, command line).
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
 #include <new>
 #include <string>
 #include <vector>
@@ -10,10 +13,15 @@
 #include "core/log.hpp"
 #include "core/recipe.hpp"
 #include "kernels/backends.hpp"
+#include "launch/hf.hpp"
+#include "launch/sample.hpp"
+#include "launch/submit.hpp"
 #include "launch/trainer.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 #include <mpi.h>
 
+#include "parallel/launch_env.hpp"
+#include "parallel/nccl/nccl_communicator.hpp"
 #include "parallel/schedule.hpp"
 #include "parallel/topology.hpp"
 
@@ -39,6 +47,13 @@ commands:
                                                  print the rank layout and process groups
   schedule --pipeline P --micro-batches M [--virtual-stages V] --schedule S [--width W]
                                                  simulate a pipeline schedule, print its timeline
+  export CHECKPOINT --format hf --out DIR         checkpoint (any mesh) -> transformers model directory
+  import HF_DIR --recipe RECIPE.yaml --out DIR [--set ...]
+                                                 transformers model directory -> step-0 checkpoint
+  sample CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
+                                                 generate text from a checkpoint
+  submit RECIPE.yaml --nodes N [--tasks-per-node K] [--gpus-per-node G] [--time T] [--partition P]
+         [--account A] [--dry-run] [--set ...]   Slurm batch job that saves and requeues before its time limit
   --version                                      revision and backends of this build
   --help                                         this text
 
@@ -75,13 +90,43 @@ int cmd_train(const std::vector<std::string>& args) {
     }
   }
   if (recipe.empty()) fail_input("train: missing RECIPE.yaml (try configs/demo.yaml)");
+  const parallel::LaunchEnv env = parallel::detect_launch_env();
+  if (env.launcher == "srun" && env.world > 1 && (env.mpi_plugin.empty() || env.mpi_plugin == "none"))
+    fail_input("srun started {} tasks without an MPI plugin (--mpi=none, or none configured): the ranks cannot "
+               "find each other; use srun --mpi=pmix (srun --mpi=list shows the plugins)",
+               env.world);
   parallel::MpiRuntime mpi(g_argc, g_argv);  // a singleton world when not launched by mpirun/srun
+  if (env.world > 1 && mpi.world() == 1)  // e.g. srun without the MPI plugin: N singletons
+    fail_input("{} started {} tasks, but MPI sees a world of 1: the MPI library did not connect to the launcher ({}); "
+               "with Slurm use srun --mpi=pmix (srun --mpi=list shows the plugins)",
+               env.launcher, env.world, env.launcher == "srun" ? "SLURM_NTASKS=" + std::to_string(env.world)
+                                                               : "OMPI_COMM_WORLD_SIZE=" + std::to_string(env.world));
   Recipe rc;
+  parallel::MpiCommunicator world(MPI_COMM_WORLD, "world");
   try {
     rc = load_recipe(recipe, sets, mpi.world());
+    // every rank must train the same recipe: compared before anything else
+    std::string key = rc.text;
+    for (const auto& s : rc.overrides) key.append(1, '\0').append(s);
+    parallel::check_same_on_all_ranks(world, parallel::fnv1a64(key), "the recipe (its text and --set options)",
+                                      fmt::format("{} with --set [{}]", recipe, fmt::join(rc.overrides, ", ")));
   } catch (const InputError&) {
     if (mpi.rank() != 0) return kExitBadInput;  // every rank reads the same recipe: rank 0 reports it once
     throw;
+  }
+  parallel::set_collective_timeout(rc.parallel.timeout_s);
+  {  // where the ranks run, once
+    std::vector<int> node_of_rank;
+    const std::string placement = parallel::describe_placement(env, world, &node_of_rank);
+    const auto& p = rc.parallel;
+    log::info("{}\nmesh: data {} x tensor {} x pipeline {} (order {}, innermost first)", placement, p.data, p.tensor,
+              p.pipeline, fmt::join(p.order, ", "));
+    const parallel::Topology topo(int(p.data), int(p.pipeline), int(p.tensor), p.order);
+    const std::string split = parallel::groups_across_nodes(topo.groups(parallel::GroupKind::tensor), node_of_rank);
+    if (!split.empty() && mpi.rank() == 0)
+      log::warn("tensor groups {} span nodes: tensor-parallel traffic crosses the network (make the ranks per node a "
+                "multiple of parallel.tensor and keep tensor first in parallel.order)",
+                split);
   }
   try {
     launch::train(rc, opts);
@@ -163,6 +208,146 @@ int cmd_prepare(const std::vector<std::string>& args) {
 
 }  // namespace
 
+// Options of the form --flag VALUE; positional arguments in order.
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> values;
+  std::vector<std::string> sets;
+  bool help = false;
+};
+
+Args parse_args(const std::string& cmd, const std::vector<std::string>& args, const std::set<std::string>& flags,
+                const std::set<std::string>& switches = {}) {
+  Args out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      out.help = true;
+    } else if (switches.count(a)) {
+      out.values[a] = "1";
+    } else if (a.rfind("--", 0) == 0) {
+      std::string key = a, value;
+      const bool inline_value = a.find('=') != std::string::npos;
+      if (inline_value) key = a.substr(0, a.find('=')), value = a.substr(a.find('=') + 1);
+      if (key != "--set" && !flags.count(key))
+        fail_input("{}: unknown option '{}' (expected one of: {})", cmd, key, fmt::join(flags, ", "));
+      if (!inline_value) {
+        if (i + 1 >= args.size()) fail_input("{}: {} needs a value", cmd, key);
+        value = args[++i];
+      }
+      if (key == "--set") out.sets.push_back(value);
+      else out.values[key] = value;
+    } else {
+      out.positional.push_back(a);
+    }
+  }
+  return out;
+}
+
+double parse_number(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (end == v.c_str() || *end) fail_input("{}: expected a number, found '{}'", flag, v);
+  return x;
+}
+
+int64_t parse_count(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  if (end == v.c_str() || *end || n < 0) fail_input("{}: expected an integer >= 0, found '{}'", flag, v);
+  return n;
+}
+
+int cmd_export(const std::vector<std::string>& args) {
+  const Args a = parse_args("export", args, {"--format", "--out"});
+  if (a.help) {
+    fmt::print("usage: trident export CHECKPOINT --format hf --out DIR\n");
+    return 0;
+  }
+  if (a.positional.size() != 1) fail_input("export: expected one CHECKPOINT (a step directory or a checkpoint.dir)");
+  const std::string format = a.values.count("--format") ? a.values.at("--format") : "";
+  if (format != "hf") fail_input("export: --format: expected hf, found '{}'", format);
+  if (!a.values.count("--out")) fail_input("export: missing --out DIR");
+  launch::export_hf(a.positional[0], a.values.at("--out"));
+  return 0;
+}
+
+int cmd_import(const std::vector<std::string>& args) {
+  const Args a = parse_args("import", args, {"--recipe", "--out"});
+  if (a.help) {
+    fmt::print("usage: trident import HF_DIR --recipe RECIPE.yaml --out DIR [--set key.path=value ...]\n");
+    return 0;
+  }
+  if (a.positional.size() != 1) fail_input("import: expected one HF_DIR (config.json + model.safetensors)");
+  if (!a.values.count("--recipe")) fail_input("import: missing --recipe RECIPE.yaml");
+  if (!a.values.count("--out")) fail_input("import: missing --out DIR");
+  launch::import_hf(a.positional[0], a.values.at("--recipe"), a.sets, a.values.at("--out"));
+  return 0;
+}
+
+int cmd_sample(const std::vector<std::string>& args) {
+  const Args a = parse_args("sample", args,
+                            {"--prompt", "--prompt-ids", "--tokens", "--temperature", "--top-k", "--seed", "--logits"});
+  if (a.help) {
+    fmt::print("usage: trident sample CHECKPOINT (--prompt TEXT | --prompt-ids ID,ID,...) [--tokens N] "
+               "[--temperature T] [--top-k K] [--seed S] [--logits FILE.safetensors]\n");
+    return 0;
+  }
+  if (a.positional.size() != 1) fail_input("sample: expected one CHECKPOINT (a step directory or a checkpoint.dir)");
+  launch::SampleOptions o;
+  o.checkpoint = a.positional[0];
+  auto get = [&](const char* k) { return a.values.count(k) ? a.values.at(k) : std::string(); };
+  o.prompt = get("--prompt");
+  if (!get("--prompt-ids").empty()) {
+    if (!o.prompt.empty()) fail_input("sample: give --prompt or --prompt-ids, not both");
+    std::string ids = get("--prompt-ids");
+    for (char& c : ids)
+      if (c == ',') c = ' ';
+    std::istringstream in(ids);
+    std::string item;
+    while (in >> item) o.prompt_ids.push_back(int32_t(parse_count("sample: --prompt-ids", item)));
+  }
+  if (!get("--tokens").empty()) o.tokens = parse_count("sample: --tokens", get("--tokens"));
+  if (!get("--temperature").empty()) o.temperature = parse_number("sample: --temperature", get("--temperature"));
+  if (!get("--top-k").empty()) o.top_k = parse_count("sample: --top-k", get("--top-k"));
+  if (!get("--seed").empty()) o.seed = uint64_t(parse_count("sample: --seed", get("--seed")));
+  o.logits_out = get("--logits");
+  log::info_to_stderr(true);  // stdout is the text
+  launch::sample(o);
+  return 0;
+}
+
+int cmd_submit(const std::vector<std::string>& args) {
+  const Args a = parse_args("submit", args,
+                            {"--nodes", "--tasks-per-node", "--gpus-per-node", "--time", "--partition", "--account",
+                             "--mpi", "--log-dir", "--name", "--signal-seconds"},
+                            {"--dry-run"});
+  if (a.help) {
+    fmt::print("usage: trident submit RECIPE.yaml --nodes N [--tasks-per-node K] [--gpus-per-node G] [--time T]\n"
+               "       [--partition P] [--account A] [--mpi pmix] [--log-dir runs/slurm] [--name NAME]\n"
+               "       [--signal-seconds S] [--dry-run] [--set key.path=value ...]\n");
+    return 0;
+  }
+  if (a.positional.size() != 1) fail_input("submit: expected one RECIPE.yaml");
+  launch::SubmitOptions o;
+  o.recipe = a.positional[0];
+  o.sets = a.sets;
+  auto get = [&](const char* k) { return a.values.count(k) ? a.values.at(k) : std::string(); };
+  if (!get("--nodes").empty()) o.nodes = parse_positive("submit: --nodes", get("--nodes"));
+  if (!get("--tasks-per-node").empty()) o.tasks_per_node = parse_positive("submit: --tasks-per-node", get("--tasks-per-node"));
+  if (!get("--gpus-per-node").empty()) o.gpus_per_node = parse_count("submit: --gpus-per-node", get("--gpus-per-node"));
+  if (!get("--signal-seconds").empty()) o.signal_seconds = parse_count("submit: --signal-seconds", get("--signal-seconds"));
+  if (!get("--time").empty()) o.time = get("--time");
+  o.partition = get("--partition");
+  o.account = get("--account");
+  if (!get("--mpi").empty()) o.mpi = get("--mpi");
+  if (!get("--log-dir").empty()) o.log_dir = get("--log-dir");
+  o.name = get("--name");
+  o.dry_run = a.values.count("--dry-run") > 0;
+  launch::submit(o);
+  return 0;
+}
+
 int cmd_schedule(const std::vector<std::string>& args) {
   int64_t P = 0, M = 0, V = 1, width = 120;
   std::string kind;
@@ -211,8 +396,9 @@ int main(int argc, char** argv) {
       return args.empty() ? kExitBadInput : kExitOk;
     }
     if (args[0] == "--version") {
-      fmt::print("trident {} (revision {})\n  cpu gemm: {}\n  cuda: {}\n", TRIDENT_VERSION, TRIDENT_GIT_REV,
-                 kernels::cpu_gemm_backend(), kernels::cuda_backend());
+      fmt::print("trident {} (revision {})\n  cpu gemm: {}\n  cuda: {}\n  nccl: {}\n  mpi: {}\n", TRIDENT_VERSION,
+                 TRIDENT_GIT_REV, kernels::cpu_gemm_backend(), kernels::cuda_backend(), parallel::nccl_version(),
+                 parallel::mpi_library_version());
       return kExitOk;
     }
     std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -220,7 +406,13 @@ int main(int argc, char** argv) {
     if (args[0] == "prepare") return cmd_prepare(rest);
     if (args[0] == "topology") return cmd_topology(rest);
     if (args[0] == "schedule") return cmd_schedule(rest);
-    fail_input("unknown command '{}' (expected train, prepare, topology or schedule; see trident --help)", args[0]);
+    if (args[0] == "export") return cmd_export(rest);
+    if (args[0] == "import") return cmd_import(rest);
+    if (args[0] == "sample") return cmd_sample(rest);
+    if (args[0] == "submit") return cmd_submit(rest);
+    fail_input("unknown command '{}' (expected train, prepare, topology, schedule, export, import, sample or "
+               "submit; see trident --help)",
+               args[0]);
   } catch (const InputError& e) {
     log::error("{}", e.what());
     return kExitBadInput;

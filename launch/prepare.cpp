@@ -17,53 +17,14 @@
 #include "core/dataset.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/safetensors.hpp"
+#include "launch/tokenizer.hpp"
 #include "launch/trainer.hpp"
 
 namespace trident::launch {
 using trident::Error;
 using trident::fail_input;
 namespace {
-
-std::vector<uint32_t> decode_utf8(const std::string& s, const std::string& path) {
-  std::vector<uint32_t> out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || i + size_t(len) > s.size())
-      fail_input("{}: byte offset {}: invalid UTF-8 (byte 0x{:02x}); use --tokenizer byte for binary input", path, i,
-                 c);
-    uint32_t cp = len == 1 ? c : c & (0x7f >> len);
-    for (int k = 1; k < len; ++k) {
-      unsigned char cc = static_cast<unsigned char>(s[i + size_t(k)]);
-      if ((cc >> 6) != 2)
-        fail_input("{}: byte offset {}: invalid UTF-8 continuation byte 0x{:02x}", path, i + size_t(k), cc);
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    out.push_back(cp);
-    i += size_t(len);
-  }
-  return out;
-}
-
-std::string encode_utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) s += char(cp);
-  else if (cp < 0x800) s += char(0xc0 | (cp >> 6)), s += char(0x80 | (cp & 0x3f));
-  else if (cp < 0x10000) s += char(0xe0 | (cp >> 12)), s += char(0x80 | ((cp >> 6) & 0x3f)), s += char(0x80 | (cp & 0x3f));
-  else s += char(0xf0 | (cp >> 18)), s += char(0x80 | ((cp >> 12) & 0x3f)), s += char(0x80 | ((cp >> 6) & 0x3f)), s += char(0x80 | (cp & 0x3f));
-  return s;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += char(c);
-    else if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-    else out += char(c);
-  }
-  return out + "\"";
-}
 
 // Progress on a terminal: bytes done, rate, ETA; one line per ~2 s otherwise.
 class Progress {
@@ -153,7 +114,7 @@ void prepare(const PrepareOptions& o) {
     {
       std::ofstream v(tmp);
       v << "[";
-      for (size_t i = 0; i < vocab.size(); ++i) v << (i ? "," : "") << json_string(encode_utf8(vocab[i]));
+      for (size_t i = 0; i < vocab.size(); ++i) v << (i ? "," : "") << json_quote(encode_utf8(vocab[i]));
       v << "]\n";
       if (!v) throw Error(fmt::format("{}: write failed", tmp));
     }

@@ -9,7 +9,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 
 PACKAGES=(cmake g++ ninja-build pkg-config libyaml-cpp-dev libfmt-dev libgtest-dev libbenchmark-dev
-          libopenmpi-dev openmpi-bin libdnnl-dev)
+          libopenmpi-dev openmpi-bin libdnnl-dev python3-venv)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -268,6 +268,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   std::unique_ptr<parallel::MpiCommunicator> world;
   std::unique_ptr<parallel::ProcessGroups> groups;
   if (mpi_on && !opts.single_process) world = parallel::MpiCommunicator::world();
+  parallel::set_collective_timeout(par.timeout_s);  // a hang is an error naming the operation, group and peer
   const int world_size = world ? world->size() : 1;
   if (par.data * par.tensor * par.pipeline != world_size)
     fail_input("{}: parallel mesh data({}) x tensor({}) x pipeline({}) != world size {}", rc.source, par.data,
@@ -579,6 +580,12 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
                                  : *std::max_element(rc.log.trace_steps.begin(), rc.log.trace_steps.end());
 
   // Stop signals: caught only when there is somewhere to save to.
+  CheckpointSaver saver(rc, world.get());
+  if (!rc.checkpoint.dir.empty() && rc.checkpoint.async) {
+    saver.reserve(shard_end - shard_begin);
+    log::info("checkpoints: background writes from a host copy of this rank's shard ({} per rank)",
+              mib(saver.buffer_bytes()));
+  }
   g_stop_signal = 0;
   g_stop_accepted = !rc.checkpoint.dir.empty();
   struct StopGuard {
@@ -654,11 +661,20 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
       }
       stop = int(sig);
     }
-    if (!rc.checkpoint.dir.empty() &&
-        ((rc.checkpoint.every > 0 && (step + 1) % rc.checkpoint.every == 0) || step + 1 == rc.train.steps || stop)) {
-      const std::string saved = save_checkpoint(rc, step + 1, ckpt_state, world.get());
+    // checkpoints: the copy to host buffers stalls the step; the files are
+    // written in the background and the save is finished at a later step
+    const double ckpt_start = since();
+    auto report = [&](const std::string& saved) {
       if (!opts.quiet && !saved.empty()) log::info("checkpoint {}", saved);
+    };
+    if (!rc.checkpoint.dir.empty()) {
+      report(saver.poll());
+      if ((rc.checkpoint.every > 0 && (step + 1) % rc.checkpoint.every == 0) || step + 1 == rc.train.steps || stop) {
+        report(saver.start(step + 1, ckpt_state));
+        if (step + 1 == rc.train.steps || stop) report(saver.finish());
+      }
     }
+    const double ckpt_s = since() - ckpt_start;
 
     const double comm_wait = sync ? sync->take_wait_seconds() : zstore->take_wait_seconds();
     out.comm_wait_s += comm_wait;
@@ -683,10 +699,10 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     const MemStats mem = HostAllocator::instance().stats();
     metrics.write(fmt::format("{{\"type\":\"train\",\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},"
                               "\"tokens_per_s\":{:.1f},\"mfu\":{:.4f},\"step_s\":{:.4f},\"comm_wait_s\":{:.4f},"
-                              "\"tensor_comm_s\":{:.4f},\"bubble\":[{:.4f}],\"bubble_predicted\":{:.4f},"
+                              "\"tensor_comm_s\":{:.4f},\"checkpoint_s\":{:.4f},\"bubble\":[{:.4f}],\"bubble_predicted\":{:.4f},"
                               "\"peak_bytes\":{}}}",
                               step + 1, loss, lr, gnorm, tps, mfu, dt, comm_wait, tp.traffic().seconds - tensor_comm0,
-                              fmt::join(bubble, ","), predicted_bubble, peak_bytes_json(mem)));
+                              ckpt_s, fmt::join(bubble, ","), predicted_bubble, peak_bytes_json(mem)));
     if (!opts.quiet && ((step + 1) % rc.log.every == 0 || step == 0 || last)) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
       const double eta = elapsed / double(step + 1) * double(rc.train.steps - step - 1);

@@ -16,6 +16,9 @@
 
 #include "core/error.hpp"
 #include "core/recipe.hpp"
+#include "core/safetensors.hpp"
+#include "launch/checkpoint.hpp"
+#include "model/params.hpp"
 #include "launch/trainer.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 #include "tests/mpi_test_main.hpp"
@@ -101,6 +104,46 @@ TEST(Checkpoint, KeepsTheNewestAndCleansAbandonedSaves) {
   std::string l;
   latest >> l;
   EXPECT_EQ(l, "step_00000005");
+}
+
+// The background writer saves the state as it was at start(), whatever the
+// training does to the shard afterwards; a second start() finishes the first
+// save before it begins.
+TEST(Checkpoint, BackgroundSaveWritesTheSnapshot) {
+  const std::string dir = fresh_dir("async");
+  Recipe rc = recipe(dir, {"parallel.data=" + std::to_string(g_world)}, 1, 1);
+  ASSERT_TRUE(rc.checkpoint.async);
+  const model::ParamRegistry reg(rc.model);
+  const int64_t n = reg.total();
+  std::vector<float> p(static_cast<size_t>(n), 1.0f), m(static_cast<size_t>(n), 2.0f), v(static_cast<size_t>(n), 3.0f);
+  // every rank a distinct (dp) coordinate of the same whole-model shard, as with ZeRO >= 1
+  rc.parallel.zero = 1;
+  launch::RankState s{&reg, g_comm->rank(), 0, 0, 0, n, p.data(), m.data(), v.data()};
+  launch::CheckpointSaver saver(rc, g_comm);
+  saver.start(1, s);
+  EXPECT_EQ(saver.buffer_bytes(), 3 * 4 * n);
+  std::fill(p.begin(), p.end(), -1.0f);  // "the next step" changes the state while the file is written
+  EXPECT_TRUE(saver.pending());
+  EXPECT_FALSE(fs::exists(dir + "/step_00000001"));  // finished only by poll(), finish() or the next start()
+  saver.start(2, s);  // waits for step 1 and finishes it
+  barrier();
+  EXPECT_TRUE(fs::exists(dir + "/step_00000001/index.json"));
+  EXPECT_FALSE(fs::exists(dir + "/step_00000002"));  // not finished yet
+  EXPECT_EQ(saver.finish(), dir + "/step_00000002");
+  SafetensorsReader one(dir + "/step_00000001/" + fmt::format("dp{}_pp0_tp0.safetensors", g_comm->rank()));
+  SafetensorsReader two(dir + "/step_00000002/" + fmt::format("dp{}_pp0_tp0.safetensors", g_comm->rank()));
+  std::vector<float> got(static_cast<size_t>(n));
+  one.read("params", got.data());
+  EXPECT_EQ(got, std::vector<float>(static_cast<size_t>(n), 1.0f));
+  two.read("params", got.data());
+  EXPECT_EQ(got, std::vector<float>(static_cast<size_t>(n), -1.0f));
+  one.read("exp_avg_sq", got.data());
+  EXPECT_EQ(got, v);
+  std::ifstream latest(dir + "/latest");
+  std::string l;
+  latest >> l;
+  EXPECT_EQ(l, "step_00000002");
+  barrier();
 }
 
 TEST(Checkpoint, DamageIsAClearErrorAndChangesNothing) {

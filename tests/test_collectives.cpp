@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <numeric>
+#include <thread>
+
+#include "core/error.hpp"
 
 #include "core/dtype.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
@@ -149,6 +152,43 @@ TEST(Collectives, GroupsOfA2x2x2Mesh) {
     g.all_reduce(t)->wait();
     EXPECT_EQ(at(t, 2), double(std::accumulate(members.begin(), members.end(), 0))) << group_name(k);
   }
+}
+
+// A hang is never silent: a rank waiting past parallel.timeout_s on a
+// collective or a transfer that a peer never joins gets an Error naming the
+// operation, the group and the peer. The late peer joins afterwards, so the
+// abandoned operation still completes and the ranks end cleanly.
+TEST(Collectives, TimeoutNamesOperationGroupAndPeer) {
+  auto& w = *g_world;
+  const double saved = collective_timeout();
+  set_collective_timeout(0.5);
+  Tensor t = filled(10, DType::f32, [](int64_t) { return 1.0; });
+  if (w.rank() == 0) {
+    try {
+      w.all_reduce(t)->wait();
+      ADD_FAILURE() << "all_reduce did not time out";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("timed out after"), std::string::npos) << m;
+      EXPECT_NE(m.find("in all_reduce of 10 elements on group 'world' (this rank 0 of"), std::string::npos) << m;
+    }
+    try {
+      w.recv(t, {.peer = 1, .tag = 99})->wait();
+      ADD_FAILURE() << "recv did not time out";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("in recv of 10 elements from peer 1 (world rank 1), tag 99, on group 'world'"),
+                std::string::npos)
+          << m;
+    }
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // "hung" past rank 0's timeout
+    set_collective_timeout(saved);
+    w.all_reduce(t)->wait();
+    if (w.rank() == 1) w.send(t, {.peer = 0, .tag = 99})->wait();
+  }
+  set_collective_timeout(saved);
+  w.barrier()->wait();
 }
 
 }  // namespace trident::parallel

@@ -92,8 +92,10 @@ TEST(Recipe, GlobalBatchNotDivisible) {
                {"train.micro_batch=3"});
 }
 TEST(Recipe, MeshDoesNotMatchWorld) {
+  // one process: the message says how to launch it
   expect_error(with("parallel: {data: 2, tensor: 2}"),
-               {"data(2) x tensor(2) x pipeline(1) = 4 != world size 1", "meshes (data x tensor x pipeline) that fit"});
+               {"data(2) x tensor(2) x pipeline(1) = 4 ranks, but this is one process", "mpirun -np 4 trident",
+                "srun -n 4 --mpi=pmix"});
   expect_error(with("parallel: {data: 2}"), {"= 2 != world size 4", "4x1x1", "2x2x1", "1x2x2"}, {}, 4);
 }
 TEST(Recipe, AutoMeshSizeIsInferred) {

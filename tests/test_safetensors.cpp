@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/crc32c.hpp"
 #include "core/error.hpp"
 #include "core/safetensors.hpp"
 
@@ -91,7 +92,7 @@ TEST_F(Safetensors, WriteThenReadIsExact) {
   std::vector<float> w = {1.5f, -2.25f, 3e-8f, 4e8f, 0.f, -0.f};
   std::vector<int32_t> ids = {7, -1, 123456};
   std::vector<double> x = {1.0 / 3.0};
-  write_safetensors(file("t.safetensors"),
+  const uint32_t crc = write_safetensors(file("t.safetensors"),
                     {{"model.w", DType::f32, {2, 3}, w.data()}, {"ids", DType::i32, {3}, ids.data()},
                      {"x \"quoted\\", DType::f64, {1, 1}, x.data()}},
                     {{"step", "12"}, {"recipe", "a: {b: 1}"}});
@@ -109,6 +110,21 @@ TEST_F(Safetensors, WriteThenReadIsExact) {
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   EXPECT_EQ((8 + n) % 8, 0u);
+  // the checksum computed while writing is the file's
+  EXPECT_EQ(crc, crc32c(bytes.data(), bytes.size()));
+  EXPECT_EQ(crc, crc32c_file(file("t.safetensors")));
+}
+
+TEST_F(Safetensors, Crc32cKnownValues) {  // RFC 3720 check value and test vectors
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  std::vector<unsigned char> zeros(32, 0), ones(32, 0xff);
+  EXPECT_EQ(crc32c(zeros.data(), 32), 0x8A9136AAu);
+  EXPECT_EQ(crc32c(ones.data(), 32), 0x62A8AB43u);
+  // the running form over pieces equals the whole
+  const std::string text = "Trident checkpoints are checked end to end";
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < text.size(); i += 5) c = crc32c_update(c, text.data() + i, std::min<size_t>(5, text.size() - i));
+  EXPECT_EQ(c ^ 0xFFFFFFFFu, crc32c(text.data(), text.size()));
 }
 
 TEST_F(Safetensors, DamageIsAClearError) {
@@ -179,4 +195,21 @@ TEST_F(Safetensors, FailedWriteLeavesTheOldFile) {
   EXPECT_FALSE(fs::exists(file("keep.safetensors.tmp"))) << "no partial output left behind";
 }
 
+}  // namespace trident
+
+namespace trident {
+TEST(DType, HalfAndBfloat16ToFloat) {  // what import reads from F16 / BF16 files
+  EXPECT_EQ(f16_to_f32(0x3C00), 1.0f);
+  EXPECT_EQ(f16_to_f32(0xC000), -2.0f);
+  EXPECT_EQ(f16_to_f32(0x7BFF), 65504.0f);           // largest half
+  EXPECT_EQ(f16_to_f32(0x0400), std::ldexp(1.0f, -14));  // smallest normal
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(f16_to_f32(0x03FF), std::ldexp(1023.0f, -24));
+  EXPECT_EQ(f16_to_f32(0x3555), 0.333251953125f);
+  EXPECT_TRUE(std::isinf(f16_to_f32(0x7C00)) && f16_to_f32(0xFC00) < 0);
+  EXPECT_TRUE(std::isnan(f16_to_f32(0x7E00)));
+  EXPECT_TRUE(std::signbit(f16_to_f32(0x8000)) && f16_to_f32(0x8000) == 0.0f);
+  EXPECT_EQ(bf16_to_f32(0x3F80), 1.0f);
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(-3.5f)), -3.5f);
+}
 }  // namespace trident

@@ -20,19 +20,10 @@ namespace trident {
 
 std::string src(const std::string& rel) { return std::string(TRIDENT_SOURCE_DIR) + "/" + rel; }
 
-struct CliRun {
-  int code;
-  std::string out;
-};
-CliRun run(const std::string& args) {
-  std::string cmd = std::string(TRIDENT_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  int status = pclose(p);
-  return {WEXITSTATUS(status), out};
+using test::CliRun;
+CliRun run(const std::string& args) { return test::run_cli(TRIDENT_BINARY, args); }
+CliRun run_env(const std::string& env, const std::string& args) {
+  return test::run_cli(env + " " + std::string(TRIDENT_BINARY), args);
 }
 
 // A stop signal (SIGTERM to the process, or SIGUSR1 to mpirun, which
@@ -228,6 +219,51 @@ TEST(Cli, ExitCodesAndMessages) {
   CliRun data = run("train " + src("configs/demo.yaml") + " --set data.train=/nonexistent/ds --set data.synthetic=null");
   EXPECT_EQ(data.code, 2) << data.out;
   EXPECT_NE(data.out.find("/nonexistent/ds.idx: cannot open"), std::string::npos) << data.out;
+}
+
+// Multi-process launches: mpirun with a hostfile (the slots of localhost
+// standing for nodes), the start-up report of launcher, nodes and mesh, and
+// ranks started with different recipes.
+TEST(Launch, HostfileReportsPlacementAndMesh) {
+  namespace fs = std::filesystem;
+  const std::string hosts = fs::temp_directory_path() / ("trident_hosts_" + std::to_string(::getpid()));
+  std::ofstream(hosts) << "localhost slots=4\n";
+  const CliRun r = test::run_cli(
+      "OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 mpirun --allow-run-as-root --oversubscribe --bind-to none "
+      "--hostfile " + hosts + " -np 4 " + std::string(TRIDENT_BINARY),
+      "train " + src("configs/demo.yaml") +
+          " --set parallel.data=2 --set parallel.tensor=2 --set train.steps=2 --set eval.batches=0 --set log.metrics=");
+  fs::remove(hosts);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("launch: mpirun | 4 ranks on 1 node"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("): ranks 0-3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mesh: data 2 x tensor 2 x pipeline 1 (order tensor, data, pipeline"), std::string::npos) << r.out;
+}
+
+TEST(Launch, LauncherWithoutMpiWorldIsRefused) {
+  // srun --mpi=none: caught before MPI starts
+  CliRun r = run_env("SLURM_PROCID=0 SLURM_STEP_ID=0 SLURM_NTASKS=4 SLURM_JOB_ID=1",
+                     "train " + src("configs/demo.yaml") + " --set parallel.data=4");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("srun started 4 tasks without an MPI plugin"), std::string::npos) << r.out;
+  // a launcher whose MPI wire-up failed: every task is a world of one
+  r = run_env("SLURM_PROCID=0 SLURM_STEP_ID=0 SLURM_NTASKS=4 SLURM_JOB_ID=1 SLURM_MPI_TYPE=pmix",
+              "train " + src("configs/demo.yaml") + " --set parallel.data=4");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("srun started 4 tasks, but MPI sees a world of 1"), std::string::npos) << r.out;
+}
+
+TEST(Launch, RanksWithDifferentRecipesAreRefused) {
+  const std::string train = std::string(TRIDENT_BINARY) + " train " + src("configs/demo.yaml") +
+                            " --set parallel.data=2 --set eval.batches=0 --set log.metrics= --set train.steps=";
+  const CliRun r = test::run_cli("OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 mpirun --allow-run-as-root "
+                                 "--oversubscribe --bind-to none -np 1 " + train + "2 : -np 1",
+                                 train + "3");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("error: the ranks disagree on the recipe (its text and --set options): rank 0 has"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("rank 1 has"), std::string::npos) << r.out;
 }
 
 }  // namespace trident

@@ -3,13 +3,32 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 namespace trident::test {
+
+// The trident binary with `args` (a shell command line), stdout and stderr together.
+struct CliRun {
+  int code;
+  std::string out;
+};
+inline CliRun run_cli(const std::string& binary, const std::string& args) {
+  const std::string cmd = binary + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
 
 inline std::vector<double> randn(size_t n, uint32_t seed, double scale = 1.0) {
   std::mt19937 rng(seed);

@@ -2,6 +2,8 @@
 #include "parallel/mpi/mpi_communicator.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstring>
 #include <numeric>
 
@@ -59,14 +61,39 @@ MPI_Op mpi_op(ReduceOp op, DType t) {
   return op == ReduceOp::sum ? MPI_SUM : MPI_MAX;
 }
 
+double g_timeout_s = 600;
+
 class MpiWork : public Work {
  public:
-  MpiWork(std::vector<Tensor> keep) : keep_(std::move(keep)) {}
+  MpiWork(std::vector<Tensor> keep, const char* op, const MpiCommunicator* comm, int64_t numel, int peer = -1,
+          int tag = -1)
+      : keep_(std::move(keep)), op_(op), comm_(comm), numel_(numel), peer_(peer), tag_(tag) {}
   ~MpiWork() override {
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
+  // Polls until done; past the timeout the request is abandoned (the job is
+  // about to end) and an Error says which operation, group and peer.
   void wait() override {
-    if (request_ != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+    if (request_ == MPI_REQUEST_NULL) return;
+    if (g_timeout_s <= 0) {
+      MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t spin = 0;; ++spin) {
+      int done = 0;
+      MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
+      if (done) return;
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (waited > g_timeout_s) {
+        request_ = MPI_REQUEST_NULL;                                  // never completed: not waited for again
+        static std::vector<std::vector<Tensor>> abandoned;            // MPI may still write into the buffers
+        abandoned.push_back(std::move(keep_));
+        throw Error(describe(waited));
+      }
+      if (waited > 1e-3) std::this_thread::sleep_for(std::chrono::microseconds(20));  // long waits yield the core
+      else std::this_thread::yield();
+    }
   }
   bool is_completed() override {
     if (request_ == MPI_REQUEST_NULL) return true;
@@ -74,11 +101,32 @@ class MpiWork : public Work {
     MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
     return done != 0;
   }
+  std::string describe(double waited) const {
+    std::string peer;
+    if (peer_ >= 0) {
+      MPI_Group g, w;
+      MPI_Comm_group(comm_->comm(), &g);
+      MPI_Comm_group(MPI_COMM_WORLD, &w);
+      int world_peer = -1;
+      MPI_Group_translate_ranks(g, 1, &peer_, w, &world_peer);
+      MPI_Group_free(&g);
+      MPI_Group_free(&w);
+      peer = fmt::format(" {} peer {} (world rank {}), tag {},", std::string(op_) == "send" ? "to" : "from", peer_,
+                         world_peer, tag_);
+    }
+    return fmt::format("timed out after {:.0f} s in {} of {} elements{} on group '{}' (this rank {} of {}): a peer did "
+                       "not take part; it may have failed, hung, or be running other code (parallel.timeout_s)",
+                       waited, op_, numel_, peer, comm_->name(), comm_->rank(), comm_->size());
+  }
   MPI_Request request_ = MPI_REQUEST_NULL;
   std::vector<int> counts_, displs_;  // must outlive the request (v-collectives)
 
  private:
   std::vector<Tensor> keep_;
+  const char* op_;
+  const MpiCommunicator* comm_;
+  int64_t numel_;
+  int peer_, tag_;
 };
 
 int as_int(int64_t n) {
@@ -87,6 +135,19 @@ int as_int(int64_t n) {
 }
 
 }  // namespace
+
+void set_collective_timeout(double seconds) { g_timeout_s = seconds; }
+double collective_timeout() { return g_timeout_s; }
+
+std::string mpi_library_version() {
+  char buf[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(buf, &len);
+  std::string v(buf, size_t(len));
+  if (v.find('\n') != std::string::npos) v.resize(v.find('\n'));
+  while (!v.empty() && (v.back() == ',' || v.back() == ' ' || v.back() == '\0')) v.pop_back();
+  return v;
+}
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   int provided = 0;
@@ -122,7 +183,7 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key, std:
 }
 
 WorkPtr MpiCommunicator::all_reduce(Tensor buf, const AllReduceOptions& opts) {
-  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf});
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf}, "all_reduce", this, buf.numel());
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf.raw(), as_int(buf.numel()), mpi_type(buf.dtype()),
                            mpi_op(opts.op, buf.dtype()), comm_, &w->request_));
   return w;
@@ -133,7 +194,7 @@ WorkPtr MpiCommunicator::reduce_scatter(Tensor out, Tensor in, const ReduceScatt
   auto counts = split_counts(in.numel(), size_, opts.counts);
   TRIDENT_CHECK(out.numel() == counts[size_t(rank_)], "reduce_scatter output has {} elements, rank {} gets {}",
                 out.numel(), rank_, counts[size_t(rank_)]);
-  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{out, in});
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{out, in}, "reduce_scatter", this, in.numel());
   for (int64_t c : counts) w->counts_.push_back(as_int(c));
   MPI_CHECK(MPI_Ireduce_scatter(in.raw(), out.raw(), w->counts_.data(), mpi_type(in.dtype()),
                                 mpi_op(opts.op, in.dtype()), comm_, &w->request_));
@@ -142,7 +203,7 @@ WorkPtr MpiCommunicator::reduce_scatter(Tensor out, Tensor in, const ReduceScatt
 
 WorkPtr MpiCommunicator::all_gather(Tensor buf, const AllGatherOptions& opts) {
   auto counts = split_counts(buf.numel(), size_, opts.counts);
-  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf});
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf}, "all_gather", this, buf.numel());
   int64_t off = 0;
   for (int64_t c : counts) w->counts_.push_back(as_int(c)), w->displs_.push_back(as_int(off)), off += c;
   MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf.raw(), w->counts_.data(), w->displs_.data(),
@@ -151,25 +212,25 @@ WorkPtr MpiCommunicator::all_gather(Tensor buf, const AllGatherOptions& opts) {
 }
 
 WorkPtr MpiCommunicator::broadcast(Tensor buf, const BroadcastOptions& opts) {
-  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf});
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf}, "broadcast", this, buf.numel());
   MPI_CHECK(MPI_Ibcast(buf.raw(), as_int(buf.numel()), mpi_type(buf.dtype()), opts.root, comm_, &w->request_));
   return w;
 }
 
 WorkPtr MpiCommunicator::send(Tensor buf, const PointToPointOptions& opts) {
-  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf});
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf}, "send", this, buf.numel(), opts.peer, opts.tag);
   MPI_CHECK(MPI_Isend(buf.raw(), as_int(buf.numel()), mpi_type(buf.dtype()), opts.peer, opts.tag, comm_, &w->request_));
   return w;
 }
 
 WorkPtr MpiCommunicator::recv(Tensor buf, const PointToPointOptions& opts) {
-  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf});
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf}, "recv", this, buf.numel(), opts.peer, opts.tag);
   MPI_CHECK(MPI_Irecv(buf.raw(), as_int(buf.numel()), mpi_type(buf.dtype()), opts.peer, opts.tag, comm_, &w->request_));
   return w;
 }
 
 WorkPtr MpiCommunicator::barrier() {
-  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{});
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{}, "barrier", this, 0);
   MPI_CHECK(MPI_Ibarrier(comm_, &w->request_));
   return w;
 }

@@ -19,6 +19,14 @@ namespace trident::parallel {
 std::string mpi_error_string(int code);
 #define MPI_CHECK(stmt) TRIDENT_LIBRARY_CHECK("MPI", stmt, MPI_SUCCESS, ::trident::parallel::mpi_error_string)
 
+// Every wait() on an MPI operation gives up after this many seconds (<= 0:
+// never) with an Error naming the operation, group and peer; the recipe's
+// parallel.timeout_s. Default 600.
+void set_collective_timeout(double seconds);
+double collective_timeout();
+// "Open MPI v4.1.4, ..." (first line of MPI_Get_library_version).
+std::string mpi_library_version();
+
 class MpiRuntime {
  public:
   MpiRuntime(int* argc, char*** argv);

@@ -13,6 +13,13 @@
 namespace trident::parallel {
 
 bool nccl_built() { return true; }
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "NCCL (version unknown)";
+  // NCCL >= 2.9: major * 10000 + minor * 100 + patch
+  return fmt::format("NCCL {}.{}.{} (built against {}.{}.{})", v / 10000, v / 100 % 100, v % 100, NCCL_MAJOR,
+                     NCCL_MINOR, NCCL_PATCH);
+}
 
 struct NcclCommunicator::Impl {
   ncclComm_t comm = nullptr;

@@ -41,5 +41,7 @@ class NcclCommunicator : public Communicator {
 
 // True when this build has the NCCL backend.
 bool nccl_built();
+// "NCCL 2.x.y" (the library linked), or why there is none.
+std::string nccl_version();
 
 }  // namespace trident::parallel

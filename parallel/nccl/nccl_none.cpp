@@ -5,6 +5,7 @@
 namespace trident::parallel {
 
 bool nccl_built() { return false; }
+std::string nccl_version() { return "not built (no CUDA toolkit with NCCL at configure time)"; }
 
 struct NcclCommunicator::Impl {};
 

@@ -14,6 +14,8 @@
 #include "core/recipe.hpp"
 #include "kernels/backends.hpp"
 #include "launch/hf.hpp"
+#include "launch/checkpoint.hpp"
+#include "launch/planner.hpp"
 #include "launch/sample.hpp"
 #include "launch/submit.hpp"
 #include "launch/trainer.hpp"
@@ -54,6 +56,8 @@ commands:
                                                  generate text from a checkpoint
   submit RECIPE.yaml --nodes N [--tasks-per-node K] [--gpus-per-node G] [--time T] [--partition P]
          [--account A] [--dry-run] [--set ...]   Slurm batch job that saves and requeues before its time limit
+  plan RECIPE.yaml --cluster CLUSTER.yaml --gpus N [--top K] [--mesh D,T,P] [--explain] [--json]
+                                                 predict memory and throughput of every parallel configuration
   --version                                      revision and backends of this build
   --help                                         this text
 
@@ -348,6 +352,83 @@ int cmd_submit(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cmd_plan(const std::vector<std::string>& args) {
+  const Args a = parse_args("plan", args, {"--cluster", "--gpus", "--devices", "--mesh", "--top", "--precision"},
+                            {"--explain", "--json"});
+  if (a.help) {
+    fmt::print("usage: trident plan RECIPE.yaml --cluster CLUSTER.yaml --gpus N [--precision fp32|bf16|fp16] [--top K]\n"
+               "       [--mesh D,T,P] [--explain] [--json] [--set key.path=value ...]\n");
+    return 0;
+  }
+  if (a.positional.size() != 1) fail_input("plan: expected one RECIPE.yaml");
+  auto get = [&](const char* k) { return a.values.count(k) ? a.values.at(k) : std::string(); };
+  if (get("--cluster").empty()) fail_input("plan: missing --cluster CLUSTER.yaml (configs/clusters/)");
+  const std::string n_text = !get("--gpus").empty() ? get("--gpus") : get("--devices");
+  if (n_text.empty()) fail_input("plan: missing --gpus N");
+  const int64_t n = parse_positive("plan: --gpus", n_text);
+  const int64_t top = get("--top").empty() ? 10 : parse_positive("plan: --top", get("--top"));
+  // the recipe as given, on one process (its mesh is what the planner chooses)
+  std::vector<std::string> sets = a.sets;
+  for (const auto& s : launch::single_process_overrides()) sets.push_back(s);
+  Recipe rc = load_recipe(a.positional[0], sets, 1);
+  rc.overrides = a.sets;
+  const launch::Cluster cl =
+      launch::load_cluster(get("--cluster"), get("--precision").empty() ? rc.train.precision : get("--precision"));
+  std::vector<launch::PlanResult> results;
+  if (!get("--mesh").empty()) {
+    std::vector<int64_t> dims;
+    std::string text = get("--mesh");
+    for (char& c : text)
+      if (c == ',' || c == 'x') c = ' ';
+    std::istringstream in(text);
+    std::string item;
+    while (in >> item) dims.push_back(parse_positive("plan: --mesh", item));
+    if (dims.size() != 3) fail_input("plan: --mesh: expected D,T,P (data, tensor, pipeline), found '{}'", get("--mesh"));
+    if (dims[0] * dims[1] * dims[2] != n)
+      fail_input("plan: --mesh {}: {} x {} x {} = {} != --gpus {}", get("--mesh"), dims[0], dims[1], dims[2],
+                 dims[0] * dims[1] * dims[2], n);
+    launch::PlanConfig c{dims[0], dims[1], dims[2], rc.parallel.virtual_stages, rc.train.micro_batch, rc.parallel.zero,
+                         rc.train.recompute, rc.parallel.schedule, rc.parallel.sequence_parallel};
+    if (c.pipeline == 1) c.virtual_stages = 1;
+    results.push_back(launch::plan_one(rc, cl, c));
+  } else {
+    results = launch::plan_all(rc, cl, n);
+  }
+  if (a.values.count("--json")) {
+    fmt::print("{}", launch::plan_json(results));
+    return 0;
+  }
+  int64_t feasible = 0, invalid = 0;
+  for (const auto& r : results) feasible += r.feasible, invalid += !r.feasible && r.memory.total() == 0;
+  fmt::print("{} on {} x {} ({} per node, {:.0f} GiB, {:.0f} TFLOP/s {} peak x {:.2f} achievable GEMM)\n",
+             a.positional[0], n, cl.name, cl.devices_per_node, cl.memory_bytes / (1024.0 * 1024 * 1024),
+             cl.peak_flops / 1e12, cl.precision, cl.gemm_fraction);
+  fmt::print("{} configurations: {} fit, {} out of memory, {} invalid\n", results.size(), feasible,
+             int64_t(results.size()) - feasible - invalid, invalid);
+  fmt::print("{:>4} {:>4} {:>4} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10} {:>12} {:>8} {:>6} {:>10}\n", "D", "T", "P", "V",
+             "mb", "zero", "recompute", "sp", "mem GiB", "tokens/s", "TFLOP/s", "MFU", "step s");
+  int64_t shown = 0;
+  for (const auto& r : results) {
+    if (!r.feasible || shown++ >= top) continue;
+    const auto& c = r.config;
+    fmt::print("{:>4} {:>4} {:>4} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10.2f} {:>12.5g} {:>8.1f} {:>5.1f}% {:>10.4g}\n",
+               c.data, c.tensor, c.pipeline, c.virtual_stages, c.micro_batch, c.zero, c.recompute,
+               c.sequence_parallel ? "on" : "off", r.memory.total() / (1024.0 * 1024 * 1024), r.tokens_per_s,
+               r.tflops_per_device, 100 * r.mfu, r.time.step());
+  }
+  // why the others were refused: the first few of each kind
+  int64_t listed = 0;
+  for (const auto& r : results)
+    if (!r.feasible && listed++ < 5) {
+      const auto& c = r.config;
+      fmt::print("rejected: data {} x tensor {} x pipeline {}, V {}, mb {}, ZeRO {}, recompute {}, sp {}: {}\n",
+                 c.data, c.tensor, c.pipeline, c.virtual_stages, c.micro_batch, c.zero, c.recompute,
+                 c.sequence_parallel ? "on" : "off", r.reason);
+    }
+  if (a.values.count("--explain") && !results.empty()) fmt::print("\n{}", launch::plan_explain(results.front(), cl));
+  return 0;
+}
+
 int cmd_schedule(const std::vector<std::string>& args) {
   int64_t P = 0, M = 0, V = 1, width = 120;
   std::string kind;
@@ -410,8 +491,9 @@ int main(int argc, char** argv) {
     if (args[0] == "import") return cmd_import(rest);
     if (args[0] == "sample") return cmd_sample(rest);
     if (args[0] == "submit") return cmd_submit(rest);
-    fail_input("unknown command '{}' (expected train, prepare, topology, schedule, export, import, sample or "
-               "submit; see trident --help)",
+    if (args[0] == "plan") return cmd_plan(rest);
+    fail_input("unknown command '{}' (expected train, prepare, topology, schedule, export, import, sample, "
+               "submit or plan; see trident --help)",
                args[0]);
   } catch (const InputError& e) {
     log::error("{}", e.what());

@@ -6,6 +6,7 @@
 
 #include "core/allocator.hpp"
 #include "core/philox.hpp"
+#include "model/memory.hpp"
 #include "model/transformer.hpp"
 #include "tests/test_util.hpp"
 
@@ -274,4 +275,22 @@ TEST(Model, FlopsPerTokenMatchesHandComputedValues) {
   EXPECT_DOUBLE_EQ(flops_per_token(l), 57912852480.0);
 }
 
+}  // namespace trident::model
+
+namespace trident::model {
+// The planner's activation formula equals the model's allocation (one rank;
+// the tensor-parallel forms are checked in test_tensor_parallel).
+TEST(Memory, ActivationFormulaOneRank) {
+  for (const char* arch : {"gpt2", "llama"}) {
+    const ModelConfig m = tiny(arch);
+    model::Transformer<float> net(m, 1);
+    for (auto rc : {model::Recompute::none, model::Recompute::selective, model::Recompute::full})
+      for (bool split : {false, true}) {
+        auto ctx = net.make_activations(3, rc, 0, split);
+        int64_t got = 0;
+        for (const auto& t : ctx->storage) got += t.numel();
+        EXPECT_EQ(got, model::activation_elements(m, {3, 1, false, rc, split}, m.layers, true)) << arch;
+      }
+  }
+}
 }  // namespace trident::model

@@ -28,6 +28,7 @@
 #include "kernels/gemm.hpp"
 #include "kernels/residual.hpp"
 #include "launch/trainer.hpp"
+#include "model/memory.hpp"
 #include "model/transformer.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 #include "parallel/tensor_parallel.hpp"
@@ -321,6 +322,28 @@ TEST(TensorParallelModel, MatchesSingleRank) {
           << ref.grad_norms[s];
     }
   }
+}
+
+// The planner's activation formula equals what the model allocates, for
+// every recompute mode, with and without sequence parallelism, head or not.
+TEST(Memory, ActivationFormulaMatchesTheModelsAllocation) {
+  if (g_world != 2 && g_world != 4) GTEST_SKIP() << "runs on 2 and 4 ranks";
+  for (const char* arch : {"gpt2", "llama"})
+    for (bool sp : {false, true}) {
+      ModelConfig cfg{arch, 2, 32, 4, std::string(arch) == "llama" ? 2 : 4, 64, 8, 37};
+      parallel::TensorParallel tp(g_comm, sp);
+      model::Transformer<float> net(cfg, 1, true, &tp);
+      for (auto rc : {model::Recompute::none, model::Recompute::selective, model::Recompute::full})
+        for (bool split : {false, true}) {
+          const int64_t B = 2;
+          auto ctx = net.make_activations(B, rc, 0, split);
+          int64_t got = 0;
+          for (const auto& t : ctx->storage) got += t.numel();
+          const model::ActivationShape shape{B, g_world, sp, rc, split};
+          EXPECT_EQ(got, model::activation_elements(cfg, shape, cfg.layers, true))
+              << arch << " sp " << sp << " recompute " << int(rc) << " split " << split;
+        }
+    }
 }
 
 }  // namespace trident

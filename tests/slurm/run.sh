@@ -31,6 +31,9 @@ if ! sinfo >/dev/null 2>&1 || [ "$(sinfo -h -o %D 2>/dev/null | awk '{s += $1} E
     exit 77
   fi
 fi
+# Simulated nodes share this machine: Open MPI's TCP transport between them
+# goes over loopback (jobs inherit the environment of sbatch).
+export OMPI_MCA_btl_tcp_if_include=${OMPI_MCA_btl_tcp_if_include:-lo}
 W=$BUILD/slurm_test
 rm -rf "$W"
 mkdir -p "$W"

@@ -1,0 +1,385 @@
+// The planner (see planner.hpp and docs/planner.md).
+#include "launch/planner.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "core/error.hpp"
+#include "core/safetensors.hpp"
+#include "model/memory.hpp"
+#include "model/params.hpp"
+#include "model/parallel_plan.hpp"
+#include "model/transformer.hpp"
+#include "parallel/schedule.hpp"
+#include "parallel/topology.hpp"
+
+namespace trident::launch {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+double number(const YAML::Node& n, const std::string& path, const std::string& key) {
+  if (!n || !n.IsScalar()) fail_input("{}: missing key '{}'", path, key);
+  try {
+    const double v = n.as<double>();
+    if (!(v > 0)) fail_input("{}: key '{}': expected a number > 0, found {}", path, key, v);
+    return v;
+  } catch (const YAML::Exception&) {
+    fail_input("{}: key '{}': expected a number, found '{}'", path, key, n.as<std::string>());
+  }
+}
+
+Link link(const YAML::Node& n, const std::string& path, const std::string& key) {
+  if (!n || !n.IsMap()) fail_input("{}: missing key '{}' ({{bandwidth_gbps, latency_us}})", path, key);
+  return {number(n["bandwidth_gbps"], path, key + ".bandwidth_gbps") * 1e9,
+          number(n["latency_us"], path, key + ".latency_us") * 1e-6};
+}
+
+// Ring collectives over g ranks: time for `bytes` per rank.
+double all_reduce_time(double bytes, int g, const Link& l) {
+  return g <= 1 ? 0 : 2.0 * (g - 1) / g * bytes / l.bandwidth + 2.0 * (g - 1) * l.latency;
+}
+double half_collective_time(double bytes, int g, const Link& l) {  // reduce-scatter or all-gather
+  return g <= 1 ? 0 : double(g - 1) / g * bytes / l.bandwidth + double(g - 1) * l.latency;
+}
+
+// Per pipeline rank and chunk: activation contexts the schedule holds (as the trainer sizes its pool).
+std::vector<std::vector<int>> in_flight(parallel::ScheduleKind kind, int P, int V, int M) {
+  static std::map<std::tuple<int, int, int, int>, std::vector<std::vector<int>>> cache;
+  auto key = std::make_tuple(int(kind), P, V, M);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  std::vector<std::vector<int>> out(static_cast<size_t>(P), std::vector<int>(static_cast<size_t>(V), 1));
+  for (int p = 0; p < P; ++p) {
+    std::vector<int> live(static_cast<size_t>(V), 0);
+    for (const auto& a : parallel::make_schedule(kind, P, V, M, p)) {
+      auto& peak = out[size_t(p)][size_t(a.chunk)];
+      if (a.type == parallel::ActionType::forward) peak = std::max(peak, ++live[size_t(a.chunk)]);
+      if (a.type == parallel::ActionType::backward || a.type == parallel::ActionType::backward_weight)
+        --live[size_t(a.chunk)];
+    }
+  }
+  return cache[key] = out;
+}
+
+double bubble_of(parallel::ScheduleKind kind, int P, int V, int M) {
+  static std::map<std::tuple<int, int, int, int>, double> cache;
+  auto key = std::make_tuple(int(kind), P, V, M);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  return cache[key] = P > 1 ? parallel::simulate(kind, P, V, M).bubble_fraction() : 0.0;
+}
+
+// Do all groups of this kind stay inside a node?
+bool intra_node(const parallel::Topology& topo, parallel::GroupKind kind, int per_node) {
+  for (const auto& g : topo.groups(kind))
+    for (int r : g)
+      if (r / per_node != g.front() / per_node) return false;
+  return true;
+}
+
+std::string gib(double b) { return fmt::format("{:.1f} GiB", b / kGiB); }
+
+// Identifies a recipe (text and overrides) in the caches.
+std::string fnv_key(const Recipe& rc) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto add = [&](const std::string& s) {
+    for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
+    h = (h ^ 0xff) * 0x100000001b3ull;
+  };
+  add(rc.text);
+  for (const auto& o : rc.overrides) add(o);
+  return std::to_string(h);
+}
+
+}  // namespace
+
+Cluster load_cluster(const std::string& path, const std::string& precision) {
+  YAML::Node y;
+  try {
+    y = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    fail_input("{}: cannot open cluster file", path);
+  } catch (const YAML::ParserException& e) {
+    fail_input("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg);
+  }
+  if (precision != "fp32" && precision != "bf16" && precision != "fp16")
+    fail_input("--precision: expected fp32, bf16 or fp16, found '{}'", precision);
+  Cluster c;
+  c.source = path;
+  c.precision = precision;
+  c.name = y["name"] ? y["name"].as<std::string>() : path;
+  c.devices_per_node = int(number(y["devices_per_node"], path, "devices_per_node"));
+  c.memory_bytes = number(y["memory_gib"], path, "memory_gib") * kGiB;
+  if (!y["peak_tflops"] || !y["peak_tflops"][precision])
+    fail_input("{}: key 'peak_tflops.{}': missing (the recipe trains in {})", path, precision, precision);
+  c.peak_flops = number(y["peak_tflops"][precision], path, "peak_tflops." + precision) * 1e12;
+  c.gemm_fraction = number(y["gemm_fraction"], path, "gemm_fraction");
+  if (c.gemm_fraction > 1) fail_input("{}: key 'gemm_fraction': expected at most 1, found {}", path, c.gemm_fraction);
+  c.intra = link(y["intra_node"], path, "intra_node");
+  c.inter = link(y["inter_node"], path, "inter_node");
+  return c;
+}
+
+PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
+  PlanResult r;
+  r.config = c;
+  const int64_t N = c.data * c.tensor * c.pipeline;
+  std::vector<std::string> sets = rc.overrides;
+  for (const auto& s : std::vector<std::string>{
+           fmt::format("parallel.data={}", c.data), fmt::format("parallel.tensor={}", c.tensor),
+           fmt::format("parallel.pipeline={}", c.pipeline), fmt::format("parallel.virtual_stages={}", c.virtual_stages),
+           "parallel.schedule=" + c.schedule, fmt::format("parallel.zero={}", c.zero),
+           fmt::format("parallel.sequence_parallel={}", c.sequence_parallel), "parallel.stage_layers=[]",
+           fmt::format("train.micro_batch={}", c.micro_batch), "train.recompute=" + c.recompute})
+    sets.push_back(s);
+  // the loader's verdict and the stage sizes do not depend on ZeRO or recompute: cached
+  static std::map<std::string, std::pair<std::string, Recipe>> verdicts;
+  const std::string vkey = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", fnv_key(rc), c.data, c.tensor, c.pipeline,
+                                       c.virtual_stages, c.schedule, c.sequence_parallel, c.micro_batch,
+                                       c.schedule == "zero_bubble" ? c.recompute : "");
+  auto found = verdicts.find(vkey);
+  if (found == verdicts.end()) {
+    std::pair<std::string, Recipe> v;
+    try {
+      v.second = load_recipe_text(rc.text, rc.source, sets, N);
+    } catch (const InputError& e) {
+      std::string why = e.what();
+      const size_t key = why.find("key '");  // drop the file and override prefix: the key says enough
+      v.first = key == std::string::npos ? why : why.substr(key);
+    }
+    found = verdicts.emplace(vkey, std::move(v)).first;
+  }
+  if (!found->second.first.empty()) {
+    r.reason = found->second.first;
+    return r;
+  }
+  Recipe q = found->second.second;
+  q.train.recompute = c.recompute;
+  q.parallel.zero = c.zero;
+  const ModelConfig& m = q.model;
+  const int D = int(c.data), T = int(c.tensor), P = int(c.pipeline), V = int(c.virtual_stages);
+  const double pb = cl.precision == "fp32" ? 4 : 2;  // bytes of a parameter / activation
+  static std::map<std::string, std::pair<int64_t, int64_t>> sizes;  // (whole model, largest stage)
+  const std::string skey = fmt::format("{}|{}|{}|{}", fnv_key(rc), T, P, V);
+  if (!sizes.count(skey)) {
+    int64_t stage = 0;
+    for (int pp = 0; pp < P; ++pp)
+      stage = std::max(stage, model::ParamRegistry(m, {0, T}, model::pipeline_chunks(m, P, V, {}, pp)).total());
+    sizes[skey] = {model::consolidated_numel(m), stage};
+  }
+  r.params = sizes[skey].first;
+  r.stage_params = sizes[skey].second;
+  r.micro_batches = int(q.train.global_batch / (c.micro_batch * D));
+  const auto kind = parallel::parse_schedule(c.schedule);
+  std::vector<std::vector<int>> flight;
+  try {  // the schedule's own rules (e.g. interleaving needs micro-batches % pipeline == 0)
+    flight = in_flight(kind, P, V, r.micro_batches);
+    r.bubble_fraction = bubble_of(kind, P, V, r.micro_batches);
+  } catch (const InputError& e) {
+    r.reason = e.what();
+    return r;
+  }
+  r.in_flight = 0;
+  for (int f : flight[0]) r.in_flight += f;
+
+  // memory per device: the largest over pipeline ranks
+  const double Ps = double(r.stage_params);
+  PlanMemory& mem = r.memory;
+  // As the trainer allocates (measured by its per-category peaks; docs/planner.md):
+  // ZeRO 1 receives its reduced shard into a buffer; ZeRO 2 and 3 keep the
+  // gradient windows of every segment until the step's reduce-scatters finish
+  // (a full buffer) besides the shard; ZeRO 3 gathers parameters a segment at
+  // a time, the next one prefetched.
+  int64_t segment = 0;  // the largest gathered unit: a layer, or the embeddings
+  {
+    const model::ParamRegistry whole(m, {0, T});
+    for (const auto& p : whole.params())
+      if (p.name.find(".0.") != std::string::npos) segment += p.numel;
+    int64_t emb = 0;
+    for (const auto& p : whole.params())
+      if (p.name.find("wte") != std::string::npos || p.name.find("wpe") != std::string::npos ||
+          p.name.find("embed_tokens") != std::string::npos)
+        emb += p.numel;
+    segment = std::max(segment, emb);
+  }
+  mem.params = pb * Ps / (c.zero >= 3 ? D : 1) + (c.zero >= 3 && D > 1 ? 2 * pb * double(segment) : 0);
+  mem.grads = 4 * Ps / (c.zero >= 2 ? D : 1) + (c.zero >= 2 && D > 1 ? 4 * Ps : 0);  // fp32 accumulation
+  mem.optimizer = (8 + (pb < 4 ? 4 : 0)) * Ps / (c.zero >= 1 ? D : 1);  // AdamW moments (+ fp32 master weights)
+  if (c.zero == 1 && D > 1) mem.buffers += 4 * Ps / D;
+  const model::ActivationShape shape{c.micro_batch, T, c.sequence_parallel, model::parse_recompute(c.recompute),
+                                     kind == parallel::ScheduleKind::zero_bubble};
+  const auto counts = model::chunk_layer_counts(m, P, V, {});
+  double act = 0;
+  for (int pp = 0; pp < P; ++pp) {
+    double a = double(model::scratch_elements(m, shape));
+    for (int v = 0; v < V; ++v) {
+      const int chunk = v * P + pp;
+      a += double(flight[size_t(pp)][size_t(v)]) *
+           double(model::activation_elements(m, shape, counts[size_t(chunk)], chunk == P * V - 1));
+    }
+    act = std::max(act, a);
+  }
+  mem.activations = pb * act;
+  const double R = double(c.micro_batch * m.seq_len) / (c.sequence_parallel ? T : 1);
+  if (P > 1) mem.buffers += 4.0 * V * R * double(m.hidden) * pb;  // send/receive pools
+
+  // time per step
+  static std::map<std::string, std::array<bool, 3>> placement;  // group kinds inside a node, per mesh
+  const std::string pkey = fmt::format("{}|{}|{}|{}|{}", D, T, P, fmt::join(q.parallel.order, ","), cl.devices_per_node);
+  if (!placement.count(pkey)) {
+    const parallel::Topology topo(D, P, T, q.parallel.order);
+    placement[pkey] = {intra_node(topo, parallel::GroupKind::tensor, cl.devices_per_node),
+                       intra_node(topo, parallel::GroupKind::data, cl.devices_per_node),
+                       intra_node(topo, parallel::GroupKind::pipeline, cl.devices_per_node)};
+  }
+  r.tensor_intra_node = placement[pkey][0];
+  r.data_intra_node = placement[pkey][1];
+  r.pipeline_intra_node = placement[pkey][2];
+  const double tokens = double(q.train.global_batch) * double(m.seq_len);
+  const double flops = model::flops_per_token(m) * tokens / double(N);  // per device
+  const double rate = cl.peak_flops * cl.gemm_fraction;
+  PlanTime& t = r.time;
+  t.compute = flops / rate;
+  if (c.recompute == "full") t.recompute = t.compute / 3;  // one more forward
+  if (c.recompute == "selective")  // attention scores again: 2 T C per token and layer
+    t.recompute = 2.0 * double(m.layers) * double(m.hidden) * double(m.seq_len) * tokens / double(N) / rate;
+  const double busy = t.compute + t.recompute;
+  t.bubble = r.bubble_fraction < 1 ? busy * r.bubble_fraction / (1 - r.bubble_fraction) : 0;
+  const Link& tl = r.tensor_intra_node ? cl.intra : cl.inter;
+  const double act_bytes = double(c.micro_batch * m.seq_len * m.hidden) * pb;
+  const double layer_ops = double(m.layers) / P * r.micro_batches * (4 + (c.recompute == "full" ? 2 : 0));
+  t.tensor_comm = layer_ops * all_reduce_time(act_bytes, T, tl);  // all-gather + reduce-scatter: the same volume
+  if (P > 1) {
+    const Link& pl = r.pipeline_intra_node ? cl.intra : cl.inter;
+    t.pipeline_comm = 2.0 * r.micro_batches * V * (act_bytes / (c.sequence_parallel ? T : 1) / pl.bandwidth + pl.latency);
+  }
+  if (D > 1) {
+    const Link& dl = r.data_intra_node ? cl.intra : cl.inter;
+    const double grads = 4 * Ps;
+    const double buckets = std::max(1.0, std::ceil(grads / double(q.parallel.bucket_bytes)));
+    const double M = r.micro_batches;
+    // ZeRO 0/1: one reduction of the accumulated gradients per step (all-reduce,
+    // or reduce-scatter + parameter all-gather), overlapping only the last
+    // micro-batch's backward. ZeRO 2: a reduce-scatter per micro-batch, behind
+    // each backward. ZeRO 3: also the parameters gathered for every forward and
+    // backward, prefetched behind compute.
+    double hide = 0;
+    if (c.zero == 0) {
+      t.data_comm = all_reduce_time(grads, D, dl), hide = busy * 2 / 3 / M;
+    } else if (c.zero == 1) {
+      t.data_comm = half_collective_time(grads, D, dl) + half_collective_time(pb * Ps, D, dl), hide = busy * 2 / 3 / M;
+    } else if (c.zero == 2) {
+      t.data_comm = M * half_collective_time(grads, D, dl) + half_collective_time(pb * Ps, D, dl), hide = busy * 2 / 3;
+    } else {
+      t.data_comm = M * (half_collective_time(grads, D, dl) + 2 * half_collective_time(pb * Ps, D, dl)), hide = busy;
+    }
+    t.data_comm += (c.zero >= 2 ? M : 1) * buckets * 2.0 * (D - 1) * dl.latency;
+    if (P == 1 && V == 1) t.data_comm_hidden = std::min(t.data_comm, hide);  // the trainer overlaps when not piped
+  }
+  r.tokens_per_s = tokens / t.step();
+  r.tflops_per_device = model::flops_per_token(m) * r.tokens_per_s / double(N) / 1e12;
+  r.mfu = r.tflops_per_device * 1e12 / cl.peak_flops;
+  const double total = mem.total();
+  if (total > cl.memory_bytes) {
+    std::vector<std::pair<double, const char*>> parts = {{mem.params, "parameters"}, {mem.grads, "gradients"},
+                                                         {mem.optimizer, "optimizer states"},
+                                                         {mem.activations, "activations"}, {mem.buffers, "buffers"}};
+    const auto big = *std::max_element(parts.begin(), parts.end());
+    r.reason = fmt::format("needs {} > {}: {} {}", gib(total), gib(cl.memory_bytes), big.second, gib(big.first));
+    return r;
+  }
+  r.feasible = true;
+  return r;
+}
+
+std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cl, int64_t n) {
+  std::vector<PlanResult> out;
+  const ModelConfig& m = rc.model;
+  for (int64_t T = 1; T <= n; ++T) {
+    if (n % T) continue;
+    for (int64_t P = 1; P <= n / T; ++P) {
+      if ((n / T) % P) continue;
+      const int64_t D = n / T / P;
+      if (rc.train.global_batch % D) continue;  // the loader would refuse every micro-batch size
+      for (int64_t V = 1; V * P <= m.layers; ++V) {
+        if (V > 1 && P == 1) break;
+        if (m.layers % (P * V)) continue;
+        const std::string schedule = V > 1 ? "interleaved_1f1b"
+                                     : rc.parallel.schedule == "interleaved_1f1b" ? "1f1b"
+                                                                                 : rc.parallel.schedule;
+        for (int64_t mb = 1; mb <= rc.train.global_batch / D; ++mb) {
+          if ((rc.train.global_batch / D) % mb) continue;
+          for (bool sp : {false, true}) {
+            if (sp && T == 1) continue;
+            for (int64_t zero = 0; zero <= 3; ++zero)
+              for (const char* recompute : {"none", "selective", "full"})
+                out.push_back(plan_one(rc, cl, {D, T, P, V, mb, zero, recompute, schedule, sp}));
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const PlanResult& a, const PlanResult& b) {
+    if (a.feasible != b.feasible) return a.feasible;
+    return a.tokens_per_s > b.tokens_per_s;
+  });
+  return out;
+}
+
+std::string plan_json(const std::vector<PlanResult>& results) {
+  std::string out = "[";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    const auto& c = r.config;
+    const auto& m = r.memory;
+    out += fmt::format(
+        "{}\n{{\"data\":{},\"tensor\":{},\"pipeline\":{},\"virtual_stages\":{},\"micro_batch\":{},\"zero\":{},"
+        "\"recompute\":\"{}\",\"sequence_parallel\":{},\"schedule\":\"{}\",\"params\":{},\"memory_bytes\":{{"
+        "\"params\":{:.0f},\"grads\":{:.0f},\"optimizer\":{:.0f},\"activations\":{:.0f},\"buffers\":{:.0f},"
+        "\"total\":{:.0f}}},\"step_time_s\":{:.6g},\"tokens_per_s\":{:.6g},\"tflops_per_device\":{:.6g},"
+        "\"mfu\":{:.4f},\"bubble\":{:.4f},\"feasible\":{},\"reason\":{}}}",
+        i ? "," : "", c.data, c.tensor, c.pipeline, c.virtual_stages, c.micro_batch, c.zero, c.recompute,
+        c.sequence_parallel, c.schedule, r.params, m.params, m.grads, m.optimizer, m.activations, m.buffers, m.total(),
+        r.reason.empty() || r.feasible ? r.time.step() : 0.0, r.reason.empty() || r.feasible ? r.tokens_per_s : 0.0,
+        r.reason.empty() || r.feasible ? r.tflops_per_device : 0.0, r.reason.empty() || r.feasible ? r.mfu : 0.0,
+        r.bubble_fraction, r.feasible, r.feasible ? "null" : json_quote(r.reason));
+  }
+  return out + "\n]\n";
+}
+
+std::string plan_explain(const PlanResult& r, const Cluster& cl) {
+  const auto& c = r.config;
+  const auto& m = r.memory;
+  const auto& t = r.time;
+  auto link = [&](bool intra) { return intra ? "intra-node" : "inter-node"; };
+  std::string s = fmt::format(
+      "data {} x tensor {} x pipeline {} | virtual stages {} | schedule {} | micro-batch {} ({} per step) | ZeRO {} | "
+      "recompute {} | sequence parallel {}\n",
+      c.data, c.tensor, c.pipeline, c.virtual_stages, c.schedule, c.micro_batch, r.micro_batches, c.zero, c.recompute,
+      c.sequence_parallel ? "on" : "off");
+  if (!r.feasible && r.memory.total() == 0) return s + "invalid: " + r.reason + "\n";
+  s += fmt::format("parameters {:.3f}B in all, {:.3f}B on the largest stage per tensor rank\n", double(r.params) / 1e9,
+                   double(r.stage_params) / 1e9);
+  s += fmt::format(
+      "memory per device: params {} | grads {} | optimizer {} | activations {} ({} micro-batches in flight on the "
+      "first stage) | buffers {} | total {} of {}{}\n",
+      gib(m.params), gib(m.grads), gib(m.optimizer), gib(m.activations), r.in_flight, gib(m.buffers), gib(m.total()),
+      gib(cl.memory_bytes), r.feasible ? "" : " -> " + r.reason);
+  s += fmt::format(
+      "step time {:.4g} s: compute {:.4g} | recompute {:.4g} | pipeline bubble {:.4g} ({:.1f}% simulated) | tensor "
+      "comm {:.4g} ({}) | pipeline comm {:.4g} ({}) | data comm {:.4g} ({}, {:.4g} hidden behind backward)\n",
+      t.step(), t.compute, t.recompute, t.bubble, 100 * r.bubble_fraction, t.tensor_comm, link(r.tensor_intra_node),
+      t.pipeline_comm, link(r.pipeline_intra_node), t.data_comm, link(r.data_intra_node), t.data_comm_hidden);
+  s += fmt::format("predicted {:.4g} tokens/s | {:.1f} TFLOP/s per device (model FLOPs) | MFU {:.1f}% of {:.0f} TFLOP/s\n",
+                   r.tokens_per_s, r.tflops_per_device, 100 * r.mfu, cl.peak_flops / 1e12);
+  return s;
+}
+
+}  // namespace trident::launch

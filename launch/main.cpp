@@ -2,6 +2,7 @@
 // Exit codes: 0 success, 1 failure, 2 bad input (recipe, data, command line).
 #include <cstdio>
 #include <cstring>
+#include <array>
 #include <map>
 #include <set>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "launch/planner.hpp"
 #include "launch/sample.hpp"
 #include "launch/submit.hpp"
+#include "launch/sweep.hpp"
 #include "launch/trainer.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 #include <mpi.h>
@@ -58,6 +60,8 @@ commands:
          [--account A] [--dry-run] [--set ...]   Slurm batch job that saves and requeues before its time limit
   plan RECIPE.yaml --cluster CLUSTER.yaml --gpus N [--top K] [--mesh D,T,P] [--explain] [--json]
                                                  predict memory and throughput of every parallel configuration
+  sweep RECIPE.yaml --cluster CLUSTER.yaml [--meshes D,T,P;...] [--steps S] [--out DIR]   (under mpirun/srun)
+                                                 measure every mesh of the world size against the plan
   --version                                      revision and backends of this build
   --help                                         this text
 
@@ -353,8 +357,8 @@ int cmd_submit(const std::vector<std::string>& args) {
 }
 
 int cmd_plan(const std::vector<std::string>& args) {
-  const Args a = parse_args("plan", args, {"--cluster", "--gpus", "--devices", "--mesh", "--top", "--precision"},
-                            {"--explain", "--json"});
+  const Args a = parse_args("plan", args, {"--cluster", "--gpus", "--devices", "--mesh", "--top", "--precision", "--out"},
+                            {"--explain", "--json", "--calibrate"});
   if (a.help) {
     fmt::print("usage: trident plan RECIPE.yaml --cluster CLUSTER.yaml --gpus N [--precision fp32|bf16|fp16] [--top K]\n"
                "       [--mesh D,T,P] [--explain] [--json] [--set key.path=value ...]\n");
@@ -363,6 +367,13 @@ int cmd_plan(const std::vector<std::string>& args) {
   if (a.positional.size() != 1) fail_input("plan: expected one RECIPE.yaml");
   auto get = [&](const char* k) { return a.values.count(k) ? a.values.at(k) : std::string(); };
   if (get("--cluster").empty()) fail_input("plan: missing --cluster CLUSTER.yaml (configs/clusters/)");
+  if (a.values.count("--calibrate")) {  // under the launcher the sweep will use
+    if (get("--out").empty()) fail_input("plan --calibrate: missing --out CALIBRATED.yaml");
+    parallel::MpiRuntime mpi(g_argc, g_argv);
+    parallel::MpiCommunicator world(MPI_COMM_WORLD, "world");
+    launch::calibrate({a.positional[0], get("--cluster"), get("--out"), a.sets}, world);
+    return 0;
+  }
   const std::string n_text = !get("--gpus").empty() ? get("--gpus") : get("--devices");
   if (n_text.empty()) fail_input("plan: missing --gpus N");
   const int64_t n = parse_positive("plan: --gpus", n_text);
@@ -429,6 +440,52 @@ int cmd_plan(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cmd_sweep(const std::vector<std::string>& args) {
+  const Args a = parse_args("sweep", args, {"--cluster", "--meshes", "--warmup", "--steps", "--out", "--repeats"});
+  if (a.help) {
+    fmt::print("usage: mpirun -np N trident sweep RECIPE.yaml --cluster CLUSTER.yaml [--meshes D,T,P;D,T,P...] "
+               "[--warmup W] [--steps S] [--repeats R] [--out DIR] [--set key.path=value ...]\n");
+    return 0;
+  }
+  if (a.positional.size() != 1) fail_input("sweep: expected one RECIPE.yaml");
+  auto get = [&](const char* k) { return a.values.count(k) ? a.values.at(k) : std::string(); };
+  launch::SweepOptions o;
+  o.recipe = a.positional[0];
+  o.cluster = get("--cluster");
+  o.sets = a.sets;
+  if (!get("--out").empty()) o.out_dir = get("--out");
+  if (!get("--warmup").empty()) o.warmup = parse_count("sweep: --warmup", get("--warmup"));
+  if (!get("--steps").empty()) o.steps = parse_positive("sweep: --steps", get("--steps"));
+  if (!get("--repeats").empty()) o.repeats = parse_positive("sweep: --repeats", get("--repeats"));
+  if (!get("--meshes").empty()) {
+    std::string text = get("--meshes");
+    for (char& c : text)
+      if (c == ';' || c == ' ') c = '\n';
+    std::istringstream in(text);
+    for (std::string mesh; std::getline(in, mesh);) {
+      if (mesh.empty()) continue;
+      std::array<int64_t, 3> d{};
+      std::istringstream parts(mesh);
+      std::string item;
+      int k = 0;
+      while (std::getline(parts, item, ',')) {
+        if (k >= 3) fail_input("sweep: --meshes: expected D,T,P entries separated by ';', found '{}'", mesh);
+        d[size_t(k++)] = parse_positive("sweep: --meshes", item);
+      }
+      if (k != 3) fail_input("sweep: --meshes: expected D,T,P entries separated by ';', found '{}'", mesh);
+      o.meshes.push_back(d);
+    }
+  }
+  parallel::MpiRuntime mpi(g_argc, g_argv);
+  parallel::MpiCommunicator world(MPI_COMM_WORLD, "world");
+  for (const auto& d : o.meshes)
+    if (d[0] * d[1] * d[2] != mpi.world())
+      fail_input("sweep: --meshes: {} x {} x {} = {} != the world size {} (launch with mpirun -np {})", d[0], d[1], d[2],
+                 d[0] * d[1] * d[2], mpi.world(), d[0] * d[1] * d[2]);
+  launch::sweep(o, world);
+  return 0;
+}
+
 int cmd_schedule(const std::vector<std::string>& args) {
   int64_t P = 0, M = 0, V = 1, width = 120;
   std::string kind;
@@ -492,8 +549,9 @@ int main(int argc, char** argv) {
     if (args[0] == "sample") return cmd_sample(rest);
     if (args[0] == "submit") return cmd_submit(rest);
     if (args[0] == "plan") return cmd_plan(rest);
+    if (args[0] == "sweep") return cmd_sweep(rest);
     fail_input("unknown command '{}' (expected train, prepare, topology, schedule, export, import, sample, "
-               "submit or plan; see trident --help)",
+               "submit, plan or sweep; see trident --help)",
                args[0]);
   } catch (const InputError& e) {
     log::error("{}", e.what());

@@ -166,16 +166,36 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   const ModelConfig& m = q.model;
   const int D = int(c.data), T = int(c.tensor), P = int(c.pipeline), V = int(c.virtual_stages);
   const double pb = cl.precision == "fp32" ? 4 : 2;  // bytes of a parameter / activation
-  static std::map<std::string, std::pair<int64_t, int64_t>> sizes;  // (whole model, largest stage)
+  // (whole model, largest stage, the slowest stage's FLOPs per token): a
+  // stage's matmul weights (the LM head included, a tied one too) and its
+  // layers' attention, on one tensor rank
+  struct Sizes {
+    int64_t whole, stage;
+    double flops;
+  };
+  static std::map<std::string, Sizes> sizes;
   const std::string skey = fmt::format("{}|{}|{}|{}", fnv_key(rc), T, P, V);
   if (!sizes.count(skey)) {
-    int64_t stage = 0;
-    for (int pp = 0; pp < P; ++pp)
-      stage = std::max(stage, model::ParamRegistry(m, {0, T}, model::pipeline_chunks(m, P, V, {}, pp)).total());
-    sizes[skey] = {model::consolidated_numel(m), stage};
+    Sizes z{model::consolidated_numel(m), 0, 0};
+    const auto counts = model::chunk_layer_counts(m, P, V, {});
+    for (int pp = 0; pp < P; ++pp) {
+      const auto chunks = model::pipeline_chunks(m, P, V, {}, pp);
+      const model::ParamRegistry reg(m, {0, T}, chunks);
+      z.stage = std::max(z.stage, reg.total());
+      double matmul = 0, layers = 0;
+      bool head = false;
+      for (const auto& c : chunks) layers += double(c.layers), head |= c.head;
+      for (const auto& p : reg.params())
+        if (p.kind == model::ParamKind::weight || (head && m.tie_embeddings && p.kind == model::ParamKind::embedding &&
+                                                   p.name.find("wpe") == std::string::npos))
+          matmul += double(p.numel);
+      z.flops = std::max(z.flops, 6 * matmul + 12 * layers * double(m.hidden) * double(m.seq_len) / T);
+    }
+    sizes[skey] = z;
   }
-  r.params = sizes[skey].first;
-  r.stage_params = sizes[skey].second;
+  r.params = sizes[skey].whole;
+  r.stage_params = sizes[skey].stage;
+  const double stage_flops_per_token = sizes[skey].flops;
   r.micro_batches = int(q.train.global_batch / (c.micro_batch * D));
   const auto kind = parallel::parse_schedule(c.schedule);
   std::vector<std::vector<int>> flight;
@@ -243,13 +263,12 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   r.data_intra_node = placement[pkey][1];
   r.pipeline_intra_node = placement[pkey][2];
   const double tokens = double(q.train.global_batch) * double(m.seq_len);
-  const double flops = model::flops_per_token(m) * tokens / double(N);  // per device
   const double rate = cl.peak_flops * cl.gemm_fraction;
   PlanTime& t = r.time;
-  t.compute = flops / rate;
+  t.compute = stage_flops_per_token * tokens / double(D) / rate;  // the slowest stage sets the pace
   if (c.recompute == "full") t.recompute = t.compute / 3;  // one more forward
   if (c.recompute == "selective")  // attention scores again: 2 T C per token and layer
-    t.recompute = 2.0 * double(m.layers) * double(m.hidden) * double(m.seq_len) * tokens / double(N) / rate;
+    t.recompute = 2.0 * double(m.layers) / P * double(m.hidden) * double(m.seq_len) / T * tokens / double(D) / rate;
   const double busy = t.compute + t.recompute;
   t.bubble = r.bubble_fraction < 1 ? busy * r.bubble_fraction / (1 - r.bubble_fraction) : 0;
   const Link& tl = r.tensor_intra_node ? cl.intra : cl.inter;

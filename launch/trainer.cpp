@@ -692,6 +692,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     }
     out.losses.push_back(loss);
     out.grad_norms.push_back(gnorm);
+    out.step_seconds.push_back(dt);
     out.bubbles.push_back(bubble);
     if (!std::isfinite(loss)) throw Error(fmt::format("loss is {} at step {}", loss, step + 1));
 
@@ -733,6 +734,10 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     out.peak_params = peak.peak[size_t(MemCategory::params)];
     out.peak_grads = peak.peak[size_t(MemCategory::grads)];
     out.peak_optimizer = peak.peak[size_t(MemCategory::optimizer)];
+    out.peak_activations = peak.peak[size_t(MemCategory::activations)];
+    out.peak_comm = peak.peak[size_t(MemCategory::comm)];
+    out.peak_other = peak.peak[size_t(MemCategory::other)];
+    out.peak_total = peak.total_peak;
   }
   out.mfu = flops_tok * out.tokens_per_s / (peak * world_size);
   const MemStats mem = HostAllocator::instance().stats();

@@ -16,6 +16,7 @@ namespace trident::launch {
 struct TrainSummary {
   std::vector<double> losses;  // per step
   std::vector<double> grad_norms;
+  std::vector<double> step_seconds;  // per step, wall time
   double final_val_loss = 0;
   double entropy_floor = 0;    // synthetic source only, else 0
   double tokens_per_s = 0;     // mean over steps after the first
@@ -26,6 +27,7 @@ struct TrainSummary {
   double predicted_bubble = 0;               // the simulator's, unit costs
   int stopped_by_signal = 0;                 // SIGTERM / SIGUSR1 stopped the run early (after saving)
   int64_t peak_params = 0, peak_grads = 0, peak_optimizer = 0;  // this rank's allocator peaks
+  int64_t peak_activations = 0, peak_comm = 0, peak_other = 0, peak_total = 0;
 };
 
 struct TrainOptions {

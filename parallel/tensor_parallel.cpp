@@ -82,6 +82,10 @@ void all_reduce_ranges(Communicator* group, float* base, const std::vector<std::
   int64_t n = 0;
   for (auto [b, e] : ranges) n += e - b;
   if (n == 0) return;
+  if (ranges.size() == 1) {  // contiguous: in place, no copy (the tied embedding's gradient table)
+    group->all_reduce(Tensor::borrow(base + ranges[0].first, n))->wait();
+    return;
+  }
   Tensor packed = Tensor::empty({n}, DType::f32, MemCategory::comm);
   float* p = packed.data<float>();
   for (auto [b, e] : ranges) p = std::copy(base + b, base + e, p);

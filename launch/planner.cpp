@@ -122,9 +122,14 @@ Cluster load_cluster(const std::string& path, const std::string& precision) {
   c.peak_flops = number(y["peak_tflops"][precision], path, "peak_tflops." + precision) * 1e12;
   c.gemm_fraction = number(y["gemm_fraction"], path, "gemm_fraction");
   if (c.gemm_fraction > 1) fail_input("{}: key 'gemm_fraction': expected at most 1, found {}", path, c.gemm_fraction);
+  c.memory_bandwidth = number(y["memory_bandwidth_gbps"], path, "memory_bandwidth_gbps") * 1e9;
   c.intra = link(y["intra_node"], path, "intra_node");
   c.inter = link(y["inter_node"], path, "inter_node");
   return c;
+}
+
+double optimizer_bytes_per_element(const std::string& precision) {
+  return 28.0 + (precision == "fp32" ? 0.0 : 2.0);  // p r/w, g r, m r/w, v r/w (+ the 2-byte copy)
 }
 
 PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
@@ -302,6 +307,8 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
     t.data_comm += (c.zero >= 2 ? M : 1) * buckets * 2.0 * (D - 1) * dl.latency;
     if (P == 1 && V == 1) t.data_comm_hidden = std::min(t.data_comm, hide);  // the trainer overlaps when not piped
   }
+  // the optimizer step: memory-bound over this rank's shard (all of it with ZeRO 0)
+  t.optimizer = optimizer_bytes_per_element(cl.precision) * Ps / (c.zero >= 1 ? D : 1) / cl.memory_bandwidth;
   r.tokens_per_s = tokens / t.step();
   r.tflops_per_device = model::flops_per_token(m) * r.tokens_per_s / double(N) / 1e12;
   r.mfu = r.tflops_per_device * 1e12 / cl.peak_flops;
@@ -393,9 +400,11 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
       gib(cl.memory_bytes), r.feasible ? "" : " -> " + r.reason);
   s += fmt::format(
       "step time {:.4g} s: compute {:.4g} | recompute {:.4g} | pipeline bubble {:.4g} ({:.1f}% simulated) | tensor "
-      "comm {:.4g} ({}) | pipeline comm {:.4g} ({}) | data comm {:.4g} ({}, {:.4g} hidden behind backward)\n",
+      "comm {:.4g} ({}) | pipeline comm {:.4g} ({}) | data comm {:.4g} ({}, {:.4g} hidden behind backward) | "
+      "optimizer {:.4g}\n",
       t.step(), t.compute, t.recompute, t.bubble, 100 * r.bubble_fraction, t.tensor_comm, link(r.tensor_intra_node),
-      t.pipeline_comm, link(r.pipeline_intra_node), t.data_comm, link(r.data_intra_node), t.data_comm_hidden);
+      t.pipeline_comm, link(r.pipeline_intra_node), t.data_comm, link(r.data_intra_node), t.data_comm_hidden,
+      t.optimizer);
   s += fmt::format("predicted {:.4g} tokens/s | {:.1f} TFLOP/s per device (model FLOPs) | MFU {:.1f}% of {:.0f} TFLOP/s\n",
                    r.tokens_per_s, r.tflops_per_device, 100 * r.mfu, cl.peak_flops / 1e12);
   return s;

@@ -26,6 +26,7 @@ struct Cluster {
   double memory_bytes = 0;  // per device
   double peak_flops = 0;    // per device, for the recipe's precision
   double gemm_fraction = 1;
+  double memory_bandwidth = 0;  // bytes/s per device: the optimizer step is memory-bound
   Link intra, inter;
 };
 // InputError naming the file and key. precision: fp32, bf16 or fp16 (bf16 and
@@ -46,8 +47,10 @@ struct PlanMemory {
 
 struct PlanTime {
   double compute = 0, recompute = 0, bubble = 0, tensor_comm = 0, pipeline_comm = 0, data_comm = 0,
-         data_comm_hidden = 0;
-  double step() const { return compute + recompute + bubble + tensor_comm + pipeline_comm + data_comm - data_comm_hidden; }
+         data_comm_hidden = 0, optimizer = 0;
+  double step() const {
+    return compute + recompute + bubble + tensor_comm + pipeline_comm + data_comm - data_comm_hidden + optimizer;
+  }
 };
 
 struct PlanResult {
@@ -64,6 +67,11 @@ struct PlanResult {
   double tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
   bool tensor_intra_node = true, data_intra_node = true, pipeline_intra_node = true;
 };
+
+// Bytes the AdamW step reads and writes per parameter element it updates
+// (parameter, gradient, both moments; a 2-byte copy of the parameter too
+// with bf16/fp16).
+double optimizer_bytes_per_element(const std::string& precision);
 
 // One configuration (validated by the recipe loader for N = D x T x P).
 PlanResult plan_one(const Recipe& rc, const Cluster& cluster, const PlanConfig& c);

@@ -91,10 +91,10 @@ TEST(Planner, EnumerationIsComplete) {
 }
 
 TEST(Planner, RejectionsSayWhy) {
-  const auto all = plan_all(recipe("llama-70b.yaml"), cpu(), 2);
+  const auto all = plan_all(recipe("llama3-70b.yaml"), cpu(), 2);
   ASSERT_FALSE(all.empty());
   for (const auto& r : all) EXPECT_FALSE(r.feasible);
-  const PlanResult r = plan_one(recipe("llama-70b.yaml"), cpu(), {1, 2, 1, 1, 1, 0, "full", "1f1b", true});
+  const PlanResult r = plan_one(recipe("llama3-70b.yaml"), cpu(), {1, 2, 1, 1, 1, 0, "full", "1f1b", true});
   EXPECT_NE(r.reason.find("needs "), std::string::npos) << r.reason;
   EXPECT_NE(r.reason.find(" > 12.0 GiB: optimizer states "), std::string::npos) << r.reason;
   const PlanResult bad = plan_one(recipe("demo.yaml"), cpu(), {1, 3, 1, 1, 8, 0, "none", "1f1b", false});
@@ -140,6 +140,32 @@ TEST(Planner, CommandLine) {
           " --gpus 4 --mesh 2,2,2");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("2 x 2 x 2 = 8 != --gpus 4"), std::string::npos) << r.out;
+}
+
+// A sweep over 2 ranks: every mesh runs, each with its measurement and the
+// plan; the predicted peak memory is within 10% of the measured one.
+TEST(Planner, SweepOnTwoRanks) {
+  const std::string out = (std::filesystem::temp_directory_path() / "trident_sweep_test").string();
+  std::filesystem::remove_all(out);
+  const test::CliRun r = test::run_cli(
+      "OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 " +
+          std::string(TRIDENT_BINARY),
+      "sweep " + src("configs/demo.yaml") + " --cluster " + src("configs/clusters/cpu-local.yaml") +
+          " --warmup 1 --steps 2 --out " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("fastest measured: "), std::string::npos) << r.out;
+  const YAML::Node j = YAML::LoadFile(out + "/sweep.json");
+  ASSERT_EQ(j.size(), 3u);  // 2x1x1, 1x1x2, 1x2x1
+  for (const auto& m : j) {
+    ASSERT_TRUE(m["valid"].as<bool>());
+    EXPECT_GT(m["measured"]["tokens_per_s"].as<double>(), 0);
+    EXPECT_GT(m["predicted"]["tokens_per_s"].as<double>(), 0);
+    const double meas = m["measured"]["memory_bytes"]["total"].as<double>();
+    const double pred = m["predicted"]["memory_bytes"]["total"].as<double>();
+    EXPECT_NEAR(pred / meas, 1.0, 0.10) << m["data"] << "x" << m["tensor"] << "x" << m["pipeline"];
+  }
+  EXPECT_TRUE(std::filesystem::exists(out + "/sweep.csv"));
+  std::filesystem::remove_all(out);
 }
 
 }  // namespace trident::launch

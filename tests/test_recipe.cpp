@@ -173,7 +173,7 @@ TEST(Recipe, EveryKeyIsDocumented) {
 }
 
 TEST(Recipe, ShippedRecipesLoad) {
-  for (std::string name : {"demo", "gpt2-124m", "gpt2-350m", "llama-tiny", "llama-1b", "llama-8b", "llama-70b"}) {
+  for (std::string name : {"demo", "gpt2-124m", "gpt2-350m", "llama-tiny", "llama-1b", "llama-8b", "llama3-70b"}) {
     EXPECT_NO_THROW(load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + name + ".yaml")) << name;
   }
 }

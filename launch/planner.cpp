@@ -222,8 +222,10 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   // gradient windows of every segment until the step's reduce-scatters finish
   // (a full buffer) besides the shard; ZeRO 3 gathers parameters a segment at
   // a time, the next one prefetched.
-  int64_t segment = 0;  // the largest gathered unit: a layer, or the embeddings
-  {
+  static std::map<std::string, int64_t> segments;  // the largest gathered unit: a layer, or the embeddings
+  const std::string gkey = fmt::format("{}|{}", fnv_key(rc), T);
+  int64_t& segment = segments[gkey];
+  if (segment == 0) {
     const model::ParamRegistry whole(m, {0, T});
     for (const auto& p : whole.params())
       if (p.name.find(".0.") != std::string::npos) segment += p.numel;

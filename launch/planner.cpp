@@ -249,7 +249,8 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
     for (int v = 0; v < V; ++v) {
       const int chunk = v * P + pp;
       a += double(flight[size_t(pp)][size_t(v)]) *
-           double(model::activation_elements(m, shape, counts[size_t(chunk)], chunk == P * V - 1));
+               double(model::activation_elements(m, shape, counts[size_t(chunk)], chunk == P * V - 1)) +
+           double(model::shared_recompute_elements(m, shape, counts[size_t(chunk)]));
     }
     act = std::max(act, a);
   }

@@ -33,17 +33,20 @@ int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, in
   const int64_t layer_set_no_probs =
       2 * z.norm_full + 4 * z.R + z.N * z.qkv + z.N * z.atty + z.R * z.C + z.N * z.fc + z.N * z.ffn;
   int64_t n = 0;
-  if (layers > 0) {
-    if (s.recompute == Recompute::full) n += layer_set_no_probs + z.probs;              // one shared set
-    if (s.recompute == Recompute::selective) n += z.probs;                              // shared probabilities
-    if (s.recompute != Recompute::full)
-      n += layers * (layer_set_no_probs + (s.recompute == Recompute::none ? z.probs : 0));
-  }
+  if (layers > 0 && s.recompute != Recompute::full)
+    n += layers * (layer_set_no_probs + (s.recompute == Recompute::none ? z.probs : 0));
   n += layers * z.R * z.C;  // each layer's input
   if (s.split_backward) n += layers * (z.N * z.qkv + z.N * z.C + z.N * z.fc + z.N * z.C);
   n += z.R * z.C;  // the chunk's output
   if (head) n += z.norm_full + 2 * z.R + z.N * z.vocab + z.N;
   return n;
+}
+
+int64_t shared_recompute_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers) {
+  if (layers == 0 || s.recompute == Recompute::none) return 0;
+  const Sizes z = sizes(cfg, s);
+  if (s.recompute == Recompute::selective) return z.probs;
+  return 2 * z.norm_full + 4 * z.R + z.N * z.qkv + z.N * z.atty + z.R * z.C + z.N * z.fc + z.N * z.ffn + z.probs;
 }
 
 int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s) {

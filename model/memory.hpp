@@ -20,6 +20,10 @@ struct ActivationShape {
 
 // One Activations context of a chunk with `layers` layers (and the head).
 int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers, bool head);
+// What recomputation rebuilds before each use, one set per chunk shared by
+// all its contexts: a layer's intermediates (full) or the attention
+// probabilities (selective); 0 without recomputation.
+int64_t shared_recompute_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers);
 // The model's shared scratch (forward partial sums, backward gradients).
 int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s);
 

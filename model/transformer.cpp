@@ -182,9 +182,24 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
     a.act = alloc(N * dims_.ffn);
   };
   ctx->layers.resize(size_t(L));
+  // what recomputation rebuilds: one set per chunk, shared by its contexts
   LayerActs<T> shared{};
-  if (recompute == Recompute::full && L > 0) layer_set(shared, true);
-  T* shared_probs = recompute == Recompute::selective && L > 0 ? alloc(probs) : nullptr;
+  T* shared_probs = nullptr;
+  if (recompute != Recompute::none && L > 0) {
+    auto it = std::find_if(shared_recompute_.begin(), shared_recompute_.end(), [&](const SharedRecompute& x) {
+      return x.chunk == chunk && x.B == B && x.recompute == recompute;
+    });
+    if (it == shared_recompute_.end()) {
+      SharedRecompute set{chunk, B, recompute, {}, {}, nullptr};
+      std::swap(ctx->storage, set.storage);  // allocate into the shared set's storage
+      if (recompute == Recompute::full) layer_set(set.acts, true);
+      else set.probs = alloc(probs);
+      std::swap(ctx->storage, set.storage);
+      shared_recompute_.push_back(std::move(set));
+      it = shared_recompute_.end() - 1;
+    }
+    shared = it->acts, shared_probs = it->probs;
+  }
   for (auto& a : ctx->layers) {
     if (recompute == Recompute::full) {
       a = shared;

@@ -187,6 +187,18 @@ class Transformer {
   T *wte_ = nullptr, *wpe_ = nullptr, *nfw_ = nullptr, *nfb_ = nullptr, *head_ = nullptr;
   T *dwte_ = nullptr, *dwpe_ = nullptr, *dnfw_ = nullptr, *dnfb_ = nullptr, *dhead_ = nullptr;
   std::vector<double> rope_;
+  // Buffers that recomputation rebuilds before every use, shared by all the
+  // contexts of a chunk (full: one layer's intermediates; selective: the
+  // attention probabilities): micro-batches in flight never use them at once.
+  struct SharedRecompute {
+    int chunk;
+    int64_t B;
+    Recompute recompute;
+    std::vector<Tensor> storage;
+    LayerActs<T> acts{};
+    T* probs = nullptr;
+  };
+  mutable std::vector<SharedRecompute> shared_recompute_;
   // scratch shared by all layers, sized for the largest context seen:
   // forward [N,C] partial sums and [R,C] their reduction; backward d_res_
   // [R,C] (the residual stream's gradient), d_full_ / d_ln_ [N,C], d_local_ [R,C]

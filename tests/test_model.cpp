@@ -286,10 +286,23 @@ TEST(Memory, ActivationFormulaOneRank) {
     model::Transformer<float> net(m, 1);
     for (auto rc : {model::Recompute::none, model::Recompute::selective, model::Recompute::full})
       for (bool split : {false, true}) {
+        const MemStats before = HostAllocator::instance().stats();
         auto ctx = net.make_activations(3, rc, 0, split);
         int64_t got = 0;
         for (const auto& t : ctx->storage) got += t.numel();
-        EXPECT_EQ(got, model::activation_elements(m, {3, 1, false, rc, split}, m.layers, true)) << arch;
+        const model::ActivationShape shape{3, 1, false, rc, split};
+        EXPECT_EQ(got, model::activation_elements(m, shape, m.layers, true)) << arch;
+        // a second context of the chunk allocates only its own part: recomputation's set is shared
+        const int64_t grew = HostAllocator::instance().stats().current[size_t(MemCategory::activations)] -
+                             before.current[size_t(MemCategory::activations)];
+        auto ctx2 = net.make_activations(3, rc, 0, split);
+        const int64_t grew2 = HostAllocator::instance().stats().current[size_t(MemCategory::activations)] -
+                              before.current[size_t(MemCategory::activations)] - grew;
+        EXPECT_EQ(grew2, int64_t(sizeof(float)) * got) << arch;
+        if (rc != model::Recompute::none && !split) {
+          EXPECT_EQ(ctx->layers[0].probs, ctx2->layers[0].probs) << arch;
+          EXPECT_GE(grew, int64_t(sizeof(float)) * (got + model::shared_recompute_elements(m, shape, m.layers)));
+        }
       }
   }
 }

@@ -218,10 +218,10 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   const double Ps = double(r.stage_params);
   PlanMemory& mem = r.memory;
   // As the trainer allocates (measured by its per-category peaks; docs/planner.md):
-  // ZeRO 1 receives its reduced shard into a buffer; ZeRO 2 and 3 keep the
-  // gradient windows of every segment until the step's reduce-scatters finish
-  // (a full buffer) besides the shard; ZeRO 3 gathers parameters a segment at
-  // a time, the next one prefetched.
+  // ZeRO 1 receives its reduced shard into a buffer; ZeRO 2 and 3 accumulate
+  // into a whole gradient buffer when there are several micro-batches, else
+  // hold a few segment windows while they are reduce-scattered; ZeRO 3
+  // gathers parameters a segment at a time, the next one prefetched.
   static std::map<std::string, int64_t> segments;  // the largest gathered unit: a layer, or the embeddings
   const std::string gkey = fmt::format("{}|{}", fnv_key(rc), T);
   int64_t& segment = segments[gkey];
@@ -237,7 +237,11 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
     segment = std::max(segment, emb);
   }
   mem.params = pb * Ps / (c.zero >= 3 ? D : 1) + (c.zero >= 3 && D > 1 ? 2 * pb * double(segment) : 0);
-  mem.grads = 4 * Ps / (c.zero >= 2 ? D : 1) + (c.zero >= 2 && D > 1 ? 4 * Ps : 0);  // fp32 accumulation
+  // ZeRO 2/3 gradients beyond the shard: with accumulation (several
+  // micro-batches) a whole accumulation buffer; with one micro-batch the
+  // windows in flight (two reducing, one being written)
+  const double windows = r.micro_batches > 1 ? 4 * Ps : 3 * 4 * double(segment);
+  mem.grads = 4 * Ps / (c.zero >= 2 ? D : 1) + (c.zero >= 2 && D > 1 ? windows : 0);  // fp32
   mem.optimizer = (8 + (pb < 4 ? 4 : 0)) * Ps / (c.zero >= 1 ? D : 1);  // AdamW moments (+ fp32 master weights)
   if (c.zero == 1 && D > 1) mem.buffers += 4 * Ps / D;
   const model::ActivationShape shape{c.micro_batch, T, c.sequence_parallel, model::parse_recompute(c.recompute),

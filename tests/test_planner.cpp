@@ -56,7 +56,13 @@ TEST(Planner, MemoryByHand) {
   EXPECT_DOUBLE_EQ(r.memory.buffers, 4.0 * P / 2);
   r = plan_one(rc, cpu(), {2, 1, 1, 1, 8, 3, "none", "1f1b", false});
   EXPECT_DOUBLE_EQ(r.memory.params, 4.0 * P / 2 + 2 * 4.0 * 198272);
-  EXPECT_DOUBLE_EQ(r.memory.grads, 4.0 * P / 2 + 4.0 * P);
+  EXPECT_DOUBLE_EQ(r.memory.grads, 4.0 * P / 2 + 4.0 * P);  // 2 micro-batches: a whole accumulation buffer
+  // one micro-batch per step: three segment windows instead
+  Recipe one_micro = rc;
+  one_micro.overrides = {"train.global_batch=16"};
+  r = plan_one(one_micro, cpu(), {2, 1, 1, 1, 8, 2, "none", "1f1b", false});
+  ASSERT_EQ(r.micro_batches, 1);
+  EXPECT_DOUBLE_EQ(r.memory.grads, 4.0 * P / 2 + 3 * 4.0 * 198272);
   // full recompute keeps one layer's set and each layer's input
   r = plan_one(rc, cpu(), {2, 1, 1, 1, 8, 0, "full", "1f1b", false});
   EXPECT_DOUBLE_EQ(r.memory.activations, 4 * (per_layer + 4 * 65536 + 65536 + (65536 + 2 * 512 + 512 * 64 + 512) + 1179648));

@@ -104,6 +104,14 @@ struct Recipe {
   std::string device = "cpu";
   std::vector<std::string> keys_read;  // every key path the loader knows, in order
 
+  // The recipe as resolved: its text and --set overrides, '\0'-separated
+  // (ranks compare hashes of it; the planner keys its caches by it).
+  std::string resolved_text() const {
+    std::string key = text;
+    for (const auto& o : overrides) key.append(1, '\0').append(o);
+    return key;
+  }
+
   int64_t micro_batches_per_step(int64_t data_parallel) const {
     return train.global_batch / (train.micro_batch * data_parallel);
   }

@@ -114,9 +114,7 @@ int cmd_train(const std::vector<std::string>& args) {
   try {
     rc = load_recipe(recipe, sets, mpi.world());
     // every rank must train the same recipe: compared before anything else
-    std::string key = rc.text;
-    for (const auto& s : rc.overrides) key.append(1, '\0').append(s);
-    parallel::check_same_on_all_ranks(world, parallel::fnv1a64(key), "the recipe (its text and --set options)",
+    parallel::check_same_on_all_ranks(world, parallel::fnv1a64(rc.resolved_text()), "the recipe (its text and --set options)",
                                       fmt::format("{} with --set [{}]", recipe, fmt::join(rc.overrides, ", ")));
   } catch (const InputError&) {
     if (mpi.rank() != 0) return kExitBadInput;  // every rank reads the same recipe: rank 0 reports it once
@@ -356,6 +354,18 @@ int cmd_submit(const std::vector<std::string>& args) {
   return 0;
 }
 
+// "D,T,P" (or DxTxP): data, tensor, pipeline sizes.
+std::array<int64_t, 3> parse_mesh(const std::string& flag, const std::string& given) {
+  std::string text = given;
+  for (char& c : text)
+    if (c == ',' || c == 'x') c = ' ';
+  std::istringstream in(text);
+  std::vector<int64_t> dims;
+  for (std::string item; in >> item;) dims.push_back(parse_positive(flag, item));
+  if (dims.size() != 3) fail_input("{}: expected D,T,P (data, tensor, pipeline), found '{}'", flag, given);
+  return {dims[0], dims[1], dims[2]};
+}
+
 int cmd_plan(const std::vector<std::string>& args) {
   const Args a = parse_args("plan", args, {"--cluster", "--gpus", "--devices", "--mesh", "--top", "--precision", "--out"},
                             {"--explain", "--json", "--calibrate"});
@@ -387,14 +397,7 @@ int cmd_plan(const std::vector<std::string>& args) {
       launch::load_cluster(get("--cluster"), get("--precision").empty() ? rc.train.precision : get("--precision"));
   std::vector<launch::PlanResult> results;
   if (!get("--mesh").empty()) {
-    std::vector<int64_t> dims;
-    std::string text = get("--mesh");
-    for (char& c : text)
-      if (c == ',' || c == 'x') c = ' ';
-    std::istringstream in(text);
-    std::string item;
-    while (in >> item) dims.push_back(parse_positive("plan: --mesh", item));
-    if (dims.size() != 3) fail_input("plan: --mesh: expected D,T,P (data, tensor, pipeline), found '{}'", get("--mesh"));
+    const auto dims = parse_mesh("plan: --mesh", get("--mesh"));
     if (dims[0] * dims[1] * dims[2] != n)
       fail_input("plan: --mesh {}: {} x {} x {} = {} != --gpus {}", get("--mesh"), dims[0], dims[1], dims[2],
                  dims[0] * dims[1] * dims[2], n);
@@ -411,7 +414,7 @@ int cmd_plan(const std::vector<std::string>& args) {
   }
   int64_t feasible = 0, invalid = 0;
   for (const auto& r : results) feasible += r.feasible, invalid += !r.feasible && r.memory.total() == 0;
-  fmt::print("{} on {} x {} ({} per node, {:.0f} GiB, {:.0f} TFLOP/s {} peak x {:.2f} achievable GEMM)\n",
+  fmt::print("{} on {} x {} ({} per node, {:.0f} GiB, {:.4g} TFLOP/s {} peak x {:.2f} achievable GEMM)\n",
              a.positional[0], n, cl.name, cl.devices_per_node, cl.memory_bytes / (1024.0 * 1024 * 1024),
              cl.peak_flops / 1e12, cl.precision, cl.gemm_fraction);
   fmt::print("{} configurations: {} fit, {} out of memory, {} invalid\n", results.size(), feasible,
@@ -464,16 +467,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
     std::istringstream in(text);
     for (std::string mesh; std::getline(in, mesh);) {
       if (mesh.empty()) continue;
-      std::array<int64_t, 3> d{};
-      std::istringstream parts(mesh);
-      std::string item;
-      int k = 0;
-      while (std::getline(parts, item, ',')) {
-        if (k >= 3) fail_input("sweep: --meshes: expected D,T,P entries separated by ';', found '{}'", mesh);
-        d[size_t(k++)] = parse_positive("sweep: --meshes", item);
-      }
-      if (k != 3) fail_input("sweep: --meshes: expected D,T,P entries separated by ';', found '{}'", mesh);
-      o.meshes.push_back(d);
+      o.meshes.push_back(parse_mesh("sweep: --meshes", mesh));
     }
   }
   parallel::MpiRuntime mpi(g_argc, g_argv);

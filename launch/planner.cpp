@@ -15,6 +15,7 @@
 #include "model/params.hpp"
 #include "model/parallel_plan.hpp"
 #include "model/transformer.hpp"
+#include "parallel/launch_env.hpp"
 #include "parallel/schedule.hpp"
 #include "parallel/topology.hpp"
 
@@ -87,16 +88,7 @@ bool intra_node(const parallel::Topology& topo, parallel::GroupKind kind, int pe
 std::string gib(double b) { return fmt::format("{:.1f} GiB", b / kGiB); }
 
 // Identifies a recipe (text and overrides) in the caches.
-std::string fnv_key(const Recipe& rc) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  auto add = [&](const std::string& s) {
-    for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
-    h = (h ^ 0xff) * 0x100000001b3ull;
-  };
-  add(rc.text);
-  for (const auto& o : rc.overrides) add(o);
-  return std::to_string(h);
-}
+std::string fnv_key(const Recipe& rc) { return std::to_string(parallel::fnv1a64(rc.resolved_text())); }
 
 }  // namespace
 

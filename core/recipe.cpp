@@ -328,7 +328,8 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
                             "rope_theta", "norm_eps", "init_std", "tie_embeddings", "vocab_multiple"});
   r.check_section("parallel", {"data", "tensor", "pipeline", "order", "schedule", "virtual_stages", "zero",
                                "sequence_parallel", "bucket_bytes", "stage_layers", "timeout_s"});
-  r.check_section("train", {"global_batch", "micro_batch", "steps", "precision", "recompute", "threads"});
+  r.check_section("train", {"global_batch", "micro_batch", "steps", "precision", "recompute", "threads", "loss_scale",
+                            "loss_scale_window", "min_loss_scale"});
   r.check_section("optim", {"lr", "min_lr", "warmup", "decay", "wsd_decay_fraction", "betas", "eps",
                             "weight_decay", "grad_clip", "decay_norms_and_biases", "decay_embeddings"});
   r.check_section("data", {"train", "valid", "synthetic"});
@@ -436,7 +437,17 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
   t.global_batch = r.integer("train.global_batch", 1, kMax, std::nullopt);
   t.micro_batch = r.integer("train.micro_batch", 1, kMax, std::nullopt);
   t.steps = r.integer("train.steps", 1, kMax, std::nullopt);
-  t.precision = r.choice("train.precision", {"fp32"}, "fp32");
+  t.precision = r.choice("train.precision", {"fp32", "bf16", "fp16"}, "fp32");
+  t.loss_scale = r.real("train.loss_scale", 0, 1e38, t.precision == "fp16" ? 65536.0 : 1.0, true);
+  t.loss_scale_window = r.integer("train.loss_scale_window", 1, kMax, 1000);
+  t.min_loss_scale = r.real("train.min_loss_scale", 0, 1e38, 1.0, true);
+  if (t.precision != "fp16" && t.loss_scale != 1.0)
+    r.inconsistent("train.loss_scale", fmt::format("loss scaling is for fp16; precision is {} (expected 1 or no key, "
+                                                   "found {})",
+                                                   t.precision, t.loss_scale));
+  if (t.min_loss_scale > t.loss_scale)
+    r.inconsistent("train.min_loss_scale", fmt::format("min_loss_scale({}) > loss_scale({})", t.min_loss_scale,
+                                                       t.loss_scale));
   t.recompute = r.choice("train.recompute", {"none", "selective", "full"}, "none");
   t.threads = r.integer("train.threads", 0, 4096, 0);
   if (t.global_batch % (t.micro_batch * p.data) != 0)

@@ -42,7 +42,13 @@ struct ParallelConfig {
 
 struct TrainConfig {
   int64_t global_batch = 0, micro_batch = 0, steps = 0;
-  std::string precision = "fp32";
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision, fp32 master weights)
+  // fp16's dynamic loss scaling: the initial scale; it halves on a step with
+  // inf/NaN gradients (the step is skipped) and doubles after
+  // loss_scale_window clean steps; never below min_loss_scale.
+  double loss_scale = 1.0;
+  int64_t loss_scale_window = 1000;
+  double min_loss_scale = 1.0;
   std::string recompute = "none";  // none | selective | full
   int64_t threads = 0;             // 0 = all cores of this process's share
 };

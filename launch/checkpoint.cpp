@@ -85,6 +85,7 @@ std::string read_text(const std::string& path) {
 
 struct CheckpointSaver::Pending {
   int64_t step = 0;
+  ScalerState scaler;
   fs::path tmp_dir, final_dir;
   std::thread writer;
   std::atomic<bool> written{false};
@@ -111,6 +112,8 @@ std::string CheckpointSaver::start(int64_t steps_done, const RankState& s) {
   const fs::path root(rc_.checkpoint.dir);
   auto p = std::make_unique<Pending>();
   p->step = steps_done;
+  if (s.scaler) p->scaler = *s.scaler;
+  else p->scaler.optimizer_steps = steps_done;
   p->final_dir = root / step_name(steps_done), p->tmp_dir = root / (".tmp_" + step_name(steps_done));
   const int rank = world_ ? world_->rank() : 0;
   if (rank == 0) {
@@ -176,6 +179,7 @@ std::string CheckpointSaver::finish() { return pending_ ? complete() : ""; }
 std::string CheckpointSaver::complete() {
   std::unique_ptr<Pending> p = std::move(pending_);
   if (p->writer.joinable()) p->writer.join();
+  const ScalerState scaler = p->scaler;
   const fs::path root(rc_.checkpoint.dir);
   const int rank = world_ ? world_->rank() : 0, size = world_ ? world_->size() : 1;
   const int64_t steps_done = p->step;
@@ -235,8 +239,11 @@ std::string CheckpointSaver::complete() {
     const std::string index = fmt::format(
         "{{\"format\":\"trident-checkpoint\",\"version\":{},\"step\":{},\"consumed_samples\":{},\"seed\":{},"
         "\"mesh\":{},\"model\":{},\"optimizer\":{{\"type\":\"adamw\",\"step\":{},\"states\":[\"exp_avg\",\"exp_avg_sq\"]}},"
+        "\"precision\":{{\"train\":\"{}\",\"master_weights\":\"F32\",\"loss_scale\":{},\"good_steps\":{},"
+        "\"skipped_steps\":{}}},"
         "\"recipe_file\":{},\"recipe_text\":{},\"recipe_overrides\":[{}],\"files\":[{}],\"tensors\":{{{}}}}}\n",
-        kVersion, steps_done, steps_done * rc.train.global_batch, rc.seed, mesh_json(rc), model_json(m), steps_done,
+        kVersion, steps_done, steps_done * rc.train.global_batch, rc.seed, mesh_json(rc), model_json(m),
+        scaler.optimizer_steps, rc.train.precision, scaler.loss_scale, scaler.good_steps, scaler.skipped_steps,
         json_quote(rc.source), json_quote(rc.text), quoted(rc.overrides),
         files, tensors_by_name);
     write_atomic((tmp_dir / "index.json").string(), index);
@@ -469,6 +476,21 @@ int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankStat
       fail_input("{}: key 'version': expected {}, found {} (written by another Trident version)", index_path, kVersion,
                  version);
     step = idx["step"].as<int64_t>();
+    if (s.scaler) {  // older checkpoints: fp32, no skipped steps
+      *s.scaler = ScalerState{};
+      s.scaler->optimizer_steps = idx["optimizer"]["step"] ? idx["optimizer"]["step"].as<int64_t>() : step;
+      if (const YAML::Node mp = idx["precision"]) {
+        s.scaler->loss_scale = mp["loss_scale"].as<double>();
+        s.scaler->good_steps = mp["good_steps"].as<int64_t>();
+        s.scaler->skipped_steps = mp["skipped_steps"].as<int64_t>();
+        if (mp["train"].as<std::string>() != rc.train.precision)
+          log::info("{}: saved under train.precision {}, resumed under {} (the master weights are fp32 either way)",
+                    index_path, mp["train"].as<std::string>(), rc.train.precision);
+      }
+      if (rc.train.precision != "fp16") s.scaler->loss_scale = 1.0;
+      else if (!idx["precision"] || idx["precision"]["train"].as<std::string>() != "fp16")
+        s.scaler->loss_scale = rc.train.loss_scale, s.scaler->good_steps = 0;
+    }
     const auto& p = rc.parallel;
     const YAML::Node mesh = idx["mesh"];
     const std::string saved = fmt::format("data {} x tensor {} x pipeline {} (virtual stages {}), ZeRO {}",

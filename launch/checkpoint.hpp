@@ -30,12 +30,24 @@
 
 namespace trident::launch {
 
-// What one rank contributes to (or takes from) a checkpoint.
+// The optimizer's progress and fp16's loss scaler (the same on every rank).
+// optimizer_steps: updates applied (AdamW's bias-correction count), which
+// trails the training step by the steps skipped for inf/NaN gradients.
+struct ScalerState {
+  int64_t optimizer_steps = 0;
+  double loss_scale = 1.0;
+  int64_t good_steps = 0;     // clean steps since the scale last changed
+  int64_t skipped_steps = 0;  // in all
+};
+
+// What one rank contributes to (or takes from) a checkpoint. params are the
+// fp32 (master) weights, whatever train.precision is.
 struct RankState {
   const model::ParamRegistry* registry;  // this rank's slices
   int dp = 0, pp = 0, tp = 0;
   int64_t shard_begin = 0, shard_end = 0;  // elements of the flat buffer
   float *params = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;  // shard_end - shard_begin each
+  ScalerState* scaler = nullptr;  // saved with the index; filled on load (null: optimizer step = step)
 };
 
 // Saves in two halves. start() (collective) copies this rank's shard into

@@ -25,6 +25,7 @@
 #include "core/log.hpp"
 #include "kernels/backends.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/precision.hpp"
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
@@ -371,6 +372,33 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     grad_shard = zstore->grad_shard();
   }
   optim::AdamW<float> opt(net.registry(), rc.optim, shard_begin, shard_end);
+  // Mixed precision: the optimizer updates fp32 master weights of this
+  // rank's shard; the model computes with their rounded copy (bf16/fp16
+  // storage), published to every replica after each update. fp32: the
+  // optimizer updates the model's shard itself.
+  const kernels::Precision precision = kernels::parse_precision(rc.train.precision);
+  net.set_precision(precision);
+  const int64_t shard_n = shard_end - shard_begin;
+  Tensor master;
+  float* opt_params = param_shard;
+  if (precision != kernels::Precision::fp32) {
+    master = Tensor::empty({shard_n}, DType::f32, MemCategory::optimizer);
+    opt_params = master.data<float>();
+    std::copy(param_shard, param_shard + shard_n, opt_params);
+  }
+  auto publish_params = [&]() {
+    if (master.defined()) {
+      std::copy(opt_params, opt_params + shard_n, param_shard);
+      kernels::round_to_storage(param_shard, shard_n, precision);
+    }
+    if (sync) sync->gather_params(net.params());
+    else zstore->gather_params();
+  };
+  if (master.defined()) publish_params();
+  // fp16: dynamic loss scaling; the scale multiplies the loss gradient and
+  // divides the gradients again inside the optimizer's pass.
+  ScalerState scaler;
+  scaler.loss_scale = precision == kernels::Precision::fp16 ? rc.train.loss_scale : 1.0;
   // Gradients of replicated parameters: with sequence parallelism each tensor
   // rank saw only its rows, so norms and row-parallel biases are summed over
   // the tensor group; replicated KV heads are summed over their KV group
@@ -447,8 +475,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
               std::log(double(rc.data.syn.vocab)));
   // Resume: the same mesh's checkpoint fills this rank's shard (parameters
   // and optimizer state); the replicas are then rebuilt from the shards.
-  RankState ckpt_state{&net.registry(), dp_rank, pp_rank, tp.rank(), shard_begin, shard_end, param_shard,
-                       opt.exp_avg(), opt.exp_avg_sq()};
+  RankState ckpt_state{&net.registry(), dp_rank, pp_rank, tp.rank(), shard_begin, shard_end, opt_params,
+                       opt.exp_avg(), opt.exp_avg_sq(), &scaler};
   int64_t start_step = 0;
   if (!opts.resume.empty()) {
     const std::string from = resolve_resume(rc, opts.resume);
@@ -456,8 +484,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
       log::info("resume: no checkpoint in {} yet; starting from step 0", rc.checkpoint.dir);
     } else {
       start_step = load_checkpoint(rc, from, ckpt_state, world.get());
-      if (sync) sync->gather_params(net.params());
-      else zstore->gather_params();
+      publish_params();
       log::info("resumed from {} after step {}", from, start_step);
     }
   }
@@ -465,9 +492,9 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   MetricsFile metrics(leader ? rc.log.metrics : std::string(), /*append=*/start_step > 0);
   metrics.write(fmt::format(
       "{{\"type\":\"start\",\"recipe\":\"{}\",\"params\":{},\"flops_per_token\":{},\"peak_flops\":{},"
-      "\"entropy_floor\":{},\"sequence_floor\":{},\"threads\":{}}}",
+      "\"entropy_floor\":{},\"sequence_floor\":{},\"threads\":{},\"precision\":\"{}\"}}",
       rc.source, n_global, flops_tok, peak, rc.data.synthetic ? fmt::format("{}", floor) : "null",
-      rc.data.synthetic ? fmt::format("{}", seq_floor) : "null", threads));
+      rc.data.synthetic ? fmt::format("{}", seq_floor) : "null", threads, rc.train.precision));
 
   // Tokens and targets of every micro-batch of a step (pipelines hold several).
   std::vector<int32_t> sample(static_cast<size_t>(T + 1));
@@ -490,7 +517,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   std::vector<std::vector<int>> free_slots(chunks.size());
   std::vector<char> input_started(chunks.size()), weight_started(chunks.size());
   double loss_sum = 0;
-  float dscale = float(1.0 / double(rc.train.global_batch * T));
+  const double mean_scale = 1.0 / double(rc.train.global_batch * T);  // dloss/dlogit of the mean loss
+  float dscale = float(mean_scale);
   bool last_reduces = false;  // unpiped: the last micro-batch's backward launches the buckets
   auto on_ready = [&](int64_t frontier) { sync->grads_ready(net.grads(), frontier); };
   parallel::PipelineHooks hooks;
@@ -601,6 +629,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     for (int64_t micro = 0; micro < micro_steps; ++micro)
       load_batch(micro, uint64_t(step * rc.train.global_batch + dp_rank * rank_batch + micro * B), false);
     reset_step();
+    dscale = float(mean_scale * scaler.loss_scale);
     last_reduces = sync != nullptr && !piped;
     executor.run(actions, hooks);
     const double sched_s = executor.step_seconds();
@@ -640,13 +669,30 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     // and the tied copy counted once)
     double sq = optim::sum_of_squares_counted(net.registry(), grad_shard, shard_begin, shard_end);
     if (zero >= 1) sq = parallel::sum_over(dp, sq);
-    const double gnorm = std::sqrt(parallel::sum_over(mp_group, sq));
+    // (of the scaled gradients: unscaled here; inf/NaN on any rank makes it non-finite everywhere)
+    const double gnorm = std::sqrt(parallel::sum_over(mp_group, sq)) / scaler.loss_scale;
+    const bool fp16 = precision == kernels::Precision::fp16;
+    const bool skip = fp16 && !std::isfinite(gnorm);
     if (step == 0 && opts.capture_step1_grads) out.step1_grads = capture_gradients(net, m, par, groups.get(), dp, mp_group, grad_shard, shard_begin, shard_end, shard_counts, zero);
     const double lr = optim::learning_rate(rc.optim, step, rc.train.steps);
     const double opt_start = since();
-    opt.step(param_shard, grad_shard, lr, step + 1, optim::clip_scale(gnorm, rc.optim.grad_clip));
-    if (sync) sync->gather_params(net.params());
-    else zstore->gather_params();
+    const double used_scale = scaler.loss_scale;
+    if (!skip) {
+      opt.step(opt_params, grad_shard, lr, ++scaler.optimizer_steps,
+               optim::clip_scale(gnorm, rc.optim.grad_clip) / scaler.loss_scale);
+      publish_params();
+    }
+    if (fp16) {  // dynamic loss scaling: halve on overflow, double after a window of clean steps
+      if (skip) {
+        scaler.loss_scale = std::max(scaler.loss_scale / 2, rc.train.min_loss_scale);
+        scaler.good_steps = 0, ++scaler.skipped_steps;
+        if (!opts.quiet)
+          log::info("step {}: inf/NaN gradients at loss scale {:g}; step skipped, scale now {:g}", step + 1,
+                    used_scale, scaler.loss_scale);
+      } else if (++scaler.good_steps >= rc.train.loss_scale_window) {
+        scaler.loss_scale *= 2, scaler.good_steps = 0;
+      }
+    }
     if (traced) trace.add(step + 1, Trace::optimizer, 0, 0, opt_start, since());
     if (traced && step + 1 == trace_last) trace.write(rc.log.trace, world.get());
     // all ranks agree whether any of them was signalled (one number per step)
@@ -692,17 +738,20 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     }
     out.losses.push_back(loss);
     out.grad_norms.push_back(gnorm);
+    out.loss_scales.push_back(used_scale);
+    out.skipped.push_back(skip);
     out.step_seconds.push_back(dt);
     out.bubbles.push_back(bubble);
     if (!std::isfinite(loss)) throw Error(fmt::format("loss is {} at step {}", loss, step + 1));
 
     const bool last = step + 1 == rc.train.steps;
     const MemStats mem = HostAllocator::instance().stats();
-    metrics.write(fmt::format("{{\"type\":\"train\",\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},"
+    metrics.write(fmt::format("{{\"type\":\"train\",\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},{}"
                               "\"tokens_per_s\":{:.1f},\"mfu\":{:.4f},\"step_s\":{:.4f},\"comm_wait_s\":{:.4f},"
                               "\"tensor_comm_s\":{:.4f},\"checkpoint_s\":{:.4f},\"bubble\":[{:.4f}],\"bubble_predicted\":{:.4f},"
                               "\"peak_bytes\":{}}}",
-                              step + 1, loss, lr, gnorm, tps, mfu, dt, comm_wait, tp.traffic().seconds - tensor_comm0,
+                              step + 1, loss, lr, std::isfinite(gnorm) ? fmt::format("{}", gnorm) : "null",
+                              fp16 ? fmt::format("\"loss_scale\":{},\"skipped\":{},", used_scale, skip) : "", tps, mfu, dt, comm_wait, tp.traffic().seconds - tensor_comm0,
                               ckpt_s, fmt::join(bubble, ","), predicted_bubble, peak_bytes_json(mem)));
     if (!opts.quiet && ((step + 1) % rc.log.every == 0 || step == 0 || last)) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();

@@ -16,6 +16,8 @@ namespace trident::launch {
 struct TrainSummary {
   std::vector<double> losses;  // per step
   std::vector<double> grad_norms;
+  std::vector<double> loss_scales;  // the scale each step ran at (1 unless fp16)
+  std::vector<bool> skipped;        // fp16: steps skipped for inf/NaN gradients
   std::vector<double> step_seconds;  // per step, wall time
   double final_val_loss = 0;
   double entropy_floor = 0;    // synthetic source only, else 0

@@ -246,23 +246,33 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), F = dims_.ffn;
   ensure_scratch(B);
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x_in, p.n1w, p.n1b, R);
+  store(a.ln1, R * C);
   const T* h = tp_->enter(a.ln1_full, a.ln1, N, C);
   k::linear_forward(a.qkv, h, p.qkvw, p.qkvb, N, C, qkv_width_);
   if (llama_) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D);
+  store(a.qkv, N * qkv_width_);
   k::attention_forward(a.atty, a.probs, a.qkv, B, Tn, H, KV, D);
+  store(a.atty, N * H * D);
   k::linear_forward(partial_, a.atty, p.ow, static_cast<const T*>(nullptr), N, H * D, C);
+  store(partial_, N * C);
   const T* y = tp_->exit(reduced_, partial_, N, C);
   k::residual_forward(a.x_mid, a.x_in, y, p.ob, R, C);
+  store(a.x_mid, R * C);
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.n2w, p.n2b, R);
+  store(a.ln2, R * C);
   h = tp_->enter(a.ln2_full, a.ln2, N, C);
   k::linear_forward(a.fc, h, p.fcw, p.fcb, N, C, fc_width_);
+  store(a.fc, N * fc_width_);
   if (llama_)
     k::swiglu_forward(a.act, a.fc, N, F);
   else
     k::gelu_forward(a.act, a.fc, N * F);
+  store(a.act, N * F);
   k::linear_forward(partial_, a.act, p.pw, static_cast<const T*>(nullptr), N, F, C);
+  store(partial_, N * C);
   y = tp_->exit(reduced_, partial_, N, C);
   k::residual_forward(x_out, a.x_mid, y, p.pb, R, C);
+  store(x_out, R * C);
 }
 
 template <typename T>
@@ -281,6 +291,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     k::embedding_forward(partial_, tokens, wte_, N, C, dims_.vocab_begin, dims_.vocab);
     const T* emb = tp_->exit(reduced_, partial_, N, C);
     k::position_forward(first_in, emb, wpe_, tp_->row_begin(N), R, Tn, C);
+    store(first_in, R * C);
     done_params(ch.emb_seg);
   } else {
     std::copy(x_in, x_in + R * C, first_in);
@@ -297,8 +308,10 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   use_params(head, tied_local_ ? emb_seg_ : -1);
   if (tied_local_) use_params(emb_seg_, -1);
   norm_forward(ctx.lnf, ctx.lnf_mean, ctx.lnf_rstd, ctx.x_final, nfw_, nfb_, R);
+  store(ctx.lnf, R * C);
   const T* h = tp_->enter(ctx.lnf_full, ctx.lnf, N, C);
   k::linear_forward(ctx.logits, h, head_, static_cast<const T*>(nullptr), N, C, dims_.vocab);
+  store(ctx.logits, N * dims_.vocab);
   // A forward for training (dscale != 0) keeps the head's parameters for
   // backward(); otherwise they are released here.
   if (!targets || dscale == T(0)) {
@@ -307,6 +320,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   }
   if (!targets) return 0;
   tp_->cross_entropy(ctx.losses, ctx.logits, targets, N, dims_.vocab, dims_.vocab_valid, dims_.vocab_begin, dscale);
+  if (dscale != T(0)) store(ctx.logits, N * dims_.vocab);  // dlogits
   double sum = 0;
   for (int64_t i = 0; i < N; ++i) sum += double(ctx.losses[i]);
   return sum;
@@ -366,9 +380,11 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     if (tied_local_) use_grads(emb_seg_);
     k::linear_backward(d_ln_, split ? static_cast<T*>(nullptr) : dhead_, static_cast<T*>(nullptr), ctx.logits,
                        ctx.lnf_full, head_, N, C, V, acc);
+    store(d_ln_, N * C);
     const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
     std::fill(d_res_, d_res_ + R * C, T(0));
     norm_backward(d_res_, dnfw_, dnfb_, d, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, R, acc);
+    store(d_res_, R * C);
     done_params(head);
     if (tied_local_) done_params(emb_seg_);
     done_grads(head);
@@ -402,23 +418,31 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     const T* dy = tp_->exit_backward(d_full_, d_res_, N, C);
     if (split) std::copy(dy, dy + N * C, ctx.saved[size_t(l)].d_mlp_out);
     k::linear_backward(d_act_, dpw, static_cast<T*>(nullptr), dy, a.act, p.pw, N, F, C, acc);
+    store(d_act_, N * F);
     if (llama_)
       k::swiglu_backward(d_fc, a.fc, d_act_, N, F);
     else
       k::gelu_backward(d_fc, a.fc, d_act_, N * F);
+    store(d_fc, N * fc_width_);
     k::linear_backward(d_ln_, dfcw, p.dfcb, d_fc, a.ln2_full, p.fcw, N, C, fc_width_, acc);
+    store(d_ln_, N * C);
     const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
     norm_backward(d_res_, p.dn2w, p.dn2b, d, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, R, acc);
+    store(d_res_, R * C);
     // attention: d_res_ is now the gradient of x_mid = x_in + exit(atty ow^T) + ob
     k::bias_backward(p.dob, d_res_, R, C, acc);
     dy = tp_->exit_backward(d_full_, d_res_, N, C);
     if (split) std::copy(dy, dy + N * C, ctx.saved[size_t(l)].d_attn_out);
     k::linear_backward(d_atty_, dow, static_cast<T*>(nullptr), dy, a.atty, p.ow, N, H * D, C, acc);
+    store(d_atty_, N * H * D);
     k::attention_backward(d_qkv, d_atty_, a.qkv, a.probs, B, Tn, H, KV, D);
     if (llama_) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D);
+    store(d_qkv, N * qkv_width_);
     k::linear_backward(d_ln_, dqkvw, p.dqkvb, d_qkv, a.ln1_full, p.qkvw, N, C, qkv_width_, acc);
+    store(d_ln_, N * C);
     d = tp_->enter_backward(d_local_, d_ln_, N, C);
     norm_backward(d_res_, p.dn1w, p.dn1b, d, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, R, acc);
+    store(d_res_, R * C);
     done_params(s);
     done_grads(s);
     ready(s);

@@ -34,6 +34,7 @@
 #include "core/tensor.hpp"
 #include "model/parallel_plan.hpp"
 #include "model/params.hpp"
+#include "kernels/precision.hpp"
 #include "parallel/tensor_parallel.hpp"
 
 namespace trident::model {
@@ -139,6 +140,14 @@ class Transformer {
   }
   void zero_grads() { grads_.zero_(); }
 
+  // Mixed precision (train.precision): every activation and activation
+  // gradient the model stores is rounded to the storage format (kept: norm
+  // statistics, attention probabilities, losses, parameter gradients, which
+  // accumulate in fp32). Parameters are the caller's: it keeps fp32 master
+  // weights and hands the model their rounded copy.
+  void set_precision(kernels::Precision p) { precision_ = p; }
+  kernels::Precision precision() const { return precision_; }
+
  private:
   struct LayerParams {
     T *n1w, *n1b, *qkvw, *qkvb, *ow, *ob, *n2w, *n2b, *fcw, *fcb, *pw, *pb;
@@ -156,6 +165,8 @@ class Transformer {
     int64_t first_local = 0;   // index of its first layer in layers_
     int emb_seg = -1, head_seg = -1;
   };
+  // rounds n elements at p to the storage format (a no-op in fp32)
+  void store(T* p, int64_t n) const { kernels::round_to_storage(p, n, precision_); }
   void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B);
   void layer_weight_grads(const LayerActs<T>& a, const SavedGrads<T>& g, const LayerParams& p, int64_t B, bool acc);
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N);
@@ -163,6 +174,7 @@ class Transformer {
                      int64_t N, bool accumulate);
 
   ModelConfig cfg_;
+  kernels::Precision precision_ = kernels::Precision::fp32;
   parallel::TensorParallel single_;  // the region of a one-rank model
   parallel::TensorParallel* tp_;
   ParamRegistry reg_;

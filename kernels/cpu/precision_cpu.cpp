@@ -1,0 +1,58 @@
+// CPU storage rounding for mixed precision (see kernels/precision.hpp).
+// bf16: the f32 bit pattern rounded to its top 16 bits (core/dtype.hpp);
+// fp16: through _Float16 (F16C's vcvtps2ph: round to nearest even, overflow
+// to inf, subnormals kept).
+#include "kernels/precision.hpp"
+
+#include <cmath>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+namespace trident::kernels {
+
+Precision parse_precision(const std::string& s) {
+  if (s == "fp32") return Precision::fp32;
+  if (s == "bf16") return Precision::bf16;
+  if (s == "fp16") return Precision::fp16;
+  fail_input("train.precision: expected fp32 | bf16 | fp16, found '{}'", s);
+}
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+  }
+  return "?";
+}
+
+float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+float round_fp16(float x) { return float(static_cast<_Float16>(x)); }
+
+template <typename T>
+void round_to_storage(T* x, int64_t n, Precision p) {
+  if (p == Precision::fp32) return;
+  if (p == Precision::bf16) {
+#pragma omp parallel for simd
+    for (int64_t i = 0; i < n; ++i) x[i] = T(round_bf16(float(x[i])));
+  } else {
+#pragma omp parallel for simd
+    for (int64_t i = 0; i < n; ++i) x[i] = T(round_fp16(float(x[i])));
+  }
+}
+
+template <typename T>
+int64_t count_nonfinite(const T* x, int64_t n) {
+  int64_t bad = 0;
+#pragma omp parallel for reduction(+ : bad)
+  for (int64_t i = 0; i < n; ++i) bad += std::isfinite(x[i]) ? 0 : 1;
+  return bad;
+}
+
+template void round_to_storage<float>(float*, int64_t, Precision);
+template void round_to_storage<double>(double*, int64_t, Precision);
+template int64_t count_nonfinite<float>(const float*, int64_t);
+template int64_t count_nonfinite<double>(const double*, int64_t);
+
+}  // namespace trident::kernels

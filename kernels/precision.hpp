@@ -1,0 +1,30 @@
+// Mixed precision: the storage formats of train.precision and the overflow
+// check of fp16's dynamic loss scaling.
+// round_to_storage: each element becomes the nearest value of the storage
+// format (round to nearest even; fp16 overflows to +-inf and goes subnormal
+// below 2^-14; NaN stays NaN). It is how the CPU holds bf16/fp16 values:
+// fp32 containers whose contents are exactly representable in the storage
+// format, so the numerics are those of bf16/fp16 storage with fp32 math
+// (the memory is not halved; on CUDA the buffers are real bf16/fp16).
+// count_nonfinite: the number of inf/NaN elements.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace trident::kernels {
+
+enum class Precision { fp32, bf16, fp16 };
+Precision parse_precision(const std::string& s);  // fp32 | bf16 | fp16
+const char* precision_name(Precision p);
+
+template <typename T>
+void round_to_storage(T* x, int64_t n, Precision p);
+
+template <typename T>
+int64_t count_nonfinite(const T* x, int64_t n);
+
+// One element (tests, scalars).
+float round_bf16(float x);
+float round_fp16(float x);
+
+}  // namespace trident::kernels

@@ -1,4 +1,5 @@
 // MPI communicator (see mpi_communicator.hpp).
+#include <cstdlib>
 #include "parallel/mpi/mpi_communicator.hpp"
 
 #include <algorithm>
@@ -150,6 +151,11 @@ std::string mpi_library_version() {
 }
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  // A process started without a launcher is an MPI singleton: it talks to no
+  // one, so PMIx's security plugin need not be munge (which, installed but
+  // not running, makes MPI_Init retry for seconds). Launchers set their own.
+  if (!std::getenv("PMIX_RANK") && !std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("SLURM_PROCID"))
+    setenv("PMIX_MCA_psec", "native", /*overwrite=*/0);
   int provided = 0;
   MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);

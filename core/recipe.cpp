@@ -516,7 +516,7 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
   rc.log.trace_steps = r.integers("log.trace_steps", 1, kMax);
   if (!rc.log.trace.empty() && rc.log.trace_steps.empty()) rc.log.trace_steps = {std::min<int64_t>(2, rc.train.steps)};
   rc.seed = r.integer("seed", 0, kMax, 1234);
-  rc.device = r.choice("device", {"cpu"}, "cpu");
+  rc.device = r.choice("device", {"cpu", "cuda"}, "cpu");
   rc.keys_read = r.keys;
   return rc;
 }

@@ -63,7 +63,7 @@ void HostAllocator::reset_peaks() {
 }
 
 Storage::Storage(size_t b, MemCategory cat, Device dev) : bytes(b), category(cat), device(dev) {
-  data = dev.type == DeviceType::cpu ? HostAllocator::instance().allocate(bytes, cat) : device_alloc(bytes, dev.index);
+  data = dev.type == DeviceType::cpu ? HostAllocator::instance().allocate(bytes, cat) : device_alloc(bytes, dev.index, cat);
 }
 
 Storage::Storage(void* borrowed, size_t b, Device dev) : data(borrowed), bytes(b), device(dev), owned(false) {}
@@ -73,7 +73,7 @@ Storage::~Storage() {
   if (device.type == DeviceType::cpu)
     HostAllocator::instance().release(data, bytes, category);
   else
-    device_free(data, device.index);
+    device_free(data, bytes, device.index, category);
 }
 
 int64_t shape_numel(const Shape& s) {
@@ -83,6 +83,8 @@ int64_t shape_numel(const Shape& s) {
 }
 
 Tensor Tensor::borrow_raw(void* data, int64_t n, DType dtype, Device dev) {
+  // memory of the device allocator is a cuda tensor, whatever the caller said
+  if (dev.type == DeviceType::cpu && is_device_pointer(data)) dev = Device{DeviceType::cuda, current_device()};
   Tensor t;
   t.storage_ = std::make_shared<Storage>(data, size_t(n) * dtype_size(dtype), dev);
   t.shape_ = {n};

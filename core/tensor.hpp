@@ -42,6 +42,7 @@ class Tensor {
   static Tensor zeros(const Shape& shape, DType dtype, MemCategory cat, Device dev = {});
   // A view of memory owned elsewhere (not accounted, not freed): how the
   // model's raw buffers reach a Communicator. The owner keeps it alive.
+  // Memory of the device allocator is recognised and tagged cuda:N.
   template <typename T>
   static Tensor borrow(T* data, int64_t n, Device dev = {}) {
     return borrow_raw(const_cast<std::remove_const_t<T>*>(data), n, dtype_of<std::remove_const_t<T>>(), dev);

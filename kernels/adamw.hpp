@@ -5,6 +5,7 @@
 // `step` counts from 1. Updates param, m, v in place.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace trident::kernels {
 
@@ -16,5 +17,16 @@ struct AdamWParams {
 
 template <typename T>
 void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& hp);
+
+// Several ranges of one flat buffer, each with its own weight decay
+// (hp.weight_decay is ignored): on CUDA one launch for all of them
+// (multi-tensor apply), on the CPU adamw_update per range.
+struct AdamWRange {
+  int64_t offset, size;
+  double weight_decay;
+};
+template <typename T>
+void adamw_update_multi(T* param, T* m, T* v, const T* grad, const std::vector<AdamWRange>& ranges,
+                        const AdamWParams& hp);
 
 }  // namespace trident::kernels

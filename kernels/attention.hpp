@@ -2,13 +2,18 @@
 // KV key/value heads, H % KV == 0; KV == H is plain multi-head attention).
 // Shapes: B batch, T sequence, H query heads, KV key/value heads, D head size.
 // qkv[B,T,(H+2KV)*D] holds per token [q heads | k heads | v heads].
-// probs[B,H,T,T] is the softmax (row t, columns <= t); forward writes it,
-// backward reads it (selective recompute reruns attention_probs to refill it).
-// Backward overwrites dqkv. Scale is 1/sqrt(D).
+// probs is the state forward saves for backward (selective recompute reruns
+// attention_probs to refill it), attention_state_elements() floats:
+//   CPU:  [B,H,T,T], the softmax (row t, columns <= t);
+//   CUDA: [B,H,T], each row's log-sum-exp (a flash-style kernel: no T x T
+//         matrix; backward recomputes the probabilities tile by tile).
+// Backward reads out (the forward's output) and overwrites dqkv. Scale is 1/sqrt(D).
 #pragma once
 #include <cstdint>
 
 namespace trident::kernels {
+
+int64_t attention_state_elements(int64_t B, int64_t T_, int64_t H, bool on_cuda);
 
 template <typename T>
 void attention_probs(T* probs, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D);
@@ -18,7 +23,7 @@ template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D);
 
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int64_t B, int64_t T_, int64_t H,
-                        int64_t KV, int64_t D);
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* probs, int64_t B, int64_t T_,
+                        int64_t H, int64_t KV, int64_t D);
 
 }  // namespace trident::kernels

@@ -2,11 +2,25 @@
 // Compiles without CUDA headers; the CUDA part answers "not built" when off.
 #pragma once
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/precision.hpp"
 
 namespace trident::kernels {
 
 std::string cpu_gemm_backend();   // e.g. "oneDNN 2.6.3 (sgemm)"
 std::string cuda_backend();       // device summary, or why there is none
 bool cuda_built();
+
+// GEMM math on CUDA for train.precision: fp32 exact, bf16/fp16 on tensor
+// cores with fp32 accumulation (the CPU computes in fp32 whatever it is).
+void set_matmul_precision(Precision p);
+// The bound GPU's dense peak for that math, FLOP/s (the MFU reference); 0
+// without a CUDA backend.
+double cuda_peak_flops(Precision p);
+// GPU seconds per kernel since the last call, when kernel timing is on
+// (environment TRIDENT_KERNEL_TIMES=1, CUDA builds); empty otherwise.
+std::vector<std::pair<std::string, double>> take_kernel_times();
 
 }  // namespace trident::kernels

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/crc32c.hpp"
+#include "core/device_memory.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/safetensors.hpp"
@@ -132,12 +133,14 @@ std::string CheckpointSaver::start(int64_t steps_done, const RankState& s) {
     return previous;
   }
   // background: from a host copy, since training changes the shard while the
-  // file is written; synchronous: from the shard itself
+  // file is written; synchronous: from the shard itself (from a host copy
+  // too when the shard is in device memory)
   const float *src_p = s.params, *src_m = s.exp_avg, *src_v = s.exp_avg_sq;
-  if (rc_.checkpoint.async) {
-    params_.assign(s.params, s.params + n);
-    exp_avg_.assign(s.exp_avg, s.exp_avg + n);
-    exp_avg_sq_.assign(s.exp_avg_sq, s.exp_avg_sq + n);
+  if (rc_.checkpoint.async || is_device_pointer(s.params)) {
+    for (auto [dst, src] : {std::pair{&params_, s.params}, {&exp_avg_, s.exp_avg}, {&exp_avg_sq_, s.exp_avg_sq}}) {
+      dst->resize(static_cast<size_t>(n));
+      copy_bytes(dst->data(), src, size_t(n) * sizeof(float));  // waits for the device's queued work
+    }
     src_p = params_.data(), src_m = exp_avg_.data(), src_v = exp_avg_sq_.data();
   }
   auto write = [n, src_p, src_m, src_v, pending = p.get(), path = (p->tmp_dir / file_name(s.dp, s.pp, s.tp)).string()] {
@@ -561,13 +564,29 @@ int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankStat
   }
   if (!problem.empty()) fail_input("{}", problem);
   if (failed != 0) fail_input("{}: rejected by another rank (its error says why)", dir);
+  // a shard in device memory is read into host buffers, then copied over
+  const bool device = is_device_pointer(s.params);
+  const int64_t n = s.shard_end - s.shard_begin;
+  std::vector<float> host[3];
+  RankState h = s;
+  if (device) {
+    float** fields[3] = {&h.params, &h.exp_avg, &h.exp_avg_sq};
+    for (int i = 0; i < 3; ++i)
+      if (*fields[i]) host[i].resize(static_cast<size_t>(n)), *fields[i] = host[i].data();
+  }
   if (same_mesh) {
     SafetensorsReader reader(file);
-    reader.read("params", s.params);
-    if (s.exp_avg) reader.read("exp_avg", s.exp_avg);
-    if (s.exp_avg_sq) reader.read("exp_avg_sq", s.exp_avg_sq);
+    reader.read("params", h.params);
+    if (h.exp_avg) reader.read("exp_avg", h.exp_avg);
+    if (h.exp_avg_sq) reader.read("exp_avg_sq", h.exp_avg_sq);
   } else {
-    run_reshard(plan, dir, s);
+    run_reshard(plan, dir, h);
+  }
+  if (device) {
+    float* dst[3] = {s.params, s.exp_avg, s.exp_avg_sq};
+    for (int i = 0; i < 3; ++i)
+      if (dst[i]) copy_bytes(dst[i], host[i].data(), size_t(n) * sizeof(float));
+    device_synchronize();
   }
   return step;
 }

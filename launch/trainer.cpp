@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "core/allocator.hpp"
+#include "core/device_memory.hpp"
 #include "core/dataset.hpp"
 #include "core/log.hpp"
 #include "kernels/backends.hpp"
@@ -34,7 +35,10 @@
 #include "parallel/schedule.hpp"
 #include "parallel/tensor_parallel.hpp"
 #include "parallel/zero_storage.hpp"
+#include "parallel/device_communicator.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
+#include "parallel/nccl/nccl_communicator.hpp"
+#include "kernels/buffer.hpp"
 
 namespace trident::launch {
 
@@ -159,7 +163,7 @@ std::vector<float> capture_gradients(model::Transformer<float>& net, const Model
                                      int64_t shard_end, const std::vector<int64_t>& shard_counts, int zero) {
   const int64_t n = net.registry().total();
   Tensor full = Tensor::zeros({n}, DType::f32, MemCategory::other);
-  std::memcpy(full.data<float>() + shard_begin, grad_shard, size_t(shard_end - shard_begin) * sizeof(float));
+  copy_bytes(full.data<float>() + shard_begin, grad_shard, size_t(shard_end - shard_begin) * sizeof(float));
   if (zero >= 1 && dp) dp->all_gather(full, {shard_counts})->wait();
   std::vector<float> out(static_cast<size_t>(model::consolidated_numel(m)));
   if (!mp || mp->size() == 1) {
@@ -277,17 +281,44 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   parallel::Communicator *dp = nullptr, *tp_group = nullptr, *pp_group = nullptr, *mp_group = nullptr,
                          *emb_group = nullptr;
   std::unique_ptr<parallel::MpiCommunicator> kv_group;  // ranks sharing replicated KV heads
+  parallel::Communicator* kv = nullptr;
+  // device: cuda binds this rank to GPU local_rank % devices; every group
+  // then carries device buffers over NCCL (one GPU per rank) or host staging.
+  const bool on_cuda = rc.device == "cuda";
+  Device dev;
+  bool nccl = false;
+  if (on_cuda) {
+    const int gpus = device_count();
+    if (gpus == 0)
+      fail_input("{}: key 'device': cuda, but {}", rc.source,
+                 kernels::cuda_built() ? "no CUDA device is visible to this process (" + kernels::cuda_backend() + ")"
+                                       : std::string("this build has no CUDA backend"));
+    const int local_rank = world ? parallel::local_rank_and_size(*world).first : 0;
+    dev = Device{DeviceType::cuda, local_rank % gpus};
+    set_device(dev.index);
+    nccl = world && parallel::nccl_built() && parallel::one_gpu_per_rank(*world, gpus);
+  }
+  std::vector<std::unique_ptr<parallel::Communicator>> device_groups;
+  auto group = [&](parallel::MpiCommunicator& g) -> parallel::Communicator* {
+    if (!on_cuda) return &g;
+    std::unique_ptr<parallel::Communicator> n;
+    if (nccl) n = std::make_unique<parallel::NcclCommunicator>(g, dev.index);
+    device_groups.push_back(std::make_unique<parallel::DeviceCommunicator>(g, std::move(n)));
+    return device_groups.back().get();
+  };
   if (world) {
     groups = std::make_unique<parallel::ProcessGroups>(
         parallel::Topology(int(par.data), int(par.pipeline), int(par.tensor), par.order), *world);
-    dp = &groups->get(parallel::GroupKind::data);
-    pp_group = &groups->get(parallel::GroupKind::pipeline);
-    mp_group = &groups->get(parallel::GroupKind::model_parallel);
-    emb_group = &groups->get(parallel::GroupKind::embedding);
+    dp = group(groups->get(parallel::GroupKind::data));
+    pp_group = group(groups->get(parallel::GroupKind::pipeline));
+    mp_group = group(groups->get(parallel::GroupKind::model_parallel));
+    emb_group = group(groups->get(parallel::GroupKind::embedding));
     auto& tg = groups->get(parallel::GroupKind::tensor);
-    tp_group = &tg;
-    if (m.kv_heads < par.tensor)  // KV head r * kv_heads / tensor is held by tensor / kv_heads ranks
+    tp_group = group(tg);
+    if (m.kv_heads < par.tensor) {  // KV head r * kv_heads / tensor is held by tensor / kv_heads ranks
       kv_group = tg.split(int(tg.rank() * m.kv_heads / par.tensor), tg.rank(), "kv");
+      kv = group(*kv_group);
+    }
   }
   // Tensor parallelism: the region ops the model calls (identity with one rank).
   parallel::TensorParallel tp(tp_group, par.sequence_parallel);
@@ -322,6 +353,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   // rank otherwise; train.threads or OMP_NUM_THREADS override.
   int threads = rc.train.threads > 0 ? int(rc.train.threads) : default_threads(world_size);
   kernels::set_num_threads(threads);
+  const kernels::Precision precision = kernels::parse_precision(rc.train.precision);
+  kernels::set_matmul_precision(precision);
 
   // Data (read by the ranks holding the embedding or the head).
   std::unique_ptr<TokenSampler> sampler;
@@ -345,7 +378,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   // serves the model segment by segment.
   const int zero = int(par.zero);
   const auto chunks = model::pipeline_chunks(m, P, VS, par.stage_layers, pp_rank);
-  model::Transformer<float> net(m, uint64_t(rc.seed), /*full_buffers=*/zero < 2, &tp, chunks);
+  model::Transformer<float> net(m, uint64_t(rc.seed), /*full_buffers=*/zero < 2, &tp, chunks, dev);
   bool reads_tokens = false, reads_targets = false;
   for (const auto& c : chunks) reads_tokens |= c.embedding, reads_targets |= c.head;
   const int64_t n_params = net.registry().total();  // this rank's flat buffer
@@ -356,39 +389,44 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   std::vector<int64_t> shard_counts;
   float *param_shard = nullptr, *grad_shard = nullptr;  // element shard_begin of this rank's shard
   if (zero < 2) {
-    sync = std::make_unique<parallel::GradientSync>(dp, n_params, DType::f32, zero, par.bucket_bytes);
+    sync = std::make_unique<parallel::GradientSync>(dp, n_params, DType::f32, zero, par.bucket_bytes, dev);
     shard_begin = sync->shard_begin(), shard_end = sync->shard_end(), shard_counts = sync->shard_counts();
     param_shard = net.params().data<float>() + shard_begin;
     grad_shard = net.grads().data<float>() + shard_begin;
   } else {
-    zstore = std::make_unique<parallel::ZeroStorage>(dp, net.segments(), n_params, zero);
+    zstore = std::make_unique<parallel::ZeroStorage>(dp, net.segments(), n_params, zero, dev);
     net.set_storage(zstore.get());
     shard_begin = zstore->shard_begin(), shard_end = zstore->shard_end(), shard_counts = zstore->shard_counts();
+    // drawn on the host (Philox by global index: a shard only its own elements), copied where they live
+    auto init = [&](float* dst, int64_t begin, int64_t end) {
+      std::vector<float> host(static_cast<size_t>(end - begin));
+      net.registry().initialize_range(host.data(), begin, end, uint64_t(rc.seed));
+      kernels::copy(dst, host.data(), end - begin);
+    };
     if (zero == 2)
-      net.registry().initialize(zstore->full_params().data<float>(), uint64_t(rc.seed));
-    else  // each rank generates only its shard: Philox by global index
-      net.registry().initialize_range(zstore->param_shard(), shard_begin, shard_end, uint64_t(rc.seed));
+      init(zstore->full_params().data<float>(), 0, n_params);
+    else
+      init(zstore->param_shard(), shard_begin, shard_end);
     param_shard = zstore->param_shard();
     grad_shard = zstore->grad_shard();
   }
-  optim::AdamW<float> opt(net.registry(), rc.optim, shard_begin, shard_end);
+  optim::AdamW<float> opt(net.registry(), rc.optim, shard_begin, shard_end, dev);
   // Mixed precision: the optimizer updates fp32 master weights of this
   // rank's shard; the model computes with their rounded copy (bf16/fp16
   // storage), published to every replica after each update. fp32: the
   // optimizer updates the model's shard itself.
-  const kernels::Precision precision = kernels::parse_precision(rc.train.precision);
   net.set_precision(precision);
   const int64_t shard_n = shard_end - shard_begin;
   Tensor master;
   float* opt_params = param_shard;
   if (precision != kernels::Precision::fp32) {
-    master = Tensor::empty({shard_n}, DType::f32, MemCategory::optimizer);
+    master = Tensor::empty({shard_n}, DType::f32, MemCategory::optimizer, dev);
     opt_params = master.data<float>();
-    std::copy(param_shard, param_shard + shard_n, opt_params);
+    kernels::copy(opt_params, param_shard, shard_n);
   }
   auto publish_params = [&]() {
     if (master.defined()) {
-      std::copy(opt_params, opt_params + shard_n, param_shard);
+      kernels::copy(param_shard, opt_params, shard_n);
       kernels::round_to_storage(param_shard, shard_n, precision);
     }
     if (sync) sync->gather_params(net.params());
@@ -431,10 +469,15 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
         ctx_pool[c].push_back(net.make_activations(B, recompute, int(c), split));
   }
   const int64_t R = tp.rows(B * T);
-  parallel::PipelineExecutor executor(pp_group, P, VS, R * m.hidden, par.timeout_s);
+  parallel::PipelineExecutor executor(pp_group, P, VS, R * m.hidden, par.timeout_s, /*lookahead=*/2, dev);
   const double flops_tok = model::flops_per_token(m);
-  const double peak = rc.log.peak_flops > 0 ? rc.log.peak_flops : measure_gemm_peak();
-  const MemStats mem0 = HostAllocator::instance().stats();
+  const double peak = rc.log.peak_flops > 0 ? rc.log.peak_flops
+                      : on_cuda             ? kernels::cuda_peak_flops(precision)
+                                            : measure_gemm_peak();
+  // memory of the device the model lives on (the host's on CPU)
+  auto memory = [&]() { return on_cuda ? device_memory_stats() : HostAllocator::instance().stats(); };
+  auto reset_peaks = [&]() { on_cuda ? device_reset_peaks() : HostAllocator::instance().reset_peaks(); };
+  const MemStats mem0 = memory();
   const double predicted_bubble = parallel::simulate(kind, P, VS, int(micro_steps)).bubble_fraction();
 
   log::info("trident: {} | {} layers, hidden {}, heads {}/{}, ffn {}, seq {}, vocab {} | {:.2f}M parameters",
@@ -467,7 +510,15 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
             mib(int64_t(zero >= 2 ? 4 * Pn / d : 4 * Pn)), zero >= 1 ? "8P/d" : "8P",
             mib(int64_t(zero >= 1 ? 8 * Pn / d : 8 * Pn)));
   log::info("model FLOPs/token {:.4g} | MFU reference {:.1f} GFLOP/s ({})", flops_tok, peak / 1e9,
-            rc.log.peak_flops > 0 ? "log.peak_flops" : "measured sgemm");
+            rc.log.peak_flops > 0 ? "log.peak_flops"
+            : on_cuda             ? fmt::format("dense {} peak of cuda:{}", precision == kernels::Precision::fp32 ? "fp32" : rc.train.precision, dev.index)
+                                  : "measured sgemm");
+  if (on_cuda)
+    log::info("device cuda:{} (local rank % {} GPUs) | {} | device buffers {}", dev.index, device_count(),
+              kernels::cuda_backend(),
+              !world ? "(one rank: no communication)"
+              : nccl ? "over NCCL for every group (" + parallel::nccl_version() + ")"
+                     : "staged through host memory over MPI: ranks share a GPU (NCCL needs one GPU per rank)");
   if (rc.data.synthetic)
     log::info("data: synthetic Markov source (vocab {}, order {}, branching {}) | entropy floor {:.4f} nats/token "
               "(sequence floor {:.4f}, log(vocab) {:.4f})",
@@ -500,6 +551,12 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   std::vector<int32_t> sample(static_cast<size_t>(T + 1));
   std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(micro_steps), std::vector<int32_t>(size_t(B * T)));
   std::vector<std::vector<int32_t>> targets = tokens;
+  std::vector<Tensor> tokens_dev, targets_dev;  // their device copies (device: cuda)
+  if (on_cuda && (reads_tokens || reads_targets))
+    for (int64_t i = 0; i < micro_steps; ++i) {
+      tokens_dev.push_back(Tensor::empty({B * T}, DType::i32, MemCategory::activations, dev));
+      targets_dev.push_back(Tensor::empty({B * T}, DType::i32, MemCategory::activations, dev));
+    }
   auto load_batch = [&](int64_t micro, uint64_t first_index, bool valid) {
     if (!reads_tokens && !reads_targets) return;
     auto& tok = tokens[size_t(micro)];
@@ -509,6 +566,16 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
       std::copy(sample.begin(), sample.begin() + T, tok.begin() + b * T);
       std::copy(sample.begin() + 1, sample.end(), tgt.begin() + b * T);
     }
+    if (on_cuda) {  // queued on the compute stream, before the kernels that read them
+      kernels::copy(tokens_dev[size_t(micro)].data<int32_t>(), tok.data(), B * T);
+      kernels::copy(targets_dev[size_t(micro)].data<int32_t>(), tgt.data(), B * T);
+    }
+  };
+  auto tokens_of = [&](int64_t micro) -> const int32_t* {
+    return on_cuda ? tokens_dev[size_t(micro)].data<int32_t>() : tokens[size_t(micro)].data();
+  };
+  auto targets_of = [&](int64_t micro) -> const int32_t* {
+    return on_cuda ? targets_dev[size_t(micro)].data<int32_t>() : targets[size_t(micro)].data();
   };
 
   // The hooks the executor calls: contexts taken at forward, returned after
@@ -529,8 +596,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     fs.pop_back();
     slot_of[size_t(c)][size_t(micro)] = slot;
     const auto& spec = net.chunk(c);
-    loss_sum += net.forward_chunk(*ctx_pool[size_t(c)][size_t(slot)], spec.embedding ? tokens[size_t(micro)].data() : nullptr,
-                                  input, spec.head ? targets[size_t(micro)].data() : nullptr, dscale);
+    loss_sum += net.forward_chunk(*ctx_pool[size_t(c)][size_t(slot)], spec.embedding ? tokens_of(micro) : nullptr,
+                                  input, spec.head ? targets_of(micro) : nullptr, dscale);
   };
   hooks.output = [&](int c, int micro) { return ctx_pool[size_t(c)][size_t(slot_of[size_t(c)][size_t(micro)])]->x_final; };
   hooks.input_grad = [&](int, int) { return net.input_grad(); };
@@ -585,8 +652,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
       eval_hooks.forward = [&](int c, int micro, const float* input) {
         slot_of[size_t(c)][size_t(micro)] = 0;
         const auto& spec = net.chunk(c);
-        loss_sum += net.forward_chunk(*ctx_pool[size_t(c)][0], spec.embedding ? tokens[size_t(micro)].data() : nullptr,
-                                      input, spec.head ? targets[size_t(micro)].data() : nullptr, 0.0f);
+        loss_sum += net.forward_chunk(*ctx_pool[size_t(c)][0], spec.embedding ? tokens_of(micro) : nullptr, input,
+                                      spec.head ? targets_of(micro) : nullptr, 0.0f);
       };
       executor.run(forward_only(n), eval_hooks);
       sum += loss_sum;
@@ -601,7 +668,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   const double tokens_per_step = double(rc.train.global_batch * T);
   double timed_seconds = 0, timed_steps = 0;
   auto run_start = Clock::now();
-  HostAllocator::instance().reset_peaks();
+  reset_peaks();
   Trace trace;
   const int64_t trace_last = rc.log.trace_steps.empty()
                                  ? 0
@@ -660,7 +727,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
       zstore->finish_step();
     }
     parallel::all_reduce_ranges(tp.group(), grad_shard, tensor_replicated);
-    parallel::all_reduce_ranges(kv_group.get(), grad_shard, kv_replicated);
+    parallel::all_reduce_ranges(kv, grad_shard, kv_replicated);
     if (traced) trace.add(step + 1, Trace::grad_sync, 0, 0, sync_start, since());
     // the last stage's loss, over the data group; every tensor rank has the same
     const double loss = parallel::sum_over(pp_group, parallel::sum_over(dp, loss_sum)) / tokens_per_step;
@@ -722,6 +789,19 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     }
     const double ckpt_s = since() - ckpt_start;
 
+    // GPU time of the step's kernels (TRIDENT_KERNEL_TIMES=1 on CUDA): the
+    // step should take little more than their sum
+    const auto kernel_times = kernels::take_kernel_times();
+    double kernel_s = 0;
+    for (const auto& [name, s] : kernel_times) kernel_s += s;
+    if (!kernel_times.empty() && !opts.quiet && step + 1 == rc.train.steps) {
+      auto sorted = kernel_times;
+      std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+      std::string top;
+      for (size_t i = 0; i < std::min<size_t>(sorted.size(), 8); ++i)
+        top += fmt::format("{}{} {:.1f} ms", i ? ", " : "", sorted[i].first, 1e3 * sorted[i].second);
+      log::info("kernels of the last step: {:.1f} ms in all | {}", 1e3 * kernel_s, top);
+    }
     const double comm_wait = sync ? sync->take_wait_seconds() : zstore->take_wait_seconds();
     out.comm_wait_s += comm_wait;
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -745,14 +825,15 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     if (!std::isfinite(loss)) throw Error(fmt::format("loss is {} at step {}", loss, step + 1));
 
     const bool last = step + 1 == rc.train.steps;
-    const MemStats mem = HostAllocator::instance().stats();
+    const MemStats mem = memory();
     metrics.write(fmt::format("{{\"type\":\"train\",\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},{}"
                               "\"tokens_per_s\":{:.1f},\"mfu\":{:.4f},\"step_s\":{:.4f},\"comm_wait_s\":{:.4f},"
-                              "\"tensor_comm_s\":{:.4f},\"checkpoint_s\":{:.4f},\"bubble\":[{:.4f}],\"bubble_predicted\":{:.4f},"
+                              "\"tensor_comm_s\":{:.4f},\"checkpoint_s\":{:.4f},{}\"bubble\":[{:.4f}],\"bubble_predicted\":{:.4f},"
                               "\"peak_bytes\":{}}}",
                               step + 1, loss, lr, std::isfinite(gnorm) ? fmt::format("{}", gnorm) : "null",
                               fp16 ? fmt::format("\"loss_scale\":{},\"skipped\":{},", used_scale, skip) : "", tps, mfu, dt, comm_wait, tp.traffic().seconds - tensor_comm0,
-                              ckpt_s, fmt::join(bubble, ","), predicted_bubble, peak_bytes_json(mem)));
+                              ckpt_s, kernel_times.empty() ? "" : fmt::format("\"kernel_s\":{:.5f},", kernel_s),
+                              fmt::join(bubble, ","), predicted_bubble, peak_bytes_json(mem)));
     if (!opts.quiet && ((step + 1) % rc.log.every == 0 || step == 0 || last)) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
       const double eta = elapsed / double(step + 1) * double(rc.train.steps - step - 1);
@@ -779,7 +860,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   }
   out.tokens_per_s = timed_steps > 0 ? tokens_per_step * timed_steps / timed_seconds : 0;
   {
-    const MemStats peak = HostAllocator::instance().stats();
+    const MemStats peak = memory();
     out.peak_params = peak.peak[size_t(MemCategory::params)];
     out.peak_grads = peak.peak[size_t(MemCategory::grads)];
     out.peak_optimizer = peak.peak[size_t(MemCategory::optimizer)];
@@ -789,7 +870,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     out.peak_total = peak.total_peak;
   }
   out.mfu = flops_tok * out.tokens_per_s / (peak * world_size);
-  const MemStats mem = HostAllocator::instance().stats();
+  const MemStats mem = memory();
   if (!opts.quiet)
     log::info("done: {} steps in {} | {:.0f} tok/s | mfu {:.1f}% | peak memory {} (activations {})", rc.train.steps,
               format_duration(std::chrono::duration<double>(Clock::now() - run_start).count()), out.tokens_per_s,

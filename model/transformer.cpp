@@ -5,6 +5,7 @@
 
 #include "kernels/activation.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/buffer.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gemm.hpp"
@@ -34,8 +35,9 @@ double flops_per_token(const ModelConfig& m) {
 
 template <typename T>
 Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers, parallel::TensorParallel* tp,
-                            std::vector<ChunkSpec> chunks)
+                            std::vector<ChunkSpec> chunks, Device device)
     : cfg_(cfg),
+      device_(device),
       tp_(tp ? tp : &single_),
       reg_(cfg, {tp_->rank(), tp_->size()}, std::move(chunks)),
       dims_(local_dims(cfg, {tp_->rank(), tp_->size()})),
@@ -82,9 +84,15 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buf
   }
   TRIDENT_CHECK(i == params.size(), "segments cover {} of {} parameters", i, params.size());
   if (!full_buffers) return;
-  params_ = Tensor::empty({reg_.total()}, dtype_of<T>(), MemCategory::params);
-  grads_ = Tensor::zeros({reg_.total()}, dtype_of<T>(), MemCategory::grads);
-  reg_.initialize(params_.data<T>(), seed);
+  params_ = Tensor::empty({reg_.total()}, dtype_of<T>(), MemCategory::params, device_);
+  grads_ = Tensor::zeros({reg_.total()}, dtype_of<T>(), MemCategory::grads, device_);
+  if (device_.type == DeviceType::cpu) {
+    reg_.initialize(params_.data<T>(), seed);
+  } else {  // drawn on the host, copied once
+    std::vector<T> host(static_cast<size_t>(reg_.total()));
+    reg_.initialize(host.data(), seed);
+    k::copy(params_.data<T>(), host.data(), reg_.total());
+  }
   for (int s = 0; s < int(segments_.size()); ++s)
     bind(s, params_.data<T>() + segments_[size_t(s)].begin, grads_.data<T>() + segments_[size_t(s)].begin);
 }
@@ -157,12 +165,12 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
   const Chunk& ch = chunks_[size_t(chunk)];
   const int64_t Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, L = ch.spec.layers;
   const int64_t R = tp_->rows(N), row0 = tp_->row_begin(N);
-  const int64_t probs = B * dims_.heads * Tn * Tn;
+  const int64_t probs = k::attention_state_elements(B, Tn, dims_.heads, device_.type == DeviceType::cuda);
   auto ctx = std::make_unique<Activations<T>>();
   ctx->B = B;
   ctx->chunk = chunk;
   auto alloc = [&](int64_t n) {
-    ctx->storage.push_back(Tensor::empty({n}, dtype_of<T>(), MemCategory::activations));
+    ctx->storage.push_back(Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_));
     return ctx->storage.back().template data<T>();
   };
   // A norm's output [R,C] and the full input [N,C] of the linear after it:
@@ -294,7 +302,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     store(first_in, R * C);
     done_params(ch.emb_seg);
   } else {
-    std::copy(x_in, x_in + R * C, first_in);
+    k::copy(first_in, x_in, R * C);
   }
   for (int l = 0; l < L; ++l) {
     const int s = ch.first_layer_seg + l;
@@ -321,9 +329,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   if (!targets) return 0;
   tp_->cross_entropy(ctx.losses, ctx.logits, targets, N, dims_.vocab, dims_.vocab_valid, dims_.vocab_begin, dscale);
   if (dscale != T(0)) store(ctx.logits, N * dims_.vocab);  // dlogits
-  double sum = 0;
-  for (int64_t i = 0; i < N; ++i) sum += double(ctx.losses[i]);
-  return sum;
+  return k::sum(ctx.losses, N);
 }
 
 template <typename T>
@@ -334,7 +340,7 @@ void Transformer<T>::ensure_scratch(int64_t B) {
                              N * dims_.heads * cfg_.head_dim(), N * fc_width_, N * dims_.ffn};
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
-  scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations);
+  scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, device_);
   T* p = scratch_.data<T>();
   T** outs[10] = {&partial_, &reduced_, &d_res_, &d_full_, &d_ln_, &d_local_, &d_qkv_, &d_atty_, &d_fc_, &d_act_};
   for (int i = 0; i < 10; ++i) *outs[i] = p, p += sizes[i];
@@ -382,7 +388,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
                        ctx.lnf_full, head_, N, C, V, acc);
     store(d_ln_, N * C);
     const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
-    std::fill(d_res_, d_res_ + R * C, T(0));
+    k::fill_zero(d_res_, R * C);
     norm_backward(d_res_, dnfw_, dnfb_, d, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, R, acc);
     store(d_res_, R * C);
     done_params(head);
@@ -391,7 +397,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     // a tied head also writes the table, which is final only at the end
     ready(head);
   } else {
-    std::copy(d_out, d_out + R * C, d_res_);
+    k::copy(d_res_, d_out, R * C);
   }
   for (int l = L - 1; l >= 0; --l) {
     const int s = ch.first_layer_seg + l;
@@ -416,7 +422,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     // MLP: d_res_ is the gradient of x_out = x_mid + exit(act pw^T) + pb
     k::bias_backward(p.dpb, d_res_, R, C, acc);
     const T* dy = tp_->exit_backward(d_full_, d_res_, N, C);
-    if (split) std::copy(dy, dy + N * C, ctx.saved[size_t(l)].d_mlp_out);
+    if (split) k::copy(ctx.saved[size_t(l)].d_mlp_out, dy, N * C);
     k::linear_backward(d_act_, dpw, static_cast<T*>(nullptr), dy, a.act, p.pw, N, F, C, acc);
     store(d_act_, N * F);
     if (llama_)
@@ -432,10 +438,10 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     // attention: d_res_ is now the gradient of x_mid = x_in + exit(atty ow^T) + ob
     k::bias_backward(p.dob, d_res_, R, C, acc);
     dy = tp_->exit_backward(d_full_, d_res_, N, C);
-    if (split) std::copy(dy, dy + N * C, ctx.saved[size_t(l)].d_attn_out);
+    if (split) k::copy(ctx.saved[size_t(l)].d_attn_out, dy, N * C);
     k::linear_backward(d_atty_, dow, static_cast<T*>(nullptr), dy, a.atty, p.ow, N, H * D, C, acc);
     store(d_atty_, N * H * D);
-    k::attention_backward(d_qkv, d_atty_, a.qkv, a.probs, B, Tn, H, KV, D);
+    k::attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.probs, B, Tn, H, KV, D);
     if (llama_) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D);
     store(d_qkv, N * qkv_width_);
     k::linear_backward(d_ln_, dqkvw, p.dqkvb, d_qkv, a.ln1_full, p.qkvw, N, C, qkv_width_, acc);
@@ -455,8 +461,8 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
   // (Split backward: the head's weight pass comes later and accumulates, so
   // the table starts from zero here.)
   if (!acc) {
-    if (!tied_local_ || split) std::fill(dwte_, dwte_ + V * C, T(0));
-    if (dwpe_) std::fill(dwpe_, dwpe_ + Tn * C, T(0));
+    if (!tied_local_ || split) k::fill_zero(dwte_, V * C);
+    if (dwpe_) k::fill_zero(dwpe_, Tn * C);
   }
   if (dwpe_) k::position_backward(dwpe_, d_res_, tp_->row_begin(N), R, Tn, C);
   const T* demb = tp_->exit_backward(d_full_, d_res_, N, C);

@@ -87,8 +87,10 @@ class Transformer {
   // model (ZeRO 3 keeps shards); a SegmentStorage must then be set.
   // tp: this rank's tensor-parallel region (nullptr: one rank); it must
   // outlive the model. chunks: the pipeline chunks held (empty: all).
+  // device: where every buffer lives and every kernel runs (cuda: the
+  // process's bound device, core/device_memory.hpp).
   Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers = true,
-              parallel::TensorParallel* tp = nullptr, std::vector<ChunkSpec> chunks = {});
+              parallel::TensorParallel* tp = nullptr, std::vector<ChunkSpec> chunks = {}, Device device = {});
 
   // Segments of the flat buffer, in order: per chunk its embedding, each
   // layer, its head (final norm, untied or copied LM head). See
@@ -98,6 +100,7 @@ class Transformer {
   void set_storage(SegmentStorage<T>* store) { store_ = store; }
 
   const ModelConfig& config() const { return cfg_; }
+  Device device() const { return device_; }
   const LocalDims& dims() const { return dims_; }
   int num_chunks() const { return int(chunks_.size()); }
   const ChunkSpec& chunk(int c) const { return chunks_[size_t(c)].spec; }
@@ -174,6 +177,7 @@ class Transformer {
                      int64_t N, bool accumulate);
 
   ModelConfig cfg_;
+  Device device_;
   kernels::Precision precision_ = kernels::Precision::fp32;
   parallel::TensorParallel single_;  // the region of a one-rank model
   parallel::TensorParallel* tp_;

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernels/adamw.hpp"
+#include "kernels/buffer.hpp"
 
 namespace trident::optim {
 
@@ -44,10 +45,10 @@ double sum_of_squares(const T* g, int64_t n) {
 }
 
 double sum_of_squares_counted(const model::ParamRegistry& reg, const float* g, int64_t begin, int64_t end) {
-  double sum = 0;
-  int64_t run_begin = -1, run_end = -1;  // maximal runs of counted parameters
+  std::vector<std::pair<int64_t, int64_t>> runs;  // maximal runs of counted parameters, relative to g
+  int64_t run_begin = -1, run_end = -1;
   auto flush = [&] {
-    if (run_begin >= 0) sum += sum_of_squares(g + (run_begin - begin), run_end - run_begin);
+    if (run_begin >= 0) runs.push_back({run_begin - begin, run_end - begin});
     run_begin = run_end = -1;
   };
   for (const auto& p : reg.params()) {
@@ -65,7 +66,7 @@ double sum_of_squares_counted(const model::ParamRegistry& reg, const float* g, i
     }
   }
   flush();
-  return sum;
+  return kernels::sum_of_squares_ranges(g, runs);  // one pass on the device, where g lives
 }
 
 template <typename T>
@@ -80,24 +81,22 @@ double clip_grad_norm(T* grads, int64_t n, double max_norm) {
 }
 
 template <typename T>
-AdamW<T>::AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg, int64_t begin, int64_t end)
+AdamW<T>::AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg, int64_t begin, int64_t end, Device dev)
     : cfg_(cfg), begin_(begin), end_(end < 0 ? reg.total() : end) {
   for (Range r : decay_ranges(reg, cfg)) {
     int64_t lo = std::max(r.offset, begin_), hi = std::min(r.offset + r.size, end_);
     if (hi > lo) ranges_.push_back({lo, hi - lo, r.decay});
   }
-  m_ = Tensor::zeros({end_ - begin_}, dtype_of<T>(), MemCategory::optimizer);
-  v_ = Tensor::zeros({end_ - begin_}, dtype_of<T>(), MemCategory::optimizer);
+  m_ = Tensor::zeros({end_ - begin_}, dtype_of<T>(), MemCategory::optimizer, dev);
+  v_ = Tensor::zeros({end_ - begin_}, dtype_of<T>(), MemCategory::optimizer, dev);
 }
 
 template <typename T>
 void AdamW<T>::step(T* params, const T* grads, double lr, int64_t step, double grad_scale) {
-  for (const Range& r : ranges_) {
-    kernels::AdamWParams hp{lr, cfg_.betas[0], cfg_.betas[1], cfg_.eps, r.decay ? cfg_.weight_decay : 0.0, step,
-                            grad_scale};
-    const int64_t o = r.offset - begin_;
-    kernels::adamw_update(params + o, m_.data<T>() + o, v_.data<T>() + o, grads + o, r.size, hp);
-  }
+  std::vector<kernels::AdamWRange> ranges;
+  for (const Range& r : ranges_) ranges.push_back({r.offset - begin_, r.size, r.decay ? cfg_.weight_decay : 0.0});
+  kernels::AdamWParams hp{lr, cfg_.betas[0], cfg_.betas[1], cfg_.eps, 0.0, step, grad_scale};
+  kernels::adamw_update_multi(params, m_.data<T>(), v_.data<T>(), grads, ranges, hp);
 }
 
 template class AdamW<float>;

@@ -37,8 +37,10 @@ template <typename T>
 class AdamW {
  public:
   // State for elements [begin, end) of the flat buffer (ZeRO: this rank's
-  // shard); end < 0 means the whole buffer.
-  AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg, int64_t begin = 0, int64_t end = -1);
+  // shard); end < 0 means the whole buffer. The moments live on `dev`, the
+  // update runs where they are (one multi-tensor launch on CUDA).
+  AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg, int64_t begin = 0, int64_t end = -1,
+        Device dev = {});
   // One step over elements [begin, end): params and grads point at element
   // `begin` (a shard's own buffers, or full buffers + begin). `step` counts
   // from 1. Gradients are read as grad_scale * grads (clipping without a

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/device_memory.hpp"
 #include "core/error.hpp"
 
 namespace trident::parallel {
@@ -15,7 +16,8 @@ std::vector<Bucket> make_buckets(int64_t numel, int64_t elems) {
   return out;
 }
 
-GradientSync::GradientSync(Communicator* dp, int64_t numel, DType dtype, int zero_stage, int64_t bucket_bytes)
+GradientSync::GradientSync(Communicator* dp, int64_t numel, DType dtype, int zero_stage, int64_t bucket_bytes,
+                           Device device)
     : dp_(dp && dp->size() > 1 ? dp : nullptr), zero_(zero_stage) {
   TRIDENT_CHECK(zero_stage == 0 || zero_stage == 1, "ZeRO stage {} is not implemented", zero_stage);
   const int n = dp_size();
@@ -25,7 +27,7 @@ GradientSync::GradientSync(Communicator* dp, int64_t numel, DType dtype, int zer
   shard_end_ = shard_begin_ + counts_[size_t(r)];
   if (zero_ == 0) shard_begin_ = 0, shard_end_ = numel;
   buckets_ = make_buckets(numel, std::max<int64_t>(1, bucket_bytes / int64_t(dtype_size(dtype))));
-  if (dp_ && zero_ == 1) recv_ = Tensor::empty({shard_end_ - shard_begin_}, dtype, MemCategory::comm);
+  if (dp_ && zero_ == 1) recv_ = Tensor::empty({shard_end_ - shard_begin_}, dtype, MemCategory::comm, device);
 }
 
 void GradientSync::launch(const Tensor& grads, const Bucket& b) {
@@ -62,8 +64,8 @@ void GradientSync::finish(const Tensor& grads) {
   inflight_.clear();
   next_ = 0;
   if (zero_ == 1 && recv_.numel() > 0)
-    std::memcpy(static_cast<char*>(grads.raw()) + shard_begin_ * int64_t(dtype_size(grads.dtype())), recv_.raw(),
-                recv_.nbytes());
+    copy_bytes(static_cast<char*>(grads.raw()) + shard_begin_ * int64_t(dtype_size(grads.dtype())), recv_.raw(),
+               recv_.nbytes());
 }
 
 double sum_over(Communicator* group, double local) {

@@ -37,7 +37,8 @@ std::vector<Bucket> make_buckets(int64_t numel, int64_t elems);
 
 class GradientSync {
  public:
-  GradientSync(Communicator* dp, int64_t numel, DType dtype, int zero_stage, int64_t bucket_bytes);
+  // device: where the gradients live (its receive buffer goes there too).
+  GradientSync(Communicator* dp, int64_t numel, DType dtype, int zero_stage, int64_t bucket_bytes, Device device = {});
 
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_end() const { return shard_end_; }

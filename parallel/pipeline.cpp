@@ -4,19 +4,21 @@
 #include <cstring>
 #include <thread>
 
+#include "core/device_memory.hpp"
 #include "core/error.hpp"
 
 namespace trident::parallel {
 
 PipelineExecutor::PipelineExecutor(Communicator* group, int stages, int virtual_stages, int64_t message_elems,
-                                   double timeout_s, int lookahead)
+                                   double timeout_s, int lookahead, Device device)
     : group_(group && group->size() > 1 ? group : nullptr),
       P_(stages),
       V_(virtual_stages),
       rank_(group_ ? group_->rank() : 0),
       elems_(message_elems),
       timeout_s_(timeout_s),
-      lookahead_(lookahead) {
+      lookahead_(lookahead),
+      device_(device) {
   TRIDENT_CHECK(!group_ || group_->size() == stages, "pipeline group of {} ranks for {} stages",
                 group_ ? group_->size() : 1, stages);
   TRIDENT_CHECK(stages * virtual_stages <= 64, "at most 64 pipeline chunks (message tags), found {}",
@@ -28,7 +30,7 @@ double PipelineExecutor::now() const {
 }
 
 Tensor PipelineExecutor::take() {
-  if (pool_.empty()) return Tensor::empty({elems_}, DType::f32, MemCategory::comm);
+  if (pool_.empty()) return Tensor::empty({elems_}, DType::f32, MemCategory::comm, device_);
   Tensor t = std::move(pool_.back());
   pool_.pop_back();
   return t;
@@ -160,7 +162,7 @@ void PipelineExecutor::run_list(const std::vector<Action>& actions, const Pipeli
                                                           : hooks.input_grad(a.chunk, a.micro);
         Transfer t;
         t.buf = take();
-        std::memcpy(t.buf.data<float>(), src, sizeof(float) * size_t(elems_));
+        copy_bytes(t.buf.data<float>(), src, sizeof(float) * size_t(elems_));
         if (!group_) {
           local_[tag({a.type == ActionType::send_act ? ActionType::recv_act : ActionType::recv_grad,
                       a.type == ActionType::send_act ? a.chunk + 1 : a.chunk - 1, a.micro})] =  // one rank: P = 1

@@ -52,8 +52,9 @@ class PipelineExecutor {
  public:
   // group: the pipeline group (nullptr or one rank: no transfers).
   // message_elems: floats per activation / gradient message (R x C).
+  // device: where the message buffers live (the model's activations).
   PipelineExecutor(Communicator* group, int stages, int virtual_stages, int64_t message_elems, double timeout_s,
-                   int lookahead = 2);
+                   int lookahead = 2, Device device = {});
   void run(const std::vector<Action>& actions, const PipelineHooks& hooks);
 
   double step_seconds() const { return step_s_; }
@@ -80,6 +81,7 @@ class PipelineExecutor {
   int64_t elems_;
   double timeout_s_;
   int lookahead_;
+  Device device_;
   std::vector<Tensor> pool_;
   std::map<size_t, Transfer> posted_;  // action index -> receive in flight
   size_t next_post_ = 0;

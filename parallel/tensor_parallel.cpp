@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "kernels/buffer.hpp"
 #include "kernels/cross_entropy.hpp"
 
 namespace trident::parallel {
@@ -26,7 +27,7 @@ const T* TensorParallel::enter(T* full, const T* local, int64_t N, int64_t C) {
   if (!sp_) return local;
   Timed timed{traffic_.seconds};
   T* mine = full + row_begin(N) * C;
-  if (mine != local) std::memcpy(mine, local, sizeof(T) * size_t(rows(N) * C));
+  if (mine != local) kernels::copy(mine, local, rows(N) * C);
   group_->all_gather(Tensor::borrow(full, N * C))->wait();
   traffic_.all_gather += N * C, traffic_.calls += 1;
   return full;
@@ -64,8 +65,10 @@ void TensorParallel::cross_entropy(T* losses, T* logits, const int32_t* targets,
     kernels::softmax_cross_entropy(losses, logits, targets, N, V, Vvalid, dscale);
     return;
   }
-  if (!scratch_.defined() || scratch_.dtype() != dtype_of<T>() || scratch_.numel() < 3 * N)
-    scratch_ = Tensor::empty({3 * N}, dtype_of<T>(), MemCategory::comm);
+  const Device where = Tensor::borrow(logits, 1).device();  // the scratch lives with the logits
+  if (!scratch_.defined() || scratch_.dtype() != dtype_of<T>() || scratch_.numel() < 3 * N ||
+      !(scratch_.device() == where))
+    scratch_ = Tensor::empty({3 * N}, dtype_of<T>(), MemCategory::comm, where);
   Timed timed{traffic_.seconds};
   T* row_max = scratch_.data<T>();
   T* sums = row_max + N;  // [sum exp | target logit]
@@ -86,12 +89,12 @@ void all_reduce_ranges(Communicator* group, float* base, const std::vector<std::
     group->all_reduce(Tensor::borrow(base + ranges[0].first, n))->wait();
     return;
   }
-  Tensor packed = Tensor::empty({n}, DType::f32, MemCategory::comm);
+  Tensor packed = Tensor::empty({n}, DType::f32, MemCategory::comm, Tensor::borrow(base, 1).device());
   float* p = packed.data<float>();
-  for (auto [b, e] : ranges) p = std::copy(base + b, base + e, p);
+  for (auto [b, e] : ranges) kernels::copy(p, base + b, e - b), p += e - b;
   group->all_reduce(packed)->wait();
   p = packed.data<float>();
-  for (auto [b, e] : ranges) std::copy(p, p + (e - b), base + b), p += e - b;
+  for (auto [b, e] : ranges) kernels::copy(base + b, p, e - b), p += e - b;
 }
 
 #define INSTANTIATE(T)                                                                                      \

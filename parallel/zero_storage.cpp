@@ -5,19 +5,21 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/device_memory.hpp"
 #include "core/error.hpp"
 
 namespace trident::parallel {
 
-ZeroStorage::ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_t numel, int stage)
-    : dp_(dp && dp->size() > 1 ? dp : nullptr), segments_(std::move(segments)), stage_(stage) {
+ZeroStorage::ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_t numel, int stage, Device device)
+    : dp_(dp && dp->size() > 1 ? dp : nullptr), segments_(std::move(segments)), stage_(stage), device_(device) {
   TRIDENT_CHECK(stage == 2 || stage == 3, "ZeroStorage serves stages 2 and 3, not {}", stage);
   const int n = dp_ ? dp_->size() : 1, r = dp_ ? dp_->rank() : 0;
   counts_ = split_counts(numel, n, {});
   for (int q = 0; q < r; ++q) shard_begin_ += counts_[size_t(q)];
   shard_end_ = shard_begin_ + counts_[size_t(r)];
-  params_ = Tensor::empty({stage == 2 ? numel : shard_end_ - shard_begin_}, DType::f32, MemCategory::params);
-  grad_shard_ = Tensor::zeros({shard_end_ - shard_begin_}, DType::f32, MemCategory::grads);
+  params_ = Tensor::empty({stage == 2 ? numel : shard_end_ - shard_begin_}, DType::f32, MemCategory::params,
+                         device_);
+  grad_shard_ = Tensor::zeros({shard_end_ - shard_begin_}, DType::f32, MemCategory::grads, device_);
 }
 
 Tensor ZeroStorage::take(int64_t n, MemCategory cat) {
@@ -25,7 +27,7 @@ Tensor ZeroStorage::take(int64_t n, MemCategory cat) {
   size_t best = pool.size();  // the smallest pooled buffer that fits
   for (size_t i = 0; i < pool.size(); ++i)
     if (pool[i].numel() >= n && (best == pool.size() || pool[i].numel() < pool[best].numel())) best = i;
-  if (best == pool.size()) return Tensor::empty({n}, DType::f32, cat);
+  if (best == pool.size()) return Tensor::empty({n}, DType::f32, cat, device_);
   Tensor t = pool[best];
   pool.erase(pool.begin() + long(best));
   return t;
@@ -79,8 +81,8 @@ void ZeroStorage::start_gather(int s) {
   w.buf = w.base.view(0, {seg.size()});
   const int64_t lo = std::max(seg.begin, shard_begin_), hi = std::min(seg.end, shard_end_);
   if (hi > lo)
-    std::memcpy(w.buf.data<float>() + (lo - seg.begin), params_.data<float>() + (lo - shard_begin_),
-                size_t(hi - lo) * sizeof(float));
+    copy_bytes(w.buf.data<float>() + (lo - seg.begin), params_.data<float>() + (lo - shard_begin_),
+               size_t(hi - lo) * sizeof(float));
   w.work = dp_->all_gather(w.buf, {counts_for(seg)});
   param_windows_[s] = std::move(w);
 }
@@ -119,7 +121,7 @@ void ZeroStorage::begin_backward(bool accumulating, bool last_micro) {
   accumulating_ = accumulating && dp_;  // one rank accumulates straight into its (whole) shard
   last_micro_ = last_micro;
   if (accumulating_ && !accum_.defined())
-    accum_ = Tensor::empty({segments_.back().end}, DType::f32, MemCategory::grads);
+    accum_ = Tensor::empty({segments_.back().end}, DType::f32, MemCategory::grads, device_);
 }
 
 float* ZeroStorage::acquire_grads(int s) {

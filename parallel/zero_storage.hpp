@@ -36,7 +36,8 @@ namespace trident::parallel {
 
 class ZeroStorage : public SegmentStorage<float> {
  public:
-  ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_t numel, int stage);
+  // device: where the shards, windows and accumulation buffer live.
+  ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_t numel, int stage, Device device = {});
   ~ZeroStorage() override;
 
   int64_t shard_begin() const { return shard_begin_; }
@@ -89,6 +90,7 @@ class ZeroStorage : public SegmentStorage<float> {
   Communicator* dp_;
   std::vector<Segment> segments_;
   int stage_;
+  Device device_;
   std::vector<int64_t> counts_;
   int64_t shard_begin_ = 0, shard_end_ = 0;
   Tensor params_;      // stage 2: full replica; stage 3: shard

@@ -125,7 +125,7 @@ void check_attention(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
   };
   f();
   V dqkv(B * T * W);
-  attention_backward(dqkv.data(), r.data(), qkv.data(), probs.data(), B, T, H, KV, D);
+  attention_backward(dqkv.data(), r.data(), qkv.data(), out.data(), probs.data(), B, T, H, KV, D);
   expect_fd_gradient("attention dqkv H=" + std::to_string(H) + " KV=" + std::to_string(KV), qkv, dqkv, f, 1e-6, 400);
   // attention_probs reproduces the forward's probabilities exactly
   V again(probs.size());

@@ -27,7 +27,9 @@
 #include <cstring>
 #include <map>
 
+#include "core/device_memory.hpp"
 #include "core/recipe.hpp"
+#include "kernels/backends.hpp"
 #include "launch/trainer.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 #include "tests/mpi_test_main.hpp"
@@ -46,10 +48,12 @@ struct Case {
   int layers = 8;  // 16 for interleaving over 8 stages (16 chunks)
   std::string recompute = "none";
   std::string precision = "fp32";
+  std::string device = "cpu";
   std::string name() const {
     return fmt::format("{} data {} x tensor {} x pipeline {} {} zero {}{}{}{}", arch, data, tensor, pipeline, schedule,
                        zero, sp ? " sequence parallel" : "", recompute == "none" ? "" : " recompute " + recompute,
-                       precision == "fp32" ? "" : " " + precision);
+                       precision == "fp32" ? "" : " " + precision) +
+           (device == "cpu" ? "" : " on " + device);
   }
 };
 
@@ -75,6 +79,7 @@ Recipe recipe(const Case& c, int world) {
   sets.push_back(std::string("parallel.sequence_parallel=") + (c.sp ? "true" : "false"));
   sets.push_back("train.recompute=" + c.recompute);
   sets.push_back("train.precision=" + c.precision);
+  sets.push_back("device=" + c.device);
   return load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + file, sets, world);
 }
 
@@ -196,6 +201,42 @@ TEST(Pipeline, MixedPrecisionMatchesSingleRank) {
           << c.name() << ", step " << s + 1 << ": loss " << run.losses[s] << " vs " << ref.losses[s];
       if (std::getenv("TRIDENT_TEST_VERBOSE")) std::fprintf(stderr, "  step %zu loss rel diff %.3g\n", s + 1, std::abs(run.losses[s] / ref.losses[s] - 1));
     }
+  }
+}
+
+// device: cuda under every parallel dimension, all ranks on the one GPU
+// (device buffers staged through host memory over MPI, since NCCL needs a
+// GPU per rank): each mesh matches the single-rank CPU run. Skipped where
+// no GPU exists. Tolerances: the GPU's fp32 sums run in other orders.
+TEST(Pipeline, CudaMeshesMatchSingleRankCpu) {
+  if (!kernels::cuda_built() || device_count() == 0)
+    GTEST_SKIP() << "no CUDA device here (" << kernels::cuda_backend() << "): device: cuda runs where a GPU exists";
+  std::vector<Case> list;
+  for (auto [d, t, p] : meshes(g_world)) {
+    const bool piped = p > 1;
+    Case c{d, t, p, piped ? "1f1b" : "1f1b", int(list.size() % 3 == 2 ? 3 : list.size() % 2), list.size() % 2 ? "llama" : "gpt2",
+           t > 1 && list.size() % 2 == 0};
+    if (piped && list.size() % 3 == 1) c.schedule = "interleaved_1f1b";
+    if (c.schedule == "interleaved_1f1b" && p == 8) c.layers = 16;
+    c.device = "cuda";
+    list.push_back(c);
+  }
+  for (const Case& c : list) {
+    if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
+    Case cpu = c;
+    cpu.device = "cpu";
+    const auto& ref = single_rank(cpu);
+    launch::TrainSummary run = launch::train(recipe(c, g_world), {.quiet = true, .capture_step1_grads = true});
+    ASSERT_EQ(run.step1_grads.size(), ref.step1_grads.size()) << c.name();
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < ref.step1_grads.size(); ++i) {
+      double a = ref.step1_grads[i], b = run.step1_grads[i];
+      diff += (a - b) * (a - b), norm += a * a;
+    }
+    EXPECT_LE(std::sqrt(diff / norm), 1e-4) << "step-1 gradients, " << c.name();
+    for (size_t s = 0; s < ref.losses.size(); ++s)
+      EXPECT_LE(std::abs(run.losses[s] / ref.losses[s] - 1), 1e-4)
+          << c.name() << ", step " << s + 1 << ": loss " << run.losses[s] << " vs " << ref.losses[s];
   }
 }
 

@@ -149,8 +149,8 @@ TEST(Recipe, BadSetSyntax) {
   expect_error(kGood, {"--set train..steps=3", "empty component"}, {"train..steps=3"});
 }
 TEST(Recipe, UnsupportedPrecisionAndDevice) {
-  expect_error(kGood, {"'train.precision'", "one of fp32", "found 'bf16'"}, {"train.precision=bf16"});
-  expect_error(kGood, {"'device'", "one of cpu", "found 'cuda'"}, {"device=cuda"});
+  expect_error(kGood, {"'train.precision'", "one of fp32", "bf16", "fp16", "found 'fp8'"}, {"train.precision=fp8"});
+  expect_error(kGood, {"'device'", "one of cpu", "cuda", "found 'tpu'"}, {"device=tpu"});
 }
 TEST(Recipe, MissingFile) {
   try {

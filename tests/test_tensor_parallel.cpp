@@ -193,7 +193,7 @@ TEST_P(Layer, AttentionHeadsSplit) {
     const int64_t W = (H + 2 * KV) * D, Hl = H / t, KVl = std::max<int64_t>(KV / t, 1), kv0 = r * KV / t;
     V qkv = randn(N * W, 12), datty = randn(N * H * D, 13), atty(N * H * D), probs(B * H * T * T), dqkv(N * W);
     k::attention_forward(atty.data(), probs.data(), qkv.data(), B, T, H, KV, D);
-    k::attention_backward(dqkv.data(), datty.data(), qkv.data(), probs.data(), B, T, H, KV, D);
+    k::attention_backward(dqkv.data(), datty.data(), qkv.data(), atty.data(), probs.data(), B, T, H, KV, D);
     // this rank's columns of the global qkv: its q heads, then its k and v heads
     const int64_t Wl = (Hl + 2 * KVl) * D;
     const int64_t starts[3] = {r * Hl * D, H * D + kv0 * D, (H + KV) * D + kv0 * D};
@@ -207,7 +207,7 @@ TEST_P(Layer, AttentionHeadsSplit) {
     expect_near("attention output, kv_heads " + std::to_string(KV), atty_r.data(),
                 cols_of(atty, N, H * D, r * Hl * D, Hl * D));
     V datty_r = cols_of(datty, N, H * D, r * Hl * D, Hl * D);
-    k::attention_backward(dqkv_r.data(), datty_r.data(), qkv_r.data(), probs_r.data(), B, T, Hl, KVl, D);
+    k::attention_backward(dqkv_r.data(), datty_r.data(), qkv_r.data(), atty_r.data(), probs_r.data(), B, T, Hl, KVl, D);
     V sum(N * W, 0.0);
     for (int64_t n = 0; n < N; ++n)
       for (int p = 0, c = 0; p < 3; c += int(widths[p]), ++p)

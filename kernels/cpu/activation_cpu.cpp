@@ -4,6 +4,7 @@
 #include "kernels/cpu/vmath.hpp"
 
 #include "kernels/activation.hpp"
+#include "kernels/cpu/dispatch.hpp"
 
 namespace trident::kernels {
 
@@ -11,6 +12,7 @@ constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2/pi)
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n) {
+  TRIDENT_ON_CUDA(T, out, cuda::gelu_forward(out, inp, n));
 #pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
     T x = inp[i];
@@ -21,6 +23,7 @@ void gelu_forward(T* out, const T* inp, int64_t n) {
 
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+  TRIDENT_ON_CUDA(T, dinp, cuda::gelu_backward(dinp, inp, dout, n));
 #pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
     T x = inp[i];
@@ -34,6 +37,7 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
 
 template <typename T>
 void swiglu_forward(T* out, const T* inp, int64_t N, int64_t F) {
+  TRIDENT_ON_CUDA(T, out, cuda::swiglu_forward(out, inp, N, F));
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* g = inp + n * 2 * F;
@@ -46,6 +50,7 @@ void swiglu_forward(T* out, const T* inp, int64_t N, int64_t F) {
 
 template <typename T>
 void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F) {
+  TRIDENT_ON_CUDA(T, dinp, cuda::swiglu_backward(dinp, inp, dout, N, F));
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* g = inp + n * 2 * F;

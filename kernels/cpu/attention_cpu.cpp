@@ -11,6 +11,7 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/rotary.hpp"
+#include "kernels/cpu/dispatch.hpp"
 
 namespace trident::kernels {
 
@@ -41,8 +42,13 @@ static void probs_row(T* p, const T* qkv, int64_t b, int64_t t, int64_t h, int64
   for (int64_t s = t + 1; s < T_; ++s) p[s] = 0;
 }
 
+int64_t attention_state_elements(int64_t B, int64_t T_, int64_t H, bool on_cuda) {
+  return on_cuda ? B * H * T_ : B * H * T_ * T_;
+}
+
 template <typename T>
 void attention_probs(T* probs, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D) {
+  TRIDENT_ON_CUDA(T, qkv, cuda::attention_lse(probs, qkv, B, T_, H, KV, D));
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
@@ -51,6 +57,7 @@ void attention_probs(T* probs, const T* qkv, int64_t B, int64_t T_, int64_t H, i
 
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D) {
+  TRIDENT_ON_CUDA(T, qkv, cuda::attention_forward(out, probs, qkv, B, T_, H, KV, D));
   const int64_t W = (H + 2 * KV) * D;
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
@@ -72,8 +79,9 @@ void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, in
 }
 
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int64_t B, int64_t T_, int64_t H,
-                        int64_t KV, int64_t D) {
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* probs, int64_t B, int64_t T_,
+                        int64_t H, int64_t KV, int64_t D) {
+  TRIDENT_ON_CUDA(T, qkv, cuda::attention_backward(dqkv, dout, qkv, out, probs, B, T_, H, KV, D));
   const int64_t W = (H + 2 * KV) * D;
   const int64_t group = H / KV;
   const T scale = T(1) / std::sqrt(T(D));
@@ -151,18 +159,20 @@ static void rope_apply(T* qkv, const double* table, int64_t B, int64_t T_, int64
 
 template <typename T>
 void rope_forward(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D) {
+  TRIDENT_ON_CUDA(T, qkv, cuda::rope_forward(qkv, table, B, T_, H, KV, D));
   rope_apply(qkv, table, B, T_, H, KV, D, 1.0);
 }
 template <typename T>
 void rope_backward(T* dqkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D) {
+  TRIDENT_ON_CUDA(T, dqkv, cuda::rope_backward(dqkv, table, B, T_, H, KV, D));
   rope_apply(dqkv, table, B, T_, H, KV, D, -1.0);
 }
 
 #define INSTANTIATE(T)                                                                                             \
   template void attention_probs<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);                    \
   template void attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);              \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,       \
-                                      int64_t);                                                                    \
+  template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \
+                                      int64_t, int64_t);                                                                    \
   template void rope_forward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t);                  \
   template void rope_backward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t);
 INSTANTIATE(float)

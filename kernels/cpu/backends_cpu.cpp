@@ -6,9 +6,7 @@
 #include "kernels/backends.hpp"
 
 #ifdef TRIDENT_HAVE_CUDA
-namespace trident::kernels::cuda {
-std::string device_summary();
-}
+#include "kernels/cuda/cuda_kernels.hpp"
 #endif
 
 namespace trident::kernels {
@@ -32,6 +30,32 @@ std::string cuda_backend() {
   return cuda::device_summary();
 #else
   return "not built (TRIDENT_CUDA=OFF or no toolkit)";
+#endif
+}
+
+static int cuda_mode(Precision p) { return p == Precision::bf16 ? 1 : p == Precision::fp16 ? 2 : 0; }
+
+void set_matmul_precision(Precision p) {
+#ifdef TRIDENT_HAVE_CUDA
+  cuda::set_matmul_mode(cuda_mode(p));
+#else
+  (void)p;
+#endif
+}
+
+std::vector<std::pair<std::string, double>> take_kernel_times() {
+#ifdef TRIDENT_HAVE_CUDA
+  if (cuda::kernel_timing_enabled()) return cuda::take_kernel_times();
+#endif
+  return {};
+}
+
+double cuda_peak_flops(Precision p) {
+#ifdef TRIDENT_HAVE_CUDA
+  return cuda::dense_peak_flops(cuda_mode(p));
+#else
+  (void)p;
+  return 0;
 #endif
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/cpu/dispatch.hpp"
 
 namespace trident::kernels {
 
@@ -13,6 +14,7 @@ static std::string dnnl_status_string(dnnl_status_t s) { return fmt::format("dnn
 template <>
 void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  TRIDENT_ON_CUDA(float, C, cuda::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
   DNNL_CHECK(dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
 }
 
@@ -30,6 +32,7 @@ void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alph
 
 template <typename T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC) {
+  TRIDENT_ON_CUDA(T, out, cuda::linear_forward(out, inp, weight, bias, N, C, OC));
   if (bias) {
 #pragma omp parallel for
     for (int64_t n = 0; n < N; ++n)
@@ -41,6 +44,7 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 template <typename T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
                      int64_t C, int64_t OC, bool accumulate) {
+  TRIDENT_ON_CUDA(T, dout, cuda::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate));
   if (dinp) gemm<T>(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
   if (dweight) gemm<T>(true, false, OC, C, N, T(1), dout, OC, inp, C, accumulate ? T(1) : T(0), dweight, C);
   if (dbias) {

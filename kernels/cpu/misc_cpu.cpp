@@ -10,12 +10,14 @@
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/residual.hpp"
+#include "kernels/cpu/dispatch.hpp"
 
 namespace trident::kernels {
 
 template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int64_t C, int64_t vocab_begin,
                        int64_t V) {
+  TRIDENT_ON_CUDA(T, out, cuda::embedding_forward(out, tokens, wte, N, C, vocab_begin, V));
 #pragma omp parallel for
   for (int64_t i = 0; i < N; ++i) {
     const int64_t row = int64_t(tokens[i]) - vocab_begin;
@@ -33,6 +35,7 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, i
 template <typename T>
 void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N, int64_t C, int64_t vocab_begin,
                         int64_t V) {
+  TRIDENT_ON_CUDA(T, dwte, cuda::embedding_backward(dwte, dout, tokens, N, C, vocab_begin, V));
 #pragma omp parallel
   {
     int nt = omp_get_num_threads(), tid = omp_get_thread_num();
@@ -49,6 +52,7 @@ void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N
 
 template <typename T>
 void position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin, int64_t rows, int64_t T_, int64_t C) {
+  TRIDENT_ON_CUDA(T, out, cuda::position_forward(out, inp, wpe, row_begin, rows, T_, C));
 #pragma omp parallel for
   for (int64_t i = 0; i < rows; ++i) {
     const T* x = inp + i * C;
@@ -65,6 +69,7 @@ void position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin, int
 
 template <typename T>
 void position_backward(T* dwpe, const T* dout, int64_t row_begin, int64_t rows, int64_t T_, int64_t C) {
+  TRIDENT_ON_CUDA(T, dwpe, cuda::position_backward(dwpe, dout, row_begin, rows, T_, C));
 #pragma omp parallel
   {
     int nt = omp_get_num_threads(), tid = omp_get_thread_num();
@@ -80,6 +85,7 @@ void position_backward(T* dwpe, const T* dout, int64_t row_begin, int64_t rows, 
 template <typename T>
 void softmax_cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
                            T dscale) {
+  TRIDENT_ON_CUDA(T, logits, cuda::softmax_cross_entropy(losses, logits, targets, N, V, Vvalid, dscale));
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     T* row = logits + n * V;
@@ -103,6 +109,7 @@ void softmax_cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t
 
 template <typename T>
 void residual_forward(T* out, const T* a, const T* b, const T* bias, int64_t N, int64_t C) {
+  TRIDENT_ON_CUDA(T, out, cuda::residual_forward(out, a, b, bias, N, C));
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T *x = a + n * C, *y = b + n * C;
@@ -120,6 +127,7 @@ void residual_forward(T* out, const T* a, const T* b, const T* bias, int64_t N, 
 // Threads own disjoint channel ranges; each channel sums its rows in order.
 template <typename T>
 void bias_backward(T* dbias, const T* dout, int64_t N, int64_t C, bool accumulate) {
+  TRIDENT_ON_CUDA(T, dout, cuda::bias_backward(dbias, dout, N, C, accumulate));
   if (!dbias) return;
 #pragma omp parallel
   {
@@ -135,6 +143,7 @@ void bias_backward(T* dbias, const T* dout, int64_t N, int64_t C, bool accumulat
 
 template <typename T>
 void cross_entropy_local_max(T* row_max, const T* logits, int64_t N, int64_t V, int64_t Vvalid) {
+  TRIDENT_ON_CUDA(T, logits, cuda::cross_entropy_local_max(row_max, logits, N, V, Vvalid));
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* row = logits + n * V;
@@ -148,6 +157,7 @@ void cross_entropy_local_max(T* row_max, const T* logits, int64_t N, int64_t V, 
 template <typename T>
 void cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t N,
                               int64_t V, int64_t Vvalid, int64_t vocab_begin) {
+  TRIDENT_ON_CUDA(T, logits, cuda::cross_entropy_local_sums(sums, logits, row_max, targets, N, V, Vvalid, vocab_begin));
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* row = logits + n * V;
@@ -164,6 +174,7 @@ void cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const 
 template <typename T>
 void cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums, const int32_t* targets, int64_t N,
                           int64_t V, int64_t Vvalid, int64_t vocab_begin, T dscale) {
+  TRIDENT_ON_CUDA(T, logits, cuda::cross_entropy_finish(losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, dscale));
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T lse = row_max[n] + std::log(sums[n]);
@@ -180,6 +191,7 @@ void cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums,
 
 template <typename T>
 void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& hp) {
+  TRIDENT_ON_CUDA(T, param, cuda::adamw_update_multi(param, m, v, grad, {{0, n, float(hp.weight_decay)}}, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.step, hp.grad_scale));
   const T b1 = T(hp.beta1), b2 = T(hp.beta2);
   const T c1 = T(1.0 / (1.0 - std::pow(hp.beta1, double(hp.step))));
   const T c2 = T(1.0 / (1.0 - std::pow(hp.beta2, double(hp.step))));
@@ -195,7 +207,27 @@ void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWPar
   }
 }
 
+template <typename T>
+void adamw_update_multi(T* param, T* m, T* v, const T* grad, const std::vector<AdamWRange>& ranges,
+                        const AdamWParams& hp) {
+#ifdef TRIDENT_HAVE_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (is_device_pointer(param)) {
+      std::vector<cuda::AdamWRangeDevice> dr;
+      for (const auto& r : ranges) dr.push_back({r.offset, r.size, float(r.weight_decay)});
+      return cuda::adamw_update_multi(param, m, v, grad, dr, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.step,
+                                      hp.grad_scale);
+    }
+#endif
+  for (const auto& r : ranges) {
+    AdamWParams one = hp;
+    one.weight_decay = r.weight_decay;
+    adamw_update(param + r.offset, m + r.offset, v + r.offset, grad + r.offset, r.size, one);
+  }
+}
+
 #define INSTANTIATE(T)                                                                                     \
+  template void adamw_update_multi<T>(T*, T*, T*, const T*, const std::vector<AdamWRange>&, const AdamWParams&); \
   template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t, int64_t);      \
   template void embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);     \
   template void position_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t);            \

@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "kernels/norm.hpp"
+#include "kernels/cpu/dispatch.hpp"
 
 namespace trident::kernels {
 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C,
                        double eps) {
+  TRIDENT_ON_CUDA(T, out, cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps));
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
@@ -45,6 +47,7 @@ static void reduce_partials(const T* part, int threads, int64_t stride, int64_t 
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
                         const T* rstd, int64_t N, int64_t C, bool accumulate) {
+  TRIDENT_ON_CUDA(T, dout, cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate));
   int threads = omp_get_max_threads();
   std::vector<T> part(size_t(threads) * 2 * C, T(0));
 #pragma omp parallel
@@ -81,6 +84,7 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 
 template <typename T>
 void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int64_t C, double eps) {
+  TRIDENT_ON_CUDA(T, out, cuda::rmsnorm_forward(out, rstd, inp, weight, N, C, eps));
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
@@ -96,6 +100,7 @@ void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, 
 template <typename T>
 void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
                       int64_t C, bool accumulate) {
+  TRIDENT_ON_CUDA(T, dout, cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, accumulate));
   int threads = omp_get_max_threads();
   std::vector<T> part(size_t(threads) * C, T(0));
 #pragma omp parallel

@@ -8,6 +8,7 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "kernels/cpu/dispatch.hpp"
 
 namespace trident::kernels {
 
@@ -33,6 +34,7 @@ float round_fp16(float x) { return float(static_cast<_Float16>(x)); }
 template <typename T>
 void round_to_storage(T* x, int64_t n, Precision p) {
   if (p == Precision::fp32) return;
+  TRIDENT_ON_CUDA(T, x, cuda::round_to_storage(x, n, p == Precision::bf16 ? 1 : 2));
   if (p == Precision::bf16) {
 #pragma omp parallel for simd
     for (int64_t i = 0; i < n; ++i) x[i] = T(round_bf16(float(x[i])));
@@ -44,6 +46,10 @@ void round_to_storage(T* x, int64_t n, Precision p) {
 
 template <typename T>
 int64_t count_nonfinite(const T* x, int64_t n) {
+#ifdef TRIDENT_HAVE_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (is_device_pointer(x)) return cuda::count_nonfinite(x, n);
+#endif
   int64_t bad = 0;
 #pragma omp parallel for reduction(+ : bad)
   for (int64_t i = 0; i < n; ++i) bad += std::isfinite(x[i]) ? 0 : 1;

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "core/device_memory.hpp"
 #include "core/error.hpp"
 
 #define CUDA_CHECK(stmt) TRIDENT_LIBRARY_CHECK("CUDA", stmt, cudaSuccess, cudaGetErrorString)
@@ -71,7 +72,7 @@ class NcclWork : public Work {
 NcclCommunicator::NcclCommunicator(const MpiCommunicator& group, int device)
     : impl_(std::make_unique<Impl>()), rank_(group.rank()), size_(group.size()), device_(device),
       name_(group.name() + ":nccl") {
-  CUDA_CHECK(cudaSetDevice(device));
+  set_device(device);  // binds this process (and its compute stream) if not yet
   ncclUniqueId id;
   if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, group.comm()));
@@ -84,6 +85,17 @@ NcclCommunicator::~NcclCommunicator() {
   if (impl_->comm) ncclCommDestroy(impl_->comm);
 }
 
+// The communication stream waits for the work queued so far on the compute
+// stream (the producer of the buffers); the host does not wait.
+void NcclCommunicator::after_compute() {
+  cudaStream_t compute = static_cast<cudaStream_t>(compute_stream());
+  cudaEvent_t e;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(e, compute));
+  CUDA_CHECK(cudaStreamWaitEvent(impl_->stream, e, 0));
+  CUDA_CHECK(cudaEventDestroy(e));  // released once the wait is satisfied
+}
+
 WorkPtr NcclCommunicator::record(std::vector<Tensor> keep) {
   cudaEvent_t e;
   CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -93,6 +105,7 @@ WorkPtr NcclCommunicator::record(std::vector<Tensor> keep) {
 
 WorkPtr NcclCommunicator::all_reduce(Tensor buf, const AllReduceOptions& opts) {
   check_device(buf, device_);
+  after_compute();
   NCCL_CHECK(ncclAllReduce(buf.raw(), buf.raw(), size_t(buf.numel()), nccl_type(buf.dtype()), nccl_op(opts.op),
                            impl_->comm, impl_->stream));
   return record({buf});
@@ -101,6 +114,7 @@ WorkPtr NcclCommunicator::all_reduce(Tensor buf, const AllReduceOptions& opts) {
 WorkPtr NcclCommunicator::reduce_scatter(Tensor out, Tensor in, const ReduceScatterOptions& opts) {
   check_device(out, device_);
   check_device(in, device_);
+  after_compute();
   auto counts = split_counts(in.numel(), size_, opts.counts);
   const size_t esize = dtype_size(in.dtype());
   NCCL_CHECK(ncclGroupStart());
@@ -117,6 +131,7 @@ WorkPtr NcclCommunicator::reduce_scatter(Tensor out, Tensor in, const ReduceScat
 
 WorkPtr NcclCommunicator::all_gather(Tensor buf, const AllGatherOptions& opts) {
   check_device(buf, device_);
+  after_compute();
   auto counts = split_counts(buf.numel(), size_, opts.counts);
   const size_t esize = dtype_size(buf.dtype());
   NCCL_CHECK(ncclGroupStart());
@@ -132,6 +147,7 @@ WorkPtr NcclCommunicator::all_gather(Tensor buf, const AllGatherOptions& opts) {
 
 WorkPtr NcclCommunicator::broadcast(Tensor buf, const BroadcastOptions& opts) {
   check_device(buf, device_);
+  after_compute();
   NCCL_CHECK(ncclBroadcast(buf.raw(), buf.raw(), size_t(buf.numel()), nccl_type(buf.dtype()), opts.root, impl_->comm,
                            impl_->stream));
   return record({buf});
@@ -139,12 +155,14 @@ WorkPtr NcclCommunicator::broadcast(Tensor buf, const BroadcastOptions& opts) {
 
 WorkPtr NcclCommunicator::send(Tensor buf, const PointToPointOptions& opts) {
   check_device(buf, device_);
+  after_compute();
   NCCL_CHECK(ncclSend(buf.raw(), size_t(buf.numel()), nccl_type(buf.dtype()), opts.peer, impl_->comm, impl_->stream));
   return record({buf});
 }
 
 WorkPtr NcclCommunicator::recv(Tensor buf, const PointToPointOptions& opts) {
   check_device(buf, device_);
+  after_compute();
   NCCL_CHECK(ncclRecv(buf.raw(), size_t(buf.numel()), nccl_type(buf.dtype()), opts.peer, impl_->comm, impl_->stream));
   return record({buf});
 }

@@ -3,6 +3,9 @@
 // broadcasts it, every rank calls ncclCommInitRank. Operations run on the
 // communicator's own stream; a Work is a CUDA event recorded after the
 // operation (wait = cudaEventSynchronize, is_completed = cudaEventQuery).
+// Each operation first makes its stream wait (an event, not the host) for
+// the work queued on the rank's compute stream, so it reads what the
+// kernels before it wrote, and overlaps the kernels after it.
 // Uneven reduce_scatter / all_gather counts are grouped ncclReduce /
 // ncclBroadcast calls (NCCL's own collectives need equal counts).
 // One rank per GPU: NCCL refuses two ranks of a communicator on one device.
@@ -37,6 +40,7 @@ class NcclCommunicator : public Communicator {
   int rank_ = 0, size_ = 1, device_ = 0;
   std::string name_;
   WorkPtr record(std::vector<Tensor> keep);
+  void after_compute();
 };
 
 // True when this build has the NCCL backend.

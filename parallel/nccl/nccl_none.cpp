@@ -14,6 +14,7 @@ NcclCommunicator::NcclCommunicator(const MpiCommunicator&, int) {
 }
 NcclCommunicator::~NcclCommunicator() = default;
 WorkPtr NcclCommunicator::record(std::vector<Tensor>) { return nullptr; }
+void NcclCommunicator::after_compute() {}
 WorkPtr NcclCommunicator::all_reduce(Tensor, const AllReduceOptions&) { return nullptr; }
 WorkPtr NcclCommunicator::reduce_scatter(Tensor, Tensor, const ReduceScatterOptions&) { return nullptr; }
 WorkPtr NcclCommunicator::all_gather(Tensor, const AllGatherOptions&) { return nullptr; }

@@ -1,0 +1,65 @@
+// Shared by the CUDA kernel files: the error check, the compute stream, block
+// reductions. Includes no project header that needs fmt (nvcc compiles these
+// files); errors are raised through cuda_fail (kernels/cuda/cuda_support.cpp).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/device_memory.hpp"
+#include "kernels/cuda/cuda_kernels.hpp"
+
+namespace trident::kernels::cuda {
+
+[[noreturn]] void cuda_fail(const char* library, const char* stmt, const char* file, int line, const char* message);
+
+#define CUDA_CHECK(stmt)                                                                              \
+  do {                                                                                                \
+    cudaError_t trident_e_ = (stmt);                                                                  \
+    if (trident_e_ != cudaSuccess)                                                                    \
+      ::trident::kernels::cuda::cuda_fail("CUDA", #stmt, __FILE__, __LINE__, cudaGetErrorString(trident_e_)); \
+  } while (0)
+#define CUDA_LAUNCHED(what) CUDA_CHECK(cudaGetLastError())
+
+inline cudaStream_t stream() { return static_cast<cudaStream_t>(::trident::compute_stream()); }
+
+inline unsigned grid_for(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  return unsigned(b < 65535LL * 64 ? b : 65535LL * 64);
+}
+
+template <typename T>
+__device__ inline T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ inline float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets it.
+template <typename T>
+__device__ inline T block_sum(T v) {
+  __shared__ T part[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // part[] may still be read by a previous call
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  T r = lane < warps ? part[lane] : T(0);
+  return warp_sum(r);
+}
+__device__ inline float block_max(float v) {
+  __shared__ float part[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  float r = lane < warps ? part[lane] : -INFINITY;
+  return warp_max(r);
+}
+
+}  // namespace trident::kernels::cuda

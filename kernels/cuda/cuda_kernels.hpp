@@ -1,0 +1,122 @@
+// The CUDA twins of the CPU kernels: float buffers in device memory, work
+// queued on the rank's compute stream (core/device_memory.hpp). The public
+// headers (kernels/*.hpp) dispatch here when their first buffer is device
+// memory; tests call these directly against the CPU versions. No CUDA
+// headers, so C++ files may include it; in a build without CUDA none of
+// these exist and nothing calls them.
+// Shapes and accumulate/overwrite rules are those of the public headers.
+// Left out on purpose: fp16/bf16-typed buffers (16-bit values live in fp32
+// buffers, rounded at every store, see docs/precision.md); tensor-core
+// (WMMA) attention — the flash-style kernels use fp32 FMA.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace trident::kernels::cuda {
+
+// GEMM math: 0 fp32 (exact), 1 bf16 tensor cores, 2 fp16 tensor cores; the
+// 16-bit modes convert the fp32 operands (exactly, when they hold 16-bit
+// values) and accumulate in fp32 (cuBLASLt compute type 32F_FAST_16BF/16F).
+void set_matmul_mode(int mode);
+int matmul_mode();
+
+// Row-major, as kernels/gemm.hpp.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// Column-major cuBLASLt call: C[m,n] = alpha op(A) op(B) + beta C (+ bias[m]
+// per row, fused as the BIAS epilogue when bias is not null).
+void matmul_cublaslt(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias);
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
+                    int64_t OC);
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t N, int64_t C, int64_t OC, bool accumulate);
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int64_t N, int64_t C, double eps);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
+                        bool accumulate);
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C, double eps);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int64_t N, int64_t C, bool accumulate);
+
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F);
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F);
+
+// Flash-style causal attention: lse[B,H,T] (log-sum-exp of each query row's
+// scaled scores) replaces the CPU's probs[B,H,T,T]; no T x T matrix exists.
+// Head sizes up to 128.
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV,
+                       int64_t D);
+void attention_lse(float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                        int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
+
+// table: the host table of kernels::rope_table (copied to the device once per table)
+void rope_forward(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
+void rope_backward(float* dqkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t N, int64_t C, int64_t vocab_begin,
+                       int64_t V);
+void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t N, int64_t C,
+                        int64_t vocab_begin, int64_t V);
+void position_forward(float* out, const float* inp, const float* wpe, int64_t row_begin, int64_t rows, int64_t T,
+                      int64_t C);
+void position_backward(float* dwpe, const float* dout, int64_t row_begin, int64_t rows, int64_t T, int64_t C);
+
+void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
+                           float dscale);
+void cross_entropy_local_max(float* row_max, const float* logits, int64_t N, int64_t V, int64_t Vvalid);
+void cross_entropy_local_sums(float* sums, const float* logits, const float* row_max, const int32_t* targets,
+                              int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin);
+void cross_entropy_finish(float* losses, float* logits, const float* row_max, const float* sums,
+                          const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin,
+                          float dscale);
+
+void residual_forward(float* out, const float* a, const float* b, const float* bias, int64_t N, int64_t C);
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C, bool accumulate);
+
+// Multi-tensor AdamW: every range of the flat buffer in one launch.
+struct AdamWRangeDevice {
+  int64_t offset, size;
+  float weight_decay;
+};
+void adamw_update_multi(float* param, float* m, float* v, const float* grad, const std::vector<AdamWRangeDevice>& ranges,
+                        double lr, double beta1, double beta2, double eps, int64_t step, double grad_scale);
+
+void round_to_storage(float* x, int64_t n, int mode);  // 1 bf16, 2 fp16
+int64_t count_nonfinite(const float* x, int64_t n);
+void fill_zero(float* x, int64_t n);
+// In a fixed order (bitwise reproducible): per-chunk double partials summed on the host.
+double sum(const float* x, int64_t n);
+double sum_of_squares_ranges(const float* g, const std::vector<std::pair<int64_t, int64_t>>& ranges);
+
+// GPU time per kernel (TRIDENT_KERNEL_TIMES=1, or set_kernel_timing): each
+// dispatched call is bracketed by CUDA events on the compute stream;
+// take_kernel_times() waits for them and returns seconds per kernel name
+// since the last call. Off: a KernelTimer costs one branch.
+class KernelTimer {
+ public:
+  explicit KernelTimer(const char* name);
+  ~KernelTimer();
+  KernelTimer(const KernelTimer&) = delete;
+  KernelTimer& operator=(const KernelTimer&) = delete;
+
+ private:
+  const char* name_;
+  void* start_ = nullptr;
+};
+bool kernel_timing_enabled();
+void set_kernel_timing(bool on);
+std::vector<std::pair<std::string, double>> take_kernel_times();
+
+std::string device_summary();
+// Dense peak of the bound device, FLOP/s: mode 0 fp32 (CUDA cores), 1/2 bf16/fp16 tensor cores.
+double dense_peak_flops(int mode);
+
+}  // namespace trident::kernels::cuda

@@ -1,0 +1,255 @@
+// Elementwise and gather/scatter kernels on CUDA: GELU, SwiGLU, residual and
+// bias gradients, rotary embedding, token and position embeddings, storage
+// rounding, and the fixed-order reductions (sums, sums of squares, non-finite
+// counts). Grid-stride loops throughout. The token-embedding gradient is a
+// scatter-add with atomics (its order of additions is not fixed); every
+// other kernel here is deterministic.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "kernels/cuda/common.cuh"
+
+namespace trident::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr float kGeluScale = 0.7978845608028654f;
+
+#define GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+__global__ void gelu_fwd(float* out, const float* inp, int64_t n) {
+  GRID_STRIDE(i, n) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    out[i] = 0.5f * x * (1.f + tanhf(u));
+  }
+}
+
+__global__ void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n) {
+  GRID_STRIDE(i, n) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    const float th = tanhf(u);
+    const float grad = 0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * kGeluScale * (1.f + 3 * 0.044715f * x * x);
+    dinp[i] = grad * dout[i];
+  }
+}
+
+__global__ void swiglu_fwd(float* out, const float* inp, int64_t N, int64_t F) {
+  GRID_STRIDE(i, N * F) {
+    const int64_t n = i / F, f = i % F;
+    const float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f];
+    out[i] = g / (1.f + expf(-g)) * u;
+  }
+}
+
+__global__ void swiglu_bwd(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
+  GRID_STRIDE(i, N * F) {
+    const int64_t n = i / F, f = i % F;
+    const float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f], d = dout[i];
+    const float sig = 1.f / (1.f + expf(-g));
+    dinp[n * 2 * F + F + f] = d * g * sig;
+    dinp[n * 2 * F + f] = d * u * sig * (1.f + g * (1.f - sig));
+  }
+}
+
+__global__ void residual_fwd(float* out, const float* a, const float* b, const float* bias, int64_t N, int64_t C) {
+  GRID_STRIDE(i, N * C) out[i] = a[i] + b[i] + (bias ? bias[i % C] : 0.f);
+}
+
+// Column sums in row order, one thread per column (deterministic).
+__global__ void column_sums(float* dst, const float* src, int64_t N, int64_t C, bool accumulate) {
+  GRID_STRIDE(c, C) {
+    float s = accumulate ? dst[c] : 0.f;
+    for (int64_t n = 0; n < N; ++n) s += src[n * C + c];
+    dst[c] = s;
+  }
+}
+
+// table[T, D/2, 2] (cos, sin) in double; heads [0, H + KV) rotated by sign * angle.
+__global__ void rope_apply(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                           double sign) {
+  const int64_t half = D / 2, W = (H + 2 * KV) * D;
+  GRID_STRIDE(idx, B * T * (H + KV) * half) {
+    const int64_t i = idx % half, h = idx / half % (H + KV), bt = idx / half / (H + KV), t = bt % T;
+    const float c = float(table[(t * half + i) * 2]), s = float(sign * table[(t * half + i) * 2 + 1]);
+    float* x = qkv + bt * W + h * D;
+    const float x1 = x[i], x2 = x[i + half];
+    x[i] = x1 * c - x2 * s;
+    x[i + half] = x2 * c + x1 * s;
+  }
+}
+
+__global__ void embedding_fwd(float* out, const int32_t* tokens, const float* wte, int64_t N, int64_t C,
+                              int64_t vocab_begin, int64_t V) {
+  GRID_STRIDE(idx, N * C) {
+    const int64_t n = idx / C, c = idx % C, row = int64_t(tokens[n]) - vocab_begin;
+    out[idx] = row >= 0 && row < V ? wte[row * C + c] : 0.f;
+  }
+}
+
+__global__ void embedding_bwd(float* dwte, const float* dout, const int32_t* tokens, int64_t N, int64_t C,
+                              int64_t vocab_begin, int64_t V) {
+  GRID_STRIDE(idx, N * C) {
+    const int64_t n = idx / C, c = idx % C, row = int64_t(tokens[n]) - vocab_begin;
+    if (row >= 0 && row < V) atomicAdd(dwte + row * C + c, dout[idx]);
+  }
+}
+
+__global__ void position_fwd(float* out, const float* inp, const float* wpe, int64_t row_begin, int64_t rows,
+                             int64_t T, int64_t C) {
+  GRID_STRIDE(idx, rows * C) {
+    const int64_t i = idx / C, c = idx % C;
+    out[idx] = inp[idx] + (wpe ? wpe[((row_begin + i) % T) * C + c] : 0.f);
+  }
+}
+
+// dwpe[p, c] += sum of dout rows i with (row_begin + i) % T == p, in row order.
+__global__ void position_bwd(float* dwpe, const float* dout, int64_t row_begin, int64_t rows, int64_t T, int64_t C) {
+  GRID_STRIDE(idx, T * C) {
+    const int64_t p = idx / C, c = idx % C;
+    int64_t i = ((p - row_begin) % T + T) % T;
+    float s = 0;
+    for (; i < rows; i += T) s += dout[i * C + c];
+    dwpe[idx] += s;
+  }
+}
+
+__global__ void round_bf16(float* x, int64_t n) {
+  GRID_STRIDE(i, n) x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+}
+__global__ void round_fp16(float* x, int64_t n) {
+  GRID_STRIDE(i, n) x[i] = __half2float(__float2half_rn(x[i]));
+}
+
+__global__ void nonfinite_count(const float* x, int64_t n, unsigned long long* count) {
+  unsigned long long c = 0;
+  GRID_STRIDE(i, n) c += isfinite(x[i]) ? 0ull : 1ull;
+  c = block_sum(c);
+  if (threadIdx.x == 0 && c) atomicAdd(count, c);
+}
+
+// One block per chunk [begin, end) of `chunks`; partial[b] = sum of x (or x^2).
+__global__ void chunk_sums(double* partial, const float* x, const int64_t* chunks, bool squares) {
+  const int64_t begin = chunks[2 * blockIdx.x], end = chunks[2 * blockIdx.x + 1];
+  double s = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double v = x[i];
+    s += squares ? v * v : v;
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+double chunked_sum(const float* x, const std::vector<std::pair<int64_t, int64_t>>& ranges, bool squares) {
+  constexpr int64_t kChunk = 1 << 16;
+  std::vector<int64_t> chunks;
+  for (auto [b, e] : ranges)
+    for (int64_t s = b; s < e; s += kChunk) chunks.push_back(s), chunks.push_back(std::min(e, s + kChunk));
+  const int64_t nchunks = int64_t(chunks.size() / 2);
+  if (nchunks == 0) return 0;
+  const int device = ::trident::current_device();
+  auto* dchunks = static_cast<int64_t*>(::trident::device_alloc(chunks.size() * sizeof(int64_t), device));
+  auto* dpartial = static_cast<double*>(::trident::device_alloc(size_t(nchunks) * sizeof(double), device));
+  CUDA_CHECK(cudaMemcpyAsync(dchunks, chunks.data(), chunks.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream()));
+  chunk_sums<<<unsigned(nchunks), kThreads, 0, stream()>>>(dpartial, x, dchunks, squares);
+  CUDA_LAUNCHED("chunk_sums");
+  std::vector<double> partial(static_cast<size_t>(nchunks));
+  CUDA_CHECK(cudaMemcpyAsync(partial.data(), dpartial, partial.size() * sizeof(double), cudaMemcpyDeviceToHost, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+  ::trident::device_free(dchunks, chunks.size() * sizeof(int64_t), device);
+  ::trident::device_free(dpartial, size_t(nchunks) * sizeof(double), device);
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+// Device copies of rope tables, by host address and size.
+const double* device_table(const double* host, int64_t n) {
+  static std::mutex mutex;
+  static std::map<std::pair<const double*, int64_t>, double*> tables;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = tables[{host, n}];
+  if (!slot) {
+    CUDA_CHECK(cudaMalloc(&slot, size_t(n) * sizeof(double)));
+    CUDA_CHECK(cudaMemcpy(slot, host, size_t(n) * sizeof(double), cudaMemcpyHostToDevice));
+  }
+  return slot;
+}
+
+}  // namespace
+
+#define LAUNCH(kernel, n, ...)                                                      \
+  do {                                                                              \
+    if ((n) > 0) {                                                                  \
+      kernel<<<grid_for((n), kThreads), kThreads, 0, stream()>>>(__VA_ARGS__);      \
+      CUDA_LAUNCHED(#kernel);                                                       \
+    }                                                                               \
+  } while (0)
+
+void gelu_forward(float* out, const float* inp, int64_t n) { LAUNCH(gelu_fwd, n, out, inp, n); }
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  LAUNCH(gelu_bwd, n, dinp, inp, dout, n);
+}
+void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) { LAUNCH(swiglu_fwd, N * F, out, inp, N, F); }
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
+  LAUNCH(swiglu_bwd, N * F, dinp, inp, dout, N, F);
+}
+void residual_forward(float* out, const float* a, const float* b, const float* bias, int64_t N, int64_t C) {
+  LAUNCH(residual_fwd, N * C, out, a, b, bias, N, C);
+}
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C, bool accumulate) {
+  if (dbias) LAUNCH(column_sums, C, dbias, dout, N, C, accumulate);
+}
+void rope_forward(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
+  LAUNCH(rope_apply, B * T * (H + KV) * (D / 2), qkv, device_table(table, T * D), B, T, H, KV, D, 1.0);
+}
+void rope_backward(float* dqkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
+  LAUNCH(rope_apply, B * T * (H + KV) * (D / 2), dqkv, device_table(table, T * D), B, T, H, KV, D, -1.0);
+}
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t N, int64_t C, int64_t vocab_begin,
+                       int64_t V) {
+  LAUNCH(embedding_fwd, N * C, out, tokens, wte, N, C, vocab_begin, V);
+}
+void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t N, int64_t C,
+                        int64_t vocab_begin, int64_t V) {
+  LAUNCH(embedding_bwd, N * C, dwte, dout, tokens, N, C, vocab_begin, V);
+}
+void position_forward(float* out, const float* inp, const float* wpe, int64_t row_begin, int64_t rows, int64_t T,
+                      int64_t C) {
+  LAUNCH(position_fwd, rows * C, out, inp, wpe, row_begin, rows, T, C);
+}
+void position_backward(float* dwpe, const float* dout, int64_t row_begin, int64_t rows, int64_t T, int64_t C) {
+  LAUNCH(position_bwd, T * C, dwpe, dout, row_begin, rows, T, C);
+}
+void round_to_storage(float* x, int64_t n, int mode) {
+  if (mode == 1) LAUNCH(round_bf16, n, x, n);
+  if (mode == 2) LAUNCH(round_fp16, n, x, n);
+}
+int64_t count_nonfinite(const float* x, int64_t n) {
+  if (n == 0) return 0;
+  const int device = ::trident::current_device();
+  auto* d = static_cast<unsigned long long*>(::trident::device_alloc(sizeof(unsigned long long), device));
+  CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(unsigned long long), stream()));
+  LAUNCH(nonfinite_count, n, x, n, d);
+  unsigned long long h = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof(h), cudaMemcpyDeviceToHost, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+  ::trident::device_free(d, sizeof(unsigned long long), device);
+  return int64_t(h);
+}
+void fill_zero(float* x, int64_t n) {
+  if (n > 0) CUDA_CHECK(cudaMemsetAsync(x, 0, size_t(n) * sizeof(float), stream()));
+}
+double sum(const float* x, int64_t n) { return chunked_sum(x, {{0, n}}, false); }
+double sum_of_squares_ranges(const float* g, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  return chunked_sum(g, ranges, true);
+}
+
+}  // namespace trident::kernels::cuda

@@ -1,0 +1,177 @@
+// GEMM and the linear layer through cuBLASLt (column-major underneath; the
+// row-major calls swap operands: C^T = B^T A^T). Descriptors and the
+// heuristic's algorithm are cached per shape; one 32 MiB workspace. The bias
+// of linear_forward is the BIAS epilogue; where cuBLASLt offers no algorithm
+// with it, a separate bias kernel runs after the plain GEMM.
+#include <cublasLt.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "kernels/cuda/common.cuh"
+
+namespace trident::kernels::cuda {
+
+#define CUBLAS_CHECK(stmt)                                                                     \
+  do {                                                                                         \
+    cublasStatus_t trident_s_ = (stmt);                                                        \
+    if (trident_s_ != CUBLAS_STATUS_SUCCESS)                                                   \
+      cuda_fail("cuBLASLt", #stmt, __FILE__, __LINE__, cublasLtGetStatusString(trident_s_));   \
+  } while (0)
+
+namespace {
+
+int g_mode = 0;
+constexpr size_t kWorkspace = size_t(32) << 20;
+
+struct Key {
+  bool ta, tb, bias;
+  int64_t m, n, k, lda, ldb, ldc;
+  int mode;
+  bool operator<(const Key& o) const {
+    return std::tie(ta, tb, bias, m, n, k, lda, ldb, ldc, mode) <
+           std::tie(o.ta, o.tb, o.bias, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.mode);
+  }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;          // an algorithm was found
+  bool fused_bias = false;  // with the BIAS epilogue
+};
+
+struct State {
+  std::mutex mutex;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::map<Key, Plan> plans;
+};
+
+State& state() {
+  static State s;
+  if (!s.handle) {
+    CUBLAS_CHECK(cublasLtCreate(&s.handle));
+    CUDA_CHECK(cudaMalloc(&s.workspace, kWorkspace));
+  }
+  return s;
+}
+
+cublasComputeType_t compute_type(int mode) {
+  return mode == 1 ? CUBLAS_COMPUTE_32F_FAST_16BF : mode == 2 ? CUBLAS_COMPUTE_32F_FAST_16F : CUBLAS_COMPUTE_32F;
+}
+
+Plan make_plan(State& s, const Key& key) {
+  Plan p;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, compute_type(key.mode), CUDA_R_32F));
+  cublasOperation_t ta = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (key.bias) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    cudaDataType_t bt = CUDA_R_32F;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+  }
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, uint64_t(key.ta ? key.k : key.m),
+                                          uint64_t(key.ta ? key.m : key.k), key.lda));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, uint64_t(key.tb ? key.n : key.k),
+                                          uint64_t(key.tb ? key.k : key.n), key.ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, uint64_t(key.m), uint64_t(key.n), key.ldc));
+  cublasLtMatmulPreference_t pref;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  size_t ws = kWorkspace;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s.handle, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+    p.algo = result.algo;
+    p.ok = true;
+  }
+  return p;
+}
+
+__global__ void add_bias_rows(float* C, const float* bias, int64_t m, int64_t n, int64_t ldc) {
+  // column-major C[m,n]: bias[i] added to row i of every column
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < m * n; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = idx % m, j = idx / m;
+    C[j * ldc + i] += bias[i];
+  }
+}
+
+__global__ void scale_plus_bias(float* C, float beta, const float* bias, int64_t m, int64_t n, int64_t ldc) {
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < m * n; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = idx % m, j = idx / m;
+    float& c = C[j * ldc + i];
+    c = (beta == 0.f ? 0.f : beta * c) + (bias ? bias[i] : 0.f);
+  }
+}
+
+}  // namespace
+
+void set_matmul_mode(int mode) { g_mode = mode; }
+int matmul_mode() { return g_mode; }
+
+void matmul_cublaslt(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // op(A) op(B) is empty: C = beta C (+ bias)
+    scale_plus_bias<<<grid_for(m * n, 256), 256, 0, stream()>>>(C, beta, bias, m, n, ldc);
+    CUDA_LAUNCHED("scale_plus_bias");
+    return;
+  }
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Key key{trans_a, trans_b, bias != nullptr, m, n, k, lda, ldb, ldc, g_mode};
+  auto it = s.plans.find(key);
+  if (it == s.plans.end()) {
+    Plan p = make_plan(s, key);
+    if (!p.ok && key.bias) {  // no algorithm with the epilogue: plain GEMM + bias kernel
+      Key plain = key;
+      plain.bias = false;
+      p = make_plan(s, plain);
+    } else {
+      p.fused_bias = key.bias;
+    }
+    if (!p.ok)
+      cuda_fail("cuBLASLt", "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__,
+                "no algorithm for this GEMM shape and compute type");
+    it = s.plans.emplace(key, p).first;
+  }
+  Plan& p = it->second;
+  if (p.fused_bias)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  CUBLAS_CHECK(cublasLtMatmul(s.handle, p.op, &alpha, A, p.a, B, p.b, &beta, C, p.c, C, p.c, &p.algo, s.workspace,
+                              kWorkspace, stream()));
+  if (bias && !p.fused_bias) {
+    add_bias_rows<<<grid_for(m * n, 256), 256, 0, stream()>>>(C, bias, m, n, ldc);
+    CUDA_LAUNCHED("add_bias_rows");
+  }
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  // row-major C[M,N] = op(A) op(B)  <=>  column-major C^T[N,M] = op(B)^T op(A)^T
+  matmul_cublaslt(trans_b, trans_a, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc, nullptr);
+}
+
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
+                    int64_t OC) {
+  // out^T[OC,N] = W[OC,C] inp^T[C,N]; W row-major is W^T column-major (ld C)
+  matmul_cublaslt(true, false, OC, N, C, 1.f, weight, C, inp, C, 0.f, out, OC, bias);
+}
+
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t N, int64_t C, int64_t OC, bool accumulate) {
+  if (dinp)  // dinp^T[C,N] = W^T[C,OC] dout^T[OC,N]
+    matmul_cublaslt(false, false, C, N, OC, 1.f, weight, C, dout, OC, 0.f, dinp, C, nullptr);
+  if (dweight)  // dW^T[C,OC] (+)= inp^T[C,N] dout[N,OC]
+    matmul_cublaslt(false, true, C, OC, N, 1.f, inp, C, dout, OC, accumulate ? 1.f : 0.f, dweight, C, nullptr);
+  if (dbias) bias_backward(dbias, dout, N, OC, accumulate);
+}
+
+}  // namespace trident::kernels::cuda

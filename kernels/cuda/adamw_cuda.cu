@@ -38,18 +38,17 @@ void adamw_update_multi(float* param, float* m, float* v, const float* grad, con
     for (int64_t s = r.offset; s < r.offset + r.size; s += kChunk)
       chunks.push_back({s, std::min(r.offset + r.size, s + kChunk), r.weight_decay});
   if (chunks.empty()) return;
-  const int device = ::trident::current_device();
   const size_t bytes = chunks.size() * sizeof(Chunk);
-  auto* d = static_cast<Chunk*>(::trident::device_alloc(bytes, device));
+  auto* d = static_cast<Chunk*>(scratch_alloc(bytes));
   CUDA_CHECK(cudaMemcpyAsync(d, chunks.data(), bytes, cudaMemcpyHostToDevice, stream()));
   const float c1 = float(1.0 / (1.0 - std::pow(beta1, double(step))));
   const float c2 = float(1.0 / (1.0 - std::pow(beta2, double(step))));
-  adamw_chunks<<<unsigned(chunks.size()), 256, 0, stream()>>>(param, m, v, grad, d, float(lr), float(beta1),
+  KERNEL_LAUNCH(adamw_chunks, unsigned(chunks.size()), 256, 0)(param, m, v, grad, d, float(lr), float(beta1),
                                                               float(beta2), float(eps), c1, c2, float(grad_scale));
   CUDA_LAUNCHED("adamw_chunks");
   // (a copy from pageable memory has read the host table when it returns;
   // the block is reused in stream order)
-  ::trident::device_free(d, bytes, device);
+  scratch_free(d, bytes);
 }
 
 }  // namespace trident::kernels::cuda

@@ -38,7 +38,7 @@ __device__ inline void load_tile(float* dst, const float* src, int64_t row0, con
 
 template <int DMAX>
 __global__ void __launch_bounds__(kThreads) attn_fwd(float* out, float* lse, const float* qkv, Dims d) {
-  extern __shared__ float smem[];
+  DYNAMIC_SMEM(float, smem);
   float* Qs = smem;
   float* Ks = Qs + kTile * d.SD;
   float* Vs = Ks + kTile * d.SD;
@@ -129,7 +129,7 @@ __global__ void attn_delta(float* delta, const float* dout, const float* out, Di
 template <int DMAX>
 __global__ void __launch_bounds__(kThreads) attn_bwd_kv(float* dqkv, const float* dout, const float* qkv,
                                                         const float* lse, const float* delta, Dims d) {
-  extern __shared__ float smem[];
+  DYNAMIC_SMEM(float, smem);
   float* Ks = smem;
   float* Vs = Ks + kTile * d.SD;
   float* Qs = Vs + kTile * d.SD;
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_kv(float* dqkv, const float
 template <int DMAX>
 __global__ void __launch_bounds__(kThreads) attn_bwd_q(float* dqkv, const float* dout, const float* qkv,
                                                        const float* lse, const float* delta, Dims d) {
-  extern __shared__ float smem[];
+  DYNAMIC_SMEM(float, smem);
   float* Qs = smem;
   float* dOs = Qs + kTile * d.SD;
   float* Ks = dOs + kTile * d.SD;
@@ -280,7 +280,7 @@ void launch(Kernel kernel, dim3 grid, size_t smem_floats, const char* name, Dims
             const float* y, const float* z, const float* w) {
   const size_t bytes = smem_floats * sizeof(float);
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  kernel<<<grid, kThreads, bytes, stream()>>>(a, x, y, z, w, d);
+  KERNEL_LAUNCH(kernel, grid, kThreads, bytes)(a, x, y, z, w, d);
   CUDA_LAUNCHED(name);
 }
 
@@ -291,10 +291,10 @@ void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int
   const size_t bytes = (3 * size_t(kTile) * size_t(d.SD) + size_t(kTile) * (kTile + 1)) * sizeof(float);
   if (D <= 64) {
     CUDA_CHECK(cudaFuncSetAttribute(attn_fwd<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    attn_fwd<64><<<grid, kThreads, bytes, stream()>>>(out, lse, qkv, d);
+    KERNEL_LAUNCH(attn_fwd<64>, grid, kThreads, bytes)(out, lse, qkv, d);
   } else {
     CUDA_CHECK(cudaFuncSetAttribute(attn_fwd<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    attn_fwd<128><<<grid, kThreads, bytes, stream()>>>(out, lse, qkv, d);
+    KERNEL_LAUNCH(attn_fwd<128>, grid, kThreads, bytes)(out, lse, qkv, d);
   }
   CUDA_LAUNCHED("attn_fwd");
 }
@@ -314,11 +314,10 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                         int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
   if (B * T == 0) return;
   const Dims d = make_dims(B, T, H, KV, D);
-  const int device = ::trident::current_device();
   const size_t delta_bytes = size_t(B * H * T) * sizeof(float);
-  auto* delta = static_cast<float*>(::trident::device_alloc(delta_bytes, device));
+  auto* delta = static_cast<float*>(scratch_alloc(delta_bytes));
   const int64_t rows = B * T * H;
-  attn_delta<<<unsigned((rows * 32 + 255) / 256), 256, 0, stream()>>>(delta, dout, out, d);
+  KERNEL_LAUNCH(attn_delta, unsigned((rows * 32 + 255) / 256), 256, 0)(delta, dout, out, d);
   CUDA_LAUNCHED("attn_delta");
   const unsigned tiles = unsigned((T + kTile - 1) / kTile);
   const size_t kv_floats = 4 * size_t(kTile) * size_t(d.SD) + 2 * size_t(kTile) * (kTile + 1) + 2 * size_t(kTile);
@@ -334,7 +333,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     launch(attn_bwd_q<128>, dim3(tiles, unsigned(H), unsigned(B)), q_floats, "attn_bwd_q", d, dqkv, dout, qkv, lse,
            delta);
   }
-  ::trident::device_free(delta, delta_bytes, device);
+  scratch_free(delta, delta_bytes);
 }
 
 }  // namespace trident::kernels::cuda

@@ -2,9 +2,19 @@
 // reductions. Includes no project header that needs fmt (nvcc compiles these
 // files); errors are raised through cuda_fail (kernels/cuda/cuda_support.cpp).
 #pragma once
-#include <cuda_runtime.h>
-
 #include <cstdint>
+
+#ifdef TRIDENT_CUDA_EMULATION
+#include "kernels/cuda/emulation.hpp"
+// the emulated kernels live beside the real ones (tests link both)
+#define cuda cuda_emu
+#define KERNEL_LAUNCH(kernel, grid, block, smem) ::trident::emu::launch(kernel, grid, block, smem)
+#define DYNAMIC_SMEM(type, name) type* name = ::trident::emu::dynamic_smem<type>()
+#else
+#include <cuda_runtime.h>
+#define KERNEL_LAUNCH(kernel, grid, block, smem) kernel<<<grid, block, smem, stream()>>>
+#define DYNAMIC_SMEM(type, name) extern __shared__ type name[]
+#endif
 
 #include "core/device_memory.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
@@ -21,7 +31,16 @@ namespace trident::kernels::cuda {
   } while (0)
 #define CUDA_LAUNCHED(what) CUDA_CHECK(cudaGetLastError())
 
+#ifdef TRIDENT_CUDA_EMULATION
+inline cudaStream_t stream() { return nullptr; }
+inline void* scratch_alloc(size_t bytes) { return std::malloc(bytes); }
+inline void scratch_free(void* p, size_t) { std::free(p); }
+#else
 inline cudaStream_t stream() { return static_cast<cudaStream_t>(::trident::compute_stream()); }
+// Short-lived device buffers of a kernel wrapper (the caching allocator's).
+inline void* scratch_alloc(size_t bytes) { return ::trident::device_alloc(bytes, ::trident::current_device()); }
+inline void scratch_free(void* p, size_t bytes) { ::trident::device_free(p, bytes, ::trident::current_device()); }
+#endif
 
 inline unsigned grid_for(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;

@@ -72,20 +72,20 @@ __global__ void ce_finish(float* losses, float* logits, const float* row_max, co
 void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
                            float dscale) {
   if (N == 0) return;
-  ce_fused<<<unsigned(N), kThreads, 0, stream()>>>(losses, logits, targets, V, Vvalid, dscale);
+  KERNEL_LAUNCH(ce_fused, unsigned(N), kThreads, 0)(losses, logits, targets, V, Vvalid, dscale);
   CUDA_LAUNCHED("ce_fused");
 }
 
 void cross_entropy_local_max(float* row_max, const float* logits, int64_t N, int64_t V, int64_t Vvalid) {
   if (N == 0) return;
-  ce_max<<<unsigned(N), kThreads, 0, stream()>>>(row_max, logits, V, Vvalid);
+  KERNEL_LAUNCH(ce_max, unsigned(N), kThreads, 0)(row_max, logits, V, Vvalid);
   CUDA_LAUNCHED("ce_max");
 }
 
 void cross_entropy_local_sums(float* sums, const float* logits, const float* row_max, const int32_t* targets,
                               int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin) {
   if (N == 0) return;
-  ce_sums<<<unsigned(N), kThreads, 0, stream()>>>(sums, logits, row_max, targets, N, V, Vvalid, vocab_begin);
+  KERNEL_LAUNCH(ce_sums, unsigned(N), kThreads, 0)(sums, logits, row_max, targets, N, V, Vvalid, vocab_begin);
   CUDA_LAUNCHED("ce_sums");
 }
 
@@ -93,7 +93,7 @@ void cross_entropy_finish(float* losses, float* logits, const float* row_max, co
                           const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin,
                           float dscale) {
   if (N == 0) return;
-  ce_finish<<<unsigned(N), kThreads, 0, stream()>>>(losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin,
+  KERNEL_LAUNCH(ce_finish, unsigned(N), kThreads, 0)(losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin,
                                                    dscale);
   CUDA_LAUNCHED("ce_finish");
 }

@@ -4,8 +4,10 @@
 // counts). Grid-stride loops throughout. The token-embedding gradient is a
 // scatter-add with atomics (its order of additions is not fixed); every
 // other kernel here is deterministic.
+#ifndef TRIDENT_CUDA_EMULATION
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#endif
 
 #include <map>
 #include <mutex>
@@ -154,17 +156,16 @@ double chunked_sum(const float* x, const std::vector<std::pair<int64_t, int64_t>
     for (int64_t s = b; s < e; s += kChunk) chunks.push_back(s), chunks.push_back(std::min(e, s + kChunk));
   const int64_t nchunks = int64_t(chunks.size() / 2);
   if (nchunks == 0) return 0;
-  const int device = ::trident::current_device();
-  auto* dchunks = static_cast<int64_t*>(::trident::device_alloc(chunks.size() * sizeof(int64_t), device));
-  auto* dpartial = static_cast<double*>(::trident::device_alloc(size_t(nchunks) * sizeof(double), device));
+  auto* dchunks = static_cast<int64_t*>(scratch_alloc(chunks.size() * sizeof(int64_t)));
+  auto* dpartial = static_cast<double*>(scratch_alloc(size_t(nchunks) * sizeof(double)));
   CUDA_CHECK(cudaMemcpyAsync(dchunks, chunks.data(), chunks.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream()));
-  chunk_sums<<<unsigned(nchunks), kThreads, 0, stream()>>>(dpartial, x, dchunks, squares);
+  KERNEL_LAUNCH(chunk_sums, unsigned(nchunks), kThreads, 0)(dpartial, x, dchunks, squares);
   CUDA_LAUNCHED("chunk_sums");
   std::vector<double> partial(static_cast<size_t>(nchunks));
   CUDA_CHECK(cudaMemcpyAsync(partial.data(), dpartial, partial.size() * sizeof(double), cudaMemcpyDeviceToHost, stream()));
   CUDA_CHECK(cudaStreamSynchronize(stream()));
-  ::trident::device_free(dchunks, chunks.size() * sizeof(int64_t), device);
-  ::trident::device_free(dpartial, size_t(nchunks) * sizeof(double), device);
+  scratch_free(dchunks, chunks.size() * sizeof(int64_t));
+  scratch_free(dpartial, size_t(nchunks) * sizeof(double));
   double total = 0;
   for (double p : partial) total += p;
   return total;
@@ -188,7 +189,7 @@ const double* device_table(const double* host, int64_t n) {
 #define LAUNCH(kernel, n, ...)                                                      \
   do {                                                                              \
     if ((n) > 0) {                                                                  \
-      kernel<<<grid_for((n), kThreads), kThreads, 0, stream()>>>(__VA_ARGS__);      \
+      KERNEL_LAUNCH(kernel, (grid_for((n), kThreads)), kThreads, 0)(__VA_ARGS__);      \
       CUDA_LAUNCHED(#kernel);                                                       \
     }                                                                               \
   } while (0)
@@ -234,14 +235,13 @@ void round_to_storage(float* x, int64_t n, int mode) {
 }
 int64_t count_nonfinite(const float* x, int64_t n) {
   if (n == 0) return 0;
-  const int device = ::trident::current_device();
-  auto* d = static_cast<unsigned long long*>(::trident::device_alloc(sizeof(unsigned long long), device));
+  auto* d = static_cast<unsigned long long*>(scratch_alloc(sizeof(unsigned long long)));
   CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(unsigned long long), stream()));
   LAUNCH(nonfinite_count, n, x, n, d);
   unsigned long long h = 0;
   CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof(h), cudaMemcpyDeviceToHost, stream()));
   CUDA_CHECK(cudaStreamSynchronize(stream()));
-  ::trident::device_free(d, sizeof(unsigned long long), device);
+  scratch_free(d, sizeof(unsigned long long));
   return int64_t(h);
 }
 void fill_zero(float* x, int64_t n) {

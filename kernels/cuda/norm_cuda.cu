@@ -96,7 +96,7 @@ __global__ void norm_weight_grads(float* dw, float* db, const float* dout, const
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int64_t N, int64_t C, double eps) {
   if (N == 0) return;
-  layernorm_fwd<<<unsigned(N), kRowThreads, 0, stream()>>>(out, mean, rstd, inp, weight, bias, C, float(eps));
+  KERNEL_LAUNCH(layernorm_fwd, unsigned(N), kRowThreads, 0)(out, mean, rstd, inp, weight, bias, C, float(eps));
   CUDA_LAUNCHED("layernorm_fwd");
 }
 
@@ -104,27 +104,27 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
                         bool accumulate) {
   if (N > 0) {
-    layernorm_bwd_rows<<<unsigned(N), kRowThreads, 0, stream()>>>(dinp, dout, inp, weight, mean, rstd, C);
+    KERNEL_LAUNCH(layernorm_bwd_rows, unsigned(N), kRowThreads, 0)(dinp, dout, inp, weight, mean, rstd, C);
     CUDA_LAUNCHED("layernorm_bwd_rows");
   }
-  norm_weight_grads<<<unsigned((C + 31) / 32), dim3(32, 8), 0, stream()>>>(dweight, dbias, dout, inp, mean, rstd, N, C,
+  KERNEL_LAUNCH(norm_weight_grads, unsigned((C + 31) / 32), (dim3(32, 8)), 0)(dweight, dbias, dout, inp, mean, rstd, N, C,
                                                                           accumulate);
   CUDA_LAUNCHED("norm_weight_grads");
 }
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C, double eps) {
   if (N == 0) return;
-  rmsnorm_fwd<<<unsigned(N), kRowThreads, 0, stream()>>>(out, rstd, inp, weight, C, float(eps));
+  KERNEL_LAUNCH(rmsnorm_fwd, unsigned(N), kRowThreads, 0)(out, rstd, inp, weight, C, float(eps));
   CUDA_LAUNCHED("rmsnorm_fwd");
 }
 
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                       const float* rstd, int64_t N, int64_t C, bool accumulate) {
   if (N > 0) {
-    rmsnorm_bwd_rows<<<unsigned(N), kRowThreads, 0, stream()>>>(dinp, dout, inp, weight, rstd, C);
+    KERNEL_LAUNCH(rmsnorm_bwd_rows, unsigned(N), kRowThreads, 0)(dinp, dout, inp, weight, rstd, C);
     CUDA_LAUNCHED("rmsnorm_bwd_rows");
   }
-  norm_weight_grads<<<unsigned((C + 31) / 32), dim3(32, 8), 0, stream()>>>(dweight, nullptr, dout, inp, nullptr, rstd,
+  KERNEL_LAUNCH(norm_weight_grads, unsigned((C + 31) / 32), (dim3(32, 8)), 0)(dweight, nullptr, dout, inp, nullptr, rstd,
                                                                           N, C, accumulate);
   CUDA_LAUNCHED("norm_weight_grads");
 }

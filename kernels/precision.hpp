@@ -23,6 +23,14 @@ void round_to_storage(T* x, int64_t n, Precision p);
 template <typename T>
 int64_t count_nonfinite(const T* x, int64_t n);
 
+// 2-byte storage of values already rounded to the format (round_to_storage):
+// dst[i] = the bf16 / fp16 bit pattern of src[i], and back; exact both ways.
+// How the model keeps the activations saved for backward under bf16/fp16.
+template <typename T>
+void pack_16(uint16_t* dst, const T* src, int64_t n, Precision p);
+template <typename T>
+void unpack_16(T* dst, const uint16_t* src, int64_t n, Precision p);
+
 // One element (tests, scalars).
 float round_bf16(float x);
 float round_fp16(float x);

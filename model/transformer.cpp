@@ -2,6 +2,7 @@
 #include "model/transformer.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "kernels/activation.hpp"
 #include "kernels/attention.hpp"
@@ -169,6 +170,8 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
   auto ctx = std::make_unique<Activations<T>>();
   ctx->B = B;
   ctx->chunk = chunk;
+  ctx->recompute = recompute;
+  const bool packed = pack_ && precision_ != k::Precision::fp32 && L > 0;
   auto alloc = [&](int64_t n) {
     ctx->storage.push_back(Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_));
     return ctx->storage.back().template data<T>();
@@ -190,18 +193,20 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
     a.act = alloc(N * dims_.ffn);
   };
   ctx->layers.resize(size_t(L));
-  // what recomputation rebuilds: one set per chunk, shared by its contexts
+  // What recomputation rebuilds (and, packed, the fp32 working set): one
+  // set per chunk, shared by its contexts
   LayerActs<T> shared{};
   T* shared_probs = nullptr;
-  if (recompute != Recompute::none && L > 0) {
+  if ((recompute != Recompute::none || packed) && L > 0) {
     auto it = std::find_if(shared_recompute_.begin(), shared_recompute_.end(), [&](const SharedRecompute& x) {
-      return x.chunk == chunk && x.B == B && x.recompute == recompute;
+      return x.chunk == chunk && x.B == B && x.recompute == recompute && x.packed == packed;
     });
     if (it == shared_recompute_.end()) {
-      SharedRecompute set{chunk, B, recompute, {}, {}, nullptr};
+      SharedRecompute set{chunk, B, recompute, packed, {}, {}, nullptr};
       std::swap(ctx->storage, set.storage);  // allocate into the shared set's storage
-      if (recompute == Recompute::full) layer_set(set.acts, true);
-      else set.probs = alloc(probs);
+      if (recompute == Recompute::full || packed) layer_set(set.acts, recompute == Recompute::full);
+      if (packed) set.acts.x_in = alloc(R * C);
+      if (recompute == Recompute::selective) set.probs = alloc(probs);
       std::swap(ctx->storage, set.storage);
       shared_recompute_.push_back(std::move(set));
       it = shared_recompute_.end() - 1;
@@ -209,6 +214,15 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
     shared = it->acts, shared_probs = it->probs;
   }
   for (auto& a : ctx->layers) {
+    if (packed) {
+      // the working set's buffers; statistics and probabilities of its own
+      a = shared;
+      if (recompute != Recompute::full) {
+        a.ln1_mean = alloc(R), a.ln1_rstd = alloc(R), a.ln2_mean = alloc(R), a.ln2_rstd = alloc(R);
+        a.probs = recompute == Recompute::none ? alloc(probs) : shared_probs;
+      }
+      continue;
+    }
     if (recompute == Recompute::full) {
       a = shared;
     } else {
@@ -216,6 +230,15 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
       if (recompute == Recompute::selective) a.probs = shared_probs;
     }
     a.x_in = alloc(R * C);
+  }
+  if (packed) {
+    const DType half = precision_ == k::Precision::bf16 ? DType::bf16 : DType::f16;
+    for (const auto& a : ctx->layers) {
+      int64_t n = 0;
+      for (const auto& [p, count] : saved_buffers(a, B, recompute)) n += count;
+      ctx->storage.push_back(Tensor::empty({n}, half, MemCategory::activations, device_));
+      ctx->packed.push_back(static_cast<uint16_t*>(ctx->storage.back().raw()));
+    }
   }
   if (split_backward)
     for (int64_t l = 0; l < L; ++l)
@@ -228,6 +251,35 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
     ctx->losses = alloc(N);
   }
   return ctx;
+}
+
+template <typename T>
+std::vector<std::pair<T*, int64_t>> Transformer<T>::saved_buffers(const LayerActs<T>& a, int64_t B,
+                                                                   Recompute r) const {
+  const int64_t N = B * cfg_.seq_len, C = cfg_.hidden, R = tp_->rows(N), full = tp_->gathers() ? N * C : R * C;
+  if (r == Recompute::full) return {{a.x_in, R * C}};
+  return {{a.x_in, R * C},         {a.ln1_full, full},       {a.qkv, N * qkv_width_},
+          {a.atty, N * dims_.heads * cfg_.head_dim()}, {a.x_mid, R * C}, {a.ln2_full, full},
+          {a.fc, N * fc_width_},   {a.act, N * dims_.ffn}};
+}
+
+template <typename T>
+void Transformer<T>::pack(Activations<T>& ctx, int l, size_t first, size_t last) const {
+  const auto bufs = saved_buffers(ctx.layers[size_t(l)], ctx.B, ctx.recompute);
+  uint16_t* dst = ctx.packed[size_t(l)];
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    if (i >= first && i < last) k::pack_16(dst, bufs[i].first, bufs[i].second, precision_);
+    dst += bufs[i].second;
+  }
+}
+
+template <typename T>
+void Transformer<T>::unpack(Activations<T>& ctx, int l) const {
+  const uint16_t* src = ctx.packed[size_t(l)];
+  for (const auto& [p, n] : saved_buffers(ctx.layers[size_t(l)], ctx.B, ctx.recompute)) {
+    k::unpack_16(p, src, n, precision_);
+    src += n;
+  }
 }
 
 template <typename T>
@@ -308,7 +360,10 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     const int s = ch.first_layer_seg + l;
     use_params(s, next_seg(s));
     T* x_out = l + 1 < L ? ctx.layers[size_t(l + 1)].x_in : ctx.x_final;
+    // packed: the input first (the output may go to the same working buffer), the rest after
+    if (ctx.is_packed()) pack(ctx, l, 0, 1);
     layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], B);
+    if (ctx.is_packed()) pack(ctx, l, 1, SIZE_MAX);
     done_params(s);
   }
   if (!ch.spec.head) return 0;
@@ -372,6 +427,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     }
     for (int l = L - 1; l >= 0; --l) {
       use_grads(ch.first_layer_seg + l);
+      if (ctx.is_packed()) unpack(ctx, l);
       layer_weight_grads(ctx.layers[size_t(l)], ctx.saved[size_t(l)], layers_[size_t(ch.first_local + l)], B, acc);
       done_grads(ch.first_layer_seg + l);
     }
@@ -403,6 +459,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     const int s = ch.first_layer_seg + l;
     use_params(s, l > 0 ? s - 1 : -1);
     use_grads(s);
+    if (ctx.is_packed()) unpack(ctx, l);
     const LayerActs<T>& a = ctx.layers[size_t(l)];
     const LayerParams& p = layers_[size_t(ch.first_local + l)];
     // split: the four linears' output gradients go where the weight pass finds them

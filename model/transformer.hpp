@@ -70,6 +70,14 @@ template <typename T>
 struct Activations {
   int64_t B = 0;
   int chunk = 0;  // this rank's chunk index
+  Recompute recompute = Recompute::none;
+  // 16-bit precision: each layer's saved activations as 2-byte values (pack
+  // order x_in, ln1_full, qkv, atty, x_mid, ln2_full, fc, act; x_in alone
+  // with full recompute). The layers' large buffers then point into the
+  // chunk's fp32 working set, refilled from here before each use; norm
+  // statistics and attention probabilities stay per layer in fp32.
+  std::vector<uint16_t*> packed;
+  bool is_packed() const { return !packed.empty(); }
   std::vector<Tensor> storage;  // owns the buffers the pointers below see
   std::vector<LayerActs<T>> layers;
   std::vector<SavedGrads<T>> saved;  // split backward only
@@ -148,8 +156,13 @@ class Transformer {
   // statistics, attention probabilities, losses, parameter gradients, which
   // accumulate in fp32). Parameters are the caller's: it keeps fp32 master
   // weights and hands the model their rounded copy.
+  // Under bf16 / fp16 the activations saved for backward are kept as 2-byte
+  // values (Activations::packed) unless pack is turned off: a context made
+  // after set_precision decides. The results are bitwise the same either way
+  // (the values are rounded to the format before they are stored).
   void set_precision(kernels::Precision p) { precision_ = p; }
   kernels::Precision precision() const { return precision_; }
+  void set_pack_activations(bool on) { pack_ = on; }
 
  private:
   struct LayerParams {
@@ -170,6 +183,11 @@ class Transformer {
   };
   // rounds n elements at p to the storage format (a no-op in fp32)
   void store(T* p, int64_t n) const { kernels::round_to_storage(p, n, precision_); }
+  // A layer's saved buffers in pack order: (buffer in the working set, elements).
+  std::vector<std::pair<T*, int64_t>> saved_buffers(const LayerActs<T>& a, int64_t B, Recompute r) const;
+  // Buffers [first, last) of layer l to its packed copy, and all of them back.
+  void pack(Activations<T>& ctx, int l, size_t first, size_t last) const;
+  void unpack(Activations<T>& ctx, int l) const;
   void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B);
   void layer_weight_grads(const LayerActs<T>& a, const SavedGrads<T>& g, const LayerParams& p, int64_t B, bool acc);
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N);
@@ -179,6 +197,7 @@ class Transformer {
   ModelConfig cfg_;
   Device device_;
   kernels::Precision precision_ = kernels::Precision::fp32;
+  bool pack_ = true;
   parallel::TensorParallel single_;  // the region of a one-rank model
   parallel::TensorParallel* tp_;
   ParamRegistry reg_;
@@ -210,6 +229,7 @@ class Transformer {
     int chunk;
     int64_t B;
     Recompute recompute;
+    bool packed;  // the working set of packed contexts
     std::vector<Tensor> storage;
     LayerActs<T> acts{};
     T* probs = nullptr;

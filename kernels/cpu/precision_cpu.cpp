@@ -5,6 +5,7 @@
 #include "kernels/precision.hpp"
 
 #include <cmath>
+#include <cstring>
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -56,6 +57,39 @@ int64_t count_nonfinite(const T* x, int64_t n) {
   return bad;
 }
 
+template <typename T>
+void pack_16(uint16_t* dst, const T* src, int64_t n, Precision p) {
+  TRIDENT_CHECK(p != Precision::fp32, "pack_16 needs a 16-bit format");
+  TRIDENT_ON_CUDA(T, src, cuda::pack_16(dst, src, n, p == Precision::bf16 ? 1 : 2));
+  if (p == Precision::bf16) {
+#pragma omp parallel for simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(float(src[i]));
+  } else {
+#pragma omp parallel for simd
+    for (int64_t i = 0; i < n; ++i) {
+      const _Float16 h = static_cast<_Float16>(float(src[i]));
+      std::memcpy(&dst[i], &h, 2);
+    }
+  }
+}
+
+template <typename T>
+void unpack_16(T* dst, const uint16_t* src, int64_t n, Precision p) {
+  TRIDENT_CHECK(p != Precision::fp32, "unpack_16 needs a 16-bit format");
+  TRIDENT_ON_CUDA(T, dst, cuda::unpack_16(dst, src, n, p == Precision::bf16 ? 1 : 2));
+  if (p == Precision::bf16) {
+#pragma omp parallel for simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = T(bf16_to_f32(src[i]));
+  } else {
+#pragma omp parallel for simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = T(f16_to_f32(src[i]));
+  }
+}
+
+template void pack_16<float>(uint16_t*, const float*, int64_t, Precision);
+template void pack_16<double>(uint16_t*, const double*, int64_t, Precision);
+template void unpack_16<float>(float*, const uint16_t*, int64_t, Precision);
+template void unpack_16<double>(double*, const uint16_t*, int64_t, Precision);
 template void round_to_storage<float>(float*, int64_t, Precision);
 template void round_to_storage<double>(double*, int64_t, Precision);
 template int64_t count_nonfinite<float>(const float*, int64_t);

@@ -90,6 +90,8 @@ void adamw_update_multi(float* param, float* m, float* v, const float* grad, con
                         double lr, double beta1, double beta2, double eps, int64_t step, double grad_scale);
 
 void round_to_storage(float* x, int64_t n, int mode);  // 1 bf16, 2 fp16
+void pack_16(uint16_t* dst, const float* src, int64_t n, int mode);
+void unpack_16(float* dst, const uint16_t* src, int64_t n, int mode);
 int64_t count_nonfinite(const float* x, int64_t n);
 void fill_zero(float* x, int64_t n);
 // In a fixed order (bitwise reproducible): per-chunk double partials summed on the host.

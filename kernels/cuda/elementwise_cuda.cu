@@ -130,6 +130,19 @@ __global__ void round_fp16(float* x, int64_t n) {
   GRID_STRIDE(i, n) x[i] = __half2float(__float2half_rn(x[i]));
 }
 
+__global__ void pack_bf16(uint16_t* dst, const float* src, int64_t n) {
+  GRID_STRIDE(i, n) dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+}
+__global__ void pack_fp16(uint16_t* dst, const float* src, int64_t n) {
+  GRID_STRIDE(i, n) dst[i] = __half_as_ushort(__float2half_rn(src[i]));
+}
+__global__ void unpack_bf16(float* dst, const uint16_t* src, int64_t n) {
+  GRID_STRIDE(i, n) dst[i] = __bfloat162float(__ushort_as_bfloat16(src[i]));
+}
+__global__ void unpack_fp16(float* dst, const uint16_t* src, int64_t n) {
+  GRID_STRIDE(i, n) dst[i] = __half2float(__ushort_as_half(src[i]));
+}
+
 __global__ void nonfinite_count(const float* x, int64_t n, unsigned long long* count) {
   unsigned long long c = 0;
   GRID_STRIDE(i, n) c += isfinite(x[i]) ? 0ull : 1ull;
@@ -232,6 +245,14 @@ void position_backward(float* dwpe, const float* dout, int64_t row_begin, int64_
 void round_to_storage(float* x, int64_t n, int mode) {
   if (mode == 1) LAUNCH(round_bf16, n, x, n);
   if (mode == 2) LAUNCH(round_fp16, n, x, n);
+}
+void pack_16(uint16_t* dst, const float* src, int64_t n, int mode) {
+  if (mode == 1) LAUNCH(pack_bf16, n, dst, src, n);
+  else LAUNCH(pack_fp16, n, dst, src, n);
+}
+void unpack_16(float* dst, const uint16_t* src, int64_t n, int mode) {
+  if (mode == 1) LAUNCH(unpack_bf16, n, dst, src, n);
+  else LAUNCH(unpack_fp16, n, dst, src, n);
 }
 int64_t count_nonfinite(const float* x, int64_t n) {
   if (n == 0) return 0;

@@ -144,4 +144,16 @@ inline __nv_bfloat16 __float2bfloat16_rn(float x) { return {trident::f32_to_bf16
 inline float __bfloat162float(__nv_bfloat16 b) { return trident::bf16_to_f32(b.bits); }
 inline __half __float2half_rn(float x) { return {static_cast<_Float16>(x)}; }
 inline float __half2float(__half h) { return float(h.h); }
+inline uint16_t __bfloat16_as_ushort(__nv_bfloat16 b) { return b.bits; }
+inline __nv_bfloat16 __ushort_as_bfloat16(uint16_t u) { return {u}; }
+inline uint16_t __half_as_ushort(__half h) {
+  uint16_t u;
+  std::memcpy(&u, &h.h, 2);
+  return u;
+}
+inline __half __ushort_as_half(uint16_t u) {
+  __half h;
+  std::memcpy(&h.h, &u, 2);
+  return h;
+}
 using std::isfinite;

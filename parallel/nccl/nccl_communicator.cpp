@@ -5,6 +5,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
+#include <thread>
+
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
 
@@ -49,12 +52,25 @@ void check_device(const Tensor& t, int device) {
 
 class NcclWork : public Work {
  public:
-  NcclWork(cudaEvent_t e, std::vector<Tensor> keep) : event_(e), keep_(std::move(keep)) {}
+  NcclWork(cudaEvent_t e, std::vector<Tensor> keep, std::string what)
+      : event_(e), keep_(std::move(keep)), what_(std::move(what)) {}
   ~NcclWork() override {
     cudaEventSynchronize(event_);
     cudaEventDestroy(event_);
   }
-  void wait() override { CUDA_CHECK(cudaEventSynchronize(event_)); }
+  // Polls, as the MPI backend's waits do: after parallel.timeout_s an error
+  // names the operation and the group (a rank that never joined).
+  void wait() override {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double limit = collective_timeout();
+    while (!is_completed()) {
+      if (limit > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit)
+        throw Error(fmt::format("{} did not complete within parallel.timeout_s = {} s (a rank of the group did not "
+                                "join, or the GPU hangs)",
+                                what_, limit));
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
   bool is_completed() override {
     cudaError_t e = cudaEventQuery(event_);
     if (e == cudaErrorNotReady) return false;
@@ -65,6 +81,7 @@ class NcclWork : public Work {
  private:
   cudaEvent_t event_;
   std::vector<Tensor> keep_;
+  std::string what_;
 };
 
 }  // namespace
@@ -96,11 +113,13 @@ void NcclCommunicator::after_compute() {
   CUDA_CHECK(cudaEventDestroy(e));  // released once the wait is satisfied
 }
 
-WorkPtr NcclCommunicator::record(std::vector<Tensor> keep) {
+WorkPtr NcclCommunicator::record(std::vector<Tensor> keep, const char* op) {
   cudaEvent_t e;
   CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventRecord(e, impl_->stream));
-  return std::make_unique<NcclWork>(e, std::move(keep));
+  const int64_t n = keep.empty() ? 0 : keep.front().numel();
+  return std::make_unique<NcclWork>(
+      e, std::move(keep), fmt::format("NCCL {} of {} elements on group '{}' (rank {} of {})", op, n, name_, rank_, size_));
 }
 
 WorkPtr NcclCommunicator::all_reduce(Tensor buf, const AllReduceOptions& opts) {
@@ -108,7 +127,7 @@ WorkPtr NcclCommunicator::all_reduce(Tensor buf, const AllReduceOptions& opts) {
   after_compute();
   NCCL_CHECK(ncclAllReduce(buf.raw(), buf.raw(), size_t(buf.numel()), nccl_type(buf.dtype()), nccl_op(opts.op),
                            impl_->comm, impl_->stream));
-  return record({buf});
+  return record({buf}, "all_reduce");
 }
 
 WorkPtr NcclCommunicator::reduce_scatter(Tensor out, Tensor in, const ReduceScatterOptions& opts) {
@@ -126,7 +145,7 @@ WorkPtr NcclCommunicator::reduce_scatter(Tensor out, Tensor in, const ReduceScat
     off += counts[size_t(q)];
   }
   NCCL_CHECK(ncclGroupEnd());
-  return record({out, in});
+  return record({out, in}, "reduce_scatter");
 }
 
 WorkPtr NcclCommunicator::all_gather(Tensor buf, const AllGatherOptions& opts) {
@@ -142,7 +161,7 @@ WorkPtr NcclCommunicator::all_gather(Tensor buf, const AllGatherOptions& opts) {
     off += counts[size_t(q)];
   }
   NCCL_CHECK(ncclGroupEnd());
-  return record({buf});
+  return record({buf}, "all_gather");
 }
 
 WorkPtr NcclCommunicator::broadcast(Tensor buf, const BroadcastOptions& opts) {
@@ -150,21 +169,21 @@ WorkPtr NcclCommunicator::broadcast(Tensor buf, const BroadcastOptions& opts) {
   after_compute();
   NCCL_CHECK(ncclBroadcast(buf.raw(), buf.raw(), size_t(buf.numel()), nccl_type(buf.dtype()), opts.root, impl_->comm,
                            impl_->stream));
-  return record({buf});
+  return record({buf}, "broadcast");
 }
 
 WorkPtr NcclCommunicator::send(Tensor buf, const PointToPointOptions& opts) {
   check_device(buf, device_);
   after_compute();
   NCCL_CHECK(ncclSend(buf.raw(), size_t(buf.numel()), nccl_type(buf.dtype()), opts.peer, impl_->comm, impl_->stream));
-  return record({buf});
+  return record({buf}, "send");
 }
 
 WorkPtr NcclCommunicator::recv(Tensor buf, const PointToPointOptions& opts) {
   check_device(buf, device_);
   after_compute();
   NCCL_CHECK(ncclRecv(buf.raw(), size_t(buf.numel()), nccl_type(buf.dtype()), opts.peer, impl_->comm, impl_->stream));
-  return record({buf});
+  return record({buf}, "recv");
 }
 
 WorkPtr NcclCommunicator::barrier() {

@@ -39,7 +39,7 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Impl> impl_;
   int rank_ = 0, size_ = 1, device_ = 0;
   std::string name_;
-  WorkPtr record(std::vector<Tensor> keep);
+  WorkPtr record(std::vector<Tensor> keep, const char* op);
   void after_compute();
 };
 

@@ -13,7 +13,7 @@ NcclCommunicator::NcclCommunicator(const MpiCommunicator&, int) {
   throw Error("this build has no NCCL backend (configure with TRIDENT_CUDA=ON where the CUDA toolkit and NCCL exist)");
 }
 NcclCommunicator::~NcclCommunicator() = default;
-WorkPtr NcclCommunicator::record(std::vector<Tensor>) { return nullptr; }
+WorkPtr NcclCommunicator::record(std::vector<Tensor>, const char*) { return nullptr; }
 void NcclCommunicator::after_compute() {}
 WorkPtr NcclCommunicator::all_reduce(Tensor, const AllReduceOptions&) { return nullptr; }
 WorkPtr NcclCommunicator::reduce_scatter(Tensor, Tensor, const ReduceScatterOptions&) { return nullptr; }

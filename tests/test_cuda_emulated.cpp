@@ -229,6 +229,17 @@ TEST(CudaEmulated, MultiTensorAdamWRoundingAndSums) {
     emu::round_to_storage(b.data(), int64_t(b.size()), mode);
     EXPECT_EQ(a, b) << precision_name(p_);
     EXPECT_EQ(count_nonfinite(a.data(), int64_t(a.size())), emu::count_nonfinite(b.data(), int64_t(b.size())));
+    // 2-byte packing of the rounded values, and back: the CPU's bit patterns, exact round trip
+    std::vector<uint16_t> pa(a.size()), pb(a.size());
+    pack_16(pa.data(), a.data(), int64_t(a.size()), p_);
+    emu::pack_16(pb.data(), a.data(), int64_t(a.size()), mode);
+    EXPECT_EQ(pa, pb) << precision_name(p_) << " packing";
+    F ua(a.size()), ub(a.size());
+    unpack_16(ua.data(), pa.data(), int64_t(a.size()), p_);
+    emu::unpack_16(ub.data(), pa.data(), int64_t(a.size()), mode);
+    EXPECT_EQ(ua, ub) << precision_name(p_) << " unpacking";
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::isfinite(a[i])) ASSERT_EQ(ua[i], a[i]) << precision_name(p_) << " round trip at " << i;
   }
   EXPECT_NEAR(emu::sum(x.data(), int64_t(x.size())) / sum(x.data(), int64_t(x.size())), 1.0, 1e-12);
   const std::vector<std::pair<int64_t, int64_t>> r = {{0, 100}, {200, 20001}};

@@ -33,6 +33,8 @@ if ! pkg-config --exists yaml-cpp 2>/dev/null && [ -d .gpu-deps ]; then
   DEPS=$ROOT/build-gpu/deps
   mkdir -p "$DEPS"
   for f in .gpu-deps/*.deb; do dpkg -x "$f" "$DEPS"; done
+  # Debian names the Open MPI programs *.openmpi (the plain names are alternatives)
+  for f in "$DEPS"/usr/bin/*.openmpi; do ln -sf "$(basename "$f")" "${f%.openmpi}"; done
   LIB=$DEPS/usr/lib/x86_64-linux-gnu
   export LD_LIBRARY_PATH=$LIB:$LIB/openmpi/lib:${LD_LIBRARY_PATH:-}
   export PATH=$DEPS/usr/bin:$PATH
@@ -49,7 +51,9 @@ ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | he
 ARCH=${ARCH:-90}
 stage "configure + build for sm_$ARCH"
 BUILD_OK=true
+# (warnings stay warnings here: another compiler version may add some; CI keeps them errors)
 { cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIDENT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
+    -DTRIDENT_WERROR=OFF \
     "${PREFIX_ARGS[@]}" && \
   timeout 240 ninja -C "$BUILD" trident test_cuda test_pipeline bench_cuda; } > "$OUT/build.log" 2>&1 || BUILD_OK=false
 tail -5 "$OUT/build.log"

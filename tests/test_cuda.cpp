@@ -142,6 +142,27 @@ TEST(Cuda, LinearForwardBackward) {
     }
 }
 
+// Parameters are views at any float offset of the flat buffer: operands and
+// bias 4 bytes off every larger alignment still give the CPU's result.
+TEST(Cuda, LinearOnMisalignedViews) {
+  REQUIRE_GPU();
+  const int64_t N = 24, C = 40, OC = 36;
+  F x = randn(N * C + 1, 1), w = randn(OC * C + 1, 2), b = randn(OC + 1, 3), dout = randn(N * OC + 1, 4);
+  Dev gx(x), gw(w), gb(b), gdout(dout), gout(F(size_t(N * OC + 1))), gdw(F(size_t(OC * C + 1))), gdx(F(size_t(N * C + 1)));
+  F out(static_cast<size_t>(N * OC)), dw(static_cast<size_t>(OC * C)), dx(static_cast<size_t>(N * C));
+  linear_forward(out.data(), x.data() + 1, w.data() + 1, b.data() + 1, N, C, OC);
+  linear_forward(gout.f() + 1, gx.f() + 1, gw.f() + 1, gb.f() + 1, N, C, OC);
+  F got = gout.host(N * OC + 1);
+  expect_close("linear forward, misaligned", out, F(got.begin() + 1, got.end()), 2e-5, 1e-5);
+  linear_backward(dx.data(), dw.data(), static_cast<float*>(nullptr), dout.data() + 1, x.data() + 1, w.data() + 1, N, C,
+                  OC, false);
+  linear_backward(gdx.f() + 1, gdw.f() + 1, static_cast<float*>(nullptr), gdout.f() + 1, gx.f() + 1, gw.f() + 1, N, C,
+                  OC, false);
+  F gdwh = gdw.host(OC * C + 1), gdxh = gdx.host(N * C + 1);
+  expect_close("linear dweight, misaligned", dw, F(gdwh.begin() + 1, gdwh.end()), 2e-5, 1e-5);
+  expect_close("linear dinp, misaligned", dx, F(gdxh.begin() + 1, gdxh.end()), 2e-5, 1e-5);
+}
+
 TEST(Cuda, LayerNormAndRmsNorm) {
   REQUIRE_GPU();
   for (auto [N, C] : std::vector<std::array<int64_t, 2>>{{7, 129}, {64, 768}, {3, 5}})

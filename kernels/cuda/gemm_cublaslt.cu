@@ -25,13 +25,25 @@ namespace {
 int g_mode = 0;
 constexpr size_t kWorkspace = size_t(32) << 20;
 
+// The pointers' alignment is part of a plan: cuBLASLt's heuristic assumes
+// 256-byte operands unless told otherwise, and parameters are views at any
+// float offset of the flat buffer.
+uint32_t alignment(const void* p) {
+  if (!p) return 256;
+  const auto u = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t a = u & (~u + 1);  // the largest power of two dividing the address
+  return uint32_t(a >= 256 ? 256 : a);
+}
+
 struct Key {
   bool ta, tb, bias;
   int64_t m, n, k, lda, ldb, ldc;
   int mode;
+  uint32_t align_a, align_b, align_c, align_bias;
   bool operator<(const Key& o) const {
-    return std::tie(ta, tb, bias, m, n, k, lda, ldb, ldc, mode) <
-           std::tie(o.ta, o.tb, o.bias, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.mode);
+    return std::tie(ta, tb, bias, m, n, k, lda, ldb, ldc, mode, align_a, align_b, align_c, align_bias) <
+           std::tie(o.ta, o.tb, o.bias, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.mode, o.align_a, o.align_b, o.align_c,
+                    o.align_bias);
   }
 };
 
@@ -84,6 +96,13 @@ Plan make_plan(State& s, const Key& key) {
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   size_t ws = kWorkspace;
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
+  for (const auto& [attr, bytes] : aligns)
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s.handle, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
@@ -126,7 +145,10 @@ void matmul_cublaslt(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
   }
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  Key key{trans_a, trans_b, bias != nullptr, m, n, k, lda, ldb, ldc, g_mode};
+  // the bias epilogue for 16-byte aligned biases; others get the separate kernel
+  const bool fuse = bias != nullptr && alignment(bias) >= 16;
+  Key key{trans_a, trans_b, fuse, m, n, k, lda, ldb, ldc, g_mode, alignment(A), alignment(B), alignment(C),
+          fuse ? alignment(bias) : 256u};
   auto it = s.plans.find(key);
   if (it == s.plans.end()) {
     Plan p = make_plan(s, key);

@@ -512,7 +512,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   log::info("model FLOPs/token {:.4g} | MFU reference {:.1f} GFLOP/s ({})", flops_tok, peak / 1e9,
             rc.log.peak_flops > 0 ? "log.peak_flops"
             : on_cuda             ? fmt::format("dense {} peak of cuda:{}", precision == kernels::Precision::fp32 ? "fp32" : rc.train.precision, dev.index)
-                                  : "measured sgemm");
+                                  : precision == kernels::Precision::bf16 ? "measured bf16 GEMM" : "measured sgemm");
   if (on_cuda)
     log::info("device cuda:{} (local rank % {} GPUs) | {} | device buffers {}", dev.index, device_count(),
               kernels::cuda_backend(),

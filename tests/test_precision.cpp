@@ -11,9 +11,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <array>
 #include <limits>
 
 #include "core/recipe.hpp"
+#include "kernels/backends.hpp"
+#include "kernels/gemm.hpp"
 #include "kernels/precision.hpp"
 #include "launch/checkpoint.hpp"
 #include "launch/trainer.hpp"
@@ -66,6 +69,35 @@ TEST(Precision, BufferRoundingAndNonFiniteCount) {
   std::vector<float> same = x;
   kernels::round_to_storage(same.data(), int64_t(same.size()), Precision::fp32);
   EXPECT_EQ(same, x);
+}
+
+// The CPU's bf16 GEMM (train.precision bf16): on operands that hold bf16
+// values it computes exact products with fp32 accumulation, in every
+// transposition, with alpha and beta, on odd shapes.
+TEST(Precision, CpuBf16GemmOnBf16Values) {
+  kernels::set_matmul_precision(Precision::bf16);
+  for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{37, 53, 29}, {1, 7, 3}, {64, 96, 200}})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+        std::vector<float> A(static_cast<size_t>(M * K)), B(static_cast<size_t>(K * N)), C(static_cast<size_t>(M * N));
+        for (size_t i = 0; i < A.size(); ++i) A[i] = kernels::round_bf16(std::sin(float(i) * 0.37f) * 2.f);
+        for (size_t i = 0; i < B.size(); ++i) B[i] = kernels::round_bf16(std::cos(float(i) * 0.11f));
+        for (size_t i = 0; i < C.size(); ++i) C[i] = float(i % 5) - 2.f;
+        std::vector<float> got = C;
+        kernels::gemm<float>(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, got.data(), N);
+        double worst = 0;
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double s = 0;
+            for (int64_t k = 0; k < K; ++k)
+              s += double(ta ? A[size_t(k * lda + i)] : A[size_t(i * lda + k)]) *
+                   double(tb ? B[size_t(j * ldb + k)] : B[size_t(k * ldb + j)]);
+            worst = std::max(worst, std::abs(0.5 * s + 0.25 * C[size_t(i * N + j)] - got[size_t(i * N + j)]));
+          }
+        EXPECT_LT(worst, 2e-5 * double(K)) << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb;
+      }
+  kernels::set_matmul_precision(Precision::fp32);
 }
 
 TEST(Precision, RecipeKeysAreValidated) {

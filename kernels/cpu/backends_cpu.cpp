@@ -35,7 +35,10 @@ std::string cuda_backend() {
 
 static int cuda_mode(Precision p) { return p == Precision::bf16 ? 1 : p == Precision::fp16 ? 2 : 0; }
 
+void set_cpu_matmul_precision(Precision p);  // kernels/cpu/gemm_cpu.cpp
+
 void set_matmul_precision(Precision p) {
+  set_cpu_matmul_precision(p);
 #ifdef TRIDENT_HAVE_CUDA
   cuda::set_matmul_mode(cuda_mode(p));
 #else

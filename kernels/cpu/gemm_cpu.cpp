@@ -2,7 +2,15 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
+#include "kernels/precision.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/cpu/dispatch.hpp"
 
@@ -11,10 +19,126 @@ namespace trident::kernels {
 static std::string dnnl_status_string(dnnl_status_t s) { return fmt::format("dnnl_status_t {}", int(s)); }
 #define DNNL_CHECK(stmt) TRIDENT_LIBRARY_CHECK("oneDNN", stmt, dnnl_success, dnnl_status_string)
 
+namespace {
+
+Precision g_matmul = Precision::fp32;  // set_matmul_precision
+
+// bf16 GEMM on the CPU: oneDNN's matmul primitive on bf16 operands with an
+// fp32 result (AMX or AVX512-BF16 where the CPU has them). The fp32
+// operands are converted in their own layout into per-thread buffers; the
+// conversion is exact when they hold bf16 values, as every GEMM input of a
+// bf16 run does. One primitive per shape, cached. The implementation oneDNN
+// picks is logged once; a reference (slow) one is a warning.
+struct Bf16Key {
+  bool ta, tb;
+  int64_t M, N, K, ldc;
+  float alpha, beta;
+  bool operator<(const Bf16Key& o) const {
+    return std::tie(ta, tb, M, N, K, ldc, alpha, beta) < std::tie(o.ta, o.tb, o.M, o.N, o.K, o.ldc, o.alpha, o.beta);
+  }
+};
+struct Bf16Plan {
+  dnnl_primitive_t prim = nullptr;
+  dnnl_memory_t a = nullptr, b = nullptr, c = nullptr;
+};
+struct Bf16State {
+  std::mutex mutex;
+  dnnl_engine_t engine = nullptr;
+  dnnl_stream_t stream = nullptr;
+  std::map<Bf16Key, Bf16Plan> plans;
+  bool reported = false;
+};
+
+Bf16State& bf16_state() {
+  static Bf16State s;
+  if (!s.engine) {
+    DNNL_CHECK(dnnl_engine_create(&s.engine, dnnl_cpu, 0));
+    DNNL_CHECK(dnnl_stream_create(&s.stream, s.engine, dnnl_stream_default_flags));
+  }
+  return s;
+}
+
+Bf16Plan make_bf16_plan(Bf16State& s, const Bf16Key& k) {
+  // stored operands, contiguous: A is M x K (or K x M when transposed), B is K x N (or N x K)
+  dnnl_dims_t a_dims = {k.M, k.K}, b_dims = {k.K, k.N}, c_dims = {k.M, k.N};
+  dnnl_dims_t a_str = {k.ta ? 1 : k.K, k.ta ? k.M : 1}, b_str = {k.tb ? 1 : k.N, k.tb ? k.K : 1}, c_str = {k.ldc, 1};
+  dnnl_memory_desc_t a_md, b_md, c_md;
+  DNNL_CHECK(dnnl_memory_desc_init_by_strides(&a_md, 2, a_dims, dnnl_bf16, a_str));
+  DNNL_CHECK(dnnl_memory_desc_init_by_strides(&b_md, 2, b_dims, dnnl_bf16, b_str));
+  DNNL_CHECK(dnnl_memory_desc_init_by_strides(&c_md, 2, c_dims, dnnl_f32, c_str));
+  dnnl_matmul_desc_t md;
+  DNNL_CHECK(dnnl_matmul_desc_init(&md, &a_md, &b_md, nullptr, &c_md));
+  dnnl_primitive_attr_t attr;
+  DNNL_CHECK(dnnl_primitive_attr_create(&attr));
+  if (k.alpha != 1.f) DNNL_CHECK(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k.alpha));
+  dnnl_post_ops_t po = nullptr;
+  if (k.beta != 0.f) {
+    DNNL_CHECK(dnnl_post_ops_create(&po));
+    DNNL_CHECK(dnnl_post_ops_append_sum(po, k.beta));
+    DNNL_CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
+  }
+  dnnl_primitive_desc_t pd;
+  DNNL_CHECK(dnnl_primitive_desc_create(&pd, &md, attr, s.engine, nullptr));
+  if (!s.reported) {
+    const char* impl = nullptr;
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    const std::string name = impl ? impl : "?";
+    if (name.find("ref") != std::string::npos)
+      log::warn("bf16 GEMM: oneDNN chose '{}', a reference implementation (slow): this CPU lacks AVX512-BF16 / AMX", name);
+    else
+      log::info("bf16 GEMM: oneDNN matmul '{}'", name);
+    s.reported = true;
+  }
+  Bf16Plan p;
+  DNNL_CHECK(dnnl_primitive_create(&p.prim, pd));
+  DNNL_CHECK(dnnl_memory_create(&p.a, &a_md, s.engine, DNNL_MEMORY_NONE));
+  DNNL_CHECK(dnnl_memory_create(&p.b, &b_md, s.engine, DNNL_MEMORY_NONE));
+  DNNL_CHECK(dnnl_memory_create(&p.c, &c_md, s.engine, DNNL_MEMORY_NONE));
+  dnnl_primitive_desc_destroy(pd);
+  if (po) dnnl_post_ops_destroy(po);
+  dnnl_primitive_attr_destroy(attr);
+  return p;
+}
+
+// rows x cols of src (row stride ld) into dst, contiguous, as bf16
+void to_bf16(std::vector<uint16_t>& dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+  dst.resize(static_cast<size_t>(rows * cols));
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[size_t(r * cols + c)] = f32_to_bf16(src[r * ld + c]);
+}
+
+void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  thread_local std::vector<uint16_t> a16, b16;
+  to_bf16(a16, A, ta ? K : M, ta ? M : K, lda);
+  to_bf16(b16, B, tb ? N : K, tb ? K : N, ldb);
+  Bf16State& s = bf16_state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const Bf16Key key{ta, tb, M, N, K, ldc, alpha, beta};
+  auto it = s.plans.find(key);
+  if (it == s.plans.end()) it = s.plans.emplace(key, make_bf16_plan(s, key)).first;
+  Bf16Plan& p = it->second;
+  DNNL_CHECK(dnnl_memory_set_data_handle(p.a, a16.data()));
+  DNNL_CHECK(dnnl_memory_set_data_handle(p.b, b16.data()));
+  DNNL_CHECK(dnnl_memory_set_data_handle(p.c, C));
+  const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}};
+  DNNL_CHECK(dnnl_primitive_execute(p.prim, s.stream, 3, args));
+  DNNL_CHECK(dnnl_stream_wait(s.stream));
+}
+
+}  // namespace
+
+void set_cpu_matmul_precision(Precision p) { g_matmul = p; }
+
 template <>
 void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   TRIDENT_ON_CUDA(float, C, cuda::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
+  if (g_matmul == Precision::bf16 && M > 0 && N > 0 && K > 0) {
+    gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   DNNL_CHECK(dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
 }
 

@@ -26,6 +26,7 @@
 #include "kernels/precision.hpp"
 #include "kernels/residual.hpp"
 #include "kernels/rotary.hpp"
+#include "tests/kernel_compare.hpp"
 #include "launch/trainer.hpp"
 
 namespace trident::kernels {
@@ -45,13 +46,8 @@ std::string skip_reason() {
     set_device(0);                                                 \
   } while (0)
 
-F randn(int64_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  F v(static_cast<size_t>(n));
-  for (auto& x : v) x = d(gen);
-  return v;
-}
+using test::expect_close;
+F randn(int64_t n, uint32_t seed, float scale = 1.f) { return test::randn_f(n, seed, scale); }
 
 // A device copy of host data, kept alive by the test.
 struct Dev {
@@ -73,25 +69,6 @@ struct Dev {
   }
 };
 
-// max |a - b| <= atol + rtol * max |a| over the buffer (a: the CPU's)
-void expect_close(const std::string& what, const F& cpu, const F& gpu, double rtol, double atol = 0) {
-  ASSERT_EQ(cpu.size(), gpu.size()) << what;
-  double worst = 0, scale = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    const double d = std::abs(double(cpu[i]) - double(gpu[i]));
-    if (!(d <= worst)) worst = d, at = i;  // NaN counts as worst
-    scale = std::max(scale, std::abs(double(cpu[i])));
-  }
-  const double tol = atol + rtol * scale;
-  if (!(worst <= tol)) {
-    std::ostringstream s;
-    s << what << ": max |cpu - cuda| = " << worst << " at " << at << " (cpu " << cpu[at] << ", cuda " << gpu[at]
-      << "), tolerance " << tol << "; first elements:";
-    for (size_t i = 0; i < std::min<size_t>(cpu.size(), 6); ++i) s << " (" << cpu[i] << ", " << gpu[i] << ")";
-    ADD_FAILURE() << s.str();
-  }
-}
 
 TEST(Cuda, GemmAllTranspositionsAndOddShapes) {
   REQUIRE_GPU();

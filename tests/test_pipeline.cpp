@@ -131,6 +131,16 @@ std::vector<Case> cases(int world) {
   return out;
 }
 
+// |run - ref| / |ref| over the consolidated step-1 gradients
+double relative_l2(const std::vector<float>& ref, const std::vector<float>& run) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double a = ref[i], b = run[i];
+    diff += (a - b) * (a - b), norm += a * a;
+  }
+  return std::sqrt(diff / norm);
+}
+
 // TRIDENT_TEST_CASE=a|b: run only the cases whose name contains a or b (debugging).
 bool matches(const std::string& name, const std::string& patterns) {
   size_t start = 0;
@@ -152,12 +162,7 @@ TEST(Pipeline, EveryMeshMatchesSingleRank) {
     launch::TrainSummary run = launch::train(recipe(c, g_world), {.quiet = true, .capture_step1_grads = true});
     seen["schedule " + c.schedule]++, seen["zero " + std::to_string(c.zero)]++, seen[c.arch]++;
     ASSERT_EQ(run.step1_grads.size(), ref.step1_grads.size()) << c.name();
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < ref.step1_grads.size(); ++i) {
-      double a = ref.step1_grads[i], b = run.step1_grads[i];
-      diff += (a - b) * (a - b), norm += a * a;
-    }
-    EXPECT_LE(std::sqrt(diff / norm), 1e-5) << "step-1 gradients, " << c.name();
+    EXPECT_LE(relative_l2(ref.step1_grads, run.step1_grads), 1e-5) << "step-1 gradients, " << c.name();
     for (size_t s = 0; s < ref.losses.size(); ++s) {
       EXPECT_LE(std::abs(run.losses[s] / ref.losses[s] - 1), 1e-4)
           << c.name() << ", step " << s + 1 << ": loss " << run.losses[s] << " vs " << ref.losses[s];
@@ -188,14 +193,9 @@ TEST(Pipeline, MixedPrecisionMatchesSingleRank) {
     const auto& ref = single_rank(c);
     launch::TrainSummary run = launch::train(recipe(c, g_world), {.quiet = true, .capture_step1_grads = true});
     ASSERT_EQ(run.step1_grads.size(), ref.step1_grads.size()) << c.name();
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < ref.step1_grads.size(); ++i) {
-      double a = ref.step1_grads[i], b = run.step1_grads[i];
-      diff += (a - b) * (a - b), norm += a * a;
-    }
     const double grad_tol = c.precision == "bf16" ? 2e-2 : 1e-3, loss_tol = c.precision == "bf16" ? 5e-4 : 1e-4;
-    EXPECT_LE(std::sqrt(diff / norm), grad_tol) << "step-1 gradients, " << c.name();
-    if (std::getenv("TRIDENT_TEST_VERBOSE")) std::fprintf(stderr, "%s: step-1 gradient rel diff %.3g\n", c.name().c_str(), std::sqrt(diff / norm));
+    EXPECT_LE(relative_l2(ref.step1_grads, run.step1_grads), grad_tol) << "step-1 gradients, " << c.name();
+    if (std::getenv("TRIDENT_TEST_VERBOSE")) std::fprintf(stderr, "%s: step-1 gradient rel diff %.3g\n", c.name().c_str(), relative_l2(ref.step1_grads, run.step1_grads));
     for (size_t s = 0; s < ref.losses.size(); ++s) {
       EXPECT_LE(std::abs(run.losses[s] / ref.losses[s] - 1), loss_tol)
           << c.name() << ", step " << s + 1 << ": loss " << run.losses[s] << " vs " << ref.losses[s];
@@ -228,12 +228,7 @@ TEST(Pipeline, CudaMeshesMatchSingleRankCpu) {
     const auto& ref = single_rank(cpu);
     launch::TrainSummary run = launch::train(recipe(c, g_world), {.quiet = true, .capture_step1_grads = true});
     ASSERT_EQ(run.step1_grads.size(), ref.step1_grads.size()) << c.name();
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < ref.step1_grads.size(); ++i) {
-      double a = ref.step1_grads[i], b = run.step1_grads[i];
-      diff += (a - b) * (a - b), norm += a * a;
-    }
-    EXPECT_LE(std::sqrt(diff / norm), 1e-4) << "step-1 gradients, " << c.name();
+    EXPECT_LE(relative_l2(ref.step1_grads, run.step1_grads), 1e-4) << "step-1 gradients, " << c.name();
     for (size_t s = 0; s < ref.losses.size(); ++s)
       EXPECT_LE(std::abs(run.losses[s] / ref.losses[s] - 1), 1e-4)
           << c.name() << ", step " << s + 1 << ": loss " << run.losses[s] << " vs " << ref.losses[s];

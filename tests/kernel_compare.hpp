@@ -1,0 +1,46 @@
+// Helpers of the CUDA twin tests (test_cuda, test_cuda_emulated): float
+// random data and the comparison that prints the largest difference and the
+// first elements.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace trident::test {
+
+using F = std::vector<float>;
+
+inline F randn_f(int64_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  F v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(gen);
+  return v;
+}
+
+// max |cpu - other| <= atol + rtol * max |cpu| over the buffer
+inline void expect_close(const std::string& what, const F& cpu, const F& other, double rtol, double atol = 0) {
+  ASSERT_EQ(cpu.size(), other.size()) << what;
+  double worst = 0, scale = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double d = std::abs(double(cpu[i]) - double(other[i]));
+    if (!(d <= worst)) worst = d, at = i;  // NaN counts as worst
+    scale = std::max(scale, std::abs(double(cpu[i])));
+  }
+  const double tol = atol + rtol * scale;
+  if (!(worst <= tol)) {
+    std::ostringstream s;
+    s << what << ": max |cpu - kernel| = " << worst << " at " << at << " (cpu " << cpu[at] << ", kernel " << other[at]
+      << "), tolerance " << tol << "; first elements:";
+    for (size_t i = 0; i < std::min<size_t>(cpu.size(), 6); ++i) s << " (" << cpu[i] << ", " << other[i] << ")";
+    ADD_FAILURE() << s.str();
+  }
+}
+
+}  // namespace trident::test

@@ -481,17 +481,31 @@ int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankStat
     step = idx["step"].as<int64_t>();
     if (s.scaler) {  // older checkpoints: fp32, no skipped steps
       *s.scaler = ScalerState{};
-      s.scaler->optimizer_steps = idx["optimizer"]["step"] ? idx["optimizer"]["step"].as<int64_t>() : step;
+      // a present but malformed field is an input error naming the key
+      auto field = [&](const YAML::Node& n, const char* key, auto def) {
+        using V = decltype(def);
+        if (!n || !n[key]) return def;
+        try {
+          return n[key].template as<V>();
+        } catch (const YAML::Exception&) {
+          fail_input("{}: key '{}': expected a number, found '{}'", index_path, key, YAML::Dump(n[key]));
+        }
+      };
+      s.scaler->optimizer_steps = field(idx["optimizer"], "step", step);
       if (const YAML::Node mp = idx["precision"]) {
-        s.scaler->loss_scale = mp["loss_scale"].as<double>();
-        s.scaler->good_steps = mp["good_steps"].as<int64_t>();
-        s.scaler->skipped_steps = mp["skipped_steps"].as<int64_t>();
-        if (mp["train"].as<std::string>() != rc.train.precision)
+        s.scaler->loss_scale = field(mp, "loss_scale", 1.0);
+        s.scaler->good_steps = field(mp, "good_steps", int64_t(0));
+        s.scaler->skipped_steps = field(mp, "skipped_steps", int64_t(0));
+        if (!(s.scaler->loss_scale > 0) || s.scaler->skipped_steps > step || s.scaler->optimizer_steps > step)
+          fail_input("{}: key 'precision': loss_scale {} must be > 0, and skipped_steps {} and optimizer.step {} at most "
+                     "the step {}",
+                     index_path, s.scaler->loss_scale, s.scaler->skipped_steps, s.scaler->optimizer_steps, step);
+        if (mp["train"] && mp["train"].as<std::string>() != rc.train.precision)
           log::info("{}: saved under train.precision {}, resumed under {} (the master weights are fp32 either way)",
                     index_path, mp["train"].as<std::string>(), rc.train.precision);
       }
       if (rc.train.precision != "fp16") s.scaler->loss_scale = 1.0;
-      else if (!idx["precision"] || idx["precision"]["train"].as<std::string>() != "fp16")
+      else if (!idx["precision"] || !idx["precision"]["train"] || idx["precision"]["train"].as<std::string>() != "fp16")
         s.scaler->loss_scale = rc.train.loss_scale, s.scaler->good_steps = 0;
     }
     const auto& p = rc.parallel;

@@ -27,21 +27,7 @@ std::vector<Range> decay_ranges(const model::ParamRegistry& reg, const OptimConf
 
 template <typename T>
 double sum_of_squares(const T* g, int64_t n) {
-  // Fixed chunking (independent of the thread count) and an ordered final sum.
-  constexpr int64_t kChunk = 1 << 16;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> part(size_t(chunks), 0.0);
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    double s = 0;
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = c * kChunk; i < end; ++i) s += double(g[i]) * double(g[i]);
-    part[size_t(c)] = s;
-  }
-  double total = 0;
-  for (double s : part) total += s;
-  return total;
+  return kernels::sum_of_squares_ranges(g, {{0, n}});  // fixed chunking, ordered sum (kernels/buffer.hpp)
 }
 
 double sum_of_squares_counted(const model::ParamRegistry& reg, const float* g, int64_t begin, int64_t end) {
@@ -83,9 +69,9 @@ double clip_grad_norm(T* grads, int64_t n, double max_norm) {
 template <typename T>
 AdamW<T>::AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg, int64_t begin, int64_t end, Device dev)
     : cfg_(cfg), begin_(begin), end_(end < 0 ? reg.total() : end) {
-  for (Range r : decay_ranges(reg, cfg)) {
+  for (Range r : decay_ranges(reg, cfg)) {  // relative to begin, with their weight decay
     int64_t lo = std::max(r.offset, begin_), hi = std::min(r.offset + r.size, end_);
-    if (hi > lo) ranges_.push_back({lo, hi - lo, r.decay});
+    if (hi > lo) ranges_.push_back({lo - begin_, hi - lo, r.decay ? cfg.weight_decay : 0.0});
   }
   m_ = Tensor::zeros({end_ - begin_}, dtype_of<T>(), MemCategory::optimizer, dev);
   v_ = Tensor::zeros({end_ - begin_}, dtype_of<T>(), MemCategory::optimizer, dev);
@@ -93,10 +79,8 @@ AdamW<T>::AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg, int64_t
 
 template <typename T>
 void AdamW<T>::step(T* params, const T* grads, double lr, int64_t step, double grad_scale) {
-  std::vector<kernels::AdamWRange> ranges;
-  for (const Range& r : ranges_) ranges.push_back({r.offset - begin_, r.size, r.decay ? cfg_.weight_decay : 0.0});
   kernels::AdamWParams hp{lr, cfg_.betas[0], cfg_.betas[1], cfg_.eps, 0.0, step, grad_scale};
-  kernels::adamw_update_multi(params, m_.data<T>(), v_.data<T>(), grads, ranges, hp);
+  kernels::adamw_update_multi(params, m_.data<T>(), v_.data<T>(), grads, ranges_, hp);
 }
 
 template class AdamW<float>;

@@ -10,6 +10,7 @@
 
 #include "core/recipe.hpp"
 #include "core/tensor.hpp"
+#include "kernels/adamw.hpp"
 #include "model/params.hpp"
 
 namespace trident::optim {
@@ -54,7 +55,7 @@ class AdamW {
 
  private:
   OptimConfig cfg_;
-  std::vector<Range> ranges_;  // intersected with [begin_, end_)
+  std::vector<kernels::AdamWRange> ranges_;  // intersected with [begin_, end_), relative to begin_
   int64_t begin_, end_;
   Tensor m_, v_;               // end_ - begin_ elements each
 };

@@ -304,6 +304,27 @@ TEST(Precision, Fp16ResumeIsExact) {
     EXPECT_EQ(resumed.losses[i], straight.losses[i + 4]) << "step " << i + 5;
     EXPECT_EQ(resumed.loss_scales[i], straight.loss_scales[i + 4]) << "step " << i + 5;
   }
+  // a malformed scaler field in the index is refused, naming the key
+  const std::string index_path = dir + "/step_00000004/index.json";
+  std::string index;
+  {
+    std::ifstream in(index_path);
+    index.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = index.find("\"loss_scale\":");
+  ASSERT_NE(at, std::string::npos);
+  index.insert(at + 13, "\"many\",\"was\":");
+  std::ofstream(index_path) << index;
+  {
+    std::ofstream(dir + "/latest") << "step_00000004\n";
+  }
+  try {
+    launch::train(load_recipe(src("configs/demo.yaml"), sets2), {.quiet = true, .single_process = true, .resume = "auto"});
+    ADD_FAILURE() << "a malformed loss_scale was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("key 'loss_scale'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("index.json"), std::string::npos) << e.what();
+  }
   fs::remove_all(dir);
 }
 

@@ -36,6 +36,20 @@ __device__ inline void load_tile(float* dst, const float* src, int64_t row0, con
   }
 }
 
+// Backward's recomputation for one (query row, key row) pair of the tiles in
+// shared memory: the probability p = exp(scale q.k - lse) and its score
+// gradient ds = p (dO.v - delta).
+__device__ inline void prob_and_score_grad(const float* q, const float* k, const float* go, const float* v,
+                                           const Dims& d, float lse, float delta, float& p, float& ds) {
+  float dot = 0.f, dp = 0.f;
+  for (int e = 0; e < d.D; ++e) {
+    dot += q[e] * k[e];
+    dp += go[e] * v[e];
+  }
+  p = expf(dot * d.scale - lse);
+  ds = p * (dp - delta);
+}
+
 template <int DMAX>
 __global__ void __launch_bounds__(kThreads) attn_fwd(float* out, float* lse, const float* qkv, Dims d) {
   DYNAMIC_SMEM(float, smem);
@@ -165,15 +179,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_kv(float* dqkv, const float
         const int rq = half * (kTile / 2) + j;
         const int64_t q = q0 + rq;
         float p = 0.f, ds = 0.f;
-        if (key <= q && q < d.T && key < d.T) {
-          float dot = 0.f, dp = 0.f;
-          for (int e = 0; e < d.D; ++e) {
-            dot += Qs[rq * d.SD + e] * Ks[c * d.SD + e];
-            dp += dOs[rq * d.SD + e] * Vs[c * d.SD + e];
-          }
-          p = expf(dot * d.scale - Ls[rq]);
-          ds = p * (dp - Dl[rq]);
-        }
+        if (key <= q && q < d.T && key < d.T)
+          prob_and_score_grad(Qs + rq * d.SD, Ks + c * d.SD, dOs + rq * d.SD, Vs + c * d.SD, d, Ls[rq], Dl[rq], p, ds);
         Ps[c * (kTile + 1) + rq] = p;
         dSs[c * (kTile + 1) + rq] = ds;
       }
@@ -235,16 +242,9 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_q(float* dqkv, const float*
     for (int j = 0; j < kTile / 2; ++j) {
       const int c = half * (kTile / 2) + j;
       const int64_t key = k0 + c;
-      float ds = 0.f;
-      if (key <= q && q < d.T) {
-        float dot = 0.f, dp = 0.f;
-        for (int e = 0; e < d.D; ++e) {
-          dot += Qs[r * d.SD + e] * Ks[c * d.SD + e];
-          dp += dOs[r * d.SD + e] * Vs[c * d.SD + e];
-        }
-        const float p = expf(dot * d.scale - L);
-        ds = p * (dp - Dq);
-      }
+      float p = 0.f, ds = 0.f;
+      if (key <= q && q < d.T)
+        prob_and_score_grad(Qs + r * d.SD, Ks + c * d.SD, dOs + r * d.SD, Vs + c * d.SD, d, L, Dq, p, ds);
       dSs[r * (kTile + 1) + c] = ds;
     }
     __syncwarp();

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/recipe.hpp"
-#include "launch/checkpoint.hpp"
+#include "launch/checkpoint/checkpoint.hpp"
 #include "model/params.hpp"
 
 using namespace trident;

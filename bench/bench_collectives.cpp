@@ -57,9 +57,12 @@ int main(int argc, char** argv) {
         for (int64_t i = 0; i < count; ++i) p[i] = float((i % 7) + r);
       };
       auto run = [&] {
-        if (ar) world->all_reduce(buf)->wait();
-        else if (rs) world->reduce_scatter(out, buf)->wait();
-        else world->all_gather(buf)->wait();
+        if (ar)
+          world->all_reduce(buf)->wait();
+        else if (rs)
+          world->reduce_scatter(out, buf)->wait();
+        else
+          world->all_gather(buf)->wait();
       };
       // verify
       fill();

@@ -34,7 +34,8 @@ static void gemm_bench(benchmark::State& st, kernels::Precision precision) {
   for (size_t i = 0; i < b.size(); ++i) b[i] = float(i % 5) * 0.25f;
   kernels::gemm<float>(false, tb, M, N, K, 1.f, a.data(), K, b.data(), tb ? K : N, 0.f, c.data(), N);
   double ref = 0;  // verify c[0][N-1]
-  for (int64_t k = 0; k < K; ++k) ref += double(a[size_t(k)]) * double(tb ? b[size_t((N - 1) * K + k)] : b[size_t(k * N + N - 1)]);
+  for (int64_t k = 0; k < K; ++k)
+    ref += double(a[size_t(k)]) * double(tb ? b[size_t((N - 1) * K + k)] : b[size_t(k * N + N - 1)]);
   if (std::abs(ref - c[size_t(N - 1)]) > 1e-3 * std::max(1.0, std::abs(ref))) st.SkipWithError("wrong result");
   for (auto _ : st) {
     kernels::gemm<float>(false, tb, M, N, K, 1.f, a.data(), K, b.data(), tb ? K : N, 0.f, c.data(), N);

@@ -82,14 +82,16 @@ static void BM_swiglu_backward(benchmark::State& st) {
 static void BM_attention_forward(benchmark::State& st) {
   auto qkv = filled(N * 3 * C), out = filled(N * C), p = filled(B * H * T * T);
   for (auto _ : st) k::attention_forward(out.data(), p.data(), qkv.data(), B, T, H, H, D);
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * 2 * B * H * T * T * D / 2 / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * 2 * B * H * T * T * D / 2 / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 static void BM_attention_backward(benchmark::State& st) {
   auto qkv = filled(N * 3 * C), out = filled(N * C), p = filled(B * H * T * T), dqkv = filled(N * 3 * C);
   auto dout = filled(N * C);
   k::attention_forward(out.data(), p.data(), qkv.data(), B, T, H, H, D);
   for (auto _ : st) k::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), p.data(), B, T, H, H, D);
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * 4 * B * H * T * T * D / 2 / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * 4 * B * H * T * T * D / 2 / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 static void BM_rope_forward(benchmark::State& st) {
   auto qkv = filled(N * 3 * C);

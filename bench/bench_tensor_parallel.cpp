@@ -38,7 +38,8 @@ static Cost measure(ModelConfig m, int64_t layers, int64_t B, bool sp, parallel:
   auto ctx = net.make_activations(B, model::Recompute::none);
   const int64_t N = B * m.seq_len;
   std::vector<int32_t> tokens(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i) tokens[size_t(i)] = int32_t((i * 7919) % m.vocab), targets[size_t(i)] = int32_t((i * 104729 + 1) % m.vocab);
+  for (int64_t i = 0; i < N; ++i)
+    tokens[size_t(i)] = int32_t((i * 7919) % m.vocab), targets[size_t(i)] = int32_t((i * 104729 + 1) % m.vocab);
   auto pass = [&] {
     net.forward(*ctx, tokens.data(), targets.data(), 1.0f / float(N));
     net.backward(*ctx, model::Recompute::none, false);
@@ -71,8 +72,10 @@ int main(int argc, char** argv) {
                                    "data.synthetic.vocab=1024"};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.find('=') == std::string::npos) recipe = a;
-    else sets.push_back(a);
+    if (a.find('=') == std::string::npos)
+      recipe = a;
+    else
+      sets.push_back(a);
   }
   sets.push_back("parallel.tensor=" + std::to_string(t));
   sets.push_back("parallel.data=1");
@@ -87,10 +90,11 @@ int main(int argc, char** argv) {
   const int64_t B = rc.train.micro_batch, N = B * m.seq_len, C = m.hidden;
   const int reps = 7;
   if (world->rank() == 0) {
-    std::printf("# tensor %d | %s: hidden %lld, heads %lld/%lld, ffn %lld | micro-batch %lld x seq %lld = %lld rows | "
-                "%d threads per rank\n",
-                t, m.arch.c_str(), (long long)C, (long long)m.heads, (long long)m.kv_heads, (long long)m.ffn_hidden,
-                (long long)B, (long long)m.seq_len, (long long)N, kernels::num_threads());
+    std::printf(
+        "# tensor %d | %s: hidden %lld, heads %lld/%lld, ffn %lld | micro-batch %lld x seq %lld = %lld rows | "
+        "%d threads per rank\n",
+        t, enum_name(m.arch), (long long)C, (long long)m.heads, (long long)m.kv_heads, (long long)m.ffn_hidden,
+        (long long)B, (long long)m.seq_len, (long long)N, kernels::num_threads());
     std::printf("# %-8s %10s %10s %14s %14s %14s %14s %8s\n", "seq_par", "layer_ms", "comm_ms", "all_reduce_B",
                 "all_gather_B", "reduce_scat_B", "analytic_B", "match");
   }
@@ -103,10 +107,12 @@ int main(int argc, char** argv) {
     const int64_t ag = (five.traffic.all_gather - one.traffic.all_gather) / 4 * 4;
     const int64_t rs = (five.traffic.reduce_scatter - one.traffic.reduce_scatter) / 4 * 4;
     const int64_t bytes = 4 * N * C * 4;  // four N x C fp32 buffers of each kind
-    const bool match = t == 1 ? ar + ag + rs == 0 : sp ? (ar == 0 && ag == bytes && rs == bytes) : (ar == bytes && ag + rs == 0);
+    const bool match = t == 1 ? ar + ag + rs == 0
+                       : sp   ? (ar == 0 && ag == bytes && rs == bytes)
+                              : (ar == bytes && ag + rs == 0);
     if (world->rank() == 0)
-      std::printf("  %-8s %10.2f %10.2f %14lld %14lld %14lld %14lld %8s\n", sp ? "on" : "off", ms, comm_ms, (long long)ar,
-                  (long long)ag, (long long)rs, t == 1 ? 0LL : (long long)bytes, match ? "yes" : "NO");
+      std::printf("  %-8s %10.2f %10.2f %14lld %14lld %14lld %14lld %8s\n", sp ? "on" : "off", ms, comm_ms,
+                  (long long)ar, (long long)ag, (long long)rs, t == 1 ? 0LL : (long long)bytes, match ? "yes" : "NO");
   }
   return 0;
 }

@@ -26,11 +26,13 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
   Recipe rc = load_recipe(recipe_path, sets);
   const int64_t B = rc.train.micro_batch, T = rc.model.seq_len, micro = rc.micro_batches_per_step(1);
   model::Transformer<float> net(rc.model, uint64_t(rc.seed));
-  auto recompute = model::parse_recompute(rc.train.recompute);
+  auto recompute = rc.train.recompute;
   auto ctx = net.make_activations(B, recompute);
   optim::AdamW<float> opt(net.registry(), rc.optim);
   std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(size_t(B * T));
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919) % uint64_t(rc.model.vocab)), targets[i] = int32_t((i * 104729) % uint64_t(rc.model.vocab));
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = int32_t((i * 7919) % uint64_t(rc.model.vocab)),
+    targets[i] = int32_t((i * 104729) % uint64_t(rc.model.vocab));
   int64_t step = 0;
   for (auto _ : st) {
     for (int64_t m = 0; m < micro; ++m) {
@@ -38,13 +40,15 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
       net.backward(*ctx, recompute, /*accumulate=*/m > 0);
     }
     double norm = std::sqrt(optim::sum_of_squares(net.grads().data<float>(), net.registry().total()));
-    opt.step(net.params().data<float>(), net.grads().data<float>(), 1e-4, ++step, optim::clip_scale(norm, rc.optim.grad_clip));
+    opt.step(net.params().data<float>(), net.grads().data<float>(), 1e-4, ++step,
+             optim::clip_scale(norm, rc.optim.grad_clip));
   }
   const double tokens_per_step = double(rc.train.global_batch * T);
   const double fpt = model::flops_per_token(rc.model);
   st.counters["tokens/s"] = benchmark::Counter(tokens_per_step, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["model_GFLOP/s"] = benchmark::Counter(tokens_per_step * fpt / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["sgemm_peak_GFLOP/s"] = launch::measure_gemm_peak(0.5) / 1e9;
+  st.counters["model_GFLOP/s"] =
+      benchmark::Counter(tokens_per_step * fpt / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["sgemm_peak_GFLOP/s"] = kernels::measure_gemm_peak(0.5) / 1e9;
   st.counters["fma_peak_GFLOP/s"] = measure_fma_peak(threads) / 1e9;
 }
 
@@ -53,7 +57,7 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
 int main(int argc, char** argv) {
   std::string root = TRIDENT_SOURCE_DIR;
   std::vector<std::pair<std::string, std::string>> recipes = {{"demo", root + "/configs/demo.yaml"},
-                                                             {"gpt2-124m", root + "/configs/gpt2-124m.yaml"}};
+                                                              {"gpt2-124m", root + "/configs/gpt2-124m.yaml"}};
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--recipe") == 0 && i + 1 < argc) {
@@ -67,7 +71,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> sets = {"train.micro_batch=4", "train.global_batch=4", "model.seq_len=64"};
   for (auto& [name, path] : recipes)
     benchmark::RegisterBenchmark(("train_step/" + name).c_str(), trident::bench::train_step, path, sets)
-        ->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->MinTime(2.0)->Unit(benchmark::kMillisecond);
+        ->Arg(1)
+        ->Arg(2)
+        ->ArgName("threads")
+        ->UseRealTime()
+        ->MinTime(2.0)
+        ->Unit(benchmark::kMillisecond);
   int n = int(rest.size());
   benchmark::Initialize(&n, rest.data());
   benchmark::RunSpecifiedBenchmarks();

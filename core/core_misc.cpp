@@ -1,6 +1,7 @@
 // Small core pieces: Device parsing, error formatting, logging.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 
@@ -34,8 +35,8 @@ void throw_library_failure(const char* library, const char* stmt, const char* fi
                            const std::string& message) {
   char host[256] = "?";
   gethostname(host, sizeof(host) - 1);
-  throw Error(fmt::format("{} error in `{}` at {}:{} on rank {} ({}): {}", library, stmt, file, line, log::rank(),
-                          host, message));
+  throw Error(fmt::format("{} error in `{}` at {}:{} on rank {} ({}): {}", library, stmt, file, line, log::rank(), host,
+                          message));
 }
 
 namespace log {
@@ -66,6 +67,14 @@ void write(bool error_stream, const std::string& line) {
     fmt::print(f, "{}\n", line);
   std::fflush(f);
 }
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  int64_t t = int64_t(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
 }  // namespace log
 
 }  // namespace trident

@@ -48,8 +48,8 @@ struct Cursor {
   template <typename T>
   void get_array(std::vector<T>& out, uint64_t n, const char* what) {
     if (n > (data.size() - pos) / sizeof(T))
-      fail_input("{}: truncated index at offset {}: expected {} {} entries ({} bytes), {} bytes remain", path, pos,
-                 n, what, n * sizeof(T), data.size() - pos);
+      fail_input("{}: truncated index at offset {}: expected {} {} entries ({} bytes), {} bytes remain", path, pos, n,
+                 what, n * sizeof(T), data.size() - pos);
     out.resize(n);
     std::memcpy(out.data(), data.data() + pos, n * sizeof(T));
     pos += n * sizeof(T);
@@ -71,10 +71,18 @@ void sync_close(FILE*& f, const std::string& path) {
 
 int token_dtype_bytes(TokenDType t) {
   switch (t) {
-    case TokenDType::u8: case TokenDType::i8: return 1;
-    case TokenDType::i16: case TokenDType::u16: return 2;
-    case TokenDType::i32: case TokenDType::f32: return 4;
-    case TokenDType::i64: case TokenDType::f64: return 8;
+    case TokenDType::u8:
+    case TokenDType::i8:
+      return 1;
+    case TokenDType::i16:
+    case TokenDType::u16:
+      return 2;
+    case TokenDType::i32:
+    case TokenDType::f32:
+      return 4;
+    case TokenDType::i64:
+    case TokenDType::f64:
+      return 8;
   }
   return 0;
 }
@@ -110,7 +118,7 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
 
   int fd = ::open(bin_path.c_str(), O_RDONLY);
   if (fd < 0) fail_input("{}: cannot open ({})", bin_path, std::strerror(errno));
-  struct stat st{};
+  struct stat st {};
   fstat(fd, &st);
   bin_bytes_ = size_t(st.st_size);
   int64_t width = token_dtype_bytes(dtype_);
@@ -144,11 +152,25 @@ IndexedDataset::~IndexedDataset() {
 
 int64_t IndexedDataset::token(int64_t i) const {
   switch (dtype_) {
-    case TokenDType::u8: return bin_[i];
-    case TokenDType::u16: { uint16_t v; std::memcpy(&v, bin_ + 2 * i, 2); return v; }
-    case TokenDType::i32: { int32_t v; std::memcpy(&v, bin_ + 4 * i, 4); return v; }
-    case TokenDType::i64: { int64_t v; std::memcpy(&v, bin_ + 8 * i, 8); return v; }
-    default: return 0;
+    case TokenDType::u8:
+      return bin_[i];
+    case TokenDType::u16: {
+      uint16_t v;
+      std::memcpy(&v, bin_ + 2 * i, 2);
+      return v;
+    }
+    case TokenDType::i32: {
+      int32_t v;
+      std::memcpy(&v, bin_ + 4 * i, 4);
+      return v;
+    }
+    case TokenDType::i64: {
+      int64_t v;
+      std::memcpy(&v, bin_ + 8 * i, 8);
+      return v;
+    }
+    default:
+      return 0;
   }
 }
 

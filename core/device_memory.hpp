@@ -32,14 +32,14 @@ int device_count();
 // local_rank % device_count()).
 void set_device(int device);
 int current_device();
-void* compute_stream();  // cudaStream_t
+void* compute_stream();     // cudaStream_t
 void device_synchronize();  // waits for everything queued on the compute stream
 
 void* device_alloc(size_t bytes, int device, MemCategory cat = MemCategory::other);
 void device_free(void* p, size_t bytes, int device, MemCategory cat = MemCategory::other);
-MemStats device_memory_stats();    // bytes requested, per category, and peaks
+MemStats device_memory_stats();  // bytes requested, per category, and peaks
 void device_reset_peaks();
-int64_t device_reserved_bytes();   // held from CUDA: in use + cached
+int64_t device_reserved_bytes();  // held from CUDA: in use + cached
 void device_empty_cache();
 
 // True when p lies in a block of this allocator (false at once when none

@@ -7,8 +7,9 @@
 
 namespace trident {
 
-static constexpr const char* kNoCuda = "this build has no CUDA backend (configure with TRIDENT_CUDA=ON on a machine "
-                                       "with the CUDA toolkit)";
+static constexpr const char* kNoCuda =
+    "this build has no CUDA backend (configure with TRIDENT_CUDA=ON on a machine "
+    "with the CUDA toolkit)";
 bool device_memory_available() { return false; }
 int device_count() { return 0; }
 void set_device(int) { throw Error(kNoCuda); }

@@ -13,30 +13,50 @@ enum class DType : uint8_t { f32, f64, bf16, f16, i32 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::i32: return 4;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
+    case DType::bf16:
+      return 2;
+    case DType::f16:
+      return 2;
+    case DType::i32:
+      return 4;
   }
   return 0;
 }
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::i32: return "i32";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
+    case DType::i32:
+      return "i32";
   }
   return "?";
 }
 
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<double>() { return DType::f64; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::i32;
+}
 
 // bf16 <-> f32, round to nearest even (NaN kept quiet).
 inline uint16_t f32_to_bf16(float f) {
@@ -63,7 +83,7 @@ inline float f16_to_f32(uint16_t h) {
     bits = sign | ((exp + 112) << 23) | (man << 13);
   } else if (man == 0) {
     bits = sign;  // +-0
-  } else {  // subnormal half: normalise
+  } else {        // subnormal half: normalise
     int e = -1;
     uint32_t m = man;
     do {

@@ -40,14 +40,14 @@ template <typename... Args>
 // `ok` is the success value, `to_string(status)` the library's message.
 // Backends define theirs in one line, e.g.
 //   #define MPI_CHECK(stmt) TRIDENT_LIBRARY_CHECK("MPI", stmt, MPI_SUCCESS, mpi_error_string)
-#define TRIDENT_LIBRARY_CHECK(library, stmt, ok, to_string)                                      \
-  do {                                                                                           \
-    auto trident_status_ = (stmt);                                                               \
-    if (trident_status_ != (ok))                                                                 \
+#define TRIDENT_LIBRARY_CHECK(library, stmt, ok, to_string)                                             \
+  do {                                                                                                  \
+    auto trident_status_ = (stmt);                                                                      \
+    if (trident_status_ != (ok))                                                                        \
       ::trident::throw_library_failure(library, #stmt, __FILE__, __LINE__, to_string(trident_status_)); \
   } while (0)
 
-#define TRIDENT_CHECK(cond, ...)                                                        \
-  do {                                                                                  \
+#define TRIDENT_CHECK(cond, ...)                                                                      \
+  do {                                                                                                \
     if (!(cond)) ::trident::throw_check_failure(#cond, __FILE__, __LINE__, fmt::format(__VA_ARGS__)); \
   } while (0)

@@ -27,4 +27,7 @@ void error(fmt::format_string<Args...> f, Args&&... args) {
   write(true, "error: " + fmt::format(f, std::forward<Args>(args)...));
 }
 
+// "1h02m", "3m05s", "42s" ("?" for a negative or non-finite time).
+std::string format_duration(double seconds);
+
 }  // namespace trident::log

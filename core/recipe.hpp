@@ -3,17 +3,19 @@
 // missing required keys and inconsistent values are InputErrors that name
 // file:line:column (or the --set override), the key path, what was expected
 // and what was found. Every key and default is documented in docs/recipes.md
-// (a test checks that each key read here appears there).
+// (generated from the key table, core/recipe_keys.cpp; a test keeps it so).
 #pragma once
 #include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/enums.hpp"
+
 namespace trident {
 
 struct ModelConfig {
-  std::string arch;  // gpt2 | llama
+  Arch arch = Arch::gpt2;
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, seq_len = 0, vocab = 0;
   double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
   bool tie_embeddings = true;
@@ -29,9 +31,9 @@ struct ModelConfig {
 };
 
 struct ParallelConfig {
-  int64_t data = 1, tensor = 1, pipeline = 1;  // 0 = auto (at most one of them)
-  std::vector<std::string> order{"tensor", "data", "pipeline"};
-  std::string schedule = "1f1b";
+  int64_t data = 1, tensor = 1, pipeline = 1;                                         // 0 = auto (at most one of them)
+  std::vector<MeshAxis> order{MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline};  // innermost first
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int64_t virtual_stages = 1;
   int64_t zero = 0;
   bool sequence_parallel = false;
@@ -42,21 +44,21 @@ struct ParallelConfig {
 
 struct TrainConfig {
   int64_t global_batch = 0, micro_batch = 0, steps = 0;
-  std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision, fp32 master weights)
+  Precision precision = Precision::fp32;  // bf16 / fp16: mixed precision, fp32 master weights
   // fp16's dynamic loss scaling: the initial scale; it halves on a step with
   // inf/NaN gradients (the step is skipped) and doubles after
   // loss_scale_window clean steps; never below min_loss_scale.
   double loss_scale = 1.0;
   int64_t loss_scale_window = 1000;
   double min_loss_scale = 1.0;
-  std::string recompute = "none";  // none | selective | full
-  int64_t threads = 0;             // 0 = all cores of this process's share
+  Recompute recompute = Recompute::none;
+  int64_t threads = 0;  // 0 = all cores of this process's share
 };
 
 struct OptimConfig {
   double lr = 0, min_lr = 0;
   int64_t warmup = 0;
-  std::string decay = "cosine";  // constant | cosine | linear | wsd
+  LrDecay decay = LrDecay::cosine;
   double wsd_decay_fraction = 0.2;
   std::array<double, 2> betas{0.9, 0.95};
   double eps = 1e-8, weight_decay = 0.0, grad_clip = 1.0;
@@ -89,13 +91,13 @@ struct CheckpointConfig {
 struct LogConfig {
   int64_t every = 10;
   std::string metrics;
-  double peak_flops = 0;  // 0 = measure this machine's GEMM peak at start-up
-  std::string trace;                // Chrome trace file ("" = none)
-  std::vector<int64_t> trace_steps; // steps traced (1-based; default [2])
+  double peak_flops = 0;             // 0 = measure this machine's GEMM peak at start-up
+  std::string trace;                 // Chrome trace file ("" = none)
+  std::vector<int64_t> trace_steps;  // steps traced (1-based; default [2])
 };
 
 struct Recipe {
-  std::string source;  // file the recipe came from
+  std::string source;                  // file the recipe came from
   std::string text;                    // its YAML text, as read
   std::vector<std::string> overrides;  // the key.path=value overrides applied to it (--set)
   ModelConfig model;
@@ -107,7 +109,7 @@ struct Recipe {
   CheckpointConfig checkpoint;
   LogConfig log;
   int64_t seed = 1234;
-  std::string device = "cpu";
+  DeviceType device = DeviceType::cpu;
   std::vector<std::string> keys_read;  // every key path the loader knows, in order
 
   // The recipe as resolved: its text and --set overrides, '\0'-separated
@@ -122,6 +124,21 @@ struct Recipe {
     return train.global_batch / (train.micro_batch * data_parallel);
   }
 };
+
+// The key table (core/recipe_keys.cpp): every key's path, type and range,
+// default and meaning, in the order the loader reads them.
+struct RecipeKey {
+  std::string path, type, default_text, doc;
+};
+const std::vector<RecipeKey>& recipe_keys();
+// "model" for "model.layers", "" for a top-level key.
+std::string recipe_section(const std::string& path);
+// The markdown table of one section's keys, as docs/recipes.md shows it.
+std::string recipe_keys_markdown(const std::string& section);
+// A reference page (docs/recipes.md) with every key table regenerated: a
+// table starts at its header row and belongs to the section of the "## `name`"
+// heading above it ("## Top level": the top-level keys).
+std::string recipe_doc_with_tables(const std::string& doc);
 
 // Loads and validates a recipe; overrides are "key.path=value" (YAML scalar or
 // flow value). `world` is the number of processes the run has.

@@ -1,11 +1,12 @@
 // safetensors reader and atomic writer (see safetensors.hpp).
 #include "core/safetensors.hpp"
 
+#include "core/atomic_file.hpp"
 #include "core/crc32c.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -28,7 +29,6 @@ DType parse_dtype(const std::string& path, const std::string& name, const std::s
   if (s == "I32") return DType::i32;
   fail_input("{}: tensor '{}': dtype expected one of F32, F64, BF16, F16, I32, found '{}'", path, name, s);
 }
-
 
 // Reads exactly n bytes at offset, or fails naming what was being read.
 void pread_all(int fd, void* dst, int64_t n, int64_t offset, const std::string& path, const std::string& what) {
@@ -53,23 +53,21 @@ struct Fd {
 }  // namespace
 
 std::string json_quote(const std::string& s) {
-  std::string out(1, '"');
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    if (static_cast<unsigned char>(c) < 0x20) out.append(fmt::format("\\u{:04x}", int(c)));
-    else out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 const char* safetensors_dtype(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::f64: return "F64";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
-    case DType::i32: return "I32";
+    case DType::f32:
+      return "F32";
+    case DType::f64:
+      return "F64";
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
+    case DType::i32:
+      return "I32";
   }
   return "?";
 }
@@ -93,39 +91,43 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
   std::string header(size_t(n), '\0');
   pread_all(f.fd, header.data(), int64_t(n), 8, path_, "header");
   data_start_ = 8 + int64_t(n);
-  YAML::Node root;
+  nlohmann::json root;
   try {
-    root = YAML::Load(header);
-  } catch (const YAML::Exception& e) {
+    root = nlohmann::json::parse(header);
+  } catch (const nlohmann::json::exception& e) {
     fail_input("{}: header (bytes 8..{}) is not valid JSON: {}", path_, data_start_, e.what());
   }
-  if (!root.IsMap()) fail_input("{}: header: expected a JSON object, found something else", path_);
-  for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string name = it->first.as<std::string>();
-    const YAML::Node v = it->second;
+  if (!root.is_object()) fail_input("{}: header: expected a JSON object, found {}", path_, root.type_name());
+  for (const auto& [name, v] : root.items()) {
     if (name == "__metadata__") {
-      if (!v.IsMap()) fail_input("{}: __metadata__: expected an object of strings", path_);
-      for (auto m = v.begin(); m != v.end(); ++m) metadata_[m->first.as<std::string>()] = m->second.as<std::string>();
+      if (!v.is_object()) fail_input("{}: __metadata__: expected an object of strings", path_);
+      for (const auto& [k, m] : v.items()) {
+        if (!m.is_string()) fail_input("{}: __metadata__.{}: expected a string, found {}", path_, k, m.type_name());
+        metadata_[k] = m.get<std::string>();
+      }
       continue;
     }
-    if (!v.IsMap() || !v["dtype"] || !v["shape"] || !v["data_offsets"])
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
       fail_input("{}: tensor '{}': expected {{\"dtype\", \"shape\", \"data_offsets\"}}", path_, name);
     SafetensorsEntry e;
     e.name = name;
-    e.dtype = parse_dtype(path_, name, v["dtype"].as<std::string>());
-    if (!v["shape"].IsSequence() || !v["data_offsets"].IsSequence() || v["data_offsets"].size() != 2)
+    if (!v["dtype"].is_string()) fail_input("{}: tensor '{}': dtype: expected a string", path_, name);
+    e.dtype = parse_dtype(path_, name, v["dtype"].get<std::string>());
+    const auto& shape = v["shape"];
+    const auto& offsets = v["data_offsets"];
+    if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2)
       fail_input("{}: tensor '{}': expected a shape list and two data_offsets", path_, name);
-    try {
-      for (auto d : v["shape"]) {
-        const int64_t x = d.as<int64_t>();
-        if (x < 0) fail_input("{}: tensor '{}': negative dimension {}", path_, name, x);
-        e.shape.push_back(x);
-      }
-      e.begin = v["data_offsets"][0].as<int64_t>();
-      e.end = v["data_offsets"][1].as<int64_t>();
-    } catch (const YAML::Exception&) {
-      fail_input("{}: tensor '{}': shape and data_offsets must be integers", path_, name);
+    auto integer = [&](const nlohmann::json& x) {
+      if (!x.is_number_integer()) fail_input("{}: tensor '{}': shape and data_offsets must be integers", path_, name);
+      return x.get<int64_t>();
+    };
+    for (const auto& d : shape) {
+      const int64_t x = integer(d);
+      if (x < 0) fail_input("{}: tensor '{}': negative dimension {}", path_, name, x);
+      e.shape.push_back(x);
     }
+    e.begin = integer(offsets[0]);
+    e.end = integer(offsets[1]);
     const int64_t bytes = shape_numel(e.shape) * int64_t(dtype_size(e.dtype));
     if (e.begin < 0 || e.end < e.begin || e.end - e.begin != bytes)
       fail_input("{}: tensor '{}': data_offsets [{}, {}] hold {} bytes, expected {} for {} {}", path_, name, e.begin,
@@ -176,61 +178,29 @@ void SafetensorsReader::read_range(const std::string& name, int64_t first, int64
 }
 
 uint32_t write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  std::string header = "{";
-  if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    std::vector<std::string> items;
-    for (const auto& [k, v] : metadata) items.push_back(json_quote(k) + ":" + json_quote(v));
-    header += fmt::format("{}}}", fmt::join(items, ","));
-  }
+                           const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!metadata.empty()) h["__metadata__"] = metadata;
   int64_t offset = 0;
   for (const auto& t : tensors) {
     const int64_t bytes = shape_numel(t.shape) * int64_t(dtype_size(t.dtype));
-    header += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                          header.size() > 1 ? "," : "", json_quote(t.name), safetensors_dtype(t.dtype),
-                          fmt::join(t.shape, ","), offset, offset + bytes);
+    h[t.name] = {{"dtype", safetensors_dtype(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
-  header += "}";
+  std::string header = h.dump();
   while ((8 + header.size()) % 8 != 0) header += ' ';  // data section 8-byte aligned, as the reference writer does
-  const std::filesystem::path target(path);
-  const std::string tmp = path + ".tmp";
-  Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644)};
-  if (f.fd < 0) throw Error(fmt::format("{}: cannot create ({})", tmp, std::strerror(errno)));
+  AtomicFile f(path);
   uint32_t crc = 0xFFFFFFFFu;
   auto write_all = [&](const void* src, int64_t n) {
-    const char* p = static_cast<const char*>(src);
-    crc = crc32c_update(crc, p, size_t(n));
-    while (n > 0) {
-      ssize_t put = ::write(f.fd, p, size_t(n));
-      if (put < 0 && errno == EINTR) continue;
-      if (put <= 0) {
-        const std::string why = std::strerror(errno);
-        ::close(f.fd);
-        f.fd = -1;
-        std::filesystem::remove(tmp);
-        throw Error(fmt::format("{}: write failed ({}); {} left as it was", tmp, why, path));
-      }
-      p += put, n -= put;
-    }
+    crc = crc32c_update(crc, static_cast<const char*>(src), size_t(n));
+    f.write(src, n);
   };
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
   write_all(len, 8);
   write_all(header.data(), int64_t(header.size()));
   for (const auto& t : tensors) write_all(t.data, shape_numel(t.shape) * int64_t(dtype_size(t.dtype)));
-  if (::fsync(f.fd) != 0) {
-    const std::string why = std::strerror(errno);
-    std::filesystem::remove(tmp);
-    throw Error(fmt::format("{}: fsync failed ({}); {} left as it was", tmp, why, path));
-  }
-  ::close(f.fd);
-  f.fd = -1;
-  std::filesystem::rename(tmp, target);
-  const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
-  Fd d{::open(dir.c_str(), O_RDONLY)};
-  if (d.fd >= 0) ::fsync(d.fd);  // the rename itself is durable
+  f.commit();
   return crc ^ 0xFFFFFFFFu;
 }
 

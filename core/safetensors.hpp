@@ -66,7 +66,7 @@ struct SafetensorsInput {
 // Writes `tensors` (in this order) and `metadata` to `path` atomically.
 // Returns the CRC-32C of the file's bytes (computed as they are written).
 uint32_t write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                           const std::map<std::string, std::string>& metadata = {});
 
 // s as a JSON string literal, quotes included (headers, checkpoint indexes).
 std::string json_quote(const std::string& s);

@@ -16,12 +16,18 @@ std::mutex g_alloc_mutex;
 
 std::string_view mem_category_name(MemCategory c) {
   switch (c) {
-    case MemCategory::params: return "params";
-    case MemCategory::grads: return "grads";
-    case MemCategory::optimizer: return "optimizer";
-    case MemCategory::activations: return "activations";
-    case MemCategory::comm: return "comm";
-    case MemCategory::other: return "other";
+    case MemCategory::params:
+      return "params";
+    case MemCategory::grads:
+      return "grads";
+    case MemCategory::optimizer:
+      return "optimizer";
+    case MemCategory::activations:
+      return "activations";
+    case MemCategory::comm:
+      return "comm";
+    case MemCategory::other:
+      return "other";
   }
   return "?";
 }
@@ -63,7 +69,8 @@ void HostAllocator::reset_peaks() {
 }
 
 Storage::Storage(size_t b, MemCategory cat, Device dev) : bytes(b), category(cat), device(dev) {
-  data = dev.type == DeviceType::cpu ? HostAllocator::instance().allocate(bytes, cat) : device_alloc(bytes, dev.index, cat);
+  data = dev.type == DeviceType::cpu ? HostAllocator::instance().allocate(bytes, cat)
+                                     : device_alloc(bytes, dev.index, cat);
 }
 
 Storage::Storage(void* borrowed, size_t b, Device dev) : data(borrowed), bytes(b), device(dev), owned(false) {}

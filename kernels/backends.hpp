@@ -9,8 +9,8 @@
 
 namespace trident::kernels {
 
-std::string cpu_gemm_backend();   // e.g. "oneDNN 2.6.3 (sgemm)"
-std::string cuda_backend();       // device summary, or why there is none
+std::string cpu_gemm_backend();  // e.g. "oneDNN 2.6.3 (sgemm)"
+std::string cuda_backend();      // device summary, or why there is none
 bool cuda_built();
 
 // GEMM math for train.precision: fp32 exact; bf16 on bf16 units with fp32

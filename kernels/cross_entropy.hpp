@@ -24,8 +24,8 @@ template <typename T>
 void cross_entropy_local_max(T* row_max, const T* logits, int64_t N, int64_t V, int64_t Vvalid);
 // sums[2N] = [sum_v exp(logit - max) | target logit if the target is local, else 0]
 template <typename T>
-void cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t N,
-                              int64_t V, int64_t Vvalid, int64_t vocab_begin);
+void cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t N, int64_t V,
+                              int64_t Vvalid, int64_t vocab_begin);
 // losses[N] = log(sum) + max - target logit; dlogits as above, local columns
 template <typename T>
 void cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums, const int32_t* targets, int64_t N,

@@ -22,11 +22,14 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 // dinp, dweight or dbias may be null (not needed now / no bias): zero-bubble
 // pipelines compute dinp first and dweight later.
 template <typename T>
-void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
-                     int64_t C, int64_t OC, bool accumulate = true);
+void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int64_t C,
+                     int64_t OC, bool accumulate = true);
 
 // Number of threads the CPU kernels use (OpenMP and oneDNN).
 void set_num_threads(int n);
+// This process's best fp32 GEMM rate (FLOP/s) over `seconds` of 1024^3
+// products: the MFU reference on CPU when log.peak_flops is not set.
+double measure_gemm_peak(double seconds = 0.3);
 int num_threads();
 
 }  // namespace trident::kernels

@@ -11,11 +11,12 @@
 #include <cstdint>
 #include <string>
 
+#include "core/enums.hpp"
+
 namespace trident::kernels {
 
-enum class Precision { fp32, bf16, fp16 };
-Precision parse_precision(const std::string& s);  // fp32 | bf16 | fp16
-const char* precision_name(Precision p);
+using trident::Precision;  // train.precision: fp32 | bf16 | fp16
+inline const char* precision_name(Precision p) { return enum_name(p); }
 
 template <typename T>
 void round_to_storage(T* x, int64_t n, Precision p);

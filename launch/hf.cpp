@@ -1,7 +1,7 @@
 // Hugging Face export and import (see hf.hpp).
 #include "launch/hf.hpp"
 
-#include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -13,7 +13,7 @@
 #include "core/log.hpp"
 #include "core/recipe.hpp"
 #include "core/safetensors.hpp"
-#include "launch/checkpoint.hpp"
+#include "launch/checkpoint/checkpoint.hpp"
 #include "model/params.hpp"
 
 namespace trident::launch {
@@ -22,14 +22,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// GPT-2's attention and MLP weights are Conv1D modules in transformers:
-// stored [in, out], the transpose of Trident's (and torch.nn.Linear's) [out, in].
+// Weights transformers stores as Conv1D modules (GPT-2's attention and MLP):
+// [in, out], the transpose of Trident's (and torch.nn.Linear's) [out, in].
 bool conv1d(const ModelConfig& m, const std::string& name) {
-  if (m.arch != "gpt2") return false;
-  for (const char* s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
-    if (name.size() > std::string(s).size() && name.compare(name.size() - std::string(s).size(), std::string::npos, s) == 0)
-      return true;
-  return false;
+  const model::ParamRow* row = model::architecture(m.arch).find(name);
+  return row && row->hf_transposed;
 }
 
 // The parameter as transformers stores it: valid rows only, Conv1D transposed.
@@ -75,24 +72,46 @@ void write_text(const std::string& path, const std::string& text) {
 }
 
 std::string config_json(const ModelConfig& m) {
-  if (m.arch == "gpt2")
-    return fmt::format(
-        "{{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n  \"vocab_size\": {},\n"
-        "  \"n_positions\": {},\n  \"n_ctx\": {},\n  \"n_embd\": {},\n  \"n_layer\": {},\n  \"n_head\": {},\n"
-        "  \"n_inner\": {},\n  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": {},\n"
-        "  \"initializer_range\": {},\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
-        "  \"tie_word_embeddings\": {},\n  \"torch_dtype\": \"float32\"\n}}\n",
-        m.vocab, m.seq_len, m.seq_len, m.hidden, m.layers, m.heads, m.ffn_hidden, m.norm_eps, m.init_std,
-        m.tie_embeddings);
-  return fmt::format(
-      "{{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n  \"vocab_size\": {},\n"
-      "  \"hidden_size\": {},\n  \"intermediate_size\": {},\n  \"num_hidden_layers\": {},\n"
-      "  \"num_attention_heads\": {},\n  \"num_key_value_heads\": {},\n  \"head_dim\": {},\n"
-      "  \"max_position_embeddings\": {},\n  \"rms_norm_eps\": {},\n  \"rope_theta\": {},\n"
-      "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
-      "  \"initializer_range\": {},\n  \"tie_word_embeddings\": {},\n  \"torch_dtype\": \"float32\"\n}}\n",
-      m.vocab, m.hidden, m.ffn_hidden, m.layers, m.heads, m.kv_heads, m.head_dim(), m.seq_len, m.norm_eps,
-      m.rope_theta, m.init_std, m.tie_embeddings);
+  using Json = nlohmann::ordered_json;
+  Json c;
+  if (m.arch == Arch::gpt2)
+    c = {{"architectures", {model::architecture(m.arch).hf_class}},
+         {"model_type", "gpt2"},
+         {"vocab_size", m.vocab},
+         {"n_positions", m.seq_len},
+         {"n_ctx", m.seq_len},
+         {"n_embd", m.hidden},
+         {"n_layer", m.layers},
+         {"n_head", m.heads},
+         {"n_inner", m.ffn_hidden},
+         {"activation_function", "gelu_new"},
+         {"layer_norm_epsilon", m.norm_eps},
+         {"initializer_range", m.init_std},
+         {"resid_pdrop", 0.0},
+         {"embd_pdrop", 0.0},
+         {"attn_pdrop", 0.0},
+         {"tie_word_embeddings", m.tie_embeddings},
+         {"torch_dtype", "float32"}};
+  else
+    c = {{"architectures", {model::architecture(m.arch).hf_class}},
+         {"model_type", "llama"},
+         {"vocab_size", m.vocab},
+         {"hidden_size", m.hidden},
+         {"intermediate_size", m.ffn_hidden},
+         {"num_hidden_layers", m.layers},
+         {"num_attention_heads", m.heads},
+         {"num_key_value_heads", m.kv_heads},
+         {"head_dim", m.head_dim()},
+         {"max_position_embeddings", m.seq_len},
+         {"rms_norm_eps", m.norm_eps},
+         {"rope_theta", m.rope_theta},
+         {"hidden_act", "silu"},
+         {"attention_bias", false},
+         {"mlp_bias", false},
+         {"initializer_range", m.init_std},
+         {"tie_word_embeddings", m.tie_embeddings},
+         {"torch_dtype", "float32"}};
+  return c.dump(2) + "\n";
 }
 
 }  // namespace
@@ -121,31 +140,44 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir) {
   StagedDir out(out_dir);
   write_safetensors(out.tmp + "/model.safetensors", tensors, {{"format", "pt"}});
   write_text(out.tmp + "/config.json", config_json(m));
-  write_text(out.tmp + "/trident.json",
-             fmt::format("{{\"checkpoint\":{},\"step\":{},\"recipe_file\":{},\"data_train\":{}}}\n",
-                         json_quote(w.dir), w.step, json_quote(w.recipe.source), json_quote(w.recipe.data.train)));
+  write_text(out.tmp + "/trident.json", nlohmann::ordered_json{{"checkpoint", w.dir},
+                                                               {"step", w.step},
+                                                               {"recipe_file", w.recipe.source},
+                                                               {"data_train", w.recipe.data.train}}
+                                                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                                            "\n");
   out.commit();
-  log::info("exported {} (step {}, {} {}, {:.2f}M parameters, vocabulary {}) -> {} for transformers' {}", w.dir,
-            w.step, m.arch, fmt::format("{}x{}", m.layers, m.hidden), double(total) / 1e6, m.vocab, out_dir,
-            m.arch == "gpt2" ? "GPT2LMHeadModel" : "LlamaForCausalLM");
+  log::info("exported {} (step {}, {} {}, {:.2f}M parameters, vocabulary {}) -> {} for transformers' {}", w.dir, w.step,
+            m.arch, fmt::format("{}x{}", m.layers, m.hidden), double(total) / 1e6, m.vocab, out_dir,
+            model::architecture(m.arch).hf_class);
 }
 
 namespace {
 
 // config.json against the recipe's model: every size must agree.
-void check_config(const std::string& path, const YAML::Node& c, const Recipe& rc) {
+void check_config(const std::string& path, const nlohmann::json& c, const Recipe& rc) {
   const ModelConfig& m = rc.model;
-  const std::string type = c["model_type"] ? c["model_type"].as<std::string>() : "";
-  if (type != "gpt2" && type != "llama")
-    fail_input("{}: key 'model_type': expected gpt2 or llama, found '{}'", path, type);
-  if (type != m.arch)
+  auto given = [&](const char* key) { return c.contains(key) && !c[key].is_null(); };
+  auto typed = [&](const char* key, bool ok, const char* expected) {
+    if (!ok) fail_input("{}: key '{}': expected {}, found {}", path, key, expected, c[key].dump());
+  };
+  const std::string type = given("model_type") && c["model_type"].is_string() ? c["model_type"].get<std::string>() : "";
+  const std::optional<Arch> arch = parse_enum<Arch>(type);
+  if (!arch) fail_input("{}: key 'model_type': expected {}, found '{}'", path, enum_choices<Arch>(" or "), type);
+  if (*arch != m.arch)
     fail_input("{}: key 'model_type' is '{}', the recipe {} has model.arch {}", path, type, rc.source, m.arch);
   auto num = [&](const char* key, int64_t def) -> int64_t {
-    if (!c[key] || c[key].IsNull()) {
+    if (!given(key)) {
       if (def >= 0) return def;
       fail_input("{}: missing key '{}'", path, key);
     }
-    return c[key].as<int64_t>();
+    typed(key, c[key].is_number_integer(), "an integer");
+    return c[key].get<int64_t>();
+  };
+  auto real = [&](const char* key, double def) -> double {
+    if (!given(key)) return def;
+    typed(key, c[key].is_number(), "a number");
+    return c[key].get<double>();
   };
   auto same = [&](const char* key, int64_t found, const char* recipe_key, int64_t want) {
     if (found != want)
@@ -156,18 +188,23 @@ void check_config(const std::string& path, const YAML::Node& c, const Recipe& rc
       fail_input("{}: key '{}' is {}, the recipe {} has {} = {}", path, key, found, rc.source, recipe_key, want);
   };
   auto text = [&](const char* key, const std::string& def) {
-    return c[key] && !c[key].IsNull() ? c[key].as<std::string>() : def;
+    if (!given(key)) return def;
+    typed(key, c[key].is_string(), "a string");
+    return c[key].get<std::string>();
   };
-  auto flag = [&](const char* key, bool def) { return c[key] && !c[key].IsNull() ? c[key].as<bool>() : def; };
+  auto flag = [&](const char* key, bool def) {
+    if (!given(key)) return def;
+    typed(key, c[key].is_boolean(), "true or false");
+    return c[key].get<bool>();
+  };
   int64_t positions = 0;
-  if (type == "gpt2") {
+  if (*arch == Arch::gpt2) {
     same("n_layer", num("n_layer", -1), "model.layers", m.layers);
     same("n_embd", num("n_embd", -1), "model.hidden", m.hidden);
     same("n_head", num("n_head", -1), "model.heads", m.heads);
     same("n_inner", num("n_inner", 4 * num("n_embd", -1)), "model.ffn_hidden", m.ffn_hidden);
     same("vocab_size", num("vocab_size", -1), "model.vocab", m.vocab);
-    close("layer_norm_epsilon", c["layer_norm_epsilon"] ? c["layer_norm_epsilon"].as<double>() : 1e-5,
-          "model.norm_eps", m.norm_eps);
+    close("layer_norm_epsilon", real("layer_norm_epsilon", 1e-5), "model.norm_eps", m.norm_eps);
     const std::string act = text("activation_function", "gelu_new");
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
       fail_input("{}: key 'activation_function': expected gelu_new (tanh GELU, as Trident), found '{}'", path, act);
@@ -182,13 +219,13 @@ void check_config(const std::string& path, const YAML::Node& c, const Recipe& rc
     same("head_dim", num("head_dim", m.head_dim()), "model.hidden / model.heads", m.head_dim());
     same("intermediate_size", num("intermediate_size", -1), "model.ffn_hidden", m.ffn_hidden);
     same("vocab_size", num("vocab_size", -1), "model.vocab", m.vocab);
-    close("rms_norm_eps", c["rms_norm_eps"] ? c["rms_norm_eps"].as<double>() : 1e-6, "model.norm_eps", m.norm_eps);
-    close("rope_theta", c["rope_theta"] ? c["rope_theta"].as<double>() : 10000.0, "model.rope_theta", m.rope_theta);
+    close("rms_norm_eps", real("rms_norm_eps", 1e-6), "model.norm_eps", m.norm_eps);
+    close("rope_theta", real("rope_theta", 10000.0), "model.rope_theta", m.rope_theta);
     if (text("hidden_act", "silu") != "silu")
       fail_input("{}: key 'hidden_act': expected silu (SwiGLU, as Trident), found '{}'", path, text("hidden_act", ""));
     if (flag("attention_bias", false) || flag("mlp_bias", false))
       fail_input("{}: attention_bias / mlp_bias: Trident's LLaMA has no linear biases", path);
-    if (c["rope_scaling"] && !c["rope_scaling"].IsNull())
+    if (given("rope_scaling"))
       fail_input("{}: key 'rope_scaling': scaled RoPE is not supported (plain RoPE with rope_theta only)", path);
     positions = num("max_position_embeddings", -1);
     same("tie_word_embeddings", flag("tie_word_embeddings", false), "model.tie_embeddings", m.tie_embeddings);
@@ -200,12 +237,23 @@ void check_config(const std::string& path, const YAML::Node& c, const Recipe& rc
 
 // transformers' names -> Trident's: the original GPT-2 files lack the
 // "transformer." prefix. "" for buffers that are not parameters.
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input("{}: cannot open", path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("{}: not valid JSON ({})", path, e.what());
+  }
+}
+
 std::string trident_name(const ModelConfig& m, const std::string& name) {
   auto ends = [&](const std::string& s) {
     return name.size() >= s.size() && name.compare(name.size() - s.size(), std::string::npos, s) == 0;
   };
   if (ends(".attn.bias") || ends(".attn.masked_bias") || ends("rotary_emb.inv_freq")) return "";
-  if (m.arch == "gpt2" && name != "lm_head.weight" && name.rfind("transformer.", 0) != 0) return "transformer." + name;
+  if (m.arch == Arch::gpt2 && name != "lm_head.weight" && name.rfind("transformer.", 0) != 0)
+    return "transformer." + name;
   return name;
 }
 
@@ -220,36 +268,30 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
   const ModelConfig& m = rc.model;
   const std::string config_path = (fs::path(hf_dir) / "config.json").string();
   if (!fs::exists(config_path)) fail_input("{}: missing (import reads a transformers model directory)", config_path);
-  YAML::Node config;
-  try {
-    config = YAML::LoadFile(config_path);
-  } catch (const YAML::Exception& e) {
-    fail_input("{}: not valid JSON ({})", config_path, e.what());
-  }
+  const nlohmann::json config = read_json(config_path);
+  if (!config.is_object()) fail_input("{}: expected a JSON object", config_path);
   check_config(config_path, config, rc);
 
   // tensor name -> file holding it
   std::map<std::string, std::string> where;
   std::map<std::string, std::unique_ptr<SafetensorsReader>> readers;
-  const fs::path single = fs::path(hf_dir) / "model.safetensors", index = fs::path(hf_dir) / "model.safetensors.index.json";
+  const fs::path single = fs::path(hf_dir) / "model.safetensors",
+                 index = fs::path(hf_dir) / "model.safetensors.index.json";
   if (fs::exists(single)) {
     readers[single.string()] = std::make_unique<SafetensorsReader>(single.string());
     for (const auto& e : readers[single.string()]->entries()) where[e.name] = single.string();
   } else if (fs::exists(index)) {
-    YAML::Node idx;
-    try {
-      idx = YAML::LoadFile(index.string());
-    } catch (const YAML::Exception& e) {
-      fail_input("{}: not valid JSON ({})", index.string(), e.what());
-    }
-    if (!idx["weight_map"]) fail_input("{}: missing key 'weight_map'", index.string());
-    for (auto it = idx["weight_map"].begin(); it != idx["weight_map"].end(); ++it) {
-      const std::string file = (fs::path(hf_dir) / it->second.as<std::string>()).string();
+    const nlohmann::json idx = read_json(index.string());
+    if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
+      fail_input("{}: missing key 'weight_map' (an object: tensor name -> file)", index.string());
+    for (const auto& [tensor, value] : idx["weight_map"].items()) {
+      if (!value.is_string()) fail_input("{}: key 'weight_map.{}': expected a file name", index.string(), tensor);
+      const std::string file = (fs::path(hf_dir) / value.get<std::string>()).string();
       if (!readers.count(file)) {
         if (!fs::exists(file)) fail_input("{}: weight_map names {}, which is missing", index.string(), file);
         readers[file] = std::make_unique<SafetensorsReader>(file);
       }
-      where[it->first.as<std::string>()] = file;
+      where[tensor] = file;
     }
   } else {
     fail_input("{}: no model.safetensors or model.safetensors.index.json (only safetensors weights are read)", hf_dir);
@@ -285,7 +327,9 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
     std::vector<char> raw(size_t(e.end - e.begin));
     r.read(found->second, raw.data());
     switch (e.dtype) {
-      case DType::f32: std::memcpy(v.data(), raw.data(), raw.size()); break;
+      case DType::f32:
+        std::memcpy(v.data(), raw.data(), raw.size());
+        break;
       case DType::f64:
         for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(reinterpret_cast<const double*>(raw.data())[i]);
         break;
@@ -314,7 +358,8 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
   StagedDir out(out_dir);
   rc.checkpoint.dir = out.tmp;
   const RankState s{&reg, 0, 0, 0, 0, reg.total(), params.data(), zeros.data(), zeros.data()};
-  if (save_checkpoint(rc, 0, s, nullptr).empty()) throw Error(fmt::format("{}: writing the checkpoint failed", out.tmp));
+  if (save_checkpoint(rc, 0, s, nullptr).empty())
+    throw Error(fmt::format("{}: writing the checkpoint failed", out.tmp));
   out.commit();
   log::info("imported {} ({} {}x{}, {} tensors) -> {}: train with trident train {} --resume {}", hf_dir, m.arch,
             m.layers, m.hidden, by_trident.size(), out_dir, recipe, out_dir);

@@ -1,6 +1,8 @@
 // The planner (see planner.hpp and docs/planner.md).
 #include "launch/planner.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -12,8 +14,8 @@
 #include "core/error.hpp"
 #include "core/safetensors.hpp"
 #include "model/memory.hpp"
-#include "model/params.hpp"
 #include "model/parallel_plan.hpp"
+#include "model/params.hpp"
 #include "model/transformer.hpp"
 #include "parallel/launch_env.hpp"
 #include "parallel/schedule.hpp"
@@ -56,15 +58,10 @@ std::vector<std::vector<int>> in_flight(parallel::ScheduleKind kind, int P, int 
   auto key = std::make_tuple(int(kind), P, V, M);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  std::vector<std::vector<int>> out(static_cast<size_t>(P), std::vector<int>(static_cast<size_t>(V), 1));
+  std::vector<std::vector<int>> out;
   for (int p = 0; p < P; ++p) {
-    std::vector<int> live(static_cast<size_t>(V), 0);
-    for (const auto& a : parallel::make_schedule(kind, P, V, M, p)) {
-      auto& peak = out[size_t(p)][size_t(a.chunk)];
-      if (a.type == parallel::ActionType::forward) peak = std::max(peak, ++live[size_t(a.chunk)]);
-      if (a.type == parallel::ActionType::backward || a.type == parallel::ActionType::backward_weight)
-        --live[size_t(a.chunk)];
-    }
+    out.push_back(parallel::in_flight_per_chunk(parallel::make_schedule(kind, P, V, M, p), V));
+    for (int& n : out.back()) n = std::max(n, 1);
   }
   return cache[key] = out;
 }
@@ -92,7 +89,8 @@ std::string fnv_key(const Recipe& rc) { return std::to_string(parallel::fnv1a64(
 
 }  // namespace
 
-Cluster load_cluster(const std::string& path, const std::string& precision) {
+Cluster load_cluster(const std::string& path, Precision prec) {
+  const std::string precision = enum_name(prec);
   YAML::Node y;
   try {
     y = YAML::LoadFile(path);
@@ -101,12 +99,17 @@ Cluster load_cluster(const std::string& path, const std::string& precision) {
   } catch (const YAML::ParserException& e) {
     fail_input("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg);
   }
-  if (precision != "fp32" && precision != "bf16" && precision != "fp16")
-    fail_input("--precision: expected fp32, bf16 or fp16, found '{}'", precision);
   Cluster c;
   c.source = path;
-  c.precision = precision;
+  c.precision = prec;
   c.name = y["name"] ? y["name"].as<std::string>() : path;
+  if (y["device"]) {
+    const auto device = y["device"].IsScalar() ? parse_enum<DeviceType>(y["device"].Scalar()) : std::nullopt;
+    if (!device)
+      fail_input("{}: key 'device': expected {}, found '{}'", path, enum_choices<DeviceType>(),
+                 YAML::Dump(y["device"]));
+    c.device = *device;
+  }
   c.devices_per_node = int(number(y["devices_per_node"], path, "devices_per_node"));
   c.memory_bytes = number(y["memory_gib"], path, "memory_gib") * kGiB;
   if (!y["peak_tflops"] || !y["peak_tflops"][precision])
@@ -120,8 +123,8 @@ Cluster load_cluster(const std::string& path, const std::string& precision) {
   return c;
 }
 
-double optimizer_bytes_per_element(const std::string& precision) {
-  return 28.0 + (precision == "fp32" ? 0.0 : 2.0);  // p r/w, g r, m r/w, v r/w (+ the 2-byte copy)
+double optimizer_bytes_per_element(Precision precision) {
+  return 28.0 + (precision == Precision::fp32 ? 0.0 : 2.0);  // p r/w, g r, m r/w, v r/w (+ the 2-byte copy)
 }
 
 PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
@@ -132,15 +135,15 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   for (const auto& s : std::vector<std::string>{
            fmt::format("parallel.data={}", c.data), fmt::format("parallel.tensor={}", c.tensor),
            fmt::format("parallel.pipeline={}", c.pipeline), fmt::format("parallel.virtual_stages={}", c.virtual_stages),
-           "parallel.schedule=" + c.schedule, fmt::format("parallel.zero={}", c.zero),
+           fmt::format("parallel.schedule={}", c.schedule), fmt::format("parallel.zero={}", c.zero),
            fmt::format("parallel.sequence_parallel={}", c.sequence_parallel), "parallel.stage_layers=[]",
-           fmt::format("train.micro_batch={}", c.micro_batch), "train.recompute=" + c.recompute})
+           fmt::format("train.micro_batch={}", c.micro_batch), fmt::format("train.recompute={}", c.recompute)})
     sets.push_back(s);
   // the loader's verdict and the stage sizes do not depend on ZeRO or recompute: cached
   static std::map<std::string, std::pair<std::string, Recipe>> verdicts;
   const std::string vkey = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", fnv_key(rc), c.data, c.tensor, c.pipeline,
                                        c.virtual_stages, c.schedule, c.sequence_parallel, c.micro_batch,
-                                       c.schedule == "zero_bubble" ? c.recompute : "");
+                                       c.schedule == ScheduleKind::zero_bubble ? enum_name(c.recompute) : "");
   auto found = verdicts.find(vkey);
   if (found == verdicts.end()) {
     std::pair<std::string, Recipe> v;
@@ -162,7 +165,7 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   q.parallel.zero = c.zero;
   const ModelConfig& m = q.model;
   const int D = int(c.data), T = int(c.tensor), P = int(c.pipeline), V = int(c.virtual_stages);
-  const double pb = cl.precision == "fp32" ? 4 : 2;  // bytes of a parameter / activation
+  const double pb = cl.precision == Precision::fp32 ? 4 : 2;  // bytes of a parameter / activation
   // (whole model, largest stage, the slowest stage's FLOPs per token): a
   // stage's matmul weights (the LM head included, a tied one too) and its
   // layers' attention, on one tensor rank
@@ -194,7 +197,7 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   r.stage_params = sizes[skey].stage;
   const double stage_flops_per_token = sizes[skey].flops;
   r.micro_batches = int(q.train.global_batch / (c.micro_batch * D));
-  const auto kind = parallel::parse_schedule(c.schedule);
+  const auto kind = c.schedule;
   std::vector<std::vector<int>> flight;
   try {  // the schedule's own rules (e.g. interleaving needs micro-batches % pipeline == 0)
     flight = in_flight(kind, P, V, r.micro_batches);
@@ -236,8 +239,12 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   mem.grads = 4 * Ps / (c.zero >= 2 ? D : 1) + (c.zero >= 2 && D > 1 ? windows : 0);  // fp32
   mem.optimizer = (8 + (pb < 4 ? 4 : 0)) * Ps / (c.zero >= 1 ? D : 1);  // AdamW moments (+ fp32 master weights)
   if (c.zero == 1 && D > 1) mem.buffers += 4 * Ps / D;
-  const model::ActivationShape shape{c.micro_batch, T, c.sequence_parallel, model::parse_recompute(c.recompute),
-                                     kind == parallel::ScheduleKind::zero_bubble};
+  const model::ActivationShape shape{c.micro_batch,
+                                     T,
+                                     c.sequence_parallel,
+                                     c.recompute,
+                                     kind == parallel::ScheduleKind::zero_bubble,
+                                     model::attention_state_of(cl.device)};
   const auto counts = model::chunk_layer_counts(m, P, V, {});
   double act = 0;
   for (int pp = 0; pp < P; ++pp) {
@@ -256,7 +263,8 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
 
   // time per step
   static std::map<std::string, std::array<bool, 3>> placement;  // group kinds inside a node, per mesh
-  const std::string pkey = fmt::format("{}|{}|{}|{}|{}", D, T, P, fmt::join(q.parallel.order, ","), cl.devices_per_node);
+  const std::string pkey =
+      fmt::format("{}|{}|{}|{}|{}", D, T, P, fmt::join(q.parallel.order, ","), cl.devices_per_node);
   if (!placement.count(pkey)) {
     const parallel::Topology topo(D, P, T, q.parallel.order);
     placement[pkey] = {intra_node(topo, parallel::GroupKind::tensor, cl.devices_per_node),
@@ -269,19 +277,20 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   const double tokens = double(q.train.global_batch) * double(m.seq_len);
   const double rate = cl.peak_flops * cl.gemm_fraction;
   PlanTime& t = r.time;
-  t.compute = stage_flops_per_token * tokens / double(D) / rate;  // the slowest stage sets the pace
-  if (c.recompute == "full") t.recompute = t.compute / 3;  // one more forward
-  if (c.recompute == "selective")  // attention scores again: 2 T C per token and layer
+  t.compute = stage_flops_per_token * tokens / double(D) / rate;    // the slowest stage sets the pace
+  if (c.recompute == Recompute::full) t.recompute = t.compute / 3;  // one more forward
+  if (c.recompute == Recompute::selective)                          // attention scores again: 2 T C per token and layer
     t.recompute = 2.0 * double(m.layers) / P * double(m.hidden) * double(m.seq_len) / T * tokens / double(D) / rate;
   const double busy = t.compute + t.recompute;
   t.bubble = r.bubble_fraction < 1 ? busy * r.bubble_fraction / (1 - r.bubble_fraction) : 0;
   const Link& tl = r.tensor_intra_node ? cl.intra : cl.inter;
   const double act_bytes = double(c.micro_batch * m.seq_len * m.hidden) * pb;
-  const double layer_ops = double(m.layers) / P * r.micro_batches * (4 + (c.recompute == "full" ? 2 : 0));
+  const double layer_ops = double(m.layers) / P * r.micro_batches * (4 + (c.recompute == Recompute::full ? 2 : 0));
   t.tensor_comm = layer_ops * all_reduce_time(act_bytes, T, tl);  // all-gather + reduce-scatter: the same volume
   if (P > 1) {
     const Link& pl = r.pipeline_intra_node ? cl.intra : cl.inter;
-    t.pipeline_comm = 2.0 * r.micro_batches * V * (act_bytes / (c.sequence_parallel ? T : 1) / pl.bandwidth + pl.latency);
+    t.pipeline_comm =
+        2.0 * r.micro_batches * V * (act_bytes / (c.sequence_parallel ? T : 1) / pl.bandwidth + pl.latency);
   }
   if (D > 1) {
     const Link& dl = r.data_intra_node ? cl.intra : cl.inter;
@@ -313,9 +322,11 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   r.mfu = r.tflops_per_device * 1e12 / cl.peak_flops;
   const double total = mem.total();
   if (total > cl.memory_bytes) {
-    std::vector<std::pair<double, const char*>> parts = {{mem.params, "parameters"}, {mem.grads, "gradients"},
+    std::vector<std::pair<double, const char*>> parts = {{mem.params, "parameters"},
+                                                         {mem.grads, "gradients"},
                                                          {mem.optimizer, "optimizer states"},
-                                                         {mem.activations, "activations"}, {mem.buffers, "buffers"}};
+                                                         {mem.activations, "activations"},
+                                                         {mem.buffers, "buffers"}};
     const auto big = *std::max_element(parts.begin(), parts.end());
     r.reason = fmt::format("needs {} > {}: {} {}", gib(total), gib(cl.memory_bytes), big.second, gib(big.first));
     return r;
@@ -336,15 +347,16 @@ std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cl, int64_t n)
       for (int64_t V = 1; V * P <= m.layers; ++V) {
         if (V > 1 && P == 1) break;
         if (m.layers % (P * V)) continue;
-        const std::string schedule = V > 1 ? "interleaved_1f1b"
-                                     : rc.parallel.schedule == "interleaved_1f1b" ? "1f1b"
-                                                                                 : rc.parallel.schedule;
+        const ScheduleKind schedule = V > 1 ? ScheduleKind::interleaved_1f1b
+                                      : rc.parallel.schedule == ScheduleKind::interleaved_1f1b
+                                          ? ScheduleKind::one_f_one_b
+                                          : rc.parallel.schedule;
         for (int64_t mb = 1; mb <= rc.train.global_batch / D; ++mb) {
           if ((rc.train.global_batch / D) % mb) continue;
           for (bool sp : {false, true}) {
             if (sp && T == 1) continue;
             for (int64_t zero = 0; zero <= 3; ++zero)
-              for (const char* recompute : {"none", "selective", "full"})
+              for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
                 out.push_back(plan_one(rc, cl, {D, T, P, V, mb, zero, recompute, schedule, sp}));
           }
         }
@@ -359,24 +371,37 @@ std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cl, int64_t n)
 }
 
 std::string plan_json(const std::vector<PlanResult>& results) {
-  std::string out = "[";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const auto& r = results[i];
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& r : results) {
     const auto& c = r.config;
     const auto& m = r.memory;
-    out += fmt::format(
-        "{}\n{{\"data\":{},\"tensor\":{},\"pipeline\":{},\"virtual_stages\":{},\"micro_batch\":{},\"zero\":{},"
-        "\"recompute\":\"{}\",\"sequence_parallel\":{},\"schedule\":\"{}\",\"params\":{},\"memory_bytes\":{{"
-        "\"params\":{:.0f},\"grads\":{:.0f},\"optimizer\":{:.0f},\"activations\":{:.0f},\"buffers\":{:.0f},"
-        "\"total\":{:.0f}}},\"step_time_s\":{:.6g},\"tokens_per_s\":{:.6g},\"tflops_per_device\":{:.6g},"
-        "\"mfu\":{:.4f},\"bubble\":{:.4f},\"feasible\":{},\"reason\":{}}}",
-        i ? "," : "", c.data, c.tensor, c.pipeline, c.virtual_stages, c.micro_batch, c.zero, c.recompute,
-        c.sequence_parallel, c.schedule, r.params, m.params, m.grads, m.optimizer, m.activations, m.buffers, m.total(),
-        r.reason.empty() || r.feasible ? r.time.step() : 0.0, r.reason.empty() || r.feasible ? r.tokens_per_s : 0.0,
-        r.reason.empty() || r.feasible ? r.tflops_per_device : 0.0, r.reason.empty() || r.feasible ? r.mfu : 0.0,
-        r.bubble_fraction, r.feasible, r.feasible ? "null" : json_quote(r.reason));
+    const bool timed = r.reason.empty() || r.feasible;
+    out.push_back({{"data", c.data},
+                   {"tensor", c.tensor},
+                   {"pipeline", c.pipeline},
+                   {"virtual_stages", c.virtual_stages},
+                   {"micro_batch", c.micro_batch},
+                   {"zero", c.zero},
+                   {"recompute", enum_name(c.recompute)},
+                   {"sequence_parallel", c.sequence_parallel},
+                   {"schedule", enum_name(c.schedule)},
+                   {"params", r.params},
+                   {"memory_bytes",
+                    {{"params", std::round(m.params)},
+                     {"grads", std::round(m.grads)},
+                     {"optimizer", std::round(m.optimizer)},
+                     {"activations", std::round(m.activations)},
+                     {"buffers", std::round(m.buffers)},
+                     {"total", std::round(m.total())}}},
+                   {"step_time_s", timed ? r.time.step() : 0.0},
+                   {"tokens_per_s", timed ? r.tokens_per_s : 0.0},
+                   {"tflops_per_device", timed ? r.tflops_per_device : 0.0},
+                   {"mfu", timed ? r.mfu : 0.0},
+                   {"bubble", r.bubble_fraction},
+                   {"feasible", r.feasible},
+                   {"reason", r.feasible ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.reason)}});
   }
-  return out + "\n]\n";
+  return out.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 std::string plan_explain(const PlanResult& r, const Cluster& cl) {
@@ -404,8 +429,9 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
       t.step(), t.compute, t.recompute, t.bubble, 100 * r.bubble_fraction, t.tensor_comm, link(r.tensor_intra_node),
       t.pipeline_comm, link(r.pipeline_intra_node), t.data_comm, link(r.data_intra_node), t.data_comm_hidden,
       t.optimizer);
-  s += fmt::format("predicted {:.4g} tokens/s | {:.1f} TFLOP/s per device (model FLOPs) | MFU {:.1f}% of {:.0f} TFLOP/s\n",
-                   r.tokens_per_s, r.tflops_per_device, 100 * r.mfu, cl.peak_flops / 1e12);
+  s += fmt::format(
+      "predicted {:.4g} tokens/s | {:.1f} TFLOP/s per device (model FLOPs) | MFU {:.1f}% of {:.0f} TFLOP/s\n",
+      r.tokens_per_s, r.tflops_per_device, 100 * r.mfu, cl.peak_flops / 1e12);
   return s;
 }
 

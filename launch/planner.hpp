@@ -21,7 +21,8 @@ struct Link {
 
 struct Cluster {
   std::string name, source;
-  std::string precision = "fp32";  // what the plan assumes: peak FLOP/s and bytes per value
+  DeviceType device = DeviceType::cuda;   // `device:` in the file (default cuda): the activation layout
+  Precision precision = Precision::fp32;  // what the plan assumes: peak FLOP/s and bytes per value
   int devices_per_node = 1;
   double memory_bytes = 0;  // per device
   double peak_flops = 0;    // per device, for the recipe's precision
@@ -32,11 +33,12 @@ struct Cluster {
 // InputError naming the file and key. precision: fp32, bf16 or fp16 (bf16 and
 // fp16: 2-byte parameters and activations, fp32 master weights, gradients and
 // optimizer states).
-Cluster load_cluster(const std::string& path, const std::string& precision);
+Cluster load_cluster(const std::string& path, Precision precision);
 
 struct PlanConfig {
   int64_t data = 1, tensor = 1, pipeline = 1, virtual_stages = 1, micro_batch = 1, zero = 0;
-  std::string recompute = "none", schedule = "1f1b";
+  Recompute recompute = Recompute::none;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
   bool sequence_parallel = false;
 };
 
@@ -71,7 +73,7 @@ struct PlanResult {
 // Bytes the AdamW step reads and writes per parameter element it updates
 // (parameter, gradient, both moments; a 2-byte copy of the parameter too
 // with bf16/fp16).
-double optimizer_bytes_per_element(const std::string& precision);
+double optimizer_bytes_per_element(Precision precision);
 
 // One configuration (validated by the recipe loader for N = D x T x P).
 PlanResult plan_one(const Recipe& rc, const Cluster& cluster, const PlanConfig& c);

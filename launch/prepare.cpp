@@ -7,19 +7,22 @@
 // byte offset). Outputs appear only when complete (temporary names, renamed).
 #include <unistd.h>
 
+#include <sys/stat.h>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <sys/stat.h>
 
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.hpp"
 #include "core/dataset.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/safetensors.hpp"
+#include "launch/prepare.hpp"
 #include "launch/tokenizer.hpp"
-#include "launch/trainer.hpp"
 
 namespace trident::launch {
 using trident::Error;
@@ -29,18 +32,22 @@ namespace {
 // Progress on a terminal: bytes done, rate, ETA; one line per ~2 s otherwise.
 class Progress {
  public:
-  explicit Progress(int64_t total) : total_(total), tty_(isatty(fileno(stderr))), t0_(std::chrono::steady_clock::now()) {}
+  explicit Progress(int64_t total)
+      : total_(total), tty_(isatty(fileno(stderr))), t0_(std::chrono::steady_clock::now()) {}
   void update(int64_t done, bool final = false) {
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
     if (!final && el - last_ < (tty_ ? 0.2 : 2.0)) return;
     last_ = el;
     double rate = el > 0 ? double(done) / el : 0;
     double eta = rate > 0 ? double(total_ - done) / rate : 0;
-    std::string line = fmt::format("prepare: {:.1f}/{:.1f} MiB ({:.0f}%) | {:.1f} MiB/s | eta {}", double(done) / (1 << 20),
-                                   double(total_) / (1 << 20), total_ ? 100.0 * double(done) / double(total_) : 100.0,
-                                   rate / (1 << 20), format_duration(eta));
-    if (tty_) fmt::print(stderr, "\r{}{}", line, final ? "\n" : "");
-    else fmt::print(stderr, "{}\n", line);
+    std::string line =
+        fmt::format("prepare: {:.1f}/{:.1f} MiB ({:.0f}%) | {:.1f} MiB/s | eta {}", double(done) / (1 << 20),
+                    double(total_) / (1 << 20), total_ ? 100.0 * double(done) / double(total_) : 100.0,
+                    rate / (1 << 20), log::format_duration(eta));
+    if (tty_)
+      fmt::print(stderr, "\r{}{}", line, final ? "\n" : "");
+    else
+      fmt::print(stderr, "{}\n", line);
   }
 
  private:
@@ -64,7 +71,7 @@ void prepare(const PrepareOptions& o) {
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (text.empty()) fail_input("{}: input is empty", o.input);
   std::string dir = o.out.find('/') == std::string::npos ? "." : o.out.substr(0, o.out.rfind('/'));
-  struct stat st{};
+  struct stat st {};
   if (!dir.empty() && (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
     fail_input("prepare: --out {}: directory '{}' does not exist", o.out, dir);
 
@@ -99,7 +106,8 @@ void prepare(const PrepareOptions& o) {
     fail_input("{}: {} document(s) cannot be split with --valid-fraction {}", o.input, docs.size(), o.valid_fraction);
 
   Progress progress(int64_t(text.size()));
-  const int64_t bytes_per_token = std::max<int64_t>(1, int64_t(text.size()) / std::max<int64_t>(1, int64_t(tokens.size())));
+  const int64_t bytes_per_token =
+      std::max<int64_t>(1, int64_t(text.size()) / std::max<int64_t>(1, int64_t(tokens.size())));
   IndexedDatasetWriter train(o.out + "_train", TokenDType::u16), valid(o.out + "_valid", TokenDType::u16);
   int64_t done = 0;
   for (size_t d = 0; d < docs.size(); ++d) {
@@ -109,27 +117,18 @@ void prepare(const PrepareOptions& o) {
     done += (docs[d].second - docs[d].first) * bytes_per_token;
     progress.update(std::min<int64_t>(done, int64_t(text.size())));
   }
-  if (o.tokenizer == "char") {
-    std::string tmp = o.out + ".vocab.json.tmp";
-    {
-      std::ofstream v(tmp);
-      v << "[";
-      for (size_t i = 0; i < vocab.size(); ++i) v << (i ? "," : "") << json_quote(encode_utf8(vocab[i]));
-      v << "]\n";
-      if (!v) throw Error(fmt::format("{}: write failed", tmp));
-    }
-    train.finish();
-    valid.finish();
-    std::rename(tmp.c_str(), (o.out + ".vocab.json").c_str());
-  } else {
-    train.finish();
-    valid.finish();
+  train.finish();
+  valid.finish();
+  if (o.tokenizer == "char") {  // written last: its presence means the datasets are complete
+    nlohmann::json pieces = nlohmann::json::array();
+    for (const auto& cp : vocab) pieces.push_back(encode_utf8(cp));
+    write_file_atomic(o.out + ".vocab.json",
+                      pieces.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
   progress.update(int64_t(text.size()), true);
   int64_t vocab_size = o.tokenizer == "byte" ? 256 : int64_t(vocab.size());
   log::info("prepare: {} tokens in {} documents -> {}_train ({} docs), {}_valid ({} docs) | vocab {} ({})",
-            tokens.size(), docs.size(), o.out, int64_t(docs.size()) - n_valid, o.out, n_valid, vocab_size,
-            o.tokenizer);
+            tokens.size(), docs.size(), o.out, int64_t(docs.size()) - n_valid, o.out, n_valid, vocab_size, o.tokenizer);
 }
 
 }  // namespace trident::launch

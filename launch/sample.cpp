@@ -10,7 +10,7 @@
 #include "core/log.hpp"
 #include "core/philox.hpp"
 #include "core/safetensors.hpp"
-#include "launch/checkpoint.hpp"
+#include "launch/checkpoint/checkpoint.hpp"
 #include "launch/tokenizer.hpp"
 #include "model/transformer.hpp"
 
@@ -26,9 +26,10 @@ std::vector<int32_t> sample(const SampleOptions& o) {
   const bool have_text = !o.prompt.empty();
   const Tokenizer tok = w.recipe.data.synthetic ? Tokenizer::byte() : Tokenizer::for_dataset(w.recipe.data.train);
   if (have_text && w.recipe.data.synthetic)
-    fail_input("sample: --prompt: the checkpoint's recipe {} trains on synthetic data, which has no tokenizer; give "
-               "token ids with --prompt-ids",
-               w.recipe.source);
+    fail_input(
+        "sample: --prompt: the checkpoint's recipe {} trains on synthetic data, which has no tokenizer; give "
+        "token ids with --prompt-ids",
+        w.recipe.source);
   std::vector<int32_t> ids = have_text ? tok.encode(o.prompt, "--prompt") : o.prompt_ids;
   if (ids.empty()) fail_input("sample: give a non-empty --prompt TEXT or --prompt-ids ID,ID,...");
   for (size_t i = 0; i < ids.size(); ++i)
@@ -80,12 +81,12 @@ std::vector<int32_t> sample(const SampleOptions& o) {
       std::iota(order.begin(), order.end(), 0);
       int64_t k = o.top_k > 0 ? std::min(o.top_k, m.vocab) : m.vocab;
       if (k < m.vocab)
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-          return row[a] > row[b] || (row[a] == row[b] && a < b);
-        });
+        std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                          [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
       double mx = -INFINITY, sum = 0;
       for (int64_t j = 0; j < k; ++j) mx = std::max(mx, double(row[order[size_t(j)]]));
-      for (int64_t j = 0; j < k; ++j) sum += p[size_t(j)] = std::exp((double(row[order[size_t(j)]]) - mx) / o.temperature);
+      for (int64_t j = 0; j < k; ++j)
+        sum += p[size_t(j)] = std::exp((double(row[order[size_t(j)]]) - mx) / o.temperature);
       const double u = u32_to_unit(philox_at(key, uint64_t(i))[0]) * sum;
       double acc = 0;
       next = order[size_t(k - 1)];
@@ -99,8 +100,10 @@ std::vector<int32_t> sample(const SampleOptions& o) {
     out.push_back(next);
     if (have_text) std::fputs(tok.decode({next}).c_str(), stdout), std::fflush(stdout);
   }
-  if (have_text) std::fputs("\n", stdout);
-  else std::printf("%s\n", fmt::format("{}", fmt::join(out, " ")).c_str());
+  if (have_text)
+    std::fputs("\n", stdout);
+  else
+    std::printf("%s\n", fmt::format("{}", fmt::join(out, " ")).c_str());
   return out;
 }
 

@@ -15,9 +15,9 @@ namespace trident::launch {
 
 struct SampleOptions {
   std::string checkpoint;
-  std::string prompt;                // text, or
-  std::vector<int32_t> prompt_ids;   // token ids (datasets without a tokenizer: synthetic)
-  int64_t tokens = 200;              // new tokens
+  std::string prompt;               // text, or
+  std::vector<int32_t> prompt_ids;  // token ids (datasets without a tokenizer: synthetic)
+  int64_t tokens = 200;             // new tokens
   double temperature = 1.0;
   int64_t top_k = 0;
   uint64_t seed = 0;

@@ -8,7 +8,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 
-PACKAGES=(cmake g++ ninja-build pkg-config libyaml-cpp-dev libfmt-dev libgtest-dev libbenchmark-dev
+PACKAGES=(cmake g++ ninja-build pkg-config libyaml-cpp-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
           libopenmpi-dev openmpi-bin libdnnl-dev python3-venv)
 missing=()
 for p in "${PACKAGES[@]}"; do

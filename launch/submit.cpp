@@ -22,7 +22,8 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
   return s;
 }
 
@@ -88,18 +89,22 @@ std::string submit(const SubmitOptions& given) {
     fail_input("submit: --mpi: expected an srun MPI plugin name (pmix, pmi2, ...), found '{}'", o.mpi);
   if (o.tasks_per_node == 0) {
     const int64_t ranks = recipe_ranks(o.recipe, o.sets);
-    if (o.gpus_per_node > 0) o.tasks_per_node = o.gpus_per_node;  // one rank per GPU
-    else if (ranks > 0 && ranks % o.nodes == 0) o.tasks_per_node = ranks / o.nodes;
+    if (o.gpus_per_node > 0)
+      o.tasks_per_node = o.gpus_per_node;  // one rank per GPU
+    else if (ranks > 0 && ranks % o.nodes == 0)
+      o.tasks_per_node = ranks / o.nodes;
     else
-      fail_input("submit: --tasks-per-node: not given, and the recipe's mesh ({} ranks) does not divide over {} "
-                 "nodes; give --tasks-per-node K",
-                 ranks, o.nodes);
+      fail_input(
+          "submit: --tasks-per-node: not given, and the recipe's mesh ({} ranks) does not divide over {} "
+          "nodes; give --tasks-per-node K",
+          ranks, o.nodes);
   }
   // every recipe check, for the job's world size, before anything is submitted
   const Recipe rc = load_recipe(o.recipe, o.sets, o.nodes * o.tasks_per_node);
   if (rc.checkpoint.dir.empty()) {  // a requeued job resumes from here
-    const std::string dir =
-        fs::absolute(fs::path(o.log_dir) / (fs::path(o.recipe).stem().string() + "_checkpoints")).lexically_normal().string();
+    const std::string dir = fs::absolute(fs::path(o.log_dir) / (fs::path(o.recipe).stem().string() + "_checkpoints"))
+                                .lexically_normal()
+                                .string();
     o.sets.push_back("checkpoint.dir=" + dir);
     log::info("submit: the recipe sets no checkpoint.dir; the job saves to {} (so that a requeued job resumes)", dir);
   }

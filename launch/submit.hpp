@@ -20,10 +20,10 @@ struct SubmitOptions {
   int64_t gpus_per_node = 0;
   std::string time = "01:00:00";
   std::string partition, account;
-  std::string mpi = "pmix";          // srun --mpi=
+  std::string mpi = "pmix";  // srun --mpi=
   std::string log_dir = "runs/slurm";
-  std::string name;                  // job name (default: trident-<recipe stem>)
-  int64_t signal_seconds = 120;      // SIGUSR1 this long before the time limit
+  std::string name;              // job name (default: trident-<recipe stem>)
+  int64_t signal_seconds = 120;  // SIGUSR1 this long before the time limit
   bool dry_run = false;
 };
 

@@ -1,7 +1,8 @@
 // Byte and character tokenizers (see tokenizer.hpp).
 #include "launch/tokenizer.hpp"
 
-#include <yaml-cpp/yaml.h>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 
@@ -33,10 +34,15 @@ std::vector<uint32_t> decode_utf8(const std::string& s, const std::string& what)
 
 std::string encode_utf8(uint32_t cp) {
   std::string s;
-  if (cp < 0x80) s += char(cp);
-  else if (cp < 0x800) s += char(0xc0 | (cp >> 6)), s += char(0x80 | (cp & 0x3f));
-  else if (cp < 0x10000) s += char(0xe0 | (cp >> 12)), s += char(0x80 | ((cp >> 6) & 0x3f)), s += char(0x80 | (cp & 0x3f));
-  else s += char(0xf0 | (cp >> 18)), s += char(0x80 | ((cp >> 12) & 0x3f)), s += char(0x80 | ((cp >> 6) & 0x3f)), s += char(0x80 | (cp & 0x3f));
+  if (cp < 0x80)
+    s += char(cp);
+  else if (cp < 0x800)
+    s += char(0xc0 | (cp >> 6)), s += char(0x80 | (cp & 0x3f));
+  else if (cp < 0x10000)
+    s += char(0xe0 | (cp >> 12)), s += char(0x80 | ((cp >> 6) & 0x3f)), s += char(0x80 | (cp & 0x3f));
+  else
+    s += char(0xf0 | (cp >> 18)), s += char(0x80 | ((cp >> 12) & 0x3f)), s += char(0x80 | ((cp >> 6) & 0x3f)),
+        s += char(0x80 | (cp & 0x3f));
   return s;
 }
 
@@ -45,15 +51,18 @@ Tokenizer Tokenizer::byte() { return Tokenizer(); }
 Tokenizer Tokenizer::chars(const std::string& vocab_json) {
   Tokenizer t;
   t.kind_ = "char";
-  YAML::Node list;
+  std::ifstream in(vocab_json, std::ios::binary);
+  if (!in) fail_input("{}: cannot open", vocab_json);
+  nlohmann::json list;
   try {
-    list = YAML::LoadFile(vocab_json);
-  } catch (const YAML::Exception& e) {
+    list = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
     fail_input("{}: not valid JSON ({})", vocab_json, e.what());
   }
-  if (!list.IsSequence()) fail_input("{}: expected a JSON list of one-character strings", vocab_json);
+  if (!list.is_array()) fail_input("{}: expected a JSON list of one-character strings", vocab_json);
   for (size_t i = 0; i < list.size(); ++i) {
-    const std::string piece = list[i].as<std::string>();
+    if (!list[i].is_string()) fail_input("{}: entry {}: expected a string, found {}", vocab_json, i, list[i].dump());
+    const std::string piece = list[i].get<std::string>();
     const auto cps = decode_utf8(piece, vocab_json);
     if (cps.size() != 1)
       fail_input("{}: entry {}: expected one character, found {} ('{}')", vocab_json, i, cps.size(), piece);
@@ -97,8 +106,10 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, const std::strin
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (int32_t id : ids) {
-    if (kind_ == "byte") out += id >= 0 && id < 256 ? char(id) : '?';
-    else out += id >= 0 && size_t(id) < pieces_.size() ? pieces_[size_t(id)] : "\xEF\xBF\xBD";  // U+FFFD
+    if (kind_ == "byte")
+      out += id >= 0 && id < 256 ? char(id) : '?';
+    else
+      out += id >= 0 && size_t(id) < pieces_.size() ? pieces_[size_t(id)] : "\xEF\xBF\xBD";  // U+FFFD
   }
   return out;
 }

@@ -29,8 +29,8 @@ class Tokenizer {
 
  private:
   std::string kind_ = "byte";
-  std::vector<std::string> pieces_;    // char: id -> UTF-8 of the code point
-  std::map<uint32_t, int32_t> ids_;    // char: code point -> id
+  std::vector<std::string> pieces_;  // char: id -> UTF-8 of the code point
+  std::map<uint32_t, int32_t> ids_;  // char: code point -> id
 };
 
 }  // namespace trident::launch

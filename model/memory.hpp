@@ -1,6 +1,11 @@
-// Activation memory of the transformer, as a formula: the elements that
-// Transformer::make_activations and its scratch allocate, computed without
-// allocating (the planner's memory model; test_model checks the two agree).
+// Activation memory of the transformer. One layout: activation_sizes() gives
+// the elements of every buffer of one micro-batch's activations, and both
+// the allocator (Transformer::make_activations) and the formulas below (the
+// planner's memory model) are written in its terms; test_model checks the
+// formulas against what the allocator allocates, and test_planner the
+// planner's activation bytes against a run's measured peak.
+// Attention state: the CPU kernels keep the probabilities [B, H, T, T]; the
+// CUDA flash-style kernel keeps one log-sum-exp per row [B, H, T].
 #pragma once
 #include <cstdint>
 
@@ -10,13 +15,29 @@
 
 namespace trident::model {
 
+enum class AttentionState { probabilities, log_sum_exp };
+AttentionState attention_state_of(DeviceType device);
+
 struct ActivationShape {
   int64_t micro_batch = 1;
   int tensor = 1;
   bool sequence_parallel = false;  // with tensor > 1: rows of the residual stream are sharded
   Recompute recompute = Recompute::none;
-  bool split_backward = false;     // zero-bubble schedules keep output gradients
+  bool split_backward = false;  // zero-bubble schedules keep output gradients
+  AttentionState attention = AttentionState::probabilities;
 };
+
+// Elements of each buffer, on this rank (its share of heads, ffn, vocabulary).
+struct ActivationSizes {
+  int64_t N, R, C;          // token rows of the micro-batch, rows of the residual stream here, hidden
+  int64_t norm_full;        // a norm's output as the next (column-parallel) linear reads it: [N,C] or [R,C]
+  int64_t stats;            // a norm's mean or rstd [R]
+  int64_t qkv, atty;        // [N, (H + 2 KV) D], [N, H D]
+  int64_t fc, act;          // the MLP's input projection [N, F or 2F] and activation [N, F]
+  int64_t attention_state;  // probabilities or log-sum-exp
+  int64_t logits, losses;   // [N, V], [N]
+};
+ActivationSizes activation_sizes(const ModelConfig& cfg, const ActivationShape& s);
 
 // One Activations context of a chunk with `layers` layers (and the head).
 int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers, bool head);

@@ -9,76 +9,57 @@
 
 namespace trident::model {
 
-std::string layer_prefix(const ModelConfig& cfg, int64_t layer) {
-  return cfg.arch == "gpt2" ? fmt::format("transformer.h.{}.", layer) : fmt::format("model.layers.{}.", layer);
+SharedGradientRanges shared_gradient_ranges(const ParamRegistry& reg, const ModelConfig& cfg, int pipeline_stages,
+                                            bool sequence_parallel) {
+  SharedGradientRanges out;
+  for (const auto& p : reg.params()) {
+    const std::pair<int64_t, int64_t> range{p.offset, p.offset + p.numel};
+    if (p.token_table && cfg.tie_embeddings && pipeline_stages > 1) out.tied.push_back(range);
+    if (p.replication == Replication::tensor && sequence_parallel) out.tensor_replicated.push_back(range);
+    if (p.replication == Replication::kv_group) out.kv_replicated.push_back(range);
+  }
+  return out;
 }
 
-void ParamRegistry::add(std::string name, Shape shape, ParamKind kind, InitKind init, double std) {
+std::string layer_prefix(const ModelConfig& cfg, int64_t layer) {
+  return fmt::format(fmt::runtime(architecture(cfg.arch).layer_prefix), layer);
+}
+
+// One parameter of the architecture's table, at the end of the flat buffer.
+void ParamRegistry::add(std::string name, const ParamRow& row, const ModelConfig& m) {
   ParamSpec p;
-  p.name = std::move(name), p.shape = std::move(shape), p.offset = total_;
-  p.kind = kind, p.init = init, p.init_std = std;
+  p.name = std::move(name), p.offset = total_;
+  p.shape = row_shape(row, m, m.padded_vocab(shard_.size));
+  p.kind = row.kind, p.init = row.init;
+  if (row.init == InitKind::normal)
+    p.init_std = row.residual_std ? m.init_std / std::sqrt(2.0 * double(m.layers)) : m.init_std;
+  p.token_table = row.slot == Slot::token_table;
+  p.vocab_rows = row.rows == Dim::V;
   p.numel = shape_numel(p.shape);
   total_ += p.numel;
   params_.push_back(std::move(p));
 }
 
+// The architecture's rows, chunk by chunk: the embedding on the first chunk,
+// the layers, the final norm and head on the last. A chunk with the head but
+// not the embedding gets its own copy of a tied token table (tied_copy).
 ParamRegistry::ParamRegistry(const ModelConfig& m, TensorShard shard, std::vector<ChunkSpec> chunks)
     : shard_(shard), chunks_(std::move(chunks)) {
   if (chunks_.empty()) chunks_.push_back({0, m.layers, true, true});
-  const int64_t C = m.hidden, F = m.ffn_hidden, V = m.padded_vocab(shard.size), D = m.head_dim();
-  const int64_t H = m.heads, KV = m.kv_heads;
-  const double s = m.init_std;
-  const double s_resid = s / std::sqrt(2.0 * double(m.layers));  // GPT-2 scaled residual projections
-  const bool gpt2 = m.arch == "gpt2";
+  const Architecture& arch = architecture(m.arch);
   bool has_embedding = false;
   for (const auto& c : chunks_) has_embedding |= c.embedding;
   for (const auto& chunk : chunks_) {
-    if (chunk.embedding) {
-      add(gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", {V, C}, ParamKind::embedding,
-          InitKind::normal, s);
-      if (gpt2) add("transformer.wpe.weight", {m.seq_len, C}, ParamKind::embedding, InitKind::normal, s);
-    }
-    for (int64_t l = chunk.first_layer; l < chunk.first_layer + chunk.layers; ++l) {
-      std::string p = layer_prefix(m, l);
-      if (gpt2) {
-        add(p + "ln_1.weight", {C}, ParamKind::norm, InitKind::ones);
-        add(p + "ln_1.bias", {C}, ParamKind::bias, InitKind::zeros);
-        add(p + "attn.c_attn.weight", {3 * C, C}, ParamKind::weight, InitKind::normal, s);
-        add(p + "attn.c_attn.bias", {3 * C}, ParamKind::bias, InitKind::zeros);
-        add(p + "attn.c_proj.weight", {C, C}, ParamKind::weight, InitKind::normal, s_resid);
-        add(p + "attn.c_proj.bias", {C}, ParamKind::bias, InitKind::zeros);
-        add(p + "ln_2.weight", {C}, ParamKind::norm, InitKind::ones);
-        add(p + "ln_2.bias", {C}, ParamKind::bias, InitKind::zeros);
-        add(p + "mlp.c_fc.weight", {F, C}, ParamKind::weight, InitKind::normal, s);
-        add(p + "mlp.c_fc.bias", {F}, ParamKind::bias, InitKind::zeros);
-        add(p + "mlp.c_proj.weight", {C, F}, ParamKind::weight, InitKind::normal, s_resid);
-        add(p + "mlp.c_proj.bias", {C}, ParamKind::bias, InitKind::zeros);
-      } else {
-        add(p + "input_layernorm.weight", {C}, ParamKind::norm, InitKind::ones);
-        add(p + "self_attn.q_proj.weight", {H * D, C}, ParamKind::weight, InitKind::normal, s);
-        add(p + "self_attn.k_proj.weight", {KV * D, C}, ParamKind::weight, InitKind::normal, s);
-        add(p + "self_attn.v_proj.weight", {KV * D, C}, ParamKind::weight, InitKind::normal, s);
-        add(p + "self_attn.o_proj.weight", {C, H * D}, ParamKind::weight, InitKind::normal, s);
-        add(p + "post_attention_layernorm.weight", {C}, ParamKind::norm, InitKind::ones);
-        add(p + "mlp.gate_proj.weight", {F, C}, ParamKind::weight, InitKind::normal, s);
-        add(p + "mlp.up_proj.weight", {F, C}, ParamKind::weight, InitKind::normal, s);
-        add(p + "mlp.down_proj.weight", {C, F}, ParamKind::weight, InitKind::normal, s);
-      }
-    }
-    if (chunk.head) {
-      if (gpt2) {
-        add("transformer.ln_f.weight", {C}, ParamKind::norm, InitKind::ones);
-        add("transformer.ln_f.bias", {C}, ParamKind::bias, InitKind::zeros);
-      } else {
-        add("model.norm.weight", {C}, ParamKind::norm, InitKind::ones);
-      }
-      if (!m.tie_embeddings) {
-        add("lm_head.weight", {V, C}, ParamKind::weight, InitKind::normal, s);
-      } else if (!has_embedding) {  // the head's own copy of the tied embedding
-        add(gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", {V, C}, ParamKind::embedding,
-            InitKind::normal, s);
-        params_.back().tied_copy = true;
-      }
+    if (chunk.embedding)
+      for (const ParamRow* row : arch.part(Part::embedding)) add(row->name, *row, m);
+    for (int64_t l = chunk.first_layer; l < chunk.first_layer + chunk.layers; ++l)
+      for (const ParamRow* row : arch.part(Part::layer)) add(layer_prefix(m, l) + row->name, *row, m);
+    if (!chunk.head) continue;
+    for (const ParamRow* row : arch.part(Part::head))
+      if (!row->untied_only || !m.tie_embeddings) add(row->name, *row, m);
+    if (m.tie_embeddings && !has_embedding) {  // the head's own copy of the tied embedding
+      add(arch.token_table().name, arch.token_table(), m);
+      params_.back().tied_copy = true;
     }
   }
   apply_plan(m);
@@ -97,9 +78,7 @@ void ParamRegistry::apply_plan(const ModelConfig& m) {
   for (ParamSpec& p : params_) {
     p.global_shape = p.shape;
     const int64_t rows = p.shape[0], cols = p.global_cols();
-    const bool vocab_rows = p.name.find("wte") != std::string::npos || p.name.find("embed_tokens") != std::string::npos ||
-                            p.name == "lm_head.weight";
-    p.valid_rows = vocab_rows ? m.vocab : rows;
+    p.valid_rows = p.vocab_rows ? m.vocab : rows;
     const PlanEntry e = tensor_plan(m, p.name);
     p.style = e.style;
     int64_t local_rows = rows, local_cols = cols;
@@ -107,7 +86,8 @@ void ParamRegistry::apply_plan(const ModelConfig& m) {
     p.col_begin = 0;
     p.replication = t > 1 ? Replication::tensor : Replication::none;
     switch (e.style) {
-      case ShardStyle::replicate: break;
+      case ShardStyle::replicate:
+        break;
       case ShardStyle::column:
       case ShardStyle::vocab: {
         const int64_t part = rows / e.parts, per = part / t;
@@ -135,9 +115,9 @@ void ParamRegistry::apply_plan(const ModelConfig& m) {
     p.numel = local_rows * local_cols;
     p.offset = total_;
     total_ += p.numel;
-    p.counts_in_norm = !p.tied_copy && (p.replication == Replication::none ||
-                       (p.replication == Replication::tensor && r == 0) ||
-                       (p.replication == Replication::kv_group && r % (t / m.kv_heads) == 0));
+    p.counts_in_norm =
+        !p.tied_copy && (p.replication == Replication::none || (p.replication == Replication::tensor && r == 0) ||
+                         (p.replication == Replication::kv_group && r % (t / m.kv_heads) == 0));
   }
 }
 
@@ -209,8 +189,12 @@ void ParamRegistry::initialize_range(T* out, int64_t begin, int64_t end, uint64_
     if (hi <= lo) continue;
     T* dst = out + (lo - begin);
     switch (p.init) {
-      case InitKind::zeros: std::fill(dst, dst + (hi - lo), T(0)); break;
-      case InitKind::ones: std::fill(dst, dst + (hi - lo), T(1)); break;
+      case InitKind::zeros:
+        std::fill(dst, dst + (hi - lo), T(0));
+        break;
+      case InitKind::ones:
+        std::fill(dst, dst + (hi - lo), T(1));
+        break;
       case InitKind::normal: {
         // Philox by global index: runs of this rank's slice that are
         // contiguous in the global tensor (at most one local row each).

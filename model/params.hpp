@@ -21,12 +21,10 @@
 
 #include "core/recipe.hpp"
 #include "core/tensor.hpp"
+#include "model/architecture.hpp"
 #include "model/parallel_plan.hpp"
 
 namespace trident::model {
-
-enum class ParamKind { weight, bias, norm, embedding };
-enum class InitKind { normal, zeros, ones };
 
 // Who else holds the same values as this rank's slice.
 enum class Replication { none, tensor, kv_group };
@@ -50,6 +48,8 @@ struct ParamSpec {
   Replication replication = Replication::none;
   bool counts_in_norm = true;  // false on all but one holder of a replicated slice
   bool tied_copy = false;      // the last pipeline stage's copy of the tied token embedding
+  bool token_table = false;    // the token embedding (or its tied copy)
+  bool vocab_rows = false;     // rows are the (padded) vocabulary: the token table, the LM head
   int64_t rows() const { return shape[0]; }
   int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
   int64_t global_cols() const { return global_shape.size() > 1 ? global_shape[1] : 1; }
@@ -72,14 +72,16 @@ class ParamRegistry {
   int64_t total() const { return total_; }
   // Fills buf (this registry's layout) from Philox keyed by (seed, name).
   template <typename T>
-  void initialize(T* buf, uint64_t seed) const { initialize_range(buf, 0, total_, seed); }
+  void initialize(T* buf, uint64_t seed) const {
+    initialize_range(buf, 0, total_, seed);
+  }
   // Elements [begin, end) of the flat buffer into dst (dst[0] = element
   // begin): a ZeRO shard generates exactly the single-rank model's values.
   template <typename T>
   void initialize_range(T* dst, int64_t begin, int64_t end, uint64_t seed) const;
 
  private:
-  void add(std::string name, Shape shape, ParamKind kind, InitKind init, double std = 0);
+  void add(std::string name, const ParamRow& row, const ModelConfig& cfg);
   void apply_plan(const ModelConfig& cfg);
   std::vector<ParamSpec> params_;
   int64_t total_ = 0;
@@ -97,6 +99,17 @@ template <typename T>
 void consolidate(T* out, const ModelConfig& cfg, const std::vector<std::pair<const ParamRegistry*, const T*>>& parts);
 template <typename T>
 void consolidate(T* out, const ModelConfig& cfg, const std::vector<const T*>& rank_buffers);
+
+// Ranges [begin, end) of this rank's flat buffer whose gradients other ranks
+// share (parallel/data_parallel.hpp): the tied token table when the first and
+// last pipeline stage each hold a copy; slices replicated over the tensor
+// group (norms, row-parallel biases: only under sequence parallelism do the
+// ranks see different rows); replicated KV heads.
+struct SharedGradientRanges {
+  std::vector<std::pair<int64_t, int64_t>> tied, tensor_replicated, kv_replicated;
+};
+SharedGradientRanges shared_gradient_ranges(const ParamRegistry& reg, const ModelConfig& cfg, int pipeline_stages,
+                                            bool sequence_parallel);
 
 // Per-layer names, so model code reads like the architecture.
 std::string layer_prefix(const ModelConfig& cfg, int64_t layer);

@@ -1,6 +1,8 @@
 // Transformer forward/backward over the CPU kernels (see transformer.hpp).
 #include "model/transformer.hpp"
 
+#include "model/memory.hpp"
+
 #include <algorithm>
 #include <cstdint>
 
@@ -18,17 +20,10 @@ namespace trident::model {
 
 namespace k = trident::kernels;
 
-Recompute parse_recompute(const std::string& s) {
-  if (s == "none") return Recompute::none;
-  if (s == "selective") return Recompute::selective;
-  if (s == "full") return Recompute::full;
-  fail_input("train.recompute: expected none | selective | full, found '{}'", s);
-}
-
 double flops_per_token(const ModelConfig& m) {
   const double C = double(m.hidden), F = double(m.ffn_hidden), D = double(m.head_dim());
   const double H = double(m.heads), KV = double(m.kv_heads), L = double(m.layers);
-  double mlp = m.arch == "gpt2" ? 2 * C * F : 3 * C * F;
+  const double mlp = C * F * double(1 + architecture(m.arch).mlp_in_width(1));  // in and out weights
   double attn = C * (H + 2 * KV) * D + H * D * C;
   double matmul_params = L * (attn + mlp) + double(m.vocab) * C;
   return 6 * matmul_params + 12 * L * C * double(m.seq_len);
@@ -42,44 +37,48 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buf
       tp_(tp ? tp : &single_),
       reg_(cfg, {tp_->rank(), tp_->size()}, std::move(chunks)),
       dims_(local_dims(cfg, {tp_->rank(), tp_->size()})),
-      llama_(cfg.arch == "llama") {
+      arch_(architecture(cfg.arch)) {
   const int64_t D = cfg.head_dim();
   qkv_width_ = (dims_.heads + 2 * dims_.kv_heads) * D;
-  fc_width_ = llama_ ? 2 * dims_.ffn : dims_.ffn;
-  if (llama_) rope_ = k::rope_table(cfg.seq_len, D, cfg.rope_theta);
-  // Segments, in registry order: walk the parameters and cut at each
-  // chunk's embedding, layers and head.
+  fc_width_ = arch_.mlp_in_width(dims_.ffn);
+  if (arch_.positions == Positions::rotary) rope_ = k::rope_table(cfg.seq_len, D, cfg.rope_theta);
+  // Segments, in registry order: each chunk's embedding, its layers, its
+  // head, as many parameters each as the architecture's table gives them.
   const auto& params = reg_.params();
   size_t i = 0;
-  auto take = [&](size_t count) {
-    const int64_t begin = params[i].offset;
+  auto take = [&](size_t count, SegKind kind, int64_t local, int64_t global) {
+    SegInfo info{kind, local, global, {}};
+    for (size_t j = i; j < i + count; ++j) {
+      const ParamRow* row = arch_.find(params[j].name);
+      TRIDENT_CHECK(row, "parameter {} is not in the {} table", params[j].name, cfg.arch);
+      if (row->slot != Slot::fused) info.slots.push_back({row->slot, params[j].offset - params[i].offset});
+    }
+    segments_.push_back({params[i].offset, params[i + count - 1].offset + params[i + count - 1].numel});
+    seg_info_.push_back(std::move(info));
     i += count;
-    return Segment{begin, params[i - 1].offset + params[i - 1].numel};
   };
-  const size_t per_layer = llama_ ? 9 : 12;
   bool has_embedding = false, has_head = false;
   for (const auto& c : reg_.chunks()) has_embedding |= c.embedding, has_head |= c.head;
   tied_local_ = cfg.tie_embeddings && has_embedding && has_head;
+  const size_t embedding_rows = arch_.part(Part::embedding).size(), layer_rows = arch_.part(Part::layer).size();
+  size_t head_rows = cfg.tie_embeddings && !has_embedding ? 1 : 0;  // the tied copy
+  for (const ParamRow* row : arch_.part(Part::head)) head_rows += !row->untied_only || !cfg.tie_embeddings;
   for (const ChunkSpec& spec : reg_.chunks()) {
     Chunk ch;
     ch.spec = spec;
     if (spec.embedding) {
       ch.emb_seg = emb_seg_ = int(segments_.size());
-      segments_.push_back(take(llama_ ? 1 : 2));
-      seg_info_.push_back({SegKind::embedding, -1, -1});
+      take(embedding_rows, SegKind::embedding, -1, -1);
     }
     ch.first_layer_seg = int(segments_.size());
     ch.first_local = int64_t(layers_.size());
     for (int64_t l = 0; l < spec.layers; ++l) {
-      segments_.push_back(take(per_layer));
-      seg_info_.push_back({SegKind::layer, int64_t(layers_.size()), spec.first_layer + l});
+      take(layer_rows, SegKind::layer, int64_t(layers_.size()), spec.first_layer + l);
       layers_.emplace_back();
     }
     if (spec.head) {
       ch.head_seg = int(segments_.size());
-      const bool own_table = !cfg.tie_embeddings || !has_embedding;  // untied head or the tied copy
-      segments_.push_back(take((llama_ ? 1 : 2) + (own_table ? 1 : 0)));
-      seg_info_.push_back({SegKind::head, -1, -1});
+      take(head_rows, SegKind::head, -1, -1);
     }
     chunks_.push_back(ch);
   }
@@ -98,48 +97,52 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buf
     bind(s, params_.data<T>() + segments_[size_t(s)].begin, grads_.data<T>() + segments_[size_t(s)].begin);
 }
 
+// Points the parameter (pbase) and/or gradient (gbase) pointers of segment s
+// at storage whose first element is the segment's first element, slot by slot.
 template <typename T>
 void Transformer<T>::bind(int s, T* pbase, T* gbase) {
-  const Segment& seg = segments_[size_t(s)];
   const SegInfo& info = seg_info_[size_t(s)];
-  auto set = [&](T*& param_ptr, T*& grad_ptr, const std::string& n) {
-    const int64_t off = reg_.find(n, seg.begin, seg.end).offset - seg.begin;
-    if (pbase) param_ptr = pbase + off;
-    if (gbase) grad_ptr = gbase + off;
+  LayerParams* lp = info.kind == SegKind::layer ? &layers_[size_t(info.layer)] : nullptr;
+  T** layer_params = lp ? &lp->n1w : nullptr;  // the two halves of LayerParams are in Slot order
+  T** layer_grads = lp ? &lp->dn1w : nullptr;
+  if (lp)
+    for (int j = 0; j < kLayerSlots; ++j) {  // slots the architecture lacks (LLaMA's biases) stay null
+      if (pbase) layer_params[j] = nullptr;
+      if (gbase) layer_grads[j] = nullptr;
+    }
+  auto set = [&](T*& param_ptr, T*& grad_ptr, int64_t offset) {
+    if (pbase) param_ptr = pbase + offset;
+    if (gbase) grad_ptr = gbase + offset;
   };
-  const std::string table = llama_ ? "model.embed_tokens.weight" : "transformer.wte.weight";
-  if (info.kind == SegKind::embedding) {
-    set(wte_, dwte_, table);
-    if (!llama_) set(wpe_, dwpe_, "transformer.wpe.weight");
-    if (tied_local_) {
-      if (pbase) head_ = wte_;
-      if (gbase) dhead_ = dwte_;
+  for (const auto& [slot, offset] : info.slots) {
+    switch (slot) {
+      case Slot::token_table:  // the embedding's table, or the head's copy of a tied one
+        if (info.kind == SegKind::embedding)
+          set(wte_, dwte_, offset);
+        else
+          set(head_, dhead_, offset);
+        break;
+      case Slot::positions:
+        set(wpe_, dwpe_, offset);
+        break;
+      case Slot::final_norm_weight:
+        set(nfw_, dnfw_, offset);
+        break;
+      case Slot::final_norm_bias:
+        set(nfb_, dnfb_, offset);
+        break;
+      case Slot::lm_head:
+        set(head_, dhead_, offset);
+        break;
+      case Slot::fused:
+        break;
+      default:
+        set(layer_params[int(slot)], layer_grads[int(slot)], offset);
     }
-  } else if (info.kind == SegKind::head) {
-    set(nfw_, dnfw_, llama_ ? "model.norm.weight" : "transformer.ln_f.weight");
-    if (!llama_) set(nfb_, dnfb_, "transformer.ln_f.bias");
-    if (!cfg_.tie_embeddings) set(head_, dhead_, "lm_head.weight");
-    else if (!tied_local_) set(head_, dhead_, table);  // this stage's copy
-  } else {
-    const std::string p = layer_prefix(cfg_, info.global);
-    LayerParams& lp = layers_[size_t(info.layer)];
-    T** params = &lp.n1w;  // the two halves of LayerParams have the same order
-    T** grads = &lp.dn1w;
-    static const char* kGpt2[12] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                                    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                                    "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
-    static const char* kLlama[12] = {"input_layernorm.weight", nullptr, "self_attn.q_proj.weight", nullptr,
-                                     "self_attn.o_proj.weight", nullptr, "post_attention_layernorm.weight", nullptr,
-                                     "mlp.gate_proj.weight", nullptr, "mlp.down_proj.weight", nullptr};
-    const char** names = llama_ ? kLlama : kGpt2;
-    for (int j = 0; j < 12; ++j) {
-      if (!names[j]) {
-        if (pbase) params[j] = nullptr;
-        if (gbase) grads[j] = nullptr;
-        continue;
-      }
-      set(params[j], grads[j], p + names[j]);
-    }
+  }
+  if (info.kind == SegKind::embedding && tied_local_) {  // the head reads the embedding's table
+    if (pbase) head_ = wte_;
+    if (gbase) dhead_ = dwte_;
   }
 }
 
@@ -164,9 +167,11 @@ template <typename T>
 std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Recompute recompute, int chunk,
                                                                  bool split_backward) const {
   const Chunk& ch = chunks_[size_t(chunk)];
-  const int64_t Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, L = ch.spec.layers;
-  const int64_t R = tp_->rows(N), row0 = tp_->row_begin(N);
-  const int64_t probs = k::attention_state_elements(B, Tn, dims_.heads, device_.type == DeviceType::cuda);
+  // the one layout the planner's formulas use too (model/memory.hpp)
+  const ActivationSizes z = activation_sizes(
+      cfg_, {B, tp_->size(), tp_->gathers(), recompute, split_backward, attention_state_of(device_.type)});
+  const int64_t C = z.C, N = z.N, L = ch.spec.layers, R = z.R, row0 = tp_->row_begin(N);
+  TRIDENT_CHECK(R == tp_->rows(N), "activation layout: {} rows, the region has {}", R, tp_->rows(N));
   auto ctx = std::make_unique<Activations<T>>();
   ctx->B = B;
   ctx->chunk = chunk;
@@ -179,18 +184,18 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
   // A norm's output [R,C] and the full input [N,C] of the linear after it:
   // when the region gathers, the local rows are this rank's part of the full.
   auto norm_out = [&](T*& local, T*& full) {
-    full = alloc(tp_->gathers() ? N * C : R * C);
+    full = alloc(z.norm_full);
     local = tp_->gathers() ? full + row0 * C : full;
   };
   // One layer's worth of buffers; per layer or shared, depending on recompute.
   auto layer_set = [&](LayerActs<T>& a, bool with_probs) {
     norm_out(a.ln1, a.ln1_full);
-    a.ln1_mean = alloc(R), a.ln1_rstd = alloc(R), a.qkv = alloc(N * qkv_width_);
-    a.probs = with_probs ? alloc(probs) : nullptr;
-    a.atty = alloc(N * dims_.heads * cfg_.head_dim()), a.x_mid = alloc(R * C);
+    a.ln1_mean = alloc(z.stats), a.ln1_rstd = alloc(z.stats), a.qkv = alloc(z.qkv);
+    a.probs = with_probs ? alloc(z.attention_state) : nullptr;
+    a.atty = alloc(z.atty), a.x_mid = alloc(R * C);
     norm_out(a.ln2, a.ln2_full);
-    a.ln2_mean = alloc(R), a.ln2_rstd = alloc(R), a.fc = alloc(N * fc_width_);
-    a.act = alloc(N * dims_.ffn);
+    a.ln2_mean = alloc(z.stats), a.ln2_rstd = alloc(z.stats), a.fc = alloc(z.fc);
+    a.act = alloc(z.act);
   };
   ctx->layers.resize(size_t(L));
   // What recomputation rebuilds (and, packed, the fp32 working set): one
@@ -206,7 +211,7 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
       std::swap(ctx->storage, set.storage);  // allocate into the shared set's storage
       if (recompute == Recompute::full || packed) layer_set(set.acts, recompute == Recompute::full);
       if (packed) set.acts.x_in = alloc(R * C);
-      if (recompute == Recompute::selective) set.probs = alloc(probs);
+      if (recompute == Recompute::selective) set.probs = alloc(z.attention_state);
       std::swap(ctx->storage, set.storage);
       shared_recompute_.push_back(std::move(set));
       it = shared_recompute_.end() - 1;
@@ -218,8 +223,9 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
       // the working set's buffers; statistics and probabilities of its own
       a = shared;
       if (recompute != Recompute::full) {
-        a.ln1_mean = alloc(R), a.ln1_rstd = alloc(R), a.ln2_mean = alloc(R), a.ln2_rstd = alloc(R);
-        a.probs = recompute == Recompute::none ? alloc(probs) : shared_probs;
+        a.ln1_mean = alloc(z.stats), a.ln1_rstd = alloc(z.stats), a.ln2_mean = alloc(z.stats);
+        a.ln2_rstd = alloc(z.stats);
+        a.probs = recompute == Recompute::none ? alloc(z.attention_state) : shared_probs;
       }
       continue;
     }
@@ -241,26 +247,24 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
     }
   }
   if (split_backward)
-    for (int64_t l = 0; l < L; ++l)
-      ctx->saved.push_back({alloc(N * qkv_width_), alloc(N * C), alloc(N * fc_width_), alloc(N * C)});
+    for (int64_t l = 0; l < L; ++l) ctx->saved.push_back({alloc(z.qkv), alloc(N * C), alloc(z.fc), alloc(N * C)});
   ctx->x_final = alloc(R * C);
   if (ch.spec.head) {
     norm_out(ctx->lnf, ctx->lnf_full);
-    ctx->lnf_mean = alloc(R), ctx->lnf_rstd = alloc(R);
-    ctx->logits = alloc(N * dims_.vocab);
-    ctx->losses = alloc(N);
+    ctx->lnf_mean = alloc(z.stats), ctx->lnf_rstd = alloc(z.stats);
+    ctx->logits = alloc(z.logits);
+    ctx->losses = alloc(z.losses);
   }
   return ctx;
 }
 
 template <typename T>
-std::vector<std::pair<T*, int64_t>> Transformer<T>::saved_buffers(const LayerActs<T>& a, int64_t B,
-                                                                   Recompute r) const {
-  const int64_t N = B * cfg_.seq_len, C = cfg_.hidden, R = tp_->rows(N), full = tp_->gathers() ? N * C : R * C;
-  if (r == Recompute::full) return {{a.x_in, R * C}};
-  return {{a.x_in, R * C},         {a.ln1_full, full},       {a.qkv, N * qkv_width_},
-          {a.atty, N * dims_.heads * cfg_.head_dim()}, {a.x_mid, R * C}, {a.ln2_full, full},
-          {a.fc, N * fc_width_},   {a.act, N * dims_.ffn}};
+std::vector<std::pair<T*, int64_t>> Transformer<T>::saved_buffers(const LayerActs<T>& a, int64_t B, Recompute r) const {
+  const ActivationSizes z = activation_sizes(cfg_, {B, tp_->size(), tp_->gathers(), r});
+  const int64_t x = z.R * z.C;
+  if (r == Recompute::full) return {{a.x_in, x}};
+  return {{a.x_in, x},  {a.ln1_full, z.norm_full}, {a.qkv, z.qkv}, {a.atty, z.atty},
+          {a.x_mid, x}, {a.ln2_full, z.norm_full}, {a.fc, z.fc},   {a.act, z.act}};
 }
 
 template <typename T>
@@ -284,7 +288,7 @@ void Transformer<T>::unpack(Activations<T>& ctx, int l) const {
 
 template <typename T>
 void Transformer<T>::norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N) {
-  if (llama_)
+  if (arch_.norm == NormKind::rms_norm)
     k::rmsnorm_forward(out, rstd, inp, w, N, cfg_.hidden, cfg_.norm_eps);
   else
     k::layernorm_forward(out, mean, rstd, inp, w, b, N, cfg_.hidden, cfg_.norm_eps);
@@ -293,7 +297,7 @@ void Transformer<T>::norm_forward(T* out, T* mean, T* rstd, const T* inp, const 
 template <typename T>
 void Transformer<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean,
                                    const T* rstd, int64_t N, bool accumulate) {
-  if (llama_)
+  if (arch_.norm == NormKind::rms_norm)
     k::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, cfg_.hidden, accumulate);
   else
     k::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, cfg_.hidden, accumulate);
@@ -309,7 +313,7 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
   store(a.ln1, R * C);
   const T* h = tp_->enter(a.ln1_full, a.ln1, N, C);
   k::linear_forward(a.qkv, h, p.qkvw, p.qkvb, N, C, qkv_width_);
-  if (llama_) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D);
+  if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D);
   store(a.qkv, N * qkv_width_);
   k::attention_forward(a.atty, a.probs, a.qkv, B, Tn, H, KV, D);
   store(a.atty, N * H * D);
@@ -323,7 +327,7 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
   h = tp_->enter(a.ln2_full, a.ln2, N, C);
   k::linear_forward(a.fc, h, p.fcw, p.fcb, N, C, fc_width_);
   store(a.fc, N * fc_width_);
-  if (llama_)
+  if (arch_.mlp == MlpKind::swiglu)
     k::swiglu_forward(a.act, a.fc, N, F);
   else
     k::gelu_forward(a.act, a.fc, N * F);
@@ -336,8 +340,8 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
 }
 
 template <typename T>
-double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens, const T* x_in,
-                                     const int32_t* targets, T dscale) {
+double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens, const T* x_in, const int32_t* targets,
+                                     T dscale) {
   const Chunk& ch = chunks_[size_t(ctx.chunk)];
   const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int L = int(ch.spec.layers);
@@ -391,8 +395,9 @@ template <typename T>
 void Transformer<T>::ensure_scratch(int64_t B) {
   if (B <= scratch_B_) return;
   const int64_t N = B * cfg_.seq_len, C = cfg_.hidden, R = tp_->rows(N);
-  const int64_t sizes[10] = {N * C, R * C, R * C, N * C, N * C, R * C, N * qkv_width_,
-                             N * dims_.heads * cfg_.head_dim(), N * fc_width_, N * dims_.ffn};
+  const int64_t sizes[10] = {N * C,         R * C,        R * C,          N * C,
+                             N * C,         R * C,        N * qkv_width_, N * dims_.heads * cfg_.head_dim(),
+                             N * fc_width_, N * dims_.ffn};
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
   scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, device_);
@@ -420,8 +425,8 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
       use_grads(ch.head_seg);
       if (tied_local_) use_grads(emb_seg_);
       // a tied table already holds this micro-batch's embedding gradient: add to it
-      k::linear_backward(static_cast<T*>(nullptr), dhead_, static_cast<T*>(nullptr), ctx.logits, ctx.lnf_full,
-                         head_, N, C, V, acc || tied_local_);
+      k::linear_backward(static_cast<T*>(nullptr), dhead_, static_cast<T*>(nullptr), ctx.logits, ctx.lnf_full, head_, N,
+                         C, V, acc || tied_local_);
       done_grads(ch.head_seg);
       if (tied_local_) done_grads(emb_seg_);
     }
@@ -482,7 +487,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     if (split) k::copy(ctx.saved[size_t(l)].d_mlp_out, dy, N * C);
     k::linear_backward(d_act_, dpw, static_cast<T*>(nullptr), dy, a.act, p.pw, N, F, C, acc);
     store(d_act_, N * F);
-    if (llama_)
+    if (arch_.mlp == MlpKind::swiglu)
       k::swiglu_backward(d_fc, a.fc, d_act_, N, F);
     else
       k::gelu_backward(d_fc, a.fc, d_act_, N * F);
@@ -499,7 +504,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     k::linear_backward(d_atty_, dow, static_cast<T*>(nullptr), dy, a.atty, p.ow, N, H * D, C, acc);
     store(d_atty_, N * H * D);
     k::attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.probs, B, Tn, H, KV, D);
-    if (llama_) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D);
+    if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D);
     store(d_qkv, N * qkv_width_);
     k::linear_backward(d_ln_, dqkvw, p.dqkvb, d_qkv, a.ln1_full, p.qkvw, N, C, qkv_width_, acc);
     store(d_ln_, N * C);
@@ -529,8 +534,8 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
 }
 
 template <typename T>
-void Transformer<T>::layer_weight_grads(const LayerActs<T>& a, const SavedGrads<T>& g, const LayerParams& p,
-                                        int64_t B, bool acc) {
+void Transformer<T>::layer_weight_grads(const LayerActs<T>& a, const SavedGrads<T>& g, const LayerParams& p, int64_t B,
+                                        bool acc) {
   const int64_t N = B * cfg_.seq_len, C = cfg_.hidden, F = dims_.ffn, HD = dims_.heads * cfg_.head_dim();
   T* none = nullptr;
   k::linear_backward(none, p.dpw, none, g.d_mlp_out, a.act, p.pw, N, F, C, acc);

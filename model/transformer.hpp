@@ -32,15 +32,15 @@
 #include "core/recipe.hpp"
 #include "core/segment_storage.hpp"
 #include "core/tensor.hpp"
+#include "kernels/precision.hpp"
+#include "model/architecture.hpp"
 #include "model/parallel_plan.hpp"
 #include "model/params.hpp"
-#include "kernels/precision.hpp"
 #include "parallel/tensor_parallel.hpp"
 
 namespace trident::model {
 
-enum class Recompute { none, selective, full };
-Recompute parse_recompute(const std::string& s);
+using trident::Recompute;  // train.recompute (core/enums.hpp)
 
 // Model FLOPs per token, forward + backward (3x forward), attention included,
 // recomputation excluded: 6 * (matmul weights incl. the LM head) + 12 L C T.
@@ -55,8 +55,8 @@ enum class BackwardPart { all, input, weight };
 // (the same buffers as ln1 / ln2 unless the region gathers them).
 template <typename T>
 struct LayerActs {
-  T *x_in, *ln1, *ln1_full, *ln1_mean, *ln1_rstd, *qkv, *probs, *atty, *x_mid, *ln2, *ln2_full, *ln2_mean,
-      *ln2_rstd, *fc, *act;
+  T *x_in, *ln1, *ln1_full, *ln1_mean, *ln1_rstd, *qkv, *probs, *atty, *x_mid, *ln2, *ln2_full, *ln2_mean, *ln2_rstd,
+      *fc, *act;
 };
 
 // Output gradients of a layer's four linears, kept from the input pass for
@@ -80,8 +80,8 @@ struct Activations {
   bool is_packed() const { return !packed.empty(); }
   std::vector<Tensor> storage;  // owns the buffers the pointers below see
   std::vector<LayerActs<T>> layers;
-  std::vector<SavedGrads<T>> saved;  // split backward only
-  T* x_final = nullptr;              // [R,C] the chunk's output
+  std::vector<SavedGrads<T>> saved;                                                 // split backward only
+  T* x_final = nullptr;                                                             // [R,C] the chunk's output
   T *lnf = nullptr, *lnf_full = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // head chunk
   T* logits = nullptr;  // [N, V]: this rank's vocabulary columns (head chunk)
   T* losses = nullptr;  // [N] (head chunk)
@@ -97,8 +97,8 @@ class Transformer {
   // outlive the model. chunks: the pipeline chunks held (empty: all).
   // device: where every buffer lives and every kernel runs (cuda: the
   // process's bound device, core/device_memory.hpp).
-  Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers = true,
-              parallel::TensorParallel* tp = nullptr, std::vector<ChunkSpec> chunks = {}, Device device = {});
+  Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers = true, parallel::TensorParallel* tp = nullptr,
+              std::vector<ChunkSpec> chunks = {}, Device device = {});
 
   // Segments of the flat buffer, in order: per chunk its embedding, each
   // layer, its head (final norm, untied or copied LM head). See
@@ -127,8 +127,7 @@ class Transformer {
   // [R,C] (the previous chunk's output); targets [B,T] (the head chunk; may
   // be null for no loss). Returns the summed loss over B*T targets on the
   // head chunk, else 0; the output is ctx.x_final.
-  double forward_chunk(Activations<T>& ctx, const int32_t* tokens, const T* x_in, const int32_t* targets,
-                       T dscale);
+  double forward_chunk(Activations<T>& ctx, const int32_t* tokens, const T* x_in, const int32_t* targets, T dscale);
   // Needs forward_chunk() with dscale != 0 on the same context. d_out [R,C]
   // is the gradient of the chunk's output (null on the head chunk). With
   // accumulate = false the gradients are overwritten instead of added to.
@@ -149,7 +148,6 @@ class Transformer {
                 const std::function<void(int64_t)>& on_ready = {}) {
     backward_chunk(ctx, nullptr, recompute, accumulate, BackwardPart::all, on_ready);
   }
-  void zero_grads() { grads_.zero_(); }
 
   // Mixed precision (train.precision): every activation and activation
   // gradient the model stores is rounded to the storage format (kept: norm
@@ -165,15 +163,16 @@ class Transformer {
   void set_pack_activations(bool on) { pack_ = on; }
 
  private:
-  struct LayerParams {
+  struct LayerParams {  // each half in Slot order (model/architecture.hpp)
     T *n1w, *n1b, *qkvw, *qkvb, *ow, *ob, *n2w, *n2b, *fcw, *fcb, *pw, *pb;
     T *dn1w, *dn1b, *dqkvw, *dqkvb, *dow, *dob, *dn2w, *dn2b, *dfcw, *dfcb, *dpw, *dpb;
   };
   enum class SegKind { embedding, layer, head };
   struct SegInfo {
     SegKind kind;
-    int64_t layer;   // local layer index (SegKind::layer)
-    int64_t global;  // the layer's index in the whole model (SegKind::layer)
+    int64_t layer;                                // local layer index (SegKind::layer)
+    int64_t global;                               // the layer's index in the whole model (SegKind::layer)
+    std::vector<std::pair<Slot, int64_t>> slots;  // each bound parameter: its slot, offset in the segment
   };
   struct Chunk {
     ChunkSpec spec;
@@ -202,18 +201,16 @@ class Transformer {
   parallel::TensorParallel* tp_;
   ParamRegistry reg_;
   LocalDims dims_;
-  bool llama_;
+  const Architecture& arch_;
   int64_t qkv_width_, fc_width_;
   Tensor params_, grads_;
   std::vector<Chunk> chunks_;
   std::vector<LayerParams> layers_;  // every local layer, in order
   std::vector<Segment> segments_;
   std::vector<SegInfo> seg_info_;
-  int emb_seg_ = -1;        // this rank's embedding segment, if any
-  bool tied_local_ = false; // the head uses the embedding segment's table
+  int emb_seg_ = -1;         // this rank's embedding segment, if any
+  bool tied_local_ = false;  // the head uses the embedding segment's table
   SegmentStorage<T>* store_ = nullptr;
-  // Points the parameter (pbase) and/or gradient (gbase) pointers of segment
-  // s at storage whose first element is the segment's first element.
   void bind(int s, T* pbase, T* gbase);
   void use_params(int s, int next);
   void done_params(int s);

@@ -14,9 +14,10 @@ namespace trident::optim {
 std::vector<Range> decay_ranges(const model::ParamRegistry& reg, const OptimConfig& cfg) {
   std::vector<Range> out;
   for (const auto& p : reg.params()) {
-    bool decay = p.kind == model::ParamKind::weight ||
-                 ((p.kind == model::ParamKind::bias || p.kind == model::ParamKind::norm) && cfg.decay_norms_and_biases) ||
-                 (p.kind == model::ParamKind::embedding && cfg.decay_embeddings);
+    bool decay =
+        p.kind == model::ParamKind::weight ||
+        ((p.kind == model::ParamKind::bias || p.kind == model::ParamKind::norm) && cfg.decay_norms_and_biases) ||
+        (p.kind == model::ParamKind::embedding && cfg.decay_embeddings);
     if (!out.empty() && out.back().decay == decay && out.back().offset + out.back().size == p.offset)
       out.back().size += p.numel;
     else

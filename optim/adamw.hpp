@@ -40,8 +40,7 @@ class AdamW {
   // State for elements [begin, end) of the flat buffer (ZeRO: this rank's
   // shard); end < 0 means the whole buffer. The moments live on `dev`, the
   // update runs where they are (one multi-tensor launch on CUDA).
-  AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg, int64_t begin = 0, int64_t end = -1,
-        Device dev = {});
+  AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg, int64_t begin = 0, int64_t end = -1, Device dev = {});
   // One step over elements [begin, end): params and grads point at element
   // `begin` (a shard's own buffers, or full buffers + begin). `step` counts
   // from 1. Gradients are read as grad_scale * grads (clipping without a
@@ -57,7 +56,7 @@ class AdamW {
   OptimConfig cfg_;
   std::vector<kernels::AdamWRange> ranges_;  // intersected with [begin_, end_), relative to begin_
   int64_t begin_, end_;
-  Tensor m_, v_;               // end_ - begin_ elements each
+  Tensor m_, v_;  // end_ - begin_ elements each
 };
 
 // The factor that brings a gradient of L2 norm `norm` to at most max_norm

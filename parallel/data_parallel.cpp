@@ -1,94 +1,122 @@
-// Data-parallel gradient synchronisation (see data_parallel.hpp).
+// The two data-parallel implementations and their factory (see data_parallel.hpp).
 #include "parallel/data_parallel.hpp"
 
-#include <algorithm>
-#include <chrono>
-#include <cstring>
-
-#include "core/device_memory.hpp"
 #include "core/error.hpp"
+#include "parallel/gradient_sync.hpp"
+#include "parallel/tensor_parallel.hpp"
+#include "parallel/zero_storage.hpp"
 
 namespace trident::parallel {
+namespace {
 
-std::vector<Bucket> make_buckets(int64_t numel, int64_t elems) {
-  std::vector<Bucket> out;
-  for (int64_t end = numel; end > 0; end -= elems) out.push_back({std::max<int64_t>(0, end - elems), end});
+// The part of each range inside [begin, end), relative to begin.
+Ranges clip(const Ranges& ranges, int64_t begin, int64_t end) {
+  Ranges out;
+  for (auto [lo, hi] : ranges) {
+    lo = std::max(lo, begin), hi = std::min(hi, end);
+    if (hi > lo) out.push_back({lo - begin, hi - begin});
+  }
   return out;
 }
 
-GradientSync::GradientSync(Communicator* dp, int64_t numel, DType dtype, int zero_stage, int64_t bucket_bytes,
-                           Device device)
-    : dp_(dp && dp->size() > 1 ? dp : nullptr), zero_(zero_stage) {
-  TRIDENT_CHECK(zero_stage == 0 || zero_stage == 1, "ZeRO stage {} is not implemented", zero_stage);
-  const int n = dp_size();
-  counts_ = split_counts(numel, n, {});
-  const int r = dp_ ? dp_->rank() : 0;
-  for (int q = 0; q < r; ++q) shard_begin_ += counts_[size_t(q)];
-  shard_end_ = shard_begin_ + counts_[size_t(r)];
-  if (zero_ == 0) shard_begin_ = 0, shard_end_ = numel;
-  buckets_ = make_buckets(numel, std::max<int64_t>(1, bucket_bytes / int64_t(dtype_size(dtype))));
-  if (dp_ && zero_ == 1) recv_ = Tensor::empty({shard_end_ - shard_begin_}, dtype, MemCategory::comm, device);
-}
-
-void GradientSync::launch(const Tensor& grads, const Bucket& b) {
-  Tensor chunk = grads.view(b.begin, {b.end - b.begin});
-  if (zero_ == 0) {
-    inflight_.push_back(dp_->all_reduce(chunk));
-    return;
+// ZeRO 0-1: buckets of the model's full gradient buffer, reduced as backward
+// produces them.
+class BucketedDataParallel final : public DataParallel {
+ public:
+  BucketedDataParallel(const DataParallelSpec& spec, std::unique_ptr<GradientSync> sync, Tensor* params, Tensor* grads)
+      : DataParallel(spec, sync->shard_begin(), sync->shard_end(), sync->shard_counts()),
+        sync_(std::move(sync)),
+        params_(params),
+        grads_(grads) {}
+  bool sharded() const override { return spec_.zero >= 1; }
+  float* param_shard() override { return params_->data<float>() + shard_begin_; }
+  float* grad_shard() override { return grads_->data<float>() + shard_begin_; }
+  std::function<void(int64_t)> begin_backward(int64_t micro) override {
+    // unpiped: the last micro-batch's backward launches the buckets
+    if (spec_.pipelined || micro + 1 != spec_.micro_batches) return {};
+    return [this](int64_t frontier) { sync_->grads_ready(*grads_, frontier); };
   }
-  // rank q receives bucket ∩ shard_q
-  std::vector<int64_t> counts(counts_.size());
-  int64_t s = 0;
-  for (size_t q = 0; q < counts_.size(); ++q) {
-    int64_t lo = std::max(b.begin, s), hi = std::min(b.end, s + counts_[q]);
-    counts[q] = std::max<int64_t>(0, hi - lo);
-    s += counts_[q];
+  void publish_params() override { sync_->gather_params(*params_); }
+  double take_wait_seconds() override { return sync_->take_wait_seconds(); }
+
+ private:
+  float* local_grads() override { return grads_->data<float>(); }
+  void reduce() override { sync_->finish(*grads_); }
+  std::unique_ptr<GradientSync> sync_;
+  Tensor *params_, *grads_;
+};
+
+// ZeRO 2-3: the shards live in ZeroStorage, which serves the model's segments.
+class ShardedDataParallel final : public DataParallel {
+ public:
+  ShardedDataParallel(const DataParallelSpec& spec, std::unique_ptr<ZeroStorage> store, int64_t numel)
+      : DataParallel(spec, store->shard_begin(), store->shard_end(), store->shard_counts()),
+        store_(std::move(store)),
+        numel_(numel) {}
+  bool sharded() const override { return true; }
+  float* param_shard() override { return store_->param_shard(); }
+  float* grad_shard() override { return store_->grad_shard(); }
+  SegmentStorage<float>* storage() override { return store_.get(); }
+  void initialize(const std::function<void(float*, int64_t, int64_t)>& fill) override {
+    if (spec_.zero == 2)
+      fill(store_->full_params().data<float>(), 0, numel_);
+    else
+      fill(store_->param_shard(), shard_begin_, shard_end_);
   }
-  int64_t lo = std::max(b.begin, shard_begin_);
-  Tensor out = recv_.view(std::min(lo - shard_begin_, recv_.numel()), {counts[size_t(dp_->rank())]});
-  inflight_.push_back(dp_->reduce_scatter(out, chunk, {ReduceOp::sum, counts}));
+  std::function<void(int64_t)> begin_backward(int64_t micro) override {
+    const bool last = micro + 1 == spec_.micro_batches;
+    store_->begin_backward(spec_.pipelined || spec_.micro_batches > 1, !spec_.pipelined && last);
+    return {};
+  }
+  void publish_params() override { store_->gather_params(); }
+  double take_wait_seconds() override { return store_->take_wait_seconds(); }
+
+ private:
+  float* local_grads() override { return store_->accumulated_grads(); }
+  void reduce() override {
+    if (spec_.pipelined) store_->reduce_accumulated();
+    store_->finish_step();
+  }
+  std::unique_ptr<ZeroStorage> store_;
+  int64_t numel_;
+};
+
+}  // namespace
+
+DataParallel::DataParallel(const DataParallelSpec& spec, int64_t begin, int64_t end, std::vector<int64_t> counts)
+    : spec_(spec), shard_begin_(begin), shard_end_(end), counts_(std::move(counts)) {
+  tensor_in_shard_ = clip(spec.shared.tensor_replicated, begin, end);
+  kv_in_shard_ = clip(spec.shared.kv_replicated, begin, end);
 }
 
-void GradientSync::grads_ready(const Tensor& grads, int64_t frontier) {
-  if (!dp_) return;
-  while (next_ < buckets_.size() && buckets_[next_].begin >= frontier) launch(grads, buckets_[next_++]);
-  for (auto& w : inflight_) w->is_completed();  // drive progress
+void DataParallel::finish_gradients() {
+  if (!spec_.shared.tied.empty()) all_reduce_ranges(spec_.shared.embedding, local_grads(), spec_.shared.tied);
+  reduce();
+  all_reduce_ranges(spec_.shared.tensor, grad_shard(), tensor_in_shard_);
+  all_reduce_ranges(spec_.shared.kv, grad_shard(), kv_in_shard_);
 }
 
-void GradientSync::finish(const Tensor& grads) {
-  if (!dp_) return;
-  while (next_ < buckets_.size()) launch(grads, buckets_[next_++]);
-  auto t0 = std::chrono::steady_clock::now();
-  for (auto& w : inflight_) w->wait();
-  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  inflight_.clear();
-  next_ = 0;
-  if (zero_ == 1 && recv_.numel() > 0)
-    copy_bytes(static_cast<char*>(grads.raw()) + shard_begin_ * int64_t(dtype_size(grads.dtype())), recv_.raw(),
-               recv_.nbytes());
+std::string describe_zero_memory(int zero, int64_t params, int64_t data) {
+  const double P = double(params), d = double(data);
+  auto part = [&](const char* name, int from_stage, int bytes) {
+    const bool sharded = zero >= from_stage;
+    return fmt::format("{} {}P{} = {:.1f} MiB", name, bytes, sharded ? "/d" : "",
+                       bytes * P / (sharded ? d : 1) / (1 << 20));
+  };
+  return part("params", 3, 4) + ", " + part("grads", 2, 4) + ", " + part("optimizer", 1, 8);
 }
 
-double sum_over(Communicator* group, double local) {
-  if (!group || group->size() == 1) return local;
-  Tensor t = Tensor::empty({1}, DType::f64, MemCategory::comm);
-  t.data<double>()[0] = local;
-  group->all_reduce(t)->wait();
-  return t.data<double>()[0];
-}
-
-double GradientSync::sum(double local) { return sum_over(dp_, local); }
-
-void GradientSync::gather_params(const Tensor& params) {
-  if (!dp_ || zero_ == 0) return;
-  auto t0 = std::chrono::steady_clock::now();
-  dp_->all_gather(params, {counts_})->wait();
-  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double GradientSync::take_wait_seconds() {
-  double s = wait_s_;
-  wait_s_ = 0;
-  return s;
+std::unique_ptr<DataParallel> make_data_parallel(const DataParallelSpec& spec, const std::vector<Segment>& segments,
+                                                 int64_t numel, Tensor* params, Tensor* grads) {
+  TRIDENT_CHECK(spec.zero >= 0 && spec.zero <= 3, "ZeRO stage {} is not implemented", spec.zero);
+  if (model_owns_buffers(spec.zero)) {
+    TRIDENT_CHECK(params && grads, "ZeRO {} reduces the model's own buffers: pass them", spec.zero);
+    return std::make_unique<BucketedDataParallel>(
+        spec, std::make_unique<GradientSync>(spec.data, numel, DType::f32, spec.zero, spec.bucket_bytes, spec.device),
+        params, grads);
+  }
+  return std::make_unique<ShardedDataParallel>(
+      spec, std::make_unique<ZeroStorage>(spec.data, segments, numel, spec.zero, spec.device), numel);
 }
 
 }  // namespace trident::parallel

@@ -1,72 +1,109 @@
-// Data-parallel gradient synchronisation over the data group, ZeRO stages 0
-// and 1, on flat gradient buffers.
+// Data parallelism, whatever the ZeRO stage: one interface, built by one
+// factory from the stage (STYLE 16). The trainer calls it in this order each
+// step, and never asks which stage it has:
 //
-// Buckets are ranges of the flat gradient buffer of at most bucket_bytes,
-// cut from the end of the buffer backwards, because backward produces the
-// gradients of the last layers first. The model reports a frontier F after
-// each layer (gradients [F, numel) are final for the step); every bucket that
-// lies inside [F, numel) is launched at once, asynchronously, in a fixed
-// order, so communication overlaps the rest of backward. finish() launches
-// what is left and waits. With gradient accumulation, only the last
-// micro-batch's backward reports frontiers (one reduction per step).
+//   begin_backward(micro)   before each backward of the step; returns the
+//                           frontier callback the model calls as layers finish
+//                           (empty when nothing is launched during backward)
+//   finish_gradients()      after the schedule: every gradient of this rank's
+//                           shard [shard_begin, shard_end) is the global sum
+//   -- the optimizer steps param_shard() with grad_shard() --
+//   publish_params()        the updated shard reaches every replica
 //
-// stage 0: each bucket is all-reduced (sum); every rank holds the full sum.
-// stage 1: each bucket is reduce-scattered: rank r receives the part of the
-//          bucket inside its shard [shard_begin, shard_end) (contiguous,
-//          equal split of the buffer). After finish() only that shard of the
-//          gradient buffer holds the reduced sum; the optimizer steps the
-//          shard and gather_params() all-gathers the parameters.
-// A one-rank group (or none) makes every call a no-op.
+// Implementations (data_parallel.cpp):
+//   ZeRO 0-1  the model owns full parameter and gradient buffers; buckets
+//             of the gradients are all-reduced (0) or reduce-scattered into
+//             the shard (1) as backward produces them (gradient_sync.hpp);
+//             stage 1 all-gathers the parameters after the step.
+//   ZeRO 2-3  the shards live here and the model is served segment by
+//             segment (storage(); zero_storage.hpp).
+//
+// Gradients that other groups share (the tied embedding's two copies on the
+// first and last pipeline stage; norms and biases replicated over the tensor
+// group under sequence parallelism; replicated KV heads) are summed over
+// those groups here too: the tied copies on the full local gradients before
+// the data reduction, the replicated slices on the reduced shard after it
+// (the sums commute).
+// All ranks of the data group call these in the same order.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
 #include <vector>
 
+#include "core/segment_storage.hpp"
 #include "parallel/communicator.hpp"
 
 namespace trident::parallel {
 
-struct Bucket {
-  int64_t begin, end;  // elements of the flat buffer
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end) of the local flat buffer
+
+// Which gradient ranges are shared with which group (model/params.hpp says
+// which parameters they are).
+struct SharedGradients {
+  Ranges tied;               // summed over `embedding` before the data reduction
+  Ranges tensor_replicated;  // summed over `tensor` after it
+  Ranges kv_replicated;      // summed over `kv` after it
+  Communicator *embedding = nullptr, *tensor = nullptr, *kv = nullptr;
 };
 
-// Sum of a per-rank scalar over the group (the scalar itself without a group).
-double sum_over(Communicator* group, double local);
+struct DataParallelSpec {
+  int zero = 0;
+  int64_t bucket_bytes = 25 << 20;  // ZeRO 0-1
+  Device device;
+  // Gradients are final only after the whole schedule (pipelines, split
+  // backward): nothing is launched during backward, all is reduced at the end.
+  bool pipelined = false;
+  int64_t micro_batches = 1;  // per step (gradient accumulation)
+  Communicator* data = nullptr;
+  SharedGradients shared;
+};
 
-// Buckets of at most `elems` elements, from the end of [0, numel) backwards.
-std::vector<Bucket> make_buckets(int64_t numel, int64_t elems);
+// ZeRO 0-1: the model keeps full parameter and gradient buffers.
+inline bool model_owns_buffers(int zero) { return zero < 2; }
 
-class GradientSync {
+class DataParallel {
  public:
-  // device: where the gradients live (its receive buffer goes there too).
-  GradientSync(Communicator* dp, int64_t numel, DType dtype, int zero_stage, int64_t bucket_bytes, Device device = {});
+  virtual ~DataParallel() = default;
 
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_end() const { return shard_end_; }
+  int64_t shard_size() const { return shard_end_ - shard_begin_; }
   const std::vector<int64_t>& shard_counts() const { return counts_; }
-  int dp_size() const { return dp_ ? dp_->size() : 1; }
+  // ZeRO >= 1: ranks hold disjoint reduced shards (a norm sums over the group).
+  virtual bool sharded() const = 0;
+  virtual float* param_shard() = 0;
+  virtual float* grad_shard() = 0;
+  // Where the model finds its segments (ZeRO 2-3), else nullptr.
+  virtual SegmentStorage<float>* storage() { return nullptr; }
+  // Fills the parameters this rank keeps (fill(dst, begin, end): elements
+  // [begin, end) of the flat buffer); ZeRO 0-1 keep the model's own.
+  virtual void initialize(const std::function<void(float*, int64_t, int64_t)>& fill) {}
 
-  // Gradients [frontier, numel) of `grads` are final: launch the buckets inside.
-  void grads_ready(const Tensor& grads, int64_t frontier);
-  // Launch the remaining buckets and wait for all of them.
-  void finish(const Tensor& grads);
-  // Sum over the data group of a per-rank scalar (e.g. a partial squared norm).
-  double sum(double local);
-  // stage >= 1: every rank's shard of params -> the full buffer on every rank.
-  void gather_params(const Tensor& params);
-  // Seconds spent blocked in wait() since the last call (the exposed comm time).
-  double take_wait_seconds();
+  virtual std::function<void(int64_t)> begin_backward(int64_t micro) = 0;
+  void finish_gradients();
+  virtual void publish_params() = 0;
+  // Seconds blocked waiting for the data-group reduction since the last call
+  // (the communication backward did not hide).
+  virtual double take_wait_seconds() = 0;
 
- private:
-  Communicator* dp_;
-  int zero_;
-  std::vector<Bucket> buckets_;
-  size_t next_ = 0;  // next bucket to launch
-  std::vector<WorkPtr> inflight_;
-  std::vector<int64_t> counts_;
+ protected:
+  DataParallel(const DataParallelSpec& spec, int64_t begin, int64_t end, std::vector<int64_t> counts);
+  virtual float* local_grads() = 0;  // the full local gradients, before the data reduction
+  virtual void reduce() = 0;         // the data-group reduction of the step
+  DataParallelSpec spec_;
   int64_t shard_begin_ = 0, shard_end_ = 0;
-  Tensor recv_;  // stage 1: this rank's reduced part of every bucket (shard-sized, comm memory)
-  double wait_s_ = 0;
-  void launch(const Tensor& grads, const Bucket& b);
+  std::vector<int64_t> counts_;
+  Ranges tensor_in_shard_, kv_in_shard_;  // the replicated ranges, relative to grad_shard()
 };
+
+// The per-rank memory of ZeRO's formula for P parameters (fp32) over d ranks,
+// as the start-up log shows it: "params 4P = ..., grads 4P/d = ..., ...".
+std::string describe_zero_memory(int zero, int64_t params, int64_t data);
+
+// params / grads: the model's full buffers (ZeRO 0-1; unused for 2-3).
+std::unique_ptr<DataParallel> make_data_parallel(const DataParallelSpec& spec, const std::vector<Segment>& segments,
+                                                 int64_t numel, Tensor* params, Tensor* grads);
 
 }  // namespace trident::parallel

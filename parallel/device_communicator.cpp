@@ -32,8 +32,7 @@ class StagedWork : public Work {
   ~StagedWork() override {
     try {
       wait();
-    } catch (...) {
-    }
+    } catch (...) {}
   }
   void wait() override {
     inner_->wait();

@@ -101,7 +101,7 @@ std::string describe_placement(const LaunchEnv& env, MpiCommunicator& world, std
     ranks[size_t(it->second)].push_back(r);
   }
   if (node_of_rank) *node_of_rank = node;
-  std::string where = env.launcher == "none" ? "one process, no launcher"
+  std::string where = env.launcher == "none"   ? "one process, no launcher"
                       : env.launcher == "srun" ? "srun, " + env.job
                                                : env.launcher;
   std::string out = fmt::format("launch: {} | {} rank{} on {} node{}", where, n, n == 1 ? "" : "s", node_names.size(),
@@ -141,10 +141,13 @@ void check_same_on_all_ranks(MpiCommunicator& world, uint64_t hash, const std::s
   world.all_gather(all)->wait();
   std::vector<std::pair<uint64_t, std::vector<int>>> by_hash;  // in order of the first rank holding each
   for (int r = 0; r < n; ++r) {
-    const uint64_t h = (uint64_t(uint32_t(all.data<int32_t>()[2 * r])) << 32) | uint32_t(all.data<int32_t>()[2 * r + 1]);
+    const uint64_t h =
+        (uint64_t(uint32_t(all.data<int32_t>()[2 * r])) << 32) | uint32_t(all.data<int32_t>()[2 * r + 1]);
     auto it = std::find_if(by_hash.begin(), by_hash.end(), [&](const auto& e) { return e.first == h; });
-    if (it == by_hash.end()) by_hash.push_back({h, {r}});
-    else it->second.push_back(r);
+    if (it == by_hash.end())
+      by_hash.push_back({h, {r}});
+    else
+      it->second.push_back(r);
   }
   if (by_hash.size() == 1) return;
   std::string groups;

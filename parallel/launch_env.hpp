@@ -15,11 +15,11 @@ class Communicator;
 class MpiCommunicator;
 
 struct LaunchEnv {
-  std::string launcher = "none";  // "srun", "mpirun", "pmix" or "none"
+  std::string launcher = "none";                                            // "srun", "mpirun", "pmix" or "none"
   int rank = -1, world = -1, local_rank = -1, local_world = -1, node = -1;  // -1: not given
-  std::string node_name;  // SLURMD_NODENAME, else this host's name
-  std::string job;        // "Slurm job 42 step 0", "" elsewhere
-  std::string mpi_plugin; // srun's --mpi (SLURM_MPI_TYPE): "" or "none" when srun starts no MPI wire-up
+  std::string node_name;                                                    // SLURMD_NODENAME, else this host's name
+  std::string job;                                                          // "Slurm job 42 step 0", "" elsewhere
+  std::string mpi_plugin;  // srun's --mpi (SLURM_MPI_TYPE): "" or "none" when srun starts no MPI wire-up
   bool launched() const { return launcher != "none"; }
 };
 

@@ -50,11 +50,20 @@ int PipelineExecutor::tag(const Action& a) const {
   const int c = a.chunk * P_ + rank_;
   int dir = 0, receiver = 0;
   switch (a.type) {
-    case ActionType::recv_act: dir = 0, receiver = c; break;
-    case ActionType::send_act: dir = 0, receiver = c + 1; break;
-    case ActionType::recv_grad: dir = 1, receiver = c; break;
-    case ActionType::send_grad: dir = 1, receiver = c - 1; break;
-    default: TRIDENT_CHECK(false, "no tag for {}", action_name(a.type));
+    case ActionType::recv_act:
+      dir = 0, receiver = c;
+      break;
+    case ActionType::send_act:
+      dir = 0, receiver = c + 1;
+      break;
+    case ActionType::recv_grad:
+      dir = 1, receiver = c;
+      break;
+    case ActionType::send_grad:
+      dir = 1, receiver = c - 1;
+      break;
+    default:
+      TRIDENT_CHECK(false, "no tag for {}", action_name(a.type));
   }
   TRIDENT_CHECK(a.micro < (1 << 16), "micro-batch {} too large for a message tag", a.micro);
   return ((dir * 64 + receiver) << 16) | a.micro;
@@ -64,10 +73,10 @@ void PipelineExecutor::wait(Transfer& t, const Action& a) {
   const double start = now();
   while (!t.work->is_completed()) {
     if (now() - start > timeout_s_)
-      throw Error(fmt::format("pipeline: timed out after {:.0f} s (parallel.timeout_s) in {} of chunk {} (global {}) "
-                              "micro-batch {} with pipeline rank {}: the peer never sent or received it",
-                              timeout_s_, action_name(a.type), a.chunk, a.chunk * P_ + rank_, a.micro,
-                              peer(a.type)));
+      throw Error(
+          fmt::format("pipeline: timed out after {:.0f} s (parallel.timeout_s) in {} of chunk {} (global {}) "
+                      "micro-batch {} with pipeline rank {}: the peer never sent or received it",
+                      timeout_s_, action_name(a.type), a.chunk, a.chunk * P_ + rank_, a.micro, peer(a.type)));
     std::this_thread::yield();
   }
   t.work->wait();
@@ -158,8 +167,8 @@ void PipelineExecutor::run_list(const std::vector<Action>& actions, const Pipeli
       }
       case ActionType::send_act:
       case ActionType::send_grad: {
-        const float* src = a.type == ActionType::send_act ? hooks.output(a.chunk, a.micro)
-                                                          : hooks.input_grad(a.chunk, a.micro);
+        const float* src =
+            a.type == ActionType::send_act ? hooks.output(a.chunk, a.micro) : hooks.input_grad(a.chunk, a.micro);
         Transfer t;
         t.buf = take();
         copy_bytes(t.buf.data<float>(), src, sizeof(float) * size_t(elems_));
@@ -174,10 +183,14 @@ void PipelineExecutor::run_list(const std::vector<Action>& actions, const Pipeli
         reap_sends(false);
         break;
       }
-      case ActionType::forward: hooks.forward(a.chunk, a.micro, received); break;
+      case ActionType::forward:
+        hooks.forward(a.chunk, a.micro, received);
+        break;
       case ActionType::backward:
       case ActionType::backward_input:
-      case ActionType::backward_weight: hooks.backward(a.chunk, a.micro, received, a.type); break;
+      case ActionType::backward_weight:
+        hooks.backward(a.chunk, a.micro, received, a.type);
+        break;
     }
     if (is_compute(a.type)) {
       if (held.buf.defined()) give_back(std::move(held.buf));

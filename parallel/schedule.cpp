@@ -10,33 +10,51 @@
 namespace trident::parallel {
 
 ScheduleKind parse_schedule(const std::string& name) {
-  if (name == "gpipe") return ScheduleKind::gpipe;
-  if (name == "1f1b") return ScheduleKind::one_f_one_b;
-  if (name == "interleaved_1f1b") return ScheduleKind::interleaved_1f1b;
-  if (name == "zero_bubble") return ScheduleKind::zero_bubble;
-  fail_input("schedule: expected gpipe | 1f1b | interleaved_1f1b | zero_bubble, found '{}'", name);
+  if (const auto kind = parse_enum<ScheduleKind>(name)) return *kind;
+  fail_input("schedule: expected {}, found '{}'", enum_choices<ScheduleKind>(), name);
 }
 
-const char* schedule_name(ScheduleKind k) {
-  switch (k) {
-    case ScheduleKind::gpipe: return "gpipe";
-    case ScheduleKind::one_f_one_b: return "1f1b";
-    case ScheduleKind::interleaved_1f1b: return "interleaved_1f1b";
-    case ScheduleKind::zero_bubble: return "zero_bubble";
+std::vector<Action> make_forward_schedule(int stages, int virtual_stages, int micro_batches, int rank) {
+  std::vector<Action> out;
+  const int last_chunk = stages * virtual_stages - 1;
+  for (int mb = 0; mb < micro_batches; ++mb)
+    for (int v = 0; v < virtual_stages; ++v) {
+      const int c = v * stages + rank;
+      if (c > 0) out.push_back({ActionType::recv_act, v, mb});
+      out.push_back({ActionType::forward, v, mb});
+      if (c < last_chunk) out.push_back({ActionType::send_act, v, mb});
+    }
+  return out;
+}
+
+std::vector<int> in_flight_per_chunk(const std::vector<Action>& actions, int chunks) {
+  std::vector<int> live(size_t(chunks), 0), peak(size_t(chunks), 0);
+  for (const auto& a : actions) {
+    const size_t c = size_t(a.chunk);
+    if (a.type == ActionType::forward) peak[c] = std::max(peak[c], ++live[c]);
+    if (a.type == ActionType::backward || a.type == ActionType::backward_weight) --live[c];
   }
-  return "?";
+  return peak;
 }
 
 const char* action_name(ActionType t) {
   switch (t) {
-    case ActionType::forward: return "forward";
-    case ActionType::backward: return "backward";
-    case ActionType::backward_input: return "backward_input";
-    case ActionType::backward_weight: return "backward_weight";
-    case ActionType::send_act: return "send_act";
-    case ActionType::recv_act: return "recv_act";
-    case ActionType::send_grad: return "send_grad";
-    case ActionType::recv_grad: return "recv_grad";
+    case ActionType::forward:
+      return "forward";
+    case ActionType::backward:
+      return "backward";
+    case ActionType::backward_input:
+      return "backward_input";
+    case ActionType::backward_weight:
+      return "backward_weight";
+    case ActionType::send_act:
+      return "send_act";
+    case ActionType::recv_act:
+      return "recv_act";
+    case ActionType::send_grad:
+      return "send_grad";
+    case ActionType::recv_grad:
+      return "recv_grad";
   }
   return "?";
 }
@@ -52,9 +70,10 @@ void validate_schedule(ScheduleKind kind, int P, int V, int M) {
   if (kind == ScheduleKind::interleaved_1f1b) {
     if (V < 2) fail_input("schedule interleaved_1f1b: needs virtual_stages >= 2, found {}", V);
     if (M % P != 0)
-      fail_input("schedule interleaved_1f1b: micro-batches({}) % pipeline({}) = {} != 0 (each round of the "
-                 "interleaving takes one micro-batch per stage)",
-                 M, P, M % P);
+      fail_input(
+          "schedule interleaved_1f1b: micro-batches({}) % pipeline({}) = {} != 0 (each round of the "
+          "interleaving takes one micro-batch per stage)",
+          M, P, M % P);
   } else if (V != 1) {
     fail_input("schedule {}: virtual_stages must be 1 (only interleaved_1f1b interleaves chunks), found {}",
                schedule_name(kind), V);
@@ -105,8 +124,8 @@ std::vector<std::vector<Action>> zero_bubble_all(int P, int M) {
     for (int p = 0; p < P; ++p) {
       if (free_at[size_t(p)] > t) continue;
       const int nb = next_b[size_t(p)], nf = next_f[size_t(p)], nw = next_w[size_t(p)];
-      const bool b_ready = nb < nf && (p == P - 1 ? f_end[size_t(p)][size_t(nb)] <= t
-                                                  : b_end[size_t(p + 1)][size_t(nb)] <= t);
+      const bool b_ready =
+          nb < nf && (p == P - 1 ? f_end[size_t(p)][size_t(nb)] <= t : b_end[size_t(p + 1)][size_t(nb)] <= t);
       const bool f_ready = nf < M && nf - nw < P - p && (p == 0 || f_end[size_t(p - 1)][size_t(nf)] <= t);
       const bool w_ready = nw < nb;
       if (b_ready) {
@@ -137,8 +156,10 @@ std::vector<Action> compute_actions(ScheduleKind kind, int P, int V, int M, int 
       for (int m = 0; m < M; ++m) out.push_back({A::backward, 0, m});
       return out;
     }
-    case ScheduleKind::one_f_one_b: return one_f_one_b(P, M, p);
-    case ScheduleKind::interleaved_1f1b: return interleaved(P, V, M, p);
+    case ScheduleKind::one_f_one_b:
+      return one_f_one_b(P, M, p);
+    case ScheduleKind::interleaved_1f1b:
+      return interleaved(P, V, M, p);
     case ScheduleKind::zero_bubble: {
       // cached: every rank of a run asks for its row of the same table
       static std::map<std::pair<int, int>, std::vector<std::vector<Action>>> cache;
@@ -171,7 +192,8 @@ std::vector<Action> make_schedule(ScheduleKind kind, int P, int V, int M, int p)
         out.push_back(a);
         if (c > 0) out.push_back({A::send_grad, a.chunk, a.micro});
         break;
-      default: out.push_back(a);
+      default:
+        out.push_back(a);
     }
   }
   return out;
@@ -215,8 +237,8 @@ Simulation simulate(ScheduleKind kind, int P, int V, int M, const Costs& costs) 
         } else if (a.type == A::backward || a.type == A::backward_input) {
           if (f_end[size_t(c)][m] < 0) {  // the list itself is wrong: no waiting fixes it
             sim.deadlock = true;
-            sim.deadlock_reason = fmt::format("rank {}: backward of chunk {} micro-batch {} before its forward", p,
-                                              a.chunk, a.micro);
+            sim.deadlock_reason =
+                fmt::format("rank {}: backward of chunk {} micro-batch {} before its forward", p, a.chunk, a.micro);
             return sim;
           }
           if (c < C - 1 && b_end[size_t(c + 1)][m] < 0) break;
@@ -225,8 +247,10 @@ Simulation simulate(ScheduleKind kind, int P, int V, int M, const Costs& costs) 
         } else {  // backward_weight
           if (b_end[size_t(c)][m] < 0) {
             sim.deadlock = true;
-            sim.deadlock_reason = fmt::format("rank {}: weight gradient of chunk {} micro-batch {} before its input "
-                                              "gradient", p, a.chunk, a.micro);
+            sim.deadlock_reason = fmt::format(
+                "rank {}: weight gradient of chunk {} micro-batch {} before its input "
+                "gradient",
+                p, a.chunk, a.micro);
             return sim;
           }
           cost = costs.backward_weight;

@@ -32,11 +32,13 @@
 #include <string>
 #include <vector>
 
+#include "core/enums.hpp"
+
 namespace trident::parallel {
 
-enum class ScheduleKind { gpipe, one_f_one_b, interleaved_1f1b, zero_bubble };
+using trident::ScheduleKind;                           // parallel.schedule (core/enums.hpp)
 ScheduleKind parse_schedule(const std::string& name);  // InputError on an unknown name
-const char* schedule_name(ScheduleKind k);
+inline const char* schedule_name(ScheduleKind k) { return enum_name(k); }
 
 enum class ActionType { forward, backward, backward_input, backward_weight, send_act, recv_act, send_grad, recv_grad };
 const char* action_name(ActionType t);
@@ -56,6 +58,15 @@ std::vector<Action> make_schedule(ScheduleKind kind, int stages, int virtual_sta
 
 bool is_compute(ActionType t);
 
+// Forward passes only (evaluation): micro-batch by micro-batch, each through
+// this rank's chunks in order, with their activation transfers.
+std::vector<Action> make_forward_schedule(int stages, int virtual_stages, int micro_batches, int rank);
+
+// Per local chunk: the most micro-batches at once whose forward has run and
+// whose backward (or, split, weight pass) has not, over one rank's list —
+// the activation contexts the chunk needs.
+std::vector<int> in_flight_per_chunk(const std::vector<Action>& actions, int chunks);
+
 struct Costs {
   double forward = 1, backward_input = 1, backward_weight = 1;  // per chunk; B = input + weight
 };
@@ -69,11 +80,11 @@ struct Simulation {
   bool deadlock = false;
   std::string deadlock_reason;
   double makespan = 0;
-  std::vector<double> busy;               // per rank
-  std::vector<double> bubble;             // per rank: idle / makespan
-  std::vector<int> peak_in_flight;        // per rank: max micro-batches forwarded, weights not yet done (all chunks)
-  std::vector<std::vector<Span>> spans;   // per rank, compute actions only
-  double bubble_fraction() const;         // mean over ranks
+  std::vector<double> busy;              // per rank
+  std::vector<double> bubble;            // per rank: idle / makespan
+  std::vector<int> peak_in_flight;       // per rank: max micro-batches forwarded, weights not yet done (all chunks)
+  std::vector<std::vector<Span>> spans;  // per rank, compute actions only
+  double bubble_fraction() const;        // mean over ranks
 };
 
 // Runs every rank's list; a rank runs its next compute action as soon as its

@@ -59,8 +59,8 @@ const T* TensorParallel::exit_backward(T* dfull, const T* dlocal, int64_t N, int
 }
 
 template <typename T>
-void TensorParallel::cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t N, int64_t V,
-                                   int64_t Vvalid, int64_t vocab_begin, T dscale) {
+void TensorParallel::cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
+                                   int64_t vocab_begin, T dscale) {
   if (!group_) {
     kernels::softmax_cross_entropy(losses, logits, targets, N, V, Vvalid, dscale);
     return;
@@ -97,11 +97,11 @@ void all_reduce_ranges(Communicator* group, float* base, const std::vector<std::
   for (auto [b, e] : ranges) kernels::copy(base + b, p, e - b), p += e - b;
 }
 
-#define INSTANTIATE(T)                                                                                      \
-  template const T* TensorParallel::enter<T>(T*, const T*, int64_t, int64_t);                                \
-  template const T* TensorParallel::enter_backward<T>(T*, T*, int64_t, int64_t);                             \
-  template const T* TensorParallel::exit<T>(T*, T*, int64_t, int64_t);                                       \
-  template const T* TensorParallel::exit_backward<T>(T*, const T*, int64_t, int64_t);                        \
+#define INSTANTIATE(T)                                                                \
+  template const T* TensorParallel::enter<T>(T*, const T*, int64_t, int64_t);         \
+  template const T* TensorParallel::enter_backward<T>(T*, T*, int64_t, int64_t);      \
+  template const T* TensorParallel::exit<T>(T*, T*, int64_t, int64_t);                \
+  template const T* TensorParallel::exit_backward<T>(T*, const T*, int64_t, int64_t); \
   template void TensorParallel::cross_entropy<T>(T*, T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, T);
 INSTANTIATE(float)
 INSTANTIATE(double)

@@ -13,25 +13,28 @@ namespace trident::parallel {
 
 const char* group_name(GroupKind k) {
   switch (k) {
-    case GroupKind::tensor: return "tensor";
-    case GroupKind::pipeline: return "pipeline";
-    case GroupKind::data: return "data";
-    case GroupKind::model_parallel: return "model_parallel";
-    case GroupKind::embedding: return "embedding";
+    case GroupKind::tensor:
+      return "tensor";
+    case GroupKind::pipeline:
+      return "pipeline";
+    case GroupKind::data:
+      return "data";
+    case GroupKind::model_parallel:
+      return "model_parallel";
+    case GroupKind::embedding:
+      return "embedding";
   }
   return "?";
 }
 
-Topology::Topology(int data, int pipeline, int tensor, const std::vector<std::string>& order)
+Topology::Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order)
     : data_(data), pipeline_(pipeline), tensor_(tensor) {
   TRIDENT_CHECK(data >= 1 && pipeline >= 1 && tensor >= 1, "mesh sizes must be >= 1");
   TRIDENT_CHECK(order.size() == 3, "order needs three dimensions");
-  std::set<std::string> seen;
+  std::set<Dim> seen;
   for (size_t i = 0; i < 3; ++i) {
-    const std::string& o = order[i];
-    TRIDENT_CHECK(o == "data" || o == "pipeline" || o == "tensor", "unknown mesh dimension '{}'", o);
-    TRIDENT_CHECK(seen.insert(o).second, "mesh dimension '{}' listed twice", o);
-    order_[i] = o == "data" ? Dim::data : o == "pipeline" ? Dim::pipeline : Dim::tensor;
+    TRIDENT_CHECK(seen.insert(order[i]).second, "mesh dimension '{}' listed twice", enum_name(order[i]));
+    order_[i] = order[i];
   }
 }
 
@@ -72,10 +75,18 @@ std::vector<int> Topology::members(GroupKind kind, int rank) const {
     }
   };
   switch (kind) {
-    case GroupKind::tensor: vary({Dim::tensor}); break;
-    case GroupKind::pipeline: vary({Dim::pipeline}); break;
-    case GroupKind::data: vary({Dim::data}); break;
-    case GroupKind::model_parallel: vary({Dim::tensor, Dim::pipeline}); break;
+    case GroupKind::tensor:
+      vary({Dim::tensor});
+      break;
+    case GroupKind::pipeline:
+      vary({Dim::pipeline});
+      break;
+    case GroupKind::data:
+      vary({Dim::data});
+      break;
+    case GroupKind::model_parallel:
+      vary({Dim::tensor, Dim::pipeline});
+      break;
     case GroupKind::embedding: {
       // first and last stage together; a middle stage holds no embedding: alone
       Coords first = me, last = me;

@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "core/enums.hpp"
+
 namespace trident::parallel {
 
-enum class Dim { data, pipeline, tensor };
+using Dim = MeshAxis;  // core/enums.hpp
 enum class GroupKind { tensor, pipeline, data, model_parallel, embedding };
 inline constexpr std::array<GroupKind, 5> kAllGroupKinds = {GroupKind::tensor, GroupKind::pipeline, GroupKind::data,
                                                             GroupKind::model_parallel, GroupKind::embedding};
@@ -32,7 +34,7 @@ class Topology {
  public:
   // Sizes must be >= 1 and order a permutation of data, pipeline, tensor
   // (the recipe loader validates both with messages; here it is a check).
-  Topology(int data, int pipeline, int tensor, const std::vector<std::string>& order);
+  Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order);
 
   int world() const { return data_ * pipeline_ * tensor_; }
   int size(Dim d) const;

@@ -17,8 +17,7 @@ ZeroStorage::ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_
   counts_ = split_counts(numel, n, {});
   for (int q = 0; q < r; ++q) shard_begin_ += counts_[size_t(q)];
   shard_end_ = shard_begin_ + counts_[size_t(r)];
-  params_ = Tensor::empty({stage == 2 ? numel : shard_end_ - shard_begin_}, DType::f32, MemCategory::params,
-                         device_);
+  params_ = Tensor::empty({stage == 2 ? numel : shard_end_ - shard_begin_}, DType::f32, MemCategory::params, device_);
   grad_shard_ = Tensor::zeros({shard_end_ - shard_begin_}, DType::f32, MemCategory::grads, device_);
 }
 
@@ -44,9 +43,7 @@ ZeroStorage::~ZeroStorage() {
     if (w.work) w.work->wait();
 }
 
-float* ZeroStorage::param_shard() {
-  return stage_ == 2 ? params_.data<float>() + shard_begin_ : params_.data<float>();
-}
+float* ZeroStorage::param_shard() { return stage_ == 2 ? params_.data<float>() + shard_begin_ : params_.data<float>(); }
 
 std::vector<int64_t> ZeroStorage::counts_for(const Segment& seg) const {
   std::vector<int64_t> out(counts_.size());
@@ -89,7 +86,8 @@ void ZeroStorage::start_gather(int s) {
 
 float* ZeroStorage::acquire_params(int s, int next) {
   // stage 2 keeps a replica; one rank's shard is the whole buffer
-  if (stage_ == 2 || !dp_) return params_.data<float>() + (segments_[size_t(s)].begin - (stage_ == 2 ? 0 : shard_begin_));
+  if (stage_ == 2 || !dp_)
+    return params_.data<float>() + (segments_[size_t(s)].begin - (stage_ == 2 ? 0 : shard_begin_));
   if (!param_windows_.count(s)) start_gather(s);
   if (next >= 0 && !param_windows_.count(next)) start_gather(next);  // prefetch
   Window& w = param_windows_.at(s);

@@ -71,9 +71,9 @@ class ZeroStorage : public SegmentStorage<float> {
 
  private:
   struct Window {
-    Tensor base;   // pooled buffer (returned to the pool when the window retires)
-    Tensor buf;    // the segment's view of it
-    WorkPtr work;  // gather (params) or reduce-scatter (grads) in flight
+    Tensor base;    // pooled buffer (returned to the pool when the window retires)
+    Tensor buf;     // the segment's view of it
+    WorkPtr work;   // gather (params) or reduce-scatter (grads) in flight
     int users = 0;  // params: acquisitions not yet released (pipelines hold a head for several micro-batches)
   };
   // Window buffers are pooled per category: allocating fresh memory for every

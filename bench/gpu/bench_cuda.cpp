@@ -92,7 +92,9 @@ int main() {
     Tensor x = dev_random(N * g.c, 1, 1.f, true), w = dev_random(g.oc * g.c, 2, 0.02f, true);
     Tensor b = dev_random(g.oc, 3, 0.02f, true), y = dev_random(N * g.oc, 4, 0.f, false);
     kernels::set_matmul_precision(kernels::Precision::bf16);
-    auto ours = [&] { kernels::linear_forward(y.data<float>(), x.data<float>(), w.data<float>(), b.data<float>(), N, g.c, g.oc); };
+    auto ours = [&] {
+      kernels::linear_forward(y.data<float>(), x.data<float>(), w.data<float>(), b.data<float>(), N, g.c, g.oc);
+    };
     const double ms = time_ms(ours);
     // cuBLAS alone on native bf16 buffers (no bias), same product
     __nv_bfloat16 *xb, *wb, *yb;
@@ -107,9 +109,10 @@ int main() {
     const double ref_ms = time_ms(ref);
     cudaFree(xb), cudaFree(wb), cudaFree(yb);
     const double flops = 2.0 * double(N) * double(g.c) * double(g.oc);
-    std::printf("{\"kernel\":\"gemm_%s\",\"M\":%ld,\"N\":%ld,\"K\":%ld,\"ms\":%.4f,\"tflops\":%.1f,\"cublas_bf16_ms\":%.4f,"
-                "\"cublas_bf16_tflops\":%.1f,\"vs_cublas\":%.3f}\n",
-                g.name, long(N), long(g.oc), long(g.c), ms, flops / ms / 1e9, ref_ms, flops / ref_ms / 1e9, ref_ms / ms);
+    std::printf(
+        "{\"kernel\":\"gemm_%s\",\"M\":%ld,\"N\":%ld,\"K\":%ld,\"ms\":%.4f,\"tflops\":%.1f,\"cublas_bf16_ms\":%.4f,"
+        "\"cublas_bf16_tflops\":%.1f,\"vs_cublas\":%.3f}\n",
+        g.name, long(N), long(g.oc), long(g.c), ms, flops / ms / 1e9, ref_ms, flops / ref_ms / 1e9, ref_ms / ms);
     std::fflush(stdout);
   }
   kernels::set_matmul_precision(kernels::Precision::fp32);
@@ -121,17 +124,20 @@ int main() {
     Tensor lse = dev_random(B * H * T, 7, 0.f, false), dout = dev_random(B * T * H * D, 8, 1.f, false);
     Tensor dqkv = dev_random(B * T * W, 9, 0.f, false);
     const double fwd_flops = 4.0 * B * H * double(T) * double(T) * D / 2;  // causal half
-    const double fwd = time_ms([&] {
-      kernels::attention_forward(out.data<float>(), lse.data<float>(), qkv.data<float>(), B, T, H, H, D);
-    }, 5);
-    const double bwd = time_ms([&] {
-      kernels::attention_backward(dqkv.data<float>(), dout.data<float>(), qkv.data<float>(), out.data<float>(),
-                                  lse.data<float>(), B, T, H, H, D);
-    }, 5);
-    std::printf("{\"kernel\":\"attention_forward\",\"B\":%ld,\"T\":%ld,\"H\":%ld,\"D\":%ld,\"ms\":%.3f,\"tflops\":%.2f}\n",
-                long(B), long(T), long(H), long(D), fwd, fwd_flops / fwd / 1e9);
-    std::printf("{\"kernel\":\"attention_backward\",\"B\":%ld,\"T\":%ld,\"H\":%ld,\"D\":%ld,\"ms\":%.3f,\"tflops\":%.2f}\n",
-                long(B), long(T), long(H), long(D), bwd, 2.5 * fwd_flops / bwd / 1e9);
+    const double fwd = time_ms(
+        [&] { kernels::attention_forward(out.data<float>(), lse.data<float>(), qkv.data<float>(), B, T, H, H, D); }, 5);
+    const double bwd = time_ms(
+        [&] {
+          kernels::attention_backward(dqkv.data<float>(), dout.data<float>(), qkv.data<float>(), out.data<float>(),
+                                      lse.data<float>(), B, T, H, H, D);
+        },
+        5);
+    std::printf(
+        "{\"kernel\":\"attention_forward\",\"B\":%ld,\"T\":%ld,\"H\":%ld,\"D\":%ld,\"ms\":%.3f,\"tflops\":%.2f}\n",
+        long(B), long(T), long(H), long(D), fwd, fwd_flops / fwd / 1e9);
+    std::printf(
+        "{\"kernel\":\"attention_backward\",\"B\":%ld,\"T\":%ld,\"H\":%ld,\"D\":%ld,\"ms\":%.3f,\"tflops\":%.2f}\n",
+        long(B), long(T), long(H), long(D), bwd, 2.5 * fwd_flops / bwd / 1e9);
   }
   // LayerNorm forward: bytes read + written
   {

@@ -20,8 +20,8 @@ struct Context {
   std::mutex mutex;
   int device = -1;
   cudaStream_t stream = nullptr;
-  std::multimap<size_t, void*> cached;        // rounded size -> free block
-  std::map<uintptr_t, size_t> blocks;         // every block held from CUDA -> its rounded size
+  std::multimap<size_t, void*> cached;  // rounded size -> free block
+  std::map<uintptr_t, size_t> blocks;   // every block held from CUDA -> its rounded size
   std::atomic<int64_t> live_blocks{0};
   MemStats stats;
   int64_t reserved = 0;

@@ -68,10 +68,10 @@ void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F)
   }
 }
 
-#define INSTANTIATE(T)                                                       \
-  template void gelu_forward<T>(T*, const T*, int64_t);                      \
-  template void gelu_backward<T>(T*, const T*, const T*, int64_t);           \
-  template void swiglu_forward<T>(T*, const T*, int64_t, int64_t);           \
+#define INSTANTIATE(T)                                             \
+  template void gelu_forward<T>(T*, const T*, int64_t);            \
+  template void gelu_backward<T>(T*, const T*, const T*, int64_t); \
+  template void swiglu_forward<T>(T*, const T*, int64_t, int64_t); \
   template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t);
 INSTANTIATE(float)
 INSTANTIATE(double)

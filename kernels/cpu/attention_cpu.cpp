@@ -5,13 +5,13 @@
 // are materialised, which is cheap at the sequence lengths run on CPU.
 #include <cmath>
 
-#include "kernels/cpu/vmath.hpp"
 #include <cstring>
 #include <vector>
+#include "kernels/cpu/vmath.hpp"
 
 #include "kernels/attention.hpp"
-#include "kernels/rotary.hpp"
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/rotary.hpp"
 
 namespace trident::kernels {
 
@@ -168,12 +168,12 @@ void rope_backward(T* dqkv, const double* table, int64_t B, int64_t T_, int64_t 
   rope_apply(dqkv, table, B, T_, H, KV, D, -1.0);
 }
 
-#define INSTANTIATE(T)                                                                                             \
-  template void attention_probs<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);                    \
-  template void attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);              \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \
-                                      int64_t, int64_t);                                                                    \
-  template void rope_forward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t);                  \
+#define INSTANTIATE(T)                                                                                                \
+  template void attention_probs<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);                        \
+  template void attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);                  \
+  template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, \
+                                      int64_t);                                                                       \
+  template void rope_forward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t);                      \
   template void rope_backward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t);
 INSTANTIATE(float)
 INSTANTIATE(double)

@@ -71,10 +71,10 @@ double sum_of_squares_ranges(const T* x, const std::vector<std::pair<int64_t, in
 
 void synchronize() { device_synchronize(); }
 
-#define INSTANTIATE(T)                                                                         \
-  template void copy<T>(T*, const T*, int64_t);                                                \
-  template void fill_zero<T>(T*, int64_t);                                                     \
-  template double sum<T>(const T*, int64_t);                                                   \
+#define INSTANTIATE(T)                          \
+  template void copy<T>(T*, const T*, int64_t); \
+  template void fill_zero<T>(T*, int64_t);      \
+  template double sum<T>(const T*, int64_t);    \
   template double sum_of_squares_ranges<T>(const T*, const std::vector<std::pair<int64_t, int64_t>>&);
 INSTANTIATE(float)
 INSTANTIATE(double)

@@ -8,15 +8,15 @@
 #ifdef TRIDENT_HAVE_CUDA
 #include "core/device_memory.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
-#define TRIDENT_ON_CUDA(T, ptr, ...)                                                   \
-  do {                                                                                 \
-    if constexpr (std::is_same_v<T, float>) {                                          \
-      if (::trident::is_device_pointer(ptr)) {                                         \
-        ::trident::kernels::cuda::KernelTimer trident_timer_(__func__);                \
-        __VA_ARGS__;                                                                   \
-        return;                                                                        \
-      }                                                                                \
-    }                                                                                  \
+#define TRIDENT_ON_CUDA(T, ptr, ...)                                    \
+  do {                                                                  \
+    if constexpr (std::is_same_v<T, float>) {                           \
+      if (::trident::is_device_pointer(ptr)) {                          \
+        ::trident::kernels::cuda::KernelTimer trident_timer_(__func__); \
+        __VA_ARGS__;                                                    \
+        return;                                                         \
+      }                                                                 \
+    }                                                                   \
   } while (0)
 #else
 #define TRIDENT_ON_CUDA(T, ptr, ...) \

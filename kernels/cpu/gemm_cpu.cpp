@@ -1,6 +1,7 @@
 // CPU GEMM: oneDNN sgemm for float, a reference loop nest for double.
-#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <chrono>
 
 #include <map>
 #include <mutex>
@@ -10,9 +11,9 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "kernels/precision.hpp"
-#include "kernels/gemm.hpp"
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/precision.hpp"
 
 namespace trident::kernels {
 
@@ -24,7 +25,11 @@ namespace {
 Precision g_matmul = Precision::fp32;  // set_matmul_precision
 
 // bf16 GEMM on the CPU: oneDNN's matmul primitive on bf16 operands with an
-// fp32 result (AMX or AVX512-BF16 where the CPU has them). The fp32
+// fp32 result (AMX or AVX512-BF16 where the CPU has them). A CPU without
+// AVX-512 has no bf16 matmul in oneDNN at all (it answers "unimplemented"):
+// there the bf16-valued fp32 operands go to sgemm, which computes the same
+// products exactly (8-bit mantissas) with fp32 accumulation, and a warning
+// says so once. The fp32
 // operands are converted in their own layout into per-thread buffers; the
 // conversion is exact when they hold bf16 values, as every GEMM input of a
 // bf16 run does. One primitive per shape, cached. The implementation oneDNN
@@ -47,6 +52,7 @@ struct Bf16State {
   dnnl_stream_t stream = nullptr;
   std::map<Bf16Key, Bf16Plan> plans;
   bool reported = false;
+  bool unavailable = false;  // this CPU has no bf16 matmul: sgemm instead
 };
 
 Bf16State& bf16_state() {
@@ -78,13 +84,24 @@ Bf16Plan make_bf16_plan(Bf16State& s, const Bf16Key& k) {
     DNNL_CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
   }
   dnnl_primitive_desc_t pd;
-  DNNL_CHECK(dnnl_primitive_desc_create(&pd, &md, attr, s.engine, nullptr));
+  const dnnl_status_t status = dnnl_primitive_desc_create(&pd, &md, attr, s.engine, nullptr);
+  if (status == dnnl_unimplemented) {
+    log::warn(
+        "bf16 GEMM: oneDNN has no bf16 matmul on this CPU (it needs AVX-512, AVX512-BF16 or AMX); bf16 "
+        "operands are multiplied by fp32 sgemm instead (exact products, fp32 accumulation, fp32 speed)");
+    s.unavailable = s.reported = true;
+    if (po) dnnl_post_ops_destroy(po);
+    dnnl_primitive_attr_destroy(attr);
+    return {};
+  }
+  DNNL_CHECK(status);
   if (!s.reported) {
     const char* impl = nullptr;
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     const std::string name = impl ? impl : "?";
     if (name.find("ref") != std::string::npos)
-      log::warn("bf16 GEMM: oneDNN chose '{}', a reference implementation (slow): this CPU lacks AVX512-BF16 / AMX", name);
+      log::warn("bf16 GEMM: oneDNN chose '{}', a reference implementation (slow): this CPU lacks AVX512-BF16 / AMX",
+                name);
     else
       log::info("bf16 GEMM: oneDNN matmul '{}'", name);
     s.reported = true;
@@ -108,8 +125,10 @@ void to_bf16(std::vector<uint16_t>& dst, const float* src, int64_t rows, int64_t
     for (int64_t c = 0; c < cols; ++c) dst[size_t(r * cols + c)] = f32_to_bf16(src[r * ld + c]);
 }
 
-void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+// false: no bf16 matmul on this CPU (the caller uses sgemm)
+bool gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (bf16_state().unavailable) return false;
   thread_local std::vector<uint16_t> a16, b16;
   to_bf16(a16, A, ta ? K : M, ta ? M : K, lda);
   to_bf16(b16, B, tb ? N : K, tb ? K : N, ldb);
@@ -117,7 +136,11 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   std::lock_guard<std::mutex> lock(s.mutex);
   const Bf16Key key{ta, tb, M, N, K, ldc, alpha, beta};
   auto it = s.plans.find(key);
-  if (it == s.plans.end()) it = s.plans.emplace(key, make_bf16_plan(s, key)).first;
+  if (it == s.plans.end()) {
+    Bf16Plan plan = make_bf16_plan(s, key);
+    if (!plan.prim) return false;
+    it = s.plans.emplace(key, plan).first;
+  }
   Bf16Plan& p = it->second;
   DNNL_CHECK(dnnl_memory_set_data_handle(p.a, a16.data()));
   DNNL_CHECK(dnnl_memory_set_data_handle(p.b, b16.data()));
@@ -125,6 +148,7 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}};
   DNNL_CHECK(dnnl_primitive_execute(p.prim, s.stream, 3, args));
   DNNL_CHECK(dnnl_stream_wait(s.stream));
+  return true;
 }
 
 }  // namespace
@@ -135,10 +159,9 @@ template <>
 void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   TRIDENT_ON_CUDA(float, C, cuda::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
-  if (g_matmul == Precision::bf16 && M > 0 && N > 0 && K > 0) {
-    gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (g_matmul == Precision::bf16 && M > 0 && N > 0 && K > 0 &&
+      gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
     return;
-  }
   DNNL_CHECK(dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
 }
 
@@ -149,7 +172,8 @@ void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alph
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       double s = 0;
-      for (int64_t k = 0; k < K; ++k) s += (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+      for (int64_t k = 0; k < K; ++k)
+        s += (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
       C[i * ldc + j] = alpha * s + (beta == 0 ? 0 : beta * C[i * ldc + j]);
     }
 }
@@ -166,8 +190,8 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 }
 
 template <typename T>
-void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
-                     int64_t C, int64_t OC, bool accumulate) {
+void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int64_t C,
+                     int64_t OC, bool accumulate) {
   TRIDENT_ON_CUDA(T, dout, cuda::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate));
   if (dinp) gemm<T>(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
   if (dweight) gemm<T>(true, false, OC, C, N, T(1), dout, OC, inp, C, accumulate ? T(1) : T(0), dweight, C);
@@ -183,12 +207,27 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 
 template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
 template void linear_forward<double>(double*, const double*, const double*, const double*, int64_t, int64_t, int64_t);
-template void linear_backward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t,
-                                     int64_t, int64_t, bool);
-template void linear_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                      int64_t, int64_t, int64_t, bool);
+template void linear_backward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t,
+                                     int64_t, bool);
+template void linear_backward<double>(double*, double*, double*, const double*, const double*, const double*, int64_t,
+                                      int64_t, int64_t, bool);
 
 void set_num_threads(int n) { omp_set_num_threads(n); }
+
+double measure_gemm_peak(double seconds) {
+  using Clock = std::chrono::steady_clock;
+  const int64_t n = 1024;
+  std::vector<float> a(size_t(n * n), 1.0f), b(size_t(n * n), 0.5f), c(size_t(n * n));
+  gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+  double best = 0;
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < end) {
+    const auto t0 = Clock::now();
+    gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    best = std::max(best, 2.0 * double(n * n * n) / std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
 int num_threads() { return omp_get_max_threads(); }
 
 }  // namespace trident::kernels

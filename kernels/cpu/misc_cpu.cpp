@@ -7,10 +7,10 @@
 #include "kernels/cpu/vmath.hpp"
 
 #include "kernels/adamw.hpp"
+#include "kernels/cpu/dispatch.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/residual.hpp"
-#include "kernels/cpu/dispatch.hpp"
 
 namespace trident::kernels {
 
@@ -155,8 +155,8 @@ void cross_entropy_local_max(T* row_max, const T* logits, int64_t N, int64_t V, 
 }
 
 template <typename T>
-void cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t N,
-                              int64_t V, int64_t Vvalid, int64_t vocab_begin) {
+void cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t N, int64_t V,
+                              int64_t Vvalid, int64_t vocab_begin) {
   TRIDENT_ON_CUDA(T, logits, cuda::cross_entropy_local_sums(sums, logits, row_max, targets, N, V, Vvalid, vocab_begin));
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
@@ -174,7 +174,8 @@ void cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const 
 template <typename T>
 void cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums, const int32_t* targets, int64_t N,
                           int64_t V, int64_t Vvalid, int64_t vocab_begin, T dscale) {
-  TRIDENT_ON_CUDA(T, logits, cuda::cross_entropy_finish(losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, dscale));
+  TRIDENT_ON_CUDA(
+      T, logits, cuda::cross_entropy_finish(losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, dscale));
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T lse = row_max[n] + std::log(sums[n]);
@@ -191,7 +192,9 @@ void cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums,
 
 template <typename T>
 void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& hp) {
-  TRIDENT_ON_CUDA(T, param, cuda::adamw_update_multi(param, m, v, grad, {{0, n, float(hp.weight_decay)}}, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.step, hp.grad_scale));
+  TRIDENT_ON_CUDA(T, param,
+                  cuda::adamw_update_multi(param, m, v, grad, {{0, n, float(hp.weight_decay)}}, hp.lr, hp.beta1,
+                                           hp.beta2, hp.eps, hp.step, hp.grad_scale));
   const T b1 = T(hp.beta1), b2 = T(hp.beta2);
   const T c1 = T(1.0 / (1.0 - std::pow(hp.beta1, double(hp.step))));
   const T c2 = T(1.0 / (1.0 - std::pow(hp.beta2, double(hp.step))));
@@ -215,8 +218,7 @@ void adamw_update_multi(T* param, T* m, T* v, const T* grad, const std::vector<A
     if (is_device_pointer(param)) {
       std::vector<cuda::AdamWRangeDevice> dr;
       for (const auto& r : ranges) dr.push_back({r.offset, r.size, float(r.weight_decay)});
-      return cuda::adamw_update_multi(param, m, v, grad, dr, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.step,
-                                      hp.grad_scale);
+      return cuda::adamw_update_multi(param, m, v, grad, dr, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.step, hp.grad_scale);
     }
 #endif
   for (const auto& r : ranges) {
@@ -226,20 +228,20 @@ void adamw_update_multi(T* param, T* m, T* v, const T* grad, const std::vector<A
   }
 }
 
-#define INSTANTIATE(T)                                                                                     \
+#define INSTANTIATE(T)                                                                                           \
   template void adamw_update_multi<T>(T*, T*, T*, const T*, const std::vector<AdamWRange>&, const AdamWParams&); \
-  template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t, int64_t);      \
-  template void embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);     \
-  template void position_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t);            \
-  template void position_backward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t);                     \
-  template void cross_entropy_local_max<T>(T*, const T*, int64_t, int64_t, int64_t);                        \
-  template void cross_entropy_local_sums<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
-                                            int64_t);                                                      \
-  template void cross_entropy_finish<T>(T*, T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
-                                        int64_t, T);                                                       \
-  template void residual_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t);                   \
-  template void bias_backward<T>(T*, const T*, int64_t, int64_t, bool);                                     \
-  template void softmax_cross_entropy<T>(T*, T*, const int32_t*, int64_t, int64_t, int64_t, T);            \
+  template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t, int64_t);          \
+  template void embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);         \
+  template void position_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t);                 \
+  template void position_backward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t);                          \
+  template void cross_entropy_local_max<T>(T*, const T*, int64_t, int64_t, int64_t);                             \
+  template void cross_entropy_local_sums<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t,   \
+                                            int64_t);                                                            \
+  template void cross_entropy_finish<T>(T*, T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t,   \
+                                        int64_t, T);                                                             \
+  template void residual_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t);                         \
+  template void bias_backward<T>(T*, const T*, int64_t, int64_t, bool);                                          \
+  template void softmax_cross_entropy<T>(T*, T*, const int32_t*, int64_t, int64_t, int64_t, T);                  \
   template void adamw_update<T>(T*, T*, T*, const T*, int64_t, const AdamWParams&);
 INSTANTIATE(float)
 INSTANTIATE(double)

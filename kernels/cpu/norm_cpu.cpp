@@ -6,8 +6,8 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/norm.hpp"
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/norm.hpp"
 
 namespace trident::kernels {
 
@@ -35,8 +35,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 // Per-thread partial sums for a parameter gradient, combined in thread order
 // (row stride `stride` in part), added to dst or written over it.
 template <typename T>
-static void reduce_partials(const T* part, int threads, int64_t stride, int64_t width, T* dst,
-                            bool accumulate) {
+static void reduce_partials(const T* part, int threads, int64_t stride, int64_t width, T* dst, bool accumulate) {
   for (int64_t c = 0; c < width; ++c) {
     T s = accumulate ? dst[c] : T(0);
     for (int t = 0; t < threads; ++t) s += part[size_t(t) * stride + c];
@@ -47,7 +46,8 @@ static void reduce_partials(const T* part, int threads, int64_t stride, int64_t 
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
                         const T* rstd, int64_t N, int64_t C, bool accumulate) {
-  TRIDENT_ON_CUDA(T, dout, cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate));
+  TRIDENT_ON_CUDA(T, dout,
+                  cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate));
   int threads = omp_get_max_threads();
   std::vector<T> part(size_t(threads) * 2 * C, T(0));
 #pragma omp parallel
@@ -124,11 +124,11 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
   reduce_partials(part.data(), threads, C, C, dweight, accumulate);
 }
 
-#define INSTANTIATE(T)                                                                                            \
-  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, double);        \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t,      \
-                                      int64_t, bool);                                                             \
-  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);                         \
+#define INSTANTIATE(T)                                                                                                \
+  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, double);             \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int64_t, \
+                                      bool);                                                                          \
+  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);                             \
   template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t, bool);
 INSTANTIATE(float)
 INSTANTIATE(double)

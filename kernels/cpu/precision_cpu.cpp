@@ -13,22 +13,6 @@
 
 namespace trident::kernels {
 
-Precision parse_precision(const std::string& s) {
-  if (s == "fp32") return Precision::fp32;
-  if (s == "bf16") return Precision::bf16;
-  if (s == "fp16") return Precision::fp16;
-  fail_input("train.precision: expected fp32 | bf16 | fp16, found '{}'", s);
-}
-
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::fp32: return "fp32";
-    case Precision::bf16: return "bf16";
-    case Precision::fp16: return "fp16";
-  }
-  return "?";
-}
-
 float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 float round_fp16(float x) { return float(static_cast<_Float16>(x)); }
 

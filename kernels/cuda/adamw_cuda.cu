@@ -30,8 +30,9 @@ __global__ void adamw_chunks(float* param, float* m, float* v, const float* grad
 
 }  // namespace
 
-void adamw_update_multi(float* param, float* m, float* v, const float* grad, const std::vector<AdamWRangeDevice>& ranges,
-                        double lr, double beta1, double beta2, double eps, int64_t step, double grad_scale) {
+void adamw_update_multi(float* param, float* m, float* v, const float* grad,
+                        const std::vector<AdamWRangeDevice>& ranges, double lr, double beta1, double beta2, double eps,
+                        int64_t step, double grad_scale) {
   constexpr int64_t kChunk = 1 << 16;
   std::vector<Chunk> chunks;
   for (const auto& r : ranges)
@@ -43,8 +44,8 @@ void adamw_update_multi(float* param, float* m, float* v, const float* grad, con
   CUDA_CHECK(cudaMemcpyAsync(d, chunks.data(), bytes, cudaMemcpyHostToDevice, stream()));
   const float c1 = float(1.0 / (1.0 - std::pow(beta1, double(step))));
   const float c2 = float(1.0 / (1.0 - std::pow(beta2, double(step))));
-  KERNEL_LAUNCH(adamw_chunks, unsigned(chunks.size()), 256, 0)(param, m, v, grad, d, float(lr), float(beta1),
-                                                              float(beta2), float(eps), c1, c2, float(grad_scale));
+  KERNEL_LAUNCH(adamw_chunks, unsigned(chunks.size()), 256, 0)
+  (param, m, v, grad, d, float(lr), float(beta1), float(beta2), float(eps), c1, c2, float(grad_scale));
   CUDA_LAUNCHED("adamw_chunks");
   // (a copy from pageable memory has read the host table when it returns;
   // the block is reused in stream order)

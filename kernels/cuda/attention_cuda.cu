@@ -17,8 +17,8 @@ namespace trident::kernels::cuda {
 
 namespace {
 
-constexpr int kTile = 64;       // queries and keys per tile
-constexpr int kThreads = 128;   // 2 per tile row
+constexpr int kTile = 64;      // queries and keys per tile
+constexpr int kThreads = 128;  // 2 per tile row
 
 struct Dims {
   int64_t B, T, H, KV, D, W;  // W = (H + 2 KV) D, the qkv row width
@@ -141,14 +141,14 @@ __global__ void attn_delta(float* delta, const float* dout, const float* out, Di
 
 // Block per (key tile, KV head, batch): dK, dV of its keys over the group's query heads.
 template <int DMAX>
-__global__ void __launch_bounds__(kThreads) attn_bwd_kv(float* dqkv, const float* dout, const float* qkv,
-                                                        const float* lse, const float* delta, Dims d) {
+__global__ void __launch_bounds__(kThreads)
+    attn_bwd_kv(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, Dims d) {
   DYNAMIC_SMEM(float, smem);
   float* Ks = smem;
   float* Vs = Ks + kTile * d.SD;
   float* Qs = Vs + kTile * d.SD;
   float* dOs = Qs + kTile * d.SD;
-  float* Ps = dOs + kTile * d.SD;        // [key][query], stride kTile + 1
+  float* Ps = dOs + kTile * d.SD;  // [key][query], stride kTile + 1
   float* dSs = Ps + kTile * (kTile + 1);
   float* Ls = dSs + kTile * (kTile + 1);  // lse of the query tile
   float* Dl = Ls + kTile;                 // delta of the query tile
@@ -212,8 +212,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_kv(float* dqkv, const float
 
 // Block per (query tile, head, batch): dQ of its queries.
 template <int DMAX>
-__global__ void __launch_bounds__(kThreads) attn_bwd_q(float* dqkv, const float* dout, const float* qkv,
-                                                       const float* lse, const float* delta, Dims d) {
+__global__ void __launch_bounds__(kThreads)
+    attn_bwd_q(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, Dims d) {
   DYNAMIC_SMEM(float, smem);
   float* Qs = smem;
   float* dOs = Qs + kTile * d.SD;
@@ -310,8 +310,8 @@ void attention_lse(float* lse, const float* qkv, int64_t B, int64_t T, int64_t H
   forward(nullptr, lse, qkv, B, T, H, KV, D);
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                        int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B,
+                        int64_t T, int64_t H, int64_t KV, int64_t D) {
   if (B * T == 0) return;
   const Dims d = make_dims(B, T, H, KV, D);
   const size_t delta_bytes = size_t(B * H * T) * sizeof(float);
@@ -328,8 +328,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     launch(attn_bwd_q<64>, dim3(tiles, unsigned(H), unsigned(B)), q_floats, "attn_bwd_q", d, dqkv, dout, qkv, lse,
            delta);
   } else {
-    launch(attn_bwd_kv<128>, dim3(tiles, unsigned(KV), unsigned(B)), kv_floats, "attn_bwd_kv", d, dqkv, dout, qkv,
-           lse, delta);
+    launch(attn_bwd_kv<128>, dim3(tiles, unsigned(KV), unsigned(B)), kv_floats, "attn_bwd_kv", d, dqkv, dout, qkv, lse,
+           delta);
     launch(attn_bwd_q<128>, dim3(tiles, unsigned(H), unsigned(B)), q_floats, "attn_bwd_q", d, dqkv, dout, qkv, lse,
            delta);
   }

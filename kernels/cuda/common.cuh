@@ -23,10 +23,10 @@ namespace trident::kernels::cuda {
 
 [[noreturn]] void cuda_fail(const char* library, const char* stmt, const char* file, int line, const char* message);
 
-#define CUDA_CHECK(stmt)                                                                              \
-  do {                                                                                                \
-    cudaError_t trident_e_ = (stmt);                                                                  \
-    if (trident_e_ != cudaSuccess)                                                                    \
+#define CUDA_CHECK(stmt)                                                                                      \
+  do {                                                                                                        \
+    cudaError_t trident_e_ = (stmt);                                                                          \
+    if (trident_e_ != cudaSuccess)                                                                            \
       ::trident::kernels::cuda::cuda_fail("CUDA", #stmt, __FILE__, __LINE__, cudaGetErrorString(trident_e_)); \
   } while (0)
 #define CUDA_LAUNCHED(what) CUDA_CHECK(cudaGetLastError())

@@ -26,7 +26,8 @@ __device__ void write_dlogits(float* row, int64_t V, int64_t Vvalid, float lse, 
     row[v] = v < Vvalid ? expf(row[v] - lse) * dscale - (v == tgt ? dscale : 0.f) : 0.f;
 }
 
-__global__ void ce_fused(float* losses, float* logits, const int32_t* targets, int64_t V, int64_t Vvalid, float dscale) {
+__global__ void ce_fused(float* losses, float* logits, const int32_t* targets, int64_t V, int64_t Vvalid,
+                         float dscale) {
   const int64_t n = blockIdx.x;
   float* row = logits + n * V;
   const float mx = row_max_of(row, Vvalid);
@@ -56,9 +57,8 @@ __global__ void ce_sums(float* sums, const float* logits, const float* row_max, 
   }
 }
 
-__global__ void ce_finish(float* losses, float* logits, const float* row_max, const float* sums,
-                          const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin,
-                          float dscale) {
+__global__ void ce_finish(float* losses, float* logits, const float* row_max, const float* sums, const int32_t* targets,
+                          int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin, float dscale) {
   const int64_t n = blockIdx.x;
   const float lse = row_max[n] + logf(sums[n]);
   if (threadIdx.x == 0) losses[n] = lse - sums[N + n];
@@ -82,19 +82,18 @@ void cross_entropy_local_max(float* row_max, const float* logits, int64_t N, int
   CUDA_LAUNCHED("ce_max");
 }
 
-void cross_entropy_local_sums(float* sums, const float* logits, const float* row_max, const int32_t* targets,
-                              int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin) {
+void cross_entropy_local_sums(float* sums, const float* logits, const float* row_max, const int32_t* targets, int64_t N,
+                              int64_t V, int64_t Vvalid, int64_t vocab_begin) {
   if (N == 0) return;
   KERNEL_LAUNCH(ce_sums, unsigned(N), kThreads, 0)(sums, logits, row_max, targets, N, V, Vvalid, vocab_begin);
   CUDA_LAUNCHED("ce_sums");
 }
 
-void cross_entropy_finish(float* losses, float* logits, const float* row_max, const float* sums,
-                          const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin,
-                          float dscale) {
+void cross_entropy_finish(float* losses, float* logits, const float* row_max, const float* sums, const int32_t* targets,
+                          int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin, float dscale) {
   if (N == 0) return;
-  KERNEL_LAUNCH(ce_finish, unsigned(N), kThreads, 0)(losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin,
-                                                   dscale);
+  KERNEL_LAUNCH(ce_finish, unsigned(N), kThreads, 0)
+  (losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, dscale);
   CUDA_LAUNCHED("ce_finish");
 }
 

@@ -54,8 +54,8 @@ void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV,
                        int64_t D);
 void attention_lse(float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                        int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B,
+                        int64_t T, int64_t H, int64_t KV, int64_t D);
 
 // table: the host table of kernels::rope_table (copied to the device once per table)
 void rope_forward(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
@@ -72,11 +72,10 @@ void position_backward(float* dwpe, const float* dout, int64_t row_begin, int64_
 void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
                            float dscale);
 void cross_entropy_local_max(float* row_max, const float* logits, int64_t N, int64_t V, int64_t Vvalid);
-void cross_entropy_local_sums(float* sums, const float* logits, const float* row_max, const int32_t* targets,
-                              int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin);
-void cross_entropy_finish(float* losses, float* logits, const float* row_max, const float* sums,
-                          const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin,
-                          float dscale);
+void cross_entropy_local_sums(float* sums, const float* logits, const float* row_max, const int32_t* targets, int64_t N,
+                              int64_t V, int64_t Vvalid, int64_t vocab_begin);
+void cross_entropy_finish(float* losses, float* logits, const float* row_max, const float* sums, const int32_t* targets,
+                          int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin, float dscale);
 
 void residual_forward(float* out, const float* a, const float* b, const float* bias, int64_t N, int64_t C);
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C, bool accumulate);
@@ -86,8 +85,9 @@ struct AdamWRangeDevice {
   int64_t offset, size;
   float weight_decay;
 };
-void adamw_update_multi(float* param, float* m, float* v, const float* grad, const std::vector<AdamWRangeDevice>& ranges,
-                        double lr, double beta1, double beta2, double eps, int64_t step, double grad_scale);
+void adamw_update_multi(float* param, float* m, float* v, const float* grad,
+                        const std::vector<AdamWRangeDevice>& ranges, double lr, double beta1, double beta2, double eps,
+                        int64_t step, double grad_scale);
 
 void round_to_storage(float* x, int64_t n, int mode);  // 1 bf16, 2 fp16
 void pack_16(uint16_t* dst, const float* src, int64_t n, int mode);

@@ -36,9 +36,12 @@ double dense_peak_flops(int mode) {
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   double tensor = 2048, fp32 = 128;
-  if (major == 9) tensor = 4096, fp32 = 256;
-  else if (major == 8 && minor == 9) tensor = 1024, fp32 = 256;
-  else if (major >= 10) tensor = 8192, fp32 = 256;
+  if (major == 9)
+    tensor = 4096, fp32 = 256;
+  else if (major == 8 && minor == 9)
+    tensor = 1024, fp32 = 256;
+  else if (major >= 10)
+    tensor = 8192, fp32 = 256;
   return double(sms) * double(clock_khz) * 1e3 * (mode == 0 ? fp32 : tensor);
 }
 

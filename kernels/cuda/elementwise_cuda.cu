@@ -104,8 +104,8 @@ __global__ void embedding_bwd(float* dwte, const float* dout, const int32_t* tok
   }
 }
 
-__global__ void position_fwd(float* out, const float* inp, const float* wpe, int64_t row_begin, int64_t rows,
-                             int64_t T, int64_t C) {
+__global__ void position_fwd(float* out, const float* inp, const float* wpe, int64_t row_begin, int64_t rows, int64_t T,
+                             int64_t C) {
   GRID_STRIDE(idx, rows * C) {
     const int64_t i = idx / C, c = idx % C;
     out[idx] = inp[idx] + (wpe ? wpe[((row_begin + i) % T) * C + c] : 0.f);
@@ -126,9 +126,7 @@ __global__ void position_bwd(float* dwpe, const float* dout, int64_t row_begin, 
 __global__ void round_bf16(float* x, int64_t n) {
   GRID_STRIDE(i, n) x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
 }
-__global__ void round_fp16(float* x, int64_t n) {
-  GRID_STRIDE(i, n) x[i] = __half2float(__float2half_rn(x[i]));
-}
+__global__ void round_fp16(float* x, int64_t n) { GRID_STRIDE(i, n) x[i] = __half2float(__float2half_rn(x[i])); }
 
 __global__ void pack_bf16(uint16_t* dst, const float* src, int64_t n) {
   GRID_STRIDE(i, n) dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
@@ -171,11 +169,13 @@ double chunked_sum(const float* x, const std::vector<std::pair<int64_t, int64_t>
   if (nchunks == 0) return 0;
   auto* dchunks = static_cast<int64_t*>(scratch_alloc(chunks.size() * sizeof(int64_t)));
   auto* dpartial = static_cast<double*>(scratch_alloc(size_t(nchunks) * sizeof(double)));
-  CUDA_CHECK(cudaMemcpyAsync(dchunks, chunks.data(), chunks.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream()));
+  CUDA_CHECK(
+      cudaMemcpyAsync(dchunks, chunks.data(), chunks.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream()));
   KERNEL_LAUNCH(chunk_sums, unsigned(nchunks), kThreads, 0)(dpartial, x, dchunks, squares);
   CUDA_LAUNCHED("chunk_sums");
   std::vector<double> partial(static_cast<size_t>(nchunks));
-  CUDA_CHECK(cudaMemcpyAsync(partial.data(), dpartial, partial.size() * sizeof(double), cudaMemcpyDeviceToHost, stream()));
+  CUDA_CHECK(
+      cudaMemcpyAsync(partial.data(), dpartial, partial.size() * sizeof(double), cudaMemcpyDeviceToHost, stream()));
   CUDA_CHECK(cudaStreamSynchronize(stream()));
   scratch_free(dchunks, chunks.size() * sizeof(int64_t));
   scratch_free(dpartial, size_t(nchunks) * sizeof(double));
@@ -199,12 +199,12 @@ const double* device_table(const double* host, int64_t n) {
 
 }  // namespace
 
-#define LAUNCH(kernel, n, ...)                                                      \
-  do {                                                                              \
-    if ((n) > 0) {                                                                  \
-      KERNEL_LAUNCH(kernel, (grid_for((n), kThreads)), kThreads, 0)(__VA_ARGS__);      \
-      CUDA_LAUNCHED(#kernel);                                                       \
-    }                                                                               \
+#define LAUNCH(kernel, n, ...)                                                    \
+  do {                                                                            \
+    if ((n) > 0) {                                                                \
+      KERNEL_LAUNCH(kernel, (grid_for((n), kThreads)), kThreads, 0)(__VA_ARGS__); \
+      CUDA_LAUNCHED(#kernel);                                                     \
+    }                                                                             \
   } while (0)
 
 void gelu_forward(float* out, const float* inp, int64_t n) { LAUNCH(gelu_fwd, n, out, inp, n); }
@@ -247,12 +247,16 @@ void round_to_storage(float* x, int64_t n, int mode) {
   if (mode == 2) LAUNCH(round_fp16, n, x, n);
 }
 void pack_16(uint16_t* dst, const float* src, int64_t n, int mode) {
-  if (mode == 1) LAUNCH(pack_bf16, n, dst, src, n);
-  else LAUNCH(pack_fp16, n, dst, src, n);
+  if (mode == 1)
+    LAUNCH(pack_bf16, n, dst, src, n);
+  else
+    LAUNCH(pack_fp16, n, dst, src, n);
 }
 void unpack_16(float* dst, const uint16_t* src, int64_t n, int mode) {
-  if (mode == 1) LAUNCH(unpack_bf16, n, dst, src, n);
-  else LAUNCH(unpack_fp16, n, dst, src, n);
+  if (mode == 1)
+    LAUNCH(unpack_bf16, n, dst, src, n);
+  else
+    LAUNCH(unpack_fp16, n, dst, src, n);
 }
 int64_t count_nonfinite(const float* x, int64_t n) {
   if (n == 0) return 0;

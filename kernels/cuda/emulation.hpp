@@ -1,5 +1,5 @@
 // CUDA kernels on the CPU, for testing their logic where no GPU exists
-// (tests/test_cuda_emulated.cpp): with TRIDENT_CUDA_EMULATION the kernel
+// (tests/kernels/test_cuda_emulated.cpp): with TRIDENT_CUDA_EMULATION the kernel
 // files compile as C++ against this header. A launch runs its blocks one
 // after another; a block's threads are real threads, __syncthreads and
 // __syncwarp are barriers, warp shuffles exchange through the block, shared
@@ -101,7 +101,8 @@ auto launch(Kernel kernel, dim3 grid, dim3 block, size_t smem_bytes) {
           for (int t = 0; t < threads; ++t)
             pool.emplace_back([&, t] {
               tl_block = &b, tl_tid = t;
-              threadIdx = dim3(unsigned(t) % block.x, unsigned(t) / block.x % block.y, unsigned(t) / (block.x * block.y));
+              threadIdx =
+                  dim3(unsigned(t) % block.x, unsigned(t) / block.x % block.y, unsigned(t) / (block.x * block.y));
               blockIdx = dim3(bx, by, bz);
               kernel(args...);
               b.warps[size_t(t / 32)]->arrive_and_drop();  // an exited thread no longer counts
@@ -115,7 +116,9 @@ auto launch(Kernel kernel, dim3 grid, dim3 block, size_t smem_bytes) {
 }  // namespace trident::emu
 
 inline void __syncthreads() { trident::emu::tl_block->all->arrive_and_wait(); }
-inline void __syncwarp(unsigned = 0xffffffffu) { trident::emu::tl_block->warps[size_t(trident::emu::tl_tid / 32)]->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  trident::emu::tl_block->warps[size_t(trident::emu::tl_tid / 32)]->arrive_and_wait();
+}
 
 template <typename T>
 T __shfl_xor_sync(unsigned, T v, int lane_mask) {

@@ -13,11 +13,11 @@
 
 namespace trident::kernels::cuda {
 
-#define CUBLAS_CHECK(stmt)                                                                     \
-  do {                                                                                         \
-    cublasStatus_t trident_s_ = (stmt);                                                        \
-    if (trident_s_ != CUBLAS_STATUS_SUCCESS)                                                   \
-      cuda_fail("cuBLASLt", #stmt, __FILE__, __LINE__, cublasLtGetStatusString(trident_s_));   \
+#define CUBLAS_CHECK(stmt)                                                                   \
+  do {                                                                                       \
+    cublasStatus_t trident_s_ = (stmt);                                                      \
+    if (trident_s_ != CUBLAS_STATUS_SUCCESS)                                                 \
+      cuda_fail("cuBLASLt", #stmt, __FILE__, __LINE__, cublasLtGetStatusString(trident_s_)); \
   } while (0)
 
 namespace {
@@ -116,14 +116,16 @@ Plan make_plan(State& s, const Key& key) {
 
 __global__ void add_bias_rows(float* C, const float* bias, int64_t m, int64_t n, int64_t ldc) {
   // column-major C[m,n]: bias[i] added to row i of every column
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < m * n; idx += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < m * n;
+       idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = idx % m, j = idx / m;
     C[j * ldc + i] += bias[i];
   }
 }
 
 __global__ void scale_plus_bias(float* C, float beta, const float* bias, int64_t m, int64_t n, int64_t ldc) {
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < m * n; idx += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < m * n;
+       idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = idx % m, j = idx / m;
     float& c = C[j * ldc + i];
     c = (beta == 0.f ? 0.f : beta * c) + (bias ? bias[i] : 0.f);
@@ -147,7 +149,19 @@ void matmul_cublaslt(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
   std::lock_guard<std::mutex> lock(s.mutex);
   // the bias epilogue for 16-byte aligned biases; others get the separate kernel
   const bool fuse = bias != nullptr && alignment(bias) >= 16;
-  Key key{trans_a, trans_b, fuse, m, n, k, lda, ldb, ldc, g_mode, alignment(A), alignment(B), alignment(C),
+  Key key{trans_a,
+          trans_b,
+          fuse,
+          m,
+          n,
+          k,
+          lda,
+          ldb,
+          ldc,
+          g_mode,
+          alignment(A),
+          alignment(B),
+          alignment(C),
           fuse ? alignment(bias) : 256u};
   auto it = s.plans.find(key);
   if (it == s.plans.end()) {

@@ -20,7 +20,8 @@ struct Pending {
 };
 
 struct Timing {
-  bool enabled = std::getenv("TRIDENT_KERNEL_TIMES") != nullptr && std::string(std::getenv("TRIDENT_KERNEL_TIMES")) != "0";
+  bool enabled =
+      std::getenv("TRIDENT_KERNEL_TIMES") != nullptr && std::string(std::getenv("TRIDENT_KERNEL_TIMES")) != "0";
   std::vector<cudaEvent_t> free_events;
   std::vector<Pending> pending;
 };

@@ -107,8 +107,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     KERNEL_LAUNCH(layernorm_bwd_rows, unsigned(N), kRowThreads, 0)(dinp, dout, inp, weight, mean, rstd, C);
     CUDA_LAUNCHED("layernorm_bwd_rows");
   }
-  KERNEL_LAUNCH(norm_weight_grads, unsigned((C + 31) / 32), (dim3(32, 8)), 0)(dweight, dbias, dout, inp, mean, rstd, N, C,
-                                                                          accumulate);
+  KERNEL_LAUNCH(norm_weight_grads, unsigned((C + 31) / 32), (dim3(32, 8)), 0)
+  (dweight, dbias, dout, inp, mean, rstd, N, C, accumulate);
   CUDA_LAUNCHED("norm_weight_grads");
 }
 
@@ -124,8 +124,8 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
     KERNEL_LAUNCH(rmsnorm_bwd_rows, unsigned(N), kRowThreads, 0)(dinp, dout, inp, weight, rstd, C);
     CUDA_LAUNCHED("rmsnorm_bwd_rows");
   }
-  KERNEL_LAUNCH(norm_weight_grads, unsigned((C + 31) / 32), (dim3(32, 8)), 0)(dweight, nullptr, dout, inp, nullptr, rstd,
-                                                                          N, C, accumulate);
+  KERNEL_LAUNCH(norm_weight_grads, unsigned((C + 31) / 32), (dim3(32, 8)), 0)
+  (dweight, nullptr, dout, inp, nullptr, rstd, N, C, accumulate);
   CUDA_LAUNCHED("norm_weight_grads");
 }
 

@@ -1,12 +1,12 @@
 // MPI communicator (see mpi_communicator.hpp).
-#include <cstdlib>
 #include "parallel/mpi/mpi_communicator.hpp"
+#include <cstdlib>
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -44,11 +44,16 @@ void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::f64: return MPI_DOUBLE;
-    case DType::i32: return MPI_INT;
-    case DType::bf16: return MPI_UINT16_T;
-    case DType::f16: return MPI_UINT16_T;
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::i32:
+      return MPI_INT;
+    case DType::bf16:
+      return MPI_UINT16_T;
+    case DType::f16:
+      return MPI_UINT16_T;
   }
   return MPI_BYTE;
 }
@@ -87,13 +92,15 @@ class MpiWork : public Work {
       if (done) return;
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (waited > g_timeout_s) {
-        request_ = MPI_REQUEST_NULL;                                  // never completed: not waited for again
-        static std::vector<std::vector<Tensor>> abandoned;            // MPI may still write into the buffers
+        request_ = MPI_REQUEST_NULL;                        // never completed: not waited for again
+        static std::vector<std::vector<Tensor>> abandoned;  // MPI may still write into the buffers
         abandoned.push_back(std::move(keep_));
         throw Error(describe(waited));
       }
-      if (waited > 1e-3) std::this_thread::sleep_for(std::chrono::microseconds(20));  // long waits yield the core
-      else std::this_thread::yield();
+      if (waited > 1e-3)
+        std::this_thread::sleep_for(std::chrono::microseconds(20));  // long waits yield the core
+      else
+        std::this_thread::yield();
     }
   }
   bool is_completed() override {
@@ -115,9 +122,10 @@ class MpiWork : public Work {
       peer = fmt::format(" {} peer {} (world rank {}), tag {},", std::string(op_) == "send" ? "to" : "from", peer_,
                          world_peer, tag_);
     }
-    return fmt::format("timed out after {:.0f} s in {} of {} elements{} on group '{}' (this rank {} of {}): a peer did "
-                       "not take part; it may have failed, hung, or be running other code (parallel.timeout_s)",
-                       waited, op_, numel_, peer, comm_->name(), comm_->rank(), comm_->size());
+    return fmt::format(
+        "timed out after {:.0f} s in {} of {} elements{} on group '{}' (this rank {} of {}): a peer did "
+        "not take part; it may have failed, hung, or be running other code (parallel.timeout_s)",
+        waited, op_, numel_, peer, comm_->name(), comm_->rank(), comm_->size());
   }
   MPI_Request request_ = MPI_REQUEST_NULL;
   std::vector<int> counts_, displs_;  // must outlive the request (v-collectives)
@@ -162,6 +170,11 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world_);
   MPI_Op_create(&bf16_sum, 1, &g_bf16_sum);
   log::set_rank(rank_, world_);
+}
+
+void MpiRuntime::abort_job(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::abort();  // not reached
 }
 
 MpiRuntime::~MpiRuntime() {

@@ -33,6 +33,9 @@ class MpiRuntime {
   ~MpiRuntime();
   int rank() const { return rank_; }
   int world() const { return world_; }
+  // Ends every process of the job with this exit code (a failure on one rank
+  // that would leave the others waiting in their next collective).
+  [[noreturn]] static void abort_job(int code);
 
  private:
   int rank_ = 0, world_ = 1;

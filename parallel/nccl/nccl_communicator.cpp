@@ -34,11 +34,16 @@ namespace {
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::f32: return ncclFloat32;
-    case DType::f64: return ncclFloat64;
-    case DType::bf16: return ncclBfloat16;
-    case DType::f16: return ncclFloat16;
-    case DType::i32: return ncclInt32;
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::i32:
+      return ncclInt32;
   }
   return ncclFloat32;
 }
@@ -65,9 +70,10 @@ class NcclWork : public Work {
     const double limit = collective_timeout();
     while (!is_completed()) {
       if (limit > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit)
-        throw Error(fmt::format("{} did not complete within parallel.timeout_s = {} s (a rank of the group did not "
-                                "join, or the GPU hangs)",
-                                what_, limit));
+        throw Error(
+            fmt::format("{} did not complete within parallel.timeout_s = {} s (a rank of the group did not "
+                        "join, or the GPU hangs)",
+                        what_, limit));
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
@@ -87,7 +93,10 @@ class NcclWork : public Work {
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(const MpiCommunicator& group, int device)
-    : impl_(std::make_unique<Impl>()), rank_(group.rank()), size_(group.size()), device_(device),
+    : impl_(std::make_unique<Impl>()),
+      rank_(group.rank()),
+      size_(group.size()),
+      device_(device),
       name_(group.name() + ":nccl") {
   set_device(device);  // binds this process (and its compute stream) if not yet
   ncclUniqueId id;
@@ -119,7 +128,8 @@ WorkPtr NcclCommunicator::record(std::vector<Tensor> keep, const char* op) {
   CUDA_CHECK(cudaEventRecord(e, impl_->stream));
   const int64_t n = keep.empty() ? 0 : keep.front().numel();
   return std::make_unique<NcclWork>(
-      e, std::move(keep), fmt::format("NCCL {} of {} elements on group '{}' (rank {} of {})", op, n, name_, rank_, size_));
+      e, std::move(keep),
+      fmt::format("NCCL {} of {} elements on group '{}' (rank {} of {})", op, n, name_, rank_, size_));
 }
 
 WorkPtr NcclCommunicator::all_reduce(Tensor buf, const AllReduceOptions& opts) {

@@ -1,0 +1,90 @@
+// The closed sets of values a recipe or a command line can name, as enums
+// with one name table each. Strings become these in the loader (core/recipe)
+// or at a command line's boundary (launch/cli); nothing downstream compares
+// a recipe string again (docs/architecture.md, "parse once").
+// enum_name(e) gives the recipe spelling; parse_enum<E>(s) the value or
+// nothing; enum_choices<E>() "a | b | c" for messages and docs.
+#pragma once
+#include <array>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/device.hpp"
+
+namespace trident {
+
+enum class Arch { gpt2, llama };
+enum class MeshAxis { data, pipeline, tensor };
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved_1f1b, zero_bubble };
+enum class Precision { fp32, bf16, fp16 };
+enum class Recompute { none, selective, full };
+enum class LrDecay { constant, cosine, linear, wsd };
+
+template <typename E>
+struct EnumNames;
+
+#define TRIDENT_ENUM_NAMES(E, ...)                                                         \
+  template <>                                                                              \
+  struct EnumNames<E> {                                                                    \
+    static constexpr auto table = std::to_array<std::pair<E, const char*>>({__VA_ARGS__}); \
+  }
+
+TRIDENT_ENUM_NAMES(Arch, {Arch::gpt2, "gpt2"}, {Arch::llama, "llama"});
+TRIDENT_ENUM_NAMES(MeshAxis, {MeshAxis::tensor, "tensor"}, {MeshAxis::data, "data"}, {MeshAxis::pipeline, "pipeline"});
+TRIDENT_ENUM_NAMES(ScheduleKind, {ScheduleKind::gpipe, "gpipe"}, {ScheduleKind::one_f_one_b, "1f1b"},
+                   {ScheduleKind::interleaved_1f1b, "interleaved_1f1b"}, {ScheduleKind::zero_bubble, "zero_bubble"});
+TRIDENT_ENUM_NAMES(Precision, {Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"});
+TRIDENT_ENUM_NAMES(Recompute, {Recompute::none, "none"}, {Recompute::selective, "selective"},
+                   {Recompute::full, "full"});
+TRIDENT_ENUM_NAMES(LrDecay, {LrDecay::constant, "constant"}, {LrDecay::cosine, "cosine"}, {LrDecay::linear, "linear"},
+                   {LrDecay::wsd, "wsd"});
+TRIDENT_ENUM_NAMES(DeviceType, {DeviceType::cpu, "cpu"}, {DeviceType::cuda, "cuda"});
+#undef TRIDENT_ENUM_NAMES
+
+template <typename E>
+const char* enum_name(E e) {
+  for (const auto& [value, name] : EnumNames<E>::table)
+    if (value == e) return name;
+  return "?";
+}
+
+template <typename E>
+std::optional<E> parse_enum(std::string_view s) {
+  for (const auto& [value, name] : EnumNames<E>::table)
+    if (s == name) return value;
+  return std::nullopt;
+}
+
+template <typename E>
+std::string enum_choices(const char* separator = " | ") {
+  std::string out;
+  for (const auto& [value, name] : EnumNames<E>::table) out += (out.empty() ? "" : separator) + std::string(name);
+  return out;
+}
+
+template <typename E>
+concept NamedEnum = requires {
+  EnumNames<E>::table;
+};
+
+// Streams print the recipe spelling too (test messages).
+template <NamedEnum E>
+std::ostream& operator<<(std::ostream& os, E e) {
+  return os << enum_name(e);
+}
+
+}  // namespace trident
+
+// fmt prints a named enum as its recipe spelling.
+template <trident::NamedEnum E>
+struct fmt::formatter<E> : fmt::formatter<std::string_view> {
+  template <typename Context>
+  auto format(E e, Context& ctx) const {
+    return fmt::formatter<std::string_view>::format(trident::enum_name(e), ctx);
+  }
+};

@@ -1,0 +1,222 @@
+// Finding, verifying and loading checkpoints (see checkpoint.hpp): every
+// file a rank reads is checked (index entry, size, checksum, tensor names and
+// shapes) on every rank before any state changes.
+#include <filesystem>
+
+#include "core/crc32c.hpp"
+#include "core/device_memory.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/safetensors.hpp"
+#include "launch/checkpoint/checkpoint.hpp"
+#include "launch/checkpoint/index.hpp"
+#include "launch/checkpoint/reshard.hpp"
+#include "parallel/rank_reductions.hpp"
+
+namespace trident::launch {
+
+namespace fs = std::filesystem;
+using checkpoint::CheckpointIndex;
+
+namespace {
+
+// root/latest -> root/step_N ("" when there is no `latest`).
+std::string follow_latest(const fs::path& root) {
+  const fs::path latest = root / "latest";
+  if (!fs::exists(latest)) return "";
+  std::string name = checkpoint::read_text(latest.string());
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  const fs::path dir = root / name;
+  if (!fs::exists(dir / "index.json")) fail_input("{}: points at '{}', which has no index.json", latest.string(), name);
+  return dir.string();
+}
+
+// The optimizer's progress and the loss scaler, from the index, as this run
+// (its precision) continues them.
+void restore_scaler(const CheckpointIndex& x, const std::string& index_path, const Recipe& rc, ScalerState& s) {
+  s = ScalerState{};
+  s.optimizer_steps = x.optimizer_step, s.loss_scale = x.loss_scale;
+  s.good_steps = x.good_steps, s.skipped_steps = x.skipped_steps;
+  if (!(s.loss_scale > 0) || s.skipped_steps > x.step || s.optimizer_steps > x.step)
+    fail_input(
+        "{}: key 'precision': loss_scale {} must be > 0, and skipped_steps {} and optimizer.step {} at most "
+        "the step {}",
+        index_path, s.loss_scale, s.skipped_steps, s.optimizer_steps, x.step);
+  if (x.precision && *x.precision != rc.train.precision)
+    log::info("{}: saved under train.precision {}, resumed under {} (the master weights are fp32 either way)",
+              index_path, *x.precision, rc.train.precision);
+  if (rc.train.precision != Precision::fp16)
+    s.loss_scale = 1.0;
+  else if (x.precision != Precision::fp16)
+    s.loss_scale = rc.train.loss_scale, s.good_steps = 0;
+}
+
+// The model the checkpoint holds is the recipe's.
+void check_model(const CheckpointIndex& x, const std::string& index_path, const ModelConfig& m) {
+  const ModelConfig& saved = x.model;
+  for (auto [key, have, want] : std::vector<std::tuple<const char*, int64_t, int64_t>>{
+           {"layers", saved.layers, m.layers},
+           {"hidden", saved.hidden, m.hidden},
+           {"heads", saved.heads, m.heads},
+           {"kv_heads", saved.kv_heads, m.kv_heads},
+           {"ffn_hidden", saved.ffn_hidden, m.ffn_hidden},
+           {"seq_len", saved.seq_len, m.seq_len},
+           {"vocab", saved.vocab, m.vocab},
+           {"vocab_multiple", saved.vocab_multiple, m.vocab_multiple}})
+    if (have != want) fail_input("{}: model.{}: the checkpoint has {}, the recipe {}", index_path, key, have, want);
+  if (saved.arch != m.arch)
+    fail_input("{}: model.arch: the checkpoint has {}, the recipe {}", index_path, saved.arch, m.arch);
+}
+
+// A file this rank reads: listed, present, its indexed size and checksum.
+const checkpoint::IndexFile& check_file(const CheckpointIndex& x, const std::string& index_path, const std::string& dir,
+                                        const std::string& name) {
+  const checkpoint::IndexFile* entry = x.find_file(name);
+  if (!entry) fail_input("{}: no file {} in the index", index_path, name);
+  const std::string path = (fs::path(dir) / name).string();
+  if (!fs::exists(path)) fail_input("{}: missing (listed in {})", path, index_path);
+  if (int64_t(fs::file_size(path)) != entry->bytes)
+    fail_input("{}: {} bytes, the index says {} (truncated or replaced)", path, fs::file_size(path), entry->bytes);
+  const std::string sum = fmt::format("{:08x}", crc32c_file(path));
+  if (sum != entry->crc32c)
+    fail_input("{}: checksum {} != {} in the index (the file is corrupted)", path, sum, entry->crc32c);
+  return *entry;
+}
+
+// Same mesh: this rank's own file (data rank 0's with ZeRO 0), whole.
+std::string check_own_file(const CheckpointIndex& x, const std::string& index_path, const std::string& dir,
+                           const Recipe& rc, const RankState& s) {
+  const int dp = rc.parallel.zero >= 1 ? s.dp : 0;
+  const auto& entry = check_file(x, index_path, dir, checkpoint::file_name(dp, s.pp, s.tp));
+  const std::string file = (fs::path(dir) / entry.file).string();
+  if (entry.shard_begin != s.shard_begin || entry.shard_end != s.shard_end)
+    fail_input("{}: holds elements [{}, {}), this rank's shard is [{}, {})", file, entry.shard_begin, entry.shard_end,
+               s.shard_begin, s.shard_end);
+  const SafetensorsReader reader(file);
+  for (const char* t : {"params", "exp_avg", "exp_avg_sq"}) {
+    const auto& e = reader.at(t);
+    if (e.dtype != DType::f32 || e.shape != Shape{s.shard_end - s.shard_begin})
+      fail_input("{}: tensor '{}': expected F32 [{}], found {} [{}]", file, t, s.shard_end - s.shard_begin,
+                 safetensors_dtype(e.dtype), fmt::join(e.shape, ","));
+  }
+  return file;
+}
+
+std::string describe_mesh(const ParallelConfig& p) {
+  return fmt::format("data {} x tensor {} x pipeline {} (virtual stages {}), ZeRO {}", p.data, p.tensor, p.pipeline,
+                     p.virtual_stages, p.zero);
+}
+
+// What a rank reads: its own file (same mesh) or a resharding plan.
+struct LoadPlan {
+  int64_t step = 0;
+  std::string own_file;  // same mesh
+  checkpoint::ReshardPlan reshard;
+};
+
+LoadPlan verify(const Recipe& rc, const std::string& dir, const RankState& s) {
+  const std::string index_path = (fs::path(dir) / "index.json").string();
+  const CheckpointIndex x = checkpoint::read_index(index_path);
+  LoadPlan plan;
+  plan.step = x.step;
+  if (s.scaler) restore_scaler(x, index_path, rc, *s.scaler);
+  const std::string saved = describe_mesh(x.mesh), mine = describe_mesh(rc.parallel);
+  const bool same_mesh = saved == mine && x.mesh.stage_layers == rc.parallel.stage_layers;
+  if (!same_mesh) log::info("resharding {} saved under mesh {} onto this run's {}", dir, saved, mine);
+  check_model(x, index_path, rc.model);
+  if (same_mesh) {
+    plan.own_file = check_own_file(x, index_path, dir, rc, s);
+  } else {
+    plan.reshard = checkpoint::plan_reshard(x, index_path, s);
+    for (const auto& name : plan.reshard.files) check_file(x, index_path, dir, name);
+  }
+  return plan;
+}
+
+void read_state(const LoadPlan& plan, const std::string& dir, const RankState& h) {
+  if (plan.own_file.empty()) return checkpoint::run_reshard(plan.reshard, dir, h);
+  const SafetensorsReader reader(plan.own_file);
+  reader.read("params", h.params);
+  if (h.exp_avg) reader.read("exp_avg", h.exp_avg);
+  if (h.exp_avg_sq) reader.read("exp_avg_sq", h.exp_avg_sq);
+}
+
+}  // namespace
+
+std::string resolve_checkpoint(const std::string& path) {
+  if (fs::exists(fs::path(path) / "index.json")) return path;
+  if (fs::exists(fs::path(path) / "latest")) return follow_latest(path);
+  if (!fs::exists(path)) fail_input("{}: no such checkpoint", path);
+  fail_input(
+      "{}: not a checkpoint (neither a step directory with index.json nor a checkpoint directory with "
+      "`latest`; an interrupted save leaves neither)",
+      path);
+}
+
+std::string resolve_resume(const Recipe& rc, const std::string& arg) {
+  if (arg != "auto") return resolve_checkpoint(arg);
+  if (rc.checkpoint.dir.empty()) fail_input("--resume auto: the recipe sets no checkpoint.dir");
+  return follow_latest(rc.checkpoint.dir);
+}
+
+std::vector<std::string> single_process_overrides() {
+  return {"parallel.data=1",
+          "parallel.tensor=1",
+          "parallel.pipeline=1",
+          "parallel.virtual_stages=1",
+          "parallel.zero=0",
+          "parallel.schedule=1f1b",
+          "parallel.sequence_parallel=false",
+          "parallel.stage_layers=[]"};
+}
+
+WholeModel load_whole_model(const std::string& path) {
+  WholeModel w;
+  w.dir = resolve_checkpoint(path);
+  const std::string index_path = (fs::path(w.dir) / "index.json").string();
+  const CheckpointIndex x = checkpoint::read_index(index_path);
+  if (x.recipe_text.empty()) fail_input("{}: no key 'recipe_text'", index_path);
+  // the recipe the run was trained with, on one process
+  std::vector<std::string> sets = x.recipe_overrides;
+  for (const auto& s : single_process_overrides()) sets.push_back(s);
+  const std::string name = x.recipe_file.empty() ? index_path : x.recipe_file + " (from " + index_path + ")";
+  w.recipe = load_recipe_text(x.recipe_text, name, sets, 1);
+  const model::ParamRegistry reg(w.recipe.model);
+  w.params.assign(static_cast<size_t>(reg.total()), 0.0f);
+  const RankState s{&reg, 0, 0, 0, 0, reg.total(), w.params.data(), nullptr, nullptr};
+  w.step = load_checkpoint(w.recipe, w.dir, s, nullptr);
+  return w;
+}
+
+int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankState& s, parallel::Communicator* world) {
+  std::string problem;
+  LoadPlan plan;
+  try {
+    plan = verify(rc, dir, s);
+  } catch (const InputError& e) {
+    problem = e.what();
+  }
+  // every rank checks its files before any rank changes its state
+  const bool failed = parallel::max_over(world, problem.empty() ? 0 : 1) != 0;
+  if (!problem.empty()) fail_input("{}", problem);
+  if (failed) fail_input("{}: rejected by another rank (its error says why)", dir);
+  // a shard in device memory is read into host buffers, then copied over
+  const bool device = is_device_pointer(s.params);
+  const int64_t n = s.shard_end - s.shard_begin;
+  std::vector<float> host[3];
+  RankState h = s;
+  float** fields[3] = {&h.params, &h.exp_avg, &h.exp_avg_sq};
+  if (device)
+    for (int i = 0; i < 3; ++i)
+      if (*fields[i]) host[i].resize(static_cast<size_t>(n)), *fields[i] = host[i].data();
+  read_state(plan, dir, h);
+  if (device) {
+    float* dst[3] = {s.params, s.exp_avg, s.exp_avg_sq};
+    for (int i = 0; i < 3; ++i)
+      if (dst[i]) copy_bytes(dst[i], host[i].data(), size_t(n) * sizeof(float));
+    device_synchronize();
+  }
+  return plan.step;
+}
+
+}  // namespace trident::launch

@@ -1,0 +1,249 @@
+// Saving a checkpoint in two halves: start() and the background write, then
+// complete() once every rank's file is written (see checkpoint.hpp).
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "core/atomic_file.hpp"
+#include "core/device_memory.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/safetensors.hpp"
+#include "launch/checkpoint/checkpoint.hpp"
+#include "launch/checkpoint/index.hpp"
+#include "parallel/rank_reductions.hpp"
+
+namespace trident::launch {
+
+namespace fs = std::filesystem;
+using checkpoint::file_name;
+using checkpoint::step_name;
+
+namespace checkpoint {
+// What each rank tells rank 0 about its file when a save completes: the
+// typed message of the save agreement, gathered as raw bytes.
+struct FileReport {
+  int32_t status = 0;  // 0: nothing written (a ZeRO 0 replica), 1: written, -1: failed
+  int32_t dp = 0, pp = 0, tp = 0;
+  uint32_t crc = 0;  // CRC-32C of the file
+  uint32_t unused = 0;
+  int64_t shard_begin = 0, shard_end = 0;
+};
+static_assert(sizeof(FileReport) % sizeof(int32_t) == 0);
+
+// Every rank's report, in world rank order (collective).
+std::vector<FileReport> gather_reports(parallel::Communicator* world, const FileReport& mine) {
+  const int size = world ? world->size() : 1, rank = world ? world->rank() : 0;
+  constexpr int64_t words = sizeof(FileReport) / sizeof(int32_t);
+  Tensor all = Tensor::zeros({words * size}, DType::i32, MemCategory::other);
+  std::memcpy(all.data<int32_t>() + words * rank, &mine, sizeof(FileReport));
+  if (world && size > 1) world->all_gather(all)->wait();
+  std::vector<FileReport> out(static_cast<size_t>(size));
+  std::memcpy(out.data(), all.data<int32_t>(), sizeof(FileReport) * size_t(size));
+  return out;
+}
+}  // namespace checkpoint
+
+using checkpoint::FileReport;
+
+struct CheckpointSaver::Pending {
+  int64_t step = 0;
+  ScalerState scaler;
+  fs::path tmp_dir, final_dir;
+  std::thread writer;
+  std::atomic<bool> written{false};
+  FileReport report;
+  std::string failure;
+};
+
+CheckpointSaver::CheckpointSaver(const Recipe& rc, parallel::Communicator* world) : rc_(rc), world_(world) {}
+
+CheckpointSaver::~CheckpointSaver() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+}
+
+int64_t CheckpointSaver::buffer_bytes() const {
+  return int64_t(sizeof(float) * (params_.capacity() + exp_avg_.capacity() + exp_avg_sq_.capacity()));
+}
+
+void CheckpointSaver::reserve(int64_t n) {
+  for (auto* b : {&params_, &exp_avg_, &exp_avg_sq_}) b->resize(static_cast<size_t>(n));
+}
+
+void CheckpointSaver::prepare(int64_t n) {
+  if (rc_.checkpoint.dir.empty() || !rc_.checkpoint.async) return;
+  reserve(n);
+  log::info("checkpoints: background writes from a host copy of this rank's shard ({:.1f} MiB per rank)",
+            double(buffer_bytes()) / (1 << 20));
+}
+
+void CheckpointSaver::after_step(int64_t steps_done, bool stopping, const RankState& s, bool quiet) {
+  if (rc_.checkpoint.dir.empty()) return;
+  auto report = [&](const std::string& saved) {
+    if (!quiet && !saved.empty()) log::info("checkpoint {}", saved);
+  };
+  report(poll());
+  const bool last = steps_done == rc_.train.steps;
+  const int64_t every = rc_.checkpoint.every;
+  if ((every > 0 && steps_done % every == 0) || last || stopping) {
+    report(start(steps_done, s));
+    if (last || stopping) report(finish());
+  }
+}
+
+std::string CheckpointSaver::start(int64_t steps_done, const RankState& s) {
+  const std::string previous = pending_ ? finish() : "";
+  const fs::path root(rc_.checkpoint.dir);
+  auto p = std::make_unique<Pending>();
+  p->step = steps_done;
+  if (s.scaler)
+    p->scaler = *s.scaler;
+  else
+    p->scaler.optimizer_steps = steps_done;
+  p->final_dir = root / step_name(steps_done), p->tmp_dir = root / (".tmp_" + step_name(steps_done));
+  if (!world_ || world_->rank() == 0) {
+    fs::create_directories(root);
+    fs::remove_all(p->tmp_dir);
+    fs::create_directories(p->tmp_dir);
+  }
+  if (world_) world_->barrier()->wait();
+  p->report.dp = s.dp, p->report.pp = s.pp, p->report.tp = s.tp;
+  p->report.shard_begin = s.shard_begin, p->report.shard_end = s.shard_end;
+  const bool writer = rc_.parallel.zero >= 1 || s.dp == 0;  // ZeRO 0: data replicas hold the same state
+  if (!writer) {
+    p->written = true;
+    pending_ = std::move(p);
+    return previous;
+  }
+  // background: from a host copy, since training changes the shard while the
+  // file is written; synchronous: from the shard itself (from a host copy
+  // too when the shard is in device memory)
+  const int64_t n = s.shard_end - s.shard_begin;
+  const float *src_p = s.params, *src_m = s.exp_avg, *src_v = s.exp_avg_sq;
+  if (rc_.checkpoint.async || is_device_pointer(s.params)) {
+    for (auto [dst, src] : {std::pair{&params_, s.params}, {&exp_avg_, s.exp_avg}, {&exp_avg_sq_, s.exp_avg_sq}}) {
+      dst->resize(static_cast<size_t>(n));
+      copy_bytes(dst->data(), src, size_t(n) * sizeof(float));  // waits for the device's queued work
+    }
+    src_p = params_.data(), src_m = exp_avg_.data(), src_v = exp_avg_sq_.data();
+  }
+  auto write = [n, src_p, src_m, src_v, pending = p.get(), path = (p->tmp_dir / file_name(s.dp, s.pp, s.tp)).string()] {
+    try {
+      pending->report.crc = write_safetensors(path,
+                                              {{"params", DType::f32, {n}, src_p},
+                                               {"exp_avg", DType::f32, {n}, src_m},
+                                               {"exp_avg_sq", DType::f32, {n}, src_v}},
+                                              {{"step", std::to_string(pending->step)}});
+      pending->report.status = 1;
+    } catch (const std::exception& e) {  // disk full, permissions: this save is lost, training is not
+      pending->failure = e.what();
+      pending->report.status = -1;
+    }
+    pending->written = true;
+  };
+  if (rc_.checkpoint.async)
+    p->writer = std::thread(write);
+  else
+    write();
+  pending_ = std::move(p);
+  return previous;
+}
+
+std::string CheckpointSaver::poll() {
+  if (!pending_) return "";
+  const bool busy = parallel::max_over(world_, pending_->written ? 0 : 1) != 0;  // does any rank still write?
+  return busy ? "" : complete();
+}
+
+std::string CheckpointSaver::finish() { return pending_ ? complete() : ""; }
+
+// Every rank's file is written (or this waits for it): the index, the rename,
+// `latest`, rotation.
+std::string CheckpointSaver::complete() {
+  std::unique_ptr<Pending> p = std::move(pending_);
+  if (p->writer.joinable()) p->writer.join();
+  const fs::path root(rc_.checkpoint.dir);
+  const int rank = world_ ? world_->rank() : 0;
+  const std::vector<FileReport> files = checkpoint::gather_reports(world_, p->report);  // also the barrier
+  const bool failed = std::any_of(files.begin(), files.end(), [](const FileReport& f) { return f.status < 0; });
+  if (failed) {
+    if (!p->failure.empty()) log::error("checkpoint after step {}: {}", p->step, p->failure);
+    if (rank == 0) {
+      fs::remove_all(p->tmp_dir);
+      log::error(
+          "checkpoint after step {} failed (see the errors above); the previous checkpoint ({}) is kept and "
+          "training continues",
+          p->step, fs::exists(root / "latest") ? checkpoint::read_text((root / "latest").string()) : "none\n");
+    }
+    if (world_) world_->barrier()->wait();
+    return "";
+  }
+  if (rank == 0) {
+    write_index(files, p->step, p->scaler, p->tmp_dir.string());
+    fsync_path(p->tmp_dir.string());
+    if (fs::exists(p->final_dir)) fs::remove_all(p->final_dir);
+    fs::rename(p->tmp_dir, p->final_dir);
+    fsync_path(root.string());
+    write_file_atomic((root / "latest").string(), step_name(p->step) + "\n");
+    rotate(p->tmp_dir.string());
+  }
+  if (world_) world_->barrier()->wait();
+  return p->final_dir.string();
+}
+
+// The index of every written file and, per parameter, the pieces each holds.
+void CheckpointSaver::write_index(const std::vector<FileReport>& files, int64_t steps_done, const ScalerState& scaler,
+                                  const std::string& tmp_dir) const {
+  const Recipe& rc = rc_;
+  const auto& m = rc.model;
+  const auto& par = rc.parallel;
+  checkpoint::CheckpointIndex x;
+  x.step = steps_done, x.consumed_samples = steps_done * rc.train.global_batch, x.seed = rc.seed;
+  x.mesh = par, x.model = m;
+  x.optimizer_step = scaler.optimizer_steps, x.precision = rc.train.precision;
+  x.loss_scale = scaler.loss_scale, x.good_steps = scaler.good_steps, x.skipped_steps = scaler.skipped_steps;
+  x.recipe_file = rc.source, x.recipe_text = rc.text, x.recipe_overrides = rc.overrides;
+  const model::ParamRegistry whole(m);  // valid rows per name
+  for (const FileReport& f : files) {
+    if (f.status == 0) continue;
+    const std::string name = file_name(f.dp, f.pp, f.tp);
+    x.files.push_back({name, f.dp, f.pp, f.tp, f.shard_begin, f.shard_end,
+                       int64_t(fs::file_size(fs::path(tmp_dir) / name)), fmt::format("{:08x}", f.crc)});
+    const model::ParamRegistry reg(
+        m, {f.tp, int(par.tensor)},
+        model::pipeline_chunks(m, int(par.pipeline), int(par.virtual_stages), par.stage_layers, f.pp));
+    for (const auto& q : reg.params()) {
+      const int64_t lo = std::max(f.shard_begin, q.offset), hi = std::min(f.shard_end, q.offset + q.numel);
+      if (hi <= lo || q.tied_copy) continue;
+      auto& t = x.tensors[q.name];
+      t.global_shape = q.global_shape, t.valid_rows = whole.at(q.name).valid_rows;
+      t.pieces.push_back({name, lo - f.shard_begin, lo - q.offset, hi - q.offset, q.shape, q.row_ranges, q.col_begin});
+    }
+  }
+  write_file_atomic((fs::path(tmp_dir) / "index.json").string(), checkpoint::index_json(x));
+}
+
+// Keeps the newest checkpoint.keep complete checkpoints; drops abandoned temporaries.
+void CheckpointSaver::rotate(const std::string& tmp_dir) const {
+  std::vector<fs::path> done;
+  for (const auto& e : fs::directory_iterator(rc_.checkpoint.dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step_", 0) == 0 && fs::exists(e.path() / "index.json")) done.push_back(e.path());
+    if (n.rfind(".tmp_step_", 0) == 0 && e.path() != fs::path(tmp_dir)) fs::remove_all(e.path());
+  }
+  std::sort(done.begin(), done.end());
+  for (size_t i = 0; i + size_t(rc_.checkpoint.keep) < done.size(); ++i) fs::remove_all(done[i]);
+}
+
+std::string save_checkpoint(const Recipe& rc, int64_t steps_done, const RankState& s, parallel::Communicator* world) {
+  Recipe sync = rc;
+  sync.checkpoint.async = false;  // writes from the shard: no copy
+  CheckpointSaver saver(sync, world);
+  saver.start(steps_done, s);
+  return saver.finish();
+}
+
+}  // namespace trident::launch

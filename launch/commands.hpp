@@ -1,0 +1,51 @@
+// The bodies of the `trident` subcommands, with their typed options. The
+// command line itself (names, flags, help, errors) is launch/main.cpp's one
+// command table (CLI11); these run after it has parsed and checked the words.
+// Each returns the exit code (0), or throws InputError (exit 2) or Error (1).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/recipe.hpp"
+
+namespace trident::launch {
+
+struct TrainCommand {
+  std::string recipe;
+  std::vector<std::string> sets;
+  std::string resume;  // "", "auto" or a checkpoint
+};
+int run_train(const TrainCommand& c, int* argc, char*** argv);
+
+struct TopologyCommand {
+  std::string recipe;
+  std::vector<std::string> sets;
+  int64_t world = 0, ranks_per_node = 0;
+};
+int run_topology(const TopologyCommand& c);
+
+struct ScheduleCommand {
+  int64_t pipeline = 0, micro_batches = 0, virtual_stages = 1, width = 120;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+};
+int run_schedule(const ScheduleCommand& c);
+
+struct PlanCommand {
+  std::string recipe, cluster, mesh, out;
+  std::vector<std::string> sets;
+  int64_t gpus = 0, top = 10;
+  std::string precision;  // "" = the recipe's
+  bool explain = false, json = false, calibrate = false;
+};
+int run_plan(const PlanCommand& c, int* argc, char*** argv);
+
+// "D,T,P" (or DxTxP): data, tensor, pipeline sizes.
+std::array<int64_t, 3> parse_mesh(const std::string& flag, const std::string& given);
+
+// Every recipe key (the loader's table): markdown tables by section, or a
+// reference page rewritten with them (update != "").
+int run_keys(const std::string& update);
+
+}  // namespace trident::launch

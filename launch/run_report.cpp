@@ -1,0 +1,320 @@
+// The run's log lines, metrics file, trace and summary (see run_report.hpp).
+#include "launch/run_report.hpp"
+
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "core/atomic_file.hpp"
+#include "core/device_memory.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "kernels/backends.hpp"
+#include "kernels/gemm.hpp"
+#include "launch/stop_signals.hpp"
+#include "parallel/rank_reductions.hpp"
+
+namespace trident::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", double(b) / (1 << 20)); }
+
+using Json = nlohmann::ordered_json;
+
+Json peak_bytes_json(const MemStats& s) {
+  Json out = Json::object();
+  for (int i = 0; i < kMemCategories; ++i) out[mem_category_name(MemCategory(i))] = s.peak[size_t(i)];
+  out["total"] = s.total_peak;
+  return out;
+}
+
+// x with `digits` decimals (metrics stay readable); non-finite values become null
+Json rounded(double x, int digits) {
+  if (!std::isfinite(x)) return nullptr;
+  const double scale = std::pow(10.0, digits);
+  return std::round(x * scale) / scale;
+}
+Json finite_or_null(double x) { return std::isfinite(x) ? Json(x) : Json(nullptr); }
+
+void write_record(FILE* f, const Json& record) {
+  std::fprintf(f, "%s\n", record.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
+  std::fflush(f);
+}
+
+}  // namespace
+
+// A Chrome trace (chrome://tracing, Perfetto): every rank's spans of the
+// traced steps, gathered to rank 0. Each span is 6 doubles: step, kind,
+// chunk, micro-batch, start, end (seconds from the step's start, ranks
+// aligned by a barrier at the step's start).
+struct RunReport::Trace {
+  enum Kind { forward, backward, backward_input, backward_weight, recv_wait, send, grad_sync, optimizer, kinds };
+  static const char* name(int k) {
+    static const char* names[kinds] = {"forward",        "backward", "backward_input", "backward_weight",
+                                       "recv (waiting)", "send",     "gradient sync",  "optimizer"};
+    return names[k];
+  }
+  static int kind_of(parallel::ActionType t) {
+    switch (t) {
+      case parallel::ActionType::forward:
+        return forward;
+      case parallel::ActionType::backward:
+        return backward;
+      case parallel::ActionType::backward_input:
+        return backward_input;
+      case parallel::ActionType::backward_weight:
+        return backward_weight;
+      case parallel::ActionType::recv_act:
+      case parallel::ActionType::recv_grad:
+        return recv_wait;
+      case parallel::ActionType::send_act:
+      case parallel::ActionType::send_grad:
+        return send;
+    }
+    return -1;
+  }
+  void add(int64_t step, int kind, int chunk, int micro, double start, double end) {
+    for (double v : {double(step), double(kind), double(chunk), double(micro), start, end}) spans.push_back(v);
+  }
+  void write(const std::string& path, parallel::Communicator* world) {
+    const std::vector<int64_t> counts = parallel::gather_counts(world, int64_t(spans.size()));
+    const std::vector<double> all = parallel::gather_varying(world, spans);
+    if (world && world->rank() != 0) return;
+    Json events = Json::array();
+    size_t i = 0;
+    for (size_t r = 0; r < counts.size(); ++r)
+      for (int64_t e = 0; e < counts[r] / 6; ++e, i += 6)
+        events.push_back({{"name", name(int(all[i + 1]))},
+                          {"ph", "X"},
+                          {"pid", 0},
+                          {"tid", r},
+                          {"ts", rounded(all[i + 4] * 1e6, 1)},
+                          {"dur", rounded((all[i + 5] - all[i + 4]) * 1e6, 1)},
+                          {"args", {{"step", int(all[i])}, {"chunk", int(all[i + 2])}, {"micro", int(all[i + 3])}}}});
+    try {
+      write_file_atomic(path, Json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n");
+    } catch (const Error& e) {
+      fail_input("log.trace: {}", e.what());
+    }
+  }
+  std::vector<double> spans;
+};
+
+std::pair<double, std::string> mfu_reference(const Recipe& rc, Device device) {
+  if (rc.log.peak_flops > 0) return {rc.log.peak_flops, "log.peak_flops"};
+  const Precision p = rc.train.precision;
+  if (device.type == DeviceType::cuda)
+    return {kernels::cuda_peak_flops(p), fmt::format("dense {} peak of cuda:{}", p, device.index)};
+  return {kernels::measure_gemm_peak(), p == Precision::bf16 ? "measured bf16 GEMM" : "measured sgemm"};
+}
+
+RunReport::RunReport(const Recipe& rc, parallel::Mesh& mesh, const RunFacts& facts, bool quiet)
+    : rc_(rc), mesh_(mesh), facts_(facts), quiet_(quiet), trace_(std::make_unique<Trace>()) {
+  out_.entropy_floor = facts.entropy_floor;
+  out_.predicted_bubble = facts.predicted_bubble;
+}
+
+RunReport::~RunReport() {
+  if (metrics_) std::fclose(metrics_);
+}
+
+MemStats RunReport::memory() const {  // of the device the model lives on (the host's on CPU)
+  return mesh_.device().type == DeviceType::cuda ? device_memory_stats() : HostAllocator::instance().stats();
+}
+
+void RunReport::start(bool append) {
+  run_start_ = Clock::now();
+  mesh_.device().type == DeviceType::cuda ? device_reset_peaks() : HostAllocator::instance().reset_peaks();
+  const std::string& path = rc_.log.metrics;
+  if (path.empty() || !mesh_.leader()) return;
+  std::error_code ec;
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  metrics_ = std::fopen(path.c_str(), append ? "a" : "w");
+  if (!metrics_) fail_input("log.metrics: cannot create '{}' ({})", path, std::strerror(errno));
+  const bool synthetic = rc_.data.synthetic;
+  write_record(metrics_, {{"type", "start"},
+                          {"recipe", rc_.source},
+                          {"params", facts_.params},
+                          {"flops_per_token", facts_.flops_per_token},
+                          {"peak_flops", facts_.peak_flops},
+                          {"entropy_floor", synthetic ? Json(facts_.entropy_floor) : Json(nullptr)},
+                          {"sequence_floor", synthetic ? Json(facts_.sequence_floor) : Json(nullptr)},
+                          {"threads", facts_.threads},
+                          {"precision", enum_name(rc_.train.precision)}});
+}
+
+void RunReport::begin_step(int64_t step) {
+  traced_ = !rc_.log.trace.empty() && std::count(rc_.log.trace_steps.begin(), rc_.log.trace_steps.end(), step + 1);
+  if (traced_ && mesh_.world()) mesh_.world()->barrier()->wait();  // align the ranks' clocks for the trace
+  step_start_ = Clock::now();
+}
+
+double RunReport::seconds() const { return std::chrono::duration<double>(Clock::now() - step_start_).count(); }
+
+void RunReport::schedule_done(const parallel::PipelineExecutor& executor, double tensor_comm_s) {
+  sched_s_ = executor.step_seconds(), idle_s_ = executor.idle_seconds(), tensor_comm_s_ = tensor_comm_s;
+  if (!traced_) return;
+  const int64_t step = int64_t(out_.losses.size()) + 1;  // 1-based, for the trace
+  for (const auto& sp : executor.spans()) {
+    const int k = Trace::kind_of(sp.type);
+    if (k >= 0) trace_->add(step, k, sp.chunk, sp.micro, sp.start, sp.end);
+  }
+}
+
+void RunReport::span(Span kind, double start, double end) {
+  if (traced_)
+    trace_->add(int64_t(out_.losses.size()) + 1, kind == Span::grad_sync ? Trace::grad_sync : Trace::optimizer, 0, 0,
+                start, end);
+}
+
+void RunReport::end_step(const StepFacts& f) {
+  const int64_t step = f.step;
+  if (traced_ && step + 1 == *std::max_element(rc_.log.trace_steps.begin(), rc_.log.trace_steps.end()))
+    trace_->write(rc_.log.trace, mesh_.world());
+  // GPU time of the step's kernels (TRIDENT_KERNEL_TIMES=1 on CUDA): the step
+  // should take little more than their sum
+  const auto kernel_times = kernels::take_kernel_times();
+  double kernel_s = 0;
+  for (const auto& [name, s] : kernel_times) kernel_s += s;
+  if (!kernel_times.empty() && !quiet_ && step + 1 == rc_.train.steps) {
+    auto sorted = kernel_times;
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::string top;
+    for (size_t i = 0; i < std::min<size_t>(sorted.size(), 8); ++i)
+      top += fmt::format("{}{} {:.1f} ms", i ? ", " : "", sorted[i].first, 1e3 * sorted[i].second);
+    log::info("kernels of the last step: {:.1f} ms in all | {}", 1e3 * kernel_s, top);
+  }
+  const double tokens_per_step = double(rc_.train.global_batch * rc_.model.seq_len);
+  const double dt = seconds();
+  if (step > 0 || rc_.train.steps == 1) timed_seconds_ += dt, timed_steps_ += 1;
+  const double tps = tokens_per_step / dt;
+  const double mfu = facts_.flops_per_token * tps / (facts_.peak_flops * mesh_.world_size());  // peak is per rank
+  // measured bubble per stage: time blocked on pipeline transfers / schedule time
+  const std::vector<double> bubble = parallel::gather_scalar(mesh_.pipeline(), sched_s_ > 0 ? idle_s_ / sched_s_ : 0);
+  out_.losses.push_back(f.loss);
+  out_.grad_norms.push_back(f.grad_norm);
+  out_.loss_scales.push_back(f.loss_scale);
+  out_.skipped.push_back(f.skipped);
+  out_.step_seconds.push_back(dt);
+  out_.bubbles.push_back(bubble);
+  out_.comm_wait_s += f.comm_wait_s;
+  if (!quiet_ && f.skipped)
+    log::info("step {}: inf/NaN gradients at loss scale {:g}; step skipped, scale now {:g}", step + 1, f.loss_scale,
+              f.next_loss_scale);
+  const bool fp16 = rc_.train.precision == Precision::fp16;
+  if (metrics_) {
+    Json r = {{"type", "train"},
+              {"step", step + 1},
+              {"loss", finite_or_null(f.loss)},
+              {"lr", f.lr},
+              {"grad_norm", finite_or_null(f.grad_norm)}};
+    if (fp16) r["loss_scale"] = f.loss_scale, r["skipped"] = f.skipped;
+    r["tokens_per_s"] = rounded(tps, 1), r["mfu"] = rounded(mfu, 4), r["step_s"] = rounded(dt, 4);
+    r["comm_wait_s"] = rounded(f.comm_wait_s, 4), r["tensor_comm_s"] = rounded(tensor_comm_s_, 4);
+    r["checkpoint_s"] = rounded(f.checkpoint_s, 4);
+    if (!kernel_times.empty()) r["kernel_s"] = rounded(kernel_s, 5);
+    Json b = Json::array();
+    for (double x : bubble) b.push_back(rounded(x, 4));
+    r["bubble"] = b, r["bubble_predicted"] = rounded(facts_.predicted_bubble, 4);
+    r["peak_bytes"] = peak_bytes_json(memory());
+    write_record(metrics_, r);
+  }
+  const bool last = step + 1 == rc_.train.steps;
+  if (!quiet_ && ((step + 1) % rc_.log.every == 0 || step == 0 || last)) {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - run_start_).count();
+    const double eta = elapsed / double(step + 1) * double(rc_.train.steps - step - 1);
+    log::info("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | mfu {:.1f}% | eta {}",
+              step + 1, rc_.train.steps, f.loss, f.lr, f.grad_norm, tps, 100 * mfu, log::format_duration(eta));
+  }
+}
+
+void RunReport::evaluated(int64_t step, double val) {
+  if (!std::isfinite(val)) return;
+  out_.final_val_loss = val;
+  if (metrics_) write_record(metrics_, {{"type", "eval"}, {"step", step + 1}, {"val_loss", val}});
+  if (!quiet_)
+    log::info("eval   {:>6}/{} | val loss {:.4f}{}", step + 1, rc_.train.steps, val,
+              rc_.data.synthetic ? fmt::format(" | floor {:.4f} ({:+.1f}%)", facts_.entropy_floor,
+                                               100 * (val / facts_.entropy_floor - 1))
+                                 : "");
+}
+
+void RunReport::stopped(int64_t step, int signal) {
+  log::info("stopping after step {} on signal {}: saved; resume with --resume", step + 1, signal_name(signal));
+  out_.stopped_by_signal = signal;
+}
+
+TrainSummary RunReport::finish() {
+  const double tokens_per_step = double(rc_.train.global_batch * rc_.model.seq_len);
+  out_.tokens_per_s = timed_steps_ > 0 ? tokens_per_step * timed_steps_ / timed_seconds_ : 0;
+  const MemStats peak = memory();
+  out_.peak_params = peak.peak[size_t(MemCategory::params)];
+  out_.peak_grads = peak.peak[size_t(MemCategory::grads)];
+  out_.peak_optimizer = peak.peak[size_t(MemCategory::optimizer)];
+  out_.peak_activations = peak.peak[size_t(MemCategory::activations)];
+  out_.peak_comm = peak.peak[size_t(MemCategory::comm)];
+  out_.peak_other = peak.peak[size_t(MemCategory::other)];
+  out_.peak_total = peak.total_peak;
+  out_.mfu = facts_.flops_per_token * out_.tokens_per_s / (facts_.peak_flops * mesh_.world_size());
+  if (!quiet_)
+    log::info("done: {} steps in {} | {:.0f} tok/s | mfu {:.1f}% | peak memory {} (activations {})", out_.losses.size(),
+              log::format_duration(std::chrono::duration<double>(Clock::now() - run_start_).count()), out_.tokens_per_s,
+              100 * out_.mfu, mib(peak.total_peak), mib(peak.peak[size_t(MemCategory::activations)]));
+  return out_;
+}
+
+void log_run_start(const Recipe& rc, const parallel::Mesh& mesh, const RunFacts& facts, const StartFacts& start) {
+  const auto& m = rc.model;
+  const auto& par = rc.parallel;
+  log::info("trident: {} | {} layers, hidden {}, heads {}/{}, ffn {}, seq {}, vocab {} | {:.2f}M parameters", rc.source,
+            m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.seq_len, m.vocab, double(facts.params) / 1e6);
+  const int64_t Vpad = m.padded_vocab(par.tensor);
+  log::info(
+      "vocabulary padded {} -> {} (+{} rows, a multiple of vocab_multiple {} x tensor {}); padded logits are "
+      "masked and stripped on export",
+      m.vocab, Vpad, Vpad - m.vocab, m.vocab_multiple, par.tensor);
+  if (par.tensor > 1) {
+    const auto& dims = *start.dims;
+    log::info(
+        "tensor parallel {}{} | per rank: heads {}, kv heads {}{}, ffn {}, vocab rows {} | {:.2f}M parameters "
+        "per rank",
+        par.tensor, par.sequence_parallel ? " with sequence parallelism" : "", dims.heads, dims.kv_heads,
+        m.kv_heads < par.tensor ? fmt::format(" (replicated on {} ranks)", par.tensor / m.kv_heads) : "", dims.ffn,
+        dims.vocab, double(start.local_params) / 1e6);
+  }
+  const int64_t micro_steps = rc.micro_batches_per_step(par.data);
+  if (par.pipeline > 1 || par.virtual_stages > 1)
+    log::info(
+        "pipeline {} x virtual stages {} | schedule {} | layers per chunk [{}] | {} micro-batches per step | "
+        "simulated bubble {:.1f}%",
+        par.pipeline, par.virtual_stages, par.schedule, fmt::join(start.chunk_layers, ", "), micro_steps,
+        100 * facts.predicted_bubble);
+  log::info("batch: global {} = micro {} x {} accumulation steps | recompute {} | {} threads | {}",
+            rc.train.global_batch, rc.train.micro_batch, micro_steps, rc.train.recompute, facts.threads,
+            kernels::cpu_gemm_backend());
+  const MemStats mem0 =
+      mesh.device().type == DeviceType::cuda ? device_memory_stats() : HostAllocator::instance().stats();
+  log::info("data parallel {} x ZeRO {} | per rank: params {} grads {} optimizer {} activations {} | ZeRO formula: {}",
+            par.data, par.zero, mib(mem0.current[0]), mib(mem0.current[1]), mib(mem0.current[2]), mib(mem0.current[3]),
+            start.zero_memory);
+  log::info("model FLOPs/token {:.4g} | MFU reference {:.1f} GFLOP/s ({})", facts.flops_per_token,
+            facts.peak_flops / 1e9, facts.peak_source);
+  if (mesh.device().type == DeviceType::cuda) log::info("{}", mesh.describe_device());
+  if (rc.data.synthetic)
+    log::info(
+        "data: synthetic Markov source (vocab {}, order {}, branching {}) | entropy floor {:.4f} nats/token "
+        "(sequence floor {:.4f}, log(vocab) {:.4f})",
+        rc.data.syn.vocab, rc.data.syn.order, rc.data.syn.branching, facts.entropy_floor, facts.sequence_floor,
+        std::log(double(rc.data.syn.vocab)));
+}
+
+}  // namespace trident::launch

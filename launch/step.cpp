@@ -1,0 +1,155 @@
+// One step's batch, schedule and evaluation on this rank (see step.hpp).
+#include "launch/step.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "kernels/buffer.hpp"
+#include "parallel/rank_reductions.hpp"
+
+namespace trident::launch {
+
+StepShape step_shape(const Recipe& rc, int stage_rank, int data_rank) {
+  StepShape s;
+  s.micro_batch = rc.train.micro_batch, s.seq_len = rc.model.seq_len;
+  s.micro_batches = rc.micro_batches_per_step(rc.parallel.data), s.global_batch = rc.train.global_batch;
+  s.stages = int(rc.parallel.pipeline), s.virtual_stages = int(rc.parallel.virtual_stages);
+  s.stage_rank = stage_rank, s.data_rank = data_rank;
+  s.schedule = rc.parallel.schedule, s.recompute = rc.train.recompute, s.timeout_s = rc.parallel.timeout_s;
+  return s;
+}
+
+StepRunner::StepRunner(model::Transformer<float>& net, parallel::DataParallel& dp, parallel::Communicator* pipeline,
+                       const TokenSampler& sampler, const StepShape& shape)
+    : net_(net), dp_(dp), pipeline_(pipeline), sampler_(sampler), shape_(shape) {
+  const int64_t B = shape.micro_batch, T = shape.seq_len, M = shape.micro_batches;
+  const int chunks = net.num_chunks();
+  actions_ = parallel::make_schedule(shape.schedule, shape.stages, shape.virtual_stages, int(M), shape.stage_rank);
+  const int64_t rows = net.tensor_parallel().rows(B * T);
+  executor_ = std::make_unique<parallel::PipelineExecutor>(pipeline, shape.stages, shape.virtual_stages,
+                                                           rows * net.config().hidden, shape.timeout_s,
+                                                           /*lookahead=*/2, net.device());
+  const std::vector<int> in_flight = parallel::in_flight_per_chunk(actions_, chunks);
+  contexts_.resize(size_t(chunks));
+  for (int c = 0; c < chunks; ++c) {
+    for (int i = 0; i < std::max(in_flight[size_t(c)], 1); ++i)
+      contexts_[size_t(c)].push_back(net.make_activations(B, shape.recompute, c, shape.split_backward()));
+    reads_tokens_ |= net.chunk(c).embedding, reads_targets_ |= net.chunk(c).head;
+  }
+  free_.resize(size_t(chunks));
+  slot_of_.assign(size_t(chunks), std::vector<int>(size_t(M), -1));
+  input_started_.assign(size_t(chunks), 0), weight_started_.assign(size_t(chunks), 0);
+  tokens_.assign(size_t(M), std::vector<int32_t>(size_t(B * T)));
+  targets_ = tokens_;
+  on_device_ = net.device().type == DeviceType::cuda;
+  if (on_device_ && (reads_tokens_ || reads_targets_))
+    for (int64_t i = 0; i < M; ++i) {
+      tokens_dev_.push_back(Tensor::empty({B * T}, DType::i32, MemCategory::other, net.device()));
+      targets_dev_.push_back(Tensor::empty({B * T}, DType::i32, MemCategory::other, net.device()));
+    }
+}
+
+StepRunner::~StepRunner() = default;
+
+void StepRunner::load(int64_t micro, uint64_t first_index, bool valid) {
+  if (!reads_tokens_ && !reads_targets_) return;
+  const int64_t B = shape_.micro_batch, T = shape_.seq_len;
+  std::vector<int32_t> sample(size_t(T + 1));
+  auto& tok = tokens_[size_t(micro)];
+  auto& tgt = targets_[size_t(micro)];
+  for (int64_t b = 0; b < B; ++b) {
+    sampler_.sample(first_index + uint64_t(b), valid, T + 1, sample.data());
+    std::copy(sample.begin(), sample.begin() + T, tok.begin() + b * T);
+    std::copy(sample.begin() + 1, sample.end(), tgt.begin() + b * T);
+  }
+  if (on_device_) {  // queued on the compute stream, before the kernels that read them
+    kernels::copy(tokens_dev_[size_t(micro)].data<int32_t>(), tok.data(), B * T);
+    kernels::copy(targets_dev_[size_t(micro)].data<int32_t>(), tgt.data(), B * T);
+  }
+}
+
+void StepRunner::load_batch(int64_t step) {
+  // samples [data_rank * rank_batch, ...) of the step's global batch
+  const int64_t rank_batch = shape_.micro_batches * shape_.micro_batch;
+  for (int64_t micro = 0; micro < shape_.micro_batches; ++micro)
+    load(micro, uint64_t(step * shape_.global_batch + shape_.data_rank * rank_batch + micro * shape_.micro_batch),
+         false);
+}
+
+const int32_t* StepRunner::tokens(int64_t micro) const {
+  return on_device_ ? tokens_dev_[size_t(micro)].data<int32_t>() : tokens_[size_t(micro)].data();
+}
+const int32_t* StepRunner::targets(int64_t micro) const {
+  return on_device_ ? targets_dev_[size_t(micro)].data<int32_t>() : targets_[size_t(micro)].data();
+}
+
+void StepRunner::reset() {
+  for (size_t c = 0; c < contexts_.size(); ++c) {
+    free_[c].clear();
+    for (int i = int(contexts_[c].size()) - 1; i >= 0; --i) free_[c].push_back(i);
+    input_started_[c] = weight_started_[c] = 0;
+  }
+  loss_sum_ = 0;
+}
+
+parallel::PipelineHooks StepRunner::hooks() {
+  parallel::PipelineHooks h;
+  h.forward = [this](int c, int micro, const float* input) {
+    int slot = 0;  // evaluation: each micro-batch's forward finishes before the next
+    if (!evaluating_) {
+      auto& fs = free_[size_t(c)];
+      TRIDENT_CHECK(!fs.empty(), "no free activation context for chunk {}", c);
+      slot = fs.back();
+      fs.pop_back();
+    }
+    slot_of_[size_t(c)][size_t(micro)] = slot;
+    const auto& spec = net_.chunk(c);
+    loss_sum_ += net_.forward_chunk(*contexts_[size_t(c)][size_t(slot)], spec.embedding ? tokens(micro) : nullptr,
+                                    input, spec.head ? targets(micro) : nullptr, dscale_);
+  };
+  h.output = [this](int c, int micro) {
+    return contexts_[size_t(c)][size_t(slot_of_[size_t(c)][size_t(micro)])]->x_final;
+  };
+  h.input_grad = [this](int, int) { return net_.input_grad(); };
+  h.backward = [this](int c, int micro, const float* d_out, parallel::ActionType type) {
+    const int slot = slot_of_[size_t(c)][size_t(micro)];
+    const bool weight = type == parallel::ActionType::backward_weight;
+    char& started = weight ? weight_started_[size_t(c)] : input_started_[size_t(c)];
+    const bool accumulate = started != 0;  // the step's first backward of a chunk overwrites
+    started = 1;
+    const model::BackwardPart part = type == parallel::ActionType::backward ? model::BackwardPart::all
+                                     : weight                               ? model::BackwardPart::weight
+                                                                            : model::BackwardPart::input;
+    const auto on_ready = dp_.begin_backward(micro);
+    net_.backward_chunk(*contexts_[size_t(c)][size_t(slot)], d_out, shape_.recompute, accumulate, part, on_ready);
+    if (type != parallel::ActionType::backward_input) free_[size_t(c)].push_back(slot);
+  };
+  return h;
+}
+
+double StepRunner::forward_backward(double loss_scale) {
+  reset();
+  dscale_ = float(loss_scale / double(shape_.global_batch * shape_.seq_len));  // of the mean loss
+  evaluating_ = false;
+  executor_->run(actions_, hooks());
+  return loss_sum_;
+}
+
+double StepRunner::evaluate(int64_t batches) {
+  if (batches == 0 || !sampler_.has_valid()) return double(NAN);
+  const int64_t M = shape_.micro_batches, B = shape_.micro_batch;
+  double sum = 0;
+  dscale_ = 0, evaluating_ = true;
+  const auto h = hooks();
+  for (int64_t i = 0; i < batches; i += M) {
+    const int64_t n = std::min(M, batches - i);
+    for (int64_t mb = 0; mb < n; ++mb) load(mb, uint64_t((i + mb) * B), true);
+    reset();
+    executor_->run(parallel::make_forward_schedule(shape_.stages, shape_.virtual_stages, int(n), shape_.stage_rank), h);
+    sum += loss_sum_;
+  }
+  evaluating_ = false;
+  return parallel::sum_over(pipeline_, sum) / double(batches * B * shape_.seq_len);
+}
+
+}  // namespace trident::launch

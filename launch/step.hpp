@@ -1,0 +1,85 @@
+// One training step on this rank, below the loop: the step's batch, the
+// pipeline schedule run through the model's chunks, and the evaluation pass.
+// The executor (parallel/pipeline.hpp) orders the work; the hooks here bind
+// its actions to the model's forward_chunk / backward_chunk, with activation
+// contexts taken at a forward and given back after the backward (or, with a
+// split backward, after the weight pass). Each chunk has as many contexts
+// as the schedule holds micro-batches in flight on it.
+// What is not here: the gradient reduction (parallel/data_parallel.hpp), the
+// optimizer, reporting.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/dataset.hpp"
+#include "core/recipe.hpp"
+#include "model/transformer.hpp"
+#include "parallel/data_parallel.hpp"
+#include "parallel/pipeline.hpp"
+
+namespace trident::launch {
+
+struct StepShape {
+  int64_t micro_batch = 1, seq_len = 1, micro_batches = 1, global_batch = 1;
+  int stages = 1, virtual_stages = 1, stage_rank = 0, data_rank = 0;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  Recompute recompute = Recompute::none;
+  double timeout_s = 600;
+  bool split_backward() const { return schedule == ScheduleKind::zero_bubble; }
+  // Gradients are final only after the whole schedule: chunks exchange
+  // activations, or the backward is split.
+  bool pipelined() const { return stages > 1 || virtual_stages > 1 || split_backward(); }
+};
+StepShape step_shape(const Recipe& rc, int stage_rank, int data_rank);
+
+class StepRunner {
+ public:
+  // The model's precision must be set before (contexts decide their packing
+  // when they are made). pipeline: the pipeline group (nullptr: one stage).
+  StepRunner(model::Transformer<float>& net, parallel::DataParallel& dp, parallel::Communicator* pipeline,
+             const TokenSampler& sampler, const StepShape& shape);
+  ~StepRunner();
+
+  // This data rank's slice of step `step`'s global batch.
+  void load_batch(int64_t step);
+  // Forward and backward of every micro-batch of the step, in schedule order;
+  // the loss gradient is multiplied by loss_scale. Returns the sum of the
+  // token losses this rank computed (the last stage's; 0 elsewhere).
+  double forward_backward(double loss_scale);
+  // Mean validation loss per token over `batches` micro-batches (every
+  // stage gets it); NaN without a validation split or with batches = 0.
+  double evaluate(int64_t batches);
+
+  const parallel::PipelineExecutor& executor() const { return *executor_; }
+  const std::vector<parallel::Action>& actions() const { return actions_; }
+
+ private:
+  struct Slot;
+  void load(int64_t micro, uint64_t first_index, bool valid);
+  const int32_t* tokens(int64_t micro) const;
+  const int32_t* targets(int64_t micro) const;
+  void reset();
+  parallel::PipelineHooks hooks();
+
+  model::Transformer<float>& net_;
+  parallel::DataParallel& dp_;
+  parallel::Communicator* pipeline_;
+  const TokenSampler& sampler_;
+  StepShape shape_;
+  std::vector<parallel::Action> actions_;
+  std::unique_ptr<parallel::PipelineExecutor> executor_;
+  bool reads_tokens_ = false, reads_targets_ = false, on_device_ = false;
+  // per micro-batch of the step: tokens and targets [B,T] (and their device copies)
+  std::vector<std::vector<int32_t>> tokens_, targets_;
+  std::vector<Tensor> tokens_dev_, targets_dev_;
+  // per chunk: its contexts, which are free, which micro-batch holds which
+  std::vector<std::vector<std::unique_ptr<model::Activations<float>>>> contexts_;
+  std::vector<std::vector<int>> free_, slot_of_;
+  std::vector<char> input_started_, weight_started_;
+  double loss_sum_ = 0;
+  float dscale_ = 0;  // dloss/dlogit of the (scaled) mean loss; 0: forward only
+  bool evaluating_ = false;
+};
+
+}  // namespace trident::launch

@@ -1,0 +1,286 @@
+// GPT-2 and LLaMA, as tables (see architecture.hpp).
+#include "model/architecture.hpp"
+
+#include "core/error.hpp"
+
+namespace trident::model {
+namespace {
+
+using S = ShardStyle;
+using P = Part;
+using K = ParamKind;
+using I = InitKind;
+
+const Architecture kGpt2{
+    Arch::gpt2,
+    "transformer.h.{}.",
+    "GPT2LMHeadModel",
+    NormKind::layer_norm,
+    MlpKind::gelu,
+    Positions::learned,
+    {
+        {P::embedding,
+         "transformer.wte.weight",
+         Slot::token_table,
+         Dim::V,
+         Dim::C,
+         K::embedding,
+         I::normal,
+         false,
+         {S::vocab}},
+        {P::embedding,
+         "transformer.wpe.weight",
+         Slot::positions,
+         Dim::T,
+         Dim::C,
+         K::embedding,
+         I::normal,
+         false,
+         {S::replicate}},
+        {P::layer, "ln_1.weight", Slot::norm1_weight, Dim::C, Dim::one, K::norm, I::ones, false, {S::replicate}},
+        {P::layer, "ln_1.bias", Slot::norm1_bias, Dim::C, Dim::one, K::bias, I::zeros, false, {S::replicate}},
+        {P::layer,
+         "attn.c_attn.weight",
+         Slot::qkv_weight,
+         Dim::three_C,
+         Dim::C,
+         K::weight,
+         I::normal,
+         false,
+         {S::column, 3},
+         true},
+        {P::layer,
+         "attn.c_attn.bias",
+         Slot::qkv_bias,
+         Dim::three_C,
+         Dim::one,
+         K::bias,
+         I::zeros,
+         false,
+         {S::column, 3}},
+        {P::layer,
+         "attn.c_proj.weight",
+         Slot::attn_out_weight,
+         Dim::C,
+         Dim::C,
+         K::weight,
+         I::normal,
+         true,
+         {S::row},
+         true},
+        {P::layer, "attn.c_proj.bias", Slot::attn_out_bias, Dim::C, Dim::one, K::bias, I::zeros, false, {S::replicate}},
+        {P::layer, "ln_2.weight", Slot::norm2_weight, Dim::C, Dim::one, K::norm, I::ones, false, {S::replicate}},
+        {P::layer, "ln_2.bias", Slot::norm2_bias, Dim::C, Dim::one, K::bias, I::zeros, false, {S::replicate}},
+        {P::layer,
+         "mlp.c_fc.weight",
+         Slot::mlp_in_weight,
+         Dim::F,
+         Dim::C,
+         K::weight,
+         I::normal,
+         false,
+         {S::column},
+         true},
+        {P::layer, "mlp.c_fc.bias", Slot::mlp_in_bias, Dim::F, Dim::one, K::bias, I::zeros, false, {S::column}},
+        {P::layer,
+         "mlp.c_proj.weight",
+         Slot::mlp_out_weight,
+         Dim::C,
+         Dim::F,
+         K::weight,
+         I::normal,
+         true,
+         {S::row},
+         true},
+        {P::layer, "mlp.c_proj.bias", Slot::mlp_out_bias, Dim::C, Dim::one, K::bias, I::zeros, false, {S::replicate}},
+        {P::head,
+         "transformer.ln_f.weight",
+         Slot::final_norm_weight,
+         Dim::C,
+         Dim::one,
+         K::norm,
+         I::ones,
+         false,
+         {S::replicate}},
+        {P::head,
+         "transformer.ln_f.bias",
+         Slot::final_norm_bias,
+         Dim::C,
+         Dim::one,
+         K::bias,
+         I::zeros,
+         false,
+         {S::replicate}},
+        {P::head,
+         "lm_head.weight",
+         Slot::lm_head,
+         Dim::V,
+         Dim::C,
+         K::weight,
+         I::normal,
+         false,
+         {S::vocab},
+         false,
+         true},
+    }};
+
+const Architecture kLlama{
+    Arch::llama,
+    "model.layers.{}.",
+    "LlamaForCausalLM",
+    NormKind::rms_norm,
+    MlpKind::swiglu,
+    Positions::rotary,
+    {
+        {P::embedding,
+         "model.embed_tokens.weight",
+         Slot::token_table,
+         Dim::V,
+         Dim::C,
+         K::embedding,
+         I::normal,
+         false,
+         {S::vocab}},
+        {P::layer,
+         "input_layernorm.weight",
+         Slot::norm1_weight,
+         Dim::C,
+         Dim::one,
+         K::norm,
+         I::ones,
+         false,
+         {S::replicate}},
+        {P::layer,
+         "self_attn.q_proj.weight",
+         Slot::qkv_weight,
+         Dim::HD,
+         Dim::C,
+         K::weight,
+         I::normal,
+         false,
+         {S::column}},
+        {P::layer,
+         "self_attn.k_proj.weight",
+         Slot::fused,
+         Dim::KVD,
+         Dim::C,
+         K::weight,
+         I::normal,
+         false,
+         {S::column_kv}},
+        {P::layer,
+         "self_attn.v_proj.weight",
+         Slot::fused,
+         Dim::KVD,
+         Dim::C,
+         K::weight,
+         I::normal,
+         false,
+         {S::column_kv}},
+        {P::layer,
+         "self_attn.o_proj.weight",
+         Slot::attn_out_weight,
+         Dim::C,
+         Dim::HD,
+         K::weight,
+         I::normal,
+         false,
+         {S::row}},
+        {P::layer,
+         "post_attention_layernorm.weight",
+         Slot::norm2_weight,
+         Dim::C,
+         Dim::one,
+         K::norm,
+         I::ones,
+         false,
+         {S::replicate}},
+        {P::layer,
+         "mlp.gate_proj.weight",
+         Slot::mlp_in_weight,
+         Dim::F,
+         Dim::C,
+         K::weight,
+         I::normal,
+         false,
+         {S::column}},
+        {P::layer, "mlp.up_proj.weight", Slot::fused, Dim::F, Dim::C, K::weight, I::normal, false, {S::column}},
+        {P::layer, "mlp.down_proj.weight", Slot::mlp_out_weight, Dim::C, Dim::F, K::weight, I::normal, false, {S::row}},
+        {P::head,
+         "model.norm.weight",
+         Slot::final_norm_weight,
+         Dim::C,
+         Dim::one,
+         K::norm,
+         I::ones,
+         false,
+         {S::replicate}},
+        {P::head,
+         "lm_head.weight",
+         Slot::lm_head,
+         Dim::V,
+         Dim::C,
+         K::weight,
+         I::normal,
+         false,
+         {S::vocab},
+         false,
+         true},
+    }};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+int64_t size_of(Dim d, const ModelConfig& m, int64_t V) {
+  switch (d) {
+    case Dim::one:
+      return 1;
+    case Dim::C:
+      return m.hidden;
+    case Dim::F:
+      return m.ffn_hidden;
+    case Dim::V:
+      return V;
+    case Dim::T:
+      return m.seq_len;
+    case Dim::HD:
+      return m.heads * m.head_dim();
+    case Dim::KVD:
+      return m.kv_heads * m.head_dim();
+    case Dim::three_C:
+      return 3 * m.hidden;
+  }
+  return 0;
+}
+
+}  // namespace
+
+const Architecture& architecture(Arch arch) { return arch == Arch::gpt2 ? kGpt2 : kLlama; }
+
+std::vector<const ParamRow*> Architecture::part(Part p) const {
+  std::vector<const ParamRow*> out;
+  for (const auto& r : rows)
+    if (r.part == p) out.push_back(&r);
+  return out;
+}
+
+const ParamRow& Architecture::token_table() const {
+  for (const auto& r : rows)
+    if (r.slot == Slot::token_table) return r;
+  throw Error(fmt::format("architecture {} has no token table", arch));
+}
+
+const ParamRow* Architecture::find(const std::string& name) const {
+  for (const auto& r : rows)
+    if (r.part == Part::layer ? ends_with(name, std::string(".") + r.name) : name == r.name) return &r;
+  return nullptr;
+}
+
+Shape row_shape(const ParamRow& row, const ModelConfig& cfg, int64_t padded_vocab) {
+  const int64_t rows = size_of(row.rows, cfg, padded_vocab);
+  if (row.cols == Dim::one) return {rows};
+  return {rows, size_of(row.cols, cfg, padded_vocab)};
+}
+
+}  // namespace trident::model

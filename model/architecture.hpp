@@ -1,0 +1,96 @@
+// One description of each architecture: a table of its parameters and the
+// few choices its math makes. Adding an architecture means adding a table
+// here (and its name to core/enums.hpp); everything below reads the rows:
+//   - the parameter registry: names, shapes, kinds, initialisation (params.cpp)
+//   - the tensor-parallel plan: each parameter's shard style (parallel_plan.cpp)
+//   - the transformer: which pointer each parameter binds to, and how many
+//     parameters a segment (embedding, layer, head) holds (transformer.cpp)
+//   - Hugging Face interop: which weights transformers stores transposed (launch/hf.cpp)
+//   - FLOPs and activation sizes: the MLP's input width (model/memory.cpp)
+// Rows are in the flat buffer's order. A layer row's name is the suffix after
+// the layer prefix ("attn.c_attn.weight"); embedding and head rows carry the
+// whole name.
+// Shapes: C hidden, F ffn_hidden, V the padded vocabulary, T seq_len, D head
+// size, H heads, KV key/value heads.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/recipe.hpp"
+#include "core/tensor.hpp"
+#include "model/parallel_plan.hpp"
+
+namespace trident::model {
+
+enum class ParamKind { weight, bias, norm, embedding };
+enum class InitKind { normal, zeros, ones };
+
+enum class Part { embedding, layer, head };
+
+// The pointer the transformer reads a parameter through. The first twelve
+// are a layer's, in LayerParams order; `fused` continues the previous row's
+// storage (LLaMA's k_proj and v_proj after q_proj form the fused QKV weight,
+// up_proj after gate_proj the SwiGLU input weight).
+enum class Slot {
+  norm1_weight,
+  norm1_bias,
+  qkv_weight,
+  qkv_bias,
+  attn_out_weight,
+  attn_out_bias,
+  norm2_weight,
+  norm2_bias,
+  mlp_in_weight,
+  mlp_in_bias,
+  mlp_out_weight,
+  mlp_out_bias,
+  token_table,
+  positions,
+  final_norm_weight,
+  final_norm_bias,
+  lm_head,
+  fused
+};
+inline constexpr int kLayerSlots = 12;
+
+// A shape term: the product of the model sizes it names.
+enum class Dim { one, C, F, V, T, HD, KVD, three_C };
+
+enum class NormKind { layer_norm, rms_norm };
+enum class MlpKind { gelu, swiglu };  // swiglu: the input weight is [2F, C] (gate | up)
+enum class Positions { learned, rotary };
+
+struct ParamRow {
+  Part part;
+  const char* name;
+  Slot slot;
+  Dim rows, cols = Dim::one;  // cols = one: a vector
+  ParamKind kind;
+  InitKind init;
+  bool residual_std = false;  // GPT-2's residual projections: init_std / sqrt(2 layers)
+  PlanEntry plan;
+  bool hf_transposed = false;  // transformers' Conv1D: stored [in, out]
+  bool untied_only = false;    // the LM head: only without tied embeddings
+};
+
+struct Architecture {
+  Arch arch;
+  const char* layer_prefix;  // with the layer index: "transformer.h.{}."
+  const char* hf_class;      // transformers' model class
+  NormKind norm;
+  MlpKind mlp;
+  Positions positions;
+  std::vector<ParamRow> rows;
+
+  std::vector<const ParamRow*> part(Part p) const;
+  const ParamRow& token_table() const;  // the embedding row of the vocabulary
+  // The row of a global parameter name (a layer's by its suffix); nullptr if none.
+  const ParamRow* find(const std::string& name) const;
+  int64_t mlp_in_width(int64_t ffn) const { return mlp == MlpKind::swiglu ? 2 * ffn : ffn; }
+};
+
+const Architecture& architecture(Arch arch);
+Shape row_shape(const ParamRow& row, const ModelConfig& cfg, int64_t padded_vocab);
+
+}  // namespace trident::model

@@ -1,0 +1,83 @@
+// This rank's process groups and device (see mesh.hpp).
+#include "parallel/mesh.hpp"
+
+#include <mpi.h>
+
+#include "core/device_memory.hpp"
+#include "core/error.hpp"
+#include "kernels/backends.hpp"
+#include "parallel/device_communicator.hpp"
+#include "parallel/mpi/mpi_communicator.hpp"
+#include "parallel/nccl/nccl_communicator.hpp"
+
+namespace trident::parallel {
+
+MeshSpec mesh_spec(const Recipe& rc, bool single_process) {
+  const auto& p = rc.parallel;
+  return {int(p.data),       int(p.tensor), int(p.pipeline), p.order,
+          rc.model.kv_heads, rc.device,     p.timeout_s,     single_process};
+}
+
+Mesh::Mesh(const MeshSpec& spec, const std::string& source)
+    : topology_(spec.data, spec.pipeline, spec.tensor, spec.order), groups_(kAllGroupKinds.size(), nullptr) {
+  int mpi_on = 0;
+  MPI_Initialized(&mpi_on);
+  if (mpi_on && !spec.single_process) world_ = MpiCommunicator::world();
+  set_collective_timeout(spec.timeout_s);  // a hang is an error naming the operation, group and peer
+  const int world_size = world_ ? world_->size() : 1;
+  if (topology_.world() != world_size)
+    fail_input("{}: parallel mesh data({}) x tensor({}) x pipeline({}) != world size {}", source, spec.data,
+               spec.tensor, spec.pipeline, world_size);
+  if (spec.device == DeviceType::cuda) {
+    const int gpus = device_count();
+    if (gpus == 0)
+      fail_input("{}: key 'device': cuda, but {}", source,
+                 kernels::cuda_built() ? "no CUDA device is visible to this process (" + kernels::cuda_backend() + ")"
+                                       : std::string("this build has no CUDA backend"));
+    const int local_rank = world_ ? local_rank_and_size(*world_).first : 0;
+    device_ = Device{DeviceType::cuda, local_rank % gpus};
+    set_device(device_.index);
+    nccl_ = world_ && nccl_built() && one_gpu_per_rank(*world_, gpus);
+  }
+  if (!world_) return;
+  mpi_groups_ = std::make_unique<ProcessGroups>(topology_, *world_);
+  for (GroupKind k : kAllGroupKinds) groups_[size_t(k)] = on_device(mpi_groups_->get(k));
+  if (spec.kv_heads < spec.tensor) {  // KV head r * kv_heads / tensor is held by tensor / kv_heads ranks
+    auto& tg = mpi_groups_->get(GroupKind::tensor);
+    kv_mpi_ = tg.split(int(tg.rank() * spec.kv_heads / spec.tensor), tg.rank(), "kv");
+    kv_ = on_device(*kv_mpi_);
+  }
+}
+
+Mesh::~Mesh() = default;
+
+// device cuda: device buffers over NCCL (one GPU per rank) or host staging.
+Communicator* Mesh::on_device(MpiCommunicator& g) {
+  if (device_.type != DeviceType::cuda) return &g;
+  std::unique_ptr<Communicator> nccl;
+  if (nccl_) nccl = std::make_unique<NcclCommunicator>(g, device_.index);
+  device_groups_.push_back(std::make_unique<DeviceCommunicator>(g, std::move(nccl)));
+  return device_groups_.back().get();
+}
+
+int Mesh::world_size() const { return world_ ? world_->size() : 1; }
+int Mesh::world_rank() const { return world_ ? world_->rank() : 0; }
+Communicator* Mesh::world() { return world_.get(); }
+Coords Mesh::coords() const { return topology_.coords(world_rank()); }
+
+std::vector<Coords> Mesh::model_parallel_members() const {
+  std::vector<Coords> out;
+  for (int r : topology_.members(GroupKind::model_parallel, world_rank())) out.push_back(topology_.coords(r));
+  return out;
+}
+
+std::string Mesh::describe_device() const {
+  if (device_.type != DeviceType::cuda) return "cpu";
+  return fmt::format("device cuda:{} (local rank % {} GPUs) | {} | device buffers {}", device_.index, device_count(),
+                     kernels::cuda_backend(),
+                     !world_ ? "(one rank: no communication)"
+                     : nccl_ ? "over NCCL for every group (" + nccl_version() + ")"
+                             : "staged through host memory over MPI: ranks share a GPU (NCCL needs one GPU per rank)");
+}
+
+}  // namespace trident::parallel

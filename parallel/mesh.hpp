@@ -1,0 +1,82 @@
+// This rank's place in the device mesh: the MPI world (when a launcher
+// started several processes), the process groups of parallel/topology.hpp as
+// communicators, and the device the rank computes on.
+//
+// device cuda binds the rank to GPU local_rank % GPUs; every group then
+// carries device buffers over NCCL (one GPU per rank) or host staging over
+// MPI (ranks share a GPU), host buffers over MPI (device_communicator.hpp).
+// One process (no launcher, or single_process) has no groups: every
+// accessor returns nullptr, which every collective helper treats as a
+// one-rank group.
+// Replicated KV heads (kv_heads < tensor) get one more group: the tensor
+// ranks holding the same KV head, tensor / kv_heads of them.
+// What is not here: which group reduces which gradient (data_parallel.hpp).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.hpp"
+#include "core/recipe.hpp"
+#include "parallel/communicator.hpp"
+#include "parallel/topology.hpp"
+
+namespace trident::parallel {
+
+class MpiCommunicator;
+class ProcessGroups;
+
+struct MeshSpec {
+  int data = 1, tensor = 1, pipeline = 1;
+  std::vector<MeshAxis> order{MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline};
+  int64_t kv_heads = 1;  // the model's; fewer than tensor: a KV group
+  DeviceType device = DeviceType::cpu;
+  double timeout_s = 600;       // every collective and transfer (parallel.timeout_s)
+  bool single_process = false;  // ignore MPI even when it is initialised (reference runs in tests)
+};
+MeshSpec mesh_spec(const Recipe& rc, bool single_process = false);
+
+class Mesh {
+ public:
+  // InputError (naming `source`) when the mesh does not match the world
+  // size or device cuda has no GPU.
+  Mesh(const MeshSpec& spec, const std::string& source);
+  ~Mesh();
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  int world_size() const;
+  int world_rank() const;
+  bool leader() const { return world_rank() == 0; }
+  Communicator* world();
+  Communicator* group(GroupKind kind) { return groups_[size_t(kind)]; }
+  Communicator* data() { return group(GroupKind::data); }
+  Communicator* tensor() { return group(GroupKind::tensor); }
+  Communicator* pipeline() { return group(GroupKind::pipeline); }
+  Communicator* model_parallel() { return group(GroupKind::model_parallel); }
+  Communicator* embedding() { return group(GroupKind::embedding); }
+  Communicator* kv() { return kv_; }
+  Coords coords() const;
+  const Topology& topology() const { return topology_; }
+  // The model-parallel group's members' coordinates, in its rank order.
+  std::vector<Coords> model_parallel_members() const;
+
+  Device device() const { return device_; }
+  bool nccl() const { return nccl_; }
+  std::string describe_device() const;  // the start-up line of device cuda
+
+ private:
+  Topology topology_;
+  std::unique_ptr<MpiCommunicator> world_;
+  std::unique_ptr<ProcessGroups> mpi_groups_;
+  std::unique_ptr<MpiCommunicator> kv_mpi_;
+  std::vector<std::unique_ptr<Communicator>> device_groups_;
+  std::vector<Communicator*> groups_;
+  Communicator* world_group_ = nullptr;
+  Communicator* kv_ = nullptr;
+  Device device_;
+  bool nccl_ = false;
+  Communicator* on_device(MpiCommunicator& g);
+};
+
+}  // namespace trident::parallel

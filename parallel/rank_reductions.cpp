@@ -1,0 +1,53 @@
+// Reductions of scalars and small host vectors over a group (see rank_reductions.hpp).
+#include "parallel/rank_reductions.hpp"
+
+#include <algorithm>
+
+namespace trident::parallel {
+namespace {
+
+bool alone(Communicator* group) { return !group || group->size() == 1; }
+
+double reduce_scalar(Communicator* group, double local, ReduceOp op) {
+  if (alone(group)) return local;
+  Tensor t = Tensor::empty({1}, DType::f64, MemCategory::comm);
+  t.data<double>()[0] = local;
+  group->all_reduce(t, {.op = op})->wait();
+  return t.data<double>()[0];
+}
+
+}  // namespace
+
+double sum_over(Communicator* group, double local) { return reduce_scalar(group, local, ReduceOp::sum); }
+double max_over(Communicator* group, double local) { return reduce_scalar(group, local, ReduceOp::max); }
+
+std::vector<double> gather_scalar(Communicator* group, double mine) {
+  if (alone(group)) return {mine};
+  Tensor t = Tensor::zeros({group->size()}, DType::f64, MemCategory::comm);
+  t.data<double>()[group->rank()] = mine;
+  group->all_gather(t)->wait();
+  return {t.data<double>(), t.data<double>() + group->size()};
+}
+
+std::vector<int64_t> gather_counts(Communicator* group, int64_t mine) {
+  std::vector<int64_t> out;
+  for (double v : gather_scalar(group, double(mine))) out.push_back(int64_t(v));
+  return out;
+}
+
+std::vector<double> gather_varying(Communicator* group, const std::vector<double>& mine) {
+  if (alone(group)) return mine;
+  const std::vector<int64_t> counts = gather_counts(group, int64_t(mine.size()));
+  int64_t total = 0, offset = 0;
+  for (int r = 0; r < group->size(); ++r) {
+    if (r < group->rank()) offset += counts[size_t(r)];
+    total += counts[size_t(r)];
+  }
+  if (total == 0) return {};
+  Tensor buf = Tensor::zeros({total}, DType::f64, MemCategory::comm);
+  std::copy(mine.begin(), mine.end(), buf.data<double>() + offset);
+  group->all_gather(buf, {counts})->wait();
+  return {buf.data<double>(), buf.data<double>() + total};
+}
+
+}  // namespace trident::parallel

@@ -1,0 +1,24 @@
+// Small reductions over the ranks of a group, for scalars and host vectors:
+// what the trainer, the checkpoints and the run report need to agree on
+// (a loss summed over the data group, "did any rank fail", per-rank counts
+// before a variable-size gather). Every call is a collective of the group;
+// without a group (nullptr, or one rank) each returns the local value.
+// Large buffers go through the Communicator directly (parallel/communicator.hpp).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "parallel/communicator.hpp"
+
+namespace trident::parallel {
+
+double sum_over(Communicator* group, double local);
+double max_over(Communicator* group, double local);
+// Every rank's count, in group rank order.
+std::vector<int64_t> gather_counts(Communicator* group, int64_t mine);
+// Every rank's values, concatenated in group rank order (lengths may differ).
+std::vector<double> gather_varying(Communicator* group, const std::vector<double>& mine);
+// Every rank's value of a scalar, in group rank order.
+std::vector<double> gather_scalar(Communicator* group, double mine);
+
+}  // namespace trident::parallel

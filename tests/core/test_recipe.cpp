@@ -1,0 +1,208 @@
+// Recipe validation: each bad recipe fails with a message that names the
+// place (file:line or --set), the key, what was expected and what was found.
+// Also: defaults, overrides, and that docs/recipes.md documents every key.
+#include <fstream>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/recipe.hpp"
+#include "tests/test_util.hpp"
+
+namespace trident {
+
+const char* kGood = R"(model:
+  arch: gpt2
+  layers: 2
+  hidden: 64
+  heads: 4
+  seq_len: 32
+  vocab: 50
+train: {global_batch: 8, micro_batch: 2, steps: 10}
+optim: {lr: 1.0e-3}
+)";
+
+std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}, int64_t world = 1) {
+  try {
+    load_recipe_text(text, "r.yaml", sets, world);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+void expect_error(const std::string& text, const std::vector<std::string>& fragments,
+                  const std::vector<std::string>& sets = {}, int64_t world = 1) {
+  std::string msg = error_of(text, sets, world);
+  for (const auto& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << "expected '" << f << "' in: " << msg;
+}
+
+std::string with(const std::string& line) { return std::string(kGood) + line + "\n"; }
+
+TEST(Recipe, GoodRecipeLoadsWithDefaults) {
+  Recipe r = load_recipe_text(kGood, "r.yaml");
+  EXPECT_EQ(r.model.kv_heads, 4);
+  EXPECT_EQ(r.model.ffn_hidden, 256);
+  EXPECT_TRUE(r.model.tie_embeddings);
+  EXPECT_EQ(r.optim.decay, LrDecay::cosine);
+  EXPECT_EQ(r.train.recompute, Recompute::none);
+  EXPECT_TRUE(r.data.synthetic);
+  EXPECT_EQ(r.data.syn.vocab, 50);
+  EXPECT_EQ(r.micro_batches_per_step(1), 4);
+  EXPECT_EQ(r.seed, 1234);
+}
+
+TEST(Recipe, OverridesApply) {
+  Recipe r = load_recipe_text(
+      kGood, "r.yaml", {"train.steps=99", "optim.betas=[0.8, 0.9]", "model.arch=llama", "log.metrics=out.jsonl"});
+  EXPECT_EQ(r.train.steps, 99);
+  EXPECT_DOUBLE_EQ(r.optim.betas[0], 0.8);
+  EXPECT_EQ(r.model.arch, Arch::llama);
+  EXPECT_FALSE(r.model.tie_embeddings);
+  EXPECT_EQ(r.log.metrics, "out.jsonl");
+}
+
+TEST(Recipe, UnknownKeyNamesLineAndSuggests) {
+  expect_error(with("log: {evrey: 5}"), {"r.yaml:10:", "unknown key 'log.evrey'", "did you mean 'every'"});
+}
+TEST(Recipe, UnknownSection) { expect_error(with("modle: {}"), {"r.yaml:10:1", "unknown key 'modle'", "'model'"}); }
+TEST(Recipe, WrongType) {
+  expect_error(kGood, {"--set train.steps=ten", "key 'train.steps'", "expected an integer >= 1", "found 'ten'"},
+               {"train.steps=ten"});
+}
+TEST(Recipe, OutOfRange) {
+  expect_error(with("parallel: {zero: 4}"),
+               {"r.yaml:10:", "'parallel.zero'", "expected an integer in [0, 3]", "found '4'"});
+}
+TEST(Recipe, MissingRequiredKey) {
+  std::string t = kGood;
+  t.erase(t.find("  layers: 2\n"), 12);
+  expect_error(t, {"r.yaml", "missing required key 'model.layers'", "integer"});
+}
+TEST(Recipe, BadEnum) {
+  expect_error(kGood,
+               {"--set optim.decay=exponential", "'optim.decay'", "one of constant | cosine | linear | wsd",
+                "found 'exponential'"},
+               {"optim.decay=exponential"});
+}
+TEST(Recipe, HiddenNotDivisibleByHeads) {
+  expect_error(kGood, {"--set model.heads=5", "hidden(64) % heads(5) = 4 != 0"}, {"model.heads=5"});
+}
+TEST(Recipe, HeadsNotDivisibleByKvHeads) {
+  expect_error(kGood, {"heads(4) % kv_heads(3) = 1 != 0"}, {"model.arch=llama", "model.kv_heads=3"});
+}
+TEST(Recipe, GlobalBatchNotDivisible) {
+  expect_error(kGood, {"'train.global_batch'", "global_batch(8) % (micro_batch(3) x data(1)) = 2 != 0"},
+               {"train.micro_batch=3"});
+}
+TEST(Recipe, MeshDoesNotMatchWorld) {
+  // one process: the message says how to launch it
+  expect_error(with("parallel: {data: 2, tensor: 2}"),
+               {"data(2) x tensor(2) x pipeline(1) = 4 ranks, but this is one process", "mpirun -np 4 trident",
+                "srun -n 4 --mpi=pmix"});
+  expect_error(with("parallel: {data: 2}"), {"= 2 != world size 4", "4x1x1", "2x2x1", "1x2x2"}, {}, 4);
+}
+TEST(Recipe, AutoMeshSizeIsInferred) {
+  Recipe r = load_recipe_text(with("parallel: {data: auto, tensor: 2}"), "r.yaml", {}, 8);
+  EXPECT_EQ(r.parallel.data, 4);
+  expect_error(with("parallel: {data: auto, tensor: auto}"), {"at most one"}, {}, 4);
+}
+TEST(Recipe, LayersNotDivisibleByPipeline) {
+  expect_error(with("parallel: {pipeline: 2, virtual_stages: 2}"),
+               {"layers(2) % (pipeline(2) x virtual_stages(2)) != 0"}, {}, 2);
+}
+TEST(Recipe, GptWithGroupedQueryHeadsIsRejected) {
+  expect_error(kGood, {"gpt2 uses multi-head attention: kv_heads(2) != heads(4)"}, {"model.kv_heads=2"});
+}
+TEST(Recipe, TensorParallelDivisibility) {
+  // kGood: hidden 64, heads 4, ffn_hidden 256 (4 x hidden), micro_batch 2 x seq_len 32
+  expect_error(with("parallel: {tensor: 3}"), {"'parallel.tensor'", "heads(4) % tensor(3) != 0"}, {}, 3);
+  expect_error(with("parallel: {tensor: 4}"), {"'parallel.tensor'", "ffn_hidden(250) % tensor(4) != 0"},
+               {"model.ffn_hidden=250"}, 4);
+  expect_error(
+      with("parallel: {tensor: 4, sequence_parallel: true}"),
+      {"'parallel.sequence_parallel'", "micro_batch(1) x seq_len(30) = 30 token rows over tensor(4)", "30 % 4 != 0"},
+      {"train.micro_batch=1", "model.seq_len=30"}, 4);
+  expect_error(kGood, {"'model.vocab_multiple'", "found '0'"}, {"model.vocab_multiple=0"});
+  Recipe r = load_recipe_text(with("parallel: {tensor: 4}"), "r.yaml", {"model.vocab_multiple=3"}, 4);
+  EXPECT_EQ(r.model.padded_vocab(4), 60);  // 50 -> a multiple of 3 x 4
+  EXPECT_EQ(r.model.padded_vocab(1), 51);
+}
+TEST(Recipe, BadOrder) {
+  expect_error(with("parallel: {order: [tensor, data, data]}"),
+               {"'parallel.order'", "a permutation of [tensor, data, pipeline]"});
+}
+TEST(Recipe, BetasWrongLength) { expect_error(kGood, {"'optim.betas'", "a list of 2 numbers"}, {"optim.betas=[0.9]"}); }
+TEST(Recipe, DuplicateKey) {
+  expect_error(with("optim: {lr: 2.0e-3}"), {"r.yaml:10:1", "duplicate key 'optim'", "first at line 9"});
+}
+TEST(Recipe, NegativeLearningRate) {
+  expect_error(kGood, {"'optim.lr'", "expected a number in (0, 10]", "found '-1'"}, {"optim.lr=-1"});
+}
+TEST(Recipe, MinLrAboveLr) { expect_error(kGood, {"min_lr(0.1) > lr(0.001)"}, {"optim.min_lr=0.1"}); }
+TEST(Recipe, BothDataSources) {
+  expect_error(with("data: {train: x, synthetic: {vocab: 10}}"), {"either data.train", "or data.synthetic"});
+}
+TEST(Recipe, SyntheticVocabTooLarge) {
+  expect_error(with("data: {synthetic: {vocab: 60}}"), {"synthetic vocab(60) > model.vocab(50)"});
+}
+TEST(Recipe, YamlSyntaxError) { expect_error("model: {arch: gpt2\n  layers: [\n", {"r.yaml:", "YAML syntax error"}); }
+TEST(Recipe, BadSetSyntax) {
+  expect_error(kGood, {"--set train.steps", "expected key.path=value"}, {"train.steps"});
+  expect_error(kGood, {"--set train..steps=3", "empty component"}, {"train..steps=3"});
+}
+TEST(Recipe, UnsupportedPrecisionAndDevice) {
+  expect_error(kGood, {"'train.precision'", "one of fp32", "bf16", "fp16", "found 'fp8'"}, {"train.precision=fp8"});
+  expect_error(kGood, {"'device'", "one of cpu", "cuda", "found 'tpu'"}, {"device=tpu"});
+}
+TEST(Recipe, MissingFile) {
+  try {
+    load_recipe("/nonexistent/recipe.yaml");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/recipe.yaml: cannot open"), std::string::npos);
+  }
+}
+
+TEST(Recipe, EveryKeyIsDocumented) {
+  std::ifstream in(std::string(TRIDENT_SOURCE_DIR) + "/docs/recipes.md");
+  ASSERT_TRUE(in) << "docs/recipes.md missing";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string doc = ss.str();
+  Recipe r = load_recipe_text(kGood, "r.yaml");
+  ASSERT_GT(r.keys_read.size(), 40u);
+  for (const auto& k : r.keys_read)
+    EXPECT_NE(doc.find("`" + k + "`"), std::string::npos) << k << " not in docs/recipes.md";
+}
+
+// The key tables of docs/recipes.md are the key table's (core/recipe_keys.cpp):
+// a key added, renamed or re-documented there shows here until the page is
+// regenerated with `trident keys --update docs/recipes.md`.
+TEST(Recipe, ReferenceTablesComeFromTheKeyTable) {
+  std::ifstream in(std::string(TRIDENT_SOURCE_DIR) + "/docs/recipes.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string doc = ss.str();
+  EXPECT_EQ(doc, recipe_doc_with_tables(doc)) << "regenerate: trident keys --update docs/recipes.md";
+  // every key appears in exactly one table row
+  for (const auto& k : recipe_keys()) {
+    const std::string row = "\n| `" + k.path + "` |";
+    const size_t at = doc.find(row);
+    EXPECT_NE(at, std::string::npos) << k.path;
+    EXPECT_EQ(doc.find(row, at + 1), std::string::npos) << k.path << " twice";
+  }
+  // a loaded recipe reads exactly the table's keys
+  const Recipe r = load_recipe_text(kGood, "r.yaml");
+  std::vector<std::string> table;
+  for (const auto& k : recipe_keys())
+    if (k.type != "map") table.push_back(k.path);
+  EXPECT_EQ(r.keys_read, table);
+}
+
+TEST(Recipe, ShippedRecipesLoad) {
+  for (std::string name : {"demo", "gpt2-124m", "gpt2-350m", "llama-tiny", "llama-1b", "llama-8b", "llama3-70b"}) {
+    EXPECT_NO_THROW(load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + name + ".yaml")) << name;
+  }
+}
+
+}  // namespace trident

@@ -1,3 +1,0 @@
-// The CUDA kernels of kernels/cuda/adamw_cuda.cu compiled for the CPU emulation
-// (kernels/cuda/emulation.hpp), for tests/test_cuda_emulated.cpp.
-#include "kernels/cuda/adamw_cuda.cu"

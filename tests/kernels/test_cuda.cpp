@@ -1,0 +1,434 @@
+// Every CUDA kernel against its CPU twin (the same public entry point, once
+// with host buffers and once with device buffers), on random shapes
+// including odd sizes, with a tolerance per op; failures print the first
+// elements and the largest difference. Then the device allocator's
+// accounting, and a training run on `device: cuda` against the same run on
+// the CPU. Without a GPU (or a CUDA build) every test skips with the reason.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "core/device_memory.hpp"
+#include "core/recipe.hpp"
+#include "core/tensor.hpp"
+#include "kernels/activation.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/backends.hpp"
+#include "kernels/buffer.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/norm.hpp"
+#include "kernels/precision.hpp"
+#include "kernels/residual.hpp"
+#include "kernels/rotary.hpp"
+#include "launch/checkpoint/checkpoint.hpp"
+#include "launch/planner.hpp"
+#include "launch/trainer.hpp"
+#include "tests/kernels/kernel_compare.hpp"
+
+namespace trident::kernels {
+namespace {
+
+using F = std::vector<float>;
+
+std::string skip_reason() {
+  if (!cuda_built()) return "this build has no CUDA backend (configured without the CUDA toolkit)";
+  if (device_count() == 0)
+    return "no CUDA device on this machine (" + cuda_backend() + "): CUDA tests run where a GPU exists";
+  return "";
+}
+
+#define REQUIRE_GPU()                                                \
+  do {                                                               \
+    if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why; \
+    set_device(0);                                                   \
+  } while (0)
+
+using test::expect_close;
+F randn(int64_t n, uint32_t seed, float scale = 1.f) { return test::randn_f(n, seed, scale); }
+
+// A device copy of host data, kept alive by the test.
+struct Dev {
+  Tensor t;
+  explicit Dev(const F& h)
+      : t(Tensor::empty({std::max<int64_t>(int64_t(h.size()), 1)}, DType::f32, MemCategory::other,
+                        Device{DeviceType::cuda, 0})) {
+    if (!h.empty()) copy_to_device(t.raw(), h.data(), h.size() * sizeof(float), 0);
+  }
+  explicit Dev(const std::vector<int32_t>& h)
+      : t(Tensor::empty({int64_t(h.size())}, DType::i32, MemCategory::other, Device{DeviceType::cuda, 0})) {
+    copy_to_device(t.raw(), h.data(), h.size() * sizeof(int32_t), 0);
+  }
+  float* f() const { return t.data<float>(); }
+  int32_t* i() const { return t.data<int32_t>(); }
+  F host(int64_t n) const {
+    F h(static_cast<size_t>(n));
+    copy_to_host(h.data(), t.raw(), h.size() * sizeof(float), 0);
+    return h;
+  }
+};
+
+TEST(Cuda, GemmAllTranspositionsAndOddShapes) {
+  REQUIRE_GPU();
+  for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{37, 53, 29}, {1, 7, 3}, {128, 64, 256}, {65, 1, 17}})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+        F A = randn(M * K, 1), B = randn(K * N, 2), C = randn(M * N, 3), ref = C;
+        gemm<float>(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, ref.data(), N);
+        Dev dA(A), dB(B), dC(C);
+        gemm<float>(ta, tb, M, N, K, 0.5f, dA.f(), lda, dB.f(), ldb, 0.25f, dC.f(), N);
+        expect_close("gemm " + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + " ta " +
+                         std::to_string(ta) + " tb " + std::to_string(tb),
+                     ref, dC.host(M * N), 2e-5, 1e-5);
+      }
+}
+
+TEST(Cuda, GemmBf16TensorCoresOnBf16Values) {
+  REQUIRE_GPU();
+  const int64_t M = 96, N = 80, K = 200;
+  F A = randn(M * K, 4), B = randn(K * N, 5), ref(static_cast<size_t>(M * N));
+  round_to_storage(A.data(), M * K, Precision::bf16);
+  round_to_storage(B.data(), K * N, Precision::bf16);
+  gemm<float>(false, false, M, N, K, 1.f, A.data(), K, B.data(), N, 0.f, ref.data(), N);
+  Dev dA(A), dB(B), dC(F(static_cast<size_t>(M * N)));
+  set_matmul_precision(Precision::bf16);
+  gemm<float>(false, false, M, N, K, 1.f, dA.f(), K, dB.f(), N, 0.f, dC.f(), N);
+  set_matmul_precision(Precision::fp32);
+  // exact bf16 products, fp32 accumulation in another order
+  expect_close("bf16 gemm", ref, dC.host(M * N), 1e-5, 1e-5);
+}
+
+TEST(Cuda, LinearForwardBackward) {
+  REQUIRE_GPU();
+  for (auto [N, C, OC] : std::vector<std::array<int64_t, 3>>{{33, 17, 29}, {64, 128, 96}, {5, 3, 1}})
+    for (bool acc : {false, true}) {
+      F x = randn(N * C, 1), w = randn(OC * C, 2), b = randn(OC, 3), dout = randn(N * OC, 4);
+      F out(static_cast<size_t>(N * OC)), dx(static_cast<size_t>(N * C)), dw = randn(OC * C, 5), db = randn(OC, 6);
+      Dev gx(x), gw(w), gb(b), gout(out), gdout(dout), gdx(dx), gdw(dw), gdb(db);
+      linear_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+      linear_forward(gout.f(), gx.f(), gw.f(), gb.f(), N, C, OC);
+      expect_close("linear forward", out, gout.host(N * OC), 2e-5, 1e-5);
+      linear_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), N, C, OC, acc);
+      linear_backward(gdx.f(), gdw.f(), gdb.f(), gdout.f(), gx.f(), gw.f(), N, C, OC, acc);
+      expect_close("linear dinp", dx, gdx.host(N * C), 2e-5, 1e-5);
+      expect_close("linear dweight", dw, gdw.host(OC * C), 2e-5, 1e-5);
+      expect_close("linear dbias", db, gdb.host(OC), 2e-5, 1e-5);
+    }
+}
+
+// Parameters are views at any float offset of the flat buffer: operands and
+// bias 4 bytes off every larger alignment still give the CPU's result.
+TEST(Cuda, LinearOnMisalignedViews) {
+  REQUIRE_GPU();
+  const int64_t N = 24, C = 40, OC = 36;
+  F x = randn(N * C + 1, 1), w = randn(OC * C + 1, 2), b = randn(OC + 1, 3), dout = randn(N * OC + 1, 4);
+  Dev gx(x), gw(w), gb(b), gdout(dout), gout(F(size_t(N * OC + 1))), gdw(F(size_t(OC * C + 1))),
+      gdx(F(size_t(N * C + 1)));
+  F out(static_cast<size_t>(N * OC)), dw(static_cast<size_t>(OC * C)), dx(static_cast<size_t>(N * C));
+  linear_forward(out.data(), x.data() + 1, w.data() + 1, b.data() + 1, N, C, OC);
+  linear_forward(gout.f() + 1, gx.f() + 1, gw.f() + 1, gb.f() + 1, N, C, OC);
+  F got = gout.host(N * OC + 1);
+  expect_close("linear forward, misaligned", out, F(got.begin() + 1, got.end()), 2e-5, 1e-5);
+  linear_backward(dx.data(), dw.data(), static_cast<float*>(nullptr), dout.data() + 1, x.data() + 1, w.data() + 1, N, C,
+                  OC, false);
+  linear_backward(gdx.f() + 1, gdw.f() + 1, static_cast<float*>(nullptr), gdout.f() + 1, gx.f() + 1, gw.f() + 1, N, C,
+                  OC, false);
+  F gdwh = gdw.host(OC * C + 1), gdxh = gdx.host(N * C + 1);
+  expect_close("linear dweight, misaligned", dw, F(gdwh.begin() + 1, gdwh.end()), 2e-5, 1e-5);
+  expect_close("linear dinp, misaligned", dx, F(gdxh.begin() + 1, gdxh.end()), 2e-5, 1e-5);
+}
+
+TEST(Cuda, LayerNormAndRmsNorm) {
+  REQUIRE_GPU();
+  for (auto [N, C] : std::vector<std::array<int64_t, 2>>{{7, 129}, {64, 768}, {3, 5}})
+    for (bool acc : {false, true}) {
+      F x = randn(N * C, 1, 2.f), w = randn(C, 2), b = randn(C, 3), g = randn(N * C, 4);
+      F out(static_cast<size_t>(N * C)), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N));
+      F dx = randn(N * C, 5), dw = randn(C, 6), db = randn(C, 7);
+      Dev gx(x), gw(w), gb(b), gg(g), gout(out), gmean(mean), grstd(rstd), gdx(dx), gdw(dw), gdb(db);
+      layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5);
+      layernorm_forward(gout.f(), gmean.f(), grstd.f(), gx.f(), gw.f(), gb.f(), N, C, 1e-5);
+      expect_close("layernorm out", out, gout.host(N * C), 1e-5, 1e-5);
+      expect_close("layernorm rstd", rstd, grstd.host(N), 1e-5);
+      layernorm_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C,
+                         acc);
+      layernorm_backward(gdx.f(), gdw.f(), gdb.f(), gg.f(), gx.f(), gw.f(), gmean.f(), grstd.f(), N, C, acc);
+      expect_close("layernorm dinp (accumulated)", dx, gdx.host(N * C), 1e-5, 1e-5);
+      expect_close("layernorm dweight", dw, gdw.host(C), 1e-5, 1e-5);
+      expect_close("layernorm dbias", db, gdb.host(C), 1e-5, 1e-5);
+      F rout(static_cast<size_t>(N * C)), rdx = randn(N * C, 8), rdw = randn(C, 9);
+      Dev grout(rout), grdx(rdx), grdw(rdw);
+      rmsnorm_forward(rout.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6);
+      rmsnorm_forward(grout.f(), grstd.f(), gx.f(), gw.f(), N, C, 1e-6);
+      expect_close("rmsnorm out", rout, grout.host(N * C), 1e-5, 1e-5);
+      rmsnorm_backward(rdx.data(), rdw.data(), g.data(), x.data(), w.data(), rstd.data(), N, C, acc);
+      rmsnorm_backward(grdx.f(), grdw.f(), gg.f(), gx.f(), gw.f(), grstd.f(), N, C, acc);
+      expect_close("rmsnorm dinp", rdx, grdx.host(N * C), 1e-5, 1e-5);
+      expect_close("rmsnorm dweight", rdw, grdw.host(C), 1e-5, 1e-5);
+    }
+}
+
+TEST(Cuda, GeluAndSwiglu) {
+  REQUIRE_GPU();
+  const int64_t n = 1001, N = 5, Fh = 67;
+  F x = randn(n, 1, 3.f), g = randn(n, 2), out(n), dx(n);
+  Dev gx(x), gg(g), gout(out), gdx(dx);
+  gelu_forward(out.data(), x.data(), n);
+  gelu_forward(gout.f(), gx.f(), n);
+  expect_close("gelu", out, gout.host(n), 2e-6, 1e-6);
+  gelu_backward(dx.data(), x.data(), g.data(), n);
+  gelu_backward(gdx.f(), gx.f(), gg.f(), n);
+  expect_close("gelu backward", dx, gdx.host(n), 2e-6, 1e-6);
+  F in = randn(N * 2 * Fh, 3, 2.f), d = randn(N * Fh, 4), so(N * Fh), sd(N * 2 * Fh);
+  Dev gin(in), gd(d), gso(so), gsd(sd);
+  swiglu_forward(so.data(), in.data(), N, Fh);
+  swiglu_forward(gso.f(), gin.f(), N, Fh);
+  expect_close("swiglu", so, gso.host(N * Fh), 2e-6, 1e-6);
+  swiglu_backward(sd.data(), in.data(), d.data(), N, Fh);
+  swiglu_backward(gsd.f(), gin.f(), gd.f(), N, Fh);
+  expect_close("swiglu backward", sd, gsd.host(N * 2 * Fh), 2e-6, 1e-6);
+}
+
+TEST(Cuda, FlashAttentionMatchesMaterialisedSoftmax) {
+  REQUIRE_GPU();
+  struct Shape {
+    int64_t B, T, H, KV, D;
+  };
+  for (Shape s : {Shape{2, 67, 4, 2, 16}, Shape{1, 130, 2, 1, 64}, Shape{1, 64, 2, 2, 128}, Shape{2, 5, 3, 3, 7},
+                  Shape{1, 200, 4, 4, 96}}) {
+    const int64_t W = (s.H + 2 * s.KV) * s.D, N = s.B * s.T;
+    const std::string name = "attention B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " H" +
+                             std::to_string(s.H) + " KV" + std::to_string(s.KV) + " D" + std::to_string(s.D);
+    F qkv = randn(N * W, 1), dout = randn(N * s.H * s.D, 2), out(N * s.H * s.D);
+    F probs(static_cast<size_t>(attention_state_elements(s.B, s.T, s.H, false))), dqkv(N * W);
+    attention_forward(out.data(), probs.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D);
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs.data(), s.B, s.T, s.H, s.KV, s.D);
+    const int64_t state = attention_state_elements(s.B, s.T, s.H, true);
+    ASSERT_EQ(state, s.B * s.H * s.T) << "no T x T state on the device";
+    Dev gqkv(qkv), gdout(dout), gout(F(out.size())), glse(F(static_cast<size_t>(state))), gdqkv(F(dqkv.size()));
+    attention_forward(gout.f(), glse.f(), gqkv.f(), s.B, s.T, s.H, s.KV, s.D);
+    expect_close(name + " output", out, gout.host(int64_t(out.size())), 1e-5, 1e-5);
+    // lse against the CPU's probabilities: p[t][0] = exp(s_t0 - lse)
+    F lse = glse.host(state), lse2(static_cast<size_t>(state));
+    Dev glse2(lse2);
+    attention_probs(glse2.f(), gqkv.f(), s.B, s.T, s.H, s.KV, s.D);
+    expect_close(name + " attention_probs (recompute) = forward's lse", lse, glse2.host(state), 0, 0);
+    F p_from_lse(static_cast<size_t>(state)), p_cpu(static_cast<size_t>(state));
+    const float scale = 1.f / std::sqrt(float(s.D));
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.H; ++h)
+        for (int64_t t = 0; t < s.T; ++t) {
+          const float* q = qkv.data() + (b * s.T + t) * W + h * s.D;
+          const float* k = qkv.data() + (b * s.T) * W + (s.H + h / (s.H / s.KV)) * s.D;  // key 0
+          float dot = 0;
+          for (int64_t e = 0; e < s.D; ++e) dot += q[e] * k[e];
+          const size_t i = size_t((b * s.H + h) * s.T + t);
+          p_from_lse[i] = std::exp(dot * scale - lse[i]);
+          p_cpu[i] = probs[size_t(((b * s.H + h) * s.T + t) * s.T)];
+        }
+    expect_close(name + " probability of key 0 from lse", p_cpu, p_from_lse, 1e-4, 1e-6);
+    attention_backward(gdqkv.f(), gdout.f(), gqkv.f(), gout.f(), glse.f(), s.B, s.T, s.H, s.KV, s.D);
+    expect_close(name + " dqkv", dqkv, gdqkv.host(int64_t(dqkv.size())), 1e-4, 1e-5);
+  }
+}
+
+TEST(Cuda, RotaryForwardBackward) {
+  REQUIRE_GPU();
+  const int64_t B = 2, T = 9, H = 3, KV = 1, D = 6, W = (H + 2 * KV) * D;
+  const auto table = rope_table(T, D, 10000.0);
+  F x = randn(B * T * W, 1), y = x;
+  Dev gx(x);
+  rope_forward(y.data(), table.data(), B, T, H, KV, D);
+  rope_forward(gx.f(), table.data(), B, T, H, KV, D);
+  expect_close("rope forward", y, gx.host(B * T * W), 1e-6, 1e-6);
+  rope_backward(y.data(), table.data(), B, T, H, KV, D);
+  rope_backward(gx.f(), table.data(), B, T, H, KV, D);
+  expect_close("rope backward", y, gx.host(B * T * W), 1e-6, 1e-6);
+  expect_close("rope round trip", x, y, 1e-5, 1e-6);
+}
+
+TEST(Cuda, EmbeddingsOverAVocabularyRange) {
+  REQUIRE_GPU();
+  const int64_t N = 37, C = 13, V = 11, vb = 5, T = 8, row0 = 3, rows = 21;
+  std::vector<int32_t> tok(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) tok[size_t(i)] = int32_t((i * 7) % 20);  // some outside [vb, vb + V)
+  F wte = randn(V * C, 1), out(N * C), dout = randn(N * C, 2), dwte = randn(V * C, 3);
+  Dev gtok(tok), gwte(wte), gout(out), gdout(dout), gdwte(dwte);
+  embedding_forward(out.data(), tok.data(), wte.data(), N, C, vb, V);
+  embedding_forward(gout.f(), gtok.i(), gwte.f(), N, C, vb, V);
+  expect_close("embedding forward", out, gout.host(N * C), 0, 0);
+  embedding_backward(dwte.data(), dout.data(), tok.data(), N, C, vb, V);
+  embedding_backward(gdwte.f(), gdout.f(), gtok.i(), N, C, vb, V);
+  expect_close("embedding backward (scatter-add)", dwte, gdwte.host(V * C), 1e-6, 1e-6);
+  F wpe = randn(T * C, 4), inp = randn(rows * C, 5), pout(rows * C), dwpe = randn(T * C, 6);
+  Dev gwpe(wpe), ginp(inp), gpout(pout), gdwpe(dwpe);
+  position_forward(pout.data(), inp.data(), wpe.data(), row0, rows, T, C);
+  position_forward(gpout.f(), ginp.f(), gwpe.f(), row0, rows, T, C);
+  expect_close("position forward", pout, gpout.host(rows * C), 0, 0);
+  position_backward(dwpe.data(), inp.data(), row0, rows, T, C);
+  position_backward(gdwpe.f(), ginp.f(), row0, rows, T, C);
+  expect_close("position backward", dwpe, gdwpe.host(T * C), 1e-6, 1e-6);
+}
+
+TEST(Cuda, CrossEntropyFusedAndVocabParallel) {
+  REQUIRE_GPU();
+  const int64_t N = 13, V = 70, Vvalid = 67;
+  std::vector<int32_t> tgt(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) tgt[size_t(i)] = int32_t((i * 11) % Vvalid);
+  F logits = randn(N * V, 1, 3.f), losses(N), l2 = logits;
+  Dev gl(logits), glosses(losses), gtgt(tgt);
+  softmax_cross_entropy(losses.data(), l2.data(), tgt.data(), N, V, Vvalid, 0.5f);
+  softmax_cross_entropy(glosses.f(), gl.f(), gtgt.i(), N, V, Vvalid, 0.5f);
+  expect_close("cross-entropy losses", losses, glosses.host(N), 1e-5, 1e-6);
+  expect_close("cross-entropy dlogits", l2, gl.host(N * V), 1e-5, 1e-7);
+  // vocab-parallel passes over columns [30, 70) of the vocabulary (this rank's 40)
+  const int64_t vb = 30, Vl = 40, Vlvalid = Vvalid - vb;
+  F part(static_cast<size_t>(N * Vl));
+  for (int64_t n = 0; n < N; ++n) std::copy_n(logits.begin() + n * V + vb, Vl, part.begin() + n * Vl);
+  F mx(N), sums(2 * N), pl(N), part_cpu = part;
+  Dev gpart(part), gmx(mx), gsums(sums), gpl(pl);
+  cross_entropy_local_max(mx.data(), part_cpu.data(), N, Vl, Vlvalid);
+  cross_entropy_local_max(gmx.f(), gpart.f(), N, Vl, Vlvalid);
+  expect_close("local max", mx, gmx.host(N), 0, 0);
+  cross_entropy_local_sums(sums.data(), part_cpu.data(), mx.data(), tgt.data(), N, Vl, Vlvalid, vb);
+  cross_entropy_local_sums(gsums.f(), gpart.f(), gmx.f(), gtgt.i(), N, Vl, Vlvalid, vb);
+  expect_close("local sums", sums, gsums.host(2 * N), 1e-5, 1e-6);
+  cross_entropy_finish(pl.data(), part_cpu.data(), mx.data(), sums.data(), tgt.data(), N, Vl, Vlvalid, vb, 0.25f);
+  cross_entropy_finish(gpl.f(), gpart.f(), gmx.f(), gsums.f(), gtgt.i(), N, Vl, Vlvalid, vb, 0.25f);
+  expect_close("finish losses", pl, gpl.host(N), 1e-5, 1e-6);
+  expect_close("finish dlogits", part_cpu, gpart.host(N * Vl), 1e-5, 1e-7);
+}
+
+TEST(Cuda, ResidualAndBiasGradient) {
+  REQUIRE_GPU();
+  const int64_t N = 19, C = 23;
+  F a = randn(N * C, 1), b = randn(N * C, 2), bias = randn(C, 3), out(N * C), db = randn(C, 4);
+  Dev ga(a), gb(b), gbias(bias), gout(out), gdb(db);
+  residual_forward(out.data(), a.data(), b.data(), bias.data(), N, C);
+  residual_forward(gout.f(), ga.f(), gb.f(), gbias.f(), N, C);
+  expect_close("residual", out, gout.host(N * C), 1e-6, 1e-6);
+  for (bool acc : {true, false}) {
+    bias_backward(db.data(), a.data(), N, C, acc);
+    bias_backward(gdb.f(), ga.f(), N, C, acc);
+    expect_close("bias gradient", db, gdb.host(C), 1e-6, 1e-6);
+  }
+}
+
+TEST(Cuda, MultiTensorAdamW) {
+  REQUIRE_GPU();
+  const int64_t n = 200003;  // several 64K chunks, an odd tail
+  F p = randn(n, 1), m = randn(n, 2, 0.1f), v = randn(n, 3, 0.1f), g = randn(n, 4);
+  for (auto& x : v) x = std::abs(x);
+  const std::vector<AdamWRange> ranges = {{0, 70000, 0.1}, {70000, 17, 0.0}, {70017, n - 70017, 0.05}};
+  const AdamWParams hp{3e-3, 0.9, 0.95, 1e-8, 0.0, 7, 0.5};
+  Dev gp(p), gm(m), gv(v), gg(g);
+  adamw_update_multi(p.data(), m.data(), v.data(), g.data(), ranges, hp);
+  adamw_update_multi(gp.f(), gm.f(), gv.f(), gg.f(), ranges, hp);
+  expect_close("adamw params", p, gp.host(n), 1e-6, 1e-7);
+  expect_close("adamw m", m, gm.host(n), 1e-6, 1e-8);
+  expect_close("adamw v", v, gv.host(n), 1e-6, 1e-8);
+}
+
+TEST(Cuda, RoundingCountsAndSums) {
+  REQUIRE_GPU();
+  const int64_t n = 70001;
+  F x = randn(n, 1, 1000.f);
+  x[5] = 1e6f, x[6] = 1e-30f;
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    F h = x;
+    Dev g(x);
+    round_to_storage(h.data(), n, p);
+    round_to_storage(g.f(), n, p);
+    F got = g.host(n);
+    EXPECT_TRUE(std::equal(h.begin(), h.end(), got.begin(),
+                           [](float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); }))
+        << precision_name(p) << " rounding differs from the CPU's";
+    EXPECT_EQ(count_nonfinite(got.data(), n), count_nonfinite(g.f(), n));
+  }
+  Dev g(x);
+  EXPECT_NEAR(sum(g.f(), n), sum(x.data(), n), 1e-9 * n * 1000);
+  const std::vector<std::pair<int64_t, int64_t>> r = {{0, 100}, {200, 70001}};
+  EXPECT_NEAR(sum_of_squares_ranges(g.f(), r) / sum_of_squares_ranges(x.data(), r), 1.0, 1e-12);
+  fill_zero(g.f(), n);
+  EXPECT_EQ(sum(g.f(), n), 0.0);
+}
+
+TEST(Cuda, CachingAllocatorAccountsPerCategory) {
+  REQUIRE_GPU();
+  device_empty_cache();
+  const MemStats before = device_memory_stats();
+  const int64_t reserved0 = device_reserved_bytes();
+  {
+    Tensor a = Tensor::empty({1000}, DType::f32, MemCategory::grads, Device{DeviceType::cuda, 0});
+    Tensor b = Tensor::zeros({3 << 20}, DType::f32, MemCategory::activations, Device{DeviceType::cuda, 0});
+    const MemStats s = device_memory_stats();
+    EXPECT_EQ(s.current[size_t(MemCategory::grads)] - before.current[size_t(MemCategory::grads)], 4000);
+    EXPECT_EQ(s.current[size_t(MemCategory::activations)] - before.current[size_t(MemCategory::activations)],
+              int64_t(12) << 20);
+    EXPECT_TRUE(is_device_pointer(b.data<float>() + 12345));
+    EXPECT_FALSE(is_device_pointer(&before));
+    EXPECT_EQ(Tensor::borrow(b.data<float>(), 10).device().type, DeviceType::cuda);
+    EXPECT_EQ(sum(b.data<float>(), b.numel()), 0.0);
+  }
+  const int64_t reserved1 = device_reserved_bytes();
+  EXPECT_GT(reserved1, reserved0);
+  {  // the same sizes again: served from the cache
+    Tensor a = Tensor::empty({1000}, DType::f32, MemCategory::grads, Device{DeviceType::cuda, 0});
+    Tensor b = Tensor::empty({3 << 20}, DType::f32, MemCategory::activations, Device{DeviceType::cuda, 0});
+    EXPECT_EQ(device_reserved_bytes(), reserved1);
+  }
+  const MemStats after = device_memory_stats();
+  EXPECT_EQ(after.total_current, before.total_current);
+  EXPECT_GE(after.peak[size_t(MemCategory::activations)], int64_t(12) << 20);
+  device_empty_cache();
+  EXPECT_EQ(device_reserved_bytes(), reserved0);
+}
+
+// The demo model on device: cuda tracks the same run on the CPU (fp32 on
+// both: the GPU's GEMMs are exact fp32, its sums run in another order), and
+// bf16 on the GPU tracks bf16 on the CPU.
+TEST(Cuda, TrainingOnTheGpuMatchesTheCpu) {
+  REQUIRE_GPU();
+  for (const char* precision : {"fp32", "bf16"}) {
+    std::vector<std::string> sets = {"train.steps=12", "log.metrics=", "eval.batches=0", "model.layers=2",
+                                     std::string("train.precision=") + precision};
+    const std::string file = std::string(TRIDENT_SOURCE_DIR) + "/configs/demo.yaml";
+    const auto cpu = launch::train(load_recipe(file, sets), {.quiet = true, .single_process = true});
+    sets.push_back("device=cuda");
+    const auto gpu = launch::train(load_recipe(file, sets), {.quiet = true, .single_process = true});
+    ASSERT_EQ(cpu.losses.size(), gpu.losses.size());
+    const double tol = std::string(precision) == "fp32" ? 1e-4 : 5e-3;
+    for (size_t i = 0; i < cpu.losses.size(); ++i)
+      EXPECT_NEAR(gpu.losses[i] / cpu.losses[i], 1.0, tol) << precision << " step " << i + 1;
+    EXPECT_GT(gpu.peak_params, 0) << "the device allocator saw no parameters";
+  }
+}
+
+// The CUDA activation layout (one log-sum-exp per attention row, B·H·T):
+// the planner's activation bytes for a GPU cluster equal the device
+// allocator's measured peak, for every recompute mode.
+TEST(Cuda, PlannerActivationBytesEqualTheDevicePeak) {
+  REQUIRE_GPU();
+  const std::string root = TRIDENT_SOURCE_DIR;
+  const launch::Cluster gpu = launch::load_cluster(root + "/configs/clusters/dgx-h100.yaml", Precision::fp32);
+  for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+    std::vector<std::string> sets = launch::single_process_overrides();
+    for (const char* s : {"train.steps=2", "train.global_batch=4", "train.micro_batch=2", "eval.batches=0",
+                          "log.metrics=", "device=cuda"})
+      sets.push_back(s);
+    sets.push_back(fmt::format("train.recompute={}", rc));
+    const Recipe run = load_recipe(root + "/configs/demo.yaml", sets, 1);
+    const auto measured = launch::train(run, {.quiet = true, .single_process = true});
+    const auto plan = launch::plan_one(run, gpu, {1, 1, 1, 1, 2, 0, rc, ScheduleKind::one_f_one_b, false});
+    EXPECT_EQ(int64_t(plan.memory.activations), measured.peak_activations) << "recompute " << rc;
+  }
+}
+
+}  // namespace
+}  // namespace trident::kernels

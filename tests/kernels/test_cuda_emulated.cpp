@@ -1,0 +1,228 @@
+// The CUDA kernels' logic on the CPU: the kernel sources of kernels/cuda
+// compiled against kernels/cuda/emulation.hpp (threads and barriers for a
+// block's threads, warp shuffles, shared memory) and compared with their
+// CPU twins on the shapes test_cuda uses, including odd sizes. This runs
+// everywhere and catches indexing, masking, tiling and synchronisation
+// mistakes; test_cuda runs the same kernels on a GPU. cuBLASLt (the GEMMs)
+// cannot be emulated and is covered by test_cuda alone.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "kernels/activation.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/buffer.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/norm.hpp"
+#include "kernels/precision.hpp"
+#include "kernels/residual.hpp"
+#include "kernels/rotary.hpp"
+#include "tests/kernels/kernel_compare.hpp"
+
+#define cuda cuda_emu
+#include "kernels/cuda/cuda_kernels.hpp"
+#undef cuda
+
+namespace trident::kernels::cuda_emu {
+[[noreturn]] void cuda_fail(const char* library, const char* stmt, const char* file, int line, const char* message) {
+  throw std::runtime_error(std::string(library) + " " + stmt + " at " + file + ":" + std::to_string(line) + ": " +
+                           message);
+}
+}  // namespace trident::kernels::cuda_emu
+
+namespace trident::kernels {
+namespace {
+
+namespace emu = cuda_emu;
+using F = std::vector<float>;
+
+using test::expect_close;
+F randn(int64_t n, uint32_t seed, float scale = 1.f) { return test::randn_f(n, seed, scale); }
+
+TEST(CudaEmulated, FlashAttentionForwardBackward) {
+  struct Shape {
+    int64_t B, T, H, KV, D;
+  };
+  for (Shape s : {Shape{2, 67, 4, 2, 16}, Shape{1, 130, 2, 1, 64}, Shape{1, 65, 2, 2, 128}, Shape{2, 5, 3, 3, 7},
+                  Shape{1, 64, 4, 1, 96}}) {
+    const int64_t W = (s.H + 2 * s.KV) * s.D, N = s.B * s.T;
+    const std::string name = "attention B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " H" +
+                             std::to_string(s.H) + " KV" + std::to_string(s.KV) + " D" + std::to_string(s.D);
+    F qkv = randn(N * W, 1), dout = randn(N * s.H * s.D, 2), out(N * s.H * s.D);
+    F probs(static_cast<size_t>(attention_state_elements(s.B, s.T, s.H, false))), dqkv(N * W);
+    attention_forward(out.data(), probs.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D);
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs.data(), s.B, s.T, s.H, s.KV, s.D);
+    F eout(out.size(), -7.f), lse(static_cast<size_t>(s.B * s.H * s.T), -7.f), lse2 = lse, edqkv(dqkv.size(), -7.f);
+    emu::attention_forward(eout.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D);
+    expect_close(name + " output", out, eout, 1e-5, 1e-6);
+    emu::attention_lse(lse2.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D);
+    expect_close(name + " lse recomputed", lse, lse2, 0, 0);
+    // lse against the CPU's probabilities: the diagonal p[t][t] = exp(s_tt - lse_t)
+    const float scale = 1.f / std::sqrt(float(s.D));
+    F p_cpu, p_lse;
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.H; ++h)
+        for (int64_t t = 0; t < s.T; ++t) {
+          const float* q = qkv.data() + (b * s.T + t) * W + h * s.D;
+          const float* k = qkv.data() + (b * s.T + t) * W + (s.H + h / (s.H / s.KV)) * s.D;
+          float dot = 0;
+          for (int64_t e = 0; e < s.D; ++e) dot += q[e] * k[e];
+          p_lse.push_back(std::exp(dot * scale - lse[size_t((b * s.H + h) * s.T + t)]));
+          p_cpu.push_back(probs[size_t(((b * s.H + h) * s.T + t) * s.T + t)]);
+        }
+    expect_close(name + " diagonal probability from lse", p_cpu, p_lse, 1e-4, 1e-6);
+    emu::attention_backward(edqkv.data(), dout.data(), qkv.data(), eout.data(), lse.data(), s.B, s.T, s.H, s.KV, s.D);
+    expect_close(name + " dqkv", dqkv, edqkv, 1e-5, 1e-6);
+  }
+}
+
+TEST(CudaEmulated, LayerNormAndRmsNorm) {
+  for (auto [N, C] : std::vector<std::array<int64_t, 2>>{{7, 129}, {33, 300}, {3, 5}})
+    for (bool acc : {false, true}) {
+      F x = randn(N * C, 1, 2.f), w = randn(C, 2), b = randn(C, 3), g = randn(N * C, 4);
+      F out(N * C), mean(N), rstd(N), dx = randn(N * C, 5), dw = randn(C, 6), db = randn(C, 7);
+      F eout(N * C), emean(N), erstd(N), edx = dx, edw = dw, edb = db;
+      layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5);
+      emu::layernorm_forward(eout.data(), emean.data(), erstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5);
+      expect_close("layernorm out", out, eout, 1e-5, 1e-6);
+      expect_close("layernorm mean", mean, emean, 1e-5, 1e-6);
+      expect_close("layernorm rstd", rstd, erstd, 1e-5);
+      layernorm_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C,
+                         acc);
+      emu::layernorm_backward(edx.data(), edw.data(), edb.data(), g.data(), x.data(), w.data(), mean.data(),
+                              rstd.data(), N, C, acc);
+      expect_close("layernorm dinp", dx, edx, 1e-5, 1e-6);
+      expect_close("layernorm dweight", dw, edw, 1e-5, 1e-6);
+      expect_close("layernorm dbias", db, edb, 1e-5, 1e-6);
+      F rout(N * C), erout(N * C), rdx = randn(N * C, 8), rdw = randn(C, 9), erdx = rdx, erdw = rdw;
+      rmsnorm_forward(rout.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6);
+      emu::rmsnorm_forward(erout.data(), erstd.data(), x.data(), w.data(), N, C, 1e-6);
+      expect_close("rmsnorm out", rout, erout, 1e-5, 1e-6);
+      rmsnorm_backward(rdx.data(), rdw.data(), g.data(), x.data(), w.data(), rstd.data(), N, C, acc);
+      emu::rmsnorm_backward(erdx.data(), erdw.data(), g.data(), x.data(), w.data(), rstd.data(), N, C, acc);
+      expect_close("rmsnorm dinp", rdx, erdx, 1e-5, 1e-6);
+      expect_close("rmsnorm dweight", rdw, erdw, 1e-5, 1e-6);
+    }
+}
+
+TEST(CudaEmulated, ElementwiseRotaryAndEmbeddings) {
+  const int64_t n = 1001, N = 5, Fh = 67;
+  F x = randn(n, 1, 3.f), g = randn(n, 2), o1(n), o2(n), d1(n), d2(n);
+  gelu_forward(o1.data(), x.data(), n), emu::gelu_forward(o2.data(), x.data(), n);
+  expect_close("gelu", o1, o2, 2e-6, 1e-6);
+  gelu_backward(d1.data(), x.data(), g.data(), n), emu::gelu_backward(d2.data(), x.data(), g.data(), n);
+  expect_close("gelu backward", d1, d2, 2e-6, 1e-6);
+  F in = randn(N * 2 * Fh, 3, 2.f), dd = randn(N * Fh, 4), s1(N * Fh), s2(N * Fh), sd1(N * 2 * Fh), sd2(N * 2 * Fh);
+  swiglu_forward(s1.data(), in.data(), N, Fh), emu::swiglu_forward(s2.data(), in.data(), N, Fh);
+  expect_close("swiglu", s1, s2, 2e-6, 1e-6);
+  swiglu_backward(sd1.data(), in.data(), dd.data(), N, Fh),
+      emu::swiglu_backward(sd2.data(), in.data(), dd.data(), N, Fh);
+  expect_close("swiglu backward", sd1, sd2, 2e-6, 1e-6);
+  // rotary
+  const int64_t B = 2, T = 9, H = 3, KV = 1, D = 6, W = (H + 2 * KV) * D;
+  const auto table = rope_table(T, D, 10000.0);
+  F q = randn(B * T * W, 5), q2 = q;
+  rope_forward(q.data(), table.data(), B, T, H, KV, D), emu::rope_forward(q2.data(), table.data(), B, T, H, KV, D);
+  expect_close("rope forward", q, q2, 1e-6, 1e-6);
+  rope_backward(q.data(), table.data(), B, T, H, KV, D), emu::rope_backward(q2.data(), table.data(), B, T, H, KV, D);
+  expect_close("rope backward", q, q2, 1e-6, 1e-6);
+  // embeddings over a vocabulary range, positions of a sequence shard
+  const int64_t M = 37, C = 13, V = 11, vb = 5, P = 8, row0 = 3, rows = 21;
+  std::vector<int32_t> tok(static_cast<size_t>(M));
+  for (int64_t i = 0; i < M; ++i) tok[size_t(i)] = int32_t((i * 7) % 20);
+  F wte = randn(V * C, 6), e1(M * C), e2(M * C), dout = randn(M * C, 7), dw1 = randn(V * C, 8), dw2 = dw1;
+  embedding_forward(e1.data(), tok.data(), wte.data(), M, C, vb, V);
+  emu::embedding_forward(e2.data(), tok.data(), wte.data(), M, C, vb, V);
+  expect_close("embedding forward", e1, e2, 0, 0);
+  embedding_backward(dw1.data(), dout.data(), tok.data(), M, C, vb, V);
+  emu::embedding_backward(dw2.data(), dout.data(), tok.data(), M, C, vb, V);
+  expect_close("embedding backward", dw1, dw2, 1e-6, 1e-6);
+  F wpe = randn(P * C, 9), pin = randn(rows * C, 10), p1(rows * C), p2(rows * C), dp1 = randn(P * C, 11), dp2 = dp1;
+  position_forward(p1.data(), pin.data(), wpe.data(), row0, rows, P, C);
+  emu::position_forward(p2.data(), pin.data(), wpe.data(), row0, rows, P, C);
+  expect_close("position forward", p1, p2, 0, 0);
+  position_backward(dp1.data(), pin.data(), row0, rows, P, C);
+  emu::position_backward(dp2.data(), pin.data(), row0, rows, P, C);
+  expect_close("position backward", dp1, dp2, 1e-6, 1e-6);
+  // residual and bias gradient
+  F a = randn(19 * 23, 12), bb = randn(19 * 23, 13), bias = randn(23, 14), r1(19 * 23), r2(19 * 23);
+  residual_forward(r1.data(), a.data(), bb.data(), bias.data(), 19, 23);
+  emu::residual_forward(r2.data(), a.data(), bb.data(), bias.data(), 19, 23);
+  expect_close("residual", r1, r2, 0, 0);
+  for (bool acc : {true, false}) {
+    F db1 = randn(23, 15), db2 = db1;
+    bias_backward(db1.data(), a.data(), 19, 23, acc), emu::bias_backward(db2.data(), a.data(), 19, 23, acc);
+    expect_close("bias gradient", db1, db2, 1e-6, 1e-6);
+  }
+}
+
+TEST(CudaEmulated, CrossEntropyFusedAndVocabParallel) {
+  const int64_t N = 13, V = 70, Vvalid = 67;
+  std::vector<int32_t> tgt(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) tgt[size_t(i)] = int32_t((i * 11) % Vvalid);
+  F logits = randn(N * V, 1, 3.f), l1 = logits, l2 = logits, loss1(N), loss2(N);
+  softmax_cross_entropy(loss1.data(), l1.data(), tgt.data(), N, V, Vvalid, 0.5f);
+  emu::softmax_cross_entropy(loss2.data(), l2.data(), tgt.data(), N, V, Vvalid, 0.5f);
+  expect_close("cross-entropy losses", loss1, loss2, 1e-5, 1e-6);
+  expect_close("cross-entropy dlogits", l1, l2, 1e-5, 1e-7);
+  const int64_t vb = 30, Vl = 40, Vlvalid = Vvalid - vb;
+  F part(static_cast<size_t>(N * Vl));
+  for (int64_t n = 0; n < N; ++n) std::copy_n(logits.begin() + n * V + vb, Vl, part.begin() + n * Vl);
+  F p1 = part, p2 = part, mx1(N), mx2(N), s1(2 * N), s2(2 * N), f1(N), f2(N);
+  cross_entropy_local_max(mx1.data(), p1.data(), N, Vl, Vlvalid);
+  emu::cross_entropy_local_max(mx2.data(), p2.data(), N, Vl, Vlvalid);
+  expect_close("local max", mx1, mx2, 0, 0);
+  cross_entropy_local_sums(s1.data(), p1.data(), mx1.data(), tgt.data(), N, Vl, Vlvalid, vb);
+  emu::cross_entropy_local_sums(s2.data(), p2.data(), mx1.data(), tgt.data(), N, Vl, Vlvalid, vb);
+  expect_close("local sums", s1, s2, 1e-5, 1e-6);
+  cross_entropy_finish(f1.data(), p1.data(), mx1.data(), s1.data(), tgt.data(), N, Vl, Vlvalid, vb, 0.25f);
+  emu::cross_entropy_finish(f2.data(), p2.data(), mx1.data(), s1.data(), tgt.data(), N, Vl, Vlvalid, vb, 0.25f);
+  expect_close("finish losses", f1, f2, 1e-5, 1e-6);
+  expect_close("finish dlogits", p1, p2, 1e-5, 1e-7);
+}
+
+TEST(CudaEmulated, MultiTensorAdamWRoundingAndSums) {
+  const int64_t n = 140003;
+  F p = randn(n, 1), m = randn(n, 2, 0.1f), v = randn(n, 3, 0.1f), g = randn(n, 4);
+  for (auto& x : v) x = std::abs(x);
+  F p2 = p, m2 = m, v2 = v;
+  const std::vector<AdamWRange> ranges = {{0, 70000, 0.1}, {70000, 17, 0.0}, {70017, n - 70017, 0.05}};
+  adamw_update_multi(p.data(), m.data(), v.data(), g.data(), ranges, {3e-3, 0.9, 0.95, 1e-8, 0.0, 7, 0.5});
+  std::vector<cuda_emu::AdamWRangeDevice> dr;
+  for (const auto& r : ranges) dr.push_back({r.offset, r.size, float(r.weight_decay)});
+  emu::adamw_update_multi(p2.data(), m2.data(), v2.data(), g.data(), dr, 3e-3, 0.9, 0.95, 1e-8, 7, 0.5);
+  expect_close("adamw params", p, p2, 1e-6, 1e-7);
+  expect_close("adamw m", m, m2, 1e-6, 1e-8);
+  expect_close("adamw v", v, v2, 1e-6, 1e-8);
+  F x = randn(20001, 5, 1000.f);
+  x[5] = 1e6f, x[6] = 1e-30f;
+  for (auto [p_, mode] : {std::pair{Precision::bf16, 1}, std::pair{Precision::fp16, 2}}) {
+    F a = x, b = x;
+    round_to_storage(a.data(), int64_t(a.size()), p_);
+    emu::round_to_storage(b.data(), int64_t(b.size()), mode);
+    EXPECT_EQ(a, b) << precision_name(p_);
+    EXPECT_EQ(count_nonfinite(a.data(), int64_t(a.size())), emu::count_nonfinite(b.data(), int64_t(b.size())));
+    // 2-byte packing of the rounded values, and back: the CPU's bit patterns, exact round trip
+    std::vector<uint16_t> pa(a.size()), pb(a.size());
+    pack_16(pa.data(), a.data(), int64_t(a.size()), p_);
+    emu::pack_16(pb.data(), a.data(), int64_t(a.size()), mode);
+    EXPECT_EQ(pa, pb) << precision_name(p_) << " packing";
+    F ua(a.size()), ub(a.size());
+    unpack_16(ua.data(), pa.data(), int64_t(a.size()), p_);
+    emu::unpack_16(ub.data(), pa.data(), int64_t(a.size()), mode);
+    EXPECT_EQ(ua, ub) << precision_name(p_) << " unpacking";
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::isfinite(a[i])) ASSERT_EQ(ua[i], a[i]) << precision_name(p_) << " round trip at " << i;
+  }
+  EXPECT_NEAR(emu::sum(x.data(), int64_t(x.size())) / sum(x.data(), int64_t(x.size())), 1.0, 1e-12);
+  const std::vector<std::pair<int64_t, int64_t>> r = {{0, 100}, {200, 20001}};
+  EXPECT_NEAR(emu::sum_of_squares_ranges(x.data(), r) / sum_of_squares_ranges(x.data(), r), 1.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace trident::kernels

@@ -1,0 +1,331 @@
+// Every CPU kernel's backward against a double-precision finite-difference
+// gradient of L = <forward output, R> for a random R, on odd sizes; AdamW
+// against the textbook update; float kernels against the double ones.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "kernels/activation.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/cpu/vmath.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/norm.hpp"
+#include "kernels/residual.hpp"
+#include "kernels/rotary.hpp"
+#include "tests/test_util.hpp"
+
+namespace trident::kernels {
+using test::dot;
+using test::expect_fd_gradient;
+using test::randn;
+using V = std::vector<double>;
+
+TEST(Kernels, LinearBackwardMatchesFiniteDifferences) {
+  const int64_t N = 7, C = 5, OC = 3;
+  V x = randn(N * C, 1), w = randn(OC * C, 2), b = randn(OC, 3), r = randn(N * OC, 4), out(N * OC);
+  auto f = [&] {
+    linear_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+    return dot(out, r);
+  };
+  V dx(N * C), dw(OC * C, 0.0), db(OC, 0.0);
+  linear_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), N, C, OC);
+  expect_fd_gradient("linear dinp", x, dx, f);
+  expect_fd_gradient("linear dweight", w, dw, f);
+  expect_fd_gradient("linear dbias", b, db, f);
+}
+
+TEST(Kernels, VectorExpAndTanhAreAccurate) {
+  double worst_exp = 0, worst_tanh = 0;
+  for (double x = -87.0; x <= 88.0; x += 0.00731) {
+    worst_exp = std::max(worst_exp, std::abs(double(vexp(float(x))) / std::exp(double(float(x))) - 1));
+  }
+  for (double u = -20.0; u <= 20.0; u += 0.00317)
+    worst_tanh = std::max(worst_tanh, std::abs(double(vtanh(float(u))) - std::tanh(double(float(u)))));
+  EXPECT_LT(worst_exp, 5e-7);
+  EXPECT_LT(worst_tanh, 5e-7);
+  EXPECT_EQ(vexp(-1000.0f), std::exp(-87.0f));  // clamped, finite
+}
+
+TEST(Kernels, LinearFloatMatchesDouble) {
+  const int64_t N = 33, C = 17, OC = 29;
+  V x = randn(N * C, 1), w = randn(OC * C, 2), b = randn(OC, 3), out(N * OC);
+  std::vector<float> xf(x.begin(), x.end()), wf(w.begin(), w.end()), bf(b.begin(), b.end()), outf(N * OC);
+  linear_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+  linear_forward(outf.data(), xf.data(), wf.data(), bf.data(), N, C, OC);
+  double worst = 0;
+  for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::abs(out[i] - double(outf[i])));
+  EXPECT_LT(worst, 1e-4) << "first elements: double " << out[0] << " float " << outf[0];
+}
+
+TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
+  const int64_t N = 5, C = 7;
+  V x = randn(N * C, 5), w = randn(C, 6), b = randn(C, 7), r = randn(N * C, 8), out(N * C), mean(N), rstd(N);
+  auto f = [&] {
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5);
+    return dot(out, r);
+  };
+  f();
+  V dx(N * C, 0.0), dw(C, 0.0), db(C, 0.0);
+  layernorm_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+  expect_fd_gradient("layernorm dinp", x, dx, f);
+  expect_fd_gradient("layernorm dweight", w, dw, f);
+  expect_fd_gradient("layernorm dbias", b, db, f);
+}
+
+TEST(Kernels, RMSNormBackwardMatchesFiniteDifferences) {
+  const int64_t N = 4, C = 9;
+  V x = randn(N * C, 9), w = randn(C, 10), r = randn(N * C, 11), out(N * C), rstd(N);
+  auto f = [&] {
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5);
+    return dot(out, r);
+  };
+  f();
+  V dx(N * C, 0.0), dw(C, 0.0);
+  rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), N, C);
+  expect_fd_gradient("rmsnorm dinp", x, dx, f);
+  expect_fd_gradient("rmsnorm dweight", w, dw, f);
+}
+
+TEST(Kernels, GeluBackwardMatchesFiniteDifferences) {
+  const int64_t n = 23;
+  V x = randn(n, 12, 2.0), r = randn(n, 13), out(n), dx(n);
+  auto f = [&] {
+    gelu_forward(out.data(), x.data(), n);
+    return dot(out, r);
+  };
+  gelu_backward(dx.data(), x.data(), r.data(), n);
+  expect_fd_gradient("gelu", x, dx, f);
+  // GELU(1) with the tanh approximation
+  double one = 1.0, y;
+  gelu_forward(&y, &one, 1);
+  EXPECT_NEAR(y, 0.8411919906082768, 1e-12);
+}
+
+TEST(Kernels, SwigluBackwardMatchesFiniteDifferences) {
+  const int64_t N = 3, F = 5;
+  V x = randn(N * 2 * F, 14), r = randn(N * F, 15), out(N * F), dx(N * 2 * F);
+  auto f = [&] {
+    swiglu_forward(out.data(), x.data(), N, F);
+    return dot(out, r);
+  };
+  swiglu_backward(dx.data(), x.data(), r.data(), N, F);
+  expect_fd_gradient("swiglu", x, dx, f);
+}
+
+void check_attention(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
+  const int64_t W = (H + 2 * KV) * D;
+  V qkv = randn(B * T * W, 16), r = randn(B * T * H * D, 17), out(B * T * H * D), probs(B * H * T * T);
+  auto f = [&] {
+    attention_forward(out.data(), probs.data(), qkv.data(), B, T, H, KV, D);
+    return dot(out, r);
+  };
+  f();
+  V dqkv(B * T * W);
+  attention_backward(dqkv.data(), r.data(), qkv.data(), out.data(), probs.data(), B, T, H, KV, D);
+  expect_fd_gradient("attention dqkv H=" + std::to_string(H) + " KV=" + std::to_string(KV), qkv, dqkv, f, 1e-6, 400);
+  // attention_probs reproduces the forward's probabilities exactly
+  V again(probs.size());
+  attention_probs(again.data(), qkv.data(), B, T, H, KV, D);
+  f();
+  EXPECT_EQ(0, std::memcmp(again.data(), probs.data(), probs.size() * sizeof(double)));
+}
+
+TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) { check_attention(2, 5, 3, 3, 3); }
+TEST(Kernels, GroupedQueryAttentionBackwardMatchesFiniteDifferences) { check_attention(2, 6, 4, 2, 4); }
+
+TEST(Kernels, AttentionIsCausal) {
+  const int64_t B = 1, T = 6, H = 2, KV = 1, D = 4, W = (H + 2 * KV) * D;
+  V qkv = randn(B * T * W, 18), out(B * T * H * D), probs(B * H * T * T);
+  attention_forward(out.data(), probs.data(), qkv.data(), B, T, H, KV, D);
+  V out2(out.size());
+  qkv[(T - 1) * W + (H + KV) * D] += 10.0;  // change the last token's value
+  attention_forward(out2.data(), probs.data(), qkv.data(), B, T, H, KV, D);
+  for (int64_t i = 0; i < (T - 1) * H * D; ++i) EXPECT_EQ(out[i], out2[i]) << "future token leaked at " << i;
+}
+
+TEST(Kernels, RotaryBackwardMatchesFiniteDifferences) {
+  const int64_t B = 2, T = 5, H = 2, KV = 1, D = 6, W = (H + 2 * KV) * D;
+  auto table = rope_table(T, D, 10000.0);
+  V x = randn(B * T * W, 19), r = randn(B * T * W, 20), y(x.size());
+  auto f = [&] {
+    y = x;
+    rope_forward(y.data(), table.data(), B, T, H, KV, D);
+    return dot(y, r);
+  };
+  V dx = r;
+  rope_backward(dx.data(), table.data(), B, T, H, KV, D);
+  expect_fd_gradient("rope", x, dx, f, 1e-6, 200);
+  // position 0 is not rotated, v is never rotated
+  f();
+  for (int64_t c = 0; c < W; ++c) EXPECT_DOUBLE_EQ(y[c], x[c]);
+  for (int64_t c = (H + KV) * D; c < W; ++c) EXPECT_DOUBLE_EQ(y[W + c], x[W + c]);
+}
+
+TEST(Kernels, EmbeddingBackwardMatchesFiniteDifferences) {
+  const int64_t B = 2, T = 4, C = 3, Vocab = 5, N = B * T;
+  std::vector<int32_t> tok = {0, 3, 3, 1, 4, 0, 2, 3};
+  V wte = randn(Vocab * C, 21), wpe = randn(T * C, 22), r = randn(N * C, 23), out(N * C);
+  auto f = [&] {
+    embedding_forward(out.data(), tok.data(), wte.data(), N, C, 0, Vocab);
+    position_forward(out.data(), out.data(), wpe.data(), 0, N, T, C);
+    return dot(out, r);
+  };
+  V dwte(Vocab * C, 0.0), dwpe(T * C, 0.0);
+  embedding_backward(dwte.data(), r.data(), tok.data(), N, C, 0, Vocab);
+  position_backward(dwpe.data(), r.data(), 0, N, T, C);
+  expect_fd_gradient("embedding dwte", wte, dwte, f);
+  expect_fd_gradient("embedding dwpe", wpe, dwpe, f);
+}
+
+// A vocab range [2, 4) of the table: other tokens give zero rows and no
+// gradient; the rows of a sequence shard get the positions of their place.
+TEST(Kernels, EmbeddingVocabRangeAndSequenceShard) {
+  const int64_t T = 4, C = 3, N = 8;
+  std::vector<int32_t> tok = {0, 3, 3, 1, 4, 0, 2, 3};
+  V wte = randn(5 * C, 21), wpe = randn(T * C, 22), full(N * C), part(N * C);
+  embedding_forward(full.data(), tok.data(), wte.data(), N, C, 0, 5);
+  embedding_forward(part.data(), tok.data(), wte.data() + 2 * C, N, C, 2, 2);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      EXPECT_EQ(part[size_t(n * C + c)], tok[size_t(n)] >= 2 && tok[size_t(n)] < 4 ? full[size_t(n * C + c)] : 0.0);
+  V dwte(2 * C, 0.0), ones(N * C, 1.0);
+  embedding_backward(dwte.data(), ones.data(), tok.data(), N, C, 2, 2);
+  EXPECT_EQ(dwte[0], 1.0);  // token 2 once
+  EXPECT_EQ(dwte[C], 3.0);  // token 3 three times
+  V shard(3 * C);
+  position_forward(shard.data(), full.data() + 5 * C, wpe.data(), 5, 3, T, C);  // rows 5..7: positions 1..3
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(shard[size_t(i * C)], full[size_t((5 + i) * C)] + wpe[size_t((1 + i) * C)]);
+}
+
+TEST(Kernels, ResidualAndBiasBackward) {
+  const int64_t N = 5, C = 7;
+  V a = randn(N * C, 1), b = randn(N * C, 2), bias = randn(C, 3), out(N * C), r = randn(N * C, 4);
+  residual_forward(out.data(), a.data(), b.data(), bias.data(), N, C);
+  EXPECT_EQ(out[size_t(2 * C + 3)], a[size_t(2 * C + 3)] + b[size_t(2 * C + 3)] + bias[3]);
+  auto f = [&] {
+    residual_forward(out.data(), a.data(), b.data(), bias.data(), N, C);
+    return dot(out, r);
+  };
+  V db(C, 5.0);
+  bias_backward(db.data(), r.data(), N, C, /*accumulate=*/false);
+  expect_fd_gradient("bias", bias, db, f);
+  V db2 = db;
+  bias_backward(db2.data(), r.data(), N, C, /*accumulate=*/true);
+  for (int64_t c = 0; c < C; ++c) EXPECT_DOUBLE_EQ(db2[size_t(c)], 2 * db[size_t(c)]);
+}
+
+// The vocab-parallel passes over 3 column ranges, with the reductions done
+// by hand, give the fused kernel's losses and dlogits; the last range holds
+// the padding (Vvalid < V) and one range holds no real column at all.
+TEST(Kernels, CrossEntropyVocabParallelMatchesFused) {
+  const int64_t N = 6, Vreal = 10, Vl = 4, R = 4;  // 4 ranks x 4 columns = 16 >= 10
+  std::vector<int32_t> tgt = {0, 9, 3, 4, 7, 8};
+  V logits = randn(N * R * Vl, 25, 3.0), losses(N);
+  V fused = logits;
+  softmax_cross_entropy(losses.data(), fused.data(), tgt.data(), N, R * Vl, Vreal, 0.5);
+  std::vector<V> part(size_t(R), V(size_t(N * Vl)));
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t v = 0; v < Vl; ++v) part[size_t(r)][size_t(n * Vl + v)] = logits[size_t(n * R * Vl + r * Vl + v)];
+  auto valid = [&](int64_t r) { return std::clamp<int64_t>(Vreal - r * Vl, 0, Vl); };
+  V mx(N, -INFINITY), sums(2 * N, 0.0);
+  for (int64_t r = 0; r < R; ++r) {
+    V m(N);
+    cross_entropy_local_max(m.data(), part[size_t(r)].data(), N, Vl, valid(r));
+    for (int64_t n = 0; n < N; ++n) mx[size_t(n)] = std::max(mx[size_t(n)], m[size_t(n)]);
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    V s(2 * N);
+    cross_entropy_local_sums(s.data(), part[size_t(r)].data(), mx.data(), tgt.data(), N, Vl, valid(r), r * Vl);
+    for (int64_t i = 0; i < 2 * N; ++i) sums[size_t(i)] += s[size_t(i)];
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    V l(N);
+    cross_entropy_finish(l.data(), part[size_t(r)].data(), mx.data(), sums.data(), tgt.data(), N, Vl, valid(r), r * Vl,
+                         0.5);
+    for (int64_t n = 0; n < N; ++n) {
+      EXPECT_NEAR(l[size_t(n)], losses[size_t(n)], 1e-12);
+      for (int64_t v = 0; v < Vl; ++v)
+        EXPECT_NEAR(part[size_t(r)][size_t(n * Vl + v)], fused[size_t(n * R * Vl + r * Vl + v)], 1e-12)
+            << "rank " << r << " row " << n << " column " << v;
+    }
+  }
+}
+
+TEST(Kernels, CrossEntropyBackwardMatchesFiniteDifferences) {
+  const int64_t N = 4, Vocab = 7;
+  std::vector<int32_t> tgt = {0, 6, 3, 3};
+  V logits = randn(N * Vocab, 24, 3.0), losses(N);
+  auto f = [&] {
+    V tmp = logits;
+    softmax_cross_entropy(losses.data(), tmp.data(), tgt.data(), N, Vocab, Vocab, 0.0);
+    double s = 0;
+    for (double l : losses) s += l;
+    return s;
+  };
+  V d = logits;
+  softmax_cross_entropy(losses.data(), d.data(), tgt.data(), N, Vocab, Vocab, 1.0);
+  expect_fd_gradient("cross-entropy", logits, d, f);
+  // uniform logits: loss = log(V)
+  V flat(Vocab, 0.0);
+  double loss;
+  int32_t t0 = 2;
+  softmax_cross_entropy(&loss, flat.data(), &t0, 1, Vocab, Vocab, 0.0);
+  EXPECT_NEAR(loss, std::log(double(Vocab)), 1e-12);
+}
+
+TEST(Kernels, CrossEntropyPaddingTakesNoProbability) {
+  const int64_t Vocab = 8, Valid = 5;
+  V logits = {0, 1, 2, 3, 4, 100, 100, 100};
+  double loss;
+  int32_t t = 4;
+  softmax_cross_entropy(&loss, logits.data(), &t, 1, Vocab, Valid, 1.0);
+  for (int64_t v = Valid; v < Vocab; ++v) EXPECT_EQ(logits[v], 0.0);
+  EXPECT_LT(loss, 1.0);
+}
+
+TEST(Kernels, GemmErrorsNameLibraryStatementAndRank) {
+  std::vector<float> a(4), c(4);
+  try {
+    gemm<float>(false, false, 2, 2, 2, 1.f, a.data(), 1, a.data(), 2, 0.f, c.data(), 2);  // lda < K
+    FAIL() << "no error for lda < K";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("oneDNN error in `dnnl_sgemm("), std::string::npos) << m;
+    EXPECT_NE(m.find("gemm_cpu.cpp:"), std::string::npos) << m;
+    EXPECT_NE(m.find("on rank 0 ("), std::string::npos) << m;
+    EXPECT_NE(m.find("dnnl_status_t"), std::string::npos) << m;
+  }
+}
+
+TEST(Kernels, AdamWMatchesTextbookUpdate) {
+  const int64_t n = 9;
+  V p = randn(n, 25), g = randn(n, 26), m(n, 0.0), v(n, 0.0);
+  V pr = p, mr = m, vr = v;
+  AdamWParams hp{1e-2, 0.9, 0.95, 1e-8, 0.1, 0};
+  for (int64_t step = 1; step <= 3; ++step) {
+    hp.step = step;
+    adamw_update(p.data(), m.data(), v.data(), g.data(), n, hp);
+    for (int64_t i = 0; i < n; ++i) {
+      mr[i] = 0.9 * mr[i] + 0.1 * g[i];
+      vr[i] = 0.95 * vr[i] + 0.05 * g[i] * g[i];
+      double mhat = mr[i] / (1 - std::pow(0.9, step)), vhat = vr[i] / (1 - std::pow(0.95, step));
+      pr[i] -= 1e-2 * (mhat / (std::sqrt(vhat) + 1e-8) + 0.1 * pr[i]);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(p[i], pr[i], 1e-12) << i;
+  // grad_scale is the same as scaling the gradient first
+  V p2 = p, m2 = m, v2 = v, g2 = g;
+  for (auto& x : g2) x *= 0.25;
+  hp.step = 4;
+  adamw_update(p2.data(), m2.data(), v2.data(), g2.data(), n, hp);
+  hp.grad_scale = 0.25;
+  adamw_update(p.data(), m.data(), v.data(), g.data(), n, hp);
+  for (int64_t i = 0; i < n; ++i) EXPECT_DOUBLE_EQ(p[i], p2[i]) << i;
+}
+
+}  // namespace trident::kernels

@@ -1,0 +1,185 @@
+// trident export / import / sample from the command line: the text path a
+// user follows (prepare -> train -> sample), import -> train, and every
+// refusal: exit code 2, a message naming the file, key or tensor, and nothing
+// written. The logits against transformers are checked by tests/launch/hf/interop.py.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/safetensors.hpp"
+#include "tests/test_util.hpp"
+
+namespace trident {
+
+namespace fs = std::filesystem;
+using test::CliRun;
+
+CliRun run(const std::string& args) { return test::run_cli(TRIDENT_BINARY, args); }
+std::string src(const std::string& rel) { return std::string(TRIDENT_SOURCE_DIR) + "/" + rel; }
+bool has(const CliRun& r, const std::string& s) { return r.out.find(s) != std::string::npos; }
+
+class Interop : public ::testing::Test {
+ protected:
+  static std::string dir_;
+  static void SetUpTestSuite() {
+    dir_ = (fs::temp_directory_path() / ("trident_interop_" + std::to_string(::getpid()))).string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    const CliRun r =
+        run("train " + src("configs/demo.yaml") +
+            " --set train.steps=20 --set eval.batches=2 --set log.metrics= --set checkpoint.dir=" + dir_ + "/ck");
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static std::string path(const std::string& rel) { return dir_ + "/" + rel; }
+  // An exported model directory, rewritten with `edit` applied to its tensors.
+  static std::string edited_export(const std::string& name,
+                                   const std::function<void(std::vector<SafetensorsInput>&)>& edit) {
+    const std::string out = path(name);
+    fs::copy(path("hf"), out, fs::copy_options::recursive);
+    SafetensorsReader r(out + "/model.safetensors");
+    std::vector<std::vector<char>> data;
+    std::vector<SafetensorsInput> ts;
+    for (const auto& e : r.entries()) {
+      data.emplace_back(size_t(e.end - e.begin));
+      r.read(e.name, data.back().data());
+      ts.push_back({e.name, e.dtype, e.shape, data.back().data()});
+    }
+    edit(ts);
+    write_safetensors(out + "/model.safetensors", ts);
+    return out;
+  }
+};
+std::string Interop::dir_;
+
+TEST_F(Interop, ExportWritesAModelDirectoryOrNothing) {
+  const CliRun ok = run("export " + path("ck") + " --format hf --out " + path("hf"));
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  for (const char* f : {"model.safetensors", "config.json"}) EXPECT_TRUE(fs::exists(path("hf/") + f)) << f;
+  EXPECT_FALSE(fs::exists(path("hf.tmp")));
+  {  // vocabulary padding stripped (32 of 64 rows), Conv1D weights [in, out], no tied lm_head
+    SafetensorsReader r(path("hf/model.safetensors"));
+    EXPECT_EQ(r.at("transformer.wte.weight").shape, (Shape{32, 128}));
+    EXPECT_EQ(r.at("transformer.h.0.attn.c_attn.weight").shape, (Shape{128, 384}));
+    EXPECT_EQ(r.at("transformer.h.3.mlp.c_proj.weight").shape, (Shape{512, 128}));
+    EXPECT_FALSE(r.contains("lm_head.weight"));
+    EXPECT_EQ(r.metadata().at("format"), "pt");
+  }
+  // refusals
+  CliRun r = run("export " + path("ck") + " --format hf --out " + path("hf"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r, "exists and is not empty")) << r.out;
+  r = run("export " + path("ck") + " --format onnx --out " + path("x"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r, "--format: expected hf, found 'onnx'")) << r.out;
+  r = run("export " + path("nothing") + " --format hf --out " + path("x"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r, "no such checkpoint")) << r.out;
+  // a damaged checkpoint: the checksum names the file; no output directory
+  fs::copy(path("ck"), path("damaged"), fs::copy_options::recursive);
+  const std::string shard = path("damaged/step_00000020/dp0_pp0_tp0.safetensors");
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4000);
+    f.put('\x7f');
+  }
+  r = run("export " + path("damaged") + " --format hf --out " + path("x"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r, "dp0_pp0_tp0.safetensors: checksum")) << r.out;
+  EXPECT_FALSE(fs::exists(path("x")));
+  EXPECT_FALSE(fs::exists(path("x.tmp")));
+}
+
+TEST_F(Interop, ImportRefusesWhatDoesNotFitAndTrainsFromWhatDoes) {
+  if (!fs::exists(path("hf"))) ASSERT_EQ(run("export " + path("ck") + " --format hf --out " + path("hf")).code, 0);
+  auto refused = [&](const std::string& args, const std::string& message) {
+    const CliRun r = run("import " + args + " --out " + path("imp"));
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_TRUE(has(r, message)) << "expected '" << message << "' in:\n" << r.out;
+    EXPECT_FALSE(fs::exists(path("imp")));
+    EXPECT_FALSE(fs::exists(path("imp.tmp")));
+  };
+  refused(path("hf") + " --recipe " + src("configs/llama-tiny.yaml"), "key 'model_type' is 'gpt2'");
+  refused(path("hf") + " --recipe " + src("configs/demo.yaml") + " --set model.layers=2",
+          "config.json: key 'n_layer' is 4, the recipe");
+  refused(path("nothing") + " --recipe " + src("configs/demo.yaml"), "config.json: missing");
+  refused(
+      edited_export("missing", [](auto& ts) { ts.erase(ts.begin() + 3); }) + " --recipe " + src("configs/demo.yaml"),
+      "no tensor 'transformer.h.");
+  refused(edited_export("shape",
+                        [](auto& ts) {
+                          for (auto& t : ts)
+                            if (t.name == "transformer.h.1.attn.c_attn.weight") t.shape = {384, 128};
+                        }) +
+              " --recipe " + src("configs/demo.yaml"),
+          "tensor 'transformer.h.1.attn.c_attn.weight': expected shape [128,384], found [384,128]");
+  static float extra[4] = {};
+  refused(edited_export("extra",
+                        [](auto& ts) {
+                          ts.push_back({"transformer.h.9.ln_1.weight", DType::f32, {4}, extra});
+                        }) +
+              " --recipe " + src("configs/demo.yaml"),
+          "tensor 'transformer.h.9.ln_1.weight' is not a parameter");
+
+  const CliRun ok = run("import " + path("hf") + " --recipe " + src("configs/demo.yaml") + " --out " + path("imp"));
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  EXPECT_TRUE(fs::exists(path("imp/step_00000000/index.json")));
+  // training from it starts from the imported weights: its first loss is the
+  // trained model's, well below a fresh model's (about log(32) = 3.47)
+  auto common = [&](const std::string& ck) {
+    return " --set train.steps=1 --set eval.batches=2 --set log.metrics= --set checkpoint.dir=" + path(ck);
+  };
+  const CliRun from = run("train " + src("configs/demo.yaml") + common("ck2") + " --resume " + path("imp"));
+  ASSERT_EQ(from.code, 0) << from.out;
+  EXPECT_TRUE(has(from, "resumed from " + path("imp/step_00000000"))) << from.out;
+  const CliRun fresh = run("train " + src("configs/demo.yaml") + common("ck3"));
+  ASSERT_EQ(fresh.code, 0) << fresh.out;
+  auto first_loss = [](const std::string& out) {
+    const size_t at = out.find("| loss ");
+    return at == std::string::npos ? -1.0 : std::stod(out.substr(at + 7));
+  };
+  EXPECT_LT(first_loss(from.out), first_loss(fresh.out) - 0.05) << from.out << fresh.out;
+  EXPECT_GT(first_loss(from.out), 0);
+}
+
+TEST_F(Interop, PrepareTrainSample) {
+  {  // a text of the user's: paragraphs of one sentence
+    std::ofstream t(path("story.txt"));
+    for (int p = 0; p < 200; ++p) {
+      for (int l = 0; l < 5; ++l) t << "the quick brown fox jumps over the lazy dog.\n";
+      t << "\n";
+    }
+  }
+  CliRun r = run("prepare --input " + path("story.txt") + " --out " + path("story") + " --tokenizer char");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run("train " + src("configs/demo.yaml") + " --set data.synthetic=null --set data.train=" + path("story_train") +
+          " --set data.valid=" + path("story_valid") +
+          " --set train.steps=150 --set eval.batches=2 --set log.metrics= --set checkpoint.dir=" + path("text_ck"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run("sample " + path("text_ck") + " --prompt 'the quick' --tokens 40 --temperature 0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r, "the quick brown fox jumps over the lazy dog.")) << r.out;
+  // top-k 1 is greedy; the same seed gives the same text, another seed (at temperature 1) may not
+  const CliRun k1 = run("sample " + path("text_ck") + " --prompt 'the quick' --tokens 40 --top-k 1 --seed 5");
+  EXPECT_EQ(k1.out, r.out);
+  const CliRun s1 = run("sample " + path("text_ck") + " --prompt 'the' --tokens 30 --temperature 1.5 --seed 1");
+  const CliRun s2 = run("sample " + path("text_ck") + " --prompt 'the' --tokens 30 --temperature 1.5 --seed 1");
+  EXPECT_EQ(s1.code, 0);
+  EXPECT_EQ(s1.out, s2.out);
+  // refusals
+  r = run("sample " + path("text_ck") + " --prompt 'the QUICK' --tokens 5");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r, "character 'Q' (U+0051) at byte offset 4 is not in the tokenizer's vocabulary")) << r.out;
+  r = run("sample " + path("ck") + " --prompt 'hello'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r, "synthetic data, which has no tokenizer")) << r.out;
+  r = run("sample " + path("ck") + " --prompt-ids 1,2,99");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r, "token 99 at position 2 is outside the vocabulary [0, 32)")) << r.out;
+  r = run("sample " + path("ck") + " --prompt-ids 1,2,3 --tokens 5 --temperature -1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(run("sample " + path("ck") + " --prompt-ids 1 --bogus 3").code, 2);
+}
+
+}  // namespace trident

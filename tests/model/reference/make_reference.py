@@ -1,0 +1,81 @@
+"""Writes tests/model/reference/reference.txt: logits, loss and every parameter and
+gradient of tiny Hugging Face GPT2LMHeadModel and LlamaForCausalLM models, in
+float64, for tests/model/test_reference.cpp.
+
+The models are the `transformers` library's own (an outside reference: names,
+layouts, GELU variant, rotary convention, grouped-query attention), with their
+own random initialisation; the C++ test loads these weights by name.
+Loss = mean cross-entropy of logits[b, t] against targets[b, t] (no shift).
+
+Usage: python tests/model/reference/make_reference.py   (needs torch, transformers)
+File format, text: line 1 `trident-reference VERSION torch=.. transformers=..`;
+then per model a `model ARCH key=value ...` line and lines
+`KIND NAME NDIM DIMS... VALUES...` with KIND in tokens, targets, logits, loss,
+param, grad (HF shapes; GPT-2 Conv1D weights are [in, out]).
+"""
+import os
+import sys
+
+import torch
+import transformers
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+VERSION = 1
+B, T = 2, 7
+
+
+def line(out, kind, name, t):
+    dims = list(t.shape)
+    flat = t.detach().reshape(-1).tolist()
+    vals = " ".join(repr(float(v)) if kind not in ("tokens", "targets") else str(int(v)) for v in flat)
+    out.write(f"{kind} {name} {len(dims)} {' '.join(map(str, dims))} {vals}\n")
+
+
+def run(out, arch, model, cfg_line, vocab):
+    torch.manual_seed(7)
+    model = model.to(torch.float64)
+    model.eval()  # dropout off (all dropout probabilities are 0 anyway)
+    with torch.no_grad():  # non-trivial norm weights and biases too
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn(p.shape, dtype=p.dtype))
+    g = torch.Generator().manual_seed(11)
+    tokens = torch.randint(0, vocab, (B, T), generator=g)
+    targets = torch.randint(0, vocab, (B, T), generator=g)
+    logits = model(input_ids=tokens).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+    loss.backward()
+    out.write(f"model {arch} {cfg_line}\n")
+    line(out, "tokens", "tokens", tokens)
+    line(out, "targets", "targets", targets)
+    line(out, "logits", "logits", logits)
+    line(out, "loss", "loss", loss.reshape(1))
+    for name, p in model.named_parameters():
+        line(out, "param", name, p)
+        line(out, "grad", name, p.grad)
+
+
+def main():
+    torch.manual_seed(1234)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference.txt")
+    with open(path + ".tmp", "w") as out:
+        out.write(f"trident-reference {VERSION} torch={torch.__version__} transformers={transformers.__version__}\n")
+        gc = GPT2Config(vocab_size=11, n_positions=T, n_embd=12, n_layer=2, n_head=3, n_inner=20,
+                        activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                        layer_norm_epsilon=1e-5, initializer_range=0.3, tie_word_embeddings=True,
+                        bos_token_id=0, eos_token_id=0)
+        run(out, "gpt2", GPT2LMHeadModel(gc),
+            "layers=2 hidden=12 heads=3 kv_heads=3 ffn_hidden=20 seq_len=7 vocab=11 norm_eps=1e-5", 11)
+        lc = LlamaConfig(vocab_size=13, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=T,
+                         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                         attention_bias=False, mlp_bias=False, initializer_range=0.3, bos_token_id=0, eos_token_id=0,
+                         attn_implementation="eager")
+        run(out, "llama", LlamaForCausalLM(lc),
+            "layers=2 hidden=16 heads=4 kv_heads=2 ffn_hidden=24 seq_len=7 vocab=13 norm_eps=1e-5 rope_theta=10000",
+            13)
+    os.replace(path + ".tmp", path)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

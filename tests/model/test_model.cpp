@@ -1,0 +1,313 @@
+// Whole-model checks: finite-difference gradients of a tiny GPT-2 and LLaMA
+// in double precision, float against double, recompute modes give identical
+// gradients and smaller activation memory, mesh-independent Philox
+// initialisation, the model-FLOPs formula against hand-computed values.
+#include <cstring>
+
+#include "core/allocator.hpp"
+#include "core/philox.hpp"
+#include "model/memory.hpp"
+#include "model/transformer.hpp"
+#include "tests/test_util.hpp"
+
+namespace trident::model {
+
+ModelConfig tiny(const std::string& arch) {
+  ModelConfig m;
+  m.arch = *parse_enum<Arch>(arch);
+  m.layers = 2, m.hidden = 12, m.heads = arch == "gpt2" ? 3 : 4, m.kv_heads = arch == "gpt2" ? 3 : 2;
+  m.ffn_hidden = 20, m.seq_len = 5, m.vocab = 11, m.init_std = 0.3;
+  m.tie_embeddings = arch == "gpt2";
+  return m;
+}
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+  Batch(int64_t n, int64_t vocab, uint32_t seed) {
+    std::mt19937 rng(seed);
+    for (int64_t i = 0; i < n; ++i) tokens.push_back(int32_t(rng() % vocab)), targets.push_back(int32_t(rng() % vocab));
+  }
+};
+
+void check_model_fd(const std::string& arch) {
+  ModelConfig m = tiny(arch);
+  const int64_t B = 2, N = B * m.seq_len;
+  Transformer<double> net(m, 7);
+  auto ctx = net.make_activations(B, Recompute::none);
+  Batch batch(N, m.vocab, 3);
+  net.forward(*ctx, batch.tokens.data(), batch.targets.data(), 1.0 / double(N));
+  net.backward(*ctx, Recompute::none);
+  double* P = net.params().data<double>();
+  const double* G = net.grads().data<double>();
+  auto loss = [&] { return net.forward(*ctx, batch.tokens.data(), batch.targets.data(), 0.0) / double(N); };
+  // every parameter tensor, a few elements each
+  for (const auto& p : net.registry().params()) {
+    std::vector<double> x(P + p.offset, P + p.offset + p.numel), g(G + p.offset, G + p.offset + p.numel);
+    auto f = [&] {
+      std::memcpy(P + p.offset, x.data(), sizeof(double) * size_t(p.numel));
+      return loss();
+    };
+    test::expect_fd_gradient(arch + " " + p.name, x, g, f, 1e-6, 6, 1e-5);
+    std::memcpy(P + p.offset, x.data(), sizeof(double) * size_t(p.numel));
+  }
+}
+
+TEST(Model, Gpt2GradientsMatchFiniteDifferences) { check_model_fd("gpt2"); }
+TEST(Model, LlamaGradientsMatchFiniteDifferences) { check_model_fd("llama"); }
+
+TEST(Model, FloatMatchesDouble) {
+  for (std::string arch : {"gpt2", "llama"}) {
+    ModelConfig m = tiny(arch);
+    m.hidden = 32, m.heads = 4, m.kv_heads = arch == "gpt2" ? 4 : 2, m.ffn_hidden = 48, m.seq_len = 16, m.vocab = 40;
+    m.init_std = 0.02;
+    const int64_t B = 3, N = B * m.seq_len;
+    Transformer<double> d(m, 11);
+    Transformer<float> f(m, 11);
+    Batch batch(N, m.vocab, 5);
+    auto cd = d.make_activations(B, Recompute::none);
+    auto cf = f.make_activations(B, Recompute::none);
+    double ld = d.forward(*cd, batch.tokens.data(), batch.targets.data(), 1.0 / double(N));
+    double lf = f.forward(*cf, batch.tokens.data(), batch.targets.data(), 1.0f / float(N));
+    d.backward(*cd, Recompute::none);
+    f.backward(*cf, Recompute::none);
+    EXPECT_NEAR(lf / ld, 1.0, 1e-6) << arch;
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < d.registry().total(); ++i) {
+      double a = d.grads().data<double>()[i], b = f.grads().data<float>()[i];
+      diff += (a - b) * (a - b), norm += a * a;
+    }
+    EXPECT_LT(std::sqrt(diff / norm), 1e-4) << arch << " relative gradient difference";
+  }
+}
+
+TEST(Model, RecomputeGivesIdenticalGradientsAndLessMemory) {
+  for (std::string arch : {"gpt2", "llama"}) {
+    ModelConfig m = tiny(arch);
+    m.layers = 3, m.hidden = 32, m.heads = 4, m.kv_heads = arch == "gpt2" ? 4 : 2, m.ffn_hidden = 64;
+    m.seq_len = 32, m.vocab = 50;
+    const int64_t B = 4, N = B * m.seq_len;
+    Batch batch(N, m.vocab, 9);
+    std::vector<float> ref;
+    int64_t act_bytes[3];
+    Recompute modes[3] = {Recompute::none, Recompute::selective, Recompute::full};
+    for (int i = 0; i < 3; ++i) {
+      Transformer<float> net(m, 1);
+      int64_t before = HostAllocator::instance().stats().current[int(MemCategory::activations)];
+      auto ctx = net.make_activations(B, modes[i]);
+      act_bytes[i] = HostAllocator::instance().stats().current[int(MemCategory::activations)] - before;
+      for (int micro = 0; micro < 2; ++micro) {  // accumulation too
+        net.forward(*ctx, batch.tokens.data(), batch.targets.data(), 1.0f / float(N));
+        net.backward(*ctx, modes[i]);
+      }
+      const float* g = net.grads().data<float>();
+      if (i == 0)
+        ref.assign(g, g + net.registry().total());
+      else
+        EXPECT_EQ(0, std::memcmp(ref.data(), g, ref.size() * sizeof(float))) << arch << " recompute mode " << i;
+    }
+    EXPECT_LT(act_bytes[1], act_bytes[0]) << arch;
+    EXPECT_LT(act_bytes[2], act_bytes[1]) << arch;
+    // selective saves exactly the attention probabilities of all layers but one
+    EXPECT_EQ(act_bytes[0] - act_bytes[1],
+              int64_t(sizeof(float)) * (m.layers - 1) * B * m.heads * m.seq_len * m.seq_len);
+  }
+}
+
+TEST(Model, FirstMicroBatchOverwritesGradients) {
+  for (std::string arch : {"gpt2", "llama"}) {
+    ModelConfig m = tiny(arch);
+    const int64_t B = 2, N = B * m.seq_len;
+    Batch b1(N, m.vocab, 21), b2(N, m.vocab, 22);
+    Transformer<float> ref(m, 3), net(m, 3);
+    auto c1 = ref.make_activations(B, Recompute::none), c2 = net.make_activations(B, Recompute::none);
+    for (Batch* b : {&b1, &b2}) {  // reference: zeroed, then accumulate both
+      ref.forward(*c1, b->tokens.data(), b->targets.data(), 0.5f);
+      ref.backward(*c1, Recompute::none);
+    }
+    float* g = net.grads().data<float>();
+    std::fill(g, g + net.registry().total(), 123.0f);  // stale gradients from an earlier step
+    net.forward(*c2, b1.tokens.data(), b1.targets.data(), 0.5f);
+    net.backward(*c2, Recompute::none, /*accumulate=*/false);
+    net.forward(*c2, b2.tokens.data(), b2.targets.data(), 0.5f);
+    net.backward(*c2, Recompute::none, /*accumulate=*/true);
+    const float* r = ref.grads().data<float>();
+    for (const auto& p : net.registry().params())  // bitwise: 0 + x == x
+      EXPECT_EQ(0, std::memcmp(g + p.offset, r + p.offset, sizeof(float) * size_t(p.numel))) << arch << " " << p.name;
+  }
+}
+
+// Split backward (zero-bubble pipelines): the input pass, then the weight
+// pass, give the full backward's gradients, over two accumulated micro-batches.
+TEST(Model, SplitBackwardMatchesFullBackward) {
+  for (std::string arch : {"gpt2", "llama"}) {
+    ModelConfig m = tiny(arch);
+    const int64_t B = 2, N = B * m.seq_len;
+    Batch b1(N, m.vocab, 31), b2(N, m.vocab, 32);
+    Transformer<double> full(m, 5), split(m, 5);
+    auto cf = full.make_activations(B, Recompute::selective);
+    auto cs1 = split.make_activations(B, Recompute::selective, 0, true);
+    auto cs2 = split.make_activations(B, Recompute::selective, 0, true);
+    int micro = 0;
+    for (Batch* b : {&b1, &b2}) {
+      full.forward(*cf, b->tokens.data(), b->targets.data(), 0.5);
+      full.backward(*cf, Recompute::selective, micro > 0);
+      ++micro;
+    }
+    // both input passes first, then both weight passes (as a zero-bubble schedule may)
+    split.forward(*cs1, b1.tokens.data(), b1.targets.data(), 0.5);
+    split.backward_chunk(*cs1, nullptr, Recompute::selective, false, BackwardPart::input);
+    split.forward(*cs2, b2.tokens.data(), b2.targets.data(), 0.5);
+    split.backward_chunk(*cs2, nullptr, Recompute::selective, true, BackwardPart::input);
+    split.backward_chunk(*cs1, nullptr, Recompute::selective, false, BackwardPart::weight);
+    split.backward_chunk(*cs2, nullptr, Recompute::selective, true, BackwardPart::weight);
+    for (const auto& p : full.registry().params()) {
+      double d = 0, n = 0;
+      for (int64_t i = 0; i < p.numel; ++i) {
+        double a = full.grads().data<double>()[p.offset + i], b = split.grads().data<double>()[p.offset + i];
+        d += (a - b) * (a - b), n += a * a;
+      }
+      EXPECT_LE(std::sqrt(d / std::max(n, 1e-300)), 1e-12) << arch << " " << p.name;
+    }
+  }
+}
+
+// The model cut into pipeline chunks (2 stages x 2 virtual stages, two
+// objects standing for the two ranks, activations handed over by hand) gives
+// the whole model's loss and gradients; the last stage's copy of a tied
+// embedding starts equal and its gradient, added to the first stage's, is
+// the whole model's.
+TEST(Model, PipelineChunksMatchWholeModel) {
+  for (std::string arch : {"gpt2", "llama"}) {
+    ModelConfig m = tiny(arch);
+    m.layers = 4;
+    const int64_t B = 2, N = B * m.seq_len, C = m.hidden;
+    Batch batch(N, m.vocab, 41);
+    Transformer<double> whole(m, 9);
+    auto cw = whole.make_activations(B, Recompute::none);
+    const double want = whole.forward(*cw, batch.tokens.data(), batch.targets.data(), 1.0);
+    whole.backward(*cw, Recompute::none, false);
+    Transformer<double> r0(m, 9, true, nullptr, pipeline_chunks(m, 2, 2, {}, 0));
+    Transformer<double> r1(m, 9, true, nullptr, pipeline_chunks(m, 2, 2, {}, 1));
+    ASSERT_EQ(r0.num_chunks(), 2);
+    EXPECT_TRUE(r0.chunk(0).embedding && !r0.chunk(0).head && r1.chunk(1).head && !r1.chunk(1).embedding);
+    Transformer<double>* owner[4] = {&r0, &r1, &r0, &r1};  // global chunk c = v * 2 + rank
+    std::vector<std::unique_ptr<Activations<double>>> ctx;
+    for (int c = 0; c < 4; ++c) ctx.push_back(owner[c]->make_activations(B, Recompute::none, c / 2));
+    double loss = 0;
+    for (int c = 0; c < 4; ++c)
+      loss += owner[c]->forward_chunk(*ctx[size_t(c)], batch.tokens.data(),
+                                      c > 0 ? ctx[size_t(c - 1)]->x_final : nullptr, batch.targets.data(), 1.0);
+    EXPECT_NEAR(loss, want, 1e-12 * std::abs(want)) << arch;
+    std::vector<double> d(static_cast<size_t>(N * C));
+    for (int c = 3; c >= 0; --c) {
+      owner[c]->backward_chunk(*ctx[size_t(c)], c < 3 ? d.data() : nullptr, Recompute::none, false);
+      if (c > 0) std::copy(owner[c]->input_grad(), owner[c]->input_grad() + N * C, d.begin());
+    }
+    if (m.tie_embeddings) {  // the embedding group's all-reduce, by hand
+      const auto& copy = r1.registry().params().back();
+      ASSERT_TRUE(copy.tied_copy);
+      const auto& table = r0.registry().at(copy.name);
+      EXPECT_EQ(0, std::memcmp(r0.params().data<double>() + table.offset, r1.params().data<double>() + copy.offset,
+                               sizeof(double) * size_t(copy.numel)));
+      for (int64_t i = 0; i < copy.numel; ++i)
+        r0.grads().data<double>()[table.offset + i] += r1.grads().data<double>()[copy.offset + i];
+    }
+    std::vector<double> got(size_t(consolidated_numel(m))), ref(got.size());
+    consolidate(got.data(), m,
+                {{&r0.registry(), r0.grads().data<double>()}, {&r1.registry(), r1.grads().data<double>()}});
+    consolidate(ref.data(), m, {whole.grads().data<double>()});
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < ref.size(); ++i) diff += (got[i] - ref[i]) * (got[i] - ref[i]), norm += ref[i] * ref[i];
+    EXPECT_LE(std::sqrt(diff / norm), 1e-12) << arch;
+  }
+}
+
+TEST(Model, RegistryFollowsHuggingFaceNames) {
+  ModelConfig g = tiny("gpt2");
+  ParamRegistry rg(g);
+  EXPECT_EQ(rg.params().front().name, "transformer.wte.weight");
+  EXPECT_EQ(rg.at("transformer.h.1.attn.c_attn.weight").shape, (Shape{3 * g.hidden, g.hidden}));
+  EXPECT_EQ(rg.at("transformer.h.0.mlp.c_proj.weight").shape, (Shape{g.hidden, g.ffn_hidden}));
+  EXPECT_THROW(rg.at("lm_head.weight"), Error);  // tied
+  ModelConfig l = tiny("llama");
+  ParamRegistry rl(l);
+  EXPECT_EQ(rl.at("model.layers.1.self_attn.k_proj.weight").shape, (Shape{l.kv_heads * l.head_dim(), l.hidden}));
+  // q, k, v adjacent (the fused QKV weight); gate, up adjacent
+  auto& q = rl.at("model.layers.0.self_attn.q_proj.weight");
+  auto& k = rl.at("model.layers.0.self_attn.k_proj.weight");
+  auto& v = rl.at("model.layers.0.self_attn.v_proj.weight");
+  EXPECT_EQ(q.offset + q.numel, k.offset);
+  EXPECT_EQ(k.offset + k.numel, v.offset);
+  auto& gate = rl.at("model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(gate.offset + gate.numel, rl.at("model.layers.0.mlp.up_proj.weight").offset);
+  EXPECT_EQ(rl.params().back().name, "lm_head.weight");
+}
+
+TEST(Model, PhiloxInitIsShardIndependent) {
+  const PhiloxKey key = philox_key(1234, "transformer.h.0.attn.c_attn.weight");
+  std::vector<float> full(1000), shard(300);
+  philox_fill_normal(full.data(), 0, 1000, key, 0.0, 0.02);
+  philox_fill_normal(shard.data(), 517, 300, key, 0.0, 0.02);
+  EXPECT_EQ(0, std::memcmp(full.data() + 517, shard.data(), 300 * sizeof(float)));
+  double mean = 0, var = 0;
+  for (float x : full) mean += x;
+  mean /= 1000;
+  for (float x : full) var += (x - mean) * (x - mean);
+  EXPECT_NEAR(std::sqrt(var / 1000), 0.02, 0.002);
+  // a different name gives a different stream
+  std::vector<float> other(1000);
+  philox_fill_normal(other.data(), 0, 1000, philox_key(1234, "transformer.h.1.attn.c_attn.weight"), 0.0, 0.02);
+  EXPECT_NE(0, std::memcmp(full.data(), other.data(), 1000 * sizeof(float)));
+  // Philox4x32-10 known-answer test (Random123 kat_vectors: counter 0, key 0)
+  PhiloxBlock b = philox4x32_10({0, 0, 0, 0}, {0, 0});
+  EXPECT_EQ(b[0], 0x6627e8d5u);
+  EXPECT_EQ(b[1], 0xe169c58du);
+  EXPECT_EQ(b[2], 0xbc57ac4cu);
+  EXPECT_EQ(b[3], 0x9b00dbd8u);
+}
+
+TEST(Model, FlopsPerTokenMatchesHandComputedValues) {
+  ModelConfig g;
+  g.arch = Arch::gpt2, g.layers = 12, g.hidden = 768, g.heads = 12, g.kv_heads = 12, g.ffn_hidden = 3072;
+  g.seq_len = 1024, g.vocab = 50257;
+  // 6 * (12 * 12 * 768^2 + 50257 * 768) + 12 * 12 * 768 * 1024
+  EXPECT_DOUBLE_EQ(flops_per_token(g), 854438400.0);
+  ModelConfig l;
+  l.arch = Arch::llama, l.layers = 32, l.hidden = 4096, l.heads = 32, l.kv_heads = 8, l.ffn_hidden = 14336;
+  l.seq_len = 8192, l.vocab = 128256;
+  // 6 * (32 * (4096 * 48 * 128 + 4096 * 4096 + 3 * 4096 * 14336) + 128256 * 4096) + 12 * 32 * 4096 * 8192
+  EXPECT_DOUBLE_EQ(flops_per_token(l), 57912852480.0);
+}
+
+}  // namespace trident::model
+
+namespace trident::model {
+// The planner's activation formula equals the model's allocation (one rank;
+// the tensor-parallel forms are checked in test_tensor_parallel).
+TEST(Memory, ActivationFormulaOneRank) {
+  for (const char* arch : {"gpt2", "llama"}) {
+    const ModelConfig m = tiny(arch);
+    model::Transformer<float> net(m, 1);
+    for (auto rc : {model::Recompute::none, model::Recompute::selective, model::Recompute::full})
+      for (bool split : {false, true}) {
+        const MemStats before = HostAllocator::instance().stats();
+        auto ctx = net.make_activations(3, rc, 0, split);
+        int64_t got = 0;
+        for (const auto& t : ctx->storage) got += t.numel();
+        const model::ActivationShape shape{3, 1, false, rc, split};
+        EXPECT_EQ(got, model::activation_elements(m, shape, m.layers, true)) << arch;
+        // a second context of the chunk allocates only its own part: recomputation's set is shared
+        const int64_t grew = HostAllocator::instance().stats().current[size_t(MemCategory::activations)] -
+                             before.current[size_t(MemCategory::activations)];
+        auto ctx2 = net.make_activations(3, rc, 0, split);
+        const int64_t grew2 = HostAllocator::instance().stats().current[size_t(MemCategory::activations)] -
+                              before.current[size_t(MemCategory::activations)] - grew;
+        EXPECT_EQ(grew2, int64_t(sizeof(float)) * got) << arch;
+        if (rc != model::Recompute::none && !split) {
+          EXPECT_EQ(ctx->layers[0].probs, ctx2->layers[0].probs) << arch;
+          EXPECT_GE(grew, int64_t(sizeof(float)) * (got + model::shared_recompute_elements(m, shape, m.layers)));
+        }
+      }
+  }
+}
+}  // namespace trident::model

@@ -85,8 +85,8 @@ struct RunReport::Trace {
     for (double v : {double(step), double(kind), double(chunk), double(micro), start, end}) spans.push_back(v);
   }
   void write(const std::string& path, parallel::Communicator* world) {
-    const std::vector<int64_t> counts = parallel::gather_counts(world, int64_t(spans.size()));
-    const std::vector<double> all = parallel::gather_varying(world, spans);
+    std::vector<int64_t> counts;
+    const std::vector<double> all = parallel::gather_varying(world, spans, &counts);
     if (world && world->rank() != 0) return;
     Json events = Json::array();
     size_t i = 0;

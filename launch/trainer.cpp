@@ -223,8 +223,8 @@ std::vector<float> StepGradients::consolidated() const {
     mine.assign(t.data<float>(), t.data<float>() + n);
   }
   // buffer sizes differ between pipeline stages: gather them as doubles (exact for floats)
-  const std::vector<double> all = parallel::gather_varying(mesh.model_parallel(), {mine.begin(), mine.end()});
-  const std::vector<int64_t> counts = parallel::gather_counts(mesh.model_parallel(), n);
+  std::vector<int64_t> counts;
+  const std::vector<double> all = parallel::gather_varying(mesh.model_parallel(), {mine.begin(), mine.end()}, &counts);
   std::vector<float> values(all.begin(), all.end());
   std::vector<std::unique_ptr<model::ParamRegistry>> regs;
   std::vector<std::pair<const model::ParamRegistry*, const float*>> parts;

@@ -35,9 +35,11 @@ std::vector<int64_t> gather_counts(Communicator* group, int64_t mine) {
   return out;
 }
 
-std::vector<double> gather_varying(Communicator* group, const std::vector<double>& mine) {
-  if (alone(group)) return mine;
+std::vector<double> gather_varying(Communicator* group, const std::vector<double>& mine,
+                                   std::vector<int64_t>* counts_out) {
   const std::vector<int64_t> counts = gather_counts(group, int64_t(mine.size()));
+  if (counts_out) *counts_out = counts;
+  if (alone(group)) return mine;
   int64_t total = 0, offset = 0;
   for (int r = 0; r < group->size(); ++r) {
     if (r < group->rank()) offset += counts[size_t(r)];

@@ -16,8 +16,10 @@ double sum_over(Communicator* group, double local);
 double max_over(Communicator* group, double local);
 // Every rank's count, in group rank order.
 std::vector<int64_t> gather_counts(Communicator* group, int64_t mine);
-// Every rank's values, concatenated in group rank order (lengths may differ).
-std::vector<double> gather_varying(Communicator* group, const std::vector<double>& mine);
+// Every rank's values, concatenated in group rank order (lengths may differ);
+// `counts`, when given, receives each rank's length.
+std::vector<double> gather_varying(Communicator* group, const std::vector<double>& mine,
+                                   std::vector<int64_t>* counts = nullptr);
 // Every rank's value of a scalar, in group rank order.
 std::vector<double> gather_scalar(Communicator* group, double mine);
 

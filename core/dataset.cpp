@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <climits>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -188,49 +189,85 @@ int64_t IndexedDataset::max_token() const {
 
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDType dtype)
     : prefix_(std::move(prefix)), dtype_(dtype) {
-  std::string tmp = prefix_ + ".bin.tmp";
-  bin_ = std::fopen(tmp.c_str(), "wb");
-  if (!bin_) fail_input("{}: cannot create ({})", tmp, std::strerror(errno));
+  for (auto [f, ext] : {std::pair{&bin_, ".bin.tmp"}, {&sizes_, ".idx.sizes.tmp"}, {&doc_index_, ".idx.docs.tmp"}}) {
+    *f = std::fopen((prefix_ + ext).c_str(), "w+b");
+    if (!*f) fail_input("{}{}: cannot create ({})", prefix_, ext, std::strerror(errno));
+  }
+  const int64_t zero = 0;
+  write_all(doc_index_, &zero, 8, prefix_ + ".idx.docs.tmp");
 }
 
 IndexedDatasetWriter::~IndexedDatasetWriter() {
+  for (FILE* f : {bin_, sizes_, doc_index_})
+    if (f) std::fclose(f);
+  std::remove((prefix_ + ".idx.sizes.tmp").c_str());
+  std::remove((prefix_ + ".idx.docs.tmp").c_str());
   if (finished_) return;
-  if (bin_) std::fclose(bin_);
   std::remove((prefix_ + ".bin.tmp").c_str());
   std::remove((prefix_ + ".idx.tmp").c_str());
 }
 
 void IndexedDatasetWriter::add_sequence(const int32_t* tokens, int64_t n) {
-  int w = token_dtype_bytes(dtype_);
-  std::vector<uint8_t> buf(size_t(n) * w);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t v = tokens[i];
-    std::memcpy(buf.data() + i * w, &v, w);  // little-endian truncation to the token width
+  const int w = token_dtype_bytes(dtype_);
+  if (n > INT32_MAX) throw Error(fmt::format("{}: a sequence of {} tokens exceeds the format's i32 size", prefix_, n));
+  buf_.resize(size_t(n) * size_t(w));
+  if (w == 2) {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t v = uint16_t(tokens[i]);
+      std::memcpy(buf_.data() + 2 * i, &v, 2);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t v = tokens[i];
+      std::memcpy(buf_.data() + i * w, &v, size_t(w));  // little-endian truncation to the token width
+    }
   }
-  write_all(bin_, buf.data(), buf.size(), prefix_ + ".bin.tmp");
-  sizes_.push_back(int32_t(n));
-  pointers_.push_back(byte_offset_);
-  byte_offset_ += int64_t(buf.size());
+  write_all(bin_, buf_.data(), buf_.size(), prefix_ + ".bin.tmp");
+  const int32_t size = int32_t(n);
+  write_all(sizes_, &size, 4, prefix_ + ".idx.sizes.tmp");
+  ++seqs_;
+  byte_offset_ += int64_t(buf_.size());
 }
 
-void IndexedDatasetWriter::end_document() { doc_index_.push_back(int64_t(sizes_.size())); }
+void IndexedDatasetWriter::end_document() {
+  write_all(doc_index_, &seqs_, 8, prefix_ + ".idx.docs.tmp");
+  last_doc_end_ = seqs_;
+  ++docs_;
+}
 
 void IndexedDatasetWriter::finish() {
-  if (doc_index_.back() != int64_t(sizes_.size())) end_document();
+  if (last_doc_end_ != seqs_) end_document();
   std::string bin_tmp = prefix_ + ".bin.tmp", idx_tmp = prefix_ + ".idx.tmp";
   sync_close(bin_, bin_tmp);
   FILE* idx = std::fopen(idx_tmp.c_str(), "wb");
   if (!idx) throw Error(fmt::format("{}: cannot create ({})", idx_tmp, std::strerror(errno)));
-  uint64_t version = 1, seqs = sizes_.size(), docs = doc_index_.size();
+  uint64_t version = 1, seqs = uint64_t(seqs_), docs = uint64_t(docs_);
   uint8_t code = uint8_t(dtype_);
   write_all(idx, kMagic, 9, idx_tmp);
   write_all(idx, &version, 8, idx_tmp);
   write_all(idx, &code, 1, idx_tmp);
   write_all(idx, &seqs, 8, idx_tmp);
   write_all(idx, &docs, 8, idx_tmp);
-  write_all(idx, sizes_.data(), sizes_.size() * 4, idx_tmp);
-  write_all(idx, pointers_.data(), pointers_.size() * 8, idx_tmp);
-  write_all(idx, doc_index_.data(), doc_index_.size() * 8, idx_tmp);
+  // sizes, then the pointers they imply, then the document index: copied in chunks
+  std::vector<int32_t> sizes(1 << 16);
+  std::vector<int64_t> pointers(1 << 16);
+  for (int pass = 0; pass < 2; ++pass) {
+    std::rewind(sizes_);
+    int64_t offset = 0;
+    size_t n;
+    while ((n = std::fread(sizes.data(), 4, sizes.size(), sizes_)) > 0) {
+      if (pass == 0) {
+        write_all(idx, sizes.data(), n * 4, idx_tmp);
+        continue;
+      }
+      for (size_t i = 0; i < n; ++i) pointers[i] = offset, offset += int64_t(sizes[i]) * token_dtype_bytes(dtype_);
+      write_all(idx, pointers.data(), n * 8, idx_tmp);
+    }
+  }
+  std::rewind(doc_index_);
+  size_t n;
+  while ((n = std::fread(pointers.data(), 8, pointers.size(), doc_index_)) > 0)
+    write_all(idx, pointers.data(), n * 8, idx_tmp);
   sync_close(idx, idx_tmp);
   if (std::rename(bin_tmp.c_str(), (prefix_ + ".bin").c_str()) != 0 ||
       std::rename(idx_tmp.c_str(), (prefix_ + ".idx").c_str()) != 0)

@@ -23,6 +23,8 @@ namespace trident {
 
 enum class TokenDType : uint8_t { u8 = 1, i8 = 2, i16 = 3, i32 = 4, i64 = 5, f64 = 6, f32 = 7, u16 = 8 };
 
+int token_dtype_bytes(TokenDType t);
+
 class IndexedDataset {
  public:
   // Opens PREFIX.idx and PREFIX.bin (memory-mapped) and validates them.
@@ -53,7 +55,9 @@ class IndexedDataset {
   size_t bin_bytes_ = 0;
 };
 
-// Writes PREFIX.bin/.idx atomically: to temporary names, fsynced, then renamed.
+// Writes PREFIX.bin/.idx atomically: to temporary names, fsynced, then
+// renamed. Memory stays bounded whatever the size: sequence sizes and the
+// document index go to temporary files until finish() assembles the .idx.
 class IndexedDatasetWriter {
  public:
   IndexedDatasetWriter(std::string prefix, TokenDType dtype);
@@ -61,18 +65,17 @@ class IndexedDatasetWriter {
   void add_sequence(const int32_t* tokens, int64_t n);
   void end_document();
   void finish();
+  int64_t num_tokens() const { return byte_offset_ / token_dtype_bytes(dtype_); }
+  int64_t num_documents() const { return docs_ - 1; }
 
  private:
   std::string prefix_;
   TokenDType dtype_;
-  FILE* bin_ = nullptr;
-  int64_t byte_offset_ = 0;
-  std::vector<int32_t> sizes_;
-  std::vector<int64_t> pointers_, doc_index_{0};
+  FILE *bin_ = nullptr, *sizes_ = nullptr, *doc_index_ = nullptr;
+  int64_t byte_offset_ = 0, seqs_ = 0, docs_ = 1, last_doc_end_ = 0;
+  std::vector<uint8_t> buf_;
   bool finished_ = false;
 };
-
-int token_dtype_bytes(TokenDType t);
 
 // Order-k Markov source over `vocab` tokens: each context of k tokens has
 // `branching` distinct successors (chosen by Philox from the context) with the

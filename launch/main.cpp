@@ -94,6 +94,7 @@ struct Options {
   SweepOptions sweep;
   std::string meshes;
   std::string keys_update;
+  std::string inspect;
 };
 
 struct Command {
@@ -124,14 +125,18 @@ std::vector<Command> commands() {
          if (o.train_resume && t.resume.empty()) t.resume = "auto";
          return run_train(t, g_argc, g_argv);
        }},
-      {"prepare", "text -> indexed dataset (PREFIX_train, PREFIX_valid)",
+      {"prepare", "text or JSONL corpora -> indexed datasets (PREFIX_train, PREFIX_valid)",
        [](CLI::App& c, Options& o) {
-         c.add_option("--input", o.prepare.input, "the text file")->required()->type_name("FILE.txt");
-         c.add_option("--out", o.prepare.out, "the dataset prefix")->required()->type_name("PREFIX");
-         c.add_option("--tokenizer", o.prepare.tokenizer, "one token per byte or per character")
-             ->check(one_of({"byte", "char"}))
+         auto& p = o.prepare;
+         c.add_option("--input", p.inputs, "text or JSONL files or globs (plain, .gz, .zst); repeatable")
+             ->type_name("FILE")
+             ->allow_extra_args(false);
+         c.add_option("--out", p.out, "the dataset prefix")->type_name("PREFIX");
+         c.add_option("--tokenizer", p.tokenizer,
+                      "byte, char, or a tokenizer file: Hugging Face tokenizer.json (byte-level BPE) or "
+                      "SentencePiece tokenizer.model")
              ->capture_default_str();
-         c.add_option("--valid-fraction", o.prepare.valid_fraction, "share of the documents held out")
+         c.add_option("--valid-fraction", p.valid_fraction, "share of the documents held out")
              ->check(CLI::Validator(
                  [](std::string& v) {
                    char* end = nullptr;
@@ -142,8 +147,21 @@ std::vector<Command> commands() {
                  },
                  "[0, 1)"))
              ->capture_default_str();
+         c.add_flag("--doc-per-line", p.doc_per_line, "text: one document per line (default: per paragraph)");
+         c.add_option("--json-key", p.json_key, "JSONL: the key holding the document")->capture_default_str();
+         c.add_flag("--skip-bad-lines", p.skip_bad_lines, "JSONL: count and skip lines that are not documents");
+         c.add_option("--eod-token", p.eod_token,
+                      "end-of-document token (its text or id) appended to each document, or none "
+                      "(default: the tokenizer's, none for byte and char)");
+         c.add_option("--workers", p.workers, "encoding threads")->check(kPositive)->capture_default_str();
+         c.add_option("--inspect", o.inspect, "print what a dataset holds, and its first document decoded")
+             ->type_name("PREFIX");
        },
        [](Options& o) {
+         if (!o.inspect.empty()) {
+           inspect_dataset(o.inspect);
+           return 0;
+         }
          prepare(o.prepare);
          return 0;
        }},

@@ -1,27 +1,40 @@
-// `trident prepare`: text file -> Megatron indexed datasets PREFIX_train and
-// PREFIX_valid (+ PREFIX.vocab.json for the char tokenizer).
-// Documents are paragraphs (separated by blank lines); the last
-// valid_fraction of the documents form the valid split. byte: token = byte
-// value (vocab 256). char: token = index of the Unicode code point in the
-// sorted set of code points of the file (invalid UTF-8 is an error naming the
-// byte offset). Outputs appear only when complete (temporary names, renamed).
-#include <unistd.h>
+// `trident prepare` (see prepare.hpp, docs/data.md).
+//
+// The main thread reads documents (DocumentReader: bounded chunks), groups
+// them in batches of about 1 MiB and hands them to `workers` encoding
+// threads; it writes finished batches in input order, so the output does not
+// depend on the thread count. At most 2 x workers batches are in flight: the
+// resident memory does not grow with the corpus.
+// Document i goes to the valid split when floor((i+1) f) > floor(i f): an
+// exact share f, spread evenly, decided without knowing the total.
+#include "launch/prepare.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <exception>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.hpp"
+#include "core/crc32c.hpp"
 #include "core/dataset.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "core/safetensors.hpp"
-#include "launch/prepare.hpp"
+#include "launch/documents.hpp"
 #include "launch/tokenizer.hpp"
 
 namespace trident::launch {
@@ -29,106 +42,333 @@ using trident::Error;
 using trident::fail_input;
 namespace {
 
-// Progress on a terminal: bytes done, rate, ETA; one line per ~2 s otherwise.
+using Clock = std::chrono::steady_clock;
+
+// Progress: bytes done, MB/s, tokens/s, ETA; on a terminal in place, else
+// one line every ~2 s.
 class Progress {
  public:
-  explicit Progress(int64_t total)
-      : total_(total), tty_(isatty(fileno(stderr))), t0_(std::chrono::steady_clock::now()) {}
-  void update(int64_t done, bool final = false) {
-    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  explicit Progress(int64_t total) : total_(total), tty_(isatty(fileno(stderr))), t0_(Clock::now()) {}
+  void update(int64_t done, int64_t tokens, bool final = false) {
+    double el = std::chrono::duration<double>(Clock::now() - t0_).count();
     if (!final && el - last_ < (tty_ ? 0.2 : 2.0)) return;
     last_ = el;
     double rate = el > 0 ? double(done) / el : 0;
-    double eta = rate > 0 ? double(total_ - done) / rate : 0;
-    std::string line =
-        fmt::format("prepare: {:.1f}/{:.1f} MiB ({:.0f}%) | {:.1f} MiB/s | eta {}", double(done) / (1 << 20),
-                    double(total_) / (1 << 20), total_ ? 100.0 * double(done) / double(total_) : 100.0,
-                    rate / (1 << 20), log::format_duration(eta));
+    double eta = rate > 0 ? double(std::max<int64_t>(0, total_ - done)) / rate : 0;
+    std::string line = fmt::format(
+        "prepare: {:.1f}/{:.1f} MiB ({:.0f}%) | {:.1f} MB/s | {:.2f}M tokens/s | eta {}", double(done) / (1 << 20),
+        double(total_) / (1 << 20), total_ ? std::min(100.0, 100.0 * double(done) / double(total_)) : 100.0,
+        rate / 1e6, el > 0 ? double(tokens) / el / 1e6 : 0.0, log::format_duration(eta));
     if (tty_)
       fmt::print(stderr, "\r{}{}", line, final ? "\n" : "");
     else
       fmt::print(stderr, "{}\n", line);
   }
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
 
  private:
   int64_t total_;
   bool tty_;
-  std::chrono::steady_clock::time_point t0_;
+  Clock::time_point t0_;
   double last_ = -1e9;
 };
+
+struct Batch {
+  std::vector<Document> docs;
+  std::vector<char> valid;      // per document: goes to the valid split
+  std::vector<int32_t> tokens;  // all documents' tokens, back to back
+  std::vector<int64_t> ends;    // per document: end offset in tokens
+  std::exception_ptr error;
+};
+
+// Encoding threads; batches come back in the order they were submitted.
+class EncodePool {
+ public:
+  EncodePool(const Tokenizer& tok, const DocumentReader& reader, std::optional<int32_t> eod, int workers)
+      : tok_(tok), reader_(reader), eod_(eod) {
+    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+  }
+  ~EncodePool() {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void submit(std::unique_ptr<Batch> b) {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      todo_.emplace_back(submitted_++, std::move(b));
+    }
+    cv_.notify_one();
+  }
+  int64_t in_flight() const { return submitted_ - taken_; }
+  std::unique_ptr<Batch> next() {  // waits for the oldest submitted batch
+    std::unique_lock<std::mutex> g(m_);
+    done_cv_.wait(g, [&] { return done_.count(taken_) > 0; });
+    auto b = std::move(done_[taken_]);
+    done_.erase(taken_++);
+    if (b->error) std::rethrow_exception(b->error);
+    return b;
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      std::pair<int64_t, std::unique_ptr<Batch>> job;
+      {
+        std::unique_lock<std::mutex> g(m_);
+        cv_.wait(g, [&] { return stop_ || !todo_.empty(); });
+        if (stop_) return;
+        job = std::move(todo_.front());
+        todo_.pop_front();
+      }
+      Batch& b = *job.second;
+      try {
+        for (const Document& d : b.docs) {
+          tok_.encode(d.text, b.tokens, reader_.where(d));
+          if (eod_) b.tokens.push_back(*eod_);
+          b.ends.push_back(int64_t(b.tokens.size()));
+        }
+      } catch (...) {
+        b.error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> g(m_);
+        done_[job.first] = std::move(job.second);
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  const Tokenizer& tok_;
+  const DocumentReader& reader_;
+  std::optional<int32_t> eod_;
+  std::vector<std::thread> threads_;
+  std::mutex m_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<std::pair<int64_t, std::unique_ptr<Batch>>> todo_;
+  std::map<int64_t, std::unique_ptr<Batch>> done_;
+  int64_t submitted_ = 0, taken_ = 0;
+  bool stop_ = false;
+};
+
+DocumentFormat format_of(const std::vector<std::string>& files, bool doc_per_line) {
+  auto is_jsonl = [](std::string f) {
+    for (const char* z : {".gz", ".zst"})
+      if (f.size() > std::strlen(z) && f.compare(f.size() - std::strlen(z), std::string::npos, z) == 0)
+        f.resize(f.size() - std::strlen(z));
+    return f.size() > 5 && (f.compare(f.size() - 6, 6, ".jsonl") == 0 || f.compare(f.size() - 5, 5, ".json") == 0);
+  };
+  const bool first = is_jsonl(files[0]);
+  for (const auto& f : files)
+    if (is_jsonl(f) != first)
+      fail_input("prepare: inputs mix JSONL ({}) and text ({}); prepare them separately", first ? files[0] : f,
+                 first ? f : files[0]);
+  return first ? DocumentFormat::jsonl : doc_per_line ? DocumentFormat::lines : DocumentFormat::text;
+}
+
+std::string base_name(const std::string& path) { return std::filesystem::path(path).filename().string(); }
+
+// The char tokenizer: the sorted code points of the whole corpus (a first pass).
+std::unique_ptr<Tokenizer> char_tokenizer(DocumentReader& reader) {
+  std::set<uint32_t> seen;
+  Document d;
+  while (reader.next(d))
+    for (uint32_t cp : decode_utf8(d.text, reader.where(d))) seen.insert(cp);
+  return std::make_unique<CharTokenizer>(std::vector<uint32_t>(seen.begin(), seen.end()));
+}
+
+std::optional<int32_t> choose_eod(const PrepareOptions& o, const Tokenizer& tok) {
+  if (o.eod_token == "none") return std::nullopt;
+  if (o.eod_token.empty()) return tok.eod();
+  if (auto id = tok.token_id(o.eod_token)) return id;
+  char* end = nullptr;
+  long v = std::strtol(o.eod_token.c_str(), &end, 10);
+  if (end && *end == 0 && v >= 0 && v < tok.vocab()) return int32_t(v);
+  fail_input("prepare: --eod-token: expected a special token of the tokenizer, an id in [0, {}) or none, found '{}'",
+             tok.vocab(), o.eod_token);
+}
 
 }  // namespace
 
 void prepare(const PrepareOptions& o) {
-  if (o.input.empty()) fail_input("prepare: missing --input FILE.txt");
+  if (o.inputs.empty()) fail_input("prepare: missing --input FILE (text or JSONL, plain, .gz or .zst)");
   if (o.out.empty()) fail_input("prepare: missing --out PREFIX");
-  if (o.tokenizer != "byte" && o.tokenizer != "char")
-    fail_input("prepare: --tokenizer: expected byte or char, found '{}'", o.tokenizer);
   if (!(o.valid_fraction >= 0 && o.valid_fraction < 1))
     fail_input("prepare: --valid-fraction: expected a number in [0, 1), found {}", o.valid_fraction);
-  std::ifstream in(o.input, std::ios::binary);
-  if (!in) fail_input("{}: cannot open input ({})", o.input, std::strerror(errno));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.empty()) fail_input("{}: input is empty", o.input);
-  std::string dir = o.out.find('/') == std::string::npos ? "." : o.out.substr(0, o.out.rfind('/'));
-  struct stat st {};
-  if (!dir.empty() && (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
+  if (o.workers < 1 || o.workers > 1024)
+    fail_input("prepare: --workers: expected an integer in [1, 1024], found {}", o.workers);
+  std::string dir = std::filesystem::path(o.out).parent_path().string();
+  if (!dir.empty() && !std::filesystem::is_directory(dir))
     fail_input("prepare: --out {}: directory '{}' does not exist", o.out, dir);
+  const std::vector<std::string> files = expand_inputs(o.inputs);
+  const DocumentFormat format = format_of(files, o.doc_per_line);
+  DocumentReader reader(files, format, o.json_key, o.skip_bad_lines);
 
-  // Tokens per byte of input, and document boundaries (paragraphs).
-  std::vector<int32_t> tokens;
-  std::vector<uint32_t> vocab;
-  if (o.tokenizer == "byte") {
-    for (size_t i = 0; i < text.size(); ++i) tokens.push_back(static_cast<unsigned char>(text[i]));
-  } else {
-    std::vector<uint32_t> cps = decode_utf8(text, o.input);
-    std::map<uint32_t, int32_t> ids;
-    for (uint32_t c : cps) ids[c] = 0;
-    for (auto& [c, id] : ids) id = int32_t(vocab.size()), vocab.push_back(c);
-    for (uint32_t c : cps) tokens.push_back(ids[c]);
+  std::unique_ptr<Tokenizer> tok;
+  if (o.tokenizer == "byte")
+    tok = Tokenizer::byte();
+  else if (o.tokenizer == "char") {
+    DocumentReader first_pass(files, format, o.json_key, o.skip_bad_lines);
+    tok = char_tokenizer(first_pass);
   }
-  // Document ends: after each "\n\n" run (in tokens: newline is byte/char 10).
-  auto newline = o.tokenizer == "byte" ? 10 : -1;
-  if (o.tokenizer == "char")
-    for (size_t i = 0; i < vocab.size(); ++i)
-      if (vocab[i] == 10) newline = int32_t(i);
-  std::vector<std::pair<int64_t, int64_t>> docs;
-  int64_t start = 0;
-  for (int64_t i = 1; i < int64_t(tokens.size()); ++i)
-    if (tokens[size_t(i)] == newline && tokens[size_t(i - 1)] == newline) {
-      docs.push_back({start, i + 1});
-      start = i + 1;
+  else if (std::filesystem::exists(o.tokenizer))
+    tok = Tokenizer::from_file(o.tokenizer);
+  else
+    fail_input("prepare: --tokenizer: expected byte, char or a tokenizer file (tokenizer.json, tokenizer.model), "
+               "found '{}' (no such file)", o.tokenizer);
+  const std::optional<int32_t> eod = choose_eod(o, *tok);
+  const TokenDType dtype = tok->vocab() <= 65536 ? TokenDType::u16 : TokenDType::i32;
+
+  IndexedDatasetWriter train(o.out + "_train", dtype), valid(o.out + "_valid", dtype);
+  int64_t max_id[2] = {-1, -1};
+  Progress progress(reader.bytes_total());
+  int64_t docs = 0, tokens = 0;
+  {
+    EncodePool pool(*tok, reader, eod, o.workers);
+    auto write = [&](const Batch& b) {
+      int64_t begin = 0;
+      for (size_t i = 0; i < b.docs.size(); ++i) {
+        IndexedDatasetWriter& w = b.valid[i] ? valid : train;
+        const int64_t n = b.ends[i] - begin;
+        if (n > 0) {
+          w.add_sequence(b.tokens.data() + begin, n);
+          w.end_document();
+          int64_t& m = max_id[b.valid[i] ? 1 : 0];
+          m = std::max<int64_t>(m, *std::max_element(b.tokens.begin() + begin, b.tokens.begin() + b.ends[i]));
+        }
+        begin = b.ends[i];
+      }
+      tokens += int64_t(b.tokens.size());
+      progress.update(reader.bytes_read(), tokens);
+    };
+    auto batch = std::make_unique<Batch>();
+    size_t bytes = 0;
+    Document d;
+    for (bool more = true; more;) {
+      more = reader.next(d);
+      if (more) {
+        const double f = o.valid_fraction;
+        batch->valid.push_back(std::floor(double(docs + 1) * f) > std::floor(double(docs) * f));
+        bytes += d.text.size();
+        batch->docs.push_back(std::move(d));
+        ++docs;
+      }
+      if (bytes >= (1u << 20) || (!more && !batch->docs.empty())) {
+        pool.submit(std::move(batch));
+        batch = std::make_unique<Batch>();
+        bytes = 0;
+        while (pool.in_flight() >= 2 * o.workers || (!more && pool.in_flight() > 0)) write(*pool.next());
+      }
     }
-  if (start < int64_t(tokens.size())) docs.push_back({start, int64_t(tokens.size())});
-  int64_t n_valid = int64_t(double(docs.size()) * o.valid_fraction + 0.5);
-  if (o.valid_fraction > 0 && n_valid == 0) n_valid = 1;
-  if (n_valid >= int64_t(docs.size()))
-    fail_input("{}: {} document(s) cannot be split with --valid-fraction {}", o.input, docs.size(), o.valid_fraction);
-
-  Progress progress(int64_t(text.size()));
-  const int64_t bytes_per_token =
-      std::max<int64_t>(1, int64_t(text.size()) / std::max<int64_t>(1, int64_t(tokens.size())));
-  IndexedDatasetWriter train(o.out + "_train", TokenDType::u16), valid(o.out + "_valid", TokenDType::u16);
-  int64_t done = 0;
-  for (size_t d = 0; d < docs.size(); ++d) {
-    IndexedDatasetWriter& w = int64_t(d) < int64_t(docs.size()) - n_valid ? train : valid;
-    w.add_sequence(tokens.data() + docs[d].first, docs[d].second - docs[d].first);
-    w.end_document();
-    done += (docs[d].second - docs[d].first) * bytes_per_token;
-    progress.update(std::min<int64_t>(done, int64_t(text.size())));
   }
+  if (train.num_documents() == 0)
+    fail_input("{}: no training documents ({} document(s) with --valid-fraction {})", files[0], docs,
+               o.valid_fraction);
+  if (o.valid_fraction > 0 && valid.num_documents() == 0)
+    fail_input("{}: {} document(s) leave none for the valid split with --valid-fraction {}", files[0], docs,
+               o.valid_fraction);
   train.finish();
   valid.finish();
-  if (o.tokenizer == "char") {  // written last: its presence means the datasets are complete
+
+  // The tokenizer next to the data, then the record: its presence means complete.
+  nlohmann::json rec;
+  rec["tokenizer"] = {{"kind", tok->kind()}, {"vocab", tok->vocab()}, {"eod", eod ? *eod : -1}};
+  if (tok->kind() == "char") {
     nlohmann::json pieces = nlohmann::json::array();
-    for (const auto& cp : vocab) pieces.push_back(encode_utf8(cp));
-    write_file_atomic(o.out + ".vocab.json",
-                      pieces.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    for (const auto& p : static_cast<const CharTokenizer&>(*tok).pieces()) pieces.push_back(p);
+    const std::string vocab_file = o.out + ".vocab.json";
+    write_file_atomic(vocab_file, pieces.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    rec["tokenizer"]["file"] = base_name(vocab_file);
+    rec["tokenizer"]["crc32c"] = crc32c_file(vocab_file);
+  } else if (tok->kind() != "byte") {
+    const std::string copy = o.out + (tok->kind() == "hf-bpe" ? ".tokenizer.json" : ".tokenizer.model");
+    std::ifstream in(o.tokenizer, std::ios::binary);
+    write_file_atomic(copy, std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+    rec["tokenizer"]["file"] = base_name(copy);
+    rec["tokenizer"]["source"] = o.tokenizer;
+    rec["tokenizer"]["crc32c"] = crc32c_file(copy);
   }
-  progress.update(int64_t(text.size()), true);
-  int64_t vocab_size = o.tokenizer == "byte" ? 256 : int64_t(vocab.size());
-  log::info("prepare: {} tokens in {} documents -> {}_train ({} docs), {}_valid ({} docs) | vocab {} ({})",
-            tokens.size(), docs.size(), o.out, int64_t(docs.size()) - n_valid, o.out, n_valid, vocab_size, o.tokenizer);
+  rec["dtype"] = dtype == TokenDType::u16 ? "u16" : "i32";
+  rec["inputs"] = files;
+  rec["bad_lines_skipped"] = reader.bad_lines();
+  rec["splits"] = {{"train", {{"documents", train.num_documents()}, {"tokens", train.num_tokens()}, {"max_id", max_id[0]}}},
+                   {"valid", {{"documents", valid.num_documents()}, {"tokens", valid.num_tokens()}, {"max_id", max_id[1]}}}};
+  write_file_atomic(o.out + ".meta.json", rec.dump(2) + "\n");
+  progress.update(reader.bytes_total(), tokens, true);
+  const double secs = progress.seconds();
+  log::info("prepare: {} tokens in {} documents -> {}_train ({} docs), {}_valid ({} docs) | {} tokenizer, vocab {}, "
+            "{} | {:.2f}M tokens/s over {} worker(s){}",
+            tokens, docs, o.out, train.num_documents(), o.out, valid.num_documents(), tok->kind(), tok->vocab(),
+            rec["dtype"].get<std::string>(), secs > 0 ? double(tokens) / secs / 1e6 : 0.0, o.workers,
+            reader.bad_lines() ? fmt::format(" | {} bad line(s) skipped", reader.bad_lines()) : "");
+}
+
+DatasetRecord read_dataset_record(const std::string& prefix) {
+  DatasetRecord r;
+  const std::string path = dataset_base(prefix) + ".meta.json";
+  if (!std::filesystem::exists(path)) return r;
+  std::ifstream in(path);
+  try {
+    const auto j = nlohmann::json::parse(in);
+    const auto& t = j.at("tokenizer");
+    r.tokenizer = t.at("kind").get<std::string>();
+    r.vocab = t.at("vocab").get<int64_t>();
+    r.eod = t.value("eod", int64_t(-1));
+    if (t.contains("file")) {
+      r.tokenizer_file = (std::filesystem::path(path).parent_path() / t.at("file").get<std::string>()).string();
+      r.tokenizer_crc32c = t.at("crc32c").get<uint32_t>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("{}: not a dataset record written by trident prepare ({})", path, e.what());
+  }
+  r.path = path;
+  return r;
+}
+
+void check_tokenizer_copy(const DatasetRecord& r) {
+  if (r.tokenizer_file.empty()) return;
+  if (!std::filesystem::exists(r.tokenizer_file))
+    fail_input("{}: the tokenizer the data was made with is missing (recorded in {})", r.tokenizer_file, r.path);
+  const uint32_t crc = crc32c_file(r.tokenizer_file);
+  if (crc != r.tokenizer_crc32c)
+    fail_input("{}: CRC-32C {:08x} does not match {:08x} recorded in {}: the tokenizer next to the data was changed "
+               "after prepare; prepare the data again",
+               r.tokenizer_file, crc, r.tokenizer_crc32c, r.path);
+}
+
+void inspect_dataset(const std::string& prefix) {
+  std::vector<std::string> prefixes;
+  if (std::filesystem::exists(prefix + ".idx"))
+    prefixes.push_back(prefix);
+  else
+    for (const char* s : {"_train", "_valid"})
+      if (std::filesystem::exists(prefix + s + ".idx")) prefixes.push_back(prefix + s);
+  if (prefixes.empty()) fail_input("{}: no dataset ({}.idx, {}_train.idx)", prefix, prefix, prefix);
+  for (const auto& p : prefixes) {
+    IndexedDataset d(p);
+    const DatasetRecord rec = read_dataset_record(p);
+    check_tokenizer_copy(rec);
+    const auto tok = Tokenizer::for_dataset(p);
+    const char* dtype = d.dtype() == TokenDType::u16 ? "u16" : d.dtype() == TokenDType::i32 ? "i32"
+                        : d.dtype() == TokenDType::u8 ? "u8" : "i64";
+    fmt::print("{}: {} documents, {} tokens, dtype {}\n", p, d.num_documents(), d.num_tokens(), dtype);
+    fmt::print("  tokenizer: {} (vocab {}{}){}\n", tok->kind(), tok->vocab(),
+               rec.eod >= 0 ? fmt::format(", eod {}", rec.eod) : "",
+               rec.tokenizer_file.empty() ? "" : fmt::format(", {}", rec.tokenizer_file));
+    if (d.num_documents() > 0) {
+      const int64_t begin = d.doc_index()[0], end = d.doc_index()[1];
+      int64_t first = 0, n = 0;
+      for (int64_t s = 0; s < begin; ++s) first += d.sizes()[size_t(s)];
+      for (int64_t s = begin; s < end; ++s) n += d.sizes()[size_t(s)];
+      std::vector<int32_t> ids(static_cast<size_t>(n));
+      d.read(first, n, ids.data());
+      fmt::print("  first document ({} tokens): {}\n", n, nlohmann::json(tok->decode(ids)).dump(-1, ' ', false,
+                 nlohmann::json::error_handler_t::replace));
+    }
+  }
 }
 
 }  // namespace trident::launch

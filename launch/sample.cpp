@@ -11,6 +11,7 @@
 #include "core/philox.hpp"
 #include "core/safetensors.hpp"
 #include "launch/checkpoint/checkpoint.hpp"
+#include "launch/prepare.hpp"
 #include "launch/tokenizer.hpp"
 #include "model/transformer.hpp"
 
@@ -24,7 +25,10 @@ std::vector<int32_t> sample(const SampleOptions& o) {
   const WholeModel w = load_whole_model(o.checkpoint);
   const ModelConfig& m = w.recipe.model;
   const bool have_text = !o.prompt.empty();
-  const Tokenizer tok = w.recipe.data.synthetic ? Tokenizer::byte() : Tokenizer::for_dataset(w.recipe.data.train);
+  if (!w.recipe.data.synthetic) check_tokenizer_copy(read_dataset_record(w.recipe.data.train));
+  const std::unique_ptr<Tokenizer> tokp =
+      w.recipe.data.synthetic ? Tokenizer::byte() : Tokenizer::for_dataset(w.recipe.data.train);
+  const Tokenizer& tok = *tokp;
   if (have_text && w.recipe.data.synthetic)
     fail_input(
         "sample: --prompt: the checkpoint's recipe {} trains on synthetic data, which has no tokenizer; give "
@@ -68,6 +72,8 @@ std::vector<int32_t> sample(const SampleOptions& o) {
 
   const PhiloxKey key = philox_key(o.seed, "sample");
   std::vector<int32_t> seq = ids, out;
+  std::string shown;  // text printed so far
+  size_t printed = 0;
   std::vector<double> p(static_cast<size_t>(m.vocab));
   std::vector<int32_t> order(static_cast<size_t>(m.vocab));
   if (have_text) std::fputs(o.prompt.c_str(), stdout), std::fflush(stdout);
@@ -98,7 +104,13 @@ std::vector<int32_t> sample(const SampleOptions& o) {
     }
     seq.push_back(next);
     out.push_back(next);
-    if (have_text) std::fputs(tok.decode({next}).c_str(), stdout), std::fflush(stdout);
+    if (have_text) {  // the decoded text grows; print what is new (SentencePiece joins pieces with spaces)
+      const std::string text = tok.decode(out);
+      if (text.size() > printed && text.compare(0, printed, shown) == 0) {
+        std::fwrite(text.data() + printed, 1, text.size() - printed, stdout), std::fflush(stdout);
+        shown = text, printed = text.size();
+      }
+    }
   }
   if (have_text)
     std::fputs("\n", stdout);

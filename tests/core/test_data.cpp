@@ -143,7 +143,7 @@ TEST_F(Data, PrepareByteAndChar) {
   std::string txt = path("in.txt");
   std::ofstream(txt) << "First Citizen:\nBefore we proceed.\n\nAll:\nSpeak, speak.\n\nFirst:\nYou are all resolved.\n\n"
                         "Second:\nWe know't.\n";
-  launch::PrepareOptions o{txt, path("sh"), "byte", 0.25};
+  launch::PrepareOptions o{{txt}, path("sh"), "byte", 0.25};
   launch::prepare(o);
   IndexedDataset tr(path("sh_train")), va(path("sh_valid"));
   EXPECT_EQ(tr.num_documents(), 3);
@@ -165,16 +165,16 @@ TEST_F(Data, PrepareByteAndChar) {
 TEST_F(Data, PrepareRejectsBadInput) {
   std::string bad = path("bad.txt");
   std::ofstream(bad, std::ios::binary) << "ok\n\xff\xfe";
-  launch::PrepareOptions o{bad, path("x"), "char", 0.1};
+  launch::PrepareOptions o{{bad}, path("x"), "char", 0.1};
   try {
     launch::prepare(o);
     FAIL();
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("byte offset 3: invalid UTF-8"), std::string::npos) << e.what();
   }
-  o.input = path("missing.txt");
+  o.inputs = {path("missing.txt")};
   EXPECT_THROW(launch::prepare(o), InputError);
-  o.input = bad, o.tokenizer = "bpe";
+  o.inputs = {bad}, o.tokenizer = "bpe";
   EXPECT_THROW(launch::prepare(o), InputError);
   // nothing was left behind
   for (auto& e : fs::directory_iterator(dir_)) EXPECT_EQ(e.path().filename(), "bad.txt");

@@ -13,8 +13,10 @@
 #include <climits>
 #include <cstring>
 
+#include "core/crc32c.hpp"
 #include "core/error.hpp"
 #include "core/philox.hpp"
+#include "core/sample_index.hpp"
 
 namespace trident {
 namespace {
@@ -136,6 +138,16 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                expect / width, width, idx_path, bin_bytes_);
   }
   num_tokens_ = expect / width;
+  idx_crc_ = crc32c(idx.data(), idx.size());
+  doc_offsets_.resize(doc_index_.size());
+  {
+    int64_t tokens = 0;
+    size_t seq = 0;
+    for (size_t d = 0; d < doc_index_.size(); ++d) {
+      for (; int64_t(seq) < doc_index_[d]; ++seq) tokens += sizes_[seq];
+      doc_offsets_[d] = tokens;
+    }
+  }
   if (bin_bytes_ > 0) {
     void* p = mmap(nullptr, bin_bytes_, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
@@ -339,33 +351,95 @@ class MarkovSampler : public TokenSampler {
   int64_t vocab_;
 };
 
-class DatasetSampler : public TokenSampler {
+// The samples of one split: one dataset or a blend.
+class Split {
  public:
-  DatasetSampler(const std::string& train, const std::string& valid, int64_t seq_len, uint64_t seed)
-      : train_(std::make_unique<IndexedDataset>(train)), key_(philox_key(seed, "dataset.sampler")) {
-    if (!valid.empty()) valid_ = std::make_unique<IndexedDataset>(valid);
-    for (auto* d : {train_.get(), valid_.get()}) {
-      if (!d) continue;
-      if (d->num_tokens() < seq_len + 1)
-        fail_input("{}: dataset has {} tokens, a sample needs seq_len + 1 = {}", d == train_.get() ? train : valid,
-                   d->num_tokens(), seq_len + 1);
-      vocab_ = std::max(vocab_, d->max_token() + 1);
+  Split(const std::vector<std::pair<std::string, double>>& sources, const DatasetSpec& spec, int64_t samples,
+        const IndexBuild& build, const int64_t* max_token)
+      : samples_(samples) {
+    double total = 0;
+    for (const auto& [path, w] : sources) total += w;
+    for (const auto& [path, w] : sources) weights_.push_back(w / total);
+    order_ = blend_order(weights_, samples);
+    const std::vector<int64_t> per = counts(uint64_t(samples));
+    for (size_t i = 0; i < sources.size(); ++i) {
+      names_.push_back(sources[i].first);
+      data_.push_back(std::make_unique<IndexedDataset>(sources[i].first));
+      index_.push_back(
+          std::make_unique<SampleIndex>(*data_.back(), spec.seed, spec.sample_len - 1, std::max<int64_t>(1, per[i]), build));
+      vocab_ = std::max(vocab_, max_token && max_token[i] >= 0 ? max_token[i] + 1 : data_.back()->max_token() + 1);
+    }
+    // counts at the start of each block of 256 samples
+    const size_t blocks = size_t(samples / 256 + 1);
+    block_counts_.assign(blocks * sources.size(), 0);
+    std::vector<int64_t> c(sources.size(), 0);
+    for (int64_t k = 0; k < samples; ++k) {
+      if (k % 256 == 0) std::copy(c.begin(), c.end(), block_counts_.begin() + (k / 256) * int64_t(c.size()));
+      ++c[order_[size_t(k)]];
     }
   }
+  // Source and the sample index within it, of sample k.
+  std::pair<int, uint64_t> locate(uint64_t k) const {
+    if (data_.size() == 1) return {0, k};
+    TRIDENT_CHECK(int64_t(k) < samples_, "blend sample {} beyond the {} the run was set up for", k, samples_);
+    const int src = order_[k];
+    const uint64_t block = k / 256;
+    uint64_t n = uint64_t(block_counts_[block * data_.size() + size_t(src)]);
+    for (uint64_t i = block * 256; i < k; ++i) n += order_[i] == src;
+    return {src, n};
+  }
+  void sample(uint64_t k, int32_t* out) const {
+    const auto [src, j] = locate(k);
+    index_[size_t(src)]->sample(j, out);
+  }
+  void sample_source(int src, uint64_t j, int32_t* out) const { index_[size_t(src)]->sample(j, out); }
+  std::vector<int64_t> counts(uint64_t n) const {
+    std::vector<int64_t> c(weights_.size(), 0);
+    if (weights_.size() == 1) return {int64_t(n)};
+    for (uint64_t k = 0; k < n && k < order_.size(); ++k) ++c[order_[k]];
+    return c;
+  }
+  const std::vector<std::string>& names() const { return names_; }
+  int64_t vocab_needed() const { return vocab_; }
+
+ private:
+  int64_t samples_;
+  std::vector<double> weights_;
+  std::vector<uint8_t> order_;
+  std::vector<int64_t> block_counts_;
+  std::vector<std::string> names_;
+  std::vector<std::unique_ptr<IndexedDataset>> data_;
+  std::vector<std::unique_ptr<SampleIndex>> index_;
+  int64_t vocab_ = 0;
+};
+
+class DatasetSampler : public TokenSampler {
+ public:
+  DatasetSampler(const DatasetSpec& spec, const IndexBuild& build) : len_(spec.sample_len) {
+    const int64_t* max_token = spec.max_token.empty() ? nullptr : spec.max_token.data();
+    train_ = std::make_unique<Split>(spec.train, spec, spec.train_samples, build, max_token);
+    if (!spec.valid.empty())
+      valid_ = std::make_unique<Split>(spec.valid, spec, spec.valid_samples, build,
+                                       max_token ? max_token + spec.train.size() : nullptr);
+    vocab_ = std::max(train_->vocab_needed(), valid_ ? valid_->vocab_needed() : 0);
+  }
   void sample(uint64_t index, bool valid, int64_t n, int32_t* out) const override {
-    const IndexedDataset& d = valid ? *valid_ : *train_;
-    uint64_t span = uint64_t(d.num_tokens() - n + 1);
-    // train: a random window per sample index; valid: consecutive windows.
-    uint64_t begin = valid ? (index * uint64_t(n)) % span
-                           : (uint64_t(philox_at(key_, index)[0]) << 32 | philox_at(key_, index)[1]) % span;
-    d.read(int64_t(begin), n, out);
+    TRIDENT_CHECK(n == len_, "sample of {} tokens from an index built for {}", n, len_);
+    (valid ? *valid_ : *train_).sample(index, out);
+  }
+  void sample_valid_source(int source, uint64_t index, int64_t n, int32_t* out) const override {
+    TRIDENT_CHECK(n == len_, "sample of {} tokens from an index built for {}", n, len_);
+    valid_->sample_source(source, index, out);
   }
   int64_t vocab_needed() const override { return vocab_; }
   bool has_valid() const override { return valid_ != nullptr; }
+  std::vector<std::string> train_sources() const override { return train_->names(); }
+  std::vector<std::string> valid_sources() const override { return valid_ ? valid_->names() : std::vector<std::string>{}; }
+  std::vector<int64_t> train_samples_per_source(uint64_t samples) const override { return train_->counts(samples); }
 
  private:
-  std::unique_ptr<IndexedDataset> train_, valid_;
-  PhiloxKey key_;
+  int64_t len_;
+  std::unique_ptr<Split> train_, valid_;
   int64_t vocab_ = 0;
 };
 
@@ -378,9 +452,26 @@ std::unique_ptr<TokenSampler> make_markov_sampler(int64_t vocab, int64_t order, 
   return s;
 }
 
-std::unique_ptr<TokenSampler> make_dataset_sampler(const std::string& train_prefix, const std::string& valid_prefix,
-                                                   int64_t seq_len, uint64_t seed) {
-  return std::make_unique<DatasetSampler>(train_prefix, valid_prefix, seq_len, seed);
+std::vector<uint8_t> blend_order(const std::vector<double>& weights, int64_t n) {
+  TRIDENT_CHECK(weights.size() <= 255, "a blend of {} datasets (at most 255)", weights.size());
+  std::vector<uint8_t> order(size_t(std::max<int64_t>(n, 0)), 0);
+  if (weights.size() <= 1) return order;
+  std::vector<int64_t> c(weights.size(), 0);
+  for (int64_t k = 0; k < n; ++k) {
+    size_t best = 0;
+    double best_gap = -1e300;
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const double gap = weights[i] * double(k + 1) - double(c[i]);
+      if (gap > best_gap) best_gap = gap, best = i;
+    }
+    order[size_t(k)] = uint8_t(best);
+    ++c[best];
+  }
+  return order;
+}
+
+std::unique_ptr<TokenSampler> make_dataset_sampler(const DatasetSpec& spec, const IndexBuild& build) {
+  return std::make_unique<DatasetSampler>(spec, build);
 }
 
 }  // namespace trident

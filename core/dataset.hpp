@@ -44,9 +44,16 @@ class IndexedDataset {
   // tokens [begin, begin + n) of the concatenated stream into out.
   void read(int64_t begin, int64_t n, int32_t* out) const;
   int64_t max_token() const;
+  const std::string& prefix() const { return prefix_; }
+  // Token offset of document d in the concatenated stream (d in [0, D]).
+  int64_t doc_offset(int64_t d) const { return doc_offsets_[size_t(d)]; }
+  int64_t doc_tokens(int64_t d) const { return doc_offsets_[size_t(d + 1)] - doc_offsets_[size_t(d)]; }
+  uint32_t index_crc32c() const { return idx_crc_; }  // of the .idx file: the cache key of sample indexes
 
  private:
   std::string prefix_;
+  std::vector<int64_t> doc_offsets_;
+  uint32_t idx_crc_ = 0;
   TokenDType dtype_ = TokenDType::u16;
   std::vector<int32_t> sizes_;
   std::vector<int64_t> pointers_, doc_index_;
@@ -109,11 +116,35 @@ class TokenSampler {
   virtual void sample(uint64_t index, bool valid, int64_t n, int32_t* out) const = 0;
   virtual int64_t vocab_needed() const = 0;  // 1 + the largest token id
   virtual bool has_valid() const { return true; }
+  // Blends: the datasets of each split; how many of training samples
+  // [0, samples) came from each; validation sample `index` of one dataset.
+  virtual std::vector<std::string> train_sources() const { return {}; }
+  virtual std::vector<std::string> valid_sources() const { return {}; }
+  virtual std::vector<int64_t> train_samples_per_source(uint64_t samples) const { return {}; }
+  virtual void sample_valid_source(int source, uint64_t index, int64_t n, int32_t* out) const {
+    (void)source;
+    sample(index, true, n, out);
+  }
 };
 
 std::unique_ptr<TokenSampler> make_markov_sampler(int64_t vocab, int64_t order, int64_t branching, double skew,
                                                   uint64_t seed);
-std::unique_ptr<TokenSampler> make_dataset_sampler(const std::string& train_prefix, const std::string& valid_prefix,
-                                                   int64_t seq_len, uint64_t seed);
+
+// Indexed datasets (one, or a weighted blend per split) through epoch-exact
+// sample indexes (core/sample_index.hpp). Sample k of a blend comes from the
+// dataset whose realised share of samples [0, k) is furthest below its
+// weight (ties: the first), so the shares match the weights at every prefix.
+struct DatasetSpec {
+  std::vector<std::pair<std::string, double>> train, valid;  // prefix, weight
+  int64_t sample_len = 0;                                    // seq_len + 1
+  uint64_t seed = 0;
+  int64_t train_samples = 0, valid_samples = 0;  // how many the run reads
+  std::vector<int64_t> max_token;                // per train then valid dataset, if known (else scanned)
+};
+struct IndexBuild;
+std::unique_ptr<TokenSampler> make_dataset_sampler(const DatasetSpec& spec, const IndexBuild& build);
+
+// The blend order: which source each of samples [0, n) comes from.
+std::vector<uint8_t> blend_order(const std::vector<double>& weights, int64_t n);
 
 }  // namespace trident

@@ -71,10 +71,18 @@ struct SyntheticConfig {
   int64_t seed = 1;
 };
 
+// One indexed dataset of a split (PREFIX.bin / PREFIX.idx) and its share.
+struct DataSource {
+  std::string path;
+  double weight = 1;
+};
+
 struct DataConfig {
   bool synthetic = true;
   SyntheticConfig syn;
-  std::string train, valid;  // indexed-dataset prefixes (PREFIX.bin / PREFIX.idx)
+  std::vector<DataSource> train, valid;  // one prefix, or a weighted blend
+  bool document_mask = false;            // attention and positions stay inside each document
+  std::string cache_dir;                 // sample indexes ("": next to each dataset)
 };
 
 struct EvalConfig {

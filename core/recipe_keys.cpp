@@ -116,6 +116,11 @@ Key betas(const char* path, F field, const char* doc) {
             field(r) = {b[0], b[1]};
           }};
 }
+template <typename F>
+Key blend(const char* path, F field, const char* doc) {
+  return {{path, "prefix, or list of `{path, weight}`", "—", doc},
+          [=](Reader& in, Recipe& r) { field(r) = in.blend(path); }};
+}
 Key section(const char* path, const char* doc) { return {{path, "map", "present", doc}, nullptr}; }
 
 int64_t default_ffn_hidden(const Recipe& r) {
@@ -234,9 +239,17 @@ const std::vector<Key>& table() {
               "apply weight decay to norm weights and biases too"),
       boolean("optim.decay_embeddings", FIELD(optim.decay_embeddings), value<bool>(false),
               "apply weight decay to embeddings (a tied LM head follows this)"),
-      text("data.train", FIELD(data.train), "—",
-           "Megatron indexed dataset `PREFIX.bin` / `PREFIX.idx` (see [data.md](data.md))"),
-      text("data.valid", FIELD(data.valid), "—", "validation split; without it no evaluation runs"),
+      blend("data.train", FIELD(data.train),
+            "Megatron indexed dataset `PREFIX` (`PREFIX.bin` / `PREFIX.idx`, see [data.md](data.md)), or a weighted "
+            "blend: a list of `{path: PREFIX, weight: W}`; each sample comes from the dataset furthest below its share"),
+      blend("data.valid", FIELD(data.valid),
+            "validation split(s), same forms; a blend reports a validation loss per dataset; without it no "
+            "evaluation runs"),
+      boolean("data.document_mask", FIELD(data.document_mask), value(false),
+              "attention stays inside each document of a sample (documents end at the dataset's EOD token) and "
+              "positions (learned and rotary) restart at each document"),
+      text("data.cache_dir", FIELD(data.cache_dir), "next to each dataset",
+           "directory for the cached sample indexes (for datasets on read-only storage)"),
       section("data.synthetic", "seeded Markov source (below)"),
       integer("data.synthetic.vocab", FIELD(data.syn.vocab), 2, 1 << 30,
               derived("`model.vocab`", [](const Recipe& r) { return r.model.vocab; }),

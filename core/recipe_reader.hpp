@@ -251,6 +251,51 @@ class Reader {
     return out;
   }
 
+  // A dataset prefix, or a list of {path, weight} (a plain string in the list
+  // has weight 1). Weights >= 0, not all zero.
+  std::vector<DataSource> blend(const std::string& path) {
+    note(path);
+    if (!has(path)) return {};
+    const std::string expected = "a dataset prefix or a list of {path: PREFIX, weight: W >= 0}";
+    YAML::Node n = find(path);
+    if (n.IsScalar()) return {{n.Scalar(), 1.0}};
+    if (!n.IsSequence() || n.size() == 0) bad(path, expected);
+    std::vector<DataSource> out;
+    double total = 0;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const YAML::Node e = n[i];
+      const std::string at = fmt::format("{}[{}]", path, i);
+      DataSource d;
+      if (e.IsScalar()) {
+        d.path = e.Scalar();
+      } else if (e.IsMap()) {
+        for (auto it = e.begin(); it != e.end(); ++it) {
+          const std::string k = it->first.as<std::string>();
+          if (k != "path" && k != "weight")
+            fail_input("{}: key '{}': unknown key '{}' in a blend entry (known: path, weight)", where(path), at, k);
+        }
+        if (!e["path"] || !e["path"].IsScalar())
+          fail_input("{}: key '{}.path': expected a dataset prefix, found {}", where(path), at, describe(e["path"]));
+        d.path = e["path"].Scalar();
+        if (e["weight"]) {
+          try {
+            d.weight = e["weight"].as<double>();
+          } catch (const YAML::Exception&) {
+            fail_input("{}: key '{}.weight': expected a number >= 0, found {}", where(path), at, describe(e["weight"]));
+          }
+        }
+      } else {
+        bad(path, expected);
+      }
+      if (!(d.weight >= 0) || !std::isfinite(d.weight))
+        fail_input("{}: key '{}.weight': expected a number >= 0, found {}", where(path), at, d.weight);
+      total += d.weight;
+      out.push_back(d);
+    }
+    if (total <= 0) fail_input("{}: key '{}': the blend weights are all zero", where(path), path);
+    return out;
+  }
+
   // An integer mesh size, or the word `auto` (returned as 0).
   int64_t mesh_size(const std::string& path) {
     if (has(path) && find(path).IsScalar() && find(path).Scalar() == "auto") {

@@ -20,11 +20,14 @@ void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N
 
 // Rows [row_begin, row_begin + rows) of a flattened [B,T] batch (a sequence
 // shard): out[i] = inp[i] + wpe[(row_begin + i) % T]. out may equal inp;
-// wpe null: a plain copy.
+// wpe null: a plain copy. doc_start[B*T] (optional, indexed by the batch row
+// row_begin + i): the position is (row % T) - doc_start[row] instead.
 template <typename T>
-void position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin, int64_t rows, int64_t T_, int64_t C);
+void position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin, int64_t rows, int64_t T_, int64_t C,
+                      const int32_t* doc_start = nullptr);
 // dwpe[T,C] += dout[i] at position (row_begin + i) % T
 template <typename T>
-void position_backward(T* dwpe, const T* dout, int64_t row_begin, int64_t rows, int64_t T_, int64_t C);
+void position_backward(T* dwpe, const T* dout, int64_t row_begin, int64_t rows, int64_t T_, int64_t C,
+                       const int32_t* doc_start = nullptr);
 
 }  // namespace trident::kernels

@@ -143,7 +143,7 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir) {
   write_text(out.tmp + "/trident.json", nlohmann::ordered_json{{"checkpoint", w.dir},
                                                                {"step", w.step},
                                                                {"recipe_file", w.recipe.source},
-                                                               {"data_train", w.recipe.data.train}}
+                                                               {"data_train", w.recipe.data.synthetic ? std::string() : w.recipe.data.train[0].path}}
                                                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
                                             "\n");
   out.commit();

@@ -34,6 +34,7 @@ struct DatasetRecord {
   std::string tokenizer_file;  // the copy next to the data, or ""
   uint32_t tokenizer_crc32c = 0;
   int64_t vocab = 0, eod = -1;
+  int64_t max_id = -1;  // the largest token id of this prefix's split (-1: unknown)
 };
 // nullopt-like: record.path empty when the dataset has none.
 DatasetRecord read_dataset_record(const std::string& prefix);

@@ -30,6 +30,7 @@ struct RunFacts {
   std::string peak_source;  // where it came from
   double predicted_bubble = 0;
   double entropy_floor = 0, sequence_floor = 0;  // the synthetic source's; 0 otherwise
+  int64_t eod = -1;  // the datasets' end-of-document token (-1: none)
   int threads = 1;
 };
 

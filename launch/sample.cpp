@@ -25,9 +25,9 @@ std::vector<int32_t> sample(const SampleOptions& o) {
   const WholeModel w = load_whole_model(o.checkpoint);
   const ModelConfig& m = w.recipe.model;
   const bool have_text = !o.prompt.empty();
-  if (!w.recipe.data.synthetic) check_tokenizer_copy(read_dataset_record(w.recipe.data.train));
+  if (!w.recipe.data.synthetic) check_tokenizer_copy(read_dataset_record(w.recipe.data.train[0].path));
   const std::unique_ptr<Tokenizer> tokp =
-      w.recipe.data.synthetic ? Tokenizer::byte() : Tokenizer::for_dataset(w.recipe.data.train);
+      w.recipe.data.synthetic ? Tokenizer::byte() : Tokenizer::for_dataset(w.recipe.data.train[0].path);
   const Tokenizer& tok = *tokp;
   if (have_text && w.recipe.data.synthetic)
     fail_input(

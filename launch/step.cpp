@@ -16,7 +16,7 @@ StepShape step_shape(const Recipe& rc, int stage_rank, int data_rank) {
   s.stages = int(rc.parallel.pipeline), s.virtual_stages = int(rc.parallel.virtual_stages);
   s.stage_rank = stage_rank, s.data_rank = data_rank;
   s.schedule = rc.parallel.schedule, s.recompute = rc.train.recompute, s.timeout_s = rc.parallel.timeout_s;
-  return s;
+  return s;  // document_eod: set by the trainer from the datasets' records
 }
 
 StepRunner::StepRunner(model::Transformer<float>& net, parallel::DataParallel& dp, parallel::Communicator* pipeline,
@@ -47,6 +47,13 @@ StepRunner::StepRunner(model::Transformer<float>& net, parallel::DataParallel& d
       tokens_dev_.push_back(Tensor::empty({B * T}, DType::i32, MemCategory::other, net.device()));
       targets_dev_.push_back(Tensor::empty({B * T}, DType::i32, MemCategory::other, net.device()));
     }
+  if (shape.document_eod >= 0) {  // every stage's attention needs the boundaries: every rank reads the batch
+    reads_tokens_ = true;
+    doc_start_.assign(size_t(M), std::vector<int32_t>(size_t(B * T)));
+    if (on_device_)
+      for (int64_t i = 0; i < M; ++i)
+        doc_start_dev_.push_back(Tensor::empty({B * T}, DType::i32, MemCategory::other, net.device()));
+  }
 }
 
 StepRunner::~StepRunner() = default;
@@ -62,10 +69,26 @@ void StepRunner::load(int64_t micro, uint64_t first_index, bool valid) {
     std::copy(sample.begin(), sample.begin() + T, tok.begin() + b * T);
     std::copy(sample.begin() + 1, sample.end(), tgt.begin() + b * T);
   }
-  if (on_device_) {  // queued on the compute stream, before the kernels that read them
+  if (!doc_start_.empty()) {  // a document starts at 0 and after each EOD token of the input
+    auto& ds = doc_start_[size_t(micro)];
+    for (int64_t b = 0; b < B; ++b) {
+      int32_t start = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        if (t > 0 && tok[size_t(b * T + t - 1)] == shape_.document_eod) start = int32_t(t);
+        ds[size_t(b * T + t)] = start;
+      }
+    }
+    if (on_device_) kernels::copy(doc_start_dev_[size_t(micro)].data<int32_t>(), ds.data(), B * T);
+  }
+  if (on_device_ && !tokens_dev_.empty()) {  // queued on the compute stream, before the kernels that read them
     kernels::copy(tokens_dev_[size_t(micro)].data<int32_t>(), tok.data(), B * T);
     kernels::copy(targets_dev_[size_t(micro)].data<int32_t>(), tgt.data(), B * T);
   }
+}
+
+const int32_t* StepRunner::doc_start(int64_t micro) const {
+  if (doc_start_.empty()) return nullptr;
+  return on_device_ ? doc_start_dev_[size_t(micro)].data<int32_t>() : doc_start_[size_t(micro)].data();
 }
 
 void StepRunner::load_batch(int64_t step) {
@@ -104,6 +127,7 @@ parallel::PipelineHooks StepRunner::hooks() {
     }
     slot_of_[size_t(c)][size_t(micro)] = slot;
     const auto& spec = net_.chunk(c);
+    contexts_[size_t(c)][size_t(slot)]->doc_start = doc_start(micro);
     loss_sum_ += net_.forward_chunk(*contexts_[size_t(c)][size_t(slot)], spec.embedding ? tokens(micro) : nullptr,
                                     input, spec.head ? targets(micro) : nullptr, dscale_);
   };

@@ -26,6 +26,7 @@ struct StepShape {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   Recompute recompute = Recompute::none;
   double timeout_s = 600;
+  int32_t document_eod = -1;  // document masking: documents end at this token (-1: off)
   bool split_backward() const { return schedule == ScheduleKind::zero_bubble; }
   // Gradients are final only after the whole schedule: chunks exchange
   // activations, or the backward is split.
@@ -73,6 +74,10 @@ class StepRunner {
   // per micro-batch of the step: tokens and targets [B,T] (and their device copies)
   std::vector<std::vector<int32_t>> tokens_, targets_;
   std::vector<Tensor> tokens_dev_, targets_dev_;
+  // document masking, per micro-batch: [B,T] first position of each row's document
+  std::vector<std::vector<int32_t>> doc_start_;
+  std::vector<Tensor> doc_start_dev_;
+  const int32_t* doc_start(int64_t micro) const;
   // per chunk: its contexts, which are free, which micro-batch holds which
   std::vector<std::vector<std::unique_ptr<model::Activations<float>>>> contexts_;
   std::vector<std::vector<int>> free_, slot_of_;

@@ -14,7 +14,9 @@
 #include "kernels/backends.hpp"
 #include "kernels/buffer.hpp"
 #include "kernels/gemm.hpp"
+#include "core/sample_index.hpp"
 #include "launch/checkpoint/checkpoint.hpp"
+#include "launch/prepare.hpp"
 #include "launch/run_report.hpp"
 #include "launch/step.hpp"
 #include "launch/stop_signals.hpp"
@@ -45,17 +47,48 @@ int threads_per_rank(const Recipe& rc, int world) {
 }
 
 // The token source, and the synthetic source's entropy floors (else 0).
-std::unique_ptr<TokenSampler> make_sampler(const Recipe& rc, RunFacts& facts) {
+// Datasets: their records (prepare's PREFIX.meta.json) must name one
+// tokenizer; the sample indexes are built by one rank per node while the
+// others wait.
+std::unique_ptr<TokenSampler> make_sampler(const Recipe& rc, parallel::Mesh& mesh, RunFacts& facts) {
   if (rc.data.synthetic) {
     const auto& s = rc.data.syn;
     const MarkovSource src(s.vocab, s.order, s.branching, s.skew, uint64_t(s.seed));
     facts.entropy_floor = src.entropy_rate(), facts.sequence_floor = src.sequence_floor(rc.model.seq_len);
     return make_markov_sampler(s.vocab, s.order, s.branching, s.skew, uint64_t(s.seed));
   }
-  auto sampler = make_dataset_sampler(rc.data.train, rc.data.valid, rc.model.seq_len + 1, uint64_t(rc.seed));
+  DatasetSpec spec;
+  spec.sample_len = rc.model.seq_len + 1, spec.seed = uint64_t(rc.seed);
+  spec.train_samples = rc.train.steps * rc.train.global_batch;
+  spec.valid_samples = rc.eval.batches * rc.train.micro_batch;
+  DatasetRecord first;
+  for (const auto* split : {&rc.data.train, &rc.data.valid})
+    for (const DataSource& d : *split) {
+      (split == &rc.data.train ? spec.train : spec.valid).push_back({d.path, d.weight});
+      const DatasetRecord r = read_dataset_record(d.path);
+      spec.max_token.push_back(r.max_id);
+      if (r.path.empty()) continue;
+      if (first.path.empty()) first = r;
+      if (r.tokenizer != first.tokenizer || r.tokenizer_crc32c != first.tokenizer_crc32c || r.eod != first.eod)
+        fail_input("{}: datasets made by different tokenizers: {} ({} {:08x}, eod {}) and {} ({} {:08x}, eod {})",
+                   rc.source, first.path, first.tokenizer, first.tokenizer_crc32c, first.eod, r.path, r.tokenizer,
+                   r.tokenizer_crc32c, r.eod);
+    }
+  facts.eod = first.eod;
+  if (rc.data.document_mask && first.eod < 0)
+    fail_input("{}: key 'data.document_mask': needs datasets with an end-of-document token; {} records none (prepare "
+               "with a BPE or SentencePiece tokenizer, or --eod-token)",
+               rc.source, first.path.empty() ? rc.data.train[0].path : first.path);
+
+  parallel::Communicator* world = mesh.world();
+  IndexBuild build{mesh.node_rank() == 0, [world] {
+                     if (world) world->barrier()->wait();
+                   },
+                   rc.data.cache_dir};
+  auto sampler = make_dataset_sampler(spec, build);
   if (sampler->vocab_needed() > rc.model.vocab)
-    fail_input("{}: token id {} does not fit model.vocab({}) of {}", rc.data.train, sampler->vocab_needed() - 1,
-               rc.model.vocab, rc.source);
+    fail_input("{}: token id {} does not fit model.vocab({}) of {}", rc.data.train[0].path,
+               sampler->vocab_needed() - 1, rc.model.vocab, rc.source);
   return sampler;
 }
 
@@ -104,11 +137,12 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   facts.threads = threads_per_rank(rc, mesh.world_size());
   kernels::set_num_threads(facts.threads);
   kernels::set_matmul_precision(rc.train.precision);
-  const std::unique_ptr<TokenSampler> sampler = make_sampler(rc, facts);
+  const std::unique_ptr<TokenSampler> sampler = make_sampler(rc, mesh, facts);
 
   // Model chunks (this pipeline rank's, its tensor-parallel slices), data
   // parallelism, optimizer with fp32 master weights, loss scaler.
-  const StepShape shape = step_shape(rc, at.pp, at.dp);
+  StepShape shape = step_shape(rc, at.pp, at.dp);
+  if (rc.data.document_mask) shape.document_eod = int32_t(facts.eod);
   parallel::TensorParallel tp(mesh.tensor(), rc.parallel.sequence_parallel);
   const auto chunks =
       model::pipeline_chunks(rc.model, shape.stages, shape.virtual_stages, rc.parallel.stage_layers, at.pp);

@@ -313,9 +313,9 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
   store(a.ln1, R * C);
   const T* h = tp_->enter(a.ln1_full, a.ln1, N, C);
   k::linear_forward(a.qkv, h, p.qkvw, p.qkvb, N, C, qkv_width_);
-  if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D);
+  if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D, doc_start_);
   store(a.qkv, N * qkv_width_);
-  k::attention_forward(a.atty, a.probs, a.qkv, B, Tn, H, KV, D);
+  k::attention_forward(a.atty, a.probs, a.qkv, B, Tn, H, KV, D, doc_start_);
   store(a.atty, N * H * D);
   k::linear_forward(partial_, a.atty, p.ow, static_cast<const T*>(nullptr), N, H * D, C);
   store(partial_, N * C);
@@ -346,6 +346,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int L = int(ch.spec.layers);
   ensure_scratch(B);
+  doc_start_ = ctx.doc_start;
   T* first_in = L > 0 ? ctx.layers[0].x_in : ctx.x_final;
   // the segment after s in this chunk's forward order (-1: none)
   auto next_seg = [&](int s) { return s + 1 < ch.first_layer_seg + L + (ch.head_seg >= 0 ? 1 : 0) ? s + 1 : -1; };
@@ -354,7 +355,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     use_params(ch.emb_seg, next_seg(ch.emb_seg));
     k::embedding_forward(partial_, tokens, wte_, N, C, dims_.vocab_begin, dims_.vocab);
     const T* emb = tp_->exit(reduced_, partial_, N, C);
-    k::position_forward(first_in, emb, wpe_, tp_->row_begin(N), R, Tn, C);
+    k::position_forward(first_in, emb, wpe_, tp_->row_begin(N), R, Tn, C, doc_start_);
     store(first_in, R * C);
     done_params(ch.emb_seg);
   } else {
@@ -417,6 +418,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
   const bool acc = accumulate;
   const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), F = dims_.ffn, V = dims_.vocab;
+  doc_start_ = ctx.doc_start;
   const int L = int(ch.spec.layers);
   const bool split = part != BackwardPart::all;
   ensure_scratch(B);
@@ -479,7 +481,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
       // scratch row nobody reads (d_ln_ is overwritten below before use).
       layer_forward(a, d_ln_, p, B);
     } else if (recompute == Recompute::selective) {
-      k::attention_probs(a.probs, a.qkv, B, Tn, H, KV, D);
+      k::attention_probs(a.probs, a.qkv, B, Tn, H, KV, D, doc_start_);
     }
     // MLP: d_res_ is the gradient of x_out = x_mid + exit(act pw^T) + pb
     k::bias_backward(p.dpb, d_res_, R, C, acc);
@@ -503,8 +505,8 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     if (split) k::copy(ctx.saved[size_t(l)].d_attn_out, dy, N * C);
     k::linear_backward(d_atty_, dow, static_cast<T*>(nullptr), dy, a.atty, p.ow, N, H * D, C, acc);
     store(d_atty_, N * H * D);
-    k::attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.probs, B, Tn, H, KV, D);
-    if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D);
+    k::attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.probs, B, Tn, H, KV, D, doc_start_);
+    if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D, doc_start_);
     store(d_qkv, N * qkv_width_);
     k::linear_backward(d_ln_, dqkvw, p.dqkvb, d_qkv, a.ln1_full, p.qkvw, N, C, qkv_width_, acc);
     store(d_ln_, N * C);
@@ -526,7 +528,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     if (!tied_local_ || split) k::fill_zero(dwte_, V * C);
     if (dwpe_) k::fill_zero(dwpe_, Tn * C);
   }
-  if (dwpe_) k::position_backward(dwpe_, d_res_, tp_->row_begin(N), R, Tn, C);
+  if (dwpe_) k::position_backward(dwpe_, d_res_, tp_->row_begin(N), R, Tn, C, doc_start_);
   const T* demb = tp_->exit_backward(d_full_, d_res_, N, C);
   k::embedding_backward(dwte_, demb, ctx.tokens, N, C, dims_.vocab_begin, V);
   done_grads(emb);

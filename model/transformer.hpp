@@ -86,6 +86,10 @@ struct Activations {
   T* logits = nullptr;  // [N, V]: this rank's vocabulary columns (head chunk)
   T* losses = nullptr;  // [N] (head chunk)
   const int32_t* tokens = nullptr;
+  // Document masking: [B,T] the first position of each row's document
+  // (where the kernels can read it), set by the caller before forward_chunk;
+  // null: plain causal attention.
+  const int32_t* doc_start = nullptr;
 };
 
 template <typename T>
@@ -216,6 +220,7 @@ class Transformer {
   void done_params(int s);
   void use_grads(int s);
   void done_grads(int s);
+  const int32_t* doc_start_ = nullptr;  // of the context being run
   T *wte_ = nullptr, *wpe_ = nullptr, *nfw_ = nullptr, *nfb_ = nullptr, *head_ = nullptr;
   T *dwte_ = nullptr, *dwpe_ = nullptr, *dnfw_ = nullptr, *dnfb_ = nullptr, *dhead_ = nullptr;
   std::vector<double> rope_;

@@ -25,6 +25,7 @@ Mesh::Mesh(const MeshSpec& spec, const std::string& source)
   if (mpi_on && !spec.single_process) world_ = MpiCommunicator::world();
   set_collective_timeout(spec.timeout_s);  // a hang is an error naming the operation, group and peer
   const int world_size = world_ ? world_->size() : 1;
+  node_rank_ = world_ ? local_rank_and_size(*world_).first : 0;
   if (topology_.world() != world_size)
     fail_input("{}: parallel mesh data({}) x tensor({}) x pipeline({}) != world size {}", source, spec.data,
                spec.tensor, spec.pipeline, world_size);
@@ -34,8 +35,7 @@ Mesh::Mesh(const MeshSpec& spec, const std::string& source)
       fail_input("{}: key 'device': cuda, but {}", source,
                  kernels::cuda_built() ? "no CUDA device is visible to this process (" + kernels::cuda_backend() + ")"
                                        : std::string("this build has no CUDA backend"));
-    const int local_rank = world_ ? local_rank_and_size(*world_).first : 0;
-    device_ = Device{DeviceType::cuda, local_rank % gpus};
+    device_ = Device{DeviceType::cuda, node_rank_ % gpus};
     set_device(device_.index);
     nccl_ = world_ && nccl_built() && one_gpu_per_rank(*world_, gpus);
   }

@@ -49,6 +49,8 @@ class Mesh {
   int world_rank() const;
   bool leader() const { return world_rank() == 0; }
   Communicator* world();
+  // This rank's index among the ranks of its node (0 without MPI).
+  int node_rank() const { return node_rank_; }
   Communicator* group(GroupKind kind) { return groups_[size_t(kind)]; }
   Communicator* data() { return group(GroupKind::data); }
   Communicator* tensor() { return group(GroupKind::tensor); }
@@ -75,6 +77,7 @@ class Mesh {
   Communicator* world_group_ = nullptr;
   Communicator* kv_ = nullptr;
   Device device_;
+  int node_rank_ = 0;
   bool nccl_ = false;
   Communicator* on_device(MpiCommunicator& g);
 };

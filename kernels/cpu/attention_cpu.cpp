@@ -17,13 +17,15 @@ namespace trident::kernels {
 
 template <typename T>
 static void probs_row(T* p, const T* qkv, int64_t b, int64_t t, int64_t h, int64_t T_, int64_t H, int64_t KV,
-                      int64_t D) {
+                      int64_t D, const int32_t* doc_start) {
+  const int64_t s0 = doc_start ? doc_start[b * T_ + t] : 0;  // first key of this query's document
   const int64_t W = (H + 2 * KV) * D;
   const int64_t kvh = h / (H / KV);
   const T* q = qkv + (b * T_ + t) * W + h * D;
   const T scale = T(1) / std::sqrt(T(D));
   T mx = -INFINITY;
-  for (int64_t s = 0; s <= t; ++s) {
+  for (int64_t s = 0; s < s0; ++s) p[s] = 0;
+  for (int64_t s = s0; s <= t; ++s) {
     const T* k = qkv + (b * T_ + s) * W + (H + kvh) * D;
     T dot = 0;
 #pragma omp simd reduction(+ : dot)
@@ -33,12 +35,12 @@ static void probs_row(T* p, const T* qkv, int64_t b, int64_t t, int64_t h, int64
   }
   T sum = 0;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t s = 0; s <= t; ++s) {
+  for (int64_t s = s0; s <= t; ++s) {
     p[s] = vexp(p[s] - mx);
     sum += p[s];
   }
   T inv = T(1) / sum;
-  for (int64_t s = 0; s <= t; ++s) p[s] *= inv;
+  for (int64_t s = s0; s <= t; ++s) p[s] *= inv;
   for (int64_t s = t + 1; s < T_; ++s) p[s] = 0;
 }
 
@@ -47,17 +49,19 @@ int64_t attention_state_elements(int64_t B, int64_t T_, int64_t H, bool on_cuda)
 }
 
 template <typename T>
-void attention_probs(T* probs, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D) {
-  TRIDENT_ON_CUDA(T, qkv, cuda::attention_lse(probs, qkv, B, T_, H, KV, D));
+void attention_probs(T* probs, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                     const int32_t* doc_start) {
+  TRIDENT_ON_CUDA(T, qkv, cuda::attention_lse(probs, qkv, B, T_, H, KV, D, doc_start));
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
-      for (int64_t t = 0; t < T_; ++t) probs_row(probs + ((b * H + h) * T_ + t) * T_, qkv, b, t, h, T_, H, KV, D);
+      for (int64_t t = 0; t < T_; ++t) probs_row(probs + ((b * H + h) * T_ + t) * T_, qkv, b, t, h, T_, H, KV, D, doc_start);
 }
 
 template <typename T>
-void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D) {
-  TRIDENT_ON_CUDA(T, qkv, cuda::attention_forward(out, probs, qkv, B, T_, H, KV, D));
+void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                       const int32_t* doc_start) {
+  TRIDENT_ON_CUDA(T, qkv, cuda::attention_forward(out, probs, qkv, B, T_, H, KV, D, doc_start));
   const int64_t W = (H + 2 * KV) * D;
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
@@ -65,10 +69,10 @@ void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, in
       const int64_t kvh = h / (H / KV);
       for (int64_t t = 0; t < T_; ++t) {
         T* p = probs + ((b * H + h) * T_ + t) * T_;
-        probs_row(p, qkv, b, t, h, T_, H, KV, D);
+        probs_row(p, qkv, b, t, h, T_, H, KV, D, doc_start);
         T* o = out + (b * T_ + t) * H * D + h * D;
         for (int64_t d = 0; d < D; ++d) o[d] = 0;
-        for (int64_t s = 0; s <= t; ++s) {
+        for (int64_t s = doc_start ? doc_start[b * T_ + t] : 0; s <= t; ++s) {
           const T* v = qkv + (b * T_ + s) * W + (H + KV + kvh) * D;
           const T ps = p[s];
 #pragma omp simd
@@ -80,8 +84,8 @@ void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, in
 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* probs, int64_t B, int64_t T_,
-                        int64_t H, int64_t KV, int64_t D) {
-  TRIDENT_ON_CUDA(T, qkv, cuda::attention_backward(dqkv, dout, qkv, out, probs, B, T_, H, KV, D));
+                        int64_t H, int64_t KV, int64_t D, const int32_t* doc_start) {
+  TRIDENT_ON_CUDA(T, qkv, cuda::attention_backward(dqkv, dout, qkv, out, probs, B, T_, H, KV, D, doc_start));
   const int64_t W = (H + 2 * KV) * D;
   const int64_t group = H / KV;
   const T scale = T(1) / std::sqrt(T(D));
@@ -99,7 +103,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
             const T* q = qkv + (b * T_ + t) * W + h * D;
             T* dq = dqkv + (b * T_ + t) * W + h * D;
             T dot = 0;
-            for (int64_t s = 0; s <= t; ++s) {
+            const int64_t s0 = doc_start ? doc_start[b * T_ + t] : 0;  // keys before s0 have p = 0
+            for (int64_t s = s0; s <= t; ++s) {
               const T* v = qkv + (b * T_ + s) * W + (H + KV + kvh) * D;
               T* dv = dqkv + (b * T_ + s) * W + (H + KV + kvh) * D;
               T acc = 0;
@@ -111,7 +116,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
               dp[s] = acc;
               dot += p[s] * acc;
             }
-            for (int64_t s = 0; s <= t; ++s) {
+            for (int64_t s = s0; s <= t; ++s) {
               const T ds = p[s] * (dp[s] - dot) * scale;
               const T* k = qkv + (b * T_ + s) * W + (H + kvh) * D;
               T* dk = dqkv + (b * T_ + s) * W + (H + kvh) * D;
@@ -139,12 +144,12 @@ std::vector<double> rope_table(int64_t T_, int64_t D, double theta) {
 // Rotates heads [0, H + KV) of every token by +angle (sign = 1) or -angle.
 template <typename T>
 static void rope_apply(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                       double sign) {
+                       double sign, const int32_t* doc_start) {
   const int64_t W = (H + 2 * KV) * D, half = D / 2;
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T_; ++t) {
-      const double* tab = table + t * half * 2;
+      const double* tab = table + (doc_start ? t - doc_start[b * T_ + t] : t) * half * 2;
       for (int64_t h = 0; h < H + KV; ++h) {
         T* x = qkv + (b * T_ + t) * W + h * D;
         for (int64_t i = 0; i < half; ++i) {
@@ -158,23 +163,25 @@ static void rope_apply(T* qkv, const double* table, int64_t B, int64_t T_, int64
 }
 
 template <typename T>
-void rope_forward(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D) {
-  TRIDENT_ON_CUDA(T, qkv, cuda::rope_forward(qkv, table, B, T_, H, KV, D));
-  rope_apply(qkv, table, B, T_, H, KV, D, 1.0);
+void rope_forward(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                  const int32_t* doc_start) {
+  TRIDENT_ON_CUDA(T, qkv, cuda::rope_forward(qkv, table, B, T_, H, KV, D, doc_start));
+  rope_apply(qkv, table, B, T_, H, KV, D, 1.0, doc_start);
 }
 template <typename T>
-void rope_backward(T* dqkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D) {
-  TRIDENT_ON_CUDA(T, dqkv, cuda::rope_backward(dqkv, table, B, T_, H, KV, D));
-  rope_apply(dqkv, table, B, T_, H, KV, D, -1.0);
+void rope_backward(T* dqkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                   const int32_t* doc_start) {
+  TRIDENT_ON_CUDA(T, dqkv, cuda::rope_backward(dqkv, table, B, T_, H, KV, D, doc_start));
+  rope_apply(dqkv, table, B, T_, H, KV, D, -1.0, doc_start);
 }
 
 #define INSTANTIATE(T)                                                                                                \
-  template void attention_probs<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);                        \
-  template void attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);                  \
+  template void attention_probs<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);        \
+  template void attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);  \
   template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, \
-                                      int64_t);                                                                       \
-  template void rope_forward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t);                      \
-  template void rope_backward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t);
+                                      int64_t, const int32_t*);                                                       \
+  template void rope_forward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);      \
+  template void rope_backward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);
 INSTANTIATE(float)
 INSTANTIATE(double)
 

@@ -51,8 +51,9 @@ void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N
 }
 
 template <typename T>
-void position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin, int64_t rows, int64_t T_, int64_t C) {
-  TRIDENT_ON_CUDA(T, out, cuda::position_forward(out, inp, wpe, row_begin, rows, T_, C));
+void position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin, int64_t rows, int64_t T_, int64_t C,
+                      const int32_t* doc_start) {
+  TRIDENT_ON_CUDA(T, out, cuda::position_forward(out, inp, wpe, row_begin, rows, T_, C, doc_start));
 #pragma omp parallel for
   for (int64_t i = 0; i < rows; ++i) {
     const T* x = inp + i * C;
@@ -61,22 +62,25 @@ void position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin, int
       if (o != x) std::copy(x, x + C, o);
       continue;
     }
-    const T* p = wpe + ((row_begin + i) % T_) * C;
+    const int64_t row = row_begin + i;
+    const T* p = wpe + (row % T_ - (doc_start ? doc_start[row] : 0)) * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) o[c] = x[c] + p[c];
   }
 }
 
 template <typename T>
-void position_backward(T* dwpe, const T* dout, int64_t row_begin, int64_t rows, int64_t T_, int64_t C) {
-  TRIDENT_ON_CUDA(T, dwpe, cuda::position_backward(dwpe, dout, row_begin, rows, T_, C));
+void position_backward(T* dwpe, const T* dout, int64_t row_begin, int64_t rows, int64_t T_, int64_t C,
+                       const int32_t* doc_start) {
+  TRIDENT_ON_CUDA(T, dwpe, cuda::position_backward(dwpe, dout, row_begin, rows, T_, C, doc_start));
 #pragma omp parallel
   {
     int nt = omp_get_num_threads(), tid = omp_get_thread_num();
     int64_t c0 = C * tid / nt, c1 = C * (tid + 1) / nt;
     for (int64_t i = 0; i < rows; ++i) {
       const T* g = dout + i * C;
-      T* p = dwpe + ((row_begin + i) % T_) * C;
+      const int64_t row = row_begin + i;
+      T* p = dwpe + (row % T_ - (doc_start ? doc_start[row] : 0)) * C;
       for (int64_t c = c0; c < c1; ++c) p[c] += g[c];
     }
   }
@@ -232,8 +236,8 @@ void adamw_update_multi(T* param, T* m, T* v, const T* grad, const std::vector<A
   template void adamw_update_multi<T>(T*, T*, T*, const T*, const std::vector<AdamWRange>&, const AdamWParams&); \
   template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t, int64_t);          \
   template void embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);         \
-  template void position_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t);                 \
-  template void position_backward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t);                          \
+  template void position_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, const int32_t*); \
+  template void position_backward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, const int32_t*);          \
   template void cross_entropy_local_max<T>(T*, const T*, int64_t, int64_t, int64_t);                             \
   template void cross_entropy_local_sums<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t,   \
                                             int64_t);                                                            \

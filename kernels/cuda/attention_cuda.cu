@@ -24,7 +24,13 @@ struct Dims {
   int64_t B, T, H, KV, D, W;  // W = (H + 2 KV) D, the qkv row width
   int SD;                     // shared-memory row stride (odd: no bank conflicts)
   float scale;
+  const int32_t* doc_start;  // [B*T] document masking, or null
 };
+
+// First key query row (b, q) may see (0 without document masking).
+__device__ inline int64_t first_key(const Dims& d, int64_t b, int64_t q) {
+  return d.doc_start && q < d.T ? d.doc_start[b * d.T + q] : 0;
+}
 
 __device__ inline void load_tile(float* dst, const float* src, int64_t row0, const Dims& d, int64_t col0,
                                  int64_t row_stride) {
@@ -62,6 +68,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd(float* out, float* lse, con
   const float* base = qkv + b * d.T * d.W;
   const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
   const int64_t q = q0 + r;
+  const int64_t k_first = first_key(d, b, q);
   constexpr int HD = DMAX / 2;
   load_tile(Qs, base, q0, d, h * d.D, d.W);
   float acc[HD];
@@ -82,7 +89,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd(float* out, float* lse, con
       const int64_t key = k0 + c;
       float dot = 0.f;
       for (int e = 0; e < d.D; ++e) dot += Qs[r * d.SD + e] * Ks[c * d.SD + e];
-      s[j] = (key <= q && key < d.T) ? dot * d.scale : -INFINITY;
+      s[j] = (key <= q && key < d.T && key >= k_first) ? dot * d.scale : -INFINITY;
       tile_max = fmaxf(tile_max, s[j]);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
@@ -179,7 +186,7 @@ __global__ void __launch_bounds__(kThreads)
         const int rq = half * (kTile / 2) + j;
         const int64_t q = q0 + rq;
         float p = 0.f, ds = 0.f;
-        if (key <= q && q < d.T && key < d.T)
+        if (key <= q && q < d.T && key < d.T && key >= first_key(d, b, q))
           prob_and_score_grad(Qs + rq * d.SD, Ks + c * d.SD, dOs + rq * d.SD, Vs + c * d.SD, d, Ls[rq], Dl[rq], p, ds);
         Ps[c * (kTile + 1) + rq] = p;
         dSs[c * (kTile + 1) + rq] = ds;
@@ -230,6 +237,7 @@ __global__ void __launch_bounds__(kThreads)
   load_tile(dOs, dout + b * d.T * d.H * d.D, q0, d, h * d.D, d.H * d.D);
   const float L = q < d.T ? lse[(b * d.H + h) * d.T + q] : 0.f;
   const float Dq = q < d.T ? delta[(b * d.H + h) * d.T + q] : 0.f;
+  const int64_t k_first = first_key(d, b, q);
   float dq[HD];
 #pragma unroll
   for (int i = 0; i < HD; ++i) dq[i] = 0.f;
@@ -243,7 +251,7 @@ __global__ void __launch_bounds__(kThreads)
       const int c = half * (kTile / 2) + j;
       const int64_t key = k0 + c;
       float p = 0.f, ds = 0.f;
-      if (key <= q && q < d.T)
+      if (key <= q && q < d.T && key >= k_first)
         prob_and_score_grad(Qs + r * d.SD, Ks + c * d.SD, dOs + r * d.SD, Vs + c * d.SD, d, L, Dq, p, ds);
       dSs[r * (kTile + 1) + c] = ds;
     }
@@ -267,11 +275,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-Dims make_dims(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
+Dims make_dims(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, const int32_t* doc_start) {
   if (D > 128 || D < 1)
     cuda_fail("CUDA", "attention", __FILE__, __LINE__, "head size must be 1..128 for the CUDA attention kernels");
   if (H % KV != 0) cuda_fail("CUDA", "attention", __FILE__, __LINE__, "heads must be a multiple of kv_heads");
-  Dims d{B, T, H, KV, D, (H + 2 * KV) * D, int(D % 2 == 0 ? D + 1 : D), 1.f / sqrtf(float(D))};
+  Dims d{B, T, H, KV, D, (H + 2 * KV) * D, int(D % 2 == 0 ? D + 1 : D), 1.f / sqrtf(float(D)), doc_start};
   return d;
 }
 
@@ -284,9 +292,10 @@ void launch(Kernel kernel, dim3 grid, size_t smem_floats, const char* name, Dims
   CUDA_LAUNCHED(name);
 }
 
-void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
+void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+             const int32_t* doc_start) {
   if (B * T == 0) return;
-  const Dims d = make_dims(B, T, H, KV, D);
+  const Dims d = make_dims(B, T, H, KV, D, doc_start);
   const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(H), unsigned(B));
   const size_t bytes = (3 * size_t(kTile) * size_t(d.SD) + size_t(kTile) * (kTile + 1)) * sizeof(float);
   if (D <= 64) {
@@ -302,18 +311,19 @@ void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV,
-                       int64_t D) {
-  forward(out, lse, qkv, B, T, H, KV, D);
+                       int64_t D, const int32_t* doc_start) {
+  forward(out, lse, qkv, B, T, H, KV, D, doc_start);
 }
 
-void attention_lse(float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
-  forward(nullptr, lse, qkv, B, T, H, KV, D);
+void attention_lse(float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                   const int32_t* doc_start) {
+  forward(nullptr, lse, qkv, B, T, H, KV, D, doc_start);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B,
-                        int64_t T, int64_t H, int64_t KV, int64_t D) {
+                        int64_t T, int64_t H, int64_t KV, int64_t D, const int32_t* doc_start) {
   if (B * T == 0) return;
-  const Dims d = make_dims(B, T, H, KV, D);
+  const Dims d = make_dims(B, T, H, KV, D, doc_start);
   const size_t delta_bytes = size_t(B * H * T) * sizeof(float);
   auto* delta = static_cast<float*>(scratch_alloc(delta_bytes));
   const int64_t rows = B * T * H;

@@ -50,24 +50,28 @@ void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N
 
 // Flash-style causal attention: lse[B,H,T] (log-sum-exp of each query row's
 // scaled scores) replaces the CPU's probs[B,H,T,T]; no T x T matrix exists.
-// Head sizes up to 128.
+// Head sizes up to 128. doc_start[B*T] (device, optional): document masking.
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV,
-                       int64_t D);
-void attention_lse(float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
+                       int64_t D, const int32_t* doc_start = nullptr);
+void attention_lse(float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                   const int32_t* doc_start = nullptr);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B,
-                        int64_t T, int64_t H, int64_t KV, int64_t D);
+                        int64_t T, int64_t H, int64_t KV, int64_t D, const int32_t* doc_start = nullptr);
 
 // table: the host table of kernels::rope_table (copied to the device once per table)
-void rope_forward(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
-void rope_backward(float* dqkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
+void rope_forward(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                  const int32_t* doc_start = nullptr);
+void rope_backward(float* dqkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                   const int32_t* doc_start = nullptr);
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t N, int64_t C, int64_t vocab_begin,
                        int64_t V);
 void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t N, int64_t C,
                         int64_t vocab_begin, int64_t V);
 void position_forward(float* out, const float* inp, const float* wpe, int64_t row_begin, int64_t rows, int64_t T,
-                      int64_t C);
-void position_backward(float* dwpe, const float* dout, int64_t row_begin, int64_t rows, int64_t T, int64_t C);
+                      int64_t C, const int32_t* doc_start = nullptr);
+void position_backward(float* dwpe, const float* dout, int64_t row_begin, int64_t rows, int64_t T, int64_t C,
+                       const int32_t* doc_start = nullptr);
 
 void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
                            float dscale);

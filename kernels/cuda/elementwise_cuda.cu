@@ -76,10 +76,11 @@ __global__ void column_sums(float* dst, const float* src, int64_t N, int64_t C, 
 
 // table[T, D/2, 2] (cos, sin) in double; heads [0, H + KV) rotated by sign * angle.
 __global__ void rope_apply(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                           double sign) {
+                           double sign, const int32_t* doc_start) {
   const int64_t half = D / 2, W = (H + 2 * KV) * D;
   GRID_STRIDE(idx, B * T * (H + KV) * half) {
-    const int64_t i = idx % half, h = idx / half % (H + KV), bt = idx / half / (H + KV), t = bt % T;
+    const int64_t i = idx % half, h = idx / half % (H + KV), bt = idx / half / (H + KV);
+    const int64_t t = bt % T - (doc_start ? doc_start[bt] : 0);
     const float c = float(table[(t * half + i) * 2]), s = float(sign * table[(t * half + i) * 2 + 1]);
     float* x = qkv + bt * W + h * D;
     const float x1 = x[i], x2 = x[i + half];
@@ -105,10 +106,11 @@ __global__ void embedding_bwd(float* dwte, const float* dout, const int32_t* tok
 }
 
 __global__ void position_fwd(float* out, const float* inp, const float* wpe, int64_t row_begin, int64_t rows, int64_t T,
-                             int64_t C) {
+                             int64_t C, const int32_t* doc_start) {
   GRID_STRIDE(idx, rows * C) {
-    const int64_t i = idx / C, c = idx % C;
-    out[idx] = inp[idx] + (wpe ? wpe[((row_begin + i) % T) * C + c] : 0.f);
+    const int64_t i = idx / C, c = idx % C, row = row_begin + i;
+    const int64_t p = row % T - (doc_start ? doc_start[row] : 0);
+    out[idx] = inp[idx] + (wpe ? wpe[p * C + c] : 0.f);
   }
 }
 
@@ -119,6 +121,21 @@ __global__ void position_bwd(float* dwpe, const float* dout, int64_t row_begin, 
     int64_t i = ((p - row_begin) % T + T) % T;
     float s = 0;
     for (; i < rows; i += T) s += dout[i * C + c];
+    dwpe[idx] += s;
+  }
+}
+
+// Document masking: rows at document position p, in row order (each thread
+// scans every row: rows x T x C work, deterministic, no atomics).
+__global__ void position_bwd_docs(float* dwpe, const float* dout, int64_t row_begin, int64_t rows, int64_t T, int64_t C,
+                                  const int32_t* doc_start) {
+  GRID_STRIDE(idx, T * C) {
+    const int64_t p = idx / C, c = idx % C;
+    float s = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t row = row_begin + i;
+      if (row % T - doc_start[row] == p) s += dout[i * C + c];
+    }
     dwpe[idx] += s;
   }
 }
@@ -221,11 +238,13 @@ void residual_forward(float* out, const float* a, const float* b, const float* b
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C, bool accumulate) {
   if (dbias) LAUNCH(column_sums, C, dbias, dout, N, C, accumulate);
 }
-void rope_forward(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
-  LAUNCH(rope_apply, B * T * (H + KV) * (D / 2), qkv, device_table(table, T * D), B, T, H, KV, D, 1.0);
+void rope_forward(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                  const int32_t* doc_start) {
+  LAUNCH(rope_apply, B * T * (H + KV) * (D / 2), qkv, device_table(table, T * D), B, T, H, KV, D, 1.0, doc_start);
 }
-void rope_backward(float* dqkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
-  LAUNCH(rope_apply, B * T * (H + KV) * (D / 2), dqkv, device_table(table, T * D), B, T, H, KV, D, -1.0);
+void rope_backward(float* dqkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                   const int32_t* doc_start) {
+  LAUNCH(rope_apply, B * T * (H + KV) * (D / 2), dqkv, device_table(table, T * D), B, T, H, KV, D, -1.0, doc_start);
 }
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t N, int64_t C, int64_t vocab_begin,
                        int64_t V) {
@@ -236,11 +255,15 @@ void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, i
   LAUNCH(embedding_bwd, N * C, dwte, dout, tokens, N, C, vocab_begin, V);
 }
 void position_forward(float* out, const float* inp, const float* wpe, int64_t row_begin, int64_t rows, int64_t T,
-                      int64_t C) {
-  LAUNCH(position_fwd, rows * C, out, inp, wpe, row_begin, rows, T, C);
+                      int64_t C, const int32_t* doc_start) {
+  LAUNCH(position_fwd, rows * C, out, inp, wpe, row_begin, rows, T, C, doc_start);
 }
-void position_backward(float* dwpe, const float* dout, int64_t row_begin, int64_t rows, int64_t T, int64_t C) {
-  LAUNCH(position_bwd, T * C, dwpe, dout, row_begin, rows, T, C);
+void position_backward(float* dwpe, const float* dout, int64_t row_begin, int64_t rows, int64_t T, int64_t C,
+                       const int32_t* doc_start) {
+  if (doc_start)
+    LAUNCH(position_bwd_docs, T * C, dwpe, dout, row_begin, rows, T, C, doc_start);
+  else
+    LAUNCH(position_bwd, T * C, dwpe, dout, row_begin, rows, T, C);
 }
 void round_to_storage(float* x, int64_t n, int mode) {
   if (mode == 1) LAUNCH(round_bf16, n, x, n);

@@ -238,6 +238,43 @@ TEST(Cuda, FlashAttentionMatchesMaterialisedSoftmax) {
   }
 }
 
+// Document masking on the GPU against the CPU twin: attention (masked
+// within and across 64-key tiles), rotary and learned positions.
+TEST(Cuda, DocumentMaskedAttentionRotaryAndPositions) {
+  REQUIRE_GPU();
+  const int64_t B = 2, T = 150, H = 4, KV = 2, D = 16, W = (H + 2 * KV) * D, N = B * T, C = 9;
+  std::vector<int32_t> ds(static_cast<size_t>(N));
+  const std::vector<std::vector<int64_t>> starts = {{0, 3, 64, 65, 100, 149}, {0, 70}};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t s : starts[size_t(b)])
+        if (s <= t) ds[size_t(b * T + t)] = int32_t(s);
+  Dev gds(ds);
+  const auto table = rope_table(T, D, 10000.0);
+  F qkv = randn(N * W, 21), dout = randn(N * H * D, 22);
+  Dev gqkv(qkv), gdout(dout);
+  rope_forward(qkv.data(), table.data(), B, T, H, KV, D, ds.data());
+  rope_forward(gqkv.f(), table.data(), B, T, H, KV, D, gds.i());
+  expect_close("masked rope forward", qkv, gqkv.host(N * W), 1e-6, 1e-6);
+  F out(N * H * D), probs(static_cast<size_t>(B * H * T * T)), dqkv(N * W);
+  attention_forward(out.data(), probs.data(), qkv.data(), B, T, H, KV, D, ds.data());
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs.data(), B, T, H, KV, D, ds.data());
+  Dev gout(F(out.size())), glse(F(static_cast<size_t>(B * H * T))), gdqkv(F(dqkv.size()));
+  attention_forward(gout.f(), glse.f(), gqkv.f(), B, T, H, KV, D, gds.i());
+  expect_close("masked attention output", out, gout.host(N * H * D), 1e-5, 1e-5);
+  attention_backward(gdqkv.f(), gdout.f(), gqkv.f(), gout.f(), glse.f(), B, T, H, KV, D, gds.i());
+  expect_close("masked attention dqkv", dqkv, gdqkv.host(N * W), 1e-4, 1e-5);
+  const int64_t row0 = 40, rows = 200;
+  F wpe = randn(T * C, 23), pin = randn(rows * C, 24), p1(rows * C), dp1 = randn(T * C, 25);
+  Dev gwpe(wpe), gpin(pin), gp(F(p1.size())), gdp(dp1);
+  position_forward(p1.data(), pin.data(), wpe.data(), row0, rows, T, C, ds.data());
+  position_forward(gp.f(), gpin.f(), gwpe.f(), row0, rows, T, C, gds.i());
+  expect_close("masked position forward", p1, gp.host(rows * C), 0, 0);
+  position_backward(dp1.data(), pin.data(), row0, rows, T, C, ds.data());
+  position_backward(gdp.f(), gpin.f(), row0, rows, T, C, gds.i());
+  expect_close("masked position backward", dp1, gdp.host(T * C), 1e-6, 1e-6);
+}
+
 TEST(Cuda, RotaryForwardBackward) {
   REQUIRE_GPU();
   const int64_t B = 2, T = 9, H = 3, KV = 1, D = 6, W = (H + 2 * KV) * D;

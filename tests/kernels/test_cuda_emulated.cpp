@@ -81,6 +81,43 @@ TEST(CudaEmulated, FlashAttentionForwardBackward) {
   }
 }
 
+// Document masking in the flash kernels (keys before a query's document
+// start are masked inside and across tiles), rotary and learned positions.
+TEST(CudaEmulated, DocumentMaskedAttentionRotaryAndPositions) {
+  const int64_t B = 2, T = 150, H = 4, KV = 2, D = 16, W = (H + 2 * KV) * D, N = B * T, C = 9;
+  std::vector<int32_t> ds(static_cast<size_t>(N));
+  const std::vector<std::vector<int64_t>> starts = {{0, 3, 64, 65, 100, 149}, {0, 70}};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t s : starts[size_t(b)])
+        if (s <= t) ds[size_t(b * T + t)] = int32_t(s);
+  const auto table = rope_table(T, D, 10000.0);
+  F qkv = randn(N * W, 21), q2 = qkv, dout = randn(N * H * D, 22);
+  rope_forward(qkv.data(), table.data(), B, T, H, KV, D, ds.data());
+  emu::rope_forward(q2.data(), table.data(), B, T, H, KV, D, ds.data());
+  expect_close("masked rope forward", qkv, q2, 1e-6, 1e-6);
+  F out(N * H * D), probs(static_cast<size_t>(B * H * T * T)), dqkv(N * W);
+  attention_forward(out.data(), probs.data(), qkv.data(), B, T, H, KV, D, ds.data());
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs.data(), B, T, H, KV, D, ds.data());
+  F eout(out.size(), -7.f), lse(static_cast<size_t>(B * H * T), -7.f), edqkv(dqkv.size(), -7.f);
+  emu::attention_forward(eout.data(), lse.data(), qkv.data(), B, T, H, KV, D, ds.data());
+  expect_close("masked attention output", out, eout, 1e-5, 1e-6);
+  emu::attention_backward(edqkv.data(), dout.data(), qkv.data(), eout.data(), lse.data(), B, T, H, KV, D, ds.data());
+  expect_close("masked attention dqkv", dqkv, edqkv, 1e-5, 1e-6);
+  F g1 = dqkv, g2 = dqkv;
+  rope_backward(g1.data(), table.data(), B, T, H, KV, D, ds.data());
+  emu::rope_backward(g2.data(), table.data(), B, T, H, KV, D, ds.data());
+  expect_close("masked rope backward", g1, g2, 1e-6, 1e-6);
+  const int64_t row0 = 40, rows = 200;  // a sequence shard crossing the batch boundary
+  F wpe = randn(T * C, 23), pin = randn(rows * C, 24), p1(rows * C), p2(rows * C), dp1 = randn(T * C, 25), dp2 = dp1;
+  position_forward(p1.data(), pin.data(), wpe.data(), row0, rows, T, C, ds.data());
+  emu::position_forward(p2.data(), pin.data(), wpe.data(), row0, rows, T, C, ds.data());
+  expect_close("masked position forward", p1, p2, 0, 0);
+  position_backward(dp1.data(), pin.data(), row0, rows, T, C, ds.data());
+  emu::position_backward(dp2.data(), pin.data(), row0, rows, T, C, ds.data());
+  expect_close("masked position backward", dp1, dp2, 1e-6, 1e-6);
+}
+
 TEST(CudaEmulated, LayerNormAndRmsNorm) {
   for (auto [N, C] : std::vector<std::array<int64_t, 2>>{{7, 129}, {33, 300}, {3, 5}})
     for (bool acc : {false, true}) {

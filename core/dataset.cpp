@@ -354,8 +354,10 @@ class MarkovSampler : public TokenSampler {
 // The samples of one split: one dataset or a blend.
 class Split {
  public:
+  // each_alone: every dataset can also be read alone for `samples` samples
+  // (validation blends are evaluated per dataset too).
   Split(const std::vector<std::pair<std::string, double>>& sources, const DatasetSpec& spec, int64_t samples,
-        const IndexBuild& build, const int64_t* max_token)
+        const IndexBuild& build, const int64_t* max_token, bool each_alone)
       : samples_(samples) {
     double total = 0;
     for (const auto& [path, w] : sources) total += w;
@@ -366,7 +368,8 @@ class Split {
       names_.push_back(sources[i].first);
       data_.push_back(std::make_unique<IndexedDataset>(sources[i].first));
       index_.push_back(
-          std::make_unique<SampleIndex>(*data_.back(), spec.seed, spec.sample_len - 1, std::max<int64_t>(1, per[i]), build));
+          std::make_unique<SampleIndex>(*data_.back(), spec.seed, spec.sample_len - 1,
+                                        std::max<int64_t>({1, per[i], each_alone ? samples : 0}), build));
       vocab_ = std::max(vocab_, max_token && max_token[i] >= 0 ? max_token[i] + 1 : data_.back()->max_token() + 1);
     }
     // counts at the start of each block of 256 samples
@@ -394,9 +397,17 @@ class Split {
   }
   void sample_source(int src, uint64_t j, int32_t* out) const { index_[size_t(src)]->sample(j, out); }
   std::vector<int64_t> counts(uint64_t n) const {
-    std::vector<int64_t> c(weights_.size(), 0);
     if (weights_.size() == 1) return {int64_t(n)};
-    for (uint64_t k = 0; k < n && k < order_.size(); ++k) ++c[order_[k]];
+    n = std::min<uint64_t>(n, order_.size());
+    const size_t K = weights_.size();
+    std::vector<int64_t> c(K, 0);
+    if (!block_counts_.empty() && n > 0) {
+      const uint64_t block = std::min<uint64_t>(n / 256, block_counts_.size() / K - 1);
+      std::copy(block_counts_.begin() + int64_t(block * K), block_counts_.begin() + int64_t((block + 1) * K), c.begin());
+      for (uint64_t k = block * 256; k < n; ++k) ++c[order_[k]];
+      return c;
+    }
+    for (uint64_t k = 0; k < n; ++k) ++c[order_[k]];
     return c;
   }
   const std::vector<std::string>& names() const { return names_; }
@@ -417,10 +428,10 @@ class DatasetSampler : public TokenSampler {
  public:
   DatasetSampler(const DatasetSpec& spec, const IndexBuild& build) : len_(spec.sample_len) {
     const int64_t* max_token = spec.max_token.empty() ? nullptr : spec.max_token.data();
-    train_ = std::make_unique<Split>(spec.train, spec, spec.train_samples, build, max_token);
+    train_ = std::make_unique<Split>(spec.train, spec, spec.train_samples, build, max_token, false);
     if (!spec.valid.empty())
       valid_ = std::make_unique<Split>(spec.valid, spec, spec.valid_samples, build,
-                                       max_token ? max_token + spec.train.size() : nullptr);
+                                       max_token ? max_token + spec.train.size() : nullptr, true);
     vocab_ = std::max(train_->vocab_needed(), valid_ ? valid_->vocab_needed() : 0);
   }
   void sample(uint64_t index, bool valid, int64_t n, int32_t* out) const override {

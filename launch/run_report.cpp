@@ -226,6 +226,12 @@ void RunReport::end_step(const StepFacts& f) {
     for (double x : bubble) b.push_back(rounded(x, 4));
     r["bubble"] = b, r["bubble_predicted"] = rounded(facts_.predicted_bubble, 4);
     r["peak_bytes"] = peak_bytes_json(memory());
+    if (f.samples_per_dataset.size() > 1) {  // a blend: tokens consumed per dataset so far
+      Json t = Json::object();
+      for (size_t i = 0; i < f.samples_per_dataset.size(); ++i)
+        t[rc_.data.train[i].path] = f.samples_per_dataset[i] * rc_.model.seq_len;
+      r["tokens_per_dataset"] = t;
+    }
     write_record(metrics_, r);
   }
   const bool last = step + 1 == rc_.train.steps;
@@ -237,15 +243,27 @@ void RunReport::end_step(const StepFacts& f) {
   }
 }
 
-void RunReport::evaluated(int64_t step, double val) {
+void RunReport::evaluated(int64_t step, double val, const std::vector<double>& per_dataset) {
   if (!std::isfinite(val)) return;
   out_.final_val_loss = val;
-  if (metrics_) write_record(metrics_, {{"type", "eval"}, {"step", step + 1}, {"val_loss", val}});
+  out_.final_val_loss_per_dataset = per_dataset;
+  std::string each;
+  Json per = Json::object();
+  for (size_t i = 0; i < per_dataset.size() && i < rc_.data.valid.size(); ++i) {
+    per[rc_.data.valid[i].path] = finite_or_null(per_dataset[i]);
+    each += fmt::format(" | {} {:.4f}", rc_.data.valid[i].path, per_dataset[i]);
+  }
+  if (metrics_) {
+    Json r = {{"type", "eval"}, {"step", step + 1}, {"val_loss", val}};
+    if (!per_dataset.empty()) r["val_loss_per_dataset"] = per;
+    write_record(metrics_, r);
+  }
   if (!quiet_)
-    log::info("eval   {:>6}/{} | val loss {:.4f}{}", step + 1, rc_.train.steps, val,
+    log::info("eval   {:>6}/{} | val loss {:.4f}{}{}", step + 1, rc_.train.steps, val,
               rc_.data.synthetic ? fmt::format(" | floor {:.4f} ({:+.1f}%)", facts_.entropy_floor,
                                                100 * (val / facts_.entropy_floor - 1))
-                                 : "");
+                                 : "",
+              each);
 }
 
 void RunReport::stopped(int64_t step, int signal) {

@@ -44,6 +44,7 @@ struct StepFacts {
   double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1, next_loss_scale = 1;
   bool skipped = false;
   double comm_wait_s = 0, checkpoint_s = 0;
+  std::vector<int64_t> samples_per_dataset;  // a blend: training samples drawn from each dataset so far
 };
 
 class RunReport {
@@ -60,7 +61,9 @@ class RunReport {
   void schedule_done(const parallel::PipelineExecutor& executor, double tensor_comm_s);
   void span(Span kind, double start, double end);
   void end_step(const StepFacts& f);
-  void evaluated(int64_t step, double val_loss);
+  // per_dataset: the validation loss of each dataset of a blend (names from
+  // data.valid), empty for one dataset.
+  void evaluated(int64_t step, double val_loss, const std::vector<double>& per_dataset = {});
   void stopped(int64_t step, int signal);
   TrainSummary finish();
 

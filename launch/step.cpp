@@ -65,7 +65,10 @@ void StepRunner::load(int64_t micro, uint64_t first_index, bool valid) {
   auto& tok = tokens_[size_t(micro)];
   auto& tgt = targets_[size_t(micro)];
   for (int64_t b = 0; b < B; ++b) {
-    sampler_.sample(first_index + uint64_t(b), valid, T + 1, sample.data());
+    if (valid && valid_source_ >= 0)
+      sampler_.sample_valid_source(valid_source_, first_index + uint64_t(b), T + 1, sample.data());
+    else
+      sampler_.sample(first_index + uint64_t(b), valid, T + 1, sample.data());
     std::copy(sample.begin(), sample.begin() + T, tok.begin() + b * T);
     std::copy(sample.begin() + 1, sample.end(), tgt.begin() + b * T);
   }
@@ -174,6 +177,18 @@ double StepRunner::evaluate(int64_t batches) {
   }
   evaluating_ = false;
   return parallel::sum_over(pipeline_, sum) / double(batches * B * shape_.seq_len);
+}
+
+std::vector<double> StepRunner::evaluate_sources(int64_t batches) {
+  std::vector<double> out;
+  const size_t n = sampler_.valid_sources().size();
+  if (n < 2 || batches == 0) return out;
+  for (size_t i = 0; i < n; ++i) {
+    valid_source_ = int(i);
+    out.push_back(evaluate(batches));
+  }
+  valid_source_ = -1;
+  return out;
 }
 
 }  // namespace trident::launch

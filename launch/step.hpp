@@ -51,6 +51,8 @@ class StepRunner {
   // Mean validation loss per token over `batches` micro-batches (every
   // stage gets it); NaN without a validation split or with batches = 0.
   double evaluate(int64_t batches);
+  // The same over each validation dataset of a blend alone (empty: one dataset).
+  std::vector<double> evaluate_sources(int64_t batches);
 
   const parallel::PipelineExecutor& executor() const { return *executor_; }
   const std::vector<parallel::Action>& actions() const { return actions_; }
@@ -83,6 +85,7 @@ class StepRunner {
   std::vector<std::vector<int>> free_, slot_of_;
   std::vector<char> input_started_, weight_started_;
   double loss_sum_ = 0;
+  int valid_source_ = -1;  // evaluation of one dataset of a validation blend
   float dscale_ = 0;  // dloss/dlogit of the (scaled) mean loss; 0: forward only
   bool evaluating_ = false;
 };

@@ -227,11 +227,12 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     const double ckpt_start = report.seconds();
     saver.after_step(step + 1, stop != 0, ckpt, opts.quiet);
     report.end_step({step, loss, lr, gnorm, used_scale, scaler.scale(), skip, dp->take_wait_seconds(),
-                     report.seconds() - ckpt_start});
+                     report.seconds() - ckpt_start,
+                     sampler->train_samples_per_source(uint64_t((step + 1) * rc.train.global_batch))});
     if (!std::isfinite(loss)) throw Error(fmt::format("loss is {} at step {}", loss, step + 1));
 
     if ((rc.eval.every > 0 && (step + 1) % rc.eval.every == 0) || step + 1 == rc.train.steps)
-      report.evaluated(step, runner.evaluate(rc.eval.batches));
+      report.evaluated(step, runner.evaluate(rc.eval.batches), runner.evaluate_sources(rc.eval.batches));
     if (stop) {
       report.stopped(step, stop);
       break;

@@ -30,6 +30,7 @@ struct TrainSummary {
   std::vector<bool> skipped;         // fp16: steps skipped for inf/NaN gradients
   std::vector<double> step_seconds;  // per step, wall time
   double final_val_loss = 0;
+  std::vector<double> final_val_loss_per_dataset;  // a validation blend: each dataset's
   double entropy_floor = 0;  // synthetic source only, else 0
   double tokens_per_s = 0;   // mean over steps after the first
   double mfu = 0;

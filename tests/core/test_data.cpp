@@ -12,6 +12,7 @@
 
 #include "core/dataset.hpp"
 #include "core/error.hpp"
+#include "core/sample_index.hpp"
 #include "launch/prepare.hpp"
 #include "launch/trainer.hpp"
 #include "tests/test_util.hpp"
@@ -19,6 +20,12 @@
 namespace fs = std::filesystem;
 
 namespace trident {
+
+// Which dataset blend sample k of weights {3, 1} comes from: a (true) or b.
+bool order_of_two(uint64_t k) {
+  static const auto order = blend_order({0.75, 0.25}, 400);
+  return order[k] == 0;
+}
 
 class Data : public ::testing::Test {
  protected:
@@ -178,6 +185,195 @@ TEST_F(Data, PrepareRejectsBadInput) {
   EXPECT_THROW(launch::prepare(o), InputError);
   // nothing was left behind
   for (auto& e : fs::directory_iterator(dir_)) EXPECT_EQ(e.path().filename(), "bad.txt");
+}
+
+// A dataset whose tokens are their own positions in the concatenated stream
+// (i32), in documents of 1..49 tokens: a sample's tokens say where it came from.
+std::string write_positions(const std::string& prefix, int64_t docs, uint64_t seed) {
+  IndexedDatasetWriter w(prefix, TokenDType::i32);
+  int32_t next = 0;
+  uint64_t x = seed;
+  for (int64_t d = 0; d < docs; ++d) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    std::vector<int32_t> doc(size_t(1 + (x >> 33) % 49));
+    for (auto& t : doc) t = next++;
+    w.add_sequence(doc.data(), int64_t(doc.size()));
+    w.end_document();
+  }
+  w.finish();
+  return prefix;
+}
+
+// Every token of the split is a target exactly once per epoch, bar the
+// first of the epoch's stream and the tail shorter than a sample; samples
+// are consecutive seq_len + 1 windows over whole shuffled documents; each
+// epoch has its own order.
+TEST_F(Data, SampleIndexUsesEveryTokenOncePerEpoch) {
+  const std::string p = write_positions(path("pos"), 300, 7);
+  IndexedDataset d(p);
+  const int64_t seq = 16;
+  SampleIndex idx(d, 1234, seq, 3 * ((d.num_tokens() - 1) / seq), IndexBuild{});
+  const int64_t S = idx.samples_per_epoch();
+  ASSERT_EQ(S, (d.num_tokens() - 1) / seq);
+  ASSERT_EQ(idx.epochs(), 3);
+  std::vector<int32_t> sample(size_t(seq + 1));
+  std::vector<std::vector<int32_t>> first_targets(3);
+  for (int64_t e = 0; e < 3; ++e) {
+    std::vector<int> seen(size_t(d.num_tokens()), 0);
+    for (int64_t j = 0; j < S; ++j) {
+      idx.sample(uint64_t(e * S + j), sample.data());
+      for (int64_t t = 1; t <= seq; ++t) ++seen[size_t(sample[size_t(t)])];
+      if (j < 8) first_targets[size_t(e)].push_back(sample[1]);
+      // within a document the tokens are consecutive positions
+      for (int64_t t = 1; t <= seq; ++t)
+        if (sample[size_t(t)] != sample[size_t(t - 1)] + 1) {
+          // a document boundary: the previous token ended a document, this one starts one
+          bool starts = false;
+          for (int64_t k = 0; k < d.num_documents() && !starts; ++k) starts = d.doc_offset(k) == sample[size_t(t)];
+          ASSERT_TRUE(starts) << "epoch " << e << " sample " << j << " jumps into the middle of a document";
+        }
+    }
+    int64_t once = 0, missing = 0;
+    for (int c : seen) {
+      ASSERT_LE(c, 1) << "a token is a target twice in epoch " << e;
+      once += c, missing += c == 0;
+    }
+    EXPECT_EQ(once, S * seq);
+    EXPECT_LE(missing, seq) << "epoch " << e << ": more than the first token and the tail left out";
+  }
+  EXPECT_NE(first_targets[0], first_targets[1]) << "epochs share their order";
+  EXPECT_NE(first_targets[1], first_targets[2]);
+}
+
+// The batch of step s is a pure function of (seed, k): a second index
+// (loaded from the cache), and one built for more epochs, give the same
+// samples; a cache that no longer matches its data is rebuilt, and said so.
+TEST_F(Data, SampleIndexIsCachedPureAndRebuiltOnChange) {
+  const std::string p = write_positions(path("pos"), 200, 11);
+  std::vector<int32_t> a(17), b(17);
+  std::vector<std::vector<int32_t>> first;
+  {
+    IndexedDataset d(p);
+    SampleIndex built(d, 5, 16, 50, IndexBuild{});
+    EXPECT_FALSE(built.loaded_from_cache());
+    ASSERT_TRUE(fs::exists(built.path())) << built.path();
+    SampleIndex cached(d, 5, 16, 50, IndexBuild{});
+    EXPECT_TRUE(cached.loaded_from_cache());
+    SampleIndex longer(d, 5, 16, 5 * built.samples_per_epoch(), IndexBuild{});
+    EXPECT_NE(longer.path(), built.path());
+    SampleIndex other_seed(d, 6, 16, 50, IndexBuild{});
+    int differ = 0;
+    for (uint64_t k = 0; k < uint64_t(built.samples_per_epoch()); ++k) {
+      built.sample(k, a.data()), cached.sample(k, b.data());
+      ASSERT_EQ(a, b) << "sample " << k;
+      longer.sample(k, b.data());
+      ASSERT_EQ(a, b) << "sample " << k << " of the longer index";
+      other_seed.sample(k, b.data());
+      differ += a != b;
+      first.push_back(a);
+    }
+    EXPECT_GT(differ, 0);
+  }
+  // new data under the same prefix: the cache is stale
+  write_positions(p, 200, 12);
+  IndexedDataset d2(p);
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  SampleIndex rebuilt(d2, 5, 16, 50, IndexBuild{});
+  const std::string log = testing::internal::GetCapturedStdout() + testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(rebuilt.loaded_from_cache());
+  EXPECT_NE(log.find("rebuilding"), std::string::npos) << log;
+  rebuilt.sample(0, a.data());
+  for (int64_t t = 1; t < 17; ++t) ASSERT_LT(a[size_t(t)], d2.num_tokens());
+}
+
+// Blends: at every prefix of the run each dataset's share of the samples is
+// within one sample of its weight; the sampler draws from the datasets in
+// that order and counts them.
+TEST_F(Data, BlendSharesMatchWeightsAtEveryPrefix) {
+  const std::vector<double> w = {0.5, 0.3, 0.2};
+  const auto order = blend_order(w, 10000);
+  std::vector<int64_t> c(3, 0);
+  for (size_t k = 0; k < order.size(); ++k) {
+    ++c[order[k]];
+    for (size_t i = 0; i < 3; ++i)
+      ASSERT_LE(std::abs(double(c[i]) - w[i] * double(k + 1)), 1.0) << "dataset " << i << " after " << k + 1;
+  }
+  // through the sampler: tokens say which dataset a sample came from
+  const std::string a = write_positions(path("a"), 100, 1), b = write_positions(path("b"), 100, 2);
+  DatasetSpec spec;
+  spec.train = {{a, 3}, {b, 1}};
+  spec.sample_len = 9, spec.seed = 3, spec.train_samples = 400;
+  auto sampler = make_dataset_sampler(spec, IndexBuild{});
+  EXPECT_EQ(sampler->train_samples_per_source(400), (std::vector<int64_t>{300, 100}));
+  EXPECT_EQ(sampler->train_samples_per_source(4), (std::vector<int64_t>{3, 1}));
+  IndexedDataset da(a);
+  SampleIndex ia(da, 3, 8, 300, IndexBuild{});
+  std::vector<int32_t> s(9), t(9);
+  int64_t from_a = 0;
+  for (uint64_t k = 0; k < 400; ++k) {
+    sampler->sample(k, false, 9, s.data());
+    if (order_of_two(k)) {
+      ia.sample(uint64_t(from_a++), t.data());
+      ASSERT_EQ(s, t) << "blend sample " << k << " is not dataset a's next sample";
+    }
+  }
+  EXPECT_EQ(from_a, 300);
+}
+
+std::string slurp(const std::string& f) {
+  std::ifstream in(f, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// JSONL over several files (a glob), gzip- and zstd-compressed, gives the
+// same dataset as the plain files, whatever the number of workers; a bad
+// line is an error naming FILE:LINE, or counted with --skip-bad-lines;
+// nothing is left behind on failure.
+TEST_F(Data, PrepareJsonlCompressedGlobsAndBadLines) {
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += "{\"text\": \"document " + std::to_string(i) + " \\u00e9t\\u00e9\", \"n\": 1}\n";
+  std::ofstream(path("a.jsonl")) << text;
+  std::ofstream(path("b.jsonl")) << "\n" << text;  // a blank line is skipped
+  ASSERT_EQ(std::system(("gzip -k " + path("a.jsonl") + " && zstd -q " + path("b.jsonl") + " -o " +
+                         path("b.jsonl.zst")).c_str()),
+            0);
+  launch::PrepareOptions o;
+  o.inputs = {path("a.jsonl"), path("b.jsonl")}, o.out = path("plain"), o.tokenizer = "byte", o.valid_fraction = 0.1;
+  launch::prepare(o);
+  o.inputs = {path("a.jsonl.gz"), path("b.jsonl.zst")}, o.out = path("packed"), o.workers = 3;
+  launch::prepare(o);
+  o.inputs = {path("*.jsonl")}, o.out = path("globbed"), o.workers = 2;
+  launch::prepare(o);
+  for (const char* split : {"_train", "_valid"})
+    for (const char* ext : {".bin", ".idx"}) {
+      EXPECT_EQ(slurp(path("plain") + split + ext), slurp(path("packed") + split + ext)) << split << ext;
+      EXPECT_EQ(slurp(path("plain") + split + ext), slurp(path("globbed") + split + ext)) << split << ext;
+    }
+  IndexedDataset tr(path("plain_train")), va(path("plain_valid"));
+  EXPECT_EQ(tr.num_documents() + va.num_documents(), 6000);
+  EXPECT_EQ(va.num_documents(), 600);
+  const auto meta = nlohmann::json::parse(slurp(path("plain.meta.json")));
+  EXPECT_EQ(meta["splits"]["valid"]["documents"], 600);
+  EXPECT_EQ(meta["tokenizer"]["kind"], "byte");
+
+  std::ofstream(path("bad.jsonl")) << "{\"text\": \"ok\"}\n{\"text\": 3}\nnot json\n{\"body\": \"x\"}\n{\"text\": \"fine\"}\n";
+  o.inputs = {path("bad.jsonl")}, o.out = path("bad"), o.valid_fraction = 0;
+  try {
+    launch::prepare(o);
+    FAIL() << "a bad line was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.jsonl:2: 'text' is number, expected a string"), std::string::npos)
+        << e.what();
+  }
+  for (auto& f : fs::directory_iterator(dir_)) EXPECT_EQ(f.path().filename().string().rfind("bad", 0) == 0 &&
+                                                             f.path().filename() != "bad.jsonl",
+                                                         false)
+      << f.path() << " left behind";
+  o.skip_bad_lines = true;
+  launch::prepare(o);
+  EXPECT_EQ(IndexedDataset(path("bad_train")).num_documents(), 2);
+  EXPECT_EQ(nlohmann::json::parse(slurp(path("bad.meta.json")))["bad_lines_skipped"], 3);
 }
 
 TEST(Markov, EntropyAndDeterminism) {

@@ -206,3 +206,32 @@ TEST(Recipe, ShippedRecipesLoad) {
 }
 
 }  // namespace trident
+
+namespace trident {
+namespace {
+
+std::string with_data(const std::string& data) { return std::string(kGood) + "data: " + data + "\n"; }
+
+TEST(Recipe, DataBlends) {
+  Recipe one = load_recipe_text(with_data("{train: corpus_train, valid: corpus_valid}"), "r.yaml");
+  ASSERT_EQ(one.data.train.size(), 1u);
+  EXPECT_EQ(one.data.train[0].path, "corpus_train");
+  EXPECT_FALSE(one.data.synthetic);
+  Recipe blend = load_recipe_text(
+      with_data("{train: [{path: web_train, weight: 0.7}, {path: code_train, weight: 0.3}, books_train], "
+                "document_mask: true}"),
+      "r.yaml");
+  ASSERT_EQ(blend.data.train.size(), 3u);
+  EXPECT_EQ(blend.data.train[1].path, "code_train");
+  EXPECT_DOUBLE_EQ(blend.data.train[1].weight, 0.3);
+  EXPECT_DOUBLE_EQ(blend.data.train[2].weight, 1.0);
+  EXPECT_TRUE(blend.data.document_mask);
+  expect_error(with_data("{train: [{path: a, weight: -1}]}"), {"r.yaml:", "'data.train[0].weight'", ">= 0", "-1"});
+  expect_error(with_data("{train: [{path: a, weight: 0}, {path: b, weight: 0}]}"), {"'data.train'", "all zero"});
+  expect_error(with_data("{train: [{path: a, wieght: 1}]}"), {"'data.train[0]'", "unknown key 'wieght'"});
+  expect_error(with_data("{train: [{weight: 1}]}"), {"'data.train[0].path'", "expected a dataset prefix"});
+  expect_error(with_data("{synthetic: {vocab: 10}, document_mask: true}"), {"'data.document_mask'", "synthetic"});
+}
+
+}  // namespace
+}  // namespace trident

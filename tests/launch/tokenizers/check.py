@@ -160,9 +160,79 @@ def main():
             print(f"FAIL refusal {path}: stderr {p.stderr.strip()!r}, left behind {left}")
         else:
             print(f"ok   refused {path}")
+    failures += end_to_end(a, work, text_path)
     if failures:
         sys.exit(f"{failures} failure(s)")
-    print("tokenizers: all documents identical to the reference libraries")
+    print("tokenizers: all documents identical to the reference libraries; the whole path trains and samples")
+
+
+def end_to_end(a, work, text_path):
+    """corpus.jsonl.zst + tokenizer.json -> a LLaMA-style model on a weighted
+    blend of two datasets with document masking -> sampled text."""
+    failures = 0
+    tok = os.path.join(work, "llama3.json")
+    with open(text_path, encoding="utf-8") as f:
+        paragraphs = [p for p in f.read().split("\n\n") if p.strip()]
+    for name, docs in (("plays", paragraphs[: len(paragraphs) // 2]), ("more", paragraphs[len(paragraphs) // 2:])):
+        src = os.path.join(work, f"{name}.jsonl")
+        with open(src, "w", encoding="utf-8") as f:
+            for d in docs:
+                f.write(json.dumps({"text": d}) + "\n")
+        if shutil.which("zstd"):
+            run(["zstd", "-q", "-f", "--rm", src, "-o", src + ".zst"])
+            src += ".zst"
+        run([a.trident, "prepare", "--input", src, "--out", os.path.join(work, name), "--tokenizer", tok,
+             "--workers", "2", "--valid-fraction", "0.05"])
+    recipe = os.path.join(work, "blend.yaml")
+    with open(recipe, "w") as f:
+        f.write(f"""model: {{arch: llama, layers: 2, hidden: 64, heads: 4, kv_heads: 2, seq_len: 64, vocab: 1200}}
+train: {{global_batch: 8, micro_batch: 4, steps: 30}}
+optim: {{lr: 3.0e-3, warmup: 5}}
+data:
+  train: [{{path: {work}/plays_train, weight: 0.7}}, {{path: {work}/more_train, weight: 0.3}}]
+  valid: [{work}/plays_valid, {work}/more_valid]
+  document_mask: true
+eval: {{every: 15, batches: 2}}
+log: {{every: 10, metrics: {work}/blend/metrics.jsonl}}
+checkpoint: {{dir: {work}/blend/ckpt, every: 30}}
+seed: 7
+""")
+    p = run([a.trident, "train", recipe])
+    records = [json.loads(l) for l in open(os.path.join(work, "blend/metrics.jsonl"))]
+    last = [r for r in records if r.get("type") == "train"][-1]
+    tokens = last.get("tokens_per_dataset", {})
+    plays, more = tokens.get(f"{work}/plays_train", 0), tokens.get(f"{work}/more_train", 0)
+    evals = [r for r in records if r.get("type") == "eval"]
+    if not tokens or abs(plays / (plays + more) - 0.7) > 0.01:
+        failures += 1
+        print(f"FAIL blend: tokens per dataset {tokens}, expected a 0.7 / 0.3 split")
+    elif not evals or len(evals[-1].get("val_loss_per_dataset", {})) != 2:
+        failures += 1
+        print(f"FAIL blend: evaluation records {evals}")
+    else:
+        print(f"ok   blend trained: tokens per dataset {tokens}, last eval {evals[-1]}")
+    out = run([a.trident, "sample", os.path.join(work, "blend/ckpt"), "--prompt", "ROMEO:", "--tokens", "20",
+               "--temperature", "0"]).stdout
+    if len(out.strip()) == 0:
+        failures += 1
+        print("FAIL sample: no text")
+    else:
+        print(f"ok   sampled: {out.strip()[:80]!r}")
+    # a model vocabulary that the tokenizer's ids do not fit: refused before training
+    p = run([a.trident, "train", recipe, "--set", "model.vocab=300"], expect=2)
+    if "does not fit model.vocab(300)" not in p.stderr:
+        failures += 1
+        print(f"FAIL small vocabulary: {p.stderr.strip()}")
+    # a blend of datasets made by different tokenizers: refused
+    run([a.trident, "prepare", "--input", os.path.join(work, "corpus.jsonl"), "--out", os.path.join(work, "other"),
+         "--tokenizer", os.path.join(work, "gpt2.json")])
+    p = run([a.trident, "train", recipe, "--set", f"data.valid={work}/other_valid"], expect=2)
+    if "different tokenizers" not in p.stderr:
+        failures += 1
+        print(f"FAIL tokenizer mismatch: {p.stderr.strip()}")
+    else:
+        print("ok   refused: a model vocabulary too small, datasets of different tokenizers")
+    return failures
 
 
 if __name__ == "__main__":

@@ -126,12 +126,31 @@ class Regex {
   // between them, in order. The text is valid UTF-8 (checked once before).
   template <typename F>
   void split(std::string_view text, F&& on_piece) const {
-    thread_local pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
+    // per thread: match data, and a JIT stack that may grow to 64 MiB (a
+    // pattern like \s+(?!\S) over a very long run of spaces needs more than
+    // the default 32 KiB)
+    struct Scratch {
+      pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
+      pcre2_jit_stack* stack = pcre2_jit_stack_create(32 << 10, 64 << 20, nullptr);
+      pcre2_match_context* ctx = pcre2_match_context_create(nullptr);
+      Scratch() { pcre2_jit_stack_assign(ctx, nullptr, stack); }
+      ~Scratch() {
+        pcre2_match_context_free(ctx), pcre2_jit_stack_free(stack), pcre2_match_data_free(md);
+      }
+    };
+    thread_local Scratch scratch;
+    pcre2_match_data* md = scratch.md;
     const auto* s = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t pos = 0, gap = 0;
     while (pos <= text.size()) {
-      int rc = pcre2_match(code_, s, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
-      if (rc < 0) break;
+      int rc = pcre2_match(code_, s, text.size(), pos, PCRE2_NO_UTF_CHECK, md, scratch.ctx);
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(rc, msg, sizeof(msg));
+        throw Error(fmt::format("tokenizer: the split pattern failed at byte {} of a {}-byte piece: {}", pos,
+                                text.size(), reinterpret_cast<const char*>(msg)));
+      }
       PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       size_t b = ov[0], e = ov[1];
       if (e == b) {  // empty match: step one character

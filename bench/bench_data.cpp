@@ -1,0 +1,87 @@
+// Sample indexes at scale (docs/data.md, docs/performance.md): an indexed
+// dataset of 10M documents (5..44 tokens, about 245M tokens, u16) is written
+// once to TRIDENT_BENCH_DIR (default /tmp/trident_bench_data); then
+//   BM_SampleIndexBuild       shuffles and indexes one epoch (goal < 5 s)
+//   BM_SampleIndexCachedLoad  opens the cached index (goal < 0.1 s); the
+//                             dataset's .idx is read and checked each time
+//                             too (its CRC-32C is the cache key)
+//   BM_SampleRead             samples of seq_len 2048 + 1 per second
+// Iterations(1) for the build: it is seconds long; the others repeat.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include "core/dataset.hpp"
+#include "core/sample_index.hpp"
+
+namespace {
+
+constexpr int64_t kDocs = 10'000'000;
+constexpr int64_t kSeq = 2048;
+
+std::string prefix() {
+  const char* dir = std::getenv("TRIDENT_BENCH_DIR");
+  const std::string d = dir ? dir : "/tmp/trident_bench_data";
+  std::filesystem::create_directories(d);
+  const std::string p = d + "/docs10m";
+  if (!std::filesystem::exists(p + ".idx")) {
+    trident::IndexedDatasetWriter w(p, trident::TokenDType::u16);
+    std::vector<int32_t> doc(64);
+    uint64_t x = 1;
+    for (int64_t i = 0; i < kDocs; ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      const int64_t n = 5 + int64_t((x >> 33) % 40);
+      for (int64_t t = 0; t < n; ++t) doc[size_t(t)] = int32_t((x >> (t % 32)) & 0x7fff);
+      w.add_sequence(doc.data(), n);
+      w.end_document();
+    }
+    w.finish();
+  }
+  return p;
+}
+
+void BM_SampleIndexBuild(benchmark::State& state) {
+  trident::IndexedDataset data(prefix());
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::filesystem::remove(trident::SampleIndex(data, 1, kSeq, 1, {}).path());
+    state.ResumeTiming();
+    trident::SampleIndex idx(data, 1, kSeq, 1, {});
+    benchmark::DoNotOptimize(idx.samples_per_epoch());
+    state.counters["build_s"] = idx.build_seconds();
+  }
+  state.counters["documents"] = double(data.num_documents());
+  state.counters["tokens"] = double(data.num_tokens());
+}
+BENCHMARK(BM_SampleIndexBuild)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+
+void BM_SampleIndexCachedLoad(benchmark::State& state) {
+  const std::string p = prefix();
+  { trident::IndexedDataset d(p); trident::SampleIndex warm(d, 1, kSeq, 1, {}); }
+  for (auto _ : state) {
+    trident::IndexedDataset data(p);
+    trident::SampleIndex idx(data, 1, kSeq, 1, {});
+    if (!idx.loaded_from_cache()) state.SkipWithError("the cache was not used");
+    benchmark::DoNotOptimize(idx.samples_per_epoch());
+  }
+}
+BENCHMARK(BM_SampleIndexCachedLoad)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_SampleRead(benchmark::State& state) {
+  trident::IndexedDataset data(prefix());
+  trident::SampleIndex idx(data, 1, kSeq, 1, {});
+  std::vector<int32_t> out(kSeq + 1);
+  uint64_t k = 0;
+  for (auto _ : state) {
+    idx.sample(k, out.data());
+    k = (k + 7919) % uint64_t(idx.samples_per_epoch());
+  }
+  state.SetItemsProcessed(int64_t(state.iterations()));
+}
+BENCHMARK(BM_SampleRead)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

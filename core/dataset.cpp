@@ -23,20 +23,39 @@ namespace {
 
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail_input("{}: cannot open ({})", path, std::strerror(errno));
-  std::vector<uint8_t> data;
-  uint8_t buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) data.insert(data.end(), buf, buf + n);
-  std::fclose(f);
-  return data;
-}
+// A whole file, read-only and memory-mapped (no copy, no zero fill).
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) fail_input("{}: cannot open ({})", path, std::strerror(errno));
+    struct stat st {};
+    fstat(fd, &st);
+    size_ = size_t(st.st_size);
+    if (size_ > 0) {
+      void* p = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+      if (p == MAP_FAILED) {
+        ::close(fd);
+        fail_input("{}: cannot map ({})", path, std::strerror(errno));
+      }
+      data_ = static_cast<const uint8_t*>(p);
+    }
+    ::close(fd);
+  }
+  ~MappedFile() {
+    if (data_) munmap(const_cast<uint8_t*>(data_), size_);
+  }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
 
 struct Cursor {
   const std::string& path;
-  const std::vector<uint8_t>& data;
+  const MappedFile& data;
   size_t pos = 0;
   template <typename T>
   T get(const char* what) {
@@ -54,7 +73,7 @@ struct Cursor {
       fail_input("{}: truncated index at offset {}: expected {} {} entries ({} bytes), {} bytes remain", path, pos, n,
                  what, n * sizeof(T), data.size() - pos);
     out.resize(n);
-    std::memcpy(out.data(), data.data() + pos, n * sizeof(T));
+    if (n) std::memcpy(out.data(), data.data() + pos, n * sizeof(T));
     pos += n * sizeof(T);
   }
 };
@@ -92,7 +111,7 @@ int token_dtype_bytes(TokenDType t) {
 
 IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-  std::vector<uint8_t> idx = read_file(idx_path);
+  const MappedFile idx(idx_path);
   Cursor c{idx_path, idx};
   if (idx.size() < 9 || std::memcmp(idx.data(), kMagic, 9) != 0)
     fail_input("{}: bad magic at offset 0: expected \"MMIDIDX\\0\\0\", found {} bytes not matching", idx_path,
@@ -108,7 +127,11 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   uint64_t seqs = c.get<uint64_t>("sequence count");
   uint64_t docs = c.get<uint64_t>("document count");
   c.get_array(sizes_, seqs, "size");
-  c.get_array(pointers_, seqs, "pointer");
+  const size_t pointers_at = c.pos;  // checked against the sizes below, not kept
+  if (seqs > (idx.size() - c.pos) / 8)
+    fail_input("{}: truncated index at offset {}: expected {} pointer entries ({} bytes), {} bytes remain", idx_path,
+               c.pos, seqs, seqs * 8, idx.size() - c.pos);
+  c.pos += seqs * 8;
   c.get_array(doc_index_, docs, "document index");
   if (c.pos != idx.size())
     fail_input("{}: {} unexpected trailing bytes after offset {}", idx_path, idx.size() - c.pos, c.pos);
@@ -128,8 +151,10 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   int64_t expect = 0;
   for (size_t i = 0; i < seqs; ++i) {
     if (sizes_[i] < 0) fail_input("{}: sequence {} has negative size {}", idx_path, i, sizes_[i]);
-    if (pointers_[i] != expect)
-      fail_input("{}: sequence {} pointer: expected byte offset {}, found {}", idx_path, i, expect, pointers_[i]);
+    int64_t pointer;
+    std::memcpy(&pointer, idx.data() + pointers_at + 8 * i, 8);
+    if (pointer != expect)
+      fail_input("{}: sequence {} pointer: expected byte offset {}, found {}", idx_path, i, expect, pointer);
     expect += int64_t(sizes_[i]) * width;
   }
   if (int64_t(bin_bytes_) != expect) {

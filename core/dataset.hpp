@@ -56,7 +56,7 @@ class IndexedDataset {
   uint32_t idx_crc_ = 0;
   TokenDType dtype_ = TokenDType::u16;
   std::vector<int32_t> sizes_;
-  std::vector<int64_t> pointers_, doc_index_;
+  std::vector<int64_t> doc_index_;
   int64_t num_tokens_ = 0;
   const uint8_t* bin_ = nullptr;
   size_t bin_bytes_ = 0;

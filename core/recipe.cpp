@@ -179,9 +179,10 @@ void validate_data(Reader& r, Recipe& rc) {
     r.inconsistent("data.synthetic", "set either data.train (an indexed dataset) or data.synthetic, not both");
   if (!has_train && r.has("data.valid")) r.inconsistent("data.valid", "data.valid needs data.train");
   d.synthetic = !has_train;
-  if (d.synthetic && d.document_mask)
-    r.inconsistent("data.document_mask", "needs data.train (a dataset whose documents end with an EOD token); "
-                                         "synthetic data has no documents");
+  for (const char* key : {"data.document_mask", "data.mask_eod_loss"})
+    if (d.synthetic && (std::string(key) == "data.document_mask" ? d.document_mask : d.mask_eod_loss))
+      r.inconsistent(key, "needs data.train (a dataset whose documents end with an EOD token); synthetic data has "
+                          "no documents");
   if (!d.synthetic) return;
   if (d.syn.vocab > rc.model.vocab)
     r.inconsistent("data.synthetic.vocab",

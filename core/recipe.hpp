@@ -82,6 +82,7 @@ struct DataConfig {
   SyntheticConfig syn;
   std::vector<DataSource> train, valid;  // one prefix, or a weighted blend
   bool document_mask = false;            // attention and positions stay inside each document
+  bool mask_eod_loss = false;            // no loss on targets that are the EOD token
   std::string cache_dir;                 // sample indexes ("": next to each dataset)
 };
 

@@ -248,6 +248,9 @@ const std::vector<Key>& table() {
       boolean("data.document_mask", FIELD(data.document_mask), value(false),
               "attention stays inside each document of a sample (documents end at the dataset's EOD token) and "
               "positions (learned and rotary) restart at each document"),
+      boolean("data.mask_eod_loss", FIELD(data.mask_eod_loss), value(false),
+              "no loss on targets that are the EOD token; the mean loss is over the other targets of the global "
+              "batch"),
       text("data.cache_dir", FIELD(data.cache_dir), "next to each dataset",
            "directory for the cached sample indexes (for datasets on read-only storage)"),
       section("data.synthetic", "seeded Markov source (below)"),

@@ -3,6 +3,8 @@
 // Vvalid are real, the rest are padding and never win nor take probability.
 // losses[N] = -log softmax(logits)[target]; when `dscale` is non-zero the
 // logits are overwritten by dlogits = dscale * (softmax - onehot(target)).
+// A negative target is ignored: loss 0 and a zero dlogits row
+// (data.mask_eod_loss).
 //
 // Vocab-parallel form (Megatron's): a rank holds the columns [vocab_begin,
 // vocab_begin + V) of the full vocabulary. Three passes with two reductions

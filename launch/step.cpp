@@ -16,12 +16,13 @@ StepShape step_shape(const Recipe& rc, int stage_rank, int data_rank) {
   s.stages = int(rc.parallel.pipeline), s.virtual_stages = int(rc.parallel.virtual_stages);
   s.stage_rank = stage_rank, s.data_rank = data_rank;
   s.schedule = rc.parallel.schedule, s.recompute = rc.train.recompute, s.timeout_s = rc.parallel.timeout_s;
-  return s;  // document_eod: set by the trainer from the datasets' records
+  s.document_mask = rc.data.document_mask, s.mask_eod_loss = rc.data.mask_eod_loss;
+  return s;  // eod: set by the trainer from the datasets' records
 }
 
 StepRunner::StepRunner(model::Transformer<float>& net, parallel::DataParallel& dp, parallel::Communicator* pipeline,
-                       const TokenSampler& sampler, const StepShape& shape)
-    : net_(net), dp_(dp), pipeline_(pipeline), sampler_(sampler), shape_(shape) {
+                       parallel::Communicator* data, const TokenSampler& sampler, const StepShape& shape)
+    : net_(net), dp_(dp), pipeline_(pipeline), data_(data), sampler_(sampler), shape_(shape) {
   const int64_t B = shape.micro_batch, T = shape.seq_len, M = shape.micro_batches;
   const int chunks = net.num_chunks();
   actions_ = parallel::make_schedule(shape.schedule, shape.stages, shape.virtual_stages, int(M), shape.stage_rank);
@@ -47,7 +48,7 @@ StepRunner::StepRunner(model::Transformer<float>& net, parallel::DataParallel& d
       tokens_dev_.push_back(Tensor::empty({B * T}, DType::i32, MemCategory::other, net.device()));
       targets_dev_.push_back(Tensor::empty({B * T}, DType::i32, MemCategory::other, net.device()));
     }
-  if (shape.document_eod >= 0) {  // every stage's attention needs the boundaries: every rank reads the batch
+  if (shape.document_mask) {  // every stage's attention needs the boundaries: every rank reads the batch
     reads_tokens_ = true;
     doc_start_.assign(size_t(M), std::vector<int32_t>(size_t(B * T)));
     if (on_device_)
@@ -72,12 +73,15 @@ void StepRunner::load(int64_t micro, uint64_t first_index, bool valid) {
     std::copy(sample.begin(), sample.begin() + T, tok.begin() + b * T);
     std::copy(sample.begin() + 1, sample.end(), tgt.begin() + b * T);
   }
+  if (shape_.mask_eod_loss && reads_targets_)  // ignored by the loss kernels
+    for (auto& t : tgt)
+      if (t == shape_.eod) t = -1;
   if (!doc_start_.empty()) {  // a document starts at 0 and after each EOD token of the input
     auto& ds = doc_start_[size_t(micro)];
     for (int64_t b = 0; b < B; ++b) {
       int32_t start = 0;
       for (int64_t t = 0; t < T; ++t) {
-        if (t > 0 && tok[size_t(b * T + t - 1)] == shape_.document_eod) start = int32_t(t);
+        if (t > 0 && tok[size_t(b * T + t - 1)] == shape_.eod) start = int32_t(t);
         ds[size_t(b * T + t)] = start;
       }
     }
@@ -100,6 +104,17 @@ void StepRunner::load_batch(int64_t step) {
   for (int64_t micro = 0; micro < shape_.micro_batches; ++micro)
     load(micro, uint64_t(step * shape_.global_batch + shape_.data_rank * rank_batch + micro * shape_.micro_batch),
          false);
+  loss_tokens_ = double(shape_.global_batch * shape_.seq_len);
+  if (shape_.mask_eod_loss)  // the targets that count, over the whole global batch (the head stage's ranks)
+    loss_tokens_ = parallel::sum_over(pipeline_, parallel::sum_over(data_, counted_targets(shape_.micro_batches)));
+}
+
+double StepRunner::counted_targets(int64_t micro_batches) const {
+  if (!reads_targets_) return 0;
+  int64_t n = 0;
+  for (int64_t m = 0; m < micro_batches; ++m)
+    for (int32_t t : targets_[size_t(m)]) n += t >= 0;
+  return double(n);
 }
 
 const int32_t* StepRunner::tokens(int64_t micro) const {
@@ -156,7 +171,7 @@ parallel::PipelineHooks StepRunner::hooks() {
 
 double StepRunner::forward_backward(double loss_scale) {
   reset();
-  dscale_ = float(loss_scale / double(shape_.global_batch * shape_.seq_len));  // of the mean loss
+  dscale_ = float(loss_scale / std::max(loss_tokens_, 1.0));  // of the mean loss over the counted targets
   evaluating_ = false;
   executor_->run(actions_, hooks());
   return loss_sum_;
@@ -165,7 +180,7 @@ double StepRunner::forward_backward(double loss_scale) {
 double StepRunner::evaluate(int64_t batches) {
   if (batches == 0 || !sampler_.has_valid()) return double(NAN);
   const int64_t M = shape_.micro_batches, B = shape_.micro_batch;
-  double sum = 0;
+  double sum = 0, counted = 0;
   dscale_ = 0, evaluating_ = true;
   const auto h = hooks();
   for (int64_t i = 0; i < batches; i += M) {
@@ -174,9 +189,11 @@ double StepRunner::evaluate(int64_t batches) {
     reset();
     executor_->run(parallel::make_forward_schedule(shape_.stages, shape_.virtual_stages, int(n), shape_.stage_rank), h);
     sum += loss_sum_;
+    counted += shape_.mask_eod_loss ? counted_targets(n) : double(n * B * shape_.seq_len);
   }
   evaluating_ = false;
-  return parallel::sum_over(pipeline_, sum) / double(batches * B * shape_.seq_len);
+  return parallel::sum_over(pipeline_, sum) /
+         (shape_.mask_eod_loss ? std::max(parallel::sum_over(pipeline_, counted), 1.0) : counted);
 }
 
 std::vector<double> StepRunner::evaluate_sources(int64_t batches) {

@@ -26,7 +26,9 @@ struct StepShape {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   Recompute recompute = Recompute::none;
   double timeout_s = 600;
-  int32_t document_eod = -1;  // document masking: documents end at this token (-1: off)
+  int32_t eod = -1;            // the datasets' end-of-document token (-1: none)
+  bool document_mask = false;  // attention and positions stay inside documents (ending at eod)
+  bool mask_eod_loss = false;  // targets equal to eod take no loss
   bool split_backward() const { return schedule == ScheduleKind::zero_bubble; }
   // Gradients are final only after the whole schedule: chunks exchange
   // activations, or the backward is split.
@@ -39,7 +41,7 @@ class StepRunner {
   // The model's precision must be set before (contexts decide their packing
   // when they are made). pipeline: the pipeline group (nullptr: one stage).
   StepRunner(model::Transformer<float>& net, parallel::DataParallel& dp, parallel::Communicator* pipeline,
-             const TokenSampler& sampler, const StepShape& shape);
+             parallel::Communicator* data, const TokenSampler& sampler, const StepShape& shape);
   ~StepRunner();
 
   // This data rank's slice of step `step`'s global batch.
@@ -51,6 +53,9 @@ class StepRunner {
   // Mean validation loss per token over `batches` micro-batches (every
   // stage gets it); NaN without a validation split or with batches = 0.
   double evaluate(int64_t batches);
+  // The global number of targets the step's mean loss is over: global_batch
+  // x seq_len, less the EOD targets with data.mask_eod_loss.
+  double loss_tokens() const { return loss_tokens_; }
   // The same over each validation dataset of a blend alone (empty: one dataset).
   std::vector<double> evaluate_sources(int64_t batches);
 
@@ -60,6 +65,7 @@ class StepRunner {
  private:
   struct Slot;
   void load(int64_t micro, uint64_t first_index, bool valid);
+  double counted_targets(int64_t micro_batches) const;  // this rank's targets that take a loss
   const int32_t* tokens(int64_t micro) const;
   const int32_t* targets(int64_t micro) const;
   void reset();
@@ -68,6 +74,7 @@ class StepRunner {
   model::Transformer<float>& net_;
   parallel::DataParallel& dp_;
   parallel::Communicator* pipeline_;
+  parallel::Communicator* data_;
   const TokenSampler& sampler_;
   StepShape shape_;
   std::vector<parallel::Action> actions_;
@@ -85,6 +92,7 @@ class StepRunner {
   std::vector<std::vector<int>> free_, slot_of_;
   std::vector<char> input_started_, weight_started_;
   double loss_sum_ = 0;
+  double loss_tokens_ = 1;  // the step's targets that count in the mean loss (global)
   int valid_source_ = -1;  // evaluation of one dataset of a validation blend
   float dscale_ = 0;  // dloss/dlogit of the (scaled) mean loss; 0: forward only
   bool evaluating_ = false;

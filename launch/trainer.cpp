@@ -75,10 +75,11 @@ std::unique_ptr<TokenSampler> make_sampler(const Recipe& rc, parallel::Mesh& mes
                    r.tokenizer_crc32c, r.eod);
     }
   facts.eod = first.eod;
-  if (rc.data.document_mask && first.eod < 0)
-    fail_input("{}: key 'data.document_mask': needs datasets with an end-of-document token; {} records none (prepare "
-               "with a BPE or SentencePiece tokenizer, or --eod-token)",
-               rc.source, first.path.empty() ? rc.data.train[0].path : first.path);
+  if ((rc.data.document_mask || rc.data.mask_eod_loss) && first.eod < 0)
+    fail_input("{}: key '{}': needs datasets with an end-of-document token; {} records none (prepare with a BPE or "
+               "SentencePiece tokenizer, or --eod-token)",
+               rc.source, rc.data.document_mask ? "data.document_mask" : "data.mask_eod_loss",
+               first.path.empty() ? rc.data.train[0].path : first.path);
 
   parallel::Communicator* world = mesh.world();
   IndexBuild build{mesh.node_rank() == 0, [world] {
@@ -142,7 +143,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   // Model chunks (this pipeline rank's, its tensor-parallel slices), data
   // parallelism, optimizer with fp32 master weights, loss scaler.
   StepShape shape = step_shape(rc, at.pp, at.dp);
-  if (rc.data.document_mask) shape.document_eod = int32_t(facts.eod);
+  shape.eod = int32_t(facts.eod);
   parallel::TensorParallel tp(mesh.tensor(), rc.parallel.sequence_parallel);
   const auto chunks =
       model::pipeline_chunks(rc.model, shape.stages, shape.virtual_stages, rc.parallel.stage_layers, at.pp);
@@ -163,7 +164,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   optim::LossScaler scaler(rc.train);
   auto publish = [&] { master.publish(), dp->publish_params(); };
   if (rc.train.precision != Precision::fp32) publish();
-  StepRunner runner(net, *dp, mesh.pipeline(), *sampler, shape);
+  StepRunner runner(net, *dp, mesh.pipeline(), mesh.data(), *sampler, shape);
 
   // The report, then resume and checkpoints.
   facts.params = model::consolidated_numel(rc.model);
@@ -205,8 +206,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     dp->finish_gradients();
     report.span(RunReport::Span::grad_sync, sync_start, report.seconds());
     // the last stage's loss, over the data group (every tensor rank has the same)
-    const double loss = parallel::sum_over(mesh.pipeline(), parallel::sum_over(mesh.data(), loss_sum)) /
-                        double(rc.train.global_batch * rc.model.seq_len);
+    const double loss =
+        parallel::sum_over(mesh.pipeline(), parallel::sum_over(mesh.data(), loss_sum)) / runner.loss_tokens();
     // unscaled; inf/NaN on any rank makes it non-finite everywhere
     const double gnorm = global_grad_norm(reg, *dp, mesh) / scaler.scale();
     if (opts.on_gradients) opts.on_gradients({step, rc, mesh, reg, *dp});

@@ -101,6 +101,11 @@ void softmax_cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t
     for (int64_t v = 0; v < Vvalid; ++v) sum += vexp(row[v] - mx);
     T lse = mx + std::log(sum);
     int64_t tgt = targets[n];
+    if (tgt < 0) {  // an ignored target: no loss, no gradient
+      losses[n] = 0;
+      if (dscale != T(0)) std::fill(row, row + V, T(0));
+      continue;
+    }
     losses[n] = lse - row[tgt];
     if (dscale != T(0)) {
 #pragma omp simd
@@ -171,7 +176,7 @@ void cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const 
     for (int64_t v = 0; v < Vvalid; ++v) sum += vexp(row[v] - mx);
     sums[n] = sum;
     const int64_t tgt = int64_t(targets[n]) - vocab_begin;
-    sums[N + n] = tgt >= 0 && tgt < Vvalid ? row[tgt] : T(0);
+    sums[N + n] = targets[n] >= 0 && tgt >= 0 && tgt < Vvalid ? row[tgt] : T(0);
   }
 }
 
@@ -183,9 +188,14 @@ void cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums,
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T lse = row_max[n] + std::log(sums[n]);
+    T* row = logits + n * V;
+    if (targets[n] < 0) {  // an ignored target: no loss, no gradient
+      losses[n] = 0;
+      if (dscale != T(0)) std::fill(row, row + V, T(0));
+      continue;
+    }
     losses[n] = lse - sums[N + n];
     if (dscale == T(0)) continue;
-    T* row = logits + n * V;
 #pragma omp simd
     for (int64_t v = 0; v < Vvalid; ++v) row[v] = vexp(row[v] - lse) * dscale;
     for (int64_t v = Vvalid; v < V; ++v) row[v] = 0;

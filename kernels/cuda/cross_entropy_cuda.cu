@@ -33,10 +33,10 @@ __global__ void ce_fused(float* losses, float* logits, const int32_t* targets, i
   const float mx = row_max_of(row, Vvalid);
   const float lse = mx + logf(row_sum_exp(row, Vvalid, mx));
   const int64_t tgt = targets[n];
-  const float target_logit = row[tgt];
+  const float target_logit = tgt >= 0 ? row[tgt] : 0.f;
   __syncthreads();  // every thread has read row[tgt] before it is overwritten
-  if (threadIdx.x == 0) losses[n] = lse - target_logit;
-  if (dscale != 0.f) write_dlogits(row, V, Vvalid, lse, tgt, dscale);
+  if (threadIdx.x == 0) losses[n] = tgt >= 0 ? lse - target_logit : 0.f;
+  if (dscale != 0.f) write_dlogits(row, V, Vvalid, lse, tgt, tgt >= 0 ? dscale : 0.f);
 }
 
 __global__ void ce_max(float* row_max, const float* logits, int64_t V, int64_t Vvalid) {
@@ -53,7 +53,7 @@ __global__ void ce_sums(float* sums, const float* logits, const float* row_max, 
   if (threadIdx.x == 0) {
     const int64_t tgt = int64_t(targets[n]) - vocab_begin;
     sums[n] = s;
-    sums[N + n] = tgt >= 0 && tgt < Vvalid ? row[tgt] : 0.f;
+    sums[N + n] = targets[n] >= 0 && tgt >= 0 && tgt < Vvalid ? row[tgt] : 0.f;
   }
 }
 
@@ -61,10 +61,11 @@ __global__ void ce_finish(float* losses, float* logits, const float* row_max, co
                           int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin, float dscale) {
   const int64_t n = blockIdx.x;
   const float lse = row_max[n] + logf(sums[n]);
-  if (threadIdx.x == 0) losses[n] = lse - sums[N + n];
+  const bool ignored = targets[n] < 0;
+  if (threadIdx.x == 0) losses[n] = ignored ? 0.f : lse - sums[N + n];
   if (dscale == 0.f) return;
   const int64_t tgt = int64_t(targets[n]) - vocab_begin;
-  write_dlogits(logits + n * V, V, Vvalid, lse, tgt >= 0 && tgt < Vvalid ? tgt : -1, dscale);
+  write_dlogits(logits + n * V, V, Vvalid, lse, tgt >= 0 && tgt < Vvalid ? tgt : -1, ignored ? 0.f : dscale);
 }
 
 }  // namespace

@@ -389,3 +389,52 @@ TEST(Kernels, DocumentMaskEqualsEachDocumentAlone) {
 
 }  // namespace
 }  // namespace trident::kernels
+
+namespace trident::kernels {
+namespace {
+
+// data.mask_eod_loss: a negative target takes no loss and gives a zero
+// dlogits row, fused and vocab-parallel; the other rows are unchanged.
+TEST(Kernels, IgnoredTargetsTakeNoLossNorGradient) {
+  using V = std::vector<double>;
+  const int64_t N = 6, Vv = 9;
+  std::vector<int32_t> all = {1, 4, 8, 0, 3, 5}, some = all;
+  some[1] = some[4] = -1;
+  const V logits = test::randn(N * Vv, 41);
+  V l1 = logits, l2 = logits, loss1(N), loss2(N);
+  softmax_cross_entropy(loss1.data(), l1.data(), all.data(), N, Vv, Vv, 0.5);
+  softmax_cross_entropy(loss2.data(), l2.data(), some.data(), N, Vv, Vv, 0.5);
+  // vocab-parallel over two column ranges [0, 4) and [4, 9)
+  V lp = logits, mx(N, -INFINITY), sums(2 * N, 0.0), lossp(N);
+  for (auto [vb, vn] : {std::pair<int64_t, int64_t>{0, 4}, {4, 5}}) {
+    V part(size_t(N * vn)), m(N), s(2 * N);
+    for (int64_t n = 0; n < N; ++n) std::copy_n(logits.begin() + n * Vv + vb, vn, part.begin() + n * vn);
+    cross_entropy_local_max(m.data(), part.data(), N, vn, vn);
+    for (int64_t n = 0; n < N; ++n) mx[size_t(n)] = std::max(mx[size_t(n)], m[size_t(n)]);
+  }
+  for (auto [vb, vn] : {std::pair<int64_t, int64_t>{0, 4}, {4, 5}}) {
+    V part(size_t(N * vn)), s(2 * N);
+    for (int64_t n = 0; n < N; ++n) std::copy_n(logits.begin() + n * Vv + vb, vn, part.begin() + n * vn);
+    cross_entropy_local_sums(s.data(), part.data(), mx.data(), some.data(), N, vn, vn, vb);
+    for (size_t i = 0; i < s.size(); ++i) sums[i] += s[i];
+  }
+  for (auto [vb, vn] : {std::pair<int64_t, int64_t>{0, 4}, {4, 5}}) {
+    V part(size_t(N * vn));
+    for (int64_t n = 0; n < N; ++n) std::copy_n(logits.begin() + n * Vv + vb, vn, part.begin() + n * vn);
+    cross_entropy_finish(lossp.data(), part.data(), mx.data(), sums.data(), some.data(), N, vn, vn, vb, 0.5);
+    for (int64_t n = 0; n < N; ++n) std::copy_n(part.begin() + n * vn, vn, lp.begin() + n * Vv + vb);
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    const bool ignored = some[size_t(n)] < 0;
+    EXPECT_EQ(loss2[size_t(n)], ignored ? 0.0 : loss1[size_t(n)]) << "row " << n;
+    EXPECT_NEAR(lossp[size_t(n)], loss2[size_t(n)], 1e-12) << "vocab-parallel row " << n;
+    for (int64_t v = 0; v < Vv; ++v) {
+      const size_t i = size_t(n * Vv + v);
+      EXPECT_EQ(l2[i], ignored ? 0.0 : l1[i]) << "row " << n << " column " << v;
+      EXPECT_NEAR(lp[i], l2[i], 1e-12) << "vocab-parallel row " << n << " column " << v;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace trident::kernels

@@ -52,11 +52,13 @@ struct Case {
   std::string precision = "fp32";
   std::string device = "cpu";
   bool documents = false;  // train on the document dataset with data.document_mask
+  bool eod_loss = false;   // ... and data.mask_eod_loss
   std::string name() const {
     return fmt::format("{} data {} x tensor {} x pipeline {} {} zero {}{}{}{}", arch, data, tensor, pipeline, schedule,
                        zero, sp ? " sequence parallel" : "", recompute == "none" ? "" : " recompute " + recompute,
                        precision == "fp32" ? "" : " " + precision) +
-           (device == "cpu" ? "" : " on " + device) + (documents ? " document mask" : "");
+           (device == "cpu" ? "" : " on " + device) + (documents ? " document mask" : "") +
+           (eod_loss ? " no EOD loss" : "");
   }
 };
 
@@ -114,13 +116,14 @@ Recipe recipe(const Case& c, int world) {
   if (c.documents)
     for (const std::string& d : {std::string("data.synthetic=null"), "data.train=" + g_documents, std::string("data.document_mask=true")})
       sets.push_back(d);
+  if (c.eod_loss) sets.push_back("data.mask_eod_loss=true");
   return load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + file, sets, world);
 }
 
 const test::EquivalenceRun& single_rank(const Case& c) {
-  return test::single_rank_reference(c.arch + std::to_string(c.layers) + c.precision + (c.documents ? "docs" : ""), [&] {
+  return test::single_rank_reference(c.arch + std::to_string(c.layers) + c.precision + (c.documents ? "docs" : "") + (c.eod_loss ? "eod" : ""), [&] {
     Case one{1, 1, 1, "1f1b", 0, c.arch};
-    one.layers = c.layers, one.precision = c.precision, one.documents = c.documents;
+    one.layers = c.layers, one.precision = c.precision, one.documents = c.documents, one.eod_loss = c.eod_loss;
     return recipe(one, 1);
   });
 }
@@ -226,6 +229,11 @@ TEST(Pipeline, DocumentMaskMatchesSingleRank) {
                             {8, 1, 1, "1f1b", 0, "llama"},
                             {1, 2, 4, "zero_bubble", 0, "gpt2", true}};
   for (Case& c : list) c.documents = true;
+  // data.mask_eod_loss: the mean is over the targets that count, summed over the data group
+  for (Case c : {Case{2, 2, 2, "1f1b", 1, "llama", true}, Case{4, 1, 2, "gpipe", 3, "gpt2"}}) {
+    c.documents = c.eod_loss = true;
+    list.push_back(c);
+  }
   for (const Case& c : list) {
     if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
     const auto& ref = single_rank(c);
@@ -240,6 +248,10 @@ TEST(Pipeline, DocumentMaskMatchesSingleRank) {
     const launch::TrainSummary unmasked = launch::train(plain, {.quiet = true, .single_process = true});
     EXPECT_GT(std::abs(unmasked.losses.back() / single_rank(masked).losses.back() - 1), 1e-3)
         << arch << ": masking did not change the run";
+    Case no_eod = masked;
+    no_eod.eod_loss = true;
+    EXPECT_GT(std::abs(single_rank(no_eod).losses.back() / single_rank(masked).losses.back() - 1), 1e-3)
+        << arch << ": mask_eod_loss did not change the run";
   }
 }
 

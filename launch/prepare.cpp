@@ -276,19 +276,11 @@ void prepare(const PrepareOptions& o) {
   // The tokenizer next to the data, then the record: its presence means complete.
   nlohmann::json rec;
   rec["tokenizer"] = {{"kind", tok->kind()}, {"vocab", tok->vocab()}, {"eod", eod ? *eod : -1}};
-  if (tok->kind() == "char") {
-    nlohmann::json pieces = nlohmann::json::array();
-    for (const auto& p : static_cast<const CharTokenizer&>(*tok).pieces()) pieces.push_back(p);
-    const std::string vocab_file = o.out + ".vocab.json";
-    write_file_atomic(vocab_file, pieces.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-    rec["tokenizer"]["file"] = base_name(vocab_file);
-    rec["tokenizer"]["crc32c"] = crc32c_file(vocab_file);
-  } else if (tok->kind() != "byte") {
-    const std::string copy = o.out + (tok->kind() == "hf-bpe" ? ".tokenizer.json" : ".tokenizer.model");
-    std::ifstream in(o.tokenizer, std::ios::binary);
-    write_file_atomic(copy, std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+  const bool from_file = o.tokenizer != "byte" && o.tokenizer != "char";
+  const std::string copy = tok->save_next_to(o.out, from_file ? o.tokenizer : "");
+  if (!copy.empty()) {
     rec["tokenizer"]["file"] = base_name(copy);
-    rec["tokenizer"]["source"] = o.tokenizer;
+    if (from_file) rec["tokenizer"]["source"] = o.tokenizer;
     rec["tokenizer"]["crc32c"] = crc32c_file(copy);
   }
   rec["dtype"] = dtype == TokenDType::u16 ? "u16" : "i32";

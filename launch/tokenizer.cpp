@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 
 namespace trident::launch {
@@ -78,13 +79,37 @@ std::string encode_utf8(uint32_t cp) {
   return s;
 }
 
+namespace {
+std::string read_whole(const std::string& path);
+}  // namespace
+
 std::optional<int32_t> Tokenizer::token_id(const std::string&) const { return std::nullopt; }
+
+std::string Tokenizer::save_next_to(const std::string& prefix, const std::string& source) const {
+  if (source.empty()) return "";
+  const std::string bytes = read_whole(source);
+  const std::string copy = prefix + (bytes.find_first_not_of(" \t\r\n") != std::string::npos &&
+                                             bytes[bytes.find_first_not_of(" \t\r\n")] == '{'
+                                         ? ".tokenizer.json"
+                                         : ".tokenizer.model");
+  write_file_atomic(copy, bytes);
+  return copy;
+}
+
+std::string CharTokenizer::save_next_to(const std::string& prefix, const std::string&) const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& p : pieces_) list.push_back(p);
+  const std::string file = prefix + ".vocab.json";
+  write_file_atomic(file, list.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  return file;
+}
 
 namespace {
 
 class ByteTokenizer : public Tokenizer {
  public:
   std::string kind() const override { return "byte"; }
+  std::string save_next_to(const std::string&, const std::string&) const override { return ""; }
   int64_t vocab() const override { return 256; }
   void encode(std::string_view text, std::vector<int32_t>& out, const std::string&) const override {
     for (unsigned char c : text) out.push_back(int32_t(c));

@@ -27,8 +27,13 @@ size_t invalid_utf8_at(std::string_view s);
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // "byte", "char", "hf-bpe", "sentencepiece".
+  // "byte", "char", "hf-bpe", "sentencepiece": for logs and the dataset record.
   virtual std::string kind() const = 0;
+  // Writes what for_dataset(prefix) reads back next to a dataset (atomically):
+  // a copy of `source` (the tokenizer file it was loaded from) as
+  // PREFIX.tokenizer.json / .model, or PREFIX.vocab.json for char. Returns
+  // the file written, or "" (byte: nothing to write).
+  virtual std::string save_next_to(const std::string& prefix, const std::string& source) const;
   virtual int64_t vocab() const = 0;
   // Appends the ids of one document (with the tokenizer's own BOS, if it adds
   // one) to out. InputError naming `what` on text it cannot encode.
@@ -69,6 +74,7 @@ class CharTokenizer : public Tokenizer {
  public:
   explicit CharTokenizer(std::vector<uint32_t> code_points);
   std::string kind() const override { return "char"; }
+  std::string save_next_to(const std::string& prefix, const std::string& source) const override;
   int64_t vocab() const override { return int64_t(pieces_.size()); }
   void encode(std::string_view text, std::vector<int32_t>& out, const std::string& what) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;

@@ -15,6 +15,16 @@ namespace trident::test {
 
 using F = std::vector<float>;
 
+// Document masking's doc_start[B*T] for documents starting at `starts[b]` of each sequence.
+inline std::vector<int32_t> doc_starts(int64_t B, int64_t T, const std::vector<std::vector<int64_t>>& starts) {
+  std::vector<int32_t> ds(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t s : starts[size_t(b)])
+        if (s <= t) ds[size_t(b * T + t)] = int32_t(s);
+  return ds;
+}
+
 inline F randn_f(int64_t n, uint32_t seed, float scale = 1.f) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> d(0.f, scale);

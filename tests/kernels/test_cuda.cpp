@@ -243,12 +243,7 @@ TEST(Cuda, FlashAttentionMatchesMaterialisedSoftmax) {
 TEST(Cuda, DocumentMaskedAttentionRotaryAndPositions) {
   REQUIRE_GPU();
   const int64_t B = 2, T = 150, H = 4, KV = 2, D = 16, W = (H + 2 * KV) * D, N = B * T, C = 9;
-  std::vector<int32_t> ds(static_cast<size_t>(N));
-  const std::vector<std::vector<int64_t>> starts = {{0, 3, 64, 65, 100, 149}, {0, 70}};
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t s : starts[size_t(b)])
-        if (s <= t) ds[size_t(b * T + t)] = int32_t(s);
+  const std::vector<int32_t> ds = test::doc_starts(B, T, {{0, 3, 64, 65, 100, 149}, {0, 70}});
   Dev gds(ds);
   const auto table = rope_table(T, D, 10000.0);
   F qkv = randn(N * W, 21), dout = randn(N * H * D, 22);

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <queue>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -453,6 +454,15 @@ class HfBpeTokenizer : public Tokenizer {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
+    std::vector<int32_t> sym = word.size() <= 32 ? merge_short(word) : merge_long(word);
+    out.insert(out.end(), sym.begin(), sym.end());
+    cache.map.emplace(std::move(key_text), std::move(sym));
+  }
+
+  // Both merge in the same order: the adjacent pair of lowest rank first,
+  // the leftmost of equal ranks. Short words: rescan the pairs after each
+  // merge (O(n^2), no allocation beyond the result).
+  std::vector<int32_t> merge_short(std::string_view word) const {
     std::vector<int32_t> sym(word.size());
     for (size_t i = 0; i < word.size(); ++i) sym[i] = byte_id_[static_cast<unsigned char>(word[i])];
     while (sym.size() > 1) {
@@ -466,8 +476,50 @@ class HfBpeTokenizer : public Tokenizer {
       sym[at] = best_id;
       sym.erase(sym.begin() + std::ptrdiff_t(at) + 1);
     }
-    out.insert(out.end(), sym.begin(), sym.end());
-    cache.map.emplace(std::move(key_text), std::move(sym));
+    return sym;
+  }
+
+  // Long words (a paragraph of CJK text is one piece): symbols in a linked
+  // list and candidate merges in a heap ordered by (rank, position); an entry
+  // whose pair has changed since it was pushed is skipped. O(n log n).
+  std::vector<int32_t> merge_long(std::string_view word) const {
+    const int64_t n = int64_t(word.size());
+    const size_t len = word.size();
+    std::vector<int32_t> id(len);
+    std::vector<int64_t> prev(len), next(len);
+    std::vector<char> alive(len, 1);
+    for (int64_t i = 0; i < n; ++i)
+      id[size_t(i)] = byte_id_[static_cast<unsigned char>(word[size_t(i)])], prev[size_t(i)] = i - 1,
+              next[size_t(i)] = i + 1 < n ? i + 1 : -1;
+    struct Candidate {
+      int32_t rank;
+      int64_t pos;
+      int32_t left, right, merged;
+      bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    };
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+    auto push = [&](int64_t pos) {
+      const int64_t nx = next[size_t(pos)];
+      if (nx < 0) return;
+      auto it = merges_.find(key(id[size_t(pos)], id[size_t(nx)]));
+      if (it != merges_.end()) heap.push({it->second.rank, pos, id[size_t(pos)], id[size_t(nx)], it->second.id});
+    };
+    for (int64_t i = 0; i + 1 < n; ++i) push(i);
+    while (!heap.empty()) {
+      const Candidate c = heap.top();
+      heap.pop();
+      const int64_t pos = c.pos, nx = alive[size_t(pos)] ? next[size_t(pos)] : -1;
+      if (nx < 0 || id[size_t(pos)] != c.left || id[size_t(nx)] != c.right) continue;  // stale
+      id[size_t(pos)] = c.merged;
+      alive[size_t(nx)] = 0;
+      next[size_t(pos)] = next[size_t(nx)];
+      if (next[size_t(pos)] >= 0) prev[size_t(next[size_t(pos)])] = pos;
+      if (prev[size_t(pos)] >= 0) push(prev[size_t(pos)]);
+      push(pos);
+    }
+    std::vector<int32_t> sym;
+    for (int64_t i = 0; i >= 0; i = next[size_t(i)]) sym.push_back(id[size_t(i)]);
+    return sym;
   }
 
   std::string path_;

@@ -69,6 +69,9 @@ def corpus(text_path):
     docs = [p + "\n\n" for p in text.split("\n\n") if p.strip()]
     docs += [line for line in stress.split("\n")]
     docs += [stress, stress.replace("\n", "\r\n"), "   \n\n\n  x  \t\n", "a" * 3000 + " " * 700 + "🙂" * 50]
+    # long pieces (the heap-ordered merge path): CJK without spaces, one long word
+    docs += ["你好世界，日本語のテキスト한국어" * 400, "Supercalifragilisticexpialidocious" * 120,
+             " ".join(c * n for c, n in (("l", 99), ("s", 101), ("e", 77), ("o", 55), ("t", 33), (" ", 65)))]
     return docs
 
 

@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/sample_index.hpp"
 #include "launch/prepare.hpp"
+#include "launch/tokenizer.hpp"
 #include "launch/trainer.hpp"
 #include "tests/test_util.hpp"
 
@@ -374,6 +375,33 @@ TEST_F(Data, PrepareJsonlCompressedGlobsAndBadLines) {
   launch::prepare(o);
   EXPECT_EQ(IndexedDataset(path("bad_train")).num_documents(), 2);
   EXPECT_EQ(nlohmann::json::parse(slurp(path("bad.meta.json")))["bad_lines_skipped"], 3);
+}
+
+// A vocabulary over 65536 entries is stored as i32 (u16 otherwise): a
+// byte-level tokenizer.json with 70,000 tokens and no merges.
+TEST_F(Data, PrepareStoresLargeVocabulariesAsInt32) {
+  nlohmann::json vocab = nlohmann::json::object();
+  std::string mapped;
+  for (int b = 0, extra = 0; b < 256; ++b) {  // GPT-2's byte -> character mapping
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    const uint32_t cp = printable ? uint32_t(b) : uint32_t(256 + extra++);
+    vocab[launch::encode_utf8(cp)] = b;
+  }
+  for (int i = 256; i < 70000; ++i) vocab["<extra_" + std::to_string(i) + ">"] = i;
+  nlohmann::json tok = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+                        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+                        {"decoder", {{"type", "ByteLevel"}}},
+                        {"added_tokens", {{{"id", 69999}, {"content", "<|endoftext|>"}, {"special", true}}}}};
+  std::ofstream(path("big.json")) << tok.dump();
+  std::ofstream(path("in.txt")) << "Hi there.\n\nAgain!\n";
+  launch::PrepareOptions o;
+  o.inputs = {path("in.txt")}, o.out = path("big"), o.tokenizer = path("big.json"), o.valid_fraction = 0;
+  launch::prepare(o);
+  IndexedDataset d(path("big_train"));
+  EXPECT_EQ(d.dtype(), TokenDType::i32);
+  EXPECT_EQ(d.token(0), 'H');
+  EXPECT_EQ(d.token(d.doc_offset(1) - 1), 69999) << "EOD after the first document";
+  EXPECT_EQ(nlohmann::json::parse(slurp(path("big.meta.json")))["dtype"], "i32");
 }
 
 TEST(Markov, EntropyAndDeterminism) {

@@ -70,7 +70,8 @@ def main():
         ref_rate = int(ref_tokens) / float(ref_s) / n
         start = time.perf_counter()
         subprocess.run([trident, "prepare", "--input", jsonl, "--out", os.path.join(work, "ds"), "--tokenizer",
-                        tok_path, "--workers", str(n), "--valid-fraction", "0.01"], check=True, capture_output=True)
+                        tok_path, "--workers", str(n), "--valid-fraction", "0.01", "--force"], check=True,
+                       capture_output=True)
         tri_s = time.perf_counter() - start
         with open(os.path.join(work, "ds.meta.json")) as f:
             meta = json.load(f)
@@ -88,7 +89,7 @@ def main():
                 out.write(text)
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         p = subprocess.Popen(["/usr/bin/time", "-f", "%M", trident, "prepare", "--input", big, "--out",
-                              os.path.join(work, f"m{copies}"), "--tokenizer", tok_path, "--workers", str(cores)],
+                              os.path.join(work, f"m{copies}"), "--tokenizer", tok_path, "--workers", str(cores), "--force"],
                              stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         _, err = p.communicate()
         rss_kb = int(err.strip().splitlines()[-1])

@@ -154,6 +154,7 @@ std::vector<Command> commands() {
                       "end-of-document token (its text or id) appended to each document, or none "
                       "(default: the tokenizer's, none for byte and char)");
          c.add_option("--workers", p.workers, "encoding threads")->check(kPositive)->capture_default_str();
+         c.add_flag("--force", p.force, "replace an existing dataset at --out");
          c.add_option("--inspect", o.inspect, "print what a dataset holds, and its first document decoded")
              ->type_name("PREFIX");
        },

@@ -203,6 +203,15 @@ void prepare(const PrepareOptions& o) {
   std::string dir = std::filesystem::path(o.out).parent_path().string();
   if (!dir.empty() && !std::filesystem::is_directory(dir))
     fail_input("prepare: --out {}: directory '{}' does not exist", o.out, dir);
+  if (!o.force) {  // an existing dataset is never replaced by accident
+    std::vector<std::string> existing;
+    for (const char* ext : {"_train.bin", "_train.idx", "_valid.bin", "_valid.idx", ".meta.json", ".tokenizer.json",
+                            ".tokenizer.model", ".vocab.json"})
+      if (std::filesystem::exists(o.out + ext)) existing.push_back(o.out + ext);
+    if (!existing.empty())
+      fail_input("prepare: --out {}: a dataset is already there ({}); pass --force to replace it", o.out,
+                 fmt::join(existing, ", "));
+  }
   const std::vector<std::string> files = expand_inputs(o.inputs);
   const DocumentFormat format = format_of(files, o.doc_per_line);
   DocumentReader reader(files, format, o.json_key, o.skip_bad_lines);

@@ -19,6 +19,7 @@ struct PrepareOptions {
   bool skip_bad_lines = false;     // JSONL: count and skip lines that are not documents
   std::string eod_token;           // text or id of the end-of-document token; "none": none; "": the tokenizer's
   int workers = 1;
+  bool force = false;  // replace an existing dataset at `out` (refused otherwise)
 };
 void prepare(const PrepareOptions& opts);
 

@@ -22,6 +22,11 @@ namespace fs = std::filesystem;
 
 namespace trident {
 
+std::string slurp(const std::string& f) {
+  std::ifstream in(f, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 // Which dataset blend sample k of weights {3, 1} comes from: a (true) or b.
 bool order_of_two(uint64_t k) {
   static const auto order = blend_order({0.75, 0.25}, 400);
@@ -152,6 +157,22 @@ TEST_F(Data, PrepareByteAndChar) {
   std::ofstream(txt) << "First Citizen:\nBefore we proceed.\n\nAll:\nSpeak, speak.\n\nFirst:\nYou are all resolved.\n\n"
                         "Second:\nWe know't.\n";
   launch::PrepareOptions o{{txt}, path("sh"), "byte", 0.25};
+  launch::prepare(o);
+  // an existing dataset is not replaced without --force
+  const std::string before = slurp(path("sh_train.bin"));
+  std::ofstream(txt) << "Other text.\n\nMore.\n\nAnd more.\n\nEnd.\n";
+  try {
+    launch::prepare(o);
+    ADD_FAILURE() << "an existing dataset was replaced";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("pass --force to replace it"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(slurp(path("sh_train.bin")), before);
+  o.force = true;
+  launch::prepare(o);
+  EXPECT_NE(slurp(path("sh_train.bin")), before);
+  std::ofstream(txt) << "First Citizen:\nBefore we proceed.\n\nAll:\nSpeak, speak.\n\nFirst:\nYou are all resolved.\n\n"
+                        "Second:\nWe know't.\n";
   launch::prepare(o);
   IndexedDataset tr(path("sh_train")), va(path("sh_valid"));
   EXPECT_EQ(tr.num_documents(), 3);
@@ -320,11 +341,6 @@ TEST_F(Data, BlendSharesMatchWeightsAtEveryPrefix) {
     }
   }
   EXPECT_EQ(from_a, 300);
-}
-
-std::string slurp(const std::string& f) {
-  std::ifstream in(f, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 // JSONL over several files (a glob), gzip- and zstd-compressed, gives the

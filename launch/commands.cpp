@@ -130,6 +130,14 @@ int run_topology(const TopologyCommand& c) {
 }
 
 int run_schedule(const ScheduleCommand& c) {
+  // The simulator's work and the timeline grow with P x V x M: bound them
+  // (a bound is a clear message; no limit was minutes and gigabytes).
+  constexpr int64_t kMaxActions = 1 << 20;
+  const int64_t actions = c.pipeline * c.virtual_stages * c.micro_batches;
+  if (c.pipeline > 4096 || c.micro_batches > 65536 || c.virtual_stages > 256 || actions > kMaxActions)
+    fail_input("schedule: pipeline({}) x virtual stages({}) x micro-batches({}) = {} stage-chunk-micro-batches; "
+               "the simulator takes at most {} (pipeline <= 4096, virtual stages <= 256, micro-batches <= 65536)",
+               c.pipeline, c.virtual_stages, c.micro_batches, actions, kMaxActions);
   const int P = int(c.pipeline), V = int(c.virtual_stages), M = int(c.micro_batches);
   const auto sim = parallel::simulate(c.schedule, P, V, M);
   fmt::print(

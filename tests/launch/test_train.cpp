@@ -237,6 +237,12 @@ TEST(Cli, ExitCodesAndMessages) {
   EXPECT_NE(bad_sched.out.find("micro-batches(6) % pipeline(4) = 2 != 0"), std::string::npos) << bad_sched.out;
   EXPECT_EQ(run("schedule --pipeline 4 --micro-batches 8 --schedule pipedream").code, 2);
   EXPECT_EQ(run("schedule --micro-batches 8 --schedule 1f1b").code, 2);
+  // a schedule too large to simulate is refused at once, with the product
+  CliRun huge = run("schedule --pipeline 100000 --micro-batches 100000 --schedule 1f1b");
+  EXPECT_EQ(huge.code, 2);
+  EXPECT_NE(huge.out.find("pipeline(100000) x virtual stages(1) x micro-batches(100000) = 10000000000"),
+            std::string::npos)
+      << huge.out;
   EXPECT_EQ(run("frobnicate").code, 2);
   EXPECT_EQ(run("train /nonexistent.yaml").code, 2);
   EXPECT_EQ(run("prepare --input /nonexistent.txt --out /tmp/x").code, 2);

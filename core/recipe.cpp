@@ -151,6 +151,15 @@ void validate_mesh(Reader& r, const ModelConfig& m, const ParallelConfig& p, int
 void validate_train(Reader& r, const Recipe& rc) {
   const auto& t = rc.train;
   const auto& p = rc.parallel;
+  // products the run computes with (sample indexes, tokens per step): no overflow
+  int64_t samples = 0, tokens = 0;
+  if (__builtin_mul_overflow(t.steps, t.global_batch, &samples) || samples > (int64_t(1) << 48))
+    r.inconsistent("train.steps", fmt::format("steps({}) x global_batch({}) = {:.3g} samples > 2^48", t.steps,
+                                              t.global_batch, double(t.steps) * double(t.global_batch)));
+  if (__builtin_mul_overflow(t.global_batch, rc.model.seq_len, &tokens) || tokens > (int64_t(1) << 40))
+    r.inconsistent("train.global_batch", fmt::format("global_batch({}) x seq_len({}) = {:.3g} tokens per step > 2^40",
+                                                     t.global_batch, rc.model.seq_len,
+                                                     double(t.global_batch) * double(rc.model.seq_len)));
   if (t.precision != Precision::fp16 && t.loss_scale != 1.0)
     r.inconsistent("train.loss_scale", fmt::format("loss scaling is for fp16; precision is {} (expected 1 or no key, "
                                                    "found {})",

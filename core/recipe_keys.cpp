@@ -48,6 +48,7 @@ auto derived(std::string text, F f) {
 enum class Open { none, low };
 
 std::string bound(int64_t v) {
+  if (v == (int64_t(1) << 40)) return "2^40";
   if (v == (int64_t(1) << 30)) return "2^30";
   if (v == (int64_t(1) << 24)) return "2^24";
   if (v == (int64_t(1) << 20)) return "2^20";
@@ -195,12 +196,13 @@ const std::vector<Key>& table() {
            "collective or point-to-point operation (naming the operation, its size, the group, this rank's place in "
            "it, and for transfers the peer's world rank and tag) that does not complete within this many seconds stops "
            "the job ([slurm.md](slurm.md#when-something-goes-wrong))"),
-      integer("train.global_batch", FIELD(train.global_batch), 1, kMax, required<int64_t>(),
+      integer("train.global_batch", FIELD(train.global_batch), 1, int64_t(1) << 24, required<int64_t>(),
               "sequences per optimizer step; divisible by `micro_batch * data`"),
-      integer("train.micro_batch", FIELD(train.micro_batch), 1, kMax, required<int64_t>(),
+      integer("train.micro_batch", FIELD(train.micro_batch), 1, int64_t(1) << 24, required<int64_t>(),
               "sequences per forward/backward; `global_batch / (micro_batch * data)` micro-batches are accumulated per "
               "step"),
-      integer("train.steps", FIELD(train.steps), 1, kMax, required<int64_t>(), "optimizer steps"),
+      integer("train.steps", FIELD(train.steps), 1, int64_t(1) << 40, required<int64_t>(),
+              "optimizer steps; `steps * global_batch` (the samples of the run) at most 2^48"),
       choice<Precision>("train.precision", FIELD(train.precision), value<Precision>(Precision::fp32),
                         "`bf16`/`fp16`: mixed precision — activations, activation gradients and the parameters the "
                         "model computes with are stored in the 16-bit format; math, parameter-gradient accumulation, "

@@ -66,7 +66,7 @@ TEST(Recipe, UnknownKeyNamesLineAndSuggests) {
 }
 TEST(Recipe, UnknownSection) { expect_error(with("modle: {}"), {"r.yaml:10:1", "unknown key 'modle'", "'model'"}); }
 TEST(Recipe, WrongType) {
-  expect_error(kGood, {"--set train.steps=ten", "key 'train.steps'", "expected an integer >= 1", "found 'ten'"},
+  expect_error(kGood, {"--set train.steps=ten", "key 'train.steps'", "expected an integer in [1, 1099511627776]", "found 'ten'"},
                {"train.steps=ten"});
 }
 TEST(Recipe, OutOfRange) {
@@ -231,6 +231,21 @@ TEST(Recipe, DataBlends) {
   expect_error(with_data("{train: [{path: a, wieght: 1}]}"), {"'data.train[0]'", "unknown key 'wieght'"});
   expect_error(with_data("{train: [{weight: 1}]}"), {"'data.train[0].path'", "expected a dataset prefix"});
   expect_error(with_data("{synthetic: {vocab: 10}, document_mask: true}"), {"'data.document_mask'", "synthetic"});
+}
+
+}  // namespace
+}  // namespace trident
+
+namespace trident {
+namespace {
+
+// Sizes whose products the run computes with are bounded: no overflow.
+TEST(Recipe, NoIntegerOverflow) {
+  expect_error(kGood, {"'train.global_batch'", "expected an integer in [1, 16777216]", "4294967296"},
+               {"train.global_batch=4294967296"});
+  expect_error(kGood, {"'train.global_batch'", "8589934596"}, {"train.global_batch=8589934596"});
+  expect_error(kGood, {"'train.steps'", "steps(1099511627776) x global_batch(16777216)", "> 2^48"},
+               {"train.steps=1099511627776", "train.global_batch=16777216", "train.micro_batch=2"});
 }
 
 }  // namespace

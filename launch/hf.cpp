@@ -1,6 +1,8 @@
 // Hugging Face export and import (see hf.hpp).
 #include "launch/hf.hpp"
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -44,12 +46,16 @@ void check_new_dir(const std::string& flag, const std::string& dir) {
 }
 
 // DIR.tmp, fresh; renamed to DIR by commit().
+// DIR.tmp.PID, this process's own: nothing of anyone else's is ever removed
+// (a user's DIR.tmp stays as it is).
 struct StagedDir {
   std::string final_dir, tmp;
-  bool done = false;
-  explicit StagedDir(std::string dir) : final_dir(std::move(dir)), tmp(final_dir + ".tmp") {
-    fs::remove_all(tmp);
+  bool done = false, created = false;
+  explicit StagedDir(std::string dir)
+      : final_dir(std::move(dir)), tmp(final_dir + ".tmp." + std::to_string(getpid())) {
+    if (fs::exists(tmp)) fail_input("{}: exists (left by an earlier process?); remove it and run again", tmp);
     fs::create_directories(tmp);
+    created = true;
   }
   void commit() {
     if (fs::exists(final_dir)) fs::remove(final_dir);  // checked empty
@@ -57,7 +63,7 @@ struct StagedDir {
     done = true;
   }
   ~StagedDir() {
-    if (!done) {
+    if (!done && created) {
       std::error_code ec;
       fs::remove_all(tmp, ec);
     }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <tuple>
 
 #include "core/device_memory.hpp"
@@ -91,6 +92,16 @@ std::unique_ptr<TokenSampler> make_sampler(const Recipe& rc, parallel::Mesh& mes
     fail_input("{}: token id {} does not fit model.vocab({}) of {}", rc.data.train[0].path,
                sampler->vocab_needed() - 1, rc.model.vocab, rc.source);
   return sampler;
+}
+
+// Test-only fault injection (docs/testing.md): TRIDENT_FAULT=nan_loss:N makes
+// step N's loss NaN on every rank.
+double injected_loss(int64_t step, double loss) {
+  static const int64_t nan_step = [] {
+    const char* f = std::getenv("TRIDENT_FAULT");
+    return f && std::strncmp(f, "nan_loss:", 9) == 0 ? std::atoll(f + 9) : int64_t(-1);
+  }();
+  return step + 1 == nan_step ? std::nan("") : loss;
 }
 
 parallel::DataParallelSpec data_parallel_spec(const Recipe& rc, parallel::Mesh& mesh, const model::ParamRegistry& reg,
@@ -206,8 +217,17 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     dp->finish_gradients();
     report.span(RunReport::Span::grad_sync, sync_start, report.seconds());
     // the last stage's loss, over the data group (every tensor rank has the same)
-    const double loss =
-        parallel::sum_over(mesh.pipeline(), parallel::sum_over(mesh.data(), loss_sum)) / runner.loss_tokens();
+    const double loss = injected_loss(
+        step, parallel::sum_over(mesh.pipeline(), parallel::sum_over(mesh.data(), loss_sum)) / runner.loss_tokens());
+    // a non-finite loss stops the run before the update and before any save:
+    // no checkpoint is ever written from this state; a background save of an
+    // earlier (finite) state is completed first, so the last good one stays
+    if (!std::isfinite(loss)) {
+      if (saver.pending()) saver.finish();
+      throw Error(fmt::format("loss is {} at step {}: stopped before the optimizer step; nothing was saved from this "
+                              "state (the last checkpoint, if any, is untouched)",
+                              loss, step + 1));
+    }
     // unscaled; inf/NaN on any rank makes it non-finite everywhere
     const double gnorm = global_grad_norm(reg, *dp, mesh) / scaler.scale();
     if (opts.on_gradients) opts.on_gradients({step, rc, mesh, reg, *dp});
@@ -230,7 +250,6 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     report.end_step({step, loss, lr, gnorm, used_scale, scaler.scale(), skip, dp->take_wait_seconds(),
                      report.seconds() - ckpt_start,
                      sampler->train_samples_per_source(uint64_t((step + 1) * rc.train.global_batch))});
-    if (!std::isfinite(loss)) throw Error(fmt::format("loss is {} at step {}", loss, step + 1));
 
     if ((rc.eval.every > 0 && (step + 1) % rc.eval.every == 0) || step + 1 == rc.train.steps)
       report.evaluated(step, runner.evaluate(rc.eval.batches), runner.evaluate_sources(rc.eval.batches));

@@ -125,6 +125,32 @@ TEST(Train, FailedSaveKeepsThePreviousCheckpointAndTrains) {
   fs::remove_all(dir);
 }
 
+// A non-finite loss never becomes a checkpoint: with keep = 1 the last good
+// checkpoint (step 3) stays `latest`, the run exits 1 naming the step, and it
+// resumes from step 3.
+TEST(Train, NonFiniteLossIsNeverSaved) {
+  namespace fs = std::filesystem;
+  const std::string dir = fs::temp_directory_path() / ("trident_nan_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string args = fmt::format(
+      "train {} --set train.steps=4 --set eval.batches=0 --set log.metrics= --set checkpoint.dir={} "
+      "--set checkpoint.every=1 --set checkpoint.keep=1",
+      src("configs/demo.yaml"), dir);
+  setenv("TRIDENT_FAULT", "nan_loss:4", 1);
+  const CliRun bad = run(args);
+  unsetenv("TRIDENT_FAULT");
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("loss is nan at step 4"), std::string::npos) << bad.out;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000003"}));
+  const CliRun resumed = run(args + " --resume");
+  EXPECT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("step      4/4"), std::string::npos) << resumed.out;
+  fs::remove_all(dir);
+}
+
 // kill -9 at arbitrary moments of a run that saves every step: `latest`
 // always names a complete checkpoint, and the run resumes from it. Each
 // attempt waits for its run to complete a save of its own (an event, however

@@ -78,7 +78,6 @@ class CharTokenizer : public Tokenizer {
   int64_t vocab() const override { return int64_t(pieces_.size()); }
   void encode(std::string_view text, std::vector<int32_t>& out, const std::string& what) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
-  const std::vector<std::string>& pieces() const { return pieces_; }
 
  private:
   std::vector<std::string> pieces_;  // id -> UTF-8 of the code point

@@ -2,10 +2,12 @@
 // docs/recipes.md for every key.
 #include "core/recipe.hpp"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -233,13 +235,39 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
 }
 }  // namespace
 
+namespace {
+
+// A parse error in the user's words: a tab indenting a line (YAML indents
+// with spaces) and nesting too deep are named as such.
+[[noreturn]] void syntax_error(const std::string& text, const std::string& name, const YAML::ParserException& e) {
+  std::istringstream lines(text);
+  int number = 0;
+  for (std::string line; std::getline(lines, line) && number <= e.mark.line;) {
+    ++number;
+    const size_t lead = line.find_first_not_of(" \t");
+    const size_t tab = line.find('\t');
+    if (tab != std::string::npos && (lead == std::string::npos || tab < lead))
+      fail_input("{}:{}:{}: a tab character in the indentation (YAML indents with spaces only)", name, number,
+                 tab + 1);
+  }
+  if (dynamic_cast<const YAML::DeepRecursion*>(&e))
+    fail_input("{}:{}:{}: YAML nested too deeply (a recipe nests a few levels)", name, e.mark.line + 1,
+               e.mark.column + 1);
+  fail_input("{}:{}:{}: YAML syntax error: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg);
+}
+
+}  // namespace
+
 Recipe load_recipe_text(const std::string& text, const std::string& name, const std::vector<std::string>& overrides,
                         int64_t world) {
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    if (documents.size() > 1)
+      fail_input("{}: {} YAML documents (separated by '---'); a recipe is one", name, documents.size());
+    if (!documents.empty()) root = documents[0];
   } catch (const YAML::ParserException& e) {
-    fail_input("{}:{}:{}: YAML syntax error: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg);
+    syntax_error(text, name, e);
   }
   Recipe rc = read_recipe(root, name, overrides, world);
   rc.text = text;
@@ -248,12 +276,14 @@ Recipe load_recipe_text(const std::string& text, const std::string& name, const 
 
 int64_t recipe_ranks(const std::string& path, const std::vector<std::string>& overrides) {
   YAML::Node root;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return 0;  // load_recipe says what is wrong
   try {
     root = YAML::LoadFile(path);
   } catch (const YAML::BadFile&) {
     fail_input("{}: cannot open recipe file", path);
-  } catch (const YAML::ParserException& e) {
-    fail_input("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg);
+  } catch (const YAML::ParserException&) {
+    return 0;  // load_recipe names the error
   }
   if (!root.IsMap()) return 0;
   apply_overrides(root, overrides);
@@ -273,6 +303,9 @@ int64_t recipe_ranks(const std::string& path, const std::vector<std::string>& ov
 }
 
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, int64_t world) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    fail_input("{}: a directory, expected a recipe file (RECIPE.yaml)", path);
   std::ifstream in(path);
   if (!in) fail_input("{}: cannot open recipe file", path);
   std::stringstream ss;

@@ -33,11 +33,49 @@ inline int edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
+inline bool quoted(const YAML::Node& n) { return n.IsScalar() && n.Tag() == "!"; }
+
+// What a value is, as an error message shows it: '12', the quoted string
+// "12", a list of 1 ([0.9]), a map.
 inline std::string describe(const YAML::Node& n) {
   if (!n.IsDefined() || n.IsNull()) return "nothing";
+  if (quoted(n)) return "the quoted string \"" + n.Scalar() + "\"";
   if (n.IsScalar()) return "'" + n.Scalar() + "'";
-  if (n.IsSequence()) return "a list";
+  if (n.IsSequence()) {
+    std::vector<std::string> items;
+    for (const auto& v : n) items.push_back(v.IsScalar() ? v.Scalar() : v.IsSequence() ? "[...]" : "{...}");
+    return fmt::format("a list of {} ([{}])", n.size(), fmt::join(items, ", "));
+  }
   return "a map";
+}
+
+// A plain (unquoted) decimal integer: no leading zero (YAML would read 010
+// as octal 8), no quotes (a quoted "2" is a string).
+inline std::optional<int64_t> plain_integer(const YAML::Node& n) {
+  if (!n.IsScalar() || quoted(n)) return std::nullopt;
+  const std::string& t = n.Scalar();
+  const size_t digits = t.find_first_not_of("+-") == 1 ? 1 : 0;
+  if (t.size() == digits || t.find_first_not_of("0123456789", digits) != std::string::npos) return std::nullopt;
+  if (t[digits] == '0' && t.size() > digits + 1) return std::nullopt;
+  try {
+    return n.as<int64_t>();
+  } catch (const YAML::Exception&) {
+    return std::nullopt;  // out of range
+  }
+}
+
+// A plain number (not a quoted string, no octal-looking integer).
+inline std::optional<double> plain_number(const YAML::Node& n) {
+  if (!n.IsScalar() || quoted(n)) return std::nullopt;
+  const std::string& t = n.Scalar();
+  const size_t digits = t.find_first_not_of("+-") == 1 ? 1 : 0;
+  if (t.size() > digits + 1 && t[digits] == '0' && std::isdigit(static_cast<unsigned char>(t[digits + 1])))
+    return std::nullopt;
+  try {
+    return n.as<double>();
+  } catch (const YAML::Exception&) {
+    return std::nullopt;
+  }
 }
 
 class Reader {
@@ -69,14 +107,16 @@ class Reader {
   }
 
   std::string where(const std::string& path) const {
-    auto it = set_origin_.find(path);
-    if (it != set_origin_.end()) return "--set " + it->second;
     YAML::Node n = find(path);
-    if (n.IsDefined()) {
-      auto m = n.Mark();
-      if (m.line >= 0) return fmt::format("{}:{}:{}", file_, m.line + 1, m.column + 1);
-    }
-    return file_;
+    return key_location(path, n.IsDefined() ? n.Mark() : YAML::Mark::null_mark());
+  }
+
+  // The --set option that made `path` (or a key under it), else file:line:column
+  // (the file alone for a node with no place in it).
+  std::string key_location(const std::string& path, const YAML::Mark& m) const {
+    for (const auto& [set_path, option] : set_origin_)
+      if (set_path == path || set_path.rfind(path + ".", 0) == 0) return "--set " + option;
+    return m.line >= 0 && !m.is_null() ? fmt::format("{}:{}:{}", file_, m.line + 1, m.column + 1) : file_;
   }
 
   [[noreturn]] void bad(const std::string& path, const std::string& expected) const {
@@ -111,10 +151,7 @@ class Reader {
       }
       std::string hint = best.empty() ? fmt::format("known keys in {}: {}", label, fmt::join(allowed, ", "))
                                       : fmt::format("did you mean '{}'?", best);
-      auto m = it->first.Mark();
-      std::string loc = set_origin_.count(path) ? "--set " + set_origin_.at(path)
-                                                : fmt::format("{}:{}:{}", file_, m.line + 1, m.column + 1);
-      fail_input("{}: unknown key '{}' ({})", loc, path, hint);
+      fail_input("{}: unknown key '{}' ({})", key_location(path, it->first.Mark()), path, hint);
     }
   }
 
@@ -128,16 +165,9 @@ class Reader {
       if (def) return *def;
       fail_input("{}: missing required key '{}' ({})", file_, path, expected);
     }
-    YAML::Node n = find(path);
-    int64_t v = 0;
-    if (!n.IsScalar()) bad(path, expected);
-    try {
-      v = n.as<int64_t>();
-    } catch (const YAML::Exception&) {
-      bad(path, expected);
-    }
-    if (v < lo || v > hi) bad(path, expected);
-    return v;
+    const std::optional<int64_t> v = plain_integer(find(path));
+    if (!v || *v < lo || *v > hi) bad(path, expected);
+    return *v;
   }
 
   double real(const std::string& path, double lo, double hi, std::optional<double> def, bool lo_open = false) {
@@ -147,14 +177,9 @@ class Reader {
       if (def) return *def;
       fail_input("{}: missing required key '{}' ({})", file_, path, expected);
     }
-    YAML::Node n = find(path);
-    double v = 0;
-    if (!n.IsScalar()) bad(path, expected);
-    try {
-      v = n.as<double>();
-    } catch (const YAML::Exception&) {
-      bad(path, expected);
-    }
+    const std::optional<double> o = plain_number(find(path));
+    if (!o) bad(path, expected);
+    const double v = *o;
     if (!std::isfinite(v) || v < lo || v > hi || (lo_open && v == lo)) bad(path, expected);
     return v;
   }
@@ -163,7 +188,7 @@ class Reader {
     note(path);
     if (!has(path)) return def;
     YAML::Node n = find(path);
-    if (!n.IsScalar()) bad(path, "true or false");
+    if (!n.IsScalar() || quoted(n)) bad(path, "true or false");
     try {
       return n.as<bool>();
     } catch (const YAML::Exception&) {
@@ -205,14 +230,9 @@ class Reader {
     if (!n.IsSequence() || n.size() != count) bad(path, expected);
     std::vector<double> out;
     for (auto v : n) {
-      double x = 0;
-      try {
-        x = v.as<double>();
-      } catch (const YAML::Exception&) {
-        bad(path, expected);
-      }
-      if (!(x >= lo && x < hi)) bad(path, expected);
-      out.push_back(x);
+      const std::optional<double> x = plain_number(v);
+      if (!x || !(*x >= lo && *x < hi)) bad(path, expected);
+      out.push_back(*x);
     }
     return out;
   }
@@ -226,14 +246,9 @@ class Reader {
     if (!n.IsSequence()) bad(path, expected);
     std::vector<int64_t> out;
     for (auto v : n) {
-      int64_t x = 0;
-      try {
-        x = v.as<int64_t>();
-      } catch (const YAML::Exception&) {
-        bad(path, expected);
-      }
-      if (x < lo || x > hi) bad(path, expected);
-      out.push_back(x);
+      const std::optional<int64_t> x = plain_integer(v);
+      if (!x || *x < lo || *x > hi) bad(path, expected);
+      out.push_back(*x);
     }
     return out;
   }

@@ -125,6 +125,8 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns)
   std::vector<std::string> files;
   for (const std::string& p : patterns) {
     if (p.find_first_of("*?[") == std::string::npos) {
+      if (std::filesystem::is_directory(p))
+        fail_input("{}: a directory, expected a file (give its files, or a glob such as '{}/*.jsonl')", p, p);
       if (!std::filesystem::is_regular_file(p)) fail_input("{}: input file not found", p);
       files.push_back(p);
       continue;

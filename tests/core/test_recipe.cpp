@@ -131,7 +131,36 @@ TEST(Recipe, BadOrder) {
   expect_error(with("parallel: {order: [tensor, data, data]}"),
                {"'parallel.order'", "a permutation of [tensor, data, pipeline]"});
 }
-TEST(Recipe, BetasWrongLength) { expect_error(kGood, {"'optim.betas'", "a list of 2 numbers"}, {"optim.betas=[0.9]"}); }
+TEST(Recipe, BetasWrongLength) {
+  expect_error(kGood, {"'optim.betas'", "a list of 2 numbers", "found a list of 1 ([0.9])"}, {"optim.betas=[0.9]"});
+}
+// Messages that name the right thing, and no lax parsing.
+TEST(Recipe, MessagesNameWhatIsWrong) {
+  // a --set of an unknown section names the option, not FILE:0:0
+  const std::string unknown = error_of(kGood, {"a.b=1"});
+  EXPECT_EQ(unknown.find("--set a.b=1: unknown key 'a'"), 0u) << unknown;
+  EXPECT_EQ(unknown.find(":0:0"), std::string::npos) << unknown;
+  // tabs in the indentation are named, with the line
+  expect_error("model:\n\tarch: gpt2\n", {"r.yaml:2:1: a tab character in the indentation"});
+  // nesting beyond the parser's depth
+  expect_error("a: " + std::string(2000, '[') + std::string(2000, ']') + "\n", {"YAML nested too deeply"});
+  // 010 is not octal 8, a quoted "2" is not an integer, "true" in quotes is not a boolean
+  expect_error(kGood, {"key 'train.steps'", "found '010'"}, {"train.steps=010"});
+  expect_error(kGood, {"key 'train.steps'", "found the quoted string \"2\""}, {"train.steps=\"2\""});
+  expect_error(kGood, {"key 'optim.lr'", "found the quoted string \"0.1\""}, {"optim.lr='0.1'"});
+  expect_error(kGood, {"key 'checkpoint.async'", "true or false"}, {"checkpoint.async=\"true\""});
+  EXPECT_EQ(error_of(kGood, {"train.steps=10", "optim.lr=1e-3", "optim.min_lr=0"}), "no error");
+  // a second YAML document is not ignored
+  expect_error(std::string(kGood) + "---\nseed: 5\n", {"r.yaml: 2 YAML documents"});
+}
+TEST(Recipe, DirectoryIsNotARecipe) {
+  try {
+    load_recipe(TRIDENT_SOURCE_DIR);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("a directory, expected a recipe file"), std::string::npos) << e.what();
+  }
+}
 TEST(Recipe, DuplicateKey) {
   expect_error(with("optim: {lr: 2.0e-3}"), {"r.yaml:10:1", "duplicate key 'optim'", "first at line 9"});
 }

@@ -24,6 +24,7 @@ enum class ScheduleKind { gpipe, one_f_one_b, interleaved_1f1b, zero_bubble };
 enum class Precision { fp32, bf16, fp16 };
 enum class Recompute { none, selective, full };
 enum class LrDecay { constant, cosine, linear, wsd };
+enum class NonFinite { stop, skip };
 
 template <typename E>
 struct EnumNames;
@@ -43,6 +44,7 @@ TRIDENT_ENUM_NAMES(Recompute, {Recompute::none, "none"}, {Recompute::selective, 
                    {Recompute::full, "full"});
 TRIDENT_ENUM_NAMES(LrDecay, {LrDecay::constant, "constant"}, {LrDecay::cosine, "cosine"}, {LrDecay::linear, "linear"},
                    {LrDecay::wsd, "wsd"});
+TRIDENT_ENUM_NAMES(NonFinite, {NonFinite::stop, "stop"}, {NonFinite::skip, "skip"});
 TRIDENT_ENUM_NAMES(DeviceType, {DeviceType::cpu, "cpu"}, {DeviceType::cuda, "cuda"});
 #undef TRIDENT_ENUM_NAMES
 

@@ -52,6 +52,11 @@ struct TrainConfig {
   int64_t loss_scale_window = 1000;
   double min_loss_scale = 1.0;
   Recompute recompute = Recompute::none;
+  // a non-finite loss or gradient norm (fp16: a non-finite loss; its
+  // gradient overflows are the loss scaler's): stop before the update, or
+  // skip the update, stopping after nonfinite_limit in a row
+  NonFinite nonfinite = NonFinite::stop;
+  int64_t nonfinite_limit = 5;
   int64_t threads = 0;  // 0 = all cores of this process's share
 };
 

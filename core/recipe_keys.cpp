@@ -220,6 +220,13 @@ const std::vector<Key>& table() {
                         "activation recomputation: `selective` drops the attention probabilities and recomputes them "
                         "in backward; `full` keeps only each layer's input and reruns the layer's forward in backward. "
                         "Gradients are bitwise identical in all three modes"),
+      choice<NonFinite>("train.nonfinite", FIELD(train.nonfinite), value<NonFinite>(NonFinite::stop),
+                        "a step whose loss or gradient norm is inf/NaN (fp16: whose loss is; gradient overflows are the "
+                        "loss scaler's): `stop` ends the run with an error before the update, naming the first "
+                        "parameter with a non-finite gradient; `skip` drops the step's update, logs and counts it, and "
+                        "stops after `nonfinite_limit` in a row. No checkpoint is ever written from a non-finite state"),
+      integer("train.nonfinite_limit", FIELD(train.nonfinite_limit), 1, kMax, value<int64_t>(5),
+              "`nonfinite: skip`: consecutive skipped steps after which the run stops"),
       integer("train.threads", FIELD(train.threads), 0, 4096, value<int64_t>(0),
               "CPU threads per rank; 0 = `OMP_NUM_THREADS` when set, else the node's cores divided by its ranks"),
       real("optim.lr", FIELD(optim.lr), 0, 10, Open::low, required<double>(), "peak learning rate"),
@@ -284,7 +291,8 @@ const std::vector<Key>& table() {
       text("log.metrics", FIELD(log.metrics), "—",
            "JSON-lines metrics file ([metrics.md](metrics.md)); missing directories are created"),
       real("log.peak_flops", FIELD(log.peak_flops), 0, 1e20, Open::none, value<double>(0.0),
-           "FLOP/s that MFU is relative to; 0 = measure this process's sgemm at start-up"),
+           "FLOP/s per rank that MFU is relative to; 0 = the GPU's dense peak, or on CPU this machine's sgemm peak "
+           "for the run's thread count, measured once and cached ([metrics.md](metrics.md#the-mfu-reference))"),
       text("log.trace", FIELD(log.trace), "none",
            "write a Chrome trace (JSON; open in Perfetto or `chrome://tracing`): one track per rank, spans for "
            "forward, backward (or input / weight passes), pipeline sends (copy and post) and time waiting on pipeline "

@@ -149,13 +149,18 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir) {
   write_text(out.tmp + "/trident.json", nlohmann::ordered_json{{"checkpoint", w.dir},
                                                                {"step", w.step},
                                                                {"recipe_file", w.recipe.source},
+                                                               {"tokenizer", w.tokenizer ? w.tokenizer->kind : ""},
                                                                {"data_train", w.recipe.data.synthetic ? std::string() : w.recipe.data.train[0].path}}
                                                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
                                             "\n");
+  // the checkpoint's tokenizer, where Hugging Face reads one: tokenizer.json
+  // (byte-level BPE) or tokenizer.model (SentencePiece)
+  const bool hf_tokenizer = w.tokenizer && (w.tokenizer->kind == "hf-bpe" || w.tokenizer->kind == "sentencepiece");
+  if (hf_tokenizer) std::filesystem::copy_file(w.dir + "/" + w.tokenizer->file, out.tmp + "/" + w.tokenizer->file);
   out.commit();
-  log::info("exported {} (step {}, {} {}, {:.2f}M parameters, vocabulary {}) -> {} for transformers' {}", w.dir, w.step,
-            m.arch, fmt::format("{}x{}", m.layers, m.hidden), double(total) / 1e6, m.vocab, out_dir,
-            model::architecture(m.arch).hf_class);
+  log::info("exported {} (step {}, {} {}, {:.2f}M parameters, vocabulary {}{}) -> {} for transformers' {}", w.dir,
+            w.step, m.arch, fmt::format("{}x{}", m.layers, m.hidden), double(total) / 1e6, m.vocab,
+            hf_tokenizer ? ", " + w.tokenizer->file : "", out_dir, model::architecture(m.arch).hf_class);
 }
 
 namespace {

@@ -28,21 +28,30 @@ struct RunFacts {
   double flops_per_token = 0;
   double peak_flops = 0;    // per rank: the MFU reference
   std::string peak_source;  // where it came from
+  std::string peak_cache_key;  // the cached CPU peak it came from ("" otherwise)
   double predicted_bubble = 0;
   double entropy_floor = 0, sequence_floor = 0;  // the synthetic source's; 0 otherwise
   int64_t eod = -1;  // the datasets' end-of-document token (-1: none)
   int threads = 1;
 };
 
-// The MFU reference of this run: log.peak_flops, the GPU's dense peak, or
-// this process's measured GEMM peak (and its source, for the log).
-std::pair<double, std::string> mfu_reference(const Recipe& rc, Device device);
+// The MFU reference of this run (and its source, for the log):
+// log.peak_flops, the GPU's dense peak, or this machine's GEMM peak for this
+// many threads, measured once and cached (TRIDENT_CACHE_DIR, else
+// XDG_CACHE_HOME/trident, else ~/.cache/trident: gemm_peak.json), so that
+// start-up neither waits for a measurement nor takes one under load.
+// cache_key: where a higher figure is cached later ("" when not cached).
+std::pair<double, std::string> mfu_reference(const Recipe& rc, Device device, std::string* cache_key = nullptr);
+// Records `flops` for `key` when it beats the cached figure.
+void cache_gemm_peak(const std::string& key, double flops);
+std::string peak_cache_file();  // "" when there is nowhere to cache
 
 // What the loop measured in one step (0-based `step`).
 struct StepFacts {
   int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1, next_loss_scale = 1;
-  bool skipped = false;
+  bool skipped = false;    // fp16: the loss scaler skipped the update (gradient overflow)
+  bool nonfinite = false;  // train.nonfinite: skip dropped the update
   double comm_wait_s = 0, checkpoint_s = 0;
   std::vector<int64_t> samples_per_dataset;  // a blend: training samples drawn from each dataset so far
 };
@@ -81,6 +90,7 @@ class RunReport {
   bool traced_ = false;
   double sched_s_ = 0, idle_s_ = 0, tensor_comm_s_ = 0;
   double timed_seconds_ = 0, timed_steps_ = 0;
+  int64_t stopped_after_ = 0;  // the step a stop signal ended the run after
 };
 
 // One line each: model, vocabulary, tensor / pipeline / data layout, memory,

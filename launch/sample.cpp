@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <numeric>
 
 #include "core/error.hpp"
@@ -17,6 +18,23 @@
 
 namespace trident::launch {
 
+// The tokenizer the checkpoint records (its own copy, checked on load);
+// checkpoints from before tokenizers were recorded: the copy next to the
+// training data, checked against the data's record.
+std::unique_ptr<Tokenizer> checkpoint_tokenizer(const WholeModel& w) {
+  if (w.tokenizer) {
+    const auto& t = *w.tokenizer;
+    if (t.file.empty()) return Tokenizer::byte();
+    const std::string file = (std::filesystem::path(w.dir) / t.file).string();
+    return t.kind == "char" ? Tokenizer::chars(file) : Tokenizer::from_file(file);
+  }
+  if (w.recipe.data.synthetic) return Tokenizer::byte();
+  const std::string& data = w.recipe.data.train[0].path;
+  log::info("sample: {} records no tokenizer (an older checkpoint); using the one next to {}", w.dir, data);
+  check_tokenizer_copy(read_dataset_record(data));
+  return Tokenizer::for_dataset(data);
+}
+
 std::vector<int32_t> sample(const SampleOptions& o) {
   if (o.temperature < 0 || !std::isfinite(o.temperature))
     fail_input("sample: --temperature: expected a number >= 0, found {}", o.temperature);
@@ -25,9 +43,7 @@ std::vector<int32_t> sample(const SampleOptions& o) {
   const WholeModel w = load_whole_model(o.checkpoint);
   const ModelConfig& m = w.recipe.model;
   const bool have_text = !o.prompt.empty();
-  if (!w.recipe.data.synthetic) check_tokenizer_copy(read_dataset_record(w.recipe.data.train[0].path));
-  const std::unique_ptr<Tokenizer> tokp =
-      w.recipe.data.synthetic ? Tokenizer::byte() : Tokenizer::for_dataset(w.recipe.data.train[0].path);
+  const std::unique_ptr<Tokenizer> tokp = checkpoint_tokenizer(w);
   const Tokenizer& tok = *tokp;
   if (have_text && w.recipe.data.synthetic)
     fail_input(

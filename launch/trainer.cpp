@@ -4,19 +4,25 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <cstdlib>
 #include <cstring>
 #include <tuple>
 
 #include "core/device_memory.hpp"
+#include "core/crc32c.hpp"
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/log.hpp"
 #include "kernels/backends.hpp"
 #include "kernels/buffer.hpp"
 #include "kernels/gemm.hpp"
 #include "core/sample_index.hpp"
 #include "launch/checkpoint/checkpoint.hpp"
+#include "launch/checkpoint/dir_lock.hpp"
 #include "launch/prepare.hpp"
 #include "launch/run_report.hpp"
 #include "launch/step.hpp"
@@ -51,7 +57,8 @@ int threads_per_rank(const Recipe& rc, int world) {
 // Datasets: their records (prepare's PREFIX.meta.json) must name one
 // tokenizer; the sample indexes are built by one rank per node while the
 // others wait.
-std::unique_ptr<TokenSampler> make_sampler(const Recipe& rc, parallel::Mesh& mesh, RunFacts& facts) {
+std::unique_ptr<TokenSampler> make_sampler(const Recipe& rc, parallel::Mesh& mesh, RunFacts& facts,
+                                           DatasetRecord& first) {
   if (rc.data.synthetic) {
     const auto& s = rc.data.syn;
     const MarkovSource src(s.vocab, s.order, s.branching, s.skew, uint64_t(s.seed));
@@ -62,12 +69,14 @@ std::unique_ptr<TokenSampler> make_sampler(const Recipe& rc, parallel::Mesh& mes
   spec.sample_len = rc.model.seq_len + 1, spec.seed = uint64_t(rc.seed);
   spec.train_samples = rc.train.steps * rc.train.global_batch;
   spec.valid_samples = rc.eval.batches * rc.train.micro_batch;
-  DatasetRecord first;
   for (const auto* split : {&rc.data.train, &rc.data.valid})
     for (const DataSource& d : *split) {
       (split == &rc.data.train ? spec.train : spec.valid).push_back({d.path, d.weight});
       const DatasetRecord r = read_dataset_record(d.path);
       spec.max_token.push_back(r.max_id);
+      if (r.max_id >= rc.model.vocab)
+        fail_input("{}: token id {} does not fit model.vocab({}) of {} (the largest id its record {} gives)", d.path,
+                   r.max_id, rc.model.vocab, rc.source, r.path);
       if (r.path.empty()) continue;
       if (first.path.empty()) first = r;
       if (r.tokenizer != first.tokenizer || r.tokenizer_crc32c != first.tokenizer_crc32c || r.eod != first.eod)
@@ -94,14 +103,23 @@ std::unique_ptr<TokenSampler> make_sampler(const Recipe& rc, parallel::Mesh& mes
   return sampler;
 }
 
-// Test-only fault injection (docs/testing.md): TRIDENT_FAULT=nan_loss:N makes
-// step N's loss NaN on every rank.
-double injected_loss(int64_t step, double loss) {
-  static const int64_t nan_step = [] {
-    const char* f = std::getenv("TRIDENT_FAULT");
-    return f && std::strncmp(f, "nan_loss:", 9) == 0 ? std::atoll(f + 9) : int64_t(-1);
-  }();
-  return step + 1 == nan_step ? std::nan("") : loss;
+// The first parameter whose gradient in this rank's shard is not finite:
+// "layers.3.attn.wqkv[17]", or "" (the shard is clean).
+std::string first_nonfinite_gradient(const model::ParamRegistry& reg, parallel::DataParallel& dp) {
+  std::vector<float> g(size_t(dp.shard_size()));
+  copy_bytes(g.data(), dp.grad_shard(), g.size() * sizeof(float));
+  const auto bad = std::find_if(g.begin(), g.end(), [](float x) { return !std::isfinite(x); });
+  if (bad == g.end()) return "";
+  const int64_t at = dp.shard_begin() + (bad - g.begin());
+  for (const auto& q : reg.params())
+    if (at >= q.offset && at < q.offset + q.numel) return fmt::format("{}[{}] = {}", q.name, at - q.offset, *bad);
+  return fmt::format("element {} of the flat buffer", at);
+}
+
+// Test-only faults (core/fault.hpp): a NaN in this rank's reduced gradients.
+void poison_gradients(parallel::DataParallel& dp) {
+  const float nan = std::nanf("");
+  if (dp.shard_size() > 0) copy_bytes(dp.grad_shard() + dp.shard_size() / 2, &nan, sizeof(float));
 }
 
 parallel::DataParallelSpec data_parallel_spec(const Recipe& rc, parallel::Mesh& mesh, const model::ParamRegistry& reg,
@@ -125,18 +143,77 @@ double global_grad_norm(const model::ParamRegistry& reg, parallel::DataParallel&
   return std::sqrt(parallel::sum_over(mesh.model_parallel(), sq));
 }
 
+// What checkpoints record of the data's tokenizer, and its file's bytes.
+std::pair<checkpoint::IndexTokenizer, std::string> tokenizer_record(const DatasetRecord& r) {
+  checkpoint::IndexTokenizer t{r.tokenizer, "", "", r.vocab, r.eod};
+  std::string bytes;
+  if (!r.tokenizer_file.empty()) {
+    check_tokenizer_copy(r);
+    for (const char* name : {"tokenizer.json", "tokenizer.model", "vocab.json"})
+      if (r.tokenizer_file.size() > strlen(name) && r.tokenizer_file.ends_with(std::string(".") + name)) t.file = name;
+    if (t.file.empty()) fail_input("{}: not a tokenizer copy prepare writes (recorded in {})", r.tokenizer_file, r.path);
+    std::ifstream in(r.tokenizer_file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    t.crc32c = fmt::format("{:08x}", crc32c(bytes.data(), bytes.size()));
+    if (t.crc32c != fmt::format("{:08x}", r.tokenizer_crc32c))
+      fail_input("{}: changed while being read (recorded in {})", r.tokenizer_file, r.path);
+  }
+  return {t, bytes};
+}
+
+// A checkpoint trained on data of another tokenizer is not continued.
+void check_resume_tokenizer(const std::string& from, const DatasetRecord& data) {
+  const std::string index = (std::filesystem::path(from) / "index.json").string();
+  const checkpoint::CheckpointIndex x = checkpoint::read_index(index);
+  if (!x.tokenizer || data.tokenizer.empty()) return;  // older checkpoints or data: nothing recorded
+  const std::string mine = fmt::format("{:08x}", data.tokenizer_crc32c);
+  if (x.tokenizer->kind != data.tokenizer || (x.tokenizer->crc32c != mine && !x.tokenizer->crc32c.empty()))
+    fail_input(
+        "{}: key 'tokenizer': the checkpoint was trained on data made by a {} tokenizer (CRC-32C {}), this run's data "
+        "({}) by a {} tokenizer (CRC-32C {}); continuing would train on other token ids",
+        index, x.tokenizer->kind, x.tokenizer->crc32c.empty() ? "none" : x.tokenizer->crc32c, data.path,
+        data.tokenizer, data.tokenizer_file.empty() ? "none" : mine);
+}
+
 // Resume: the checkpoint fills this rank's shard (parameters and optimizer
 // state, from any mesh); returns the step to continue from.
-int64_t resume(const Recipe& rc, const std::string& arg, const RankState& state, parallel::Mesh& mesh) {
-  if (arg.empty()) return 0;
+int64_t resume(const Recipe& rc, const std::string& arg, const RankState& state, parallel::Mesh& mesh,
+               const DatasetRecord& data) {
+  if (arg.empty()) {
+    // a fresh run would rotate the checkpoints there away
+    if (const std::string held = existing_checkpoints(rc.checkpoint.dir); !rc.checkpoint.dir.empty() && !held.empty())
+      fail_input(
+          "checkpoint.dir {} already holds checkpoints ({}): continue that run with --resume, or set another "
+          "checkpoint.dir (a fresh run there would replace them)",
+          rc.checkpoint.dir, held);
+    return 0;
+  }
   const std::string from = resolve_resume(rc, arg);
   if (from.empty()) {
     log::info("resume: no checkpoint in {} yet; starting from step 0", rc.checkpoint.dir);
     return 0;
   }
+  check_resume_tokenizer(from, data);
   const int64_t step = load_checkpoint(rc, from, state, mesh.world());
   log::info("resumed from {} after step {}", from, step);
   return step;
+}
+
+// Rank 0 holds the checkpoint directory's lock for the whole run; every rank
+// stops when it cannot.
+std::unique_ptr<CheckpointDirLock> lock_checkpoint_dir(const Recipe& rc, parallel::Mesh& mesh) {
+  if (rc.checkpoint.dir.empty()) return nullptr;
+  std::unique_ptr<CheckpointDirLock> lock;
+  std::string problem;
+  if (!mesh.world() || mesh.world()->rank() == 0) try {
+      lock = std::make_unique<CheckpointDirLock>(rc.checkpoint.dir);
+    } catch (const InputError& e) {
+      problem = e.what();
+    }
+  const bool failed = parallel::max_over(mesh.world(), problem.empty() ? 0 : 1) != 0;
+  if (!problem.empty()) fail_input("{}", problem);
+  if (failed) fail_input("checkpoint.dir {}: rank 0 could not lock it (its message says why)", rc.checkpoint.dir);
+  return lock;
 }
 
 }  // namespace
@@ -149,7 +226,10 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   facts.threads = threads_per_rank(rc, mesh.world_size());
   kernels::set_num_threads(facts.threads);
   kernels::set_matmul_precision(rc.train.precision);
-  const std::unique_ptr<TokenSampler> sampler = make_sampler(rc, mesh, facts);
+  fault::configure(mesh.world() ? mesh.world()->rank() : 0);
+  if (!fault::describe().empty()) log::warn("TRIDENT_FAULT (tests only): {}", fault::describe());
+  DatasetRecord data_record;  // the tokenizer the data was made with (none: synthetic)
+  const std::unique_ptr<TokenSampler> sampler = make_sampler(rc, mesh, facts, data_record);
 
   // Model chunks (this pipeline rank's, its tensor-parallel slices), data
   // parallelism, optimizer with fp32 master weights, loss scaler.
@@ -180,7 +260,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   // The report, then resume and checkpoints.
   facts.params = model::consolidated_numel(rc.model);
   facts.flops_per_token = model::flops_per_token(rc.model);
-  std::tie(facts.peak_flops, facts.peak_source) = mfu_reference(rc, mesh.device());
+  std::tie(facts.peak_flops, facts.peak_source) = mfu_reference(rc, mesh.device(), &facts.peak_cache_key);
   facts.predicted_bubble =
       parallel::simulate(shape.schedule, shape.stages, shape.virtual_stages, int(shape.micro_batches))
           .bubble_fraction();
@@ -199,55 +279,83 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
                        opt.exp_avg(),
                        opt.exp_avg_sq(),
                        &scaler.state()};
-  const int64_t start_step = resume(rc, opts.resume, ckpt, mesh);
+  const std::unique_ptr<CheckpointDirLock> dir_lock = lock_checkpoint_dir(rc, mesh);
+  const int64_t start_step = resume(rc, opts.resume, ckpt, mesh, data_record);
   if (start_step > 0) publish();  // the replicas rebuilt from the loaded shards
   report.start(/*resumed=*/start_step > 0);
   CheckpointSaver saver(rc, mesh.world());
+  if (!data_record.tokenizer.empty() && !rc.checkpoint.dir.empty()) {
+    auto [tokenizer, bytes] = tokenizer_record(data_record);
+    saver.record_tokenizer(tokenizer, std::move(bytes));
+  }
   saver.prepare(dp->shard_size());
   const StopWindow stop_window(!rc.checkpoint.dir.empty());
 
+  int64_t nonfinite_in_row = 0;
   for (int64_t step = start_step; step < rc.train.steps; ++step) {
     report.begin_step(step);
     const double tensor_comm0 = tp.traffic().seconds;
+    const bool nan_loss = fault::hit(fault::Phase::forward, step + 1);
     runner.load_batch(step);
-    const double loss_sum = runner.forward_backward(scaler.scale());
+    const double loss_sum = runner.forward_backward(scaler.scale()) + (nan_loss ? std::nan("") : 0.0);
     report.schedule_done(runner.executor(), tp.traffic().seconds - tensor_comm0);
 
     const double sync_start = report.seconds();
+    const bool nan_grads = fault::hit(fault::Phase::backward, step + 1);
     dp->finish_gradients();
+    if (fault::hit(fault::Phase::reduction, step + 1) || nan_grads) poison_gradients(*dp);
     report.span(RunReport::Span::grad_sync, sync_start, report.seconds());
     // the last stage's loss, over the data group (every tensor rank has the same)
-    const double loss = injected_loss(
-        step, parallel::sum_over(mesh.pipeline(), parallel::sum_over(mesh.data(), loss_sum)) / runner.loss_tokens());
-    // a non-finite loss stops the run before the update and before any save:
-    // no checkpoint is ever written from this state; a background save of an
-    // earlier (finite) state is completed first, so the last good one stays
-    if (!std::isfinite(loss)) {
-      if (saver.pending()) saver.finish();
-      throw Error(fmt::format("loss is {} at step {}: stopped before the optimizer step; nothing was saved from this "
-                              "state (the last checkpoint, if any, is untouched)",
-                              loss, step + 1));
-    }
+    const double loss =
+        parallel::sum_over(mesh.pipeline(), parallel::sum_over(mesh.data(), loss_sum)) / runner.loss_tokens();
     // unscaled; inf/NaN on any rank makes it non-finite everywhere
     const double gnorm = global_grad_norm(reg, *dp, mesh) / scaler.scale();
     if (opts.on_gradients) opts.on_gradients({step, rc, mesh, reg, *dp});
 
+    // A non-finite loss (on any rank) or gradient norm (fp16: the loss
+    // scaler's business) never reaches the parameters or a checkpoint.
+    const bool bad_loss = parallel::max_over(mesh.world(), std::isfinite(loss) ? 0 : 1) != 0;
+    const bool nonfinite = bad_loss || (!scaler.dynamic() && !std::isfinite(gnorm));
+    nonfinite_in_row = nonfinite ? nonfinite_in_row + 1 : 0;
+    if (nonfinite) {
+      const std::string first = std::isfinite(gnorm) ? "" : first_nonfinite_gradient(reg, *dp);
+      const std::string what = fmt::format(
+          "{} at step {}{}",
+          !bad_loss                ? fmt::format("gradient norm is {}", gnorm)
+          : std::isfinite(loss) ? std::string("loss is not finite on another rank")
+                                : fmt::format("loss is {}", loss),
+          step + 1, first.empty() ? "" : fmt::format(" (first non-finite gradient on this rank: {})", first));
+      if (rc.train.nonfinite == NonFinite::stop || nonfinite_in_row >= rc.train.nonfinite_limit) {
+        if (saver.pending()) saver.finish();  // the earlier (finite) state's save completes; nothing newer is saved
+        throw Error(fmt::format(
+            "{}: stopped before the optimizer step{}; nothing was saved from this state (the last checkpoint, if "
+            "any, is untouched)",
+            what,
+            rc.train.nonfinite == NonFinite::skip
+                ? fmt::format(" after {} non-finite steps in a row (train.nonfinite_limit)", nonfinite_in_row)
+                : ""));
+      }
+      log::warn("{}: update skipped (train.nonfinite: skip; {} in a row, the run stops at {})", what,
+                nonfinite_in_row, rc.train.nonfinite_limit);
+    }
+
     const double lr = optim::learning_rate(rc.optim, step, rc.train.steps);
     const double opt_start = report.seconds(), used_scale = scaler.scale();
-    const bool skip = scaler.skips(gnorm);
+    const bool skip = nonfinite || scaler.skips(gnorm);
     if (!skip) {
       opt.step(master.params(), dp->grad_shard(), lr, scaler.next_update(),
                optim::clip_scale(gnorm, rc.optim.grad_clip) / used_scale);
       publish();
     }
-    scaler.update(skip);
+    if (!nonfinite) scaler.update(skip);
     report.span(RunReport::Span::optimizer, opt_start, report.seconds());
 
     // all ranks agree whether any of them was signalled (one number per step)
     const int stop = rc.checkpoint.dir.empty() ? 0 : int(parallel::max_over(mesh.world(), stop_window.pending()));
     const double ckpt_start = report.seconds();
     saver.after_step(step + 1, stop != 0, ckpt, opts.quiet);
-    report.end_step({step, loss, lr, gnorm, used_scale, scaler.scale(), skip, dp->take_wait_seconds(),
+    report.end_step({step, loss, lr, gnorm, used_scale, scaler.scale(), skip && !nonfinite, nonfinite,
+                     dp->take_wait_seconds(),
                      report.seconds() - ckpt_start,
                      sampler->train_samples_per_source(uint64_t((step + 1) * rc.train.global_batch))});
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/recipe.hpp"
+#include "launch/checkpoint/index.hpp"
 #include "model/params.hpp"
 #include "optim/mixed_precision.hpp"
 #include "parallel/communicator.hpp"
@@ -54,9 +55,11 @@ struct RankState {
 // A finished save returns the checkpoint directory, or "" when a rank could
 // not write its file (disk full): then the error is logged, the temporary
 // directory is removed, the previous checkpoint and `latest` are untouched,
-// and training goes on (the next save tries again).
+// and training goes on (the next save tries again), except at the last step
+// and at a stop signal, where after_step() throws: the run fails (exit 1).
 // Destroyed with a save pending (an exception unwinding): the writer thread
-// is joined and the unfinished `.tmp_` directory is left, as after a crash.
+// is joined; one process removes the unfinished `.tmp_` directory, with more
+// it is left (as after a crash) and the next save's rotation removes it.
 namespace checkpoint {
 struct FileReport;
 }
@@ -82,6 +85,9 @@ class CheckpointSaver {
   // (synchronously at the last step and at a stop). A no-op without a dir.
   void after_step(int64_t steps_done, bool stopping, const RankState& s, bool quiet);
   int64_t buffer_bytes() const;  // the host copy kept for background writes
+  // The tokenizer of the run's data: each checkpoint records it and holds
+  // its file's `bytes` (read once, when the run starts) as t.file.
+  void record_tokenizer(const checkpoint::IndexTokenizer& t, std::string bytes);
 
  private:
   struct Pending;
@@ -89,9 +95,12 @@ class CheckpointSaver {
   void write_index(const std::vector<checkpoint::FileReport>& files, int64_t steps_done, const ScalerState& scaler,
                    const std::string& tmp_dir) const;
   void rotate(const std::string& tmp_dir) const;
+  std::string previous_checkpoint() const;  // what `latest` names, or "none"
   const Recipe& rc_;
   parallel::Communicator* world_;
   std::unique_ptr<Pending> pending_;
+  std::optional<checkpoint::IndexTokenizer> tokenizer_;
+  std::string tokenizer_bytes_;
   std::vector<float> params_, exp_avg_, exp_avg_sq_;
 };
 
@@ -102,7 +111,12 @@ std::string save_checkpoint(const Recipe& rc, int64_t steps_done, const RankStat
 // `latest`. InputError naming the path otherwise.
 std::string resolve_checkpoint(const std::string& path);
 
-// "auto": checkpoint.dir/latest, or "" when there is none (start fresh);
+// What `dir` already holds ("latest -> step_00000042", "3 step directories"),
+// or "" when it holds no checkpoint.
+std::string existing_checkpoints(const std::string& dir);
+
+// "auto": checkpoint.dir/latest (without it, the newest complete step
+// directory; step directories none of which is complete are refused), or "" when there is none (start fresh);
 // otherwise resolve_checkpoint(arg).
 std::string resolve_resume(const Recipe& rc, const std::string& arg);
 
@@ -122,6 +136,8 @@ struct WholeModel {
   Recipe recipe;
   int64_t step = 0;
   std::vector<float> params;
+  // the tokenizer the checkpoint records (its file's copy checked), if any
+  std::optional<checkpoint::IndexTokenizer> tokenizer;
 };
 WholeModel load_whole_model(const std::string& path);
 

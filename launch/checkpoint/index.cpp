@@ -4,13 +4,20 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
+#include "core/crc32c.hpp"
 #include "core/error.hpp"
 
 namespace trident::launch::checkpoint {
 
 using Json = nlohmann::ordered_json;
+
+namespace {
+// The last key of an index: the CRC-32C of the bytes before this text.
+constexpr std::string_view kChecksumKey = ",\"index_crc32c\":\"";
+}  // namespace
 
 std::string step_name(int64_t step) { return fmt::format("step_{:08d}", step); }
 std::string file_name(int dp, int pp, int tp) { return fmt::format("dp{}_pp{}_tp{}.safetensors", dp, pp, tp); }
@@ -49,7 +56,7 @@ std::string index_json(const CheckpointIndex& x) {
     tensors[name] = {
         {"dtype", "F32"}, {"global_shape", t.global_shape}, {"valid_rows", t.valid_rows}, {"pieces", pieces}};
   }
-  const Json j = {{"format", "trident-checkpoint"},
+  Json j = {{"format", "trident-checkpoint"},
                   {"version", x.version},
                   {"step", x.step},
                   {"consumed_samples", x.consumed_samples},
@@ -86,7 +93,14 @@ std::string index_json(const CheckpointIndex& x) {
                   {"recipe_overrides", x.recipe_overrides},
                   {"files", files},
                   {"tensors", tensors}};
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+  if (x.tokenizer) {
+    const auto& t = *x.tokenizer;
+    j["tokenizer"] = {{"kind", t.kind}, {"file", t.file}, {"crc32c", t.crc32c}, {"vocab", t.vocab}, {"eod", t.eod}};
+  }
+  // the checksum of every byte before it, as the last key
+  std::string body = j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  body.pop_back();  // the closing brace
+  return fmt::format("{}{}{:08x}\"}}\n", body, kChecksumKey, crc32c(body.data(), body.size()));
 }
 
 namespace {
@@ -224,9 +238,20 @@ void read_tensors(const Reader& r, const Json& j, CheckpointIndex& x) {
 CheckpointIndex read_index(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_input("{}: cannot open", path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // indexes written before the checksum have none; any other edit is refused
+  const size_t at = text.rfind(kChecksumKey);
+  if (at != std::string::npos) {
+    const std::string saved = text.substr(at + kChecksumKey.size(), 8);
+    const std::string sum = fmt::format("{:08x}", crc32c(text.data(), at));
+    if (saved != sum)
+      fail_input("{}: key 'index_crc32c': the index's checksum is {}, its bytes give {} (the index was changed or "
+                 "damaged after it was written)",
+                 path, saved, sum);
+  }
   Json j;
   try {
-    j = Json::parse(in);
+    j = Json::parse(text);
   } catch (const Json::exception& e) {
     fail_input("{}: not valid JSON ({})", path, e.what());
   }
@@ -249,6 +274,18 @@ CheckpointIndex read_index(const std::string& path) {
   x.recipe_overrides = r.get_or<std::vector<std::string>>(j, "recipe_overrides", "", "a list of strings", {});
   read_files(r, j, x);
   read_tensors(r, j, x);
+  if (j.contains("tokenizer")) {
+    const Json& t = j["tokenizer"];
+    IndexTokenizer tok;
+    tok.kind = r.get<std::string>(t, "kind", "tokenizer.", "a string");
+    tok.file = r.get<std::string>(t, "file", "tokenizer.", "a file name");
+    if (tok.file.find('/') != std::string::npos || tok.file == "..")
+      fail_input("{}: key 'tokenizer.file': expected a file name in the step directory, found '{}'", path, tok.file);
+    tok.crc32c = r.get<std::string>(t, "crc32c", "tokenizer.", "8 hex digits");
+    tok.vocab = r.get<int64_t>(t, "vocab", "tokenizer.", "an integer");
+    tok.eod = r.get<int64_t>(t, "eod", "tokenizer.", "an integer");
+    x.tokenizer = tok;
+  }
   return x;
 }
 

@@ -46,6 +46,16 @@ struct IndexTensor {
   std::vector<IndexPiece> pieces;
 };
 
+// The tokenizer the run's data was made with (absent: synthetic data, or a
+// checkpoint from before tokenizers were recorded). A copy of its file (if it
+// has one) is in the step directory.
+struct IndexTokenizer {
+  std::string kind;    // byte | char | hf-bpe | sentencepiece
+  std::string file;    // tokenizer.json, tokenizer.model, vocab.json, or "" (byte)
+  std::string crc32c;  // of the file, 8 hex digits ("" without a file)
+  int64_t vocab = 0, eod = -1;
+};
+
 struct CheckpointIndex {
   int version = kVersion;
   int64_t step = 0, consumed_samples = 0, seed = 0;
@@ -58,6 +68,7 @@ struct CheckpointIndex {
   int64_t good_steps = 0, skipped_steps = 0;
   std::string recipe_file, recipe_text;
   std::vector<std::string> recipe_overrides;
+  std::optional<IndexTokenizer> tokenizer;
   std::vector<IndexFile> files;
   std::map<std::string, IndexTensor> tensors;
 

@@ -1,7 +1,10 @@
 // Finding, verifying and loading checkpoints (see checkpoint.hpp): every
 // file a rank reads is checked (index entry, size, checksum, tensor names and
 // shapes) on every rank before any state changes.
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
+#include <regex>
 
 #include "core/crc32c.hpp"
 #include "core/device_memory.hpp"
@@ -19,17 +22,6 @@ namespace fs = std::filesystem;
 using checkpoint::CheckpointIndex;
 
 namespace {
-
-// root/latest -> root/step_N ("" when there is no `latest`).
-std::string follow_latest(const fs::path& root) {
-  const fs::path latest = root / "latest";
-  if (!fs::exists(latest)) return "";
-  std::string name = checkpoint::read_text(latest.string());
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  const fs::path dir = root / name;
-  if (!fs::exists(dir / "index.json")) fail_input("{}: points at '{}', which has no index.json", latest.string(), name);
-  return dir.string();
-}
 
 // The optimizer's progress and the loss scaler, from the index, as this run
 // (its precision) continues them.
@@ -54,6 +46,8 @@ void restore_scaler(const CheckpointIndex& x, const std::string& index_path, con
 // The model the checkpoint holds is the recipe's.
 void check_model(const CheckpointIndex& x, const std::string& index_path, const ModelConfig& m) {
   const ModelConfig& saved = x.model;
+  if (saved.arch != m.arch)
+    fail_input("{}: model.arch: the checkpoint has {}, the recipe {}", index_path, saved.arch, m.arch);
   for (auto [key, have, want] : std::vector<std::tuple<const char*, int64_t, int64_t>>{
            {"layers", saved.layers, m.layers},
            {"hidden", saved.hidden, m.hidden},
@@ -64,8 +58,37 @@ void check_model(const CheckpointIndex& x, const std::string& index_path, const 
            {"vocab", saved.vocab, m.vocab},
            {"vocab_multiple", saved.vocab_multiple, m.vocab_multiple}})
     if (have != want) fail_input("{}: model.{}: the checkpoint has {}, the recipe {}", index_path, key, have, want);
-  if (saved.arch != m.arch)
-    fail_input("{}: model.arch: the checkpoint has {}, the recipe {}", index_path, saved.arch, m.arch);
+}
+
+// What a resumed run does differently from the run that saved: said, not
+// refused (continuing with a longer schedule or another batch is legitimate).
+void describe_changes(const CheckpointIndex& x, const std::string& index_path, const Recipe& rc) {
+  std::vector<std::string> changes;
+  if (x.seed != rc.seed) changes.push_back(fmt::format("seed {} -> {} (the data order changes)", x.seed, rc.seed));
+  if (x.step > 0 && x.consumed_samples != x.step * rc.train.global_batch)
+    changes.push_back(fmt::format("train.global_batch {} -> {}", x.consumed_samples / x.step, rc.train.global_batch));
+  if (!x.recipe_text.empty()) try {
+      std::vector<std::string> sets = x.recipe_overrides;
+      for (const auto& o : single_process_overrides()) sets.push_back(o);
+      const Recipe before = load_recipe_text(x.recipe_text, index_path, sets, 1);
+      auto changed = [&](const char* key, auto a, auto b) {
+        if (a != b) changes.push_back(fmt::format("{} {} -> {}", key, a, b));
+      };
+      changed("train.steps", before.train.steps, rc.train.steps);
+      changed("optim.lr", before.optim.lr, rc.optim.lr);
+      changed("optim.min_lr", before.optim.min_lr, rc.optim.min_lr);
+      changed("optim.warmup", before.optim.warmup, rc.optim.warmup);
+      changed("optim.decay", enum_name(before.optim.decay), enum_name(rc.optim.decay));
+      changed("train.precision", enum_name(before.train.precision), enum_name(rc.train.precision));
+      std::vector<std::string> a, b;
+      for (const auto& d : before.data.train) a.push_back(fmt::format("{}:{}", d.path, d.weight));
+      for (const auto& d : rc.data.train) b.push_back(fmt::format("{}:{}", d.path, d.weight));
+      if (a != b) changes.push_back(fmt::format("data.train [{}] -> [{}]", fmt::join(a, ", "), fmt::join(b, ", ")));
+    } catch (const InputError&) {
+      // a saved recipe this version no longer reads: the keys above were checked
+    }
+  if (!changes.empty())
+    log::info("resume: this run differs from the one that saved {}: {}", index_path, fmt::join(changes, "; "));
 }
 
 // A file this rank reads: listed, present, its indexed size and checksum.
@@ -81,6 +104,63 @@ const checkpoint::IndexFile& check_file(const CheckpointIndex& x, const std::str
   if (sum != entry->crc32c)
     fail_input("{}: checksum {} != {} in the index (the file is corrupted)", path, sum, entry->crc32c);
   return *entry;
+}
+
+// Why the step directory `dir` is not a complete checkpoint ("" when it is):
+// its index reads and checks, and every file it lists has its size and checksum.
+std::string incomplete(const fs::path& dir) {
+  try {
+    const std::string index_path = (dir / "index.json").string();
+    const CheckpointIndex x = checkpoint::read_index(index_path);
+    for (const auto& f : x.files) check_file(x, index_path, dir.string(), f.file);
+    return "";
+  } catch (const InputError& e) {
+    return e.what();
+  }
+}
+
+// A checkpoint directory without `latest` (a save interrupted between the
+// rename and the pointer, or a deleted pointer): its newest complete step
+// directory, checked; "" when it has no step directories (a fresh start).
+// Step directories none of which is complete are refused, never overwritten.
+std::string newest_complete(const fs::path& root) {
+  std::vector<fs::path> steps;
+  if (fs::is_directory(root))
+    for (const auto& e : fs::directory_iterator(root))
+      if (e.is_directory() && std::regex_match(e.path().filename().string(), std::regex("step_[0-9]+")))
+        steps.push_back(e.path());
+  std::sort(steps.rbegin(), steps.rend());
+  std::string reasons;
+  for (const fs::path& dir : steps) {
+    const std::string why = incomplete(dir);
+    if (why.empty()) {
+      log::info("{}: no `latest`; using {}, the newest complete checkpoint (its files checked)", root.string(),
+                dir.filename().string());
+      return dir.string();
+    }
+    log::info("{}: skipped, not a complete checkpoint: {}", dir.string(), why);
+    reasons += "\n  " + why;
+  }
+  if (!steps.empty())
+    fail_input(
+        "{}: no `latest`, and none of its {} step directories is a complete checkpoint (refusing to start over "
+        "them; move them away to start afresh):{}",
+        root.string(), steps.size(), reasons);
+  return "";
+}
+
+// root/latest -> root/step_N; without `latest`, the newest complete step.
+std::string follow_latest(const fs::path& root) {
+  const fs::path latest = root / "latest";
+  if (!fs::exists(latest)) return newest_complete(root);
+  std::string name = checkpoint::read_text(latest.string());
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  if (!std::regex_match(name, std::regex("step_[0-9]+")))
+    fail_input("{}: expected the name of a step directory inside {} (like step_00000042), found '{}'",
+               latest.string(), root.string(), name);
+  const fs::path dir = root / name;
+  if (!fs::exists(dir / "index.json")) fail_input("{}: points at '{}', which has no index.json", latest.string(), name);
+  return dir.string();
 }
 
 // Same mesh: this rank's own file (data rank 0's with ZeRO 0), whole.
@@ -124,6 +204,7 @@ LoadPlan verify(const Recipe& rc, const std::string& dir, const RankState& s) {
   const bool same_mesh = saved == mine && x.mesh.stage_layers == rc.parallel.stage_layers;
   if (!same_mesh) log::info("resharding {} saved under mesh {} onto this run's {}", dir, saved, mine);
   check_model(x, index_path, rc.model);
+  describe_changes(x, index_path, rc);
   if (same_mesh) {
     plan.own_file = check_own_file(x, index_path, dir, rc, s);
   } else {
@@ -145,12 +226,27 @@ void read_state(const LoadPlan& plan, const std::string& dir, const RankState& h
 
 std::string resolve_checkpoint(const std::string& path) {
   if (fs::exists(fs::path(path) / "index.json")) return path;
-  if (fs::exists(fs::path(path) / "latest")) return follow_latest(path);
   if (!fs::exists(path)) fail_input("{}: no such checkpoint", path);
+  if (const std::string dir = follow_latest(path); !dir.empty()) return dir;
   fail_input(
       "{}: not a checkpoint (neither a step directory with index.json nor a checkpoint directory with "
       "`latest`; an interrupted save leaves neither)",
       path);
+}
+
+std::string existing_checkpoints(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return "";
+  int steps = 0;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    steps += e.path().filename().string().rfind("step_", 0) == 0;
+  const fs::path latest = fs::path(dir) / "latest";
+  if (fs::exists(latest)) {
+    std::string name = checkpoint::read_text(latest.string());
+    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+    return fmt::format("`latest` -> {}", name);
+  }
+  return steps ? fmt::format("{} step director{}", steps, steps == 1 ? "y" : "ies") : "";
 }
 
 std::string resolve_resume(const Recipe& rc, const std::string& arg) {
@@ -185,6 +281,15 @@ WholeModel load_whole_model(const std::string& path) {
   w.params.assign(static_cast<size_t>(reg.total()), 0.0f);
   const RankState s{&reg, 0, 0, 0, 0, reg.total(), w.params.data(), nullptr, nullptr};
   w.step = load_checkpoint(w.recipe, w.dir, s, nullptr);
+  w.tokenizer = x.tokenizer;
+  if (w.tokenizer && !w.tokenizer->file.empty()) {
+    const std::string copy = (fs::path(w.dir) / w.tokenizer->file).string();
+    if (!fs::exists(copy)) fail_input("{}: missing (the tokenizer {} records)", copy, index_path);
+    const std::string sum = fmt::format("{:08x}", crc32c_file(copy));
+    if (sum != w.tokenizer->crc32c)
+      fail_input("{}: checksum {} != {} in {} (the tokenizer copy was changed)", copy, sum, w.tokenizer->crc32c,
+                 index_path);
+  }
   return w;
 }
 

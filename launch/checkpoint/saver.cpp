@@ -2,6 +2,7 @@
 // complete() once every rank's file is written (see checkpoint.hpp).
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -10,6 +11,7 @@
 #include "core/atomic_file.hpp"
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/log.hpp"
 #include "core/safetensors.hpp"
 #include "launch/checkpoint/checkpoint.hpp"
@@ -62,7 +64,14 @@ struct CheckpointSaver::Pending {
 CheckpointSaver::CheckpointSaver(const Recipe& rc, parallel::Communicator* world) : rc_(rc), world_(world) {}
 
 CheckpointSaver::~CheckpointSaver() {
-  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+  if (!pending_) return;
+  if (pending_->writer.joinable()) pending_->writer.join();
+  // unwinding (an error on some rank): the unfinished save is abandoned; one
+  // process removes its temporary (with more ranks the next save's rotation does)
+  if (!world_ || world_->size() == 1) {
+    std::error_code ec;
+    fs::remove_all(pending_->tmp_dir, ec);
+  }
 }
 
 int64_t CheckpointSaver::buffer_bytes() const {
@@ -90,7 +99,16 @@ void CheckpointSaver::after_step(int64_t steps_done, bool stopping, const RankSt
   const int64_t every = rc_.checkpoint.every;
   if ((every > 0 && steps_done % every == 0) || last || stopping) {
     report(start(steps_done, s));
-    if (last || stopping) report(finish());
+    if (!last && !stopping) return;
+    const std::string saved = finish();
+    report(saved);
+    // the run ends here: a lost save is the run's failure (exit 1, so that a
+    // job script does not requeue it as if it had saved)
+    if (saved.empty())
+      throw Error(fmt::format("the checkpoint after step {} ({}) failed: the run ends without it; --resume continues "
+                              "from the previous checkpoint ({})",
+                              steps_done, stopping ? "the stop signal's save" : "the last step's save",
+                              previous_checkpoint()));
   }
 }
 
@@ -132,6 +150,8 @@ std::string CheckpointSaver::start(int64_t steps_done, const RankState& s) {
   }
   auto write = [n, src_p, src_m, src_v, pending = p.get(), path = (p->tmp_dir / file_name(s.dp, s.pp, s.tp)).string()] {
     try {
+      if (fault::hit(fault::Phase::save, pending->step))
+        throw Error(fmt::format("{}: write failed (TRIDENT_FAULT fail_write)", path));
       pending->report.crc = write_safetensors(path,
                                               {{"params", DType::f32, {n}, src_p},
                                                {"exp_avg", DType::f32, {n}, src_m},
@@ -173,10 +193,8 @@ std::string CheckpointSaver::complete() {
     if (!p->failure.empty()) log::error("checkpoint after step {}: {}", p->step, p->failure);
     if (rank == 0) {
       fs::remove_all(p->tmp_dir);
-      log::error(
-          "checkpoint after step {} failed (see the errors above); the previous checkpoint ({}) is kept and "
-          "training continues",
-          p->step, fs::exists(root / "latest") ? checkpoint::read_text((root / "latest").string()) : "none\n");
+      log::error("checkpoint after step {} failed (see the errors above); the previous checkpoint ({}) is kept", p->step,
+                 previous_checkpoint());
     }
     if (world_) world_->barrier()->wait();
     return "";
@@ -194,6 +212,17 @@ std::string CheckpointSaver::complete() {
   return p->final_dir.string();
 }
 
+std::string CheckpointSaver::previous_checkpoint() const {
+  const fs::path latest = fs::path(rc_.checkpoint.dir) / "latest";
+  std::string name = fs::exists(latest) ? checkpoint::read_text(latest.string()) : "";
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  return name.empty() ? "none" : name;
+}
+
+void CheckpointSaver::record_tokenizer(const checkpoint::IndexTokenizer& t, std::string bytes) {
+  tokenizer_ = t, tokenizer_bytes_ = std::move(bytes);
+}
+
 // The index of every written file and, per parameter, the pieces each holds.
 void CheckpointSaver::write_index(const std::vector<FileReport>& files, int64_t steps_done, const ScalerState& scaler,
                                   const std::string& tmp_dir) const {
@@ -206,6 +235,9 @@ void CheckpointSaver::write_index(const std::vector<FileReport>& files, int64_t 
   x.optimizer_step = scaler.optimizer_steps, x.precision = rc.train.precision;
   x.loss_scale = scaler.loss_scale, x.good_steps = scaler.good_steps, x.skipped_steps = scaler.skipped_steps;
   x.recipe_file = rc.source, x.recipe_text = rc.text, x.recipe_overrides = rc.overrides;
+  x.tokenizer = tokenizer_;
+  if (tokenizer_ && !tokenizer_->file.empty())
+    write_file_atomic((fs::path(tmp_dir) / tokenizer_->file).string(), tokenizer_bytes_);
   const model::ParamRegistry whole(m);  // valid rows per name
   for (const FileReport& f : files) {
     if (f.status == 0) continue;

@@ -23,6 +23,7 @@
 #include "model/params.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 #include "tests/mpi_test_main.hpp"
+#include "tests/test_util.hpp"
 
 namespace trident {
 
@@ -107,7 +108,7 @@ TEST(Checkpoint, KeepsTheNewestAndCleansAbandonedSaves) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000003", "step_00000004", "step_00000005"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "run.lock", "step_00000003", "step_00000004", "step_00000005"}));
   std::ifstream latest(dir + "/latest");
   std::string l;
   latest >> l;
@@ -195,9 +196,16 @@ TEST(Checkpoint, DamageIsAClearErrorAndChangesNothing) {
        [&] { std::ofstream(shard, std::ios::binary | std::ios::trunc) << good.substr(0, good.size() - 100); },
        {shard, "truncated"}},
       {"missing shard", [&] { fs::remove(shard); }, {shard, "missing"}},
-      {"version",
+      {"edited index",
        [&] {
          std::string t = index;
+         t.replace(t.find("\"offset\":0"), 10, "\"offset\":4");
+         std::ofstream(ck + "/index.json", std::ios::binary | std::ios::trunc) << t;
+       },
+       {"index.json", "'index_crc32c'", "changed or damaged"}},
+      {"version",
+       [&] {
+         std::string t = test::without_index_checksum(index);
          t.replace(t.find("\"version\":1"), 11, "\"version\":9");
          std::ofstream(ck + "/index.json", std::ios::binary | std::ios::trunc) << t;
        },

@@ -180,6 +180,23 @@ TEST_F(Interop, PrepareTrainSample) {
   const CliRun s2 = run("sample " + path("text_ck") + " --prompt 'the' --tokens 30 --temperature 1.5 --seed 1");
   EXPECT_EQ(s1.code, 0);
   EXPECT_EQ(s1.out, s2.out);
+  // the data prepared again with another tokenizer (a corpus of other
+  // characters): the checkpoint samples with the tokenizer it recorded, and
+  // will not be continued on the new data
+  {
+    std::ofstream t(path("story.txt"));
+    for (int p = 0; p < 50; ++p) t << "ZYXW VUTS RQPO.\n\n";
+  }
+  ASSERT_EQ(run("prepare --input " + path("story.txt") + " --out " + path("story") + " --tokenizer char --force").code,
+            0);
+  EXPECT_EQ(run("sample " + path("text_ck") + " --prompt 'the quick' --tokens 40 --temperature 0").out, k1.out);
+  const CliRun again = run("train " + src("configs/demo.yaml") + " --set data.synthetic=null --set data.train=" +
+                           path("story_train") + " --set data.valid=" + path("story_valid") +
+                           " --set train.steps=151 --set eval.batches=2 --set log.metrics= --set checkpoint.dir=" +
+                           path("text_ck") + " --resume");
+  EXPECT_EQ(again.code, 2) << again.out;
+  EXPECT_TRUE(has(again, "key 'tokenizer': the checkpoint was trained on data made by a char tokenizer (CRC-32C"))
+      << again.out;
   // refusals
   r = run("sample " + path("text_ck") + " --prompt 'the QUICK' --tokens 5");
   EXPECT_EQ(r.code, 2);

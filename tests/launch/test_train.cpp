@@ -94,7 +94,8 @@ TEST(Train, SigusrThroughMpirunStopsEveryRank) {
 
 // A full disk during a save (a file size limit: every save's file is too
 // big): each save fails with an error, the previous checkpoint and `latest`
-// stay, no temporary is left, and training runs to the end (exit 0).
+// stay, no temporary is left, and training runs on; the last step's save
+// failing too, the run ends with exit 1.
 TEST(Train, FailedSaveKeepsThePreviousCheckpointAndTrains) {
   namespace fs = std::filesystem;
   const std::string dir = fs::temp_directory_path() / ("trident_diskfull_" + std::to_string(::getpid()));
@@ -114,14 +115,15 @@ TEST(Train, FailedSaveKeepsThePreviousCheckpointAndTrains) {
   char buf[4096];
   for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
   const int status = pclose(p);
-  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << "the last step's save failed too: " << out;
   EXPECT_NE(out.find("checkpoint after step 4 failed"), std::string::npos) << out;
   EXPECT_NE(out.find("the previous checkpoint (step_00000003"), std::string::npos) << out;
-  EXPECT_NE(out.find("step      6/6"), std::string::npos) << "training went on: " << out;
+  EXPECT_NE(out.find("checkpoint after step 5 failed"), std::string::npos) << "training went on: " << out;
+  EXPECT_NE(out.find("the checkpoint after step 6 (the last step's save) failed"), std::string::npos) << out;
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000003"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "run.lock", "step_00000003"}));
   fs::remove_all(dir);
 }
 
@@ -136,7 +138,7 @@ TEST(Train, NonFiniteLossIsNeverSaved) {
       "train {} --set train.steps=4 --set eval.batches=0 --set log.metrics= --set checkpoint.dir={} "
       "--set checkpoint.every=1 --set checkpoint.keep=1",
       src("configs/demo.yaml"), dir);
-  setenv("TRIDENT_FAULT", "nan_loss:4", 1);
+  setenv("TRIDENT_FAULT", "nan,step=4", 1);
   const CliRun bad = run(args);
   unsetenv("TRIDENT_FAULT");
   EXPECT_EQ(bad.code, 1) << bad.out;
@@ -144,7 +146,7 @@ TEST(Train, NonFiniteLossIsNeverSaved) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000003"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "run.lock", "step_00000003"}));
   const CliRun resumed = run(args + " --resume");
   EXPECT_EQ(resumed.code, 0) << resumed.out;
   EXPECT_NE(resumed.out.find("step      4/4"), std::string::npos) << resumed.out;
@@ -241,6 +243,39 @@ TEST(Train, MetricsSchemaAndDeterminism) {
   launch::TrainSummary b = launch::train(
       load_recipe(src("configs/demo.yaml"), {"train.steps=6", "log.metrics=", "model.layers=1"}), {.quiet = true});
   EXPECT_EQ(a.losses, b.losses);
+}
+
+// The MFU reference: measured once per machine and thread count, cached
+// (the next run starts without measuring and says where the figure is
+// from), and raised rather than exceeded: even a reference far too low
+// never gives an MFU above 100%.
+TEST(Train, MfuReferenceIsCachedAndNeverExceeded) {
+  namespace fs = std::filesystem;
+  const std::string dir = fs::temp_directory_path() / ("trident_peak_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string env = "TRIDENT_CACHE_DIR=" + dir;
+  const std::string args = "train " + src("configs/demo.yaml") + " --set train.steps=3 --set eval.batches=0 ";
+  CliRun first = run_env(env, args + "--set log.metrics=");
+  ASSERT_EQ(first.code, 0) << first.out;
+  EXPECT_NE(first.out.find("(measured sgemm)"), std::string::npos) << first.out;
+  ASSERT_TRUE(fs::exists(dir + "/gemm_peak.json"));
+  CliRun second = run_env(env, args + "--set log.metrics=");
+  EXPECT_NE(second.out.find("(sgemm measured "), std::string::npos) << second.out;
+  EXPECT_NE(second.out.find("cached in " + dir + "/gemm_peak.json"), std::string::npos) << second.out;
+  const std::string metrics = dir + "/m.jsonl";
+  CliRun low = run_env(env, args + "--set log.peak_flops=1e6 --set log.metrics=" + metrics);
+  EXPECT_EQ(low.code, 0) << low.out;
+  EXPECT_NE(low.out.find("is below what step 2 achieved"), std::string::npos) << low.out;
+  std::ifstream in(metrics);
+  int records = 0;
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find("\"mfu\":");
+    if (at == std::string::npos) continue;
+    ++records;
+    EXPECT_LE(std::stod(line.substr(at + 6)), 1.0) << line;
+  }
+  EXPECT_EQ(records, 3);
+  fs::remove_all(dir);
 }
 
 TEST(Cli, ExitCodesAndMessages) {

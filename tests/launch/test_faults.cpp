@@ -1,0 +1,266 @@
+// What gets saved and claimed when something fails: faults injected with
+// TRIDENT_FAULT (core/fault.hpp) at a chosen step, rank and phase; saves that
+// fail at the end of a run or at a stop signal; `--resume` without `latest`;
+// one run per checkpoint directory; checked checkpoint indexes. Every test
+// waits on events (records in the metrics file, process exit), never on
+// fixed delays.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "launch/checkpoint/checkpoint.hpp"
+#include "launch/checkpoint/dir_lock.hpp"
+#include "launch/checkpoint/index.hpp"
+#include "tests/test_util.hpp"
+
+namespace trident {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string src(const std::string& rel) { return std::string(TRIDENT_SOURCE_DIR) + "/" + rel; }
+
+// A fresh scratch directory, removed at the end of the test.
+struct Scratch {
+  std::string dir;
+  explicit Scratch(const std::string& name)
+      : dir(fs::temp_directory_path() / fmt::format("trident_{}_{}", name, ::getpid())) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~Scratch() { fs::remove_all(dir); }
+  std::string operator/(const std::string& rel) const { return dir + "/" + rel; }
+};
+
+// `trident train` on the demo recipe, with TRIDENT_FAULT set (or not).
+test::CliRun train(const std::string& fault, const std::string& sets, const std::string& launcher = "") {
+  return test::run_cli(fmt::format("TRIDENT_FAULT='{}' OMPI_MCA_mpi_yield_when_idle=1 {} {}", fault, launcher,
+                                   TRIDENT_BINARY),
+                       fmt::format("train {} --set eval.batches=0 --set log.metrics= {}", src("configs/demo.yaml"), sets));
+}
+
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string latest(const std::string& ck) {
+  std::ifstream in(ck + "/latest");
+  std::string l;
+  in >> l;
+  return l;
+}
+
+bool contains(const std::string& out, const std::string& what) { return out.find(what) != std::string::npos; }
+
+}  // namespace
+
+// The last step's save fails: the run fails (exit 1) naming the previous
+// checkpoint, which stays `latest`; no temporary is left.
+TEST(Faults, FailedLastSaveIsAnError) {
+  Scratch s("lastsave");
+  const auto r = train("fail_write,step=4", fmt::format("--set train.steps=4 --set checkpoint.every=2 "
+                                                        "--set checkpoint.dir={}",
+                                                        s / "ck"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "the checkpoint after step 4 (the last step's save) failed: the run ends without it; "
+                              "--resume continues from the previous checkpoint (step_00000002)"))
+      << r.out;
+  EXPECT_FALSE(contains(r.out, "done:")) << r.out;
+  EXPECT_EQ(names_in(s / "ck"), (std::vector<std::string>{"latest", "run.lock", "step_00000002"}));
+  EXPECT_EQ(latest(s / "ck"), "step_00000002");
+}
+
+// A stop signal whose save fails (every save fails here): exit 1, never the
+// "saved; resume" claim, so a job script does not requeue it as saved.
+TEST(Faults, StopSignalWithAFailedSaveExitsNonZero) {
+  Scratch s("stopsave");
+  const std::string metrics = s / "metrics.jsonl";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("TRIDENT_FAULT", "fail_write", 1);
+    const std::string cmd = fmt::format(
+        "exec {} train {} --set train.steps=100000 --set eval.batches=0 --set log.metrics={} --set "
+        "checkpoint.dir={} > {} 2>&1",
+        TRIDENT_BINARY, src("configs/demo.yaml"), metrics, s / "ck", s / "out.txt");
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  auto records = [&] {
+    std::ifstream f(metrics);
+    int n = 0;
+    for (std::string l; std::getline(f, l);) n += contains(l, "\"type\":\"train\"");
+    return n;
+  };
+  while (records() < 2 && waitpid(pid, nullptr, WNOHANG) == 0) usleep(20000);  // the run is training
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream f(s / "out.txt");
+  const std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_TRUE(contains(out, "(the stop signal's save) failed: the run ends without it")) << out;
+  EXPECT_FALSE(contains(out, "saved; resume with --resume")) << out;
+  EXPECT_FALSE(fs::exists(s / "ck/latest"));
+}
+
+// Without `latest`, --resume takes the newest step directory whose files
+// check out (a damaged newer one is skipped and named); with none complete it
+// refuses instead of starting over them; a fresh run (no --resume) on a
+// directory holding checkpoints is refused.
+TEST(Faults, ResumeWithoutLatestTakesTheNewestCompleteStep) {
+  Scratch s("nolatest");
+  const std::string ck = s / "ck";
+  const std::string sets = fmt::format("--set checkpoint.dir={} --set checkpoint.every=1 --set checkpoint.keep=3", ck);
+  ASSERT_EQ(train("", "--set train.steps=3 " + sets).code, 0);
+  fs::remove(ck + "/latest");
+  fs::resize_file(ck + "/step_00000003/dp0_pp0_tp0.safetensors", 100);  // damaged
+  auto r = train("", "--set train.steps=4 --resume " + sets);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "step_00000003: skipped, not a complete checkpoint")) << r.out;
+  EXPECT_TRUE(contains(r.out, "no `latest`; using step_00000002, the newest complete checkpoint")) << r.out;
+  EXPECT_TRUE(contains(r.out, "after step 2")) << r.out;
+  EXPECT_EQ(latest(ck), "step_00000004");
+
+  r = train("", "--set train.steps=5 " + sets);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, fmt::format("checkpoint.dir {} already holds checkpoints (`latest` -> step_00000004): "
+                                          "continue that run with --resume",
+                                          ck)))
+      << r.out;
+
+  fs::remove(ck + "/latest");
+  for (const auto& e : fs::directory_iterator(ck))
+    if (e.path().filename().string().rfind("step_", 0) == 0) fs::remove(e.path() / "dp0_pp0_tp0.safetensors");
+  const auto before = names_in(ck);
+  r = train("", "--set train.steps=5 --resume " + sets);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "no `latest`, and none of its 3 step directories is a complete checkpoint")) << r.out;
+  EXPECT_EQ(names_in(ck), before) << "nothing was removed or written";
+}
+
+// One run per checkpoint directory: a held lock refuses a second run naming
+// the holder; a lock left by a process that is gone is taken over.
+TEST(Faults, CheckpointDirectoryLock) {
+  Scratch s("lock");
+  const std::string ck = s / "ck";
+  {
+    launch::CheckpointDirLock mine(ck);
+    const auto r = train("", fmt::format("--set train.steps=2 --set checkpoint.dir={}", ck));
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_TRUE(contains(r.out, fmt::format("checkpoint.dir {}: in use by another run (host ", ck))) << r.out;
+    EXPECT_TRUE(contains(r.out, fmt::format("PID {}, since", ::getpid()))) << r.out;
+    EXPECT_THROW(launch::CheckpointDirLock again(ck), InputError);  // in one process too
+    EXPECT_FALSE(fs::exists(ck + "/latest"));
+  }
+  std::ofstream(ck + "/run.lock") << "host elsewhere, PID 99999999, since yesterday\n";  // nobody holds it
+  const auto r = train("", fmt::format("--set train.steps=2 --set checkpoint.dir={}", ck));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "taking over the lock of a run that is gone (host elsewhere, PID 99999999")) << r.out;
+  // a checkpoint.dir that is a file is refused before training
+  std::ofstream(s / "file") << "x";
+  const auto f = train("", fmt::format("--set train.steps=2 --set checkpoint.dir={}", s / "file"));
+  EXPECT_EQ(f.code, 2) << f.out;
+  EXPECT_TRUE(contains(f.out, "expected a directory, found a file")) << f.out;
+  EXPECT_FALSE(contains(f.out, "step      1/")) << f.out;
+}
+
+// `latest` names a step directory inside its checkpoint directory; the index
+// is checksummed; a missing key is named.
+TEST(Faults, LatestAndIndexAreChecked) {
+  Scratch s("index");
+  const std::string ck = s / "ck";
+  ASSERT_EQ(train("", fmt::format("--set train.steps=2 --set checkpoint.dir={}", ck)).code, 0);
+  const std::string index = ck + "/step_00000002/index.json";
+  std::string text;
+  {
+    std::ifstream in(index);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  EXPECT_NO_THROW(launch::checkpoint::read_index(index));
+  std::string edited = text;
+  const size_t at = edited.find("\"offset\":0");
+  ASSERT_NE(at, std::string::npos);
+  edited.replace(at, 10, "\"offset\":8");  // a swapped offset: valid JSON, wrong data
+  std::ofstream(index) << edited;
+  try {
+    launch::checkpoint::read_index(index);
+    ADD_FAILURE() << "an edited index was accepted";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(contains(e.what(), "key 'index_crc32c': the index's checksum is")) << e.what();
+  }
+  std::ofstream(index) << text;
+  std::ofstream(ck + "/latest") << "../../etc\n";
+  try {
+    launch::resolve_checkpoint(ck);
+    ADD_FAILURE() << "latest outside the directory was followed";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(contains(e.what(), "expected the name of a step directory inside")) << e.what();
+  }
+  // an index without its checksum (as before checksums) missing `files`: named
+  const size_t sum = text.rfind(",\"index_crc32c\"");
+  std::string old = text.substr(0, sum) + "}\n";
+  const size_t files = old.find(",\"files\":");
+  const size_t tensors = old.find(",\"tensors\":");
+  ASSERT_TRUE(files != std::string::npos && tensors > files);
+  std::ofstream(index) << old.erase(files, tensors - files);
+  try {
+    launch::checkpoint::read_index(index);
+    ADD_FAILURE() << "an index without files was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), index + ": key 'files': missing");
+  }
+}
+
+// train.nonfinite: stop ends the run before the update naming the first
+// parameter with a non-finite gradient; skip drops the update and stops
+// after nonfinite_limit in a row.
+TEST(Faults, NonFinitePolicy) {
+  auto r = train("nan,step=2,phase=reduction", "--set train.steps=3");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "gradient norm is nan at step 2 (first non-finite gradient on this rank: transformer.h."))
+      << r.out;
+  r = train("nan,step=2;nan,step=4,phase=backward", "--set train.steps=5 --set train.nonfinite=skip");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "loss is nan at step 2: update skipped (train.nonfinite: skip; 1 in a row")) << r.out;
+  EXPECT_TRUE(contains(r.out, "gradient norm is nan at step 4")) << r.out;
+  r = train("nan,step=2;nan,step=3", "--set train.steps=5 --set train.nonfinite=skip --set train.nonfinite_limit=2");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "after 2 non-finite steps in a row (train.nonfinite_limit)")) << r.out;
+}
+
+// A NaN loss on one tensor rank only: every rank agrees and stops (no rank
+// goes on into the optimizer's collectives and hangs).
+TEST(Faults, NonFiniteLossOnOneRankStopsEveryRank) {
+  const auto r = train("nan,step=2,rank=1", "--set train.steps=3 --set parallel.tensor=2 --set parallel.timeout_s=30",
+                       "mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "[rank 0] error: loss is not finite on another rank at step 2")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[rank 1] error: loss is nan at step 2")) << r.out;
+  EXPECT_FALSE(contains(r.out, "timed out")) << r.out;
+}
+
+// TRIDENT_FAULT itself is validated.
+TEST(Faults, BadFaultSpecIsRefused) {
+  const auto r = train("explode,step=1", "--set train.steps=1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "TRIDENT_FAULT: 'explode,step=1': the kind: expected kill | stall | fail_write | nan, "
+                              "found 'explode'"))
+      << r.out;
+}
+
+}  // namespace trident

@@ -108,6 +108,7 @@ struct LogConfig {
   double peak_flops = 0;             // 0 = measure this machine's GEMM peak at start-up
   std::string trace;                 // Chrome trace file ("" = none)
   std::vector<int64_t> trace_steps;  // steps traced (1-based; default [2])
+  std::string flight_recorder;       // where ranks write their records on a timeout ("": derived)
 };
 
 struct Recipe {

@@ -299,6 +299,10 @@ const std::vector<Key>& table() {
            "receives, gradient sync (data, embedding and replicated-parameter reductions) and the optimizer step"),
       integers("log.trace_steps", FIELD(log.trace_steps), 1, kMax, "`[2]`",
                "steps (1-based) written to `log.trace`; the file is written after the last of them"),
+      text("log.flight_recorder", FIELD(log.flight_recorder), "`checkpoint.dir/flight_recorder`, else `/tmp/trident-flight-PID` (rank 0's PID)",
+           "directory where, on a timeout (`parallel.timeout_s`), each rank writes its last 1024 communication "
+           "operations (`rank_R.json`) and reads the other ranks' to name the one that is behind ([slurm.md]"
+           "(slurm.md#when-something-goes-wrong)); on several nodes it must be on a shared file system"),
       integer("seed", FIELD(seed), 0, kMax, value<int64_t>(1234),
               "seeds initialisation (Philox keyed by parameter name) and data sampling"),
       choice<DeviceType>("device", FIELD(device), value<DeviceType>(DeviceType::cpu),

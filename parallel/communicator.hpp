@@ -48,6 +48,9 @@ class Work {
   virtual ~Work() = default;
   virtual void wait() = 0;
   virtual bool is_completed() = 0;
+  // After the caller gave up waiting (a timeout): what the flight recorder
+  // says of it (parallel/flight_recorder.hpp), or "".
+  virtual std::string diagnose_timeout() { return ""; }
 };
 using WorkPtr = std::unique_ptr<Work>;
 

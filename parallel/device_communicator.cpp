@@ -43,6 +43,7 @@ class StagedWork : public Work {
     finish();
     return true;
   }
+  std::string diagnose_timeout() override { return inner_->diagnose_timeout(); }
 
  private:
   void finish() {

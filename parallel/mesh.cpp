@@ -2,11 +2,15 @@
 #include "parallel/mesh.hpp"
 
 #include <mpi.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
 #include "kernels/backends.hpp"
 #include "parallel/device_communicator.hpp"
+#include "parallel/flight_recorder.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 #include "parallel/nccl/nccl_communicator.hpp"
 
@@ -14,8 +18,11 @@ namespace trident::parallel {
 
 MeshSpec mesh_spec(const Recipe& rc, bool single_process) {
   const auto& p = rc.parallel;
+  const std::string flight = !rc.log.flight_recorder.empty() ? rc.log.flight_recorder
+                             : !rc.checkpoint.dir.empty()     ? rc.checkpoint.dir + "/flight_recorder"
+                                                              : "";
   return {int(p.data),       int(p.tensor), int(p.pipeline), p.order,
-          rc.model.kv_heads, rc.device,     p.timeout_s,     single_process};
+          rc.model.kv_heads, rc.device,     p.timeout_s,     single_process, flight};
 }
 
 Mesh::Mesh(const MeshSpec& spec, const std::string& source)
@@ -40,6 +47,15 @@ Mesh::Mesh(const MeshSpec& spec, const std::string& source)
     nccl_ = world_ && nccl_built() && one_gpu_per_rank(*world_, gpus);
   }
   if (!world_) return;
+  std::string flight_dir = spec.flight_dir;
+  if (flight_dir.empty()) {  // one directory for every rank of this job: rank 0's PID
+    Tensor pid = Tensor::zeros({1}, DType::i32, MemCategory::other);
+    if (world_->rank() == 0) pid.data<int32_t>()[0] = int32_t(::getpid());
+    world_->broadcast(pid, {.root = 0})->wait();
+    const char* tmp = std::getenv("TMPDIR");
+    flight_dir = fmt::format("{}/trident-flight-{}", tmp && *tmp ? tmp : "/tmp", pid.data<int32_t>()[0]);
+  }
+  flight::configure(flight_dir, world_->rank());
   mpi_groups_ = std::make_unique<ProcessGroups>(topology_, *world_);
   for (GroupKind k : kAllGroupKinds) groups_[size_t(k)] = on_device(mpi_groups_->get(k));
   if (spec.kv_heads < spec.tensor) {  // KV head r * kv_heads / tensor is held by tensor / kv_heads ranks

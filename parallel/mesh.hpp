@@ -33,6 +33,7 @@ struct MeshSpec {
   DeviceType device = DeviceType::cpu;
   double timeout_s = 600;       // every collective and transfer (parallel.timeout_s)
   bool single_process = false;  // ignore MPI even when it is initialised (reference runs in tests)
+  std::string flight_dir;       // the flight recorder's ("": /tmp/trident-flight-<rank 0's PID>)
 };
 MeshSpec mesh_spec(const Recipe& rc, bool single_process = false);
 

@@ -72,11 +72,14 @@ int PipelineExecutor::tag(const Action& a) const {
 void PipelineExecutor::wait(Transfer& t, const Action& a) {
   const double start = now();
   while (!t.work->is_completed()) {
-    if (now() - start > timeout_s_)
+    if (now() - start > timeout_s_) {
+      const std::string diagnosis = t.work->diagnose_timeout();
       throw Error(
           fmt::format("pipeline: timed out after {:.0f} s (parallel.timeout_s) in {} of chunk {} (global {}) "
-                      "micro-batch {} with pipeline rank {}: the peer never sent or received it",
-                      timeout_s_, action_name(a.type), a.chunk, a.chunk * P_ + rank_, a.micro, peer(a.type)));
+                      "micro-batch {} with pipeline rank {}: the peer never sent or received it{}",
+                      timeout_s_, action_name(a.type), a.chunk, a.chunk * P_ + rank_, a.micro, peer(a.type),
+                      diagnosis.empty() ? "" : ". " + diagnosis));
+    }
     std::this_thread::yield();
   }
   t.work->wait();

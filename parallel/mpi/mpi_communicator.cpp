@@ -11,6 +11,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "parallel/flight_recorder.hpp"
 
 namespace trident::parallel {
 
@@ -73,7 +74,12 @@ class MpiWork : public Work {
  public:
   MpiWork(std::vector<Tensor> keep, const char* op, const MpiCommunicator* comm, int64_t numel, int peer = -1,
           int tag = -1)
-      : keep_(std::move(keep)), op_(op), comm_(comm), numel_(numel), peer_(peer), tag_(tag) {}
+      : keep_(std::move(keep)), op_(op), comm_(comm), numel_(numel), peer_(peer), tag_(tag) {
+    int64_t bytes = 0;
+    for (const Tensor& t : keep_) bytes = std::max<int64_t>(bytes, int64_t(t.nbytes()));
+    record_ = flight::started(op, comm->label(), comm->next_seq(), bytes,
+                              peer >= 0 ? comm->world_ranks()[size_t(peer)] : -1);
+  }
   ~MpiWork() override {
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
@@ -83,19 +89,20 @@ class MpiWork : public Work {
     if (request_ == MPI_REQUEST_NULL) return;
     if (g_timeout_s <= 0) {
       MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+      flight::finished(record_);
       return;
     }
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t spin = 0;; ++spin) {
       int done = 0;
       MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
-      if (done) return;
+      if (done) return flight::finished(record_);
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (waited > g_timeout_s) {
         request_ = MPI_REQUEST_NULL;                        // never completed: not waited for again
         static std::vector<std::vector<Tensor>> abandoned;  // MPI may still write into the buffers
         abandoned.push_back(std::move(keep_));
-        throw Error(describe(waited));
+        throw Error(timeout_message(waited));
       }
       if (waited > 1e-3)
         std::this_thread::sleep_for(std::chrono::microseconds(20));  // long waits yield the core
@@ -107,7 +114,17 @@ class MpiWork : public Work {
     if (request_ == MPI_REQUEST_NULL) return true;
     int done = 0;
     MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
+    if (done) flight::finished(record_);
     return done != 0;
+  }
+  // The timeout, and what the flight recorder makes of it (which member is
+  // behind); the members that time out too write their records meanwhile.
+  std::string diagnose_timeout() override {
+    return flight::diagnose_timeout(record_, comm_->world_ranks(), std::clamp(g_timeout_s / 2, 2.0, 30.0));
+  }
+  std::string timeout_message(double waited) {
+    const std::string diagnosis = diagnose_timeout();
+    return diagnosis.empty() ? describe(waited) : describe(waited) + ". " + diagnosis;
   }
   std::string describe(double waited) const {
     std::string peer;
@@ -136,6 +153,7 @@ class MpiWork : public Work {
   const MpiCommunicator* comm_;
   int64_t numel_;
   int peer_, tag_;
+  int64_t record_ = 0;  // the flight recorder's
 };
 
 int as_int(int64_t n) {
@@ -182,9 +200,19 @@ MpiRuntime::~MpiRuntime() {
   MPI_Finalize();
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, std::string label)
+    : comm_(comm), name_(std::move(name)), label_(label.empty() ? name_ : std::move(label)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  MPI_Group g, w;
+  MPI_Comm_group(comm_, &g);
+  MPI_Comm_group(MPI_COMM_WORLD, &w);
+  std::vector<int> mine(size_t(size_), 0);
+  std::iota(mine.begin(), mine.end(), 0);
+  world_ranks_.assign(size_t(size_), -1);
+  MPI_Group_translate_ranks(g, size_, mine.data(), w, world_ranks_.data());
+  MPI_Group_free(&g);
+  MPI_Group_free(&w);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -198,7 +226,8 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
 std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key, std::string name) const {
   MPI_Comm c;
   MPI_CHECK(MPI_Comm_split(comm_, color, key, &c));
-  return std::make_unique<MpiCommunicator>(c, std::move(name));
+  const std::string label = fmt::format("{}({})", name, color);
+  return std::make_unique<MpiCommunicator>(c, std::move(name), label);
 }
 
 WorkPtr MpiCommunicator::all_reduce(Tensor buf, const AllReduceOptions& opts) {

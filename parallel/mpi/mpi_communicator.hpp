@@ -5,6 +5,7 @@
 // MPI is initialised by MpiRuntime (thread level FUNNELED: only the main
 // thread calls MPI; OpenMP threads compute).
 #pragma once
+#include <atomic>
 #include <mpi.h>
 
 #include <array>
@@ -44,7 +45,8 @@ class MpiRuntime {
 class MpiCommunicator : public Communicator {
  public:
   // Takes ownership of comm (freed on destruction unless it is MPI_COMM_WORLD).
-  MpiCommunicator(MPI_Comm comm, std::string name);
+  // label: the group's kind and index in the flight recorder ("data(1)").
+  MpiCommunicator(MPI_Comm comm, std::string name, std::string label = "");
   ~MpiCommunicator() override;
   static std::unique_ptr<MpiCommunicator> world();
   // Collective over this communicator: ranks with the same color form a group.
@@ -54,6 +56,9 @@ class MpiCommunicator : public Communicator {
   int size() const override { return size_; }
   std::string name() const override { return name_; }
   MPI_Comm comm() const { return comm_; }
+  const std::string& label() const { return label_; }
+  const std::vector<int>& world_ranks() const { return world_ranks_; }  // of the members, by group rank
+  int64_t next_seq() const { return ++seq_; }
 
   WorkPtr all_reduce(Tensor buf, const AllReduceOptions& opts = {}) override;
   WorkPtr reduce_scatter(Tensor out, Tensor in, const ReduceScatterOptions& opts = {}) override;
@@ -65,8 +70,10 @@ class MpiCommunicator : public Communicator {
 
  private:
   MPI_Comm comm_;
-  std::string name_;
+  std::string name_, label_;
   int rank_ = 0, size_ = 1;
+  std::vector<int> world_ranks_;
+  mutable std::atomic<int64_t> seq_{0};  // operations issued on this group
 };
 
 // This rank's group of every kind of a Topology.

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "launch/checkpoint/checkpoint.hpp"
 #include "launch/checkpoint/dir_lock.hpp"
 #include "launch/checkpoint/index.hpp"
+#include "parallel/flight_recorder.hpp"
 #include "tests/test_util.hpp"
 
 namespace trident {
@@ -252,6 +254,88 @@ TEST(Faults, NonFiniteLossOnOneRankStopsEveryRank) {
   EXPECT_TRUE(contains(r.out, "[rank 0] error: loss is not finite on another rank at step 2")) << r.out;
   EXPECT_TRUE(contains(r.out, "[rank 1] error: loss is nan at step 2")) << r.out;
   EXPECT_FALSE(contains(r.out, "timed out")) << r.out;
+}
+
+// The losses of each step in a metrics file (the last record of a step
+// wins: a resumed run appends).
+std::map<int, std::string> losses_in(const std::string& metrics) {
+  std::map<int, std::string> out;
+  std::ifstream in(metrics);
+  for (std::string l; std::getline(in, l);) {
+    if (!contains(l, "\"type\":\"train\"")) continue;
+    const size_t s = l.find("\"step\":") + 7, f = l.find("\"loss\":") + 7;
+    out[std::stoi(l.substr(s))] = l.substr(f, l.find(',', f) - f);
+  }
+  return out;
+}
+
+// One rank of a data 2 x tensor 2 mesh is killed (SIGKILL) at step 5 while
+// checkpoints are written every 2 steps in the background; --resume then
+// ends with every step's loss equal (bitwise) to the uninterrupted run's.
+TEST(Faults, KillOneRankAndResumeMatchesTheUninterruptedRun) {
+  Scratch s("killresume");
+  const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4";
+  const std::string sets = "--set train.steps=6 --set parallel.data=2 --set parallel.tensor=2 --set model.layers=2 "
+                           "--set checkpoint.every=2 --set log.metrics=";
+  ASSERT_EQ(train("", sets + s / "straight.jsonl", mpirun).code, 0);
+  const std::string ck = fmt::format(" --set checkpoint.dir={}", s / "ck");
+  const auto killed = train("kill,step=5,rank=3", sets + s / "resumed.jsonl" + ck, mpirun);
+  EXPECT_NE(killed.code, 0) << killed.out;
+  ASSERT_TRUE(fs::exists(s / "ck/latest")) << killed.out;
+  const auto resumed = train("", sets + s / "resumed.jsonl" + ck + " --resume", mpirun);
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_TRUE(contains(resumed.out, "resumed from")) << resumed.out;
+  const auto straight = losses_in(s / "straight.jsonl");
+  ASSERT_EQ(straight.size(), 6u);
+  EXPECT_EQ(losses_in(s / "resumed.jsonl"), straight);
+}
+
+// The flight recorder: rank 3 of a data 2 x tensor 2 mesh stalls (it stops
+// making progress before step 2's forward). Its tensor peer (rank 2) and its
+// data peers time out after parallel.timeout_s, write their records, and the
+// diagnosis names rank 3 as the one that wrote none (hung outside
+// communication); whoever reports first, rank 3 is named.
+TEST(Faults, FlightRecorderNamesTheStalledRank) {
+  Scratch s("flight");
+  const auto r = train("stall,step=2,rank=3",
+                       fmt::format("--set train.steps=3 --set parallel.data=2 --set parallel.tensor=2 "
+                                   "--set parallel.timeout_s=3 --set log.flight_recorder={}",
+                                   s / "fr"),
+                       "mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, fmt::format("flight recorder ({}/rank_*.json): this rank ", s / "fr"))) << r.out;
+  EXPECT_TRUE(contains(r.out, "rank 3 wrote no flight record within 2 s: it is hung outside communication")) << r.out;
+  EXPECT_FALSE(fs::exists(s / "fr/rank_3.json"));
+  EXPECT_TRUE(fs::exists(s / "fr/rank_2.json"));
+}
+
+// The diagnosis itself, on records written by hand: rank 1 is in another
+// group's operation and never entered this one; rank 2 entered it; rank 3
+// (whom rank 1 waits for) wrote nothing.
+TEST(Faults, FlightRecorderDiagnosis) {
+  Scratch s("diagnosis");
+  parallel::flight::configure(s.dir, 0);
+  parallel::flight::finished(parallel::flight::started("all_reduce", "data(0)", 2, 64, -1));
+  const int64_t stuck = parallel::flight::started("all_reduce", "data(0)", 3, 64, -1);
+  auto op = [](const char* name, const char* group, int seq, double end) {
+    return fmt::format(R"({{"op":"{}","group":"{}","seq":{},"bytes":8,"peer":-1,"start":1,"end":{}}})", name, group,
+                       seq, end);
+  };
+  std::ofstream(s / "rank_1.json") << R"({"rank":1,"waiting_for":[1,3],"operations":[)"
+                                   << op("all_reduce", "data(0)", 2, 2) << "," << op("send", "pipeline(1)", 7, 0)
+                                   << "]}";
+  std::ofstream(s / "rank_2.json") << R"({"rank":2,"waiting_for":[0,1,2],"operations":[)"
+                                   << op("all_reduce", "data(0)", 3, 0) << "]}";
+  const std::string d = parallel::flight::diagnose_timeout(stuck, {0, 1, 2}, 0.2);
+  EXPECT_TRUE(contains(d, "this rank 0 waits in all_reduce #3 on group data(0)")) << d;
+  EXPECT_TRUE(contains(d, "ranks 2 entered it too")) << d;
+  EXPECT_TRUE(contains(d, "rank 1 never entered all_reduce #3 on group data(0); its last operation: send #7 on group "
+                          "pipeline(1), waiting for"))
+      << d;
+  EXPECT_TRUE(contains(d, "rank 3 wrote no flight record")) << d;
+  EXPECT_TRUE(contains(d, "(rank 1 waits for it)")) << d;
+  EXPECT_TRUE(fs::exists(s / "rank_0.json"));
+  parallel::flight::configure("", 0);
 }
 
 // TRIDENT_FAULT itself is validated.

@@ -260,16 +260,35 @@ namespace {
 
 Recipe load_recipe_text(const std::string& text, const std::string& name, const std::vector<std::string>& overrides,
                         int64_t world) {
+  // one document: a '---' (or '...') at the start of a line after content
+  // starts another (yaml-cpp 0.7's LoadAll can loop forever on bad input, so
+  // the markers are found here)
+  {
+    std::istringstream lines(text);
+    bool content = false;
+    int number = 0;
+    for (std::string line; std::getline(lines, line);) {
+      ++number;
+      const bool marker = (line.rfind("---", 0) == 0 || line.rfind("...", 0) == 0) &&
+                          (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
+      if (marker && content)
+        fail_input("{}:{}: a second YAML document ('{}'); a recipe is one document", name, number, line.substr(0, 3));
+      const size_t first = line.find_first_not_of(" \t\r");
+      content = content || (!marker && first != std::string::npos && line[first] != '#');
+    }
+  }
   YAML::Node root;
   try {
-    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
-    if (documents.size() > 1)
-      fail_input("{}: {} YAML documents (separated by '---'); a recipe is one", name, documents.size());
-    if (!documents.empty()) root = documents[0];
+    root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     syntax_error(text, name, e);
   }
-  Recipe rc = read_recipe(root, name, overrides, world);
+  Recipe rc;
+  try {
+    rc = read_recipe(root, name, overrides, world);
+  } catch (const YAML::Exception& e) {  // a shape the reader did not expect: named, never a bare "bad conversion"
+    fail_input("{}:{}:{}: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg);
+  }
   rc.text = text;
   return rc;
 }

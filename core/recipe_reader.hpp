@@ -134,7 +134,10 @@ class Reader {
     if (!n.IsMap()) bad(section, "a map of keys");
     std::map<std::string, int> seen;
     for (auto it = n.begin(); it != n.end(); ++it) {
-      std::string key = it->first.as<std::string>();
+      if (!it->first.IsScalar())
+        fail_input("{}: a key in {} is {}, expected a name", key_location(section, it->first.Mark()), label,
+                   describe(it->first));
+      std::string key = it->first.Scalar();
       std::string full = section.empty() ? key : section + "." + key;
       auto mk = it->first.Mark();
       if (seen.count(key))
@@ -285,7 +288,7 @@ class Reader {
         d.path = e.Scalar();
       } else if (e.IsMap()) {
         for (auto it = e.begin(); it != e.end(); ++it) {
-          const std::string k = it->first.as<std::string>();
+          const std::string k = it->first.IsScalar() ? it->first.Scalar() : describe(it->first);
           if (k != "path" && k != "weight")
             fail_input("{}: key '{}': unknown key '{}' in a blend entry (known: path, weight)", where(path), at, k);
         }

@@ -117,7 +117,7 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
     const auto& offsets = v["data_offsets"];
     if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2)
       fail_input("{}: tensor '{}': expected a shape list and two data_offsets", path_, name);
-    auto integer = [&](const nlohmann::json& x) {
+    auto integer = [&, &name = e.name](const nlohmann::json& x) {
       if (!x.is_number_integer()) fail_input("{}: tensor '{}': shape and data_offsets must be integers", path_, name);
       return x.get<int64_t>();
     };

@@ -13,7 +13,12 @@ namespace {
 class SentencePieceTokenizer : public Tokenizer {
  public:
   SentencePieceTokenizer(const std::string& path, const std::string& bytes) {
-    auto status = sp_.LoadFromSerializedProto(bytes);
+    sentencepiece::util::Status status;
+    try {
+      status = sp_.LoadFromSerializedProto(bytes);
+    } catch (const std::exception& e) {  // the library throws on some malformed models (an empty piece)
+      fail_input("{}: a SentencePiece model the library cannot load ({})", path, e.what());
+    }
     if (!status.ok())
       fail_input("{}: not a SentencePiece model nor a Hugging Face tokenizer.json ({})", path, status.ToString());
   }

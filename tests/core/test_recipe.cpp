@@ -151,7 +151,8 @@ TEST(Recipe, MessagesNameWhatIsWrong) {
   expect_error(kGood, {"key 'checkpoint.async'", "true or false"}, {"checkpoint.async=\"true\""});
   EXPECT_EQ(error_of(kGood, {"train.steps=10", "optim.lr=1e-3", "optim.min_lr=0"}), "no error");
   // a second YAML document is not ignored
-  expect_error(std::string(kGood) + "---\nseed: 5\n", {"r.yaml: 2 YAML documents"});
+  expect_error(std::string(kGood) + "---\nseed: 5\n", {"a second YAML document ('---'); a recipe is one document"});
+  EXPECT_EQ(error_of("---\n" + std::string(kGood)), "no error");  // a leading marker is one document
 }
 TEST(Recipe, DirectoryIsNotARecipe) {
   try {

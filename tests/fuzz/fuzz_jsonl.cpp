@@ -1,0 +1,16 @@
+// prepare's document reader on an arbitrary JSONL file (key "text"), lines
+// that are not documents skipped and counted.
+#include "launch/documents.hpp"
+#include "tests/fuzz/fuzz_util.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string path = trident::fuzz::write_input("x.jsonl", data, size);
+  for (bool skip : {false, true})
+    trident::fuzz::refuses_or_reads([&] {
+      trident::launch::DocumentReader reader({path}, trident::launch::DocumentFormat::jsonl, "text", skip);
+      trident::launch::Document doc;
+      while (reader.next(doc)) {
+      }
+    });
+  return 0;
+}

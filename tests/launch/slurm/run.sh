@@ -91,7 +91,7 @@ st=$(wait_job "$job" 400)
 log=$(log_of "$job")
 [ "$st" = COMPLETED ] && [ "$(field "$job" Restarts)" = 1 ] && ok "job $job completed after 1 requeue" ||
   { fail "job $job: $st, restarts $(field "$job" Restarts)"; cat "$log"; }
-grep -q "stopping after step [0-9]* on signal SIGUSR1: saved" "$log" && grep -q "requeueing job $job" "$log" &&
+grep -Eq "stopping after step [0-9]+ of [0-9]+ on signal SIGUSR1: saved" "$log" && grep -q "requeueing job $job" "$log" &&
   grep -q "resumed from .*ck_pre/step_" "$log" && ok "signalled, saved, requeued, resumed" ||
   { fail "the log does not show stop, requeue and resume"; cat "$log"; }
 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 \
@@ -132,9 +132,10 @@ for _ in $(seq 300); do
 done
 scancel "$job"
 st=$(wait_job "$job" 120)
-sleep 3  # the ranks finish their save after the job is marked cancelled
 log=$(log_of "$job")
-[ "$st" = CANCELLED ] && [ "$(field "$job" Restarts)" = 0 ] && grep -q "stopping after step [0-9]* on signal" "$log" &&
+# The ranks finish their save after Slurm marks the job cancelled: wait for the line that ends the run.
+for _ in $(seq 600); do grep -Eq "^trident: srun exited|stopped: [0-9]+ of" "$log" && break; sleep 0.1; done
+[ "$st" = CANCELLED ] && [ "$(field "$job" Restarts)" = 0 ] && grep -Eq "stopping after step [0-9]+ of [0-9]+ on signal" "$log" &&
   [ -f "$W/ck_cancel/latest" ] && ok "scancel: saved $(cat "$W/ck_cancel/latest"), cancelled, not requeued" ||
   { fail "scancel: $st, restarts $(field "$job" Restarts)"; cat "$log"; }
 

@@ -1,0 +1,43 @@
+// Options and suppressions the sanitizer runtimes read at start-up, compiled
+// into every executable of a TRIDENT_SANITIZE build (CMakeLists.txt), so
+// `trident` and the tests run clean without environment variables
+// (ASAN_OPTIONS etc. still add to or override these).
+//
+// The suppressions cover only libraries that are not built with the
+// sanitizers: what Open MPI, its runtime (PMIx, hwloc, libevent), oneDNN and
+// OpenMP allocate once and keep for the process's life, and their internal
+// synchronisation, which ThreadSanitizer cannot see. Leaks and races in
+// Trident's own code are never suppressed.
+
+#define TRIDENT_SANITIZER_HOOK extern "C" __attribute__((visibility("default"), used)) const char*
+
+TRIDENT_SANITIZER_HOOK __asan_default_options() { return "detect_leaks=1:detect_stack_use_after_return=1:fast_unwind_on_malloc=0"; }
+
+TRIDENT_SANITIZER_HOOK __ubsan_default_options() { return "print_stacktrace=1:halt_on_error=1"; }
+
+TRIDENT_SANITIZER_HOOK __lsan_default_suppressions() {
+  return "leak:libmpi.so\n"
+         "leak:libopen-pal.so\n"
+         "leak:libopen-rte.so\n"
+         "leak:libpmix.so\n"
+         "leak:libhwloc.so\n"
+         "leak:libevent\n"
+         "leak:mca_\n"
+         "leak:libucp.so\n"
+         "leak:libucs.so\n"
+         "leak:libdnnl.so\n"
+         "leak:libgomp.so\n";
+}
+
+TRIDENT_SANITIZER_HOOK __tsan_default_options() { return "halt_on_error=1:second_deadlock_stack=1"; }
+
+TRIDENT_SANITIZER_HOOK __tsan_default_suppressions() {
+  return "called_from_lib:libmpi.so\n"
+         "called_from_lib:libopen-pal.so\n"
+         "called_from_lib:libopen-rte.so\n"
+         "called_from_lib:libpmix.so\n"
+         "called_from_lib:libevent\n"
+         "called_from_lib:libhwloc.so\n"
+         "called_from_lib:libgomp.so\n"
+         "called_from_lib:libdnnl.so\n";
+}

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #endif
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -201,17 +202,28 @@ double chunked_sum(const float* x, const std::vector<std::pair<int64_t, int64_t>
   return total;
 }
 
-// Device copies of rope tables, by host address and size.
-const double* device_table(const double* host, int64_t n) {
+// Device copies of rope tables (kernels::rope_table, T rows of D values), kept
+// for the process's life: one per host table, found by address and size and
+// checked against its row for position 1, which fixes theta and D, so a table
+// freed and another allocated at the same address is never served stale. The
+// map is never destroyed: device memory a cache holds until exit is not a leak.
+const double* device_table(const double* host, int64_t T, int64_t D) {
+  struct Entry {
+    double* device = nullptr;
+    std::vector<double> row1;
+  };
   static std::mutex mutex;
-  static std::map<std::pair<const double*, int64_t>, double*> tables;
+  static auto* tables = new std::map<std::pair<const double*, int64_t>, Entry>;
+  const int64_t n = T * D;
+  std::vector<double> row1(host + std::min(D, n), host + std::min(2 * D, n));
   std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = tables[{host, n}];
-  if (!slot) {
-    CUDA_CHECK(cudaMalloc(&slot, size_t(n) * sizeof(double)));
-    CUDA_CHECK(cudaMemcpy(slot, host, size_t(n) * sizeof(double), cudaMemcpyHostToDevice));
+  Entry& e = (*tables)[{host, n}];
+  if (!e.device || e.row1 != row1) {
+    if (!e.device) CUDA_CHECK(cudaMalloc(&e.device, size_t(n) * sizeof(double)));
+    CUDA_CHECK(cudaMemcpy(e.device, host, size_t(n) * sizeof(double), cudaMemcpyHostToDevice));
+    e.row1 = std::move(row1);
   }
-  return slot;
+  return e.device;
 }
 
 }  // namespace
@@ -240,11 +252,11 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C, bool a
 }
 void rope_forward(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                   const int32_t* doc_start) {
-  LAUNCH(rope_apply, B * T * (H + KV) * (D / 2), qkv, device_table(table, T * D), B, T, H, KV, D, 1.0, doc_start);
+  LAUNCH(rope_apply, B * T * (H + KV) * (D / 2), qkv, device_table(table, T, D), B, T, H, KV, D, 1.0, doc_start);
 }
 void rope_backward(float* dqkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                    const int32_t* doc_start) {
-  LAUNCH(rope_apply, B * T * (H + KV) * (D / 2), dqkv, device_table(table, T * D), B, T, H, KV, D, -1.0, doc_start);
+  LAUNCH(rope_apply, B * T * (H + KV) * (D / 2), dqkv, device_table(table, T, D), B, T, H, KV, D, -1.0, doc_start);
 }
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t N, int64_t C, int64_t vocab_begin,
                        int64_t V) {

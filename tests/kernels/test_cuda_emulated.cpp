@@ -81,6 +81,22 @@ TEST(CudaEmulated, FlashAttentionForwardBackward) {
   }
 }
 
+// The device keeps a copy of each rope table: a table rewritten in place
+// (another theta at the same host address and size) must not be served stale.
+TEST(CudaEmulated, RopeTableRewrittenInPlaceIsNotServedStale) {
+  const int64_t B = 1, T = 12, H = 2, KV = 1, D = 8, W = (H + 2 * KV) * D;
+  auto table = rope_table(T, D, 10000.0);
+  const F x = randn(B * T * W, 31);
+  for (double theta : {10000.0, 500000.0, 10.0}) {
+    const auto fresh = rope_table(T, D, theta);
+    std::copy(fresh.begin(), fresh.end(), table.begin());
+    F a = x, b = x;
+    rope_forward(a.data(), fresh.data(), B, T, H, KV, D);
+    emu::rope_forward(b.data(), table.data(), B, T, H, KV, D, nullptr);
+    expect_close("rope forward, theta " + std::to_string(theta), a, b, 1e-6, 1e-6);
+  }
+}
+
 // Document masking in the flash kernels (keys before a query's document
 // start are masked inside and across tiles), rotary and learned positions.
 TEST(CudaEmulated, DocumentMaskedAttentionRotaryAndPositions) {

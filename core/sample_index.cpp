@@ -27,6 +27,23 @@ struct Header {
   uint32_t version, crc;
   uint64_t seed;
   int64_t stride, epochs, docs, samples, tokens;
+
+  // The 56 bytes after the magic, field by field (little-endian, no padding).
+  void store(char* p) const {
+    std::memcpy(p, &version, 4);
+    std::memcpy(p + 4, &crc, 4);
+    std::memcpy(p + 8, &seed, 8);
+    const int64_t rest[5] = {stride, epochs, docs, samples, tokens};
+    std::memcpy(p + 16, rest, sizeof rest);
+  }
+  void load(const char* p) {
+    std::memcpy(&version, p, 4);
+    std::memcpy(&crc, p + 4, 4);
+    std::memcpy(&seed, p + 8, 8);
+    int64_t rest[5];
+    std::memcpy(rest, p + 16, sizeof rest);
+    stride = rest[0], epochs = rest[1], docs = rest[2], samples = rest[3], tokens = rest[4];
+  }
 };
 
 uint64_t splitmix(uint64_t x) {
@@ -113,10 +130,10 @@ bool SampleIndex::map_if_valid(const std::string& path, uint32_t crc, std::strin
   fstat(fd, &st);
   const size_t expect = file_bytes(E_, D_, S_);
   Header h{};
-  char magic[8] = {};
-  bool read_ok = size_t(st.st_size) >= kHeader && pread(fd, magic, 8, 0) == 8 && pread(fd, &h.version, 4, 8) == 4 &&
-                 pread(fd, &h.crc, 4, 12) == 4 && pread(fd, &h.seed, 48, 16) == 48;
-  if (!read_ok || std::memcmp(magic, kMagic, 8) != 0 || h.version != 1)
+  char bytes[kHeader] = {};
+  const bool read_ok = size_t(st.st_size) >= kHeader && pread(fd, bytes, kHeader, 0) == ssize_t(kHeader);
+  h.load(bytes + 8);
+  if (!read_ok || std::memcmp(bytes, kMagic, 8) != 0 || h.version != 1)
     why = "the cached sample index is not a Trident sample index (bad header)";
   else if (h.crc != crc)
     why = fmt::format("the cached sample index was built for other data (.idx CRC-32C {:08x}, the data's is {:08x})",
@@ -150,9 +167,7 @@ void SampleIndex::build(uint32_t crc) {
   uint8_t* p = owned_.data();
   std::memcpy(p, kMagic, 8);
   const Header h{1, crc, seed_, stride_, E_, D_, S_, data_.num_tokens()};
-  std::memcpy(p + 8, &h.version, 4);
-  std::memcpy(p + 12, &h.crc, 4);
-  std::memcpy(p + 16, &h.seed, 48);
+  h.store(reinterpret_cast<char*>(p + 8));
   auto* doc_order = reinterpret_cast<int32_t*>(p + kHeader);
   auto* starts = doc_order + E_ * D_;
   auto* order = starts + E_ * (S_ + 1) * 2;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <thread>
+#include <type_traits>
 
 #include "core/atomic_file.hpp"
 #include "core/device_memory.hpp"
@@ -34,7 +35,7 @@ struct FileReport {
   uint32_t unused = 0;
   int64_t shard_begin = 0, shard_end = 0;
 };
-static_assert(sizeof(FileReport) % sizeof(int32_t) == 0);
+static_assert(sizeof(FileReport) % sizeof(int32_t) == 0 && std::is_trivially_copyable_v<FileReport>);
 
 // Every rank's report, in world rank order (collective).
 std::vector<FileReport> gather_reports(parallel::Communicator* world, const FileReport& mine) {
@@ -44,7 +45,7 @@ std::vector<FileReport> gather_reports(parallel::Communicator* world, const File
   std::memcpy(all.data<int32_t>() + words * rank, &mine, sizeof(FileReport));
   if (world && size > 1) world->all_gather(all)->wait();
   std::vector<FileReport> out(static_cast<size_t>(size));
-  std::memcpy(out.data(), all.data<int32_t>(), sizeof(FileReport) * size_t(size));
+  std::memcpy(static_cast<void*>(out.data()), all.data<int32_t>(), sizeof(FileReport) * size_t(size));
   return out;
 }
 }  // namespace checkpoint

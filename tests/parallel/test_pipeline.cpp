@@ -238,7 +238,15 @@ TEST(Pipeline, DocumentMaskMatchesSingleRank) {
     if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
     const auto& ref = single_rank(c);
     const test::EquivalenceRun run = test::train_with_step1_gradients(recipe(c, g_world), {.quiet = true});
-    test::expect_equivalent(ref, run, c.name());
+    // Step-1 gradients and every loss at the usual tolerances. The gradient
+    // norm drifts further here: AdamW's first steps move every weight by
+    // about lr whatever its gradient's size, so rounding differences in the
+    // masked (near-zero) gradients grow about 2.5x a step. Measured on gpt2
+    // data 2 x tensor 2 x pipeline 2 with sequence parallelism: 1.2e-8 at
+    // step 1, 4.2e-6 at step 7, 9.9e-5 at step 10 in a Release build and
+    // 2.1e-4 in an -O2 sanitizer build. A wrong reduction is caught by the
+    // step-1 gradients (relative L2 1e-5) and the losses.
+    test::expect_equivalent(ref, run, c.name(), {.grad_norm = 1e-3});
   }
   for (const char* arch : {"gpt2", "llama"}) {
     Case masked{1, 1, 1, "1f1b", 0, arch};

@@ -59,7 +59,7 @@ struct TrainOptions {
   bool quiet = false;           // no per-step stdout lines (tests)
   bool single_process = false;  // ignore MPI even when initialised (reference runs in tests)
   std::string resume;           // "", "auto" or a checkpoint directory (trident train --resume)
-  std::function<void(const StepGradients&)> on_gradients;  // called every step when set
+  std::function<void(const StepGradients&)> on_gradients = {};  // called every step when set
 };
 
 TrainSummary train(const Recipe& recipe, const TrainOptions& opts = {});

@@ -33,7 +33,7 @@ std::string cuda_backend() {
 #endif
 }
 
-static int cuda_mode(Precision p) { return p == Precision::bf16 ? 1 : p == Precision::fp16 ? 2 : 0; }
+[[maybe_unused]] static int cuda_mode(Precision p) { return p == Precision::bf16 ? 1 : p == Precision::fp16 ? 2 : 0; }
 
 void set_cpu_matmul_precision(Precision p);  // kernels/cpu/gemm_cpu.cpp
 

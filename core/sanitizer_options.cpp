@@ -35,9 +35,19 @@ TRIDENT_SANITIZER_HOOK __tsan_default_suppressions() {
   return "called_from_lib:libmpi.so\n"
          "called_from_lib:libopen-pal.so\n"
          "called_from_lib:libopen-rte.so\n"
-         "called_from_lib:libpmix.so\n"
-         "called_from_lib:libevent\n"
+         "called_from_lib:libevent_core\n"
+         "called_from_lib:libevent_pthreads\n"
          "called_from_lib:libhwloc.so\n"
          "called_from_lib:libgomp.so\n"
-         "called_from_lib:libdnnl.so\n";
+         "called_from_lib:libdnnl.so\n"
+         // Open MPI's plug-ins (mca_*.so) and PMIx, loaded at MPI_Init and
+         // unloaded at MPI_Finalize (called_from_lib refuses those): by module
+         "race:mca_\n"
+         "race:libpmix.so\n"
+         "mutex:mca_\n"
+         "mutex:libpmix.so\n"
+         "deadlock:mca_\n"
+         "deadlock:libmpi.so\n"
+         "deadlock:libopen-pal.so\n"
+         "deadlock:libpmix.so\n";
 }

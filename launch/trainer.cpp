@@ -34,6 +34,7 @@
 #include "parallel/data_parallel.hpp"
 #include "parallel/mesh.hpp"
 #include "parallel/rank_reductions.hpp"
+#include "parallel/rank_reductions.hpp"
 #include "parallel/schedule.hpp"
 
 namespace trident::launch {
@@ -188,12 +189,29 @@ int64_t resume(const Recipe& rc, const std::string& arg, const RankState& state,
           rc.checkpoint.dir, held);
     return 0;
   }
-  const std::string from = resolve_resume(rc, arg);
+  // Every rank reads `latest` and the index itself; they agree before any of
+  // them goes on, so a rank that fails here (or a shared filesystem that
+  // shows the ranks different files) is an error on every rank, never some
+  // ranks training while the others have left.
+  std::string from, problem;
+  try {
+    from = resolve_resume(rc, arg);
+    if (!from.empty()) check_resume_tokenizer(from, data);
+  } catch (const InputError& e) {
+    problem = e.what();
+  }
+  const double mine = !problem.empty() ? 2 : from.empty() ? 1 : 0;
+  const double most = parallel::max_over(mesh.world(), mine), least = -parallel::max_over(mesh.world(), -mine);
+  if (!problem.empty()) fail_input("{}", problem);
+  if (most == 2) fail_input("--resume {}: rejected by another rank (its error says why)", arg);
+  if (most != least)
+    fail_input("--resume {}: this rank finds {}, another rank {}; is {} the same directory on every node?", arg,
+               from.empty() ? "no checkpoint" : from, from.empty() ? "one" : "none",
+               rc.checkpoint.dir.empty() ? arg : rc.checkpoint.dir);
   if (from.empty()) {
     log::info("resume: no checkpoint in {} yet; starting from step 0", rc.checkpoint.dir);
     return 0;
   }
-  check_resume_tokenizer(from, data);
   const int64_t step = load_checkpoint(rc, from, state, mesh.world());
   log::info("resumed from {} after step {}", from, step);
   return step;

@@ -168,7 +168,11 @@ TEST(Checkpoint, DamageIsAClearErrorAndChangesNothing) {
   };
   const std::string good = bytes(shard), index = bytes(ck + "/index.json");
   barrier();  // every rank has its copy before rank 0 starts damaging
+  // Every rank has finished its attempt before rank 0 repairs the files: a
+  // rank still loading would otherwise read the repaired checkpoint, go on
+  // to train, and wait in collectives the others never enter.
   auto restore = [&] {
+    barrier();
     if (leader()) {
       std::ofstream(shard, std::ios::binary | std::ios::trunc) << good;
       std::ofstream(ck + "/index.json", std::ios::binary | std::ios::trunc) << index;
@@ -229,6 +233,52 @@ TEST(Checkpoint, DamageIsAClearErrorAndChangesNothing) {
   EXPECT_TRUE(now == good) << "rank " << g_comm->rank() << ": " << now.size() << " bytes now, " << good.size()
                            << " at the start";
   EXPECT_EQ(launch::train(rc, {.quiet = true, .resume = ck}).losses.size(), 0u);
+}
+
+// Ranks that see different checkpoints (a damaged copy, an empty directory:
+// what a shared filesystem that is not yet consistent shows) all refuse to
+// resume, with a message; none goes on to train while the others have left
+// (which would hang in the first collective).
+TEST(Checkpoint, RanksThatSeeDifferentCheckpointsAllRefuse) {
+  if (g_world == 1) GTEST_SKIP() << "needs several ranks";
+  const std::string dir = fresh_dir("views");
+  const Recipe rc = recipe(dir + "/run", {"parallel.data=" + std::to_string(g_world)}, 3, 3);
+  launch::train(rc, {.quiet = true});
+  const std::string good = dir + "/run/step_00000003", bad = dir + "/bad/step_00000003";
+  if (leader()) {
+    fs::create_directories(dir + "/bad");
+    fs::copy(good, bad, fs::copy_options::recursive);
+    std::ifstream in(bad + "/index.json");
+    std::string t((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    t = test::without_index_checksum(t);
+    t.replace(t.find("\"version\":1"), 11, "\"version\":9");
+    std::ofstream(bad + "/index.json", std::ios::trunc) << t;
+    fs::create_directories(dir + "/empty");
+  }
+  barrier();
+  Recipe quick = rc;
+  quick.parallel.timeout_s = 30;  // a hang fails the test in 30 s, not 600
+  // rank 0 is given the good checkpoint, every other rank the damaged copy
+  std::string msg = error_of(quick, leader() ? good : bad);
+  if (leader())
+    EXPECT_NE(msg.find("rejected by another rank"), std::string::npos) << msg;
+  else
+    EXPECT_NE(msg.find("expected 1, found 9"), std::string::npos) << msg;
+  barrier();
+  // --resume auto: rank 0 finds no checkpoint in its directory, the others one
+  Recipe split = quick;
+  if (leader()) split.checkpoint.dir = dir + "/empty";
+  try {
+    launch::train(split, {.quiet = true, .resume = "auto"});
+    msg = "no error";
+  } catch (const InputError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("the same directory on every node"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(leader() ? "this rank finds no checkpoint, another rank one" : "another rank none"),
+            std::string::npos)
+      << msg;
+  barrier();
 }
 
 // Two datasets of short documents ending with EOD 31 (demo vocabulary 32),

@@ -127,13 +127,26 @@ def main():
             want = [ref.encode(d) + [ref.eos_id()] for d in docs]
             decode = lambda ids: ref.decode(ids)
         bad = [k for k in range(len(docs)) if k >= len(got) or got[k] != want[k]]
+        # A unigram segmentation is the one with the highest summed piece score;
+        # where two have exactly the same score, SentencePiece versions break the
+        # tie differently (the library Trident links and the PyPI reference need
+        # not be one version). Such a document counts when Trident's ids decode
+        # to the same text with the same total score.
+        ties = []
+        if name == "sp_unigram.model":
+            score = lambda ids: sum(ref.get_score(int(t)) for t in ids)
+            ties = [k for k in bad if k < len(got) and decode(got[k]) == decode(want[k])
+                    and abs(score(got[k]) - score(want[k])) <= 1e-4]
+            bad = [k for k in bad if k not in ties]
         if len(got) != len(docs) or bad:
             failures += 1
             k = bad[0] if bad else 0
             print(f"FAIL {name}: {len(got)} documents (want {len(docs)}), {len(bad)} differ; first: {k} "
                   f"{docs[k][:60]!r}\n  trident   {got[k][:40] if k < len(got) else None}\n  reference {want[k][:40]}")
         else:
-            print(f"ok   {name}: {len(docs)} documents, {sum(map(len, got))} tokens, ids identical ({os.path.basename(src)})")
+            same = "ids identical" + (f" except {len(ties)} with an equal-score segmentation, tie broken otherwise"
+                                      if ties else "")
+            print(f"ok   {name}: {len(docs)} documents, {sum(map(len, got))} tokens, {same} ({os.path.basename(src)})")
         # decoding: the first document through `prepare --inspect`
         out = run([a.trident, "prepare", "--inspect", prefix + "_train"]).stdout
         line = next(l for l in out.splitlines() if "first document" in l)

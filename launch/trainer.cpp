@@ -34,7 +34,6 @@
 #include "parallel/data_parallel.hpp"
 #include "parallel/mesh.hpp"
 #include "parallel/rank_reductions.hpp"
-#include "parallel/rank_reductions.hpp"
 #include "parallel/schedule.hpp"
 
 namespace trident::launch {

@@ -192,17 +192,16 @@ int64_t resume(const Recipe& rc, const std::string& arg, const RankState& state,
   // them goes on, so a rank that fails here (or a shared filesystem that
   // shows the ranks different files) is an error on every rank, never some
   // ranks training while the others have left.
-  std::string from, problem;
-  try {
-    from = resolve_resume(rc, arg);
-    if (!from.empty()) check_resume_tokenizer(from, data);
-  } catch (const InputError& e) {
-    problem = e.what();
-  }
-  const double mine = !problem.empty() ? 2 : from.empty() ? 1 : 0;
+  std::string from;
+  parallel::agree_or_fail(
+      mesh.world(),
+      [&] {
+        from = resolve_resume(rc, arg);
+        if (!from.empty()) check_resume_tokenizer(from, data);
+      },
+      fmt::format("--resume {}: rejected by another rank (its error says why)", arg));
+  const double mine = from.empty() ? 1 : 0;
   const double most = parallel::max_over(mesh.world(), mine), least = -parallel::max_over(mesh.world(), -mine);
-  if (!problem.empty()) fail_input("{}", problem);
-  if (most == 2) fail_input("--resume {}: rejected by another rank (its error says why)", arg);
   if (most != least)
     fail_input("--resume {}: this rank finds {}, another rank {}; is {} the same directory on every node?", arg,
                from.empty() ? "no checkpoint" : from, from.empty() ? "one" : "none",
@@ -221,15 +220,12 @@ int64_t resume(const Recipe& rc, const std::string& arg, const RankState& state,
 std::unique_ptr<CheckpointDirLock> lock_checkpoint_dir(const Recipe& rc, parallel::Mesh& mesh) {
   if (rc.checkpoint.dir.empty()) return nullptr;
   std::unique_ptr<CheckpointDirLock> lock;
-  std::string problem;
-  if (!mesh.world() || mesh.world()->rank() == 0) try {
-      lock = std::make_unique<CheckpointDirLock>(rc.checkpoint.dir);
-    } catch (const InputError& e) {
-      problem = e.what();
-    }
-  const bool failed = parallel::max_over(mesh.world(), problem.empty() ? 0 : 1) != 0;
-  if (!problem.empty()) fail_input("{}", problem);
-  if (failed) fail_input("checkpoint.dir {}: rank 0 could not lock it (its message says why)", rc.checkpoint.dir);
+  parallel::agree_or_fail(
+      mesh.world(),
+      [&] {
+        if (!mesh.world() || mesh.world()->rank() == 0) lock = std::make_unique<CheckpointDirLock>(rc.checkpoint.dir);
+      },
+      fmt::format("checkpoint.dir {}: rank 0 could not lock it (its message says why)", rc.checkpoint.dir));
   return lock;
 }
 

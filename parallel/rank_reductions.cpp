@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "core/error.hpp"
+
 namespace trident::parallel {
 namespace {
 
@@ -20,6 +22,18 @@ double reduce_scalar(Communicator* group, double local, ReduceOp op) {
 
 double sum_over(Communicator* group, double local) { return reduce_scalar(group, local, ReduceOp::sum); }
 double max_over(Communicator* group, double local) { return reduce_scalar(group, local, ReduceOp::max); }
+
+void agree_or_fail(Communicator* group, const std::function<void()>& check, const std::string& elsewhere) {
+  std::string problem;
+  try {
+    check();
+  } catch (const InputError& e) {
+    problem = e.what();
+  }
+  const bool failed = max_over(group, problem.empty() ? 0 : 1) != 0;
+  if (!problem.empty()) throw InputError(problem);
+  if (failed) throw InputError(elsewhere);
+}
 
 std::vector<double> gather_scalar(Communicator* group, double mine) {
   if (alone(group)) return {mine};

@@ -6,6 +6,8 @@
 // Large buffers go through the Communicator directly (parallel/communicator.hpp).
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "parallel/communicator.hpp"
@@ -22,5 +24,12 @@ std::vector<double> gather_varying(Communicator* group, const std::vector<double
                                    std::vector<int64_t>* counts = nullptr);
 // Every rank's value of a scalar, in group rank order.
 std::vector<double> gather_scalar(Communicator* group, double mine);
+
+// A check every rank runs before any of them changes state: `check` runs
+// here; when it throws InputError on any rank, every rank throws InputError,
+// the failing ones their own message, the others `elsewhere` (which should
+// say that another rank's message tells why). Never leaves some ranks
+// waiting in a collective that the failing ones have left.
+void agree_or_fail(Communicator* group, const std::function<void()>& check, const std::string& elsewhere);
 
 }  // namespace trident::parallel

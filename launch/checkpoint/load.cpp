@@ -294,17 +294,10 @@ WholeModel load_whole_model(const std::string& path) {
 }
 
 int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankState& s, parallel::Communicator* world) {
-  std::string problem;
-  LoadPlan plan;
-  try {
-    plan = verify(rc, dir, s);
-  } catch (const InputError& e) {
-    problem = e.what();
-  }
   // every rank checks its files before any rank changes its state
-  const bool failed = parallel::max_over(world, problem.empty() ? 0 : 1) != 0;
-  if (!problem.empty()) fail_input("{}", problem);
-  if (failed) fail_input("{}: rejected by another rank (its error says why)", dir);
+  LoadPlan plan;
+  parallel::agree_or_fail(
+      world, [&] { plan = verify(rc, dir, s); }, fmt::format("{}: rejected by another rank (its error says why)", dir));
   // a shard in device memory is read into host buffers, then copied over
   const bool device = is_device_pointer(s.params);
   const int64_t n = s.shard_end - s.shard_begin;

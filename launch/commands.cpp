@@ -55,9 +55,10 @@ void log_placement(const parallel::LaunchEnv& env, parallel::MpiCommunicator& wo
 void print_plan_table(const PlanCommand& c, const Cluster& cl, const std::vector<PlanResult>& results) {
   int64_t feasible = 0, invalid = 0;
   for (const auto& r : results) feasible += r.feasible, invalid += !r.feasible && r.memory.total() == 0;
-  fmt::print("{} on {} x {} ({} per node, {:.0f} GiB, {:.4g} TFLOP/s {} peak x {:.2f} achievable GEMM)\n", c.recipe,
-             c.gpus, cl.name, cl.devices_per_node, cl.memory_bytes / (1024.0 * 1024 * 1024), cl.peak_flops / 1e12,
-             cl.precision, cl.gemm_fraction);
+  fmt::print("{} on {} x {} ({} per node, {:.0f} GiB, {:.4g} TFLOP/s {} peak, large GEMMs at {:.2f} of it)\n",
+             c.recipe, c.gpus, cl.name, cl.devices_per_node, cl.memory_bytes / (1024.0 * 1024 * 1024),
+             cl.peak_flops / 1e12, cl.precision,
+             cl.gemm_table.empty() ? cl.gemm_fraction : cl.gemm_table.back().second);
   fmt::print("{} configurations: {} fit, {} out of memory, {} invalid\n", results.size(), feasible,
              int64_t(results.size()) - feasible - invalid, invalid);
   fmt::print("{:>4} {:>4} {:>4} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10} {:>12} {:>8} {:>6} {:>10}\n", "D", "T", "P", "V",
@@ -179,11 +180,7 @@ int run_plan(const PlanCommand& c, int* argc, char*** argv) {
     return kExitOk;
   }
   if (c.gpus == 0) fail_input("plan: missing --gpus N");
-  // the recipe as given, on one process (its mesh is what the planner chooses)
-  std::vector<std::string> sets = c.sets;
-  for (const auto& s : single_process_overrides()) sets.push_back(s);
-  Recipe rc = load_recipe(c.recipe, sets, 1);
-  rc.overrides = c.sets;
+  const Recipe rc = load_plan_recipe(c.recipe, c.sets);
   Precision precision = rc.train.precision;
   if (!c.precision.empty()) precision = *parse_enum<Precision>(c.precision);  // checked by the command line
   const Cluster cl = load_cluster(c.cluster, precision);
@@ -193,16 +190,13 @@ int run_plan(const PlanCommand& c, int* argc, char*** argv) {
     if (dims[0] * dims[1] * dims[2] != c.gpus)
       fail_input("plan: --mesh {}: {} x {} x {} = {} != --gpus {}", c.mesh, dims[0], dims[1], dims[2],
                  dims[0] * dims[1] * dims[2], c.gpus);
-    PlanConfig x{dims[0],
-                 dims[1],
-                 dims[2],
-                 rc.parallel.virtual_stages,
-                 rc.train.micro_batch,
-                 rc.parallel.zero,
-                 rc.train.recompute,
-                 rc.parallel.schedule,
-                 rc.parallel.sequence_parallel};
-    if (x.pipeline == 1) x.virtual_stages = 1;
+    // every other choice from the recipe and --set, checked on this mesh
+    PlanConfig x;
+    try {
+      x = mesh_choices(c.recipe, c.sets, dims[0], dims[1], dims[2]);
+    } catch (const InputError& e) {
+      fail_input("plan --mesh {}: {}", c.mesh, e.what());
+    }
     results.push_back(plan_one(rc, cl, x));
   } else {
     results = plan_all(rc, cl, c.gpus);

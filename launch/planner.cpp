@@ -38,18 +38,33 @@ double number(const YAML::Node& n, const std::string& path, const std::string& k
   }
 }
 
+// An optional number: `fallback` when the key is absent; `most` bounds it.
+double optional_number(const YAML::Node& n, const std::string& path, const std::string& key, double fallback,
+                       double most = 0) {
+  if (!n) return fallback;
+  const double v = number(n, path, key);
+  if (most > 0 && v > most) fail_input("{}: key '{}': expected at most {}, found {}", path, key, most, v);
+  return v;
+}
+
 Link link(const YAML::Node& n, const std::string& path, const std::string& key) {
   if (!n || !n.IsMap()) fail_input("{}: missing key '{}' ({{bandwidth_gbps, latency_us}})", path, key);
+  for (const auto& kv : n) {
+    const std::string k = kv.first.as<std::string>();
+    if (k != "bandwidth_gbps" && k != "latency_us" && k != "half_bandwidth_mb")
+      fail_input("{}: unknown key '{}.{}' (expected bandwidth_gbps, latency_us, half_bandwidth_mb)", path, key, k);
+  }
   return {number(n["bandwidth_gbps"], path, key + ".bandwidth_gbps") * 1e9,
-          number(n["latency_us"], path, key + ".latency_us") * 1e-6};
+          number(n["latency_us"], path, key + ".latency_us") * 1e-6,
+          optional_number(n["half_bandwidth_mb"], path, key + ".half_bandwidth_mb", 0) * 1e6};
 }
 
 // Ring collectives over g ranks: time for `bytes` per rank.
 double all_reduce_time(double bytes, int g, const Link& l) {
-  return g <= 1 ? 0 : 2.0 * (g - 1) / g * bytes / l.bandwidth + 2.0 * (g - 1) * l.latency;
+  return g <= 1 ? 0 : 2.0 * (g - 1) / g * bytes / l.bandwidth_at(bytes) + 2.0 * (g - 1) * l.latency;
 }
 double half_collective_time(double bytes, int g, const Link& l) {  // reduce-scatter or all-gather
-  return g <= 1 ? 0 : double(g - 1) / g * bytes / l.bandwidth + double(g - 1) * l.latency;
+  return g <= 1 ? 0 : double(g - 1) / g * bytes / l.bandwidth_at(bytes) + double(g - 1) * l.latency;
 }
 
 // Per pipeline rank and chunk: activation contexts the schedule holds (as the trainer sizes its pool).
@@ -74,12 +89,32 @@ double bubble_of(parallel::ScheduleKind kind, int P, int V, int M) {
   return cache[key] = P > 1 ? parallel::simulate(kind, P, V, M).bubble_fraction() : 0.0;
 }
 
-// Do all groups of this kind stay inside a node?
-bool intra_node(const parallel::Topology& topo, parallel::GroupKind kind, int per_node) {
-  for (const auto& g : topo.groups(kind))
+// Where the groups of one kind sit: all inside a node, or across nodes with
+// `per_node` members on each (the first group's count; groups are alike).
+struct Placement {
+  bool intra = true;
+  int per_node = 1;
+};
+Placement place(const parallel::Topology& topo, parallel::GroupKind kind, int devices_per_node) {
+  Placement p;
+  const auto groups = topo.groups(kind);
+  for (const auto& g : groups)
     for (int r : g)
-      if (r / per_node != g.front() / per_node) return false;
-  return true;
+      if (r / devices_per_node != g.front() / devices_per_node) p.intra = false;
+  const auto& first = groups.front();
+  p.per_node = int(std::count_if(first.begin(), first.end(),
+                                 [&](int r) { return r / devices_per_node == first.front() / devices_per_node; }));
+  return p;
+}
+
+// The link a group's collectives run over: inside a node the node's fabric;
+// across nodes the ring leaves each node through the network interfaces of
+// the members there (one per device), up to the node fabric's bandwidth.
+Link group_link(const Cluster& cl, const Placement& p) {
+  if (p.intra) return cl.intra;
+  Link l = cl.inter;
+  l.bandwidth = std::min(cl.intra.bandwidth, cl.inter.bandwidth * p.per_node);
+  return l;
 }
 
 std::string gib(double b) { return fmt::format("{:.1f} GiB", b / kGiB); }
@@ -99,6 +134,16 @@ Cluster load_cluster(const std::string& path, Precision prec) {
   } catch (const YAML::ParserException& e) {
     fail_input("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg);
   }
+  if (!y.IsMap()) fail_input("{}: expected a map of cluster keys", path);
+  static const std::vector<std::string> known = {
+      "name",          "device",        "devices_per_node",      "memory_gib",      "peak_tflops",
+      "gemm_fraction", "gemm_efficiency", "attention",           "attention_fraction", "memory_bandwidth_gbps",
+      "memory_fraction", "kernel_floor_us", "intra_node",        "inter_node", "attention_dropout"};
+  for (const auto& kv : y) {
+    const std::string k = kv.first.as<std::string>();
+    if (std::find(known.begin(), known.end(), k) == known.end())
+      fail_input("{}: unknown key '{}' (docs/planner.md lists the cluster keys)", path, k);
+  }
   Cluster c;
   c.source = path;
   c.precision = prec;
@@ -117,33 +162,109 @@ Cluster load_cluster(const std::string& path, Precision prec) {
   c.peak_flops = number(y["peak_tflops"][precision], path, "peak_tflops." + precision) * 1e12;
   c.gemm_fraction = number(y["gemm_fraction"], path, "gemm_fraction");
   if (c.gemm_fraction > 1) fail_input("{}: key 'gemm_fraction': expected at most 1, found {}", path, c.gemm_fraction);
+  if (const YAML::Node t = y["gemm_efficiency"]) {
+    // [[smallest dimension, fraction of peak], ...], ascending dimensions
+    if (!t.IsSequence() || t.size() == 0)
+      fail_input("{}: key 'gemm_efficiency': expected a list of [dimension, fraction] pairs", path);
+    for (size_t i = 0; i < t.size(); ++i) {
+      const std::string at = fmt::format("gemm_efficiency[{}]", i);
+      if (!t[i].IsSequence() || t[i].size() != 2) fail_input("{}: key '{}': expected [dimension, fraction]", path, at);
+      const double dim = number(t[i][0], path, at + "[0]"), f = number(t[i][1], path, at + "[1]");
+      if (f > 1) fail_input("{}: key '{}[1]': expected at most 1, found {}", path, at, f);
+      if (!c.gemm_table.empty() && dim <= c.gemm_table.back().first)
+        fail_input("{}: key '{}[0]': expected dimensions in ascending order, found {} after {}", path, at, dim,
+                   c.gemm_table.back().first);
+      c.gemm_table.emplace_back(dim, f);
+    }
+  }
+  c.attention_fraction = optional_number(y["attention_fraction"], path, "attention_fraction", c.gemm_fraction, 1);
+  c.flash_attention = c.device == DeviceType::cuda;
+  if (const YAML::Node a = y["attention"]) {
+    const std::string v = a.IsScalar() ? a.Scalar() : YAML::Dump(a);
+    if (v != "flash" && v != "materialized")
+      fail_input("{}: key 'attention': expected flash or materialized, found '{}'", path, v);
+    c.flash_attention = v == "flash";
+  }
+  if (const YAML::Node d = y["attention_dropout"]) {
+    if (!d.IsScalar() || (d.Scalar() != "true" && d.Scalar() != "false"))
+      fail_input("{}: key 'attention_dropout': expected true or false, found '{}'", path, YAML::Dump(d));
+    c.attention_dropout = d.Scalar() == "true";
+  }
   c.memory_bandwidth = number(y["memory_bandwidth_gbps"], path, "memory_bandwidth_gbps") * 1e9;
+  c.memory_fraction = optional_number(y["memory_fraction"], path, "memory_fraction", 1, 1);
+  c.kernel_floor = y["kernel_floor_us"] ? number(y["kernel_floor_us"], path, "kernel_floor_us") * 1e-6 : 0;
   c.intra = link(y["intra_node"], path, "intra_node");
   c.inter = link(y["inter_node"], path, "inter_node");
   return c;
+}
+
+DeviceRates Cluster::rates() const {
+  DeviceRates r;
+  r.peak_flops = peak_flops;
+  r.gemm_table = gemm_table;
+  r.gemm_fraction = gemm_fraction;
+  r.attention_fraction = attention_fraction;
+  r.flash_attention = flash_attention;
+  r.attention_dropout = attention_dropout;
+  r.memory_bandwidth = memory_bandwidth * memory_fraction;
+  r.kernel_floor = kernel_floor;
+  r.bytes_per_value = precision == Precision::fp32 ? 4 : 2;
+  return r;
 }
 
 double optimizer_bytes_per_element(Precision precision) {
   return 28.0 + (precision == Precision::fp32 ? 0.0 : 2.0);  // p r/w, g r, m r/w, v r/w (+ the 2-byte copy)
 }
 
+Recipe load_plan_recipe(const std::string& path, const std::vector<std::string>& sets) {
+  std::vector<std::string> all = sets;
+  for (const char* s : {"parallel.data=1", "parallel.tensor=1", "parallel.pipeline=1", "parallel.virtual_stages=1",
+                        "parallel.stage_layers=[]"})
+    all.push_back(s);
+  Recipe rc = load_recipe(path, all, 1);
+  rc.overrides = sets;
+  return rc;
+}
+
+PlanConfig mesh_choices(const std::string& path, const std::vector<std::string>& sets, int64_t D, int64_t T,
+                        int64_t P) {
+  std::vector<std::string> on_mesh = sets;
+  for (const auto& s : {fmt::format("parallel.data={}", D), fmt::format("parallel.tensor={}", T),
+                        fmt::format("parallel.pipeline={}", P)})
+    on_mesh.push_back(s);
+  const Recipe q = load_recipe(path, on_mesh, D * T * P);
+  return {D,
+          T,
+          P,
+          q.parallel.virtual_stages,
+          q.train.micro_batch,
+          q.parallel.zero,
+          q.train.recompute,
+          q.parallel.schedule,
+          q.parallel.sequence_parallel,
+          q.parallel.stage_layers};
+}
+
 PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   PlanResult r;
   r.config = c;
+  r.precision = cl.precision;
   const int64_t N = c.data * c.tensor * c.pipeline;
   std::vector<std::string> sets = rc.overrides;
   for (const auto& s : std::vector<std::string>{
            fmt::format("parallel.data={}", c.data), fmt::format("parallel.tensor={}", c.tensor),
            fmt::format("parallel.pipeline={}", c.pipeline), fmt::format("parallel.virtual_stages={}", c.virtual_stages),
            fmt::format("parallel.schedule={}", c.schedule), fmt::format("parallel.zero={}", c.zero),
-           fmt::format("parallel.sequence_parallel={}", c.sequence_parallel), "parallel.stage_layers=[]",
+           fmt::format("parallel.sequence_parallel={}", c.sequence_parallel), fmt::format("parallel.stage_layers=[{}]", fmt::join(c.stage_layers, ",")),
            fmt::format("train.micro_batch={}", c.micro_batch), fmt::format("train.recompute={}", c.recompute)})
     sets.push_back(s);
   // the loader's verdict and the stage sizes do not depend on ZeRO or recompute: cached
   static std::map<std::string, std::pair<std::string, Recipe>> verdicts;
-  const std::string vkey = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", fnv_key(rc), c.data, c.tensor, c.pipeline,
+  const std::string layers_key = fmt::format("{}", fmt::join(c.stage_layers, ","));
+  const std::string vkey = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", fnv_key(rc), c.data, c.tensor, c.pipeline,
                                        c.virtual_stages, c.schedule, c.sequence_parallel, c.micro_batch,
-                                       c.schedule == ScheduleKind::zero_bubble ? enum_name(c.recompute) : "");
+                                       c.schedule == ScheduleKind::zero_bubble ? enum_name(c.recompute) : "",
+                                       layers_key);
   auto found = verdicts.find(vkey);
   if (found == verdicts.end()) {
     std::pair<std::string, Recipe> v;
@@ -166,36 +287,21 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   const ModelConfig& m = q.model;
   const int D = int(c.data), T = int(c.tensor), P = int(c.pipeline), V = int(c.virtual_stages);
   const double pb = cl.precision == Precision::fp32 ? 4 : 2;  // bytes of a parameter / activation
-  // (whole model, largest stage, the slowest stage's FLOPs per token): a
-  // stage's matmul weights (the LM head included, a tied one too) and its
-  // layers' attention, on one tensor rank
+  // (whole model, largest stage per tensor rank)
   struct Sizes {
     int64_t whole, stage;
-    double flops;
   };
   static std::map<std::string, Sizes> sizes;
-  const std::string skey = fmt::format("{}|{}|{}|{}", fnv_key(rc), T, P, V);
+  const std::string skey = fmt::format("{}|{}|{}|{}|{}", fnv_key(rc), T, P, V, layers_key);
   if (!sizes.count(skey)) {
-    Sizes z{model::consolidated_numel(m), 0, 0};
-    const auto counts = model::chunk_layer_counts(m, P, V, {});
-    for (int pp = 0; pp < P; ++pp) {
-      const auto chunks = model::pipeline_chunks(m, P, V, {}, pp);
-      const model::ParamRegistry reg(m, {0, T}, chunks);
-      z.stage = std::max(z.stage, reg.total());
-      double matmul = 0, layers = 0;
-      bool head = false;
-      for (const auto& c : chunks) layers += double(c.layers), head |= c.head;
-      for (const auto& p : reg.params())
-        if (p.kind == model::ParamKind::weight || (head && m.tie_embeddings && p.kind == model::ParamKind::embedding &&
-                                                   p.name.find("wpe") == std::string::npos))
-          matmul += double(p.numel);
-      z.flops = std::max(z.flops, 6 * matmul + 12 * layers * double(m.hidden) * double(m.seq_len) / T);
-    }
+    Sizes z{model::consolidated_numel(m), 0};
+    for (int pp = 0; pp < P; ++pp)
+      z.stage = std::max(z.stage, model::ParamRegistry(m, {0, T}, model::pipeline_chunks(m, P, V, c.stage_layers, pp))
+                                      .total());
     sizes[skey] = z;
   }
   r.params = sizes[skey].whole;
   r.stage_params = sizes[skey].stage;
-  const double stage_flops_per_token = sizes[skey].flops;
   r.micro_batches = int(q.train.global_batch / (c.micro_batch * D));
   const auto kind = c.schedule;
   std::vector<std::vector<int>> flight;
@@ -245,7 +351,7 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
                                      c.recompute,
                                      kind == parallel::ScheduleKind::zero_bubble,
                                      model::attention_state_of(cl.device)};
-  const auto counts = model::chunk_layer_counts(m, P, V, {});
+  const auto counts = model::chunk_layer_counts(m, P, V, c.stage_layers);
   double act = 0;
   for (int pp = 0; pp < P; ++pp) {
     double a = double(model::scratch_elements(m, shape));
@@ -262,38 +368,55 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   if (P > 1) mem.buffers += 4.0 * V * R * double(m.hidden) * pb;  // send/receive pools
 
   // time per step
-  static std::map<std::string, std::array<bool, 3>> placement;  // group kinds inside a node, per mesh
+  static std::map<std::string, std::array<Placement, 3>> placement;  // per mesh: tensor, data, pipeline groups
   const std::string pkey =
       fmt::format("{}|{}|{}|{}|{}", D, T, P, fmt::join(q.parallel.order, ","), cl.devices_per_node);
   if (!placement.count(pkey)) {
     const parallel::Topology topo(D, P, T, q.parallel.order);
-    placement[pkey] = {intra_node(topo, parallel::GroupKind::tensor, cl.devices_per_node),
-                       intra_node(topo, parallel::GroupKind::data, cl.devices_per_node),
-                       intra_node(topo, parallel::GroupKind::pipeline, cl.devices_per_node)};
+    placement[pkey] = {place(topo, parallel::GroupKind::tensor, cl.devices_per_node),
+                       place(topo, parallel::GroupKind::data, cl.devices_per_node),
+                       place(topo, parallel::GroupKind::pipeline, cl.devices_per_node)};
   }
-  r.tensor_intra_node = placement[pkey][0];
-  r.data_intra_node = placement[pkey][1];
-  r.pipeline_intra_node = placement[pkey][2];
+  const auto& where = placement[pkey];
+  r.tensor_intra_node = where[0].intra;
+  r.data_intra_node = where[1].intra;
+  r.pipeline_intra_node = where[2].intra;
   const double tokens = double(q.train.global_batch) * double(m.seq_len);
-  const double rate = cl.peak_flops * cl.gemm_fraction;
   PlanTime& t = r.time;
-  t.compute = stage_flops_per_token * tokens / double(D) / rate;    // the slowest stage sets the pace
-  if (c.recompute == Recompute::full) t.recompute = t.compute / 3;  // one more forward
-  if (c.recompute == Recompute::selective)                          // attention scores again: 2 T C per token and layer
-    t.recompute = 2.0 * double(m.layers) / P * double(m.hidden) * double(m.seq_len) / T * tokens / double(D) / rate;
-  const double busy = t.compute + t.recompute;
+  // the operations of a layer and the head for one micro-batch; each
+  // pipeline rank runs its chunks' layers (and the head on the last chunk's
+  // rank) for every micro-batch; the slowest rank sets the pace
+  r.ops = layer_ops(m, {c.micro_batch, T, c.sequence_parallel}, cl.rates());
+  const double mbs = r.micro_batches;
+  double slowest = -1, most_layers = 0;
+  for (int pp = 0; pp < P; ++pp) {
+    double layers = 0;
+    bool head = false;
+    for (const auto& ch : model::pipeline_chunks(m, P, V, c.stage_layers, pp))
+      layers += double(ch.layers), head |= ch.head;
+    most_layers = std::max(most_layers, layers);
+    const OpTimes ot = stage_op_times(r.ops, layers, head);
+    const double again = c.recompute == Recompute::full ? ot.forward : c.recompute == Recompute::selective ? ot.selective : 0;
+    if (ot.total() + again <= slowest) continue;
+    slowest = ot.total() + again;
+    t.gemm = mbs * ot.gemm, t.attention = mbs * ot.attention, t.memory = mbs * ot.memory, t.recompute = mbs * again;
+  }
+  const double busy = t.compute() + t.recompute;
   t.bubble = r.bubble_fraction < 1 ? busy * r.bubble_fraction / (1 - r.bubble_fraction) : 0;
-  const Link& tl = r.tensor_intra_node ? cl.intra : cl.inter;
+  const Link tl = group_link(cl, where[0]);
   const double act_bytes = double(c.micro_batch * m.seq_len * m.hidden) * pb;
-  const double layer_ops = double(m.layers) / P * r.micro_batches * (4 + (c.recompute == Recompute::full ? 2 : 0));
-  t.tensor_comm = layer_ops * all_reduce_time(act_bytes, T, tl);  // all-gather + reduce-scatter: the same volume
+  // per layer and micro-batch: two all-reduces forward, two backward (with
+  // sequence parallelism an all-gather and a reduce-scatter each: the same
+  // volume), two more when full recomputation repeats the forward
+  const double layer_ops = most_layers * mbs * (4 + (c.recompute == Recompute::full ? 2 : 0));
+  t.tensor_comm = layer_ops * all_reduce_time(act_bytes, T, tl);
   if (P > 1) {
-    const Link& pl = r.pipeline_intra_node ? cl.intra : cl.inter;
-    t.pipeline_comm =
-        2.0 * r.micro_batches * V * (act_bytes / (c.sequence_parallel ? T : 1) / pl.bandwidth + pl.latency);
+    const Link pl = group_link(cl, where[2]);
+    const double bytes = act_bytes / (c.sequence_parallel ? T : 1);
+    t.pipeline_comm = 2.0 * mbs * V * (bytes / pl.bandwidth_at(bytes) + pl.latency);
   }
   if (D > 1) {
-    const Link& dl = r.data_intra_node ? cl.intra : cl.inter;
+    const Link dl = group_link(cl, where[1]);
     const double grads = 4 * Ps;
     const double buckets = std::max(1.0, std::ceil(grads / double(q.parallel.bucket_bytes)));
     const double M = r.micro_batches;
@@ -316,7 +439,8 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
     if (P == 1 && V == 1) t.data_comm_hidden = std::min(t.data_comm, hide);  // the trainer overlaps when not piped
   }
   // the optimizer step: memory-bound over this rank's shard (all of it with ZeRO 0)
-  t.optimizer = optimizer_bytes_per_element(cl.precision) * Ps / (c.zero >= 1 ? D : 1) / cl.memory_bandwidth;
+  t.optimizer = optimizer_bytes_per_element(cl.precision) * Ps / (c.zero >= 1 ? D : 1) /
+                (cl.memory_bandwidth * cl.memory_fraction);
   r.tokens_per_s = tokens / t.step();
   r.tflops_per_device = model::flops_per_token(m) * r.tokens_per_s / double(N) / 1e12;
   r.mfu = r.tflops_per_device * 1e12 / cl.peak_flops;
@@ -357,7 +481,7 @@ std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cl, int64_t n)
             if (sp && T == 1) continue;
             for (int64_t zero = 0; zero <= 3; ++zero)
               for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
-                out.push_back(plan_one(rc, cl, {D, T, P, V, mb, zero, recompute, schedule, sp}));
+                out.push_back(plan_one(rc, cl, {D, T, P, V, mb, zero, recompute, schedule, sp, {}}));
           }
         }
       }
@@ -375,7 +499,7 @@ std::string plan_json(const std::vector<PlanResult>& results) {
   for (const auto& r : results) {
     const auto& c = r.config;
     const auto& m = r.memory;
-    const bool timed = r.reason.empty() || r.feasible;
+    const bool timed = r.feasible || r.memory.total() > 0;  // out of memory: still timed
     out.push_back({{"data", c.data},
                    {"tensor", c.tensor},
                    {"pipeline", c.pipeline},
@@ -385,6 +509,8 @@ std::string plan_json(const std::vector<PlanResult>& results) {
                    {"recompute", enum_name(c.recompute)},
                    {"sequence_parallel", c.sequence_parallel},
                    {"schedule", enum_name(c.schedule)},
+                   {"stage_layers", c.stage_layers},
+                   {"precision", enum_name(r.precision)},
                    {"params", r.params},
                    {"memory_bytes",
                     {{"params", std::round(m.params)},
@@ -394,6 +520,17 @@ std::string plan_json(const std::vector<PlanResult>& results) {
                      {"buffers", std::round(m.buffers)},
                      {"total", std::round(m.total())}}},
                    {"step_time_s", timed ? r.time.step() : 0.0},
+                   {"time_s",
+                    {{"gemm", timed ? r.time.gemm : 0.0},
+                     {"attention", timed ? r.time.attention : 0.0},
+                     {"memory_bound", timed ? r.time.memory : 0.0},
+                     {"recompute", timed ? r.time.recompute : 0.0},
+                     {"bubble", timed ? r.time.bubble : 0.0},
+                     {"tensor_comm", timed ? r.time.tensor_comm : 0.0},
+                     {"pipeline_comm", timed ? r.time.pipeline_comm : 0.0},
+                     {"data_comm", timed ? r.time.data_comm : 0.0},
+                     {"data_comm_hidden", timed ? r.time.data_comm_hidden : 0.0},
+                     {"optimizer", timed ? r.time.optimizer : 0.0}}},
                    {"tokens_per_s", timed ? r.tokens_per_s : 0.0},
                    {"tflops_per_device", timed ? r.tflops_per_device : 0.0},
                    {"mfu", timed ? r.mfu : 0.0},
@@ -423,12 +560,29 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
       gib(m.params), gib(m.grads), gib(m.optimizer), gib(m.activations), r.in_flight, gib(m.buffers), gib(m.total()),
       gib(cl.memory_bytes), r.feasible ? "" : " -> " + r.reason);
   s += fmt::format(
-      "step time {:.4g} s: compute {:.4g} | recompute {:.4g} | pipeline bubble {:.4g} ({:.1f}% simulated) | tensor "
-      "comm {:.4g} ({}) | pipeline comm {:.4g} ({}) | data comm {:.4g} ({}, {:.4g} hidden behind backward) | "
-      "optimizer {:.4g}\n",
-      t.step(), t.compute, t.recompute, t.bubble, 100 * r.bubble_fraction, t.tensor_comm, link(r.tensor_intra_node),
-      t.pipeline_comm, link(r.pipeline_intra_node), t.data_comm, link(r.data_intra_node), t.data_comm_hidden,
-      t.optimizer);
+      "step time {:.4g} s: gemm {:.4g} | attention {:.4g} | memory-bound {:.4g} | recompute {:.4g} | pipeline bubble "
+      "{:.4g} ({:.1f}% simulated) | tensor comm {:.4g} ({}) | pipeline comm {:.4g} ({}) | data comm {:.4g} ({}, "
+      "{:.4g} hidden behind backward) | optimizer {:.4g}\n",
+      t.step(), t.gemm, t.attention, t.memory, t.recompute, t.bubble, 100 * r.bubble_fraction, t.tensor_comm,
+      link(r.tensor_intra_node), t.pipeline_comm, link(r.pipeline_intra_node), t.data_comm, link(r.data_intra_node),
+      t.data_comm_hidden, t.optimizer);
+  if (!r.ops.empty()) {
+    s += fmt::format("operations of one micro-batch on one tensor rank ({} attention, {:.0f} GB/s for memory-bound "
+                     "kernels, {:.1f} us floor per kernel):\n",
+                     cl.flash_attention ? "flash" : "materialized", cl.memory_bandwidth * cl.memory_fraction / 1e9,
+                     cl.kernel_floor * 1e6);
+    s += fmt::format("  {:<26} {:>9} {:>24} {:>11} {:>11} {:>8} {:>11} {:>11}\n", "operation", "per", "shape m x n x k",
+                     "GFLOP", "MB", "eff.", "fwd ms", "bwd ms");
+    for (const auto& op : r.ops) {
+      const std::string shape =
+          op.kind == OpKind::memory || op.m == 0
+              ? "-"
+              : fmt::format("{}{} x {} x {}", op.batch > 1 ? fmt::format("{} x ", op.batch) : "", op.m, op.n, op.k);
+      s += fmt::format("  {:<26} {:>9} {:>24} {:>11.3f} {:>11.2f} {:>7.0f}% {:>11.4f} {:>11.4f}\n", op.name,
+                       op.head ? "head" : "layer", shape, op.flops / 1e9, op.bytes / 1e6, 100 * op.efficiency,
+                       op.forward_s * 1e3, op.backward_s * 1e3);
+    }
+  }
   s += fmt::format(
       "predicted {:.4g} tokens/s | {:.1f} TFLOP/s per device (model FLOPs) | MFU {:.1f}% of {:.0f} TFLOP/s\n",
       r.tokens_per_s, r.tflops_per_device, 100 * r.mfu, cl.peak_flops / 1e12);

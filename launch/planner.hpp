@@ -11,12 +11,20 @@
 #include <vector>
 
 #include "core/recipe.hpp"
+#include "launch/step_model.hpp"
 
 namespace trident::launch {
 
+// A link level: the bus bandwidth a ring collective reaches on large
+// messages (bytes/s per device, each direction), the latency of one ring
+// step, and the message size at which the reached bandwidth is half of it
+// (protocol and pipelining overheads of small messages; 0: none).
 struct Link {
-  double bandwidth = 0;  // bytes/s, each direction
-  double latency = 0;    // s
+  double bandwidth = 0;   // bytes/s
+  double latency = 0;     // s
+  double half_bytes = 0;  // bytes
+  // Bandwidth reached by a collective of `bytes` per rank.
+  double bandwidth_at(double bytes) const { return half_bytes > 0 ? bandwidth * bytes / (bytes + half_bytes) : bandwidth; }
 };
 
 struct Cluster {
@@ -26,9 +34,16 @@ struct Cluster {
   int devices_per_node = 1;
   double memory_bytes = 0;  // per device
   double peak_flops = 0;    // per device, for the recipe's precision
-  double gemm_fraction = 1;
-  double memory_bandwidth = 0;  // bytes/s per device: the optimizer step is memory-bound
+  double gemm_fraction = 1;     // of peak: large GEMMs (every GEMM without `gemm_efficiency`)
+  std::vector<std::pair<double, double>> gemm_table;  // `gemm_efficiency`: smallest dimension -> fraction
+  double attention_fraction = 0;  // flash attention's rate as a fraction of peak (default gemm_fraction)
+  bool flash_attention = true;    // `attention: flash | materialized` (default: flash on cuda)
+  bool attention_dropout = false; // `attention_dropout: true`: the software drops out probabilities (not Trident)
+  double memory_bandwidth = 0;    // bytes/s per device (datasheet)
+  double memory_fraction = 1;     // of it, what elementwise kernels and the optimizer reach
+  double kernel_floor = 0;        // s: the least time a kernel takes (launch, tail)
   Link intra, inter;
+  DeviceRates rates() const;
 };
 // InputError naming the file and key. precision: fp32, bf16 or fp16 (bf16 and
 // fp16: 2-byte parameters and activations, fp32 master weights, gradients and
@@ -40,6 +55,7 @@ struct PlanConfig {
   Recompute recompute = Recompute::none;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   bool sequence_parallel = false;
+  std::vector<int64_t> stage_layers;  // layers per chunk (P x V); empty: the even split
 };
 
 struct PlanMemory {
@@ -47,16 +63,20 @@ struct PlanMemory {
   double total() const { return params + grads + optimizer + activations + buffers; }
 };
 
+// Seconds per step on the slowest pipeline stage, by category.
 struct PlanTime {
-  double compute = 0, recompute = 0, bubble = 0, tensor_comm = 0, pipeline_comm = 0, data_comm = 0,
-         data_comm_hidden = 0, optimizer = 0;
+  double gemm = 0, attention = 0, memory = 0;  // forward and backward of every micro-batch
+  double recompute = 0, bubble = 0, tensor_comm = 0, pipeline_comm = 0, data_comm = 0, data_comm_hidden = 0,
+         optimizer = 0;
+  double compute() const { return gemm + attention + memory; }
   double step() const {
-    return compute + recompute + bubble + tensor_comm + pipeline_comm + data_comm - data_comm_hidden + optimizer;
+    return compute() + recompute + bubble + tensor_comm + pipeline_comm + data_comm - data_comm_hidden + optimizer;
   }
 };
 
 struct PlanResult {
   PlanConfig config;
+  Precision precision = Precision::fp32;  // what the plan assumed (the cluster's)
   bool feasible = false;
   std::string reason;          // why not (invalid, or out of memory)
   int64_t params = 0;          // whole model
@@ -67,6 +87,7 @@ struct PlanResult {
   PlanMemory memory;
   PlanTime time;
   double tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
+  std::vector<Op> ops;  // one layer's and the head's operations (the per-operation table)
   bool tensor_intra_node = true, data_intra_node = true, pipeline_intra_node = true;
 };
 
@@ -74,6 +95,15 @@ struct PlanResult {
 // (parameter, gradient, both moments; a 2-byte copy of the parameter too
 // with bf16/fp16).
 double optimizer_bytes_per_element(Precision precision);
+
+// The recipe as the planner reads it: its model, batch and choices (ZeRO,
+// schedule, micro-batch, recompute, precision) on one process; the mesh is
+// what the planner chooses.
+Recipe load_plan_recipe(const std::string& path, const std::vector<std::string>& sets);
+// The recipe's choices (with `sets`) on the mesh D x T x P: an InputError
+// when the recipe does not fit that mesh.
+PlanConfig mesh_choices(const std::string& path, const std::vector<std::string>& sets, int64_t D, int64_t T,
+                        int64_t P);
 
 // One configuration (validated by the recipe loader for N = D x T x P).
 PlanResult plan_one(const Recipe& rc, const Cluster& cluster, const PlanConfig& c);

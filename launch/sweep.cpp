@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -106,7 +107,8 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
       std::copy(m.begin(), m.end(), row.mem);
       row.plan = plan_one(base, cl,
                           {d, t, p, rc.parallel.virtual_stages, rc.train.micro_batch, rc.parallel.zero,
-                           rc.train.recompute, rc.parallel.schedule, rc.parallel.sequence_parallel});
+                           rc.train.recompute, rc.parallel.schedule, rc.parallel.sequence_parallel,
+                           rc.parallel.stage_layers});
       std::vector<double> sorted = row.runs;  // the median over repeats (the machine is shared)
       std::sort(sorted.begin(), sorted.end());
       row.tokens_per_s = sorted[sorted.size() / 2];
@@ -180,80 +182,116 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
   log::info("sweep: {}/sweep.csv and sweep.json written; chart: python3 bench/plot_sweep.py {}", o.out_dir, o.out_dir);
 }
 
+namespace {
+
+// Seconds one call of `f` takes: repeated for at least `seconds`, on every rank at once.
+template <typename F>
+double time_call(parallel::MpiCommunicator& world, F&& f, double seconds) {
+  f();  // warm
+  world.barrier()->wait();
+  int reps = 0;
+  const auto t0 = Clock::now();
+  while (std::chrono::duration<double>(Clock::now() - t0).count() < seconds || reps < 3) f(), ++reps;
+  return std::chrono::duration<double>(Clock::now() - t0).count() / reps;
+}
+
+// The GEMMs of the recipe's layers for every tensor size the world allows,
+// timed with the trainer's GEMM: (smallest dimension, fraction of peak),
+// FLOP-weighted where several share a smallest dimension.
+std::vector<std::pair<double, double>> measure_gemm_table(const Recipe& rc, const Cluster& base,
+                                                         parallel::MpiCommunicator& world) {
+  std::map<int64_t, std::pair<double, double>> by_dim;  // smallest dimension -> (flops, seconds)
+  for (int T = 1; T <= world.size(); ++T) {
+    if (world.size() % T || rc.model.heads % T || rc.model.ffn_hidden % T) continue;
+    for (const Op& op : layer_ops(rc.model, {rc.train.micro_batch, T, false}, base.rates())) {
+      if (op.m == 0) continue;
+      std::vector<float> a(static_cast<size_t>(op.m * op.k), 0.5f), b(static_cast<size_t>(op.k * op.n), 0.25f),
+          c(static_cast<size_t>(op.m * op.n));
+      const double secs = time_call(
+          world,
+          [&] {
+            for (int64_t i = 0; i < op.batch; ++i)
+              kernels::gemm<float>(false, false, op.m, op.n, op.k, 1.f, a.data(), op.k, b.data(), op.n, 0.f, c.data(),
+                                   op.n);
+          },
+          0.2);
+      auto& [flops, seconds] = by_dim[std::min({op.m, op.n, op.k})];
+      flops += op.flops, seconds += secs;
+    }
+  }
+  std::vector<std::pair<double, double>> table;
+  for (const auto& [dim, fs] : by_dim) {
+    const double rate = -max_over(world, {-fs.first / fs.second})[0];  // the slowest rank sets the pace
+    table.emplace_back(double(dim), std::min(1.0, rate / base.peak_flops));
+  }
+  return table;
+}
+
+}  // namespace
+
 void calibrate(const CalibrateOptions& o, parallel::MpiCommunicator& world) {
   if (o.base_cluster.empty()) fail_input("plan --calibrate: missing --cluster BASE.yaml (the file to calibrate)");
   std::vector<std::string> single = o.sets;
   for (const auto& s : single_process_overrides()) single.push_back(s);
   const Recipe rc = load_recipe(o.recipe, single, 1);
-  const Cluster base = load_cluster(o.base_cluster, rc.train.precision);
-  // every rank at once trains the recipe alone: the achieved model FLOP/s per rank
-  double achieved = 0, bandwidth_mem = 0;
-  {
-    std::vector<std::string> sets = single;
-    for (const char* s : {"train.steps=6", "eval.batches=0", "log.metrics=", "checkpoint.dir=", "log.trace="})
-      sets.push_back(s);
-    const Recipe one = load_recipe(o.recipe, sets, 1);
-    TrainOptions alone;
-    alone.quiet = true;
-    alone.single_process = true;
-    world.barrier()->wait();
-    const TrainSummary s = train(one, alone);
-    // every rank at once: the memory bandwidth each sees (an AdamW-like sweep over 4 arrays)
-    const int64_t len = int64_t(16) << 20;
-    std::vector<float> p(static_cast<size_t>(len), 1.f), g(p.size(), 0.5f), m1(p.size()), m2(p.size());
-    world.barrier()->wait();
-    int passes = 0;
-    const auto b0 = Clock::now();
-    while (std::chrono::duration<double>(Clock::now() - b0).count() < 0.5 || passes < 2) {
-      for (int64_t i = 0; i < len; ++i) {
-        m1[size_t(i)] = 0.9f * m1[size_t(i)] + 0.1f * g[size_t(i)];
-        m2[size_t(i)] = 0.95f * m2[size_t(i)] + 0.05f * g[size_t(i)] * g[size_t(i)];
-        p[size_t(i)] -= 1e-3f * m1[size_t(i)] / (std::sqrt(m2[size_t(i)]) + 1e-8f);
-      }
-      ++passes;
-    }
-    bandwidth_mem = 28.0 * double(len) * passes / std::chrono::duration<double>(Clock::now() - b0).count();
-    bandwidth_mem = -max_over(world, {-bandwidth_mem})[0];
-    // the step without its optimizer part: the compute rate
-    double secs = 0;
-    for (size_t i = 2; i < s.step_seconds.size(); ++i) secs += s.step_seconds[i];
-    const double steps = double(s.step_seconds.size() - 2);
-    const double optimizer =
-        optimizer_bytes_per_element(Precision::fp32) * double(model::ParamRegistry(one.model).total()) / bandwidth_mem;
-    achieved = model::flops_per_token(one.model) * double(one.train.global_batch * one.model.seq_len) * steps /
-               std::max(secs - steps * optimizer, 0.5 * secs);
-    achieved = -max_over(world, {-achieved})[0];  // the slowest rank sets the pace
-  }
-  // and GEMMs of the recipe's MLP shape [rows, hidden] x [hidden, ffn], for reference
-  const int64_t M = std::min<int64_t>(rc.train.micro_batch * rc.model.seq_len, 4096), K = rc.model.hidden,
-                N = rc.model.ffn_hidden;
-  std::vector<float> a(static_cast<size_t>(M * K), 0.5f), b(static_cast<size_t>(K * N), 0.25f),
-      c(static_cast<size_t>(M * N));
-  kernels::gemm<float>(false, true, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c.data(), N);
+  Cluster cal = load_cluster(o.base_cluster, rc.train.precision);
+  // the memory bandwidth each rank sees, all ranks at once (an AdamW-like sweep over 4 arrays)
+  const int64_t len = int64_t(16) << 20;
+  std::vector<float> p(static_cast<size_t>(len), 1.f), g(p.size(), 0.5f), m1(p.size()), m2(p.size());
+  const double sweep_s = time_call(
+      world,
+      [&] {
+        for (int64_t i = 0; i < len; ++i) {
+          m1[size_t(i)] = 0.9f * m1[size_t(i)] + 0.1f * g[size_t(i)];
+          m2[size_t(i)] = 0.95f * m2[size_t(i)] + 0.05f * g[size_t(i)] * g[size_t(i)];
+          p[size_t(i)] -= 1e-3f * m1[size_t(i)] / (std::sqrt(m2[size_t(i)]) + 1e-8f);
+        }
+      },
+      0.5);
+  cal.memory_bandwidth = -max_over(world, {-28.0 * double(len) / sweep_s})[0];
+  cal.memory_fraction = 1;
+  // the GEMM table, and the least time a kernel call takes (a 1 x 1 x 1 GEMM)
+  cal.gemm_table = measure_gemm_table(rc, cal, world);
+  float one = 1, out = 0;
+  cal.kernel_floor =
+      max_over(world, {time_call(world, [&] { kernels::gemm<float>(false, false, 1, 1, 1, 1.f, &one, 1, &one, 1, 0.f, &out, 1); }, 0.1)})[0];
+  // every rank at once trains the recipe alone; what the GEMMs and the
+  // optimizer do not explain is the memory-bound kernels' share: their
+  // achieved fraction of the measured bandwidth
+  std::vector<std::string> sets = single;
+  for (const char* s : {"train.steps=6", "eval.batches=0", "log.metrics=", "checkpoint.dir=", "log.trace="})
+    sets.push_back(s);
+  const Recipe alone_rc = load_recipe(o.recipe, sets, 1);
+  TrainOptions alone;
+  alone.quiet = true;
+  alone.single_process = true;
   world.barrier()->wait();
-  int reps = 0;
-  const auto t0 = Clock::now();
-  while (std::chrono::duration<double>(Clock::now() - t0).count() < 1.0 || reps < 3) {
-    kernels::gemm<float>(false, true, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c.data(), N);
-    ++reps;
+  const TrainSummary s = train(alone_rc, alone);
+  std::vector<double> steps(s.step_seconds.begin() + 2, s.step_seconds.end());
+  std::sort(steps.begin(), steps.end());
+  const double measured = max_over(world, {steps[steps.size() / 2]})[0];  // the median step, the slowest rank
+  const PlanConfig solo{1, 1, 1, 1, rc.train.micro_batch, 0, rc.train.recompute, ScheduleKind::one_f_one_b, false, {}};
+  const PlanResult before = plan_one(rc, cal, solo);
+  double lo = 0.02, hi = 1.0;  // the plan's step time falls as the fraction rises: bisect
+  for (int i = 0; i < 40; ++i) {
+    cal.memory_fraction = std::sqrt(lo * hi);
+    (plan_one(rc, cal, solo).time.step() > measured ? lo : hi) = cal.memory_fraction;
   }
-  const double rate = 2.0 * double(M * N * K) * reps / std::chrono::duration<double>(Clock::now() - t0).count();
-  std::vector<double> rates = max_over(world, {-rate});  // the slowest rank sets the pace
-  const double slowest = -rates[0];
+  const PlanResult after = plan_one(rc, cal, solo);
   // link: ping-pong between ranks 0 and 1
-  double bandwidth = base.intra.bandwidth, latency = base.intra.latency;
+  double bandwidth = cal.intra.bandwidth, latency = cal.intra.latency;
   if (world.size() >= 2) {
     auto pingpong = [&](int64_t elems, int rounds) {
       Tensor buf = Tensor::zeros({elems}, DType::f32, MemCategory::comm);
       world.barrier()->wait();
-      const auto s = Clock::now();
+      const auto t0 = Clock::now();
       for (int i = 0; i < rounds; ++i) {
         if (world.rank() == 0)
           world.send(buf, {.peer = 1, .tag = 7})->wait(), world.recv(buf, {.peer = 1, .tag = 8})->wait();
         if (world.rank() == 1)
           world.recv(buf, {.peer = 0, .tag = 7})->wait(), world.send(buf, {.peer = 0, .tag = 8})->wait();
       }
-      return std::chrono::duration<double>(Clock::now() - s).count() / (2.0 * rounds);  // one way
+      return std::chrono::duration<double>(Clock::now() - t0).count() / (2.0 * rounds);  // one way
     };
     latency = pingpong(2, 2000);
     const double big = pingpong(int64_t(8) << 20, 10);  // 32 MiB
@@ -263,7 +301,6 @@ void calibrate(const CalibrateOptions& o, parallel::MpiCommunicator& world) {
     latency = both[0], bandwidth = both[1];
   }
   if (world.rank() != 0) return;
-  const double fraction = std::min(1.0, achieved / base.peak_flops);
   std::ifstream in(o.base_cluster);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::string outtext = fmt::format(
@@ -272,27 +309,36 @@ void calibrate(const CalibrateOptions& o, parallel::MpiCommunicator& world) {
       o.recipe, world.size(), o.base_cluster);
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("gemm_fraction:", 0) == 0 || line.rfind("intra_node:", 0) == 0 ||
-        line.rfind("memory_bandwidth_gbps:", 0) == 0)
-      continue;
-    outtext += line + "\n";
+    bool replaced = false;
+    for (const char* key : {"gemm_fraction:", "gemm_efficiency:", "intra_node:", "memory_bandwidth_gbps:",
+                            "memory_fraction:", "kernel_floor_us:"})
+      replaced |= line.rfind(key, 0) == 0;
+    if (!replaced) outtext += line + "\n";
   }
+  std::vector<std::string> cells;
+  for (const auto& [dim, f] : cal.gemm_table) cells.push_back(fmt::format("[{:.0f}, {:.4f}]", dim, f));
+  outtext += fmt::format("gemm_fraction: {:.4f}   # the largest measured shape's\n", cal.gemm_table.back().second);
   outtext += fmt::format(
-      "gemm_fraction: {:.4f}   # {:.1f} GFLOP/s of model FLOPs per rank training alone, all ranks at "
-      "once ({:.1f} GFLOP/s on [{}, {}] x [{}, {}] GEMMs)\n",
-      fraction, achieved / 1e9, slowest / 1e9, M, K, K, N);
+      "gemm_efficiency: [{}]   # the recipe's GEMMs for every tensor size, all ranks at once\n",
+      fmt::join(cells, ", "));
+  outtext += fmt::format("memory_bandwidth_gbps: {:.3f}   # an AdamW sweep per rank, all ranks at once\n",
+                         cal.memory_bandwidth / 1e9);
+  outtext += fmt::format(
+      "memory_fraction: {:.4f}   # what the recipe's step on one rank leaves to its memory-bound kernels "
+      "(measured {:.4g} s per step)\n",
+      cal.memory_fraction, measured);
+  outtext += fmt::format("kernel_floor_us: {:.3f}   # a 1 x 1 x 1 GEMM call\n", cal.kernel_floor * 1e6);
   outtext +=
       fmt::format("intra_node: {{bandwidth_gbps: {:.3f}, latency_us: {:.2f}}}   # ping-pong between ranks 0 and 1\n",
                   bandwidth / 1e9, latency * 1e6);
-  outtext += fmt::format("memory_bandwidth_gbps: {:.3f}   # an AdamW sweep per rank, all ranks at once\n",
-                         bandwidth_mem / 1e9);
   if (!o.out.empty() && fs::path(o.out).has_parent_path()) fs::create_directories(fs::path(o.out).parent_path());
   std::ofstream(o.out) << outtext;
   fmt::print(
-      "calibrated {} -> {}: gemm_fraction {:.4f} ({:.1f} GFLOP/s of model FLOPs per rank of {:.1f} peak; GEMM "
-      "alone {:.1f}), link {:.2f} GB/s, {:.1f} us, memory {:.2f} GB/s per rank\n",
-      o.base_cluster, o.out, fraction, achieved / 1e9, base.peak_flops / 1e9, slowest / 1e9, bandwidth / 1e9,
-      latency * 1e6, bandwidth_mem / 1e9);
+      "calibrated {} -> {}: GEMMs {} of peak by smallest dimension; memory {:.2f} GB/s per rank, {:.0f}% of it in "
+      "the memory-bound kernels; kernel floor {:.2f} us; link {:.2f} GB/s, {:.1f} us; one rank alone: measured "
+      "{:.4g} s per step, planned {:.4g} s before and {:.4g} s after\n",
+      o.base_cluster, o.out, fmt::join(cells, " "), cal.memory_bandwidth / 1e9, 100 * cal.memory_fraction,
+      cal.kernel_floor * 1e6, bandwidth / 1e9, latency * 1e6, measured, before.time.step(), after.time.step());
 }
 
 }  // namespace trident::launch

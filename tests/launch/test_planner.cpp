@@ -139,10 +139,18 @@ TEST(Planner, JsonSchema) {
   for (const auto& item : j) {
     for (const char* k :
          {"data", "tensor", "pipeline", "virtual_stages", "micro_batch", "zero", "recompute", "sequence_parallel",
-          "params", "memory_bytes", "step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "feasible", "reason"})
+          "stage_layers", "precision", "params", "memory_bytes", "step_time_s", "time_s", "tokens_per_s",
+          "tflops_per_device", "mfu", "feasible", "reason"})
       ASSERT_TRUE(item[k].IsDefined()) << k;
     for (const char* k : {"params", "grads", "optimizer", "activations", "buffers", "total"})
       ASSERT_TRUE(item["memory_bytes"][k].IsDefined()) << k;
+    // the categories add up to the step time (the hidden data communication subtracted)
+    double sum = 0;
+    for (const char* k : {"gemm", "attention", "memory_bound", "recompute", "bubble", "tensor_comm", "pipeline_comm",
+                          "data_comm", "optimizer"})
+      sum += item["time_s"][k].as<double>();
+    sum -= item["time_s"]["data_comm_hidden"].as<double>();
+    EXPECT_NEAR(sum, item["step_time_s"].as<double>(), 1e-9 * (1 + sum));
     if (item["feasible"].as<bool>()) {
       EXPECT_TRUE(item["reason"].IsNull());
       EXPECT_GT(item["tokens_per_s"].as<double>(), 0);
@@ -170,6 +178,93 @@ TEST(Planner, CommandLine) {
           " --gpus 4 --mesh 2,2,2");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("2 x 2 x 2 = 8 != --gpus 4"), std::string::npos) << r.out;
+}
+
+// `--mesh` plans the recipe's own choices and --set's, key by key; without
+// --mesh the recipe's schedule is kept too.
+TEST(Planner, MeshKeepsEveryRecipeChoice) {
+  auto plan = [](const std::string& mesh, int gpus, const std::string& sets) {
+    const test::CliRun r = test::run_cli(TRIDENT_BINARY, "plan " + src("configs/demo.yaml") + " --cluster " +
+                                                             src("configs/clusters/cpu-local.yaml") +
+                                                             fmt::format(" --gpus {} ", gpus) +
+                                                             (mesh.empty() ? "" : " --mesh " + mesh) + " --json " + sets);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return YAML::Load(r.out);
+  };
+  YAML::Node j = plan("2,1,1", 2, "--set parallel.zero=3");
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["zero"].as<int>(), 3);
+  j = plan("1,1,2", 2, "--set parallel.schedule=interleaved_1f1b --set parallel.virtual_stages=2");
+  EXPECT_EQ(j[0]["schedule"].as<std::string>(), "interleaved_1f1b");
+  EXPECT_EQ(j[0]["virtual_stages"].as<int>(), 2);
+  j = plan("1,1,2", 2, "--set parallel.schedule=gpipe --set parallel.stage_layers=[1,3]");
+  EXPECT_EQ(j[0]["schedule"].as<std::string>(), "gpipe");
+  EXPECT_EQ(j[0]["stage_layers"].as<std::vector<int>>(), (std::vector<int>{1, 3}));
+  j = plan("1,2,1", 2, "--set parallel.sequence_parallel=true");
+  EXPECT_TRUE(j[0]["sequence_parallel"].as<bool>());
+  j = plan("2,1,1", 2, "--set train.micro_batch=4 --set train.recompute=selective");
+  EXPECT_EQ(j[0]["micro_batch"].as<int>(), 4);
+  EXPECT_EQ(j[0]["recompute"].as<std::string>(), "selective");
+  const double fp32_params = j[0]["memory_bytes"]["params"].as<double>();
+  j = plan("2,1,1", 2, "--set train.precision=bf16");
+  EXPECT_EQ(j[0]["precision"].as<std::string>(), "bf16");
+  EXPECT_DOUBLE_EQ(j[0]["memory_bytes"]["params"].as<double>(), fp32_params / 2);
+  // without --mesh: every configuration with one virtual stage runs the recipe's schedule
+  j = plan("", 2, "--set parallel.schedule=gpipe");
+  int pipelined = 0;
+  for (const auto& r : j)
+    if (r["pipeline"].as<int>() == 2 && r["virtual_stages"].as<int>() == 1) {
+      EXPECT_EQ(r["schedule"].as<std::string>(), "gpipe");
+      ++pipelined;
+    }
+  EXPECT_GT(pipelined, 0);
+  // a mesh the recipe's choices do not fit is refused, naming the key
+  const test::CliRun bad = test::run_cli(TRIDENT_BINARY, "plan " + src("configs/demo.yaml") + " --cluster " +
+                                                             src("configs/clusters/cpu-local.yaml") +
+                                                             " --gpus 2 --mesh 1,1,2 --set parallel.stage_layers=[4]");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("plan --mesh 1,1,2: "), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("parallel.stage_layers"), std::string::npos) << bad.out;
+}
+
+// The step-time model against published measurements (docs/planner.md has
+// the table and the sources): every row within 15%, at least 80% within 10%.
+TEST(Planner, PublishedStepTimes) {
+  struct Row {
+    std::string recipe, cluster;
+    int64_t D, T, P;
+    double measured_s;
+    std::vector<std::string> sets;
+  };
+  // SC21 Table 1: step time = 96 B s l h^2 (1 + s/6h + V/16lh) / (GPUs x TFLOP/s per GPU)
+  auto sc21 = [](const std::string& name, int64_t D, int64_t T, int64_t P, double gbs, double l, double h,
+                 double tflops) {
+    const double s = 2048, flops = 96 * gbs * s * l * h * h * (1 + s / (6 * h) + 51200 / (16 * l * h));
+    return Row{"configs/published/" + name + ".yaml", "configs/clusters/selene-a100-2021.yaml", D, T, P,
+               flops / (double(D * T * P) * tflops * 1e12), {}};
+  };
+  std::vector<Row> rows = {sc21("gpt-1.7b", 32, 1, 1, 512, 24, 2304, 137),   sc21("gpt-3.6b", 32, 2, 1, 512, 30, 3072, 138),
+                           sc21("gpt-7.5b", 32, 4, 1, 512, 36, 4096, 142),   sc21("gpt-18b", 32, 8, 1, 1024, 40, 6144, 135),
+                           sc21("gpt-39b", 32, 8, 2, 1536, 48, 8192, 138),   sc21("gpt-76b", 32, 8, 4, 1792, 60, 10240, 140),
+                           sc21("gpt-145b", 24, 8, 8, 2304, 80, 12288, 148), sc21("gpt-310b", 15, 8, 16, 2160, 96, 16384, 155),
+                           sc21("gpt-530b", 9, 8, 35, 2520, 105, 20480, 163), sc21("gpt-1t", 6, 8, 64, 3072, 128, 25600, 163)};
+  // GPT-3 175B, bf16, H100 (NeMo, dgxc-benchmarking): seconds per step at 128 ... 2048 GPUs
+  const std::vector<std::pair<int64_t, double>> h100 = {{128, 8.309}, {256, 8.408}, {512, 8.42}, {1024, 8.453}, {2048, 8.49}};
+  for (const auto& [gpus, step] : h100)
+    rows.push_back({"configs/published/gpt3-175b-h100.yaml", "configs/clusters/dgx-h100.yaml", gpus / 32, 4, 8, step,
+                    {fmt::format("parallel.data={}", gpus / 32), fmt::format("train.global_batch={}", 2 * gpus)}});
+  int within10 = 0;
+  for (const Row& row : rows) {
+    const Recipe rc = load_plan_recipe(src(row.recipe), row.sets);
+    const Cluster cl = load_cluster(src(row.cluster), rc.train.precision);
+    const PlanResult r = plan_one(rc, cl, mesh_choices(src(row.recipe), row.sets, row.D, row.T, row.P));
+    ASSERT_GT(r.memory.total(), 0) << row.recipe << ": " << r.reason;
+    const double error = r.time.step() / row.measured_s - 1;
+    EXPECT_LE(std::abs(error), 0.15) << row.recipe << " on " << row.D * row.T * row.P << ": predicted "
+                                     << r.time.step() << " s, measured " << row.measured_s << " s";
+    within10 += std::abs(error) <= 0.10;
+  }
+  EXPECT_GE(within10, int(0.8 * double(rows.size()) + 0.999)) << within10 << " of " << rows.size() << " within 10%";
 }
 
 // A sweep over 2 ranks: every mesh runs, each with its measurement and the

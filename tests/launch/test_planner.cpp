@@ -72,6 +72,16 @@ TEST(Planner, MemoryByHand) {
                {2, 1, 1, 1, 8, 0, Recompute::none, ScheduleKind::one_f_one_b, false});
   EXPECT_DOUBLE_EQ(r.memory.params, 2.0 * P);
   EXPECT_DOUBLE_EQ(r.memory.optimizer, 12.0 * P);
+  // mixed precision, 2 + 4 + 12 bytes per parameter, each ZeRO stage
+  // sharding its part over the 2 data ranks (ZeRO 3 also holds the gathered
+  // layer and the prefetched next one, ZeRO 2 and 3 the accumulation buffer)
+  const Cluster h100 = load_cluster(src("configs/clusters/dgx-h100.yaml"), Precision::bf16);
+  for (int64_t zero = 0; zero <= 3; ++zero) {
+    r = plan_one(rc, h100, {2, 1, 1, 1, 8, zero, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
+    EXPECT_DOUBLE_EQ(r.memory.params, zero >= 3 ? 2.0 * P / 2 + 2 * 2.0 * 198272 : 2.0 * P) << "ZeRO " << zero;
+    EXPECT_DOUBLE_EQ(r.memory.grads, zero >= 2 ? 4.0 * P / 2 + 4.0 * P : 4.0 * P) << "ZeRO " << zero;
+    EXPECT_DOUBLE_EQ(r.memory.optimizer, zero >= 1 ? 12.0 * P / 2 : 12.0 * P) << "ZeRO " << zero;
+  }
 }
 
 // Every configuration of 2 devices for the demo (4 layers, global batch 32):

@@ -26,6 +26,6 @@ for n in 2 4; do
   $M -np $n "$T" plan "$ROOT/configs/gpt2-124m.yaml" "${S124[@]}" --calibrate \
     --cluster "$ROOT/configs/clusters/cpu-local.yaml" --out "$OUT/124m_$n/cluster.yaml"
   $M -np $n "$T" sweep "$ROOT/configs/gpt2-124m.yaml" "${S124[@]}" --cluster "$OUT/124m_$n/cluster.yaml" \
-    --out "$OUT/124m_$n" --warmup 1 --steps 2 --repeats 2 | grep -v '^\[rank'
+    --out "$OUT/124m_$n" --warmup 1 --steps 3 --repeats 2 | grep -v '^\[rank'
   "$VENV/bin/python" "$ROOT/bench/plot_sweep.py" "$OUT/demo_$n" "$OUT/124m_$n"
 done

@@ -457,7 +457,7 @@ TEST(Cuda, PlannerActivationBytesEqualTheDevicePeak) {
     sets.push_back(fmt::format("train.recompute={}", rc));
     const Recipe run = load_recipe(root + "/configs/demo.yaml", sets, 1);
     const auto measured = launch::train(run, {.quiet = true, .single_process = true});
-    const auto plan = launch::plan_one(run, gpu, {1, 1, 1, 1, 2, 0, rc, ScheduleKind::one_f_one_b, false});
+    const auto plan = launch::plan_one(run, gpu, {1, 1, 1, 1, 2, 0, rc, ScheduleKind::one_f_one_b, false, {}});
     EXPECT_EQ(int64_t(plan.memory.activations), measured.peak_activations) << "recompute " << rc;
   }
 }

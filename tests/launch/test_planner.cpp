@@ -33,7 +33,7 @@ TEST(Planner, MemoryByHand) {
   const int64_t P = 64 * 128 + 64 * 128 +
                     4 * (4 * 128 + 3 * 128 * 128 + 384 + 128 * 128 + 128 + 512 * 128 + 512 + 128 * 512 + 128) + 2 * 128;
   ASSERT_EQ(P, 809728);
-  PlanResult r = plan_one(rc, cpu(), {2, 1, 1, 1, 8, 0, Recompute::none, ScheduleKind::one_f_one_b, false});
+  PlanResult r = plan_one(rc, cpu(), {2, 1, 1, 1, 8, 0, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
   ASSERT_TRUE(r.feasible) << r.reason;
   EXPECT_EQ(r.stage_params, P);
   EXPECT_EQ(r.params, P - 32 * 128);  // the consolidated model: no padding rows
@@ -50,26 +50,26 @@ TEST(Planner, MemoryByHand) {
   // ZeRO shards by the data size; 1 receives its shard into a buffer; 2 and 3
   // hold every gradient window until the step's reductions finish; 3 gathers
   // a layer (198,272 parameters) and prefetches the next
-  r = plan_one(rc, cpu(), {2, 1, 1, 1, 8, 1, Recompute::none, ScheduleKind::one_f_one_b, false});
+  r = plan_one(rc, cpu(), {2, 1, 1, 1, 8, 1, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
   EXPECT_DOUBLE_EQ(r.memory.optimizer, 8.0 * P / 2);
   EXPECT_DOUBLE_EQ(r.memory.grads, 4.0 * P);
   EXPECT_DOUBLE_EQ(r.memory.buffers, 4.0 * P / 2);
-  r = plan_one(rc, cpu(), {2, 1, 1, 1, 8, 3, Recompute::none, ScheduleKind::one_f_one_b, false});
+  r = plan_one(rc, cpu(), {2, 1, 1, 1, 8, 3, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
   EXPECT_DOUBLE_EQ(r.memory.params, 4.0 * P / 2 + 2 * 4.0 * 198272);
   EXPECT_DOUBLE_EQ(r.memory.grads, 4.0 * P / 2 + 4.0 * P);  // 2 micro-batches: a whole accumulation buffer
   // one micro-batch per step: three segment windows instead
   Recipe one_micro = rc;
   one_micro.overrides = {"train.global_batch=16"};
-  r = plan_one(one_micro, cpu(), {2, 1, 1, 1, 8, 2, Recompute::none, ScheduleKind::one_f_one_b, false});
+  r = plan_one(one_micro, cpu(), {2, 1, 1, 1, 8, 2, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
   ASSERT_EQ(r.micro_batches, 1);
   EXPECT_DOUBLE_EQ(r.memory.grads, 4.0 * P / 2 + 3 * 4.0 * 198272);
   // full recompute keeps one layer's set and each layer's input
-  r = plan_one(rc, cpu(), {2, 1, 1, 1, 8, 0, Recompute::full, ScheduleKind::one_f_one_b, false});
+  r = plan_one(rc, cpu(), {2, 1, 1, 1, 8, 0, Recompute::full, ScheduleKind::one_f_one_b, false, {}});
   EXPECT_DOUBLE_EQ(r.memory.activations,
                    4 * (per_layer + 4 * 65536 + 65536 + (65536 + 2 * 512 + 512 * 64 + 512) + 1179648));
   // bf16: 2-byte parameters, fp32 master weights in the optimizer
   r = plan_one(rc, load_cluster(src("configs/clusters/dgx-h100.yaml"), Precision::bf16),
-               {2, 1, 1, 1, 8, 0, Recompute::none, ScheduleKind::one_f_one_b, false});
+               {2, 1, 1, 1, 8, 0, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
   EXPECT_DOUBLE_EQ(r.memory.params, 2.0 * P);
   EXPECT_DOUBLE_EQ(r.memory.optimizer, 12.0 * P);
   // mixed precision, 2 + 4 + 12 bytes per parameter, each ZeRO stage
@@ -101,7 +101,7 @@ TEST(Planner, ActivationBytesEqualTheMeasuredPeak) {
       sets.push_back(fmt::format("train.recompute={}", rc));
       const Recipe run = load_recipe(src(std::string("configs/") + file), sets, 1);
       const TrainSummary measured = train(run, {.quiet = true, .single_process = true});
-      const PlanResult plan = plan_one(run, cpu(), {1, 1, 1, 1, 2, 0, rc, ScheduleKind::one_f_one_b, false});
+      const PlanResult plan = plan_one(run, cpu(), {1, 1, 1, 1, 2, 0, rc, ScheduleKind::one_f_one_b, false, {}});
       ASSERT_TRUE(plan.feasible) << plan.reason;
       EXPECT_EQ(int64_t(plan.memory.activations), measured.peak_activations) << file << " recompute " << rc;
     }
@@ -133,11 +133,11 @@ TEST(Planner, RejectionsSayWhy) {
   ASSERT_FALSE(all.empty());
   for (const auto& r : all) EXPECT_FALSE(r.feasible);
   const PlanResult r =
-      plan_one(recipe("llama3-70b.yaml"), cpu(), {1, 2, 1, 1, 1, 0, Recompute::full, ScheduleKind::one_f_one_b, true});
+      plan_one(recipe("llama3-70b.yaml"), cpu(), {1, 2, 1, 1, 1, 0, Recompute::full, ScheduleKind::one_f_one_b, true, {}});
   EXPECT_NE(r.reason.find("needs "), std::string::npos) << r.reason;
   EXPECT_NE(r.reason.find(" > 12.0 GiB: optimizer states "), std::string::npos) << r.reason;
   const PlanResult bad =
-      plan_one(recipe("demo.yaml"), cpu(), {1, 3, 1, 1, 8, 0, Recompute::none, ScheduleKind::one_f_one_b, false});
+      plan_one(recipe("demo.yaml"), cpu(), {1, 3, 1, 1, 8, 0, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
   EXPECT_NE(bad.reason.find("heads(4) % tensor(3) != 0"), std::string::npos) << bad.reason;
 }
 

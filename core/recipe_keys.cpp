@@ -290,6 +290,10 @@ const std::vector<Key>& table() {
               "stdout line every N steps (and the first and last)"),
       text("log.metrics", FIELD(log.metrics), "—",
            "JSON-lines metrics file ([metrics.md](metrics.md)); missing directories are created"),
+      text("log.tensorboard", FIELD(log.tensorboard), "none",
+           "directory for TensorBoard event files (rank 0): every number of the metrics records as a scalar "
+           "tagged `train/loss`, `train/peak_bytes/activations`, `eval/val_loss`, ..., and the resolved recipe as "
+           "text; a resumed run adds a file and TensorBoard joins them by step ([metrics.md](metrics.md#tensorboard))"),
       real("log.peak_flops", FIELD(log.peak_flops), 0, 1e20, Open::none, value<double>(0.0),
            "FLOP/s per rank that MFU is relative to; 0 = the GPU's dense peak, or on CPU this machine's sgemm peak "
            "for the run's thread count, measured once and cached ([metrics.md](metrics.md#the-mfu-reference))"),

@@ -198,8 +198,13 @@ MemStats RunReport::memory() const {  // of the device the model lives on (the h
 void RunReport::start(bool append) {
   run_start_ = Clock::now();
   mesh_.device().type == DeviceType::cuda ? device_reset_peaks() : HostAllocator::instance().reset_peaks();
+  if (!mesh_.leader()) return;
+  if (!rc_.log.tensorboard.empty()) {
+    tensorboard_ = std::make_unique<TensorBoardWriter>(rc_.log.tensorboard);
+    tensorboard_->text("recipe", 0, "```yaml\n" + rc_.resolved_text() + "\n```");
+  }
   const std::string& path = rc_.log.metrics;
-  if (path.empty() || !mesh_.leader()) return;
+  if (path.empty()) return;
   std::error_code ec;
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
@@ -215,6 +220,11 @@ void RunReport::start(bool append) {
                           {"sequence_floor", synthetic ? Json(facts_.sequence_floor) : Json(nullptr)},
                           {"threads", facts_.threads},
                           {"precision", enum_name(rc_.train.precision)}});
+}
+
+void RunReport::emit(const Json& record) {
+  if (metrics_) write_record(metrics_, record);
+  if (tensorboard_) tensorboard_->metrics(record);
 }
 
 void RunReport::begin_step(int64_t step) {
@@ -288,7 +298,7 @@ void RunReport::end_step(const StepFacts& f) {
     log::info("step {}: inf/NaN gradients at loss scale {:g}; step skipped, scale now {:g}", step + 1, f.loss_scale,
               f.next_loss_scale);
   const bool fp16 = rc_.train.precision == Precision::fp16;
-  if (metrics_) {
+  if (metrics_ || tensorboard_) {
     Json r = {{"type", "train"},
               {"step", step + 1},
               {"loss", finite_or_null(f.loss)},
@@ -310,7 +320,7 @@ void RunReport::end_step(const StepFacts& f) {
         t[rc_.data.train[i].path] = f.samples_per_dataset[i] * rc_.model.seq_len;
       r["tokens_per_dataset"] = t;
     }
-    write_record(metrics_, r);
+    emit(r);
   }
   const bool last = step + 1 == rc_.train.steps;
   if (!quiet_ && ((step + 1) % rc_.log.every == 0 || step == 0 || last)) {
@@ -331,10 +341,10 @@ void RunReport::evaluated(int64_t step, double val, const std::vector<double>& p
     per[rc_.data.valid[i].path] = finite_or_null(per_dataset[i]);
     each += fmt::format(" | {} {:.4f}", rc_.data.valid[i].path, per_dataset[i]);
   }
-  if (metrics_) {
+  if (metrics_ || tensorboard_) {
     Json r = {{"type", "eval"}, {"step", step + 1}, {"val_loss", val}};
     if (!per_dataset.empty()) r["val_loss_per_dataset"] = per;
-    write_record(metrics_, r);
+    emit(r);
   }
   if (!quiet_)
     log::info("eval   {:>6}/{} | val loss {:.4f}{}{}", step + 1, rc_.train.steps, val,
@@ -345,12 +355,14 @@ void RunReport::evaluated(int64_t step, double val, const std::vector<double>& p
 }
 
 void RunReport::stopped(int64_t step, int signal) {
+  if (tensorboard_) tensorboard_->flush();
   log::info("stopping after step {} of {} on signal {}: saved; resume with --resume", step + 1, rc_.train.steps,
             signal_name(signal));
   out_.stopped_by_signal = signal, stopped_after_ = step + 1;
 }
 
 TrainSummary RunReport::finish() {
+  if (tensorboard_) tensorboard_->flush();
   const double tokens_per_step = double(rc_.train.global_batch * rc_.model.seq_len);
   out_.tokens_per_s = timed_steps_ > 0 ? tokens_per_step * timed_steps_ / timed_seconds_ : 0;
   const MemStats peak = memory();

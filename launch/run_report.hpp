@@ -15,6 +15,7 @@
 
 #include "core/allocator.hpp"
 #include "core/recipe.hpp"
+#include "launch/tensorboard.hpp"
 #include "launch/trainer.hpp"
 #include "model/parallel_plan.hpp"
 #include "parallel/mesh.hpp"
@@ -84,6 +85,8 @@ class RunReport {
   RunFacts facts_;
   bool quiet_;
   FILE* metrics_ = nullptr;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // log.tensorboard, rank 0
+  void emit(const nlohmann::ordered_json& record);  // to the metrics file and TensorBoard
   std::unique_ptr<Trace> trace_;
   TrainSummary out_;
   std::chrono::steady_clock::time_point run_start_, step_start_;

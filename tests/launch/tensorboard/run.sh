@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# TensorBoard event files read back by the `tensorboard` package (ctest:
+# tensorboard): tests/launch/tensorboard/check.py with TensorBoard from a
+# virtual environment: TRIDENT_TENSORBOARD_VENV when set, else
+# BUILD/py-venv-tensorboard, created and filled from PyPI when missing. Exit 77
+# (ctest: skipped, with the reason printed) when it cannot be installed.
+#   tests/launch/tensorboard/run.sh TRIDENT_BINARY BUILD_DIR
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+TRIDENT=$1
+BUILD=$2
+VENV=${TRIDENT_TENSORBOARD_VENV:-$BUILD/py-venv-tensorboard}
+have() { "$VENV/bin/python" -c "from tensorboard.backend.event_processing import event_accumulator" 2>/dev/null; }
+if ! have; then
+  echo "tensorboard: installing tensorboard into $VENV (PyPI)"
+  if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
+    echo "SKIPPED: python3 -m venv failed (install python3-venv) - cannot install tensorboard"
+    exit 77
+  fi
+  if ! "$VENV/bin/pip" install -q tensorboard 2>&1 | tail -3 || ! have; then
+    echo "SKIPPED: could not install tensorboard from PyPI into $VENV"
+    exit 77
+  fi
+fi
+WORK=$BUILD/tensorboard_test
+rm -rf "$WORK"
+mkdir -p "$WORK"
+exec "$VENV/bin/python" "$ROOT/tests/launch/tensorboard/check.py" --trident "$TRIDENT" --root "$ROOT" --work "$WORK"

@@ -10,18 +10,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 TRIDENT=$1
 BUILD=$2
 VENV=${TRIDENT_PY_VENV:-$BUILD/py-venv}
-have() { "$VENV/bin/python" -c "import torch, transformers, safetensors" 2>/dev/null; }
-if ! have; then
-  echo "hf_interop: installing torch, transformers, safetensors into $VENV (PyPI)"
-  if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
-    echo "SKIPPED: python3 -m venv failed (install python3-venv) - cannot install PyTorch and transformers"
-    exit 77
-  fi
-  if ! "$VENV/bin/pip" install -q torch transformers safetensors numpy 2>&1 | tail -3 || ! have; then
-    echo "SKIPPED: could not install torch, transformers and safetensors from PyPI into $VENV"
-    exit 77
-  fi
-fi
+source "$ROOT/tests/launch/py_venv.sh"
+ensure_venv hf_interop "$VENV" "import torch, transformers, safetensors" torch transformers safetensors numpy
 WORK=$BUILD/hf_interop
 rm -rf "$WORK"
 mkdir -p "$WORK"

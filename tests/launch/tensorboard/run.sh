@@ -10,18 +10,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 TRIDENT=$1
 BUILD=$2
 VENV=${TRIDENT_TENSORBOARD_VENV:-$BUILD/py-venv-tensorboard}
-have() { "$VENV/bin/python" -c "from tensorboard.backend.event_processing import event_accumulator" 2>/dev/null; }
-if ! have; then
-  echo "tensorboard: installing tensorboard into $VENV (PyPI)"
-  if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
-    echo "SKIPPED: python3 -m venv failed (install python3-venv) - cannot install tensorboard"
-    exit 77
-  fi
-  if ! "$VENV/bin/pip" install -q tensorboard 2>&1 | tail -3 || ! have; then
-    echo "SKIPPED: could not install tensorboard from PyPI into $VENV"
-    exit 77
-  fi
-fi
+source "$ROOT/tests/launch/py_venv.sh"
+ensure_venv tensorboard "$VENV" "from tensorboard.backend.event_processing import event_accumulator" tensorboard
 WORK=$BUILD/tensorboard_test
 rm -rf "$WORK"
 mkdir -p "$WORK"

@@ -10,18 +10,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 TRIDENT=$1
 BUILD=$2
 VENV=${TRIDENT_TOKENIZER_VENV:-$BUILD/py-venv-tokenizers}
-have() { "$VENV/bin/python" -c "import tokenizers, sentencepiece" 2>/dev/null; }
-if ! have; then
-  echo "tokenizers: installing tokenizers, sentencepiece into $VENV (PyPI)"
-  if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
-    echo "SKIPPED: python3 -m venv failed (install python3-venv) - cannot install the reference tokenizers"
-    exit 77
-  fi
-  if ! "$VENV/bin/pip" install -q tokenizers sentencepiece 2>&1 | tail -3 || ! have; then
-    echo "SKIPPED: could not install tokenizers and sentencepiece from PyPI into $VENV"
-    exit 77
-  fi
-fi
+source "$ROOT/tests/launch/py_venv.sh"
+ensure_venv tokenizers "$VENV" "import tokenizers, sentencepiece" tokenizers sentencepiece
 WORK=$BUILD/tokenizers_test
 rm -rf "$WORK"
 mkdir -p "$WORK"

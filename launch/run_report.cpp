@@ -362,7 +362,6 @@ void RunReport::stopped(int64_t step, int signal) {
 }
 
 TrainSummary RunReport::finish() {
-  if (tensorboard_) tensorboard_->flush();
   const double tokens_per_step = double(rc_.train.global_batch * rc_.model.seq_len);
   out_.tokens_per_s = timed_steps_ > 0 ? tokens_per_step * timed_steps_ / timed_seconds_ : 0;
   const MemStats peak = memory();
@@ -381,6 +380,11 @@ TrainSummary RunReport::finish() {
                                  : fmt::format("done: {} steps ({} in this run)", rc_.train.steps, out_.losses.size()),
               log::format_duration(std::chrono::duration<double>(Clock::now() - run_start_).count()), out_.tokens_per_s,
               100 * out_.mfu, mib(peak.total_peak), mib(peak.peak[size_t(MemCategory::activations)]));
+  // what the run wrote for its user and could not: an error the exit code shows
+  if (metrics_ && (std::fflush(metrics_) != 0 || std::ferror(metrics_)))
+    throw Error(fmt::format("log.metrics: writing '{}' failed (disk full or removed?)", rc_.log.metrics));
+  if (tensorboard_ && !tensorboard_->ok())
+    throw Error(fmt::format("log.tensorboard: writing '{}' failed (disk full or removed?)", tensorboard_->path()));
   return out_;
 }
 

@@ -121,6 +121,11 @@ void TensorBoardWriter::flush() {
   last_flush_ = std::chrono::steady_clock::now();
 }
 
+bool TensorBoardWriter::ok() {
+  flush();
+  return !std::ferror(file_);
+}
+
 void TensorBoardWriter::scalar(const std::string& tag, int64_t step, double value) {
   // Summary { repeated Value value = 1; } Value { string tag = 1; float simple_value = 2; }
   std::string v, s;

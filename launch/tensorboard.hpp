@@ -32,6 +32,7 @@ class TensorBoardWriter {
   // null values (non-finite) are skipped.
   void metrics(const nlohmann::ordered_json& record);
   void flush();
+  bool ok();  // flushed, and every write so far succeeded
   const std::string& path() const { return path_; }
 
  private:

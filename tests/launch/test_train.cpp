@@ -96,6 +96,14 @@ TEST(Train, SigusrThroughMpirunStopsEveryRank) {
 // big): each save fails with an error, the previous checkpoint and `latest`
 // stay, no temporary is left, and training runs on; the last step's save
 // failing too, the run ends with exit 1.
+// A metrics file that cannot be written (a full device) fails the run: exit 1, naming the file.
+TEST(Train, UnwritableMetricsIsAnError) {
+  const CliRun r = run("train " + src("configs/demo.yaml") +
+                       " --set train.steps=2 --set eval.batches=0 --set log.metrics=/dev/full");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("log.metrics: writing '/dev/full' failed"), std::string::npos) << r.out;
+}
+
 TEST(Train, FailedSaveKeepsThePreviousCheckpointAndTrains) {
   namespace fs = std::filesystem;
   const std::string dir = fs::temp_directory_path() / ("trident_diskfull_" + std::to_string(::getpid()));

@@ -53,10 +53,7 @@ double mib(double b) { return b / (1024.0 * 1024.0); }
 void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
   const int n = world.size();
   if (o.cluster.empty()) fail_input("sweep: missing --cluster CLUSTER.yaml (the planner's prediction needs one)");
-  std::vector<std::string> single = o.sets;
-  for (const auto& s : single_process_overrides()) single.push_back(s);
-  Recipe base = load_recipe(o.recipe, single, 1);
-  base.overrides = o.sets;
+  const Recipe base = load_plan_recipe(o.recipe, o.sets);  // as `trident plan` reads it
   const Cluster cl = load_cluster(o.cluster, base.train.precision);
   std::vector<std::array<int64_t, 3>> meshes = o.meshes;
   if (meshes.empty())

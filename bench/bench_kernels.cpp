@@ -80,19 +80,36 @@ static void BM_swiglu_backward(benchmark::State& st) {
   bytes(st, 5.0 * N * F * 4);
 }
 static void BM_attention_forward(benchmark::State& st) {
-  auto qkv = filled(N * 3 * C), out = filled(N * C), p = filled(B * H * T * T);
+  auto qkv = filled(N * 3 * C), out = filled(N * C), p = filled(B * H * T);
   for (auto _ : st) k::attention_forward(out.data(), p.data(), qkv.data(), B, T, H, H, D);
   st.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * 2 * B * H * T * T * D / 2 / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 static void BM_attention_backward(benchmark::State& st) {
-  auto qkv = filled(N * 3 * C), out = filled(N * C), p = filled(B * H * T * T), dqkv = filled(N * 3 * C);
+  auto qkv = filled(N * 3 * C), out = filled(N * C), p = filled(B * H * T), dqkv = filled(N * 3 * C);
   auto dout = filled(N * C);
   k::attention_forward(out.data(), p.data(), qkv.data(), B, T, H, H, D);
   for (auto _ : st) k::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), p.data(), B, T, H, H, D);
   st.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * 4 * B * H * T * T * D / 2 / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
+// One long sequence (the CPU attention is tiled: memory linear in T)
+static void attention_long(benchmark::State& st, bool backward) {
+  const int64_t Tl = st.range(0), Hl = 4, Dl = 64, Nl = Tl, Cl = Hl * Dl;
+  auto qkv = filled(Nl * 3 * Cl), out = filled(Nl * Cl), p = filled(Hl * Tl), dqkv = filled(Nl * 3 * Cl);
+  auto dout = filled(Nl * Cl);
+  k::attention_forward(out.data(), p.data(), qkv.data(), 1, Tl, Hl, Hl, Dl);
+  for (auto _ : st) {
+    if (backward)
+      k::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), p.data(), 1, Tl, Hl, Hl, Dl);
+    else
+      k::attention_forward(out.data(), p.data(), qkv.data(), 1, Tl, Hl, Hl, Dl);
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * (backward ? 4 : 2) * Hl * Tl * Tl * Dl / 2 / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+static void BM_attention_long_forward(benchmark::State& st) { attention_long(st, false); }
+static void BM_attention_long_backward(benchmark::State& st) { attention_long(st, true); }
 static void BM_rope_forward(benchmark::State& st) {
   auto qkv = filled(N * 3 * C);
   auto table = k::rope_table(T, D, 10000.0);
@@ -147,6 +164,8 @@ BENCHMARK(BM_swiglu_forward)->UseRealTime();
 BENCHMARK(BM_swiglu_backward)->UseRealTime();
 BENCHMARK(BM_attention_forward)->UseRealTime();
 BENCHMARK(BM_attention_backward)->UseRealTime();
+BENCHMARK(BM_attention_long_forward)->Arg(1024)->Arg(4096)->UseRealTime();
+BENCHMARK(BM_attention_long_backward)->Arg(1024)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_rope_forward)->UseRealTime();
 BENCHMARK(BM_rope_backward)->UseRealTime();
 BENCHMARK(BM_embedding_forward)->UseRealTime();

@@ -217,7 +217,7 @@ const std::vector<Key>& table() {
       real("train.min_loss_scale", FIELD(train.min_loss_scale), 0, 1e38, Open::low, value<double>(1.0),
            "fp16: the scale never halves below this; `<= loss_scale`"),
       choice<Recompute>("train.recompute", FIELD(train.recompute), value<Recompute>(Recompute::none),
-                        "activation recomputation: `selective` drops the attention probabilities and recomputes them "
+                        "activation recomputation: `selective` drops the attention log-sum-exp and recomputes it "
                         "in backward; `full` keeps only each layer's input and reruns the layer's forward in backward. "
                         "Gradients are bitwise identical in all three modes"),
       choice<NonFinite>("train.nonfinite", FIELD(train.nonfinite), value<NonFinite>(NonFinite::stop),

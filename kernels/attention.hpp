@@ -2,32 +2,71 @@
 // KV key/value heads, H % KV == 0; KV == H is plain multi-head attention).
 // Shapes: B batch, T sequence, H query heads, KV key/value heads, D head size.
 // qkv[B,T,(H+2KV)*D] holds per token [q heads | k heads | v heads].
-// probs is the state forward saves for backward (selective recompute reruns
-// attention_probs to refill it), attention_state_elements() floats:
-//   CPU:  [B,H,T,T], the softmax (row t, columns <= t);
-//   CUDA: [B,H,T], each row's log-sum-exp (a flash-style kernel: no T x T
-//         matrix; backward recomputes the probabilities tile by tile).
+// The state forward saves for backward is each row's log-sum-exp lse[B,H,T]
+// (attention_state_elements()): both the CPU and the CUDA kernels are tiled
+// with an online softmax and never hold a T x T matrix; backward recomputes
+// the probabilities tile by tile from q, k and the lse. attention_probs
+// refills the state alone (selective recompute).
 // Backward reads out (the forward's output) and overwrites dqkv. Scale is 1/sqrt(D).
 // doc_start[B*T] (optional, document masking): the first position of the
 // document holding row (b, t); query t then sees keys [doc_start, t] only.
+//
+// Blocks (context parallelism, CPU): queries of one part of a sequence
+// against the keys and values of another part, each row at its global
+// position. A key is visible to a query when k_pos <= q_pos (causal) and
+// k_pos >= the query's doc_start (document masking, global positions).
+// attention_block_forward merges its result into (out, lse) with the
+// log-sum-exp rule, so blocks may come in any order; a row that has seen
+// no visible key yet has lse = -inf and out = 0. attention_block_backward
+// adds the block's contributions to dq, dk and dv, given the final out's
+// row dot products delta = sum_d dout * out (attention_delta) and the
+// final lse.
 #pragma once
 #include <cstdint>
 
 namespace trident::kernels {
 
-int64_t attention_state_elements(int64_t B, int64_t T_, int64_t H, bool on_cuda);
+int64_t attention_state_elements(int64_t B, int64_t T_, int64_t H);
 
 template <typename T>
-void attention_probs(T* probs, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+void attention_probs(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
                      const int32_t* doc_start = nullptr);
 
-// out[B,T,H*D]; fills probs then applies them to v
+// out[B,T,H*D]; lse[B,H,T]
 template <typename T>
-void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
                        const int32_t* doc_start = nullptr);
 
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* probs, int64_t B, int64_t T_,
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t T_,
                         int64_t H, int64_t KV, int64_t D, const int32_t* doc_start = nullptr);
+
+// One block: queries [B,Tq] (row stride ldq, head h at h*D, batch stride
+// Tq*ldq) against keys and values [B,Tk] (row stride ldkv, KV head j at
+// j*D, batch stride Tk*ldkv). Positions null: 0, 1, 2, ...
+template <typename T>
+struct AttentionBlock {
+  int64_t B = 1, Tq = 0, Tk = 0, H = 1, KV = 1, D = 1;
+  const T* q = nullptr;
+  int64_t ldq = 0;
+  const T *k = nullptr, *v = nullptr;
+  int64_t ldkv = 0;
+  const int32_t* q_pos = nullptr;      // [Tq]
+  const int32_t* k_pos = nullptr;      // [Tk]
+  const int32_t* doc_start = nullptr;  // [B*Tq], in the positions' terms
+};
+
+// out[B,Tq,H*D] (row stride ldo), lse[B,H,Tq]; merge = false overwrites them.
+template <typename T>
+void attention_block_forward(T* out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool merge);
+
+// delta[B,H,Tq] = sum over d of dout * out, per head (rows of stride ldo)
+template <typename T>
+void attention_delta(T* delta, const T* dout, const T* out, int64_t ldo, int64_t B, int64_t Tq, int64_t H, int64_t D);
+
+// dq[B,Tq] (stride lddq), dk and dv [B,Tk] (stride lddkv), all +=.
+template <typename T>
+void attention_block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* dout, int64_t lddo,
+                              const T* lse, const T* delta, const AttentionBlock<T>& a);
 
 }  // namespace trident::kernels

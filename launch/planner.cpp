@@ -178,7 +178,7 @@ Cluster load_cluster(const std::string& path, Precision prec) {
     }
   }
   c.attention_fraction = optional_number(y["attention_fraction"], path, "attention_fraction", c.gemm_fraction, 1);
-  c.flash_attention = c.device == DeviceType::cuda;
+  c.flash_attention = true;  // Trident's attention is flash-style on both devices
   if (const YAML::Node a = y["attention"]) {
     const std::string v = a.IsScalar() ? a.Scalar() : YAML::Dump(a);
     if (v != "flash" && v != "materialized")
@@ -349,8 +349,7 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
                                      T,
                                      c.sequence_parallel,
                                      c.recompute,
-                                     kind == parallel::ScheduleKind::zero_bubble,
-                                     model::attention_state_of(cl.device)};
+                                     kind == parallel::ScheduleKind::zero_bubble};
   const auto counts = model::chunk_layer_counts(m, P, V, c.stage_layers);
   double act = 0;
   for (int pp = 0; pp < P; ++pp) {

@@ -6,10 +6,6 @@
 
 namespace trident::model {
 
-AttentionState attention_state_of(DeviceType device) {
-  return device == DeviceType::cuda ? AttentionState::log_sum_exp : AttentionState::probabilities;
-}
-
 ActivationSizes activation_sizes(const ModelConfig& cfg, const ActivationShape& s) {
   const LocalDims d = local_dims(cfg, {0, s.tensor});
   const bool gathers = s.sequence_parallel && s.tensor > 1;
@@ -23,8 +19,7 @@ ActivationSizes activation_sizes(const ModelConfig& cfg, const ActivationShape& 
   z.atty = z.N * d.heads * cfg.head_dim();
   z.fc = z.N * architecture(cfg.arch).mlp_in_width(d.ffn);
   z.act = z.N * d.ffn;
-  z.attention_state = kernels::attention_state_elements(s.micro_batch, cfg.seq_len, d.heads,
-                                                        s.attention == AttentionState::log_sum_exp);
+  z.attention_state = kernels::attention_state_elements(s.micro_batch, cfg.seq_len, d.heads);
   z.logits = z.N * d.vocab;
   z.losses = z.N;
   return z;

@@ -4,8 +4,8 @@
 // planner's memory model) are written in its terms; test_model checks the
 // formulas against what the allocator allocates, and test_planner the
 // planner's activation bytes against a run's measured peak.
-// Attention state: the CPU kernels keep the probabilities [B, H, T, T]; the
-// CUDA flash-style kernel keeps one log-sum-exp per row [B, H, T].
+// Attention state: the tiled (flash-style) kernels, CPU and CUDA, keep one
+// log-sum-exp per row [B, H, T].
 #pragma once
 #include <cstdint>
 
@@ -15,16 +15,12 @@
 
 namespace trident::model {
 
-enum class AttentionState { probabilities, log_sum_exp };
-AttentionState attention_state_of(DeviceType device);
-
 struct ActivationShape {
   int64_t micro_batch = 1;
   int tensor = 1;
   bool sequence_parallel = false;  // with tensor > 1: rows of the residual stream are sharded
   Recompute recompute = Recompute::none;
   bool split_backward = false;  // zero-bubble schedules keep output gradients
-  AttentionState attention = AttentionState::probabilities;
 };
 
 // Elements of each buffer, on this rank (its share of heads, ffn, vocabulary).
@@ -34,7 +30,7 @@ struct ActivationSizes {
   int64_t stats;            // a norm's mean or rstd [R]
   int64_t qkv, atty;        // [N, (H + 2 KV) D], [N, H D]
   int64_t fc, act;          // the MLP's input projection [N, F or 2F] and activation [N, F]
-  int64_t attention_state;  // probabilities or log-sum-exp
+  int64_t attention_state;  // the log-sum-exp [B, H, T]
   int64_t logits, losses;   // [N, V], [N]
 };
 ActivationSizes activation_sizes(const ModelConfig& cfg, const ActivationShape& s);
@@ -43,7 +39,7 @@ ActivationSizes activation_sizes(const ModelConfig& cfg, const ActivationShape& 
 int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers, bool head);
 // What recomputation rebuilds before each use, one set per chunk shared by
 // all its contexts: a layer's intermediates (full) or the attention
-// probabilities (selective); 0 without recomputation.
+// log-sum-exp (selective); 0 without recomputation.
 int64_t shared_recompute_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers);
 // The model's shared scratch (forward partial sums, backward gradients).
 int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s);

@@ -169,7 +169,7 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
   const Chunk& ch = chunks_[size_t(chunk)];
   // the one layout the planner's formulas use too (model/memory.hpp)
   const ActivationSizes z = activation_sizes(
-      cfg_, {B, tp_->size(), tp_->gathers(), recompute, split_backward, attention_state_of(device_.type)});
+      cfg_, {B, tp_->size(), tp_->gathers(), recompute, split_backward});
   const int64_t C = z.C, N = z.N, L = ch.spec.layers, R = z.R, row0 = tp_->row_begin(N);
   TRIDENT_CHECK(R == tp_->rows(N), "activation layout: {} rows, the region has {}", R, tp_->rows(N));
   auto ctx = std::make_unique<Activations<T>>();
@@ -220,7 +220,7 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
   }
   for (auto& a : ctx->layers) {
     if (packed) {
-      // the working set's buffers; statistics and probabilities of its own
+      // the working set's buffers; statistics and log-sum-exp of its own
       a = shared;
       if (recompute != Recompute::full) {
         a.ln1_mean = alloc(z.stats), a.ln1_rstd = alloc(z.stats), a.ln2_mean = alloc(z.stats);

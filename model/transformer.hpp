@@ -19,7 +19,7 @@
 // An Activations context holds what backward needs for one micro-batch of
 // one chunk; `recompute` decides what it keeps:
 //   none      every layer's intermediates
-//   selective all but the attention probabilities [B,H,T,T], rebuilt in backward
+//   selective all but the attention log-sum-exp [B,H,T], rebuilt in backward
 //   full      only each layer's input; its forward is rerun inside backward
 // Loss: the head chunk's forward returns the sum of per-token losses; with
 // dscale != 0 it also leaves dlogits = dscale * dloss/dlogits for backward.
@@ -75,7 +75,7 @@ struct Activations {
   // order x_in, ln1_full, qkv, atty, x_mid, ln2_full, fc, act; x_in alone
   // with full recompute). The layers' large buffers then point into the
   // chunk's fp32 working set, refilled from here before each use; norm
-  // statistics and attention probabilities stay per layer in fp32.
+  // statistics and the attention log-sum-exp stay per layer in fp32.
   std::vector<uint16_t*> packed;
   bool is_packed() const { return !packed.empty(); }
   std::vector<Tensor> storage;  // owns the buffers the pointers below see
@@ -155,7 +155,7 @@ class Transformer {
 
   // Mixed precision (train.precision): every activation and activation
   // gradient the model stores is rounded to the storage format (kept: norm
-  // statistics, attention probabilities, losses, parameter gradients, which
+  // statistics, the attention log-sum-exp, losses, parameter gradients, which
   // accumulate in fp32). Parameters are the caller's: it keeps fp32 master
   // weights and hands the model their rounded copy.
   // Under bf16 / fp16 the activations saved for backward are kept as 2-byte
@@ -226,7 +226,7 @@ class Transformer {
   std::vector<double> rope_;
   // Buffers that recomputation rebuilds before every use, shared by all the
   // contexts of a chunk (full: one layer's intermediates; selective: the
-  // attention probabilities): micro-batches in flight never use them at once.
+  // attention log-sum-exp): micro-batches in flight never use them at once.
   struct SharedRecompute {
     int chunk;
     int64_t B;

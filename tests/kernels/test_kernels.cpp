@@ -16,6 +16,7 @@
 #include "kernels/norm.hpp"
 #include "kernels/residual.hpp"
 #include "kernels/rotary.hpp"
+#include "tests/kernels/kernel_compare.hpp"
 #include "tests/test_util.hpp"
 
 namespace trident::kernels {
@@ -118,7 +119,7 @@ TEST(Kernels, SwigluBackwardMatchesFiniteDifferences) {
 
 void check_attention(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
   const int64_t W = (H + 2 * KV) * D;
-  V qkv = randn(B * T * W, 16), r = randn(B * T * H * D, 17), out(B * T * H * D), probs(B * H * T * T);
+  V qkv = randn(B * T * W, 16), r = randn(B * T * H * D, 17), out(B * T * H * D), probs(B * H * T);
   auto f = [&] {
     attention_forward(out.data(), probs.data(), qkv.data(), B, T, H, KV, D);
     return dot(out, r);
@@ -127,7 +128,7 @@ void check_attention(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
   V dqkv(B * T * W);
   attention_backward(dqkv.data(), r.data(), qkv.data(), out.data(), probs.data(), B, T, H, KV, D);
   expect_fd_gradient("attention dqkv H=" + std::to_string(H) + " KV=" + std::to_string(KV), qkv, dqkv, f, 1e-6, 400);
-  // attention_probs reproduces the forward's probabilities exactly
+  // attention_probs reproduces the forward's log-sum-exp exactly
   V again(probs.size());
   attention_probs(again.data(), qkv.data(), B, T, H, KV, D);
   f();
@@ -137,9 +138,98 @@ void check_attention(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
 TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) { check_attention(2, 5, 3, 3, 3); }
 TEST(Kernels, GroupedQueryAttentionBackwardMatchesFiniteDifferences) { check_attention(2, 6, 4, 2, 4); }
 
+// Tiles: a sequence longer than one 64-key tile, with and without documents
+// that start inside and across tiles.
+TEST(Kernels, TiledAttentionBackwardMatchesFiniteDifferences) { check_attention(1, 150, 2, 1, 2); }
+
+// Context parallelism: the sequence in 2N chunks, rank r holding chunks r
+// and 2N-1-r; each rank's queries against every rank's keys, block by block
+// in ring order and merged by their log-sum-exp, give the whole sequence's
+// output, lse and gradients. Without the merge (each block overwriting) the
+// output is wrong.
+void check_blocks(bool documents) {
+  const int64_t B = 2, N = 3, c = 23, T = 2 * N * c, H = 4, KV = 2, D = 8, W = (H + 2 * KV) * D;
+  const std::vector<int32_t> ds = documents ? test::doc_starts(B, T, {{0, 5, 60, 61, 100}, {0, 70}})
+                                            : std::vector<int32_t>(size_t(B * T), 0);
+  const V qkv = randn(B * T * W, 41), dout = randn(B * T * H * D, 42);
+  V out(size_t(B * T * H * D)), lse(size_t(B * H * T)), dqkv(qkv.size());
+  const int32_t* whole_ds = documents ? ds.data() : nullptr;
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D, whole_ds);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KV, D, whole_ds);
+  // each rank's rows (global positions) and their slices of the tensors
+  std::vector<std::vector<int32_t>> pos(N);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t chunk : {r, 2 * N - 1 - r})
+      for (int64_t t = chunk * c; t < (chunk + 1) * c; ++t) pos[size_t(r)].push_back(int32_t(t));
+  const int64_t Tl = 2 * c;
+  auto local = [&](const V& x, int64_t width, int64_t r) {
+    V y(size_t(B * Tl * width));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < Tl; ++t)
+        std::copy_n(x.begin() + (b * T + pos[size_t(r)][size_t(t)]) * width, width, y.begin() + (b * Tl + t) * width);
+    return y;
+  };
+  std::vector<V> lq(N), lo(N), ll(N), ld(N), lg(N), lds(N);
+  std::vector<std::vector<int32_t>> lstart(N);
+  for (int64_t r = 0; r < N; ++r) {
+    lq[size_t(r)] = local(qkv, W, r), lg[size_t(r)] = local(dout, H * D, r);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < Tl; ++t) lstart[size_t(r)].push_back(ds[size_t(b * T + pos[size_t(r)][size_t(t)])]);
+  }
+  for (bool merge : {true, false}) {
+    std::vector<V> dkv(N, V(size_t(B * Tl * W), 0.0));
+    double worst = 0;
+    for (int64_t r = 0; r < N; ++r) {
+      V o(size_t(B * Tl * H * D)), l(size_t(B * H * Tl));
+      auto block = [&](int64_t src) {
+        AttentionBlock<double> a;
+        a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D;
+        a.q = lq[size_t(r)].data(), a.ldq = W;
+        a.k = lq[size_t(src)].data() + H * D, a.v = lq[size_t(src)].data() + (H + KV) * D, a.ldkv = W;
+        a.q_pos = pos[size_t(r)].data(), a.k_pos = pos[size_t(src)].data(), a.doc_start = documents ? lstart[size_t(r)].data() : nullptr;
+        return a;
+      };
+      for (int64_t step = 0; step < N; ++step)  // ring order: own block first, then r-1, r-2, ...
+        attention_block_forward(o.data(), H * D, l.data(), block((r - step + N) % N), merge ? step > 0 : false);
+      const V want = local(out, H * D, r);
+      for (size_t i = 0; i < o.size(); ++i) worst = std::max(worst, std::abs(o[i] - want[i]));
+      if (!merge) continue;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t t = 0; t < Tl; ++t)
+            ASSERT_NEAR(l[size_t((b * H + h) * Tl + t)], lse[size_t((b * H + h) * T + pos[size_t(r)][size_t(t)])], 1e-12);
+      V delta(size_t(B * H * Tl));
+      attention_delta(delta.data(), lg[size_t(r)].data(), o.data(), H * D, B, Tl, H, D);
+      V dq(size_t(B * Tl * W), 0.0);
+      for (int64_t step = 0; step < N; ++step) {
+        const int64_t src = (r - step + N) % N;
+        attention_block_backward(dq.data(), W, dkv[size_t(src)].data() + H * D, dkv[size_t(src)].data() + (H + KV) * D, W,
+                                 lg[size_t(r)].data(), H * D, l.data(), delta.data(), block(src));
+      }
+      const V want_d = local(dqkv, W, r);
+      for (int64_t row = 0; row < B * Tl; ++row)
+        for (int64_t e = 0; e < H * D; ++e)
+          ASSERT_NEAR(dq[size_t(row * W + e)], want_d[size_t(row * W + e)], 1e-10) << "dq row " << row;
+    }
+    if (!merge) {
+      EXPECT_GT(worst, 1e-3) << "blocks that overwrite each other cannot give the whole sequence's output";
+      continue;
+    }
+    EXPECT_LT(worst, 1e-12);
+    for (int64_t r = 0; r < N; ++r) {
+      const V want_d = local(dqkv, W, r);
+      for (int64_t row = 0; row < B * Tl; ++row)
+        for (int64_t e = H * D; e < W; ++e)
+          ASSERT_NEAR(dkv[size_t(r)][size_t(row * W + e)], want_d[size_t(row * W + e)], 1e-10) << "dk/dv row " << row;
+    }
+  }
+}
+TEST(Kernels, AttentionBlocksMergeToTheWholeSequence) { check_blocks(false); }
+TEST(Kernels, DocumentMaskedAttentionBlocksMergeToTheWholeSequence) { check_blocks(true); }
+
 TEST(Kernels, AttentionIsCausal) {
   const int64_t B = 1, T = 6, H = 2, KV = 1, D = 4, W = (H + 2 * KV) * D;
-  V qkv = randn(B * T * W, 18), out(B * T * H * D), probs(B * H * T * T);
+  V qkv = randn(B * T * W, 18), out(B * T * H * D), probs(B * H * T);
   attention_forward(out.data(), probs.data(), qkv.data(), B, T, H, KV, D);
   V out2(out.size());
   qkv[(T - 1) * W + (H + KV) * D] += 10.0;  // change the last token's value
@@ -348,7 +438,7 @@ TEST(Kernels, DocumentMaskEqualsEachDocumentAlone) {
   const V wpe = test::randn(T * C, 34);
   const auto table = rope_table(T, D, 10000.0);
   // the packed batch, masked
-  V qkv = qkv0, out(size_t(B * T * H * D)), probs(size_t(B * H * T * T)), dqkv(qkv.size()), pos(x.size());
+  V qkv = qkv0, out(size_t(B * T * H * D)), probs(size_t(B * H * T)), dqkv(qkv.size()), pos(x.size());
   rope_forward(qkv.data(), table.data(), B, T, H, KV, D, doc_start.data());
   attention_forward(out.data(), probs.data(), qkv.data(), B, T, H, KV, D, doc_start.data());
   attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs.data(), B, T, H, KV, D, doc_start.data());
@@ -363,7 +453,7 @@ TEST(Kernels, DocumentMaskEqualsEachDocumentAlone) {
     for (size_t k = 0; k < st.size(); ++k) {
       const int64_t s = st[k], n = (k + 1 < st.size() ? st[k + 1] : T) - s;
       V q(qkv0.begin() + (b * T + s) * W, qkv0.begin() + (b * T + s + n) * W), o(size_t(n * H * D)),
-          p(size_t(H * n * n)), dq(q.size());
+          p(size_t(H * n)), dq(q.size());
       V go(dout.begin() + (b * T + s) * H * D, dout.begin() + (b * T + s + n) * H * D);
       rope_forward(q.data(), table.data(), 1, n, H, KV, D);
       attention_forward(o.data(), p.data(), q.data(), 1, n, H, KV, D);

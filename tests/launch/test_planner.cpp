@@ -40,10 +40,10 @@ TEST(Planner, MemoryByHand) {
   EXPECT_DOUBLE_EQ(r.memory.params, 4.0 * P);
   EXPECT_DOUBLE_EQ(r.memory.grads, 4.0 * P);
   EXPECT_DOUBLE_EQ(r.memory.optimizer, 8.0 * P);
-  // activations: N = 512 rows, per layer 985,088 elements + 131,072 attention
-  // probabilities; layer inputs, the output, the head (norm, statistics,
+  // activations: N = 512 rows, per layer 985,088 elements + 2,048 attention
+  // log-sum-exp (B H T); layer inputs, the output, the head (norm, statistics,
   // logits [512, 64], losses); the shared scratch 1,179,648
-  const double per_layer = 2 * 65536 + 4 * 512 + 512 * 384 + 512 * 128 + 512 * 128 + 512 * 512 + 512 * 512 + 131072;
+  const double per_layer = 2 * 65536 + 4 * 512 + 512 * 384 + 512 * 128 + 512 * 128 + 512 * 512 + 512 * 512 + 2048;
   const double ctx = 4 * per_layer + 4 * 65536 + 65536 + (65536 + 2 * 512 + 512 * 64 + 512);
   EXPECT_DOUBLE_EQ(r.memory.activations, 4 * (ctx + 1179648));
   EXPECT_DOUBLE_EQ(r.memory.buffers, 0);  // ZeRO 0 reduces in place

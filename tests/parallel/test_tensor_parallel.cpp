@@ -198,7 +198,7 @@ TEST_P(Layer, AttentionHeadsSplit) {
   const int64_t H = 4, D = 3;
   for (int64_t KV : {int64_t(4), int64_t(2), int64_t(1)}) {
     const int64_t W = (H + 2 * KV) * D, Hl = H / t, KVl = std::max<int64_t>(KV / t, 1), kv0 = r * KV / t;
-    V qkv = randn(N * W, 12), datty = randn(N * H * D, 13), atty(N * H * D), probs(B * H * T * T), dqkv(N * W);
+    V qkv = randn(N * W, 12), datty = randn(N * H * D, 13), atty(N * H * D), probs(B * H * T), dqkv(N * W);
     k::attention_forward(atty.data(), probs.data(), qkv.data(), B, T, H, KV, D);
     k::attention_backward(dqkv.data(), datty.data(), qkv.data(), atty.data(), probs.data(), B, T, H, KV, D);
     // this rank's columns of the global qkv: its q heads, then its k and v heads
@@ -209,7 +209,7 @@ TEST_P(Layer, AttentionHeadsSplit) {
     for (int64_t n = 0; n < N; ++n)
       for (int p = 0, c = 0; p < 3; c += int(widths[p]), ++p)
         std::copy_n(qkv.begin() + n * W + starts[p], widths[p], qkv_r.begin() + n * Wl + c);
-    V atty_r(N * Hl * D), probs_r(B * Hl * T * T), dqkv_r(N * Wl);
+    V atty_r(N * Hl * D), probs_r(B * Hl * T), dqkv_r(N * Wl);
     k::attention_forward(atty_r.data(), probs_r.data(), qkv_r.data(), B, T, Hl, KVl, D);
     expect_near("attention output, kv_heads " + std::to_string(KV), atty_r.data(),
                 cols_of(atty, N, H * D, r * Hl * D, Hl * D));

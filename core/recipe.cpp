@@ -159,9 +159,9 @@ void validate_train(Reader& r, const Recipe& rc) {
     r.inconsistent("train.steps", fmt::format("steps({}) x global_batch({}) = {:.3g} samples > 2^48", t.steps,
                                               t.global_batch, double(t.steps) * double(t.global_batch)));
   if (__builtin_mul_overflow(t.global_batch, rc.model.seq_len, &tokens) || tokens > (int64_t(1) << 40))
-    r.inconsistent("train.global_batch", fmt::format("global_batch({}) x seq_len({}) = {:.3g} tokens per step > 2^40",
-                                                     t.global_batch, rc.model.seq_len,
-                                                     double(t.global_batch) * double(rc.model.seq_len)));
+    r.inconsistent("train.global_batch",
+                   fmt::format("global_batch({}) x seq_len({}) = {:.3g} tokens per step > 2^40", t.global_batch,
+                               rc.model.seq_len, double(t.global_batch) * double(rc.model.seq_len)));
   if (t.precision != Precision::fp16 && t.loss_scale != 1.0)
     r.inconsistent("train.loss_scale", fmt::format("loss scaling is for fp16; precision is {} (expected 1 or no key, "
                                                    "found {})",
@@ -192,8 +192,9 @@ void validate_data(Reader& r, Recipe& rc) {
   d.synthetic = !has_train;
   for (const char* key : {"data.document_mask", "data.mask_eod_loss"})
     if (d.synthetic && (std::string(key) == "data.document_mask" ? d.document_mask : d.mask_eod_loss))
-      r.inconsistent(key, "needs data.train (a dataset whose documents end with an EOD token); synthetic data has "
-                          "no documents");
+      r.inconsistent(key,
+                     "needs data.train (a dataset whose documents end with an EOD token); synthetic data has "
+                     "no documents");
   if (!d.synthetic) return;
   if (d.syn.vocab > rc.model.vocab)
     r.inconsistent("data.synthetic.vocab",
@@ -247,8 +248,7 @@ namespace {
     const size_t lead = line.find_first_not_of(" \t");
     const size_t tab = line.find('\t');
     if (tab != std::string::npos && (lead == std::string::npos || tab < lead))
-      fail_input("{}:{}:{}: a tab character in the indentation (YAML indents with spaces only)", name, number,
-                 tab + 1);
+      fail_input("{}:{}:{}: a tab character in the indentation (YAML indents with spaces only)", name, number, tab + 1);
   }
   if (dynamic_cast<const YAML::DeepRecursion*>(&e))
     fail_input("{}:{}:{}: YAML nested too deeply (a recipe nests a few levels)", name, e.mark.line + 1,

@@ -105,7 +105,7 @@ struct CheckpointConfig {
 struct LogConfig {
   int64_t every = 10;
   std::string metrics;
-  std::string tensorboard;  // TensorBoard event files' directory ("" = none)
+  std::string tensorboard;           // TensorBoard event files' directory ("" = none)
   double peak_flops = 0;             // 0 = measure this machine's GEMM peak at start-up
   std::string trace;                 // Chrome trace file ("" = none)
   std::vector<int64_t> trace_steps;  // steps traced (1-based; default [2])

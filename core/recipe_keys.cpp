@@ -220,11 +220,12 @@ const std::vector<Key>& table() {
                         "activation recomputation: `selective` drops the attention log-sum-exp and recomputes it "
                         "in backward; `full` keeps only each layer's input and reruns the layer's forward in backward. "
                         "Gradients are bitwise identical in all three modes"),
-      choice<NonFinite>("train.nonfinite", FIELD(train.nonfinite), value<NonFinite>(NonFinite::stop),
-                        "a step whose loss or gradient norm is inf/NaN (fp16: whose loss is; gradient overflows are the "
-                        "loss scaler's): `stop` ends the run with an error before the update, naming the first "
-                        "parameter with a non-finite gradient; `skip` drops the step's update, logs and counts it, and "
-                        "stops after `nonfinite_limit` in a row. No checkpoint is ever written from a non-finite state"),
+      choice<NonFinite>(
+          "train.nonfinite", FIELD(train.nonfinite), value<NonFinite>(NonFinite::stop),
+          "a step whose loss or gradient norm is inf/NaN (fp16: whose loss is; gradient overflows are the "
+          "loss scaler's): `stop` ends the run with an error before the update, naming the first "
+          "parameter with a non-finite gradient; `skip` drops the step's update, logs and counts it, and "
+          "stops after `nonfinite_limit` in a row. No checkpoint is ever written from a non-finite state"),
       integer("train.nonfinite_limit", FIELD(train.nonfinite_limit), 1, kMax, value<int64_t>(5),
               "`nonfinite: skip`: consecutive skipped steps after which the run stops"),
       integer("train.threads", FIELD(train.threads), 0, 4096, value<int64_t>(0),
@@ -248,9 +249,10 @@ const std::vector<Key>& table() {
               "apply weight decay to norm weights and biases too"),
       boolean("optim.decay_embeddings", FIELD(optim.decay_embeddings), value<bool>(false),
               "apply weight decay to embeddings (a tied LM head follows this)"),
-      blend("data.train", FIELD(data.train),
-            "Megatron indexed dataset `PREFIX` (`PREFIX.bin` / `PREFIX.idx`, see [data.md](data.md)), or a weighted "
-            "blend: a list of `{path: PREFIX, weight: W}`; each sample comes from the dataset furthest below its share"),
+      blend(
+          "data.train", FIELD(data.train),
+          "Megatron indexed dataset `PREFIX` (`PREFIX.bin` / `PREFIX.idx`, see [data.md](data.md)), or a weighted "
+          "blend: a list of `{path: PREFIX, weight: W}`; each sample comes from the dataset furthest below its share"),
       blend("data.valid", FIELD(data.valid),
             "validation split(s), same forms; a blend reports a validation loss per dataset; without it no "
             "evaluation runs"),
@@ -303,7 +305,8 @@ const std::vector<Key>& table() {
            "receives, gradient sync (data, embedding and replicated-parameter reductions) and the optimizer step"),
       integers("log.trace_steps", FIELD(log.trace_steps), 1, kMax, "`[2]`",
                "steps (1-based) written to `log.trace`; the file is written after the last of them"),
-      text("log.flight_recorder", FIELD(log.flight_recorder), "`checkpoint.dir/flight_recorder`, else `/tmp/trident-flight-PID` (rank 0's PID)",
+      text("log.flight_recorder", FIELD(log.flight_recorder),
+           "`checkpoint.dir/flight_recorder`, else `/tmp/trident-flight-PID` (rank 0's PID)",
            "directory where, on a timeout (`parallel.timeout_s`), each rank writes its last 1024 communication "
            "operations (`rank_R.json`) and reads the other ranks' to name the one that is behind ([slurm.md]"
            "(slurm.md#when-something-goes-wrong)); on several nodes it must be on a shared file system"),

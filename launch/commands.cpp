@@ -55,10 +55,9 @@ void log_placement(const parallel::LaunchEnv& env, parallel::MpiCommunicator& wo
 void print_plan_table(const PlanCommand& c, const Cluster& cl, const std::vector<PlanResult>& results) {
   int64_t feasible = 0, invalid = 0;
   for (const auto& r : results) feasible += r.feasible, invalid += !r.feasible && r.memory.total() == 0;
-  fmt::print("{} on {} x {} ({} per node, {:.0f} GiB, {:.4g} TFLOP/s {} peak, large GEMMs at {:.2f} of it)\n",
-             c.recipe, c.gpus, cl.name, cl.devices_per_node, cl.memory_bytes / (1024.0 * 1024 * 1024),
-             cl.peak_flops / 1e12, cl.precision,
-             cl.gemm_table.empty() ? cl.gemm_fraction : cl.gemm_table.back().second);
+  fmt::print("{} on {} x {} ({} per node, {:.0f} GiB, {:.4g} TFLOP/s {} peak, large GEMMs at {:.2f} of it)\n", c.recipe,
+             c.gpus, cl.name, cl.devices_per_node, cl.memory_bytes / (1024.0 * 1024 * 1024), cl.peak_flops / 1e12,
+             cl.precision, cl.gemm_table.empty() ? cl.gemm_fraction : cl.gemm_table.back().second);
   fmt::print("{} configurations: {} fit, {} out of memory, {} invalid\n", results.size(), feasible,
              int64_t(results.size()) - feasible - invalid, invalid);
   fmt::print("{:>4} {:>4} {:>4} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10} {:>12} {:>8} {:>6} {:>10}\n", "D", "T", "P", "V",
@@ -136,9 +135,10 @@ int run_schedule(const ScheduleCommand& c) {
   constexpr int64_t kMaxActions = 1 << 20;
   const int64_t actions = c.pipeline * c.virtual_stages * c.micro_batches;
   if (c.pipeline > 4096 || c.micro_batches > 65536 || c.virtual_stages > 256 || actions > kMaxActions)
-    fail_input("schedule: pipeline({}) x virtual stages({}) x micro-batches({}) = {} stage-chunk-micro-batches; "
-               "the simulator takes at most {} (pipeline <= 4096, virtual stages <= 256, micro-batches <= 65536)",
-               c.pipeline, c.virtual_stages, c.micro_batches, actions, kMaxActions);
+    fail_input(
+        "schedule: pipeline({}) x virtual stages({}) x micro-batches({}) = {} stage-chunk-micro-batches; "
+        "the simulator takes at most {} (pipeline <= 4096, virtual stages <= 256, micro-batches <= 65536)",
+        c.pipeline, c.virtual_stages, c.micro_batches, actions, kMaxActions);
   const int P = int(c.pipeline), V = int(c.virtual_stages), M = int(c.micro_batches);
   const auto sim = parallel::simulate(c.schedule, P, V, M);
   fmt::print(

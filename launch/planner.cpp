@@ -135,10 +135,21 @@ Cluster load_cluster(const std::string& path, Precision prec) {
     fail_input("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg);
   }
   if (!y.IsMap()) fail_input("{}: expected a map of cluster keys", path);
-  static const std::vector<std::string> known = {
-      "name",          "device",        "devices_per_node",      "memory_gib",      "peak_tflops",
-      "gemm_fraction", "gemm_efficiency", "attention",           "attention_fraction", "memory_bandwidth_gbps",
-      "memory_fraction", "kernel_floor_us", "intra_node",        "inter_node", "attention_dropout"};
+  static const std::vector<std::string> known = {"name",
+                                                 "device",
+                                                 "devices_per_node",
+                                                 "memory_gib",
+                                                 "peak_tflops",
+                                                 "gemm_fraction",
+                                                 "gemm_efficiency",
+                                                 "attention",
+                                                 "attention_fraction",
+                                                 "memory_bandwidth_gbps",
+                                                 "memory_fraction",
+                                                 "kernel_floor_us",
+                                                 "intra_node",
+                                                 "inter_node",
+                                                 "attention_dropout"};
   for (const auto& kv : y) {
     const std::string k = kv.first.as<std::string>();
     if (std::find(known.begin(), known.end(), k) == known.end())
@@ -255,16 +266,17 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
            fmt::format("parallel.data={}", c.data), fmt::format("parallel.tensor={}", c.tensor),
            fmt::format("parallel.pipeline={}", c.pipeline), fmt::format("parallel.virtual_stages={}", c.virtual_stages),
            fmt::format("parallel.schedule={}", c.schedule), fmt::format("parallel.zero={}", c.zero),
-           fmt::format("parallel.sequence_parallel={}", c.sequence_parallel), fmt::format("parallel.stage_layers=[{}]", fmt::join(c.stage_layers, ",")),
+           fmt::format("parallel.sequence_parallel={}", c.sequence_parallel),
+           fmt::format("parallel.stage_layers=[{}]", fmt::join(c.stage_layers, ",")),
            fmt::format("train.micro_batch={}", c.micro_batch), fmt::format("train.recompute={}", c.recompute)})
     sets.push_back(s);
   // the loader's verdict and the stage sizes do not depend on ZeRO or recompute: cached
   static std::map<std::string, std::pair<std::string, Recipe>> verdicts;
   const std::string layers_key = fmt::format("{}", fmt::join(c.stage_layers, ","));
-  const std::string vkey = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", fnv_key(rc), c.data, c.tensor, c.pipeline,
-                                       c.virtual_stages, c.schedule, c.sequence_parallel, c.micro_batch,
-                                       c.schedule == ScheduleKind::zero_bubble ? enum_name(c.recompute) : "",
-                                       layers_key);
+  const std::string vkey =
+      fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", fnv_key(rc), c.data, c.tensor, c.pipeline, c.virtual_stages,
+                  c.schedule, c.sequence_parallel, c.micro_batch,
+                  c.schedule == ScheduleKind::zero_bubble ? enum_name(c.recompute) : "", layers_key);
   auto found = verdicts.find(vkey);
   if (found == verdicts.end()) {
     std::pair<std::string, Recipe> v;
@@ -296,8 +308,8 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   if (!sizes.count(skey)) {
     Sizes z{model::consolidated_numel(m), 0};
     for (int pp = 0; pp < P; ++pp)
-      z.stage = std::max(z.stage, model::ParamRegistry(m, {0, T}, model::pipeline_chunks(m, P, V, c.stage_layers, pp))
-                                      .total());
+      z.stage = std::max(z.stage,
+                         model::ParamRegistry(m, {0, T}, model::pipeline_chunks(m, P, V, c.stage_layers, pp)).total());
     sizes[skey] = z;
   }
   r.params = sizes[skey].whole;
@@ -345,10 +357,7 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   mem.grads = 4 * Ps / (c.zero >= 2 ? D : 1) + (c.zero >= 2 && D > 1 ? windows : 0);  // fp32
   mem.optimizer = (8 + (pb < 4 ? 4 : 0)) * Ps / (c.zero >= 1 ? D : 1);  // AdamW moments (+ fp32 master weights)
   if (c.zero == 1 && D > 1) mem.buffers += 4 * Ps / D;
-  const model::ActivationShape shape{c.micro_batch,
-                                     T,
-                                     c.sequence_parallel,
-                                     c.recompute,
+  const model::ActivationShape shape{c.micro_batch, T, c.sequence_parallel, c.recompute,
                                      kind == parallel::ScheduleKind::zero_bubble};
   const auto counts = model::chunk_layer_counts(m, P, V, c.stage_layers);
   double act = 0;
@@ -395,7 +404,9 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
       layers += double(ch.layers), head |= ch.head;
     most_layers = std::max(most_layers, layers);
     const OpTimes ot = stage_op_times(r.ops, layers, head);
-    const double again = c.recompute == Recompute::full ? ot.forward : c.recompute == Recompute::selective ? ot.selective : 0;
+    const double again = c.recompute == Recompute::full        ? ot.forward
+                         : c.recompute == Recompute::selective ? ot.selective
+                                                               : 0;
     if (ot.total() + again <= slowest) continue;
     slowest = ot.total() + again;
     t.gemm = mbs * ot.gemm, t.attention = mbs * ot.attention, t.memory = mbs * ot.memory, t.recompute = mbs * again;
@@ -566,10 +577,11 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
       link(r.tensor_intra_node), t.pipeline_comm, link(r.pipeline_intra_node), t.data_comm, link(r.data_intra_node),
       t.data_comm_hidden, t.optimizer);
   if (!r.ops.empty()) {
-    s += fmt::format("operations of one micro-batch on one tensor rank ({} attention, {:.0f} GB/s for memory-bound "
-                     "kernels, {:.1f} us floor per kernel):\n",
-                     cl.flash_attention ? "flash" : "materialized", cl.memory_bandwidth * cl.memory_fraction / 1e9,
-                     cl.kernel_floor * 1e6);
+    s += fmt::format(
+        "operations of one micro-batch on one tensor rank ({} attention, {:.0f} GB/s for memory-bound "
+        "kernels, {:.1f} us floor per kernel):\n",
+        cl.flash_attention ? "flash" : "materialized", cl.memory_bandwidth * cl.memory_fraction / 1e9,
+        cl.kernel_floor * 1e6);
     s += fmt::format("  {:<26} {:>9} {:>24} {:>11} {:>11} {:>8} {:>11} {:>11}\n", "operation", "per", "shape m x n x k",
                      "GFLOP", "MB", "eff.", "fwd ms", "bwd ms");
     for (const auto& op : r.ops) {

@@ -24,7 +24,9 @@ struct Link {
   double latency = 0;     // s
   double half_bytes = 0;  // bytes
   // Bandwidth reached by a collective of `bytes` per rank.
-  double bandwidth_at(double bytes) const { return half_bytes > 0 ? bandwidth * bytes / (bytes + half_bytes) : bandwidth; }
+  double bandwidth_at(double bytes) const {
+    return half_bytes > 0 ? bandwidth * bytes / (bytes + half_bytes) : bandwidth;
+  }
 };
 
 struct Cluster {
@@ -32,16 +34,16 @@ struct Cluster {
   DeviceType device = DeviceType::cuda;   // `device:` in the file (default cuda): the activation layout
   Precision precision = Precision::fp32;  // what the plan assumes: peak FLOP/s and bytes per value
   int devices_per_node = 1;
-  double memory_bytes = 0;  // per device
-  double peak_flops = 0;    // per device, for the recipe's precision
-  double gemm_fraction = 1;     // of peak: large GEMMs (every GEMM without `gemm_efficiency`)
+  double memory_bytes = 0;                            // per device
+  double peak_flops = 0;                              // per device, for the recipe's precision
+  double gemm_fraction = 1;                           // of peak: large GEMMs (every GEMM without `gemm_efficiency`)
   std::vector<std::pair<double, double>> gemm_table;  // `gemm_efficiency`: smallest dimension -> fraction
-  double attention_fraction = 0;  // flash attention's rate as a fraction of peak (default gemm_fraction)
-  bool flash_attention = true;    // `attention: flash | materialized` (default: flash on cuda)
-  bool attention_dropout = false; // `attention_dropout: true`: the software drops out probabilities (not Trident)
-  double memory_bandwidth = 0;    // bytes/s per device (datasheet)
-  double memory_fraction = 1;     // of it, what elementwise kernels and the optimizer reach
-  double kernel_floor = 0;        // s: the least time a kernel takes (launch, tail)
+  double attention_fraction = 0;   // flash attention's rate as a fraction of peak (default gemm_fraction)
+  bool flash_attention = true;     // `attention: flash | materialized` (default: flash on cuda)
+  bool attention_dropout = false;  // `attention_dropout: true`: the software drops out probabilities (not Trident)
+  double memory_bandwidth = 0;     // bytes/s per device (datasheet)
+  double memory_fraction = 1;      // of it, what elementwise kernels and the optimizer reach
+  double kernel_floor = 0;         // s: the least time a kernel takes (launch, tail)
   Link intra, inter;
   DeviceRates rates() const;
 };
@@ -102,8 +104,7 @@ double optimizer_bytes_per_element(Precision precision);
 Recipe load_plan_recipe(const std::string& path, const std::vector<std::string>& sets);
 // The recipe's choices (with `sets`) on the mesh D x T x P: an InputError
 // when the recipe does not fit that mesh.
-PlanConfig mesh_choices(const std::string& path, const std::vector<std::string>& sets, int64_t D, int64_t T,
-                        int64_t P);
+PlanConfig mesh_choices(const std::string& path, const std::vector<std::string>& sets, int64_t D, int64_t T, int64_t P);
 
 // One configuration (validated by the recipe loader for N = D x T x P).
 PlanResult plan_one(const Recipe& rc, const Cluster& cluster, const PlanConfig& c);

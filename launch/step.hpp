@@ -93,8 +93,8 @@ class StepRunner {
   std::vector<char> input_started_, weight_started_;
   double loss_sum_ = 0;
   double loss_tokens_ = 1;  // the step's targets that count in the mean loss (global)
-  int valid_source_ = -1;  // evaluation of one dataset of a validation blend
-  float dscale_ = 0;  // dloss/dlogit of the (scaled) mean loss; 0: forward only
+  int valid_source_ = -1;   // evaluation of one dataset of a validation blend
+  float dscale_ = 0;        // dloss/dlogit of the (scaled) mean loss; 0: forward only
   bool evaluating_ = false;
 };
 

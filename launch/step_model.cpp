@@ -25,9 +25,12 @@ double DeviceRates::gemm_efficiency(double dim) const {
 
 const char* op_kind_name(OpKind k) {
   switch (k) {
-    case OpKind::gemm: return "gemm";
-    case OpKind::attention: return "attention";
-    case OpKind::memory: return "memory";
+    case OpKind::gemm:
+      return "gemm";
+    case OpKind::attention:
+      return "attention";
+    case OpKind::memory:
+      return "memory";
   }
   return "?";
 }
@@ -41,9 +44,11 @@ Op gemm(const std::string& name, int64_t m, int64_t n, int64_t k, int64_t batch,
   Op op;
   op.name = name, op.kind = OpKind::gemm, op.m = m, op.n = n, op.k = k, op.batch = batch;
   op.flops = 2.0 * double(m) * double(n) * double(k) * double(batch);
-  op.bytes = double(batch) * (double(m) * double(k) + double(k) * double(n) + double(m) * double(n)) * r.bytes_per_value;
+  op.bytes =
+      double(batch) * (double(m) * double(k) + double(k) * double(n) + double(m) * double(n)) * r.bytes_per_value;
   op.efficiency = r.gemm_efficiency(double(std::min({m, n, k})));
-  const double one = std::max({op.flops / (r.peak_flops * op.efficiency), op.bytes / r.memory_bandwidth, r.kernel_floor});
+  const double one =
+      std::max({op.flops / (r.peak_flops * op.efficiency), op.bytes / r.memory_bandwidth, r.kernel_floor});
   op.forward_s = one;
   op.backward_s = 2 * one;
   return op;

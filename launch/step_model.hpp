@@ -23,12 +23,12 @@ struct DeviceRates {
   // Empty: `gemm_fraction` for every shape.
   std::vector<std::pair<double, double>> gemm_table;
   double gemm_fraction = 1;
-  double attention_fraction = 1;  // flash attention's FLOP rate as a fraction of peak
-  bool flash_attention = true;    // false: scores and probabilities go through memory
-  bool attention_dropout = false; // materialized: dropout on the probabilities (one more pass each way)
-  double memory_bandwidth = 0;    // bytes/s the elementwise kernels achieve
-  double kernel_floor = 0;        // s: no kernel takes less (launch and tail)
-  double bytes_per_value = 4;     // activations and parameters (2 for bf16/fp16)
+  double attention_fraction = 1;   // flash attention's FLOP rate as a fraction of peak
+  bool flash_attention = true;     // false: scores and probabilities go through memory
+  bool attention_dropout = false;  // materialized: dropout on the probabilities (one more pass each way)
+  double memory_bandwidth = 0;     // bytes/s the elementwise kernels achieve
+  double kernel_floor = 0;         // s: no kernel takes less (launch and tail)
+  double bytes_per_value = 4;      // activations and parameters (2 for bf16/fp16)
   // The efficiency of a GEMM whose smallest dimension is `dim`.
   double gemm_efficiency(double dim) const;
 };
@@ -46,8 +46,8 @@ struct Op {
   double bytes = 0;                        // forward
   double efficiency = 0;                   // of peak (GEMM, attention) or of bandwidth (memory)
   double forward_s = 0, backward_s = 0;
-  bool head = false;       // once per micro-batch on the stage with the LM head, else once per layer
-  bool recomputed = false; // selective recomputation repeats its forward
+  bool head = false;        // once per micro-batch on the stage with the LM head, else once per layer
+  bool recomputed = false;  // selective recomputation repeats its forward
 };
 
 struct OpShape {

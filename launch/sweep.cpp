@@ -102,10 +102,10 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
           max_over(world, {double(s.peak_params), double(s.peak_grads), double(s.peak_optimizer),
                            double(s.peak_activations), double(s.peak_comm + s.peak_other), double(s.peak_total)});
       std::copy(m.begin(), m.end(), row.mem);
-      row.plan = plan_one(base, cl,
-                          {d, t, p, rc.parallel.virtual_stages, rc.train.micro_batch, rc.parallel.zero,
-                           rc.train.recompute, rc.parallel.schedule, rc.parallel.sequence_parallel,
-                           rc.parallel.stage_layers});
+      row.plan =
+          plan_one(base, cl,
+                   {d, t, p, rc.parallel.virtual_stages, rc.train.micro_batch, rc.parallel.zero, rc.train.recompute,
+                    rc.parallel.schedule, rc.parallel.sequence_parallel, rc.parallel.stage_layers});
       std::vector<double> sorted = row.runs;  // the median over repeats (the machine is shared)
       std::sort(sorted.begin(), sorted.end());
       row.tokens_per_s = sorted[sorted.size() / 2];
@@ -196,7 +196,7 @@ double time_call(parallel::MpiCommunicator& world, F&& f, double seconds) {
 // timed with the trainer's GEMM: (smallest dimension, fraction of peak),
 // FLOP-weighted where several share a smallest dimension.
 std::vector<std::pair<double, double>> measure_gemm_table(const Recipe& rc, const Cluster& base,
-                                                         parallel::MpiCommunicator& world) {
+                                                          parallel::MpiCommunicator& world) {
   std::map<int64_t, std::pair<double, double>> by_dim;  // smallest dimension -> (flops, seconds)
   for (int T = 1; T <= world.size(); ++T) {
     if (world.size() % T || rc.model.heads % T || rc.model.ffn_hidden % T) continue;
@@ -250,8 +250,10 @@ void calibrate(const CalibrateOptions& o, parallel::MpiCommunicator& world) {
   // the GEMM table, and the least time a kernel call takes (a 1 x 1 x 1 GEMM)
   cal.gemm_table = measure_gemm_table(rc, cal, world);
   float one = 1, out = 0;
-  cal.kernel_floor =
-      max_over(world, {time_call(world, [&] { kernels::gemm<float>(false, false, 1, 1, 1, 1.f, &one, 1, &one, 1, 0.f, &out, 1); }, 0.1)})[0];
+  cal.kernel_floor = max_over(
+      world,
+      {time_call(
+          world, [&] { kernels::gemm<float>(false, false, 1, 1, 1, 1.f, &one, 1, &one, 1, 0.f, &out, 1); }, 0.1)})[0];
   // every rank at once trains the recipe alone; what the GEMMs and the
   // optimizer do not explain is the memory-bound kernels' share: their
   // achieved fraction of the measured bandwidth
@@ -315,9 +317,8 @@ void calibrate(const CalibrateOptions& o, parallel::MpiCommunicator& world) {
   std::vector<std::string> cells;
   for (const auto& [dim, f] : cal.gemm_table) cells.push_back(fmt::format("[{:.0f}, {:.4f}]", dim, f));
   outtext += fmt::format("gemm_fraction: {:.4f}   # the largest measured shape's\n", cal.gemm_table.back().second);
-  outtext += fmt::format(
-      "gemm_efficiency: [{}]   # the recipe's GEMMs for every tensor size, all ranks at once\n",
-      fmt::join(cells, ", "));
+  outtext += fmt::format("gemm_efficiency: [{}]   # the recipe's GEMMs for every tensor size, all ranks at once\n",
+                         fmt::join(cells, ", "));
   outtext += fmt::format("memory_bandwidth_gbps: {:.3f}   # an AdamW sweep per rank, all ranks at once\n",
                          cal.memory_bandwidth / 1e9);
   outtext += fmt::format(

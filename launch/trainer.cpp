@@ -6,21 +6,21 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <tuple>
 
-#include "core/device_memory.hpp"
 #include "core/crc32c.hpp"
+#include "core/device_memory.hpp"
 #include "core/error.hpp"
 #include "core/fault.hpp"
 #include "core/log.hpp"
+#include "core/sample_index.hpp"
 #include "kernels/backends.hpp"
 #include "kernels/buffer.hpp"
 #include "kernels/gemm.hpp"
-#include "core/sample_index.hpp"
 #include "launch/checkpoint/checkpoint.hpp"
 #include "launch/checkpoint/dir_lock.hpp"
 #include "launch/prepare.hpp"
@@ -86,20 +86,22 @@ std::unique_ptr<TokenSampler> make_sampler(const Recipe& rc, parallel::Mesh& mes
     }
   facts.eod = first.eod;
   if ((rc.data.document_mask || rc.data.mask_eod_loss) && first.eod < 0)
-    fail_input("{}: key '{}': needs datasets with an end-of-document token; {} records none (prepare with a BPE or "
-               "SentencePiece tokenizer, or --eod-token)",
-               rc.source, rc.data.document_mask ? "data.document_mask" : "data.mask_eod_loss",
-               first.path.empty() ? rc.data.train[0].path : first.path);
+    fail_input(
+        "{}: key '{}': needs datasets with an end-of-document token; {} records none (prepare with a BPE or "
+        "SentencePiece tokenizer, or --eod-token)",
+        rc.source, rc.data.document_mask ? "data.document_mask" : "data.mask_eod_loss",
+        first.path.empty() ? rc.data.train[0].path : first.path);
 
   parallel::Communicator* world = mesh.world();
-  IndexBuild build{mesh.node_rank() == 0, [world] {
+  IndexBuild build{mesh.node_rank() == 0,
+                   [world] {
                      if (world) world->barrier()->wait();
                    },
                    rc.data.cache_dir};
   auto sampler = make_dataset_sampler(spec, build);
   if (sampler->vocab_needed() > rc.model.vocab)
-    fail_input("{}: token id {} does not fit model.vocab({}) of {}", rc.data.train[0].path,
-               sampler->vocab_needed() - 1, rc.model.vocab, rc.source);
+    fail_input("{}: token id {} does not fit model.vocab({}) of {}", rc.data.train[0].path, sampler->vocab_needed() - 1,
+               rc.model.vocab, rc.source);
   return sampler;
 }
 
@@ -151,7 +153,8 @@ std::pair<checkpoint::IndexTokenizer, std::string> tokenizer_record(const Datase
     check_tokenizer_copy(r);
     for (const char* name : {"tokenizer.json", "tokenizer.model", "vocab.json"})
       if (r.tokenizer_file.size() > strlen(name) && r.tokenizer_file.ends_with(std::string(".") + name)) t.file = name;
-    if (t.file.empty()) fail_input("{}: not a tokenizer copy prepare writes (recorded in {})", r.tokenizer_file, r.path);
+    if (t.file.empty())
+      fail_input("{}: not a tokenizer copy prepare writes (recorded in {})", r.tokenizer_file, r.path);
     std::ifstream in(r.tokenizer_file, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     t.crc32c = fmt::format("{:08x}", crc32c(bytes.data(), bytes.size()));
@@ -171,8 +174,8 @@ void check_resume_tokenizer(const std::string& from, const DatasetRecord& data) 
     fail_input(
         "{}: key 'tokenizer': the checkpoint was trained on data made by a {} tokenizer (CRC-32C {}), this run's data "
         "({}) by a {} tokenizer (CRC-32C {}); continuing would train on other token ids",
-        index, x.tokenizer->kind, x.tokenizer->crc32c.empty() ? "none" : x.tokenizer->crc32c, data.path,
-        data.tokenizer, data.tokenizer_file.empty() ? "none" : mine);
+        index, x.tokenizer->kind, x.tokenizer->crc32c.empty() ? "none" : x.tokenizer->crc32c, data.path, data.tokenizer,
+        data.tokenizer_file.empty() ? "none" : mine);
 }
 
 // Resume: the checkpoint fills this rank's shard (parameters and optimizer
@@ -334,7 +337,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
       const std::string first = std::isfinite(gnorm) ? "" : first_nonfinite_gradient(reg, *dp);
       const std::string what = fmt::format(
           "{} at step {}{}",
-          !bad_loss                ? fmt::format("gradient norm is {}", gnorm)
+          !bad_loss             ? fmt::format("gradient norm is {}", gnorm)
           : std::isfinite(loss) ? std::string("loss is not finite on another rank")
                                 : fmt::format("loss is {}", loss),
           step + 1, first.empty() ? "" : fmt::format(" (first non-finite gradient on this rank: {})", first));
@@ -348,8 +351,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
                 ? fmt::format(" after {} non-finite steps in a row (train.nonfinite_limit)", nonfinite_in_row)
                 : ""));
       }
-      log::warn("{}: update skipped (train.nonfinite: skip; {} in a row, the run stops at {})", what,
-                nonfinite_in_row, rc.train.nonfinite_limit);
+      log::warn("{}: update skipped (train.nonfinite: skip; {} in a row, the run stops at {})", what, nonfinite_in_row,
+                rc.train.nonfinite_limit);
     }
 
     const double lr = optim::learning_rate(rc.optim, step, rc.train.steps);
@@ -368,8 +371,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     const double ckpt_start = report.seconds();
     saver.after_step(step + 1, stop != 0, ckpt, opts.quiet);
     report.end_step({step, loss, lr, gnorm, used_scale, scaler.scale(), skip && !nonfinite, nonfinite,
-                     dp->take_wait_seconds(),
-                     report.seconds() - ckpt_start,
+                     dp->take_wait_seconds(), report.seconds() - ckpt_start,
                      sampler->train_samples_per_source(uint64_t((step + 1) * rc.train.global_batch))});
 
     if ((rc.eval.every > 0 && (step + 1) % rc.eval.every == 0) || step + 1 == rc.train.steps)

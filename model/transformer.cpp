@@ -168,8 +168,7 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
                                                                  bool split_backward) const {
   const Chunk& ch = chunks_[size_t(chunk)];
   // the one layout the planner's formulas use too (model/memory.hpp)
-  const ActivationSizes z = activation_sizes(
-      cfg_, {B, tp_->size(), tp_->gathers(), recompute, split_backward});
+  const ActivationSizes z = activation_sizes(cfg_, {B, tp_->size(), tp_->gathers(), recompute, split_backward});
   const int64_t C = z.C, N = z.N, L = ch.spec.layers, R = z.R, row0 = tp_->row_begin(N);
   TRIDENT_CHECK(R == tp_->rows(N), "activation layout: {} rows, the region has {}", R, tp_->rows(N));
   auto ctx = std::make_unique<Activations<T>>();

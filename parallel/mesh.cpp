@@ -19,10 +19,10 @@ namespace trident::parallel {
 MeshSpec mesh_spec(const Recipe& rc, bool single_process) {
   const auto& p = rc.parallel;
   const std::string flight = !rc.log.flight_recorder.empty() ? rc.log.flight_recorder
-                             : !rc.checkpoint.dir.empty()     ? rc.checkpoint.dir + "/flight_recorder"
-                                                              : "";
-  return {int(p.data),       int(p.tensor), int(p.pipeline), p.order,
-          rc.model.kv_heads, rc.device,     p.timeout_s,     single_process, flight};
+                             : !rc.checkpoint.dir.empty()    ? rc.checkpoint.dir + "/flight_recorder"
+                                                             : "";
+  return {int(p.data), int(p.tensor), int(p.pipeline), p.order, rc.model.kv_heads,
+          rc.device,   p.timeout_s,   single_process,  flight};
 }
 
 Mesh::Mesh(const MeshSpec& spec, const std::string& source)

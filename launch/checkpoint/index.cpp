@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include <fstream>
-#include <string_view>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "core/crc32c.hpp"
 #include "core/error.hpp"
@@ -57,42 +57,42 @@ std::string index_json(const CheckpointIndex& x) {
         {"dtype", "F32"}, {"global_shape", t.global_shape}, {"valid_rows", t.valid_rows}, {"pieces", pieces}};
   }
   Json j = {{"format", "trident-checkpoint"},
-                  {"version", x.version},
-                  {"step", x.step},
-                  {"consumed_samples", x.consumed_samples},
-                  {"seed", x.seed},
-                  {"mesh",
-                   {{"data", x.mesh.data},
-                    {"tensor", x.mesh.tensor},
-                    {"pipeline", x.mesh.pipeline},
-                    {"virtual_stages", x.mesh.virtual_stages},
-                    {"zero", x.mesh.zero},
-                    {"stage_layers", x.mesh.stage_layers}}},
-                  {"model",
-                   {{"arch", enum_name(m.arch)},
-                    {"layers", m.layers},
-                    {"hidden", m.hidden},
-                    {"heads", m.heads},
-                    {"kv_heads", m.kv_heads},
-                    {"ffn_hidden", m.ffn_hidden},
-                    {"seq_len", m.seq_len},
-                    {"vocab", m.vocab},
-                    {"vocab_multiple", m.vocab_multiple},
-                    {"tie_embeddings", m.tie_embeddings},
-                    {"norm_eps", m.norm_eps},
-                    {"rope_theta", m.rope_theta}}},
-                  {"optimizer", {{"type", "adamw"}, {"step", x.optimizer_step}, {"states", {"exp_avg", "exp_avg_sq"}}}},
-                  {"precision",
-                   {{"train", enum_name(x.precision.value_or(Precision::fp32))},
-                    {"master_weights", "F32"},
-                    {"loss_scale", x.loss_scale},
-                    {"good_steps", x.good_steps},
-                    {"skipped_steps", x.skipped_steps}}},
-                  {"recipe_file", x.recipe_file},
-                  {"recipe_text", x.recipe_text},
-                  {"recipe_overrides", x.recipe_overrides},
-                  {"files", files},
-                  {"tensors", tensors}};
+            {"version", x.version},
+            {"step", x.step},
+            {"consumed_samples", x.consumed_samples},
+            {"seed", x.seed},
+            {"mesh",
+             {{"data", x.mesh.data},
+              {"tensor", x.mesh.tensor},
+              {"pipeline", x.mesh.pipeline},
+              {"virtual_stages", x.mesh.virtual_stages},
+              {"zero", x.mesh.zero},
+              {"stage_layers", x.mesh.stage_layers}}},
+            {"model",
+             {{"arch", enum_name(m.arch)},
+              {"layers", m.layers},
+              {"hidden", m.hidden},
+              {"heads", m.heads},
+              {"kv_heads", m.kv_heads},
+              {"ffn_hidden", m.ffn_hidden},
+              {"seq_len", m.seq_len},
+              {"vocab", m.vocab},
+              {"vocab_multiple", m.vocab_multiple},
+              {"tie_embeddings", m.tie_embeddings},
+              {"norm_eps", m.norm_eps},
+              {"rope_theta", m.rope_theta}}},
+            {"optimizer", {{"type", "adamw"}, {"step", x.optimizer_step}, {"states", {"exp_avg", "exp_avg_sq"}}}},
+            {"precision",
+             {{"train", enum_name(x.precision.value_or(Precision::fp32))},
+              {"master_weights", "F32"},
+              {"loss_scale", x.loss_scale},
+              {"good_steps", x.good_steps},
+              {"skipped_steps", x.skipped_steps}}},
+            {"recipe_file", x.recipe_file},
+            {"recipe_text", x.recipe_text},
+            {"recipe_overrides", x.recipe_overrides},
+            {"files", files},
+            {"tensors", tensors}};
   if (x.tokenizer) {
     const auto& t = *x.tokenizer;
     j["tokenizer"] = {{"kind", t.kind}, {"file", t.file}, {"crc32c", t.crc32c}, {"vocab", t.vocab}, {"eod", t.eod}};
@@ -245,9 +245,10 @@ CheckpointIndex read_index(const std::string& path) {
     const std::string saved = text.substr(at + kChecksumKey.size(), 8);
     const std::string sum = fmt::format("{:08x}", crc32c(text.data(), at));
     if (saved != sum)
-      fail_input("{}: key 'index_crc32c': the index's checksum is {}, its bytes give {} (the index was changed or "
-                 "damaged after it was written)",
-                 path, saved, sum);
+      fail_input(
+          "{}: key 'index_crc32c': the index's checksum is {}, its bytes give {} (the index was changed or "
+          "damaged after it was written)",
+          path, saved, sum);
   }
   Json j;
   try {

@@ -156,8 +156,8 @@ std::string follow_latest(const fs::path& root) {
   std::string name = checkpoint::read_text(latest.string());
   while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
   if (!std::regex_match(name, std::regex("step_[0-9]+")))
-    fail_input("{}: expected the name of a step directory inside {} (like step_00000042), found '{}'",
-               latest.string(), root.string(), name);
+    fail_input("{}: expected the name of a step directory inside {} (like step_00000042), found '{}'", latest.string(),
+               root.string(), name);
   const fs::path dir = root / name;
   if (!fs::exists(dir / "index.json")) fail_input("{}: points at '{}', which has no index.json", latest.string(), name);
   return dir.string();
@@ -238,8 +238,7 @@ std::string existing_checkpoints(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return "";
   int steps = 0;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    steps += e.path().filename().string().rfind("step_", 0) == 0;
+  for (const auto& e : fs::directory_iterator(dir, ec)) steps += e.path().filename().string().rfind("step_", 0) == 0;
   const fs::path latest = fs::path(dir) / "latest";
   if (fs::exists(latest)) {
     std::string name = checkpoint::read_text(latest.string());

@@ -66,8 +66,9 @@ TEST(Recipe, UnknownKeyNamesLineAndSuggests) {
 }
 TEST(Recipe, UnknownSection) { expect_error(with("modle: {}"), {"r.yaml:10:1", "unknown key 'modle'", "'model'"}); }
 TEST(Recipe, WrongType) {
-  expect_error(kGood, {"--set train.steps=ten", "key 'train.steps'", "expected an integer in [1, 1099511627776]", "found 'ten'"},
-               {"train.steps=ten"});
+  expect_error(
+      kGood, {"--set train.steps=ten", "key 'train.steps'", "expected an integer in [1, 1099511627776]", "found 'ten'"},
+      {"train.steps=ten"});
 }
 TEST(Recipe, OutOfRange) {
   expect_error(with("parallel: {zero: 4}"),

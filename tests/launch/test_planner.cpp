@@ -132,8 +132,8 @@ TEST(Planner, RejectionsSayWhy) {
   const auto all = plan_all(recipe("llama3-70b.yaml"), cpu(), 2);
   ASSERT_FALSE(all.empty());
   for (const auto& r : all) EXPECT_FALSE(r.feasible);
-  const PlanResult r =
-      plan_one(recipe("llama3-70b.yaml"), cpu(), {1, 2, 1, 1, 1, 0, Recompute::full, ScheduleKind::one_f_one_b, true, {}});
+  const PlanResult r = plan_one(recipe("llama3-70b.yaml"), cpu(),
+                                {1, 2, 1, 1, 1, 0, Recompute::full, ScheduleKind::one_f_one_b, true, {}});
   EXPECT_NE(r.reason.find("needs "), std::string::npos) << r.reason;
   EXPECT_NE(r.reason.find(" > 12.0 GiB: optimizer states "), std::string::npos) << r.reason;
   const PlanResult bad =
@@ -147,10 +147,9 @@ TEST(Planner, JsonSchema) {
   ASSERT_TRUE(j.IsSequence());
   ASSERT_EQ(j.size(), all.size());
   for (const auto& item : j) {
-    for (const char* k :
-         {"data", "tensor", "pipeline", "virtual_stages", "micro_batch", "zero", "recompute", "sequence_parallel",
-          "stage_layers", "precision", "params", "memory_bytes", "step_time_s", "time_s", "tokens_per_s",
-          "tflops_per_device", "mfu", "feasible", "reason"})
+    for (const char* k : {"data", "tensor", "pipeline", "virtual_stages", "micro_batch", "zero", "recompute",
+                          "sequence_parallel", "stage_layers", "precision", "params", "memory_bytes", "step_time_s",
+                          "time_s", "tokens_per_s", "tflops_per_device", "mfu", "feasible", "reason"})
       ASSERT_TRUE(item[k].IsDefined()) << k;
     for (const char* k : {"params", "grads", "optimizer", "activations", "buffers", "total"})
       ASSERT_TRUE(item["memory_bytes"][k].IsDefined()) << k;
@@ -194,10 +193,10 @@ TEST(Planner, CommandLine) {
 // --mesh the recipe's schedule is kept too.
 TEST(Planner, MeshKeepsEveryRecipeChoice) {
   auto plan = [](const std::string& mesh, int gpus, const std::string& sets) {
-    const test::CliRun r = test::run_cli(TRIDENT_BINARY, "plan " + src("configs/demo.yaml") + " --cluster " +
-                                                             src("configs/clusters/cpu-local.yaml") +
-                                                             fmt::format(" --gpus {} ", gpus) +
-                                                             (mesh.empty() ? "" : " --mesh " + mesh) + " --json " + sets);
+    const test::CliRun r =
+        test::run_cli(TRIDENT_BINARY, "plan " + src("configs/demo.yaml") + " --cluster " +
+                                          src("configs/clusters/cpu-local.yaml") + fmt::format(" --gpus {} ", gpus) +
+                                          (mesh.empty() ? "" : " --mesh " + mesh) + " --json " + sets);
     EXPECT_EQ(r.code, 0) << r.out;
     return YAML::Load(r.out);
   };
@@ -250,18 +249,30 @@ TEST(Planner, PublishedStepTimes) {
   auto sc21 = [](const std::string& name, int64_t D, int64_t T, int64_t P, double gbs, double l, double h,
                  double tflops) {
     const double s = 2048, flops = 96 * gbs * s * l * h * h * (1 + s / (6 * h) + 51200 / (16 * l * h));
-    return Row{"configs/published/" + name + ".yaml", "configs/clusters/selene-a100-2021.yaml", D, T, P,
-               flops / (double(D * T * P) * tflops * 1e12), {}};
+    return Row{"configs/published/" + name + ".yaml",
+               "configs/clusters/selene-a100-2021.yaml",
+               D,
+               T,
+               P,
+               flops / (double(D * T * P) * tflops * 1e12),
+               {}};
   };
-  std::vector<Row> rows = {sc21("gpt-1.7b", 32, 1, 1, 512, 24, 2304, 137),   sc21("gpt-3.6b", 32, 2, 1, 512, 30, 3072, 138),
-                           sc21("gpt-7.5b", 32, 4, 1, 512, 36, 4096, 142),   sc21("gpt-18b", 32, 8, 1, 1024, 40, 6144, 135),
-                           sc21("gpt-39b", 32, 8, 2, 1536, 48, 8192, 138),   sc21("gpt-76b", 32, 8, 4, 1792, 60, 10240, 140),
-                           sc21("gpt-145b", 24, 8, 8, 2304, 80, 12288, 148), sc21("gpt-310b", 15, 8, 16, 2160, 96, 16384, 155),
-                           sc21("gpt-530b", 9, 8, 35, 2520, 105, 20480, 163), sc21("gpt-1t", 6, 8, 64, 3072, 128, 25600, 163)};
+  std::vector<Row> rows = {
+      sc21("gpt-1.7b", 32, 1, 1, 512, 24, 2304, 137),    sc21("gpt-3.6b", 32, 2, 1, 512, 30, 3072, 138),
+      sc21("gpt-7.5b", 32, 4, 1, 512, 36, 4096, 142),    sc21("gpt-18b", 32, 8, 1, 1024, 40, 6144, 135),
+      sc21("gpt-39b", 32, 8, 2, 1536, 48, 8192, 138),    sc21("gpt-76b", 32, 8, 4, 1792, 60, 10240, 140),
+      sc21("gpt-145b", 24, 8, 8, 2304, 80, 12288, 148),  sc21("gpt-310b", 15, 8, 16, 2160, 96, 16384, 155),
+      sc21("gpt-530b", 9, 8, 35, 2520, 105, 20480, 163), sc21("gpt-1t", 6, 8, 64, 3072, 128, 25600, 163)};
   // GPT-3 175B, bf16, H100 (NeMo, dgxc-benchmarking): seconds per step at 128 ... 2048 GPUs
-  const std::vector<std::pair<int64_t, double>> h100 = {{128, 8.309}, {256, 8.408}, {512, 8.42}, {1024, 8.453}, {2048, 8.49}};
+  const std::vector<std::pair<int64_t, double>> h100 = {
+      {128, 8.309}, {256, 8.408}, {512, 8.42}, {1024, 8.453}, {2048, 8.49}};
   for (const auto& [gpus, step] : h100)
-    rows.push_back({"configs/published/gpt3-175b-h100.yaml", "configs/clusters/dgx-h100.yaml", gpus / 32, 4, 8, step,
+    rows.push_back({"configs/published/gpt3-175b-h100.yaml",
+                    "configs/clusters/dgx-h100.yaml",
+                    gpus / 32,
+                    4,
+                    8,
+                    step,
                     {fmt::format("parallel.data={}", gpus / 32), fmt::format("train.global_batch={}", 2 * gpus)}});
   int within10 = 0;
   for (const Row& row : rows) {
@@ -270,8 +281,8 @@ TEST(Planner, PublishedStepTimes) {
     const PlanResult r = plan_one(rc, cl, mesh_choices(src(row.recipe), row.sets, row.D, row.T, row.P));
     ASSERT_GT(r.memory.total(), 0) << row.recipe << ": " << r.reason;
     const double error = r.time.step() / row.measured_s - 1;
-    EXPECT_LE(std::abs(error), 0.15) << row.recipe << " on " << row.D * row.T * row.P << ": predicted "
-                                     << r.time.step() << " s, measured " << row.measured_s << " s";
+    EXPECT_LE(std::abs(error), 0.15) << row.recipe << " on " << row.D * row.T * row.P << ": predicted " << r.time.step()
+                                     << " s, measured " << row.measured_s << " s";
     within10 += std::abs(error) <= 0.10;
   }
   EXPECT_GE(within10, int(0.8 * double(rows.size()) + 0.999)) << within10 << " of " << rows.size() << " within 10%";

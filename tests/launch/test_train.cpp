@@ -4,9 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -292,8 +292,9 @@ TEST(Cli, ExitCodesAndMessages) {
   EXPECT_NE(ok.out.find("oneDNN"), std::string::npos);
   CliRun bad = run("train " + src("configs/demo.yaml") + " --set train.steps=0");
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.out.find("--set train.steps=0: key 'train.steps': expected an integer in [1, 1099511627776], found '0'"),
-            std::string::npos)
+  EXPECT_NE(
+      bad.out.find("--set train.steps=0: key 'train.steps': expected an integer in [1, 1099511627776], found '0'"),
+      std::string::npos)
       << bad.out;
   EXPECT_EQ(run("train").code, 2);
   // trident schedule: the simulator's timeline and the published bubble

@@ -114,18 +114,20 @@ Recipe recipe(const Case& c, int world) {
   sets.push_back("train.precision=" + c.precision);
   sets.push_back("device=" + c.device);
   if (c.documents)
-    for (const std::string& d : {std::string("data.synthetic=null"), "data.train=" + g_documents, std::string("data.document_mask=true")})
+    for (const std::string& d :
+         {std::string("data.synthetic=null"), "data.train=" + g_documents, std::string("data.document_mask=true")})
       sets.push_back(d);
   if (c.eod_loss) sets.push_back("data.mask_eod_loss=true");
   return load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + file, sets, world);
 }
 
 const test::EquivalenceRun& single_rank(const Case& c) {
-  return test::single_rank_reference(c.arch + std::to_string(c.layers) + c.precision + (c.documents ? "docs" : "") + (c.eod_loss ? "eod" : ""), [&] {
-    Case one{1, 1, 1, "1f1b", 0, c.arch};
-    one.layers = c.layers, one.precision = c.precision, one.documents = c.documents, one.eod_loss = c.eod_loss;
-    return recipe(one, 1);
-  });
+  return test::single_rank_reference(
+      c.arch + std::to_string(c.layers) + c.precision + (c.documents ? "docs" : "") + (c.eod_loss ? "eod" : ""), [&] {
+        Case one{1, 1, 1, "1f1b", 0, c.arch};
+        one.layers = c.layers, one.precision = c.precision, one.documents = c.documents, one.eod_loss = c.eod_loss;
+        return recipe(one, 1);
+      });
 }
 
 std::vector<std::array<int, 3>> meshes(int world) {  // data, tensor, pipeline
@@ -356,9 +358,8 @@ TEST(Pipeline, TraceAndMeasuredBubble) {
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--full") == 0) trident::g_full = true;
-  return trident::test::run_mpi_tests(argc, argv,
-                                      [](trident::parallel::MpiCommunicator& w) {
-                                        trident::g_world = w.size();
-                                        trident::write_document_dataset(w.rank());
-                                      });
+  return trident::test::run_mpi_tests(argc, argv, [](trident::parallel::MpiCommunicator& w) {
+    trident::g_world = w.size();
+    trident::write_document_dataset(w.rank());
+  });
 }

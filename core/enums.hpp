@@ -19,12 +19,13 @@
 namespace trident {
 
 enum class Arch { gpt2, llama };
-enum class MeshAxis { data, pipeline, tensor };
+enum class MeshAxis { data, pipeline, tensor, context };
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved_1f1b, zero_bubble };
 enum class Precision { fp32, bf16, fp16 };
 enum class Recompute { none, selective, full };
 enum class LrDecay { constant, cosine, linear, wsd };
 enum class NonFinite { stop, skip };
+enum class ContextMode { ring, all_to_all };
 
 template <typename E>
 struct EnumNames;
@@ -36,7 +37,9 @@ struct EnumNames;
   }
 
 TRIDENT_ENUM_NAMES(Arch, {Arch::gpt2, "gpt2"}, {Arch::llama, "llama"});
-TRIDENT_ENUM_NAMES(MeshAxis, {MeshAxis::tensor, "tensor"}, {MeshAxis::data, "data"}, {MeshAxis::pipeline, "pipeline"});
+TRIDENT_ENUM_NAMES(MeshAxis, {MeshAxis::tensor, "tensor"}, {MeshAxis::context, "context"}, {MeshAxis::data, "data"},
+                   {MeshAxis::pipeline, "pipeline"});
+TRIDENT_ENUM_NAMES(ContextMode, {ContextMode::ring, "ring"}, {ContextMode::all_to_all, "all_to_all"});
 TRIDENT_ENUM_NAMES(ScheduleKind, {ScheduleKind::gpipe, "gpipe"}, {ScheduleKind::one_f_one_b, "1f1b"},
                    {ScheduleKind::interleaved_1f1b, "interleaved_1f1b"}, {ScheduleKind::zero_bubble, "zero_bubble"});
 TRIDENT_ENUM_NAMES(Precision, {Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"});

@@ -89,7 +89,7 @@ void resolve_auto_mesh(Reader& r, ParallelConfig& p, int64_t world) {
   if (autos > 1) r.inconsistent("parallel.data", "at most one of data, tensor, pipeline may be 'auto'");
   if (autos == 0) return;
   const int64_t known =
-      std::max<int64_t>(p.data, 1) * std::max<int64_t>(p.tensor, 1) * std::max<int64_t>(p.pipeline, 1);
+      std::max<int64_t>(p.data, 1) * std::max<int64_t>(p.tensor, 1) * std::max<int64_t>(p.pipeline, 1) * p.context;
   if (world % known != 0)
     r.inconsistent("parallel.data", fmt::format("world size {} is not divisible by the fixed mesh sizes ({}); {}",
                                                 world, known, mesh_fits(world)));
@@ -111,17 +111,27 @@ void validate_model(Reader& r, const ModelConfig& m) {
                                               m.hidden, m.heads, m.head_dim()));
 }
 
+// "data(2) x tensor(1) x pipeline(1)", with " x context(C)" when context > 1
+std::string mesh_product(const ParallelConfig& p) {
+  std::string s = fmt::format("data({}) x tensor({}) x pipeline({})", p.data, p.tensor, p.pipeline);
+  if (p.context > 1) s += fmt::format(" x context({})", p.context);
+  return s;
+}
+
 void validate_mesh(Reader& r, const ModelConfig& m, const ParallelConfig& p, int64_t world) {
-  const int64_t mesh = p.data * p.tensor * p.pipeline;
+  const int64_t mesh = p.data * p.tensor * p.pipeline * p.context;
   if (mesh != world && world == 1)  // the usual mistake: a multi-rank recipe started without a launcher
     r.inconsistent("parallel.data",
-                   fmt::format("data({}) x tensor({}) x pipeline({}) = {} ranks, but this is one process (started "
+                   fmt::format("{} = {} ranks, but this is one process (started "
                                "without a launcher, or with one rank): run it under `mpirun -np {} trident ...`, "
                                "`srun -n {} --mpi=pmix trident ...` or `trident submit` (docs/slurm.md)",
-                               p.data, p.tensor, p.pipeline, mesh, mesh, mesh));
+                               mesh_product(p), mesh, mesh, mesh));
   if (mesh != world)
-    r.inconsistent("parallel.data", fmt::format("data({}) x tensor({}) x pipeline({}) = {} != world size {}; {}",
-                                                p.data, p.tensor, p.pipeline, mesh, world, mesh_fits(world)));
+    r.inconsistent("parallel.data",
+                   fmt::format("{} = {} != world size {}; {}", mesh_product(p), mesh, world,
+                               p.context > 1 && world % p.context == 0
+                                   ? mesh_fits(world / p.context) + fmt::format(" (x context {})", p.context)
+                                   : mesh_fits(world)));
   if (m.heads % p.tensor != 0)
     r.inconsistent("parallel.tensor", fmt::format("heads({}) % tensor({}) != 0", m.heads, p.tensor));
   // KV heads are split when there are at least `tensor` of them, replicated otherwise
@@ -150,6 +160,35 @@ void validate_mesh(Reader& r, const ModelConfig& m, const ParallelConfig& p, int
   }
 }
 
+// Context parallelism: the sequence in 2 x context chunks; all_to_all's head split.
+void validate_context(Reader& r, const Recipe& rc) {
+  const auto& p = rc.parallel;
+  const auto& m = rc.model;
+  if (p.context == 1) return;
+  if (m.seq_len % (2 * p.context) != 0)
+    r.inconsistent("parallel.context",
+                   fmt::format("seq_len({}) % (2 x context({})) = {} != 0: each context rank holds two chunks of "
+                               "seq_len / (2 x context) tokens (chunks i and 2 x context - 1 - i, for causal balance)",
+                               m.seq_len, p.context, m.seq_len % (2 * p.context)));
+  if (rc.device == DeviceType::cuda)
+    r.inconsistent("parallel.context", fmt::format("context({}) with device: cuda: context parallelism runs on the CPU "
+                                                   "kernels (the CUDA attention has no block kernel yet); use "
+                                                   "device: cpu or context: 1",
+                                                   p.context));
+  if (p.context_mode != ContextMode::all_to_all) return;
+  const int64_t heads = m.heads / p.tensor, kv = m.kv_heads >= p.tensor ? m.kv_heads / p.tensor : 1;
+  if (heads % p.context != 0)
+    r.inconsistent("parallel.context_mode",
+                   fmt::format("all_to_all re-shards this rank's heads over context: heads({}) / tensor({}) = {}, and "
+                               "{} % context({}) = {} != 0 (use context_mode: ring)",
+                               m.heads, p.tensor, heads, heads, p.context, heads % p.context));
+  if (kv % p.context != 0)
+    r.inconsistent("parallel.context_mode",
+                   fmt::format("all_to_all re-shards this rank's KV heads over context: {} KV head(s) per tensor rank "
+                               "(kv_heads({}), tensor({})), and {} % context({}) = {} != 0 (use context_mode: ring)",
+                               kv, m.kv_heads, p.tensor, kv, p.context, kv % p.context));
+}
+
 void validate_train(Reader& r, const Recipe& rc) {
   const auto& t = rc.train;
   const auto& p = rc.parallel;
@@ -173,12 +212,16 @@ void validate_train(Reader& r, const Recipe& rc) {
     r.inconsistent("train.global_batch",
                    fmt::format("global_batch({}) % (micro_batch({}) x data({})) = {} != 0", t.global_batch,
                                t.micro_batch, p.data, t.global_batch % (t.micro_batch * p.data)));
-  const int64_t rows = t.micro_batch * rc.model.seq_len;
+  const int64_t rows = t.micro_batch * rc.model.seq_len / p.context;
   if (p.sequence_parallel && rows % p.tensor != 0)
     r.inconsistent("parallel.sequence_parallel",
-                   fmt::format("sequence parallelism splits micro_batch({}) x seq_len({}) = {} token rows over "
-                               "tensor({}): {} % {} != 0",
-                               t.micro_batch, rc.model.seq_len, rows, p.tensor, rows, p.tensor));
+                   p.context > 1
+                       ? fmt::format("sequence parallelism splits micro_batch({}) x seq_len({}) / context({}) = {} "
+                                     "token rows over tensor({}): {} % {} != 0",
+                                     t.micro_batch, rc.model.seq_len, p.context, rows, p.tensor, rows, p.tensor)
+                       : fmt::format("sequence parallelism splits micro_batch({}) x seq_len({}) = {} token rows over "
+                                     "tensor({}): {} % {} != 0",
+                                     t.micro_batch, rc.model.seq_len, rows, p.tensor, rows, p.tensor));
   if (rc.optim.min_lr > rc.optim.lr)
     r.inconsistent("optim.min_lr", fmt::format("min_lr({}) > lr({})", rc.optim.min_lr, rc.optim.lr));
 }
@@ -209,6 +252,7 @@ void validate(Reader& r, Recipe& rc, int64_t world) {
   validate_model(r, rc.model);
   resolve_auto_mesh(r, rc.parallel, world);
   validate_mesh(r, rc.model, rc.parallel, world);
+  validate_context(r, rc);
   validate_train(r, rc);
   validate_data(r, rc);
   if (!rc.log.trace.empty() && rc.log.trace_steps.empty()) rc.log.trace_steps = {std::min<int64_t>(2, rc.train.steps)};
@@ -307,7 +351,7 @@ int64_t recipe_ranks(const std::string& path, const std::vector<std::string>& ov
   if (!root.IsMap()) return 0;
   apply_overrides(root, overrides);
   int64_t n = 1;
-  for (const char* k : {"data", "tensor", "pipeline"}) {
+  for (const char* k : {"data", "tensor", "pipeline", "context"}) {
     const YAML::Node v = root["parallel"] ? root["parallel"][k] : YAML::Node();
     if (!v) continue;
     try {

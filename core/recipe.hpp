@@ -31,8 +31,11 @@ struct ModelConfig {
 };
 
 struct ParallelConfig {
-  int64_t data = 1, tensor = 1, pipeline = 1;                                         // 0 = auto (at most one of them)
-  std::vector<MeshAxis> order{MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline};  // innermost first
+  int64_t data = 1, tensor = 1, pipeline = 1;  // 0 = auto (at most one of them)
+  int64_t context = 1;                         // sequence split (context parallelism)
+  ContextMode context_mode = ContextMode::ring;
+  std::vector<MeshAxis> order{MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline};  // innermost first; context
+                                                                                      // inside data unless named
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int64_t virtual_stages = 1;
   int64_t zero = 0;

@@ -97,16 +97,19 @@ Key mesh_size(const char* path, F field, const char* doc) {
 }
 template <typename F>
 Key axes(const char* path, F field, const char* doc) {
-  return {{path, "list: a permutation of `tensor`, `data`, `pipeline`", "`[tensor, data, pipeline]`", doc},
+  return {{path, "list: a permutation of `tensor`, `context`, `data`, `pipeline` (`context` may be left out)",
+           "`[tensor, context, data, pipeline]`", doc},
           [=](Reader& in, Recipe& r) {
-            const std::string expected = "a permutation of [" + enum_choices<MeshAxis>(", ") + "]";
+            const std::string expected = "a permutation of [" + enum_choices<MeshAxis>(", ") +
+                                         "], or of [tensor, data, pipeline] (context then goes just inside data)";
             std::vector<MeshAxis> out;
             for (const auto& name : in.texts(path, {"tensor", "data", "pipeline"})) {
               const auto axis = parse_enum<MeshAxis>(name);
               if (!axis || std::count(out.begin(), out.end(), *axis)) in.bad(path, expected);
               out.push_back(*axis);
             }
-            if (out.size() != EnumNames<MeshAxis>::table.size()) in.bad(path, expected);
+            const bool named = std::count(out.begin(), out.end(), MeshAxis::context) > 0;
+            if (out.size() != EnumNames<MeshAxis>::table.size() - (named ? 0 : 1)) in.bad(path, expected);
             field(r) = out;
           }};
 }
@@ -169,7 +172,20 @@ const std::vector<Key>& table() {
           "tensor == 0` when `kv_heads >= tensor`, else `tensor % kv_heads == 0` (KV heads replicated)"),
       mesh_size("parallel.pipeline", FIELD(parallel.pipeline),
                 "pipeline stages; `layers % (pipeline * virtual_stages) == 0`"),
-      axes("parallel.order", FIELD(parallel.order), "mesh dimensions from innermost (adjacent ranks) to outermost"),
+      integer(
+          "parallel.context", FIELD(parallel.context), 1, 65536, value<int64_t>(1),
+          "context-parallel size ([parallelism.md](parallelism.md#context-parallelism)): each sequence is split "
+          "over this many ranks, each holding chunks `i` and `2 x context - 1 - i` of `2 x context`; `seq_len % (2 x "
+          "context) == 0`; gradients are reduced and ZeRO shards over `data x context`"),
+      choice<ContextMode>(
+          "parallel.context_mode", FIELD(parallel.context_mode), value<ContextMode>(ContextMode::ring),
+          "how attention sees the other ranks' keys: `ring` passes key/value blocks around the context "
+          "group (asynchronous send/receive overlapped with the block in hand, merged by log-sum-exp); "
+          "`all_to_all` (Ulysses) re-shards heads for attention and back, which needs this rank's heads "
+          "(`heads / tensor`) and KV heads divisible by `context`"),
+      axes("parallel.order", FIELD(parallel.order),
+           "mesh dimensions from innermost (adjacent ranks) to outermost; a list without `context` gets it just "
+           "inside `data`"),
       choice<ScheduleKind>(
           "parallel.schedule", FIELD(parallel.schedule), value<ScheduleKind>(ScheduleKind::one_f_one_b),
           "pipeline schedule ([parallelism.md](parallelism.md#pipeline-parallelism)); `interleaved_1f1b` needs "

@@ -41,9 +41,10 @@ void log_placement(const parallel::LaunchEnv& env, parallel::MpiCommunicator& wo
   std::vector<int> node_of_rank;
   const std::string placement = parallel::describe_placement(env, world, &node_of_rank);
   const auto& p = rc.parallel;
-  log::info("{}\nmesh: data {} x tensor {} x pipeline {} (order {}, innermost first)", placement, p.data, p.tensor,
-            p.pipeline, fmt::join(p.order, ", "));
-  const parallel::Topology topo(int(p.data), int(p.pipeline), int(p.tensor), p.order);
+  log::info("{}\nmesh: data {} x tensor {} x pipeline {}{} (order {}, innermost first)", placement, p.data, p.tensor,
+            p.pipeline, p.context > 1 ? fmt::format(" x context {} ({})", p.context, enum_name(p.context_mode)) : "",
+            fmt::join(parallel::full_order(p.order), ", "));
+  const parallel::Topology topo(int(p.data), int(p.pipeline), int(p.tensor), p.order, int(p.context));
   const std::string split = parallel::groups_across_nodes(topo.groups(parallel::GroupKind::tensor), node_of_rank);
   if (!split.empty() && world.rank() == 0)
     log::warn(
@@ -60,25 +61,30 @@ void print_plan_table(const PlanCommand& c, const Cluster& cl, const std::vector
              cl.precision, cl.gemm_table.empty() ? cl.gemm_fraction : cl.gemm_table.back().second);
   fmt::print("{} configurations: {} fit, {} out of memory, {} invalid\n", results.size(), feasible,
              int64_t(results.size()) - feasible - invalid, invalid);
-  fmt::print("{:>4} {:>4} {:>4} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10} {:>12} {:>8} {:>6} {:>10}\n", "D", "T", "P", "V",
-             "mb", "zero", "recompute", "sp", "mem GiB", "tokens/s", "TFLOP/s", "MFU", "step s");
+  fmt::print("{:>4} {:>4} {:>4} {:>7} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10} {:>12} {:>8} {:>6} {:>10}\n", "D", "T", "P",
+             "C", "V", "mb", "zero", "recompute", "sp", "mem GiB", "tokens/s", "TFLOP/s", "MFU", "step s");
   int64_t shown = 0;
   for (const auto& r : results) {
     if (!r.feasible || shown++ >= c.top) continue;
     const auto& x = r.config;
-    fmt::print("{:>4} {:>4} {:>4} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10.2f} {:>12.5g} {:>8.1f} {:>5.1f}% {:>10.4g}\n",
-               x.data, x.tensor, x.pipeline, x.virtual_stages, x.micro_batch, x.zero, x.recompute,
-               x.sequence_parallel ? "on" : "off", r.memory.total() / (1024.0 * 1024 * 1024), r.tokens_per_s,
-               r.tflops_per_device, 100 * r.mfu, r.time.step());
+    const std::string cx =
+        x.context == 1 ? "1" : fmt::format("{} {}", x.context, x.context_mode == ContextMode::ring ? "ring" : "a2a");
+    fmt::print(
+        "{:>4} {:>4} {:>4} {:>7} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10.2f} {:>12.5g} {:>8.1f} {:>5.1f}% {:>10.4g}\n",
+        x.data, x.tensor, x.pipeline, cx, x.virtual_stages, x.micro_batch, x.zero, x.recompute,
+        x.sequence_parallel ? "on" : "off", r.memory.total() / (1024.0 * 1024 * 1024), r.tokens_per_s,
+        r.tflops_per_device, 100 * r.mfu, r.time.step());
   }
   // why the others were refused: the first few of each kind
   int64_t listed = 0;
   for (const auto& r : results)
     if (!r.feasible && listed++ < 5) {
       const auto& x = r.config;
-      fmt::print("rejected: data {} x tensor {} x pipeline {}, V {}, mb {}, ZeRO {}, recompute {}, sp {}: {}\n", x.data,
-                 x.tensor, x.pipeline, x.virtual_stages, x.micro_batch, x.zero, x.recompute,
-                 x.sequence_parallel ? "on" : "off", r.reason);
+      fmt::print(
+          "rejected: data {} x tensor {} x pipeline {} x context {}, V {}, mb {}, ZeRO {}, recompute {}, sp {}: "
+          "{}\n",
+          x.data, x.tensor, x.pipeline, x.context, x.virtual_stages, x.micro_batch, x.zero, x.recompute,
+          x.sequence_parallel ? "on" : "off", r.reason);
     }
 }
 
@@ -124,7 +130,7 @@ int run_train(const TrainCommand& c, int* argc, char*** argv) {
 int run_topology(const TopologyCommand& c) {
   const Recipe rc = load_recipe(c.recipe, c.sets, c.world);
   const auto& p = rc.parallel;
-  const parallel::Topology topo(int(p.data), int(p.pipeline), int(p.tensor), p.order);
+  const parallel::Topology topo(int(p.data), int(p.pipeline), int(p.tensor), p.order, int(p.context));
   fmt::print("{}", topo.describe(int(c.ranks_per_node > 0 ? c.ranks_per_node : c.world)));
   return kExitOk;
 }
@@ -154,7 +160,7 @@ int run_schedule(const ScheduleCommand& c) {
   return kExitOk;
 }
 
-std::array<int64_t, 3> parse_mesh(const std::string& flag, const std::string& given) {
+std::array<int64_t, 4> parse_mesh(const std::string& flag, const std::string& given) {
   std::string text = given;
   for (char& ch : text)
     if (ch == ',' || ch == 'x') ch = ' ';
@@ -166,8 +172,9 @@ std::array<int64_t, 3> parse_mesh(const std::string& flag, const std::string& gi
     if (end == item.c_str() || *end || n < 1) fail_input("{}: expected a positive integer, found '{}'", flag, item);
     dims.push_back(n);
   }
-  if (dims.size() != 3) fail_input("{}: expected D,T,P (data, tensor, pipeline), found '{}'", flag, given);
-  return {dims[0], dims[1], dims[2]};
+  if (dims.size() != 3 && dims.size() != 4)
+    fail_input("{}: expected D,T,P or D,T,P,C (data, tensor, pipeline, context), found '{}'", flag, given);
+  return {dims[0], dims[1], dims[2], dims.size() == 4 ? dims[3] : 1};
 }
 
 int run_plan(const PlanCommand& c, int* argc, char*** argv) {
@@ -187,19 +194,19 @@ int run_plan(const PlanCommand& c, int* argc, char*** argv) {
   std::vector<PlanResult> results;
   if (!c.mesh.empty()) {
     const auto dims = parse_mesh("plan: --mesh", c.mesh);
-    if (dims[0] * dims[1] * dims[2] != c.gpus)
-      fail_input("plan: --mesh {}: {} x {} x {} = {} != --gpus {}", c.mesh, dims[0], dims[1], dims[2],
-                 dims[0] * dims[1] * dims[2], c.gpus);
+    if (dims[0] * dims[1] * dims[2] * dims[3] != c.gpus)
+      fail_input("plan: --mesh {}: {} x {} x {} x {} = {} != --gpus {}", c.mesh, dims[0], dims[1], dims[2], dims[3],
+                 dims[0] * dims[1] * dims[2] * dims[3], c.gpus);
     // every other choice from the recipe and --set, checked on this mesh
     PlanConfig x;
     try {
-      x = mesh_choices(c.recipe, c.sets, dims[0], dims[1], dims[2]);
+      x = mesh_choices(c.recipe, c.sets, dims[0], dims[1], dims[2], dims[3]);
     } catch (const InputError& e) {
       fail_input("plan --mesh {}: {}", c.mesh, e.what());
     }
     results.push_back(plan_one(rc, cl, x));
   } else {
-    results = plan_all(rc, cl, c.gpus);
+    results = plan_all(rc, cl, c.gpus, c.max_context);
   }
   if (c.json) {
     fmt::print("{}", plan_json(results));

@@ -36,13 +36,14 @@ struct PlanCommand {
   std::string recipe, cluster, mesh, out;
   std::vector<std::string> sets;
   int64_t gpus = 0, top = 10;
-  std::string precision;  // "" = the recipe's
+  int64_t max_context = 1;  // plan_all: context sizes up to this
+  std::string precision;    // "" = the recipe's
   bool explain = false, json = false, calibrate = false;
 };
 int run_plan(const PlanCommand& c, int* argc, char*** argv);
 
-// "D,T,P" (or DxTxP): data, tensor, pipeline sizes.
-std::array<int64_t, 3> parse_mesh(const std::string& flag, const std::string& given);
+// "D,T,P" or "D,T,P,C" (or DxTxP[xC]): data, tensor, pipeline and context sizes (C defaults to 1).
+std::array<int64_t, 4> parse_mesh(const std::string& flag, const std::string& given);
 
 // Every recipe key (the loader's table): markdown tables by section, or a
 // reference page rewritten with them (update != "").

@@ -269,7 +269,10 @@ std::vector<Command> commands() {
          c.add_option("--cluster", p.cluster, "configs/clusters/*.yaml")->required()->type_name("CLUSTER.yaml");
          c.add_option("--gpus,--devices", p.gpus, "devices in all")->check(kPositive);
          c.add_option("--top", p.top, "configurations shown")->check(kPositive)->capture_default_str();
-         c.add_option("--mesh", p.mesh, "plan this mesh only")->type_name("D,T,P");
+         c.add_option("--mesh", p.mesh, "plan this mesh only (C: context, default 1)")->type_name("D,T,P[,C]");
+         c.add_option("--max-context", p.max_context, "also plan context sizes up to this (both modes)")
+             ->check(kPositive)
+             ->capture_default_str();
          add_choice<Precision>(c, "--precision", p.precision, "instead of the recipe's train.precision");
          c.add_option("--out", p.out, "--calibrate: the calibrated cluster file")->type_name("CALIBRATED.yaml");
          c.add_flag("--explain", p.explain, "the best configuration's memory and time, term by term");
@@ -283,7 +286,8 @@ std::vector<Command> commands() {
          auto& s = o.sweep;
          c.add_option("recipe", s.recipe, "the recipe")->required()->type_name("RECIPE.yaml");
          c.add_option("--cluster", s.cluster, "the planner's cluster file")->required()->type_name("CLUSTER.yaml");
-         c.add_option("--meshes", o.meshes, "meshes to run (default: all)")->type_name("D,T,P;D,T,P...");
+         c.add_option("--meshes", o.meshes, "meshes to run (default: all, context sizes included)")
+             ->type_name("D,T,P[,C];...");
          c.add_option("--warmup", s.warmup, "steps not timed")->check(kNonNegative)->capture_default_str();
          c.add_option("--steps", s.steps, "steps timed")->check(kPositive)->capture_default_str();
          c.add_option("--repeats", s.repeats, "passes over the meshes")->check(kPositive)->capture_default_str();
@@ -301,9 +305,9 @@ std::vector<Command> commands() {
          const auto world_group = parallel::MpiCommunicator::world();
          parallel::MpiCommunicator& world = *world_group;
          for (const auto& d : o.sweep.meshes)
-           if (d[0] * d[1] * d[2] != mpi.world())
-             fail_input("sweep: --meshes: {} x {} x {} = {} != the world size {} (launch with mpirun -np {})", d[0],
-                        d[1], d[2], d[0] * d[1] * d[2], mpi.world(), d[0] * d[1] * d[2]);
+           if (d[0] * d[1] * d[2] * d[3] != mpi.world())
+             fail_input("sweep: --meshes: {} x {} x {} x {} = {} != the world size {} (launch with mpirun -np {})",
+                        d[0], d[1], d[2], d[3], d[0] * d[1] * d[2] * d[3], mpi.world(), d[0] * d[1] * d[2] * d[3]);
          sweep(o.sweep, world);
          return 0;
        }},

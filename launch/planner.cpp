@@ -237,13 +237,13 @@ Recipe load_plan_recipe(const std::string& path, const std::vector<std::string>&
   return rc;
 }
 
-PlanConfig mesh_choices(const std::string& path, const std::vector<std::string>& sets, int64_t D, int64_t T,
-                        int64_t P) {
+PlanConfig mesh_choices(const std::string& path, const std::vector<std::string>& sets, int64_t D, int64_t T, int64_t P,
+                        int64_t C) {
   std::vector<std::string> on_mesh = sets;
   for (const auto& s : {fmt::format("parallel.data={}", D), fmt::format("parallel.tensor={}", T),
-                        fmt::format("parallel.pipeline={}", P)})
+                        fmt::format("parallel.pipeline={}", P), fmt::format("parallel.context={}", C)})
     on_mesh.push_back(s);
-  const Recipe q = load_recipe(path, on_mesh, D * T * P);
+  const Recipe q = load_recipe(path, on_mesh, D * T * P * C);
   return {D,
           T,
           P,
@@ -253,17 +253,20 @@ PlanConfig mesh_choices(const std::string& path, const std::vector<std::string>&
           q.train.recompute,
           q.parallel.schedule,
           q.parallel.sequence_parallel,
-          q.parallel.stage_layers};
+          q.parallel.stage_layers,
+          C,
+          q.parallel.context_mode};
 }
 
 PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   PlanResult r;
   r.config = c;
   r.precision = cl.precision;
-  const int64_t N = c.data * c.tensor * c.pipeline;
+  const int64_t N = c.data * c.tensor * c.pipeline * c.context;
   std::vector<std::string> sets = rc.overrides;
   for (const auto& s : std::vector<std::string>{
            fmt::format("parallel.data={}", c.data), fmt::format("parallel.tensor={}", c.tensor),
+           fmt::format("parallel.context={}", c.context), fmt::format("parallel.context_mode={}", c.context_mode),
            fmt::format("parallel.pipeline={}", c.pipeline), fmt::format("parallel.virtual_stages={}", c.virtual_stages),
            fmt::format("parallel.schedule={}", c.schedule), fmt::format("parallel.zero={}", c.zero),
            fmt::format("parallel.sequence_parallel={}", c.sequence_parallel),
@@ -273,10 +276,10 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   // the loader's verdict and the stage sizes do not depend on ZeRO or recompute: cached
   static std::map<std::string, std::pair<std::string, Recipe>> verdicts;
   const std::string layers_key = fmt::format("{}", fmt::join(c.stage_layers, ","));
-  const std::string vkey =
-      fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", fnv_key(rc), c.data, c.tensor, c.pipeline, c.virtual_stages,
-                  c.schedule, c.sequence_parallel, c.micro_batch,
-                  c.schedule == ScheduleKind::zero_bubble ? enum_name(c.recompute) : "", layers_key);
+  const std::string vkey = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", fnv_key(rc), c.data, c.tensor, c.pipeline,
+                                       c.virtual_stages, c.schedule, c.sequence_parallel, c.micro_batch,
+                                       c.schedule == ScheduleKind::zero_bubble ? enum_name(c.recompute) : "",
+                                       layers_key, c.context, c.context_mode);
   auto found = verdicts.find(vkey);
   if (found == verdicts.end()) {
     std::pair<std::string, Recipe> v;
@@ -298,6 +301,7 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   q.parallel.zero = c.zero;
   const ModelConfig& m = q.model;
   const int D = int(c.data), T = int(c.tensor), P = int(c.pipeline), V = int(c.virtual_stages);
+  const int CP = int(c.context), DC = D * CP;  // replicas of a model shard: gradients and ZeRO shards over D x CP
   const double pb = cl.precision == Precision::fp32 ? 4 : 2;  // bytes of a parameter / activation
   // (whole model, largest stage per tensor rank)
   struct Sizes {
@@ -349,16 +353,16 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
         emb += p.numel;
     segment = std::max(segment, emb);
   }
-  mem.params = pb * Ps / (c.zero >= 3 ? D : 1) + (c.zero >= 3 && D > 1 ? 2 * pb * double(segment) : 0);
+  mem.params = pb * Ps / (c.zero >= 3 ? DC : 1) + (c.zero >= 3 && DC > 1 ? 2 * pb * double(segment) : 0);
   // ZeRO 2/3 gradients beyond the shard: with accumulation (several
   // micro-batches) a whole accumulation buffer; with one micro-batch the
   // windows in flight (two reducing, one being written)
   const double windows = r.micro_batches > 1 ? 4 * Ps : 3 * 4 * double(segment);
-  mem.grads = 4 * Ps / (c.zero >= 2 ? D : 1) + (c.zero >= 2 && D > 1 ? windows : 0);  // fp32
-  mem.optimizer = (8 + (pb < 4 ? 4 : 0)) * Ps / (c.zero >= 1 ? D : 1);  // AdamW moments (+ fp32 master weights)
-  if (c.zero == 1 && D > 1) mem.buffers += 4 * Ps / D;
-  const model::ActivationShape shape{c.micro_batch, T, c.sequence_parallel, c.recompute,
-                                     kind == parallel::ScheduleKind::zero_bubble};
+  mem.grads = 4 * Ps / (c.zero >= 2 ? DC : 1) + (c.zero >= 2 && DC > 1 ? windows : 0);  // fp32
+  mem.optimizer = (8 + (pb < 4 ? 4 : 0)) * Ps / (c.zero >= 1 ? DC : 1);  // AdamW moments (+ fp32 master weights)
+  if (c.zero == 1 && DC > 1) mem.buffers += 4 * Ps / DC;
+  const model::ActivationShape shape{
+      c.micro_batch, T, c.sequence_parallel, c.recompute, kind == parallel::ScheduleKind::zero_bubble, CP};
   const auto counts = model::chunk_layer_counts(m, P, V, c.stage_layers);
   double act = 0;
   for (int pp = 0; pp < P; ++pp) {
@@ -372,29 +376,39 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
     act = std::max(act, a);
   }
   mem.activations = pb * act;
-  const double R = double(c.micro_batch * m.seq_len) / (c.sequence_parallel ? T : 1);
+  const double R = double(c.micro_batch * m.seq_len / CP) / (c.sequence_parallel ? T : 1);
   if (P > 1) mem.buffers += 4.0 * V * R * double(m.hidden) * pb;  // send/receive pools
+  if (CP > 1) {  // the context transfer buffers, fp32 (parallel/context_parallel.hpp): per rank's rows
+    const model::LocalDims local = model::local_dims(m, {0, T});
+    const double rows = double(c.micro_batch * m.seq_len / CP), hd = double(m.head_dim());
+    const double kv = rows * 2 * double(local.kv_heads) * hd, state = rows * double(local.heads);
+    const double qkv = rows * double(local.heads + 2 * local.kv_heads) * hd, out = rows * double(local.heads) * hd;
+    mem.buffers += 4 * (c.context_mode == ContextMode::ring ? 5 * kv + state : 4 * qkv + 3 * out + 4 * state);
+  }
 
   // time per step
-  static std::map<std::string, std::array<Placement, 3>> placement;  // per mesh: tensor, data, pipeline groups
+  // per mesh: tensor, data x context, pipeline, context groups
+  static std::map<std::string, std::array<Placement, 4>> placement;
   const std::string pkey =
-      fmt::format("{}|{}|{}|{}|{}", D, T, P, fmt::join(q.parallel.order, ","), cl.devices_per_node);
+      fmt::format("{}|{}|{}|{}|{}|{}", D, T, P, CP, fmt::join(q.parallel.order, ","), cl.devices_per_node);
   if (!placement.count(pkey)) {
-    const parallel::Topology topo(D, P, T, q.parallel.order);
+    const parallel::Topology topo(D, P, T, q.parallel.order, CP);
     placement[pkey] = {place(topo, parallel::GroupKind::tensor, cl.devices_per_node),
-                       place(topo, parallel::GroupKind::data, cl.devices_per_node),
-                       place(topo, parallel::GroupKind::pipeline, cl.devices_per_node)};
+                       place(topo, parallel::GroupKind::data_context, cl.devices_per_node),
+                       place(topo, parallel::GroupKind::pipeline, cl.devices_per_node),
+                       place(topo, parallel::GroupKind::context, cl.devices_per_node)};
   }
   const auto& where = placement[pkey];
   r.tensor_intra_node = where[0].intra;
   r.data_intra_node = where[1].intra;
   r.pipeline_intra_node = where[2].intra;
+  r.context_intra_node = where[3].intra;
   const double tokens = double(q.train.global_batch) * double(m.seq_len);
   PlanTime& t = r.time;
   // the operations of a layer and the head for one micro-batch; each
   // pipeline rank runs its chunks' layers (and the head on the last chunk's
   // rank) for every micro-batch; the slowest rank sets the pace
-  r.ops = layer_ops(m, {c.micro_batch, T, c.sequence_parallel}, cl.rates());
+  r.ops = layer_ops(m, {c.micro_batch, T, c.sequence_parallel, CP}, cl.rates());
   const double mbs = r.micro_batches;
   double slowest = -1, most_layers = 0;
   for (int pp = 0; pp < P; ++pp) {
@@ -414,7 +428,7 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   const double busy = t.compute() + t.recompute;
   t.bubble = r.bubble_fraction < 1 ? busy * r.bubble_fraction / (1 - r.bubble_fraction) : 0;
   const Link tl = group_link(cl, where[0]);
-  const double act_bytes = double(c.micro_batch * m.seq_len * m.hidden) * pb;
+  const double act_bytes = double(c.micro_batch * m.seq_len / CP * m.hidden) * pb;
   // per layer and micro-batch: two all-reduces forward, two backward (with
   // sequence parallelism an all-gather and a reduce-scatter each: the same
   // volume), two more when full recomputation repeats the forward
@@ -425,7 +439,36 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
     const double bytes = act_bytes / (c.sequence_parallel ? T : 1);
     t.pipeline_comm = 2.0 * mbs * V * (bytes / pl.bandwidth_at(bytes) + pl.latency);
   }
-  if (D > 1) {
+  if (CP > 1) {
+    // per layer and micro-batch, on this rank's rows (b x s / CP), this tensor rank's heads
+    const Link xl = group_link(cl, where[3]);
+    const model::LocalDims local = model::local_dims(m, {0, T});
+    const double rows = double(c.micro_batch * m.seq_len / CP), hd = double(m.head_dim());
+    const double H = double(local.heads), KV = double(local.kv_heads);
+    auto p2p = [&](double bytes) { return bytes / xl.bandwidth_at(bytes) + xl.latency; };
+    double attn_f = 0, attn_b = 0;  // this rank's attention, forward and backward
+    for (const Op& op : r.ops)
+      if (op.kind == OpKind::attention) attn_f += op.forward_s, attn_b += op.backward_s;
+    const double passes = most_layers * mbs;
+    const double again = c.recompute == Recompute::none ? 0 : 1;  // full or selective: the forward's exchange again
+    if (c.context_mode == ContextMode::ring) {
+      // CP - 1 key/value blocks pass forward, each behind the attention of the block in hand; backward passes them
+      // again behind theirs, and the dK/dV partials (as large) CP times, after each block's compute
+      const double kv = p2p(rows * 2 * KV * hd * pb);
+      const double fwd = (CP - 1) * kv, bwd = (CP - 1) * kv + CP * kv;
+      const double fwd_hidden = (CP - 1) * std::min(kv, attn_f / CP), bwd_hidden = (CP - 1) * std::min(kv, attn_b / CP);
+      t.context_comm = passes * ((1 + again) * fwd + bwd);
+      t.context_comm_hidden = passes * ((1 + again) * fwd_hidden + bwd_hidden);
+    } else {
+      // all-to-all of (CP-1)/CP of the buffer: q, k, v and the output forward; backward the output gradient,
+      // q, k, v again and dq, dk, dv
+      auto a2a = [&](double bytes) { return (CP - 1) * p2p(bytes / CP); };
+      const double qkv = a2a(rows * (H + 2 * KV) * hd * pb), out = a2a(rows * H * hd * pb);
+      t.context_comm = passes * ((1 + again) * (qkv + out) + out + 2 * qkv);
+    }
+  }
+  if (DC > 1) {
+    // gradients are reduced, and ZeRO shards, over data x context
     const Link dl = group_link(cl, where[1]);
     const double grads = 4 * Ps;
     const double buckets = std::max(1.0, std::ceil(grads / double(q.parallel.bucket_bytes)));
@@ -437,19 +480,21 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
     // backward, prefetched behind compute.
     double hide = 0;
     if (c.zero == 0) {
-      t.data_comm = all_reduce_time(grads, D, dl), hide = busy * 2 / 3 / M;
+      t.data_comm = all_reduce_time(grads, DC, dl), hide = busy * 2 / 3 / M;
     } else if (c.zero == 1) {
-      t.data_comm = half_collective_time(grads, D, dl) + half_collective_time(pb * Ps, D, dl), hide = busy * 2 / 3 / M;
+      t.data_comm = half_collective_time(grads, DC, dl) + half_collective_time(pb * Ps, DC, dl),
+      hide = busy * 2 / 3 / M;
     } else if (c.zero == 2) {
-      t.data_comm = M * half_collective_time(grads, D, dl) + half_collective_time(pb * Ps, D, dl), hide = busy * 2 / 3;
+      t.data_comm = M * half_collective_time(grads, DC, dl) + half_collective_time(pb * Ps, DC, dl),
+      hide = busy * 2 / 3;
     } else {
-      t.data_comm = M * (half_collective_time(grads, D, dl) + 2 * half_collective_time(pb * Ps, D, dl)), hide = busy;
+      t.data_comm = M * (half_collective_time(grads, DC, dl) + 2 * half_collective_time(pb * Ps, DC, dl)), hide = busy;
     }
-    t.data_comm += (c.zero >= 2 ? M : 1) * buckets * 2.0 * (D - 1) * dl.latency;
+    t.data_comm += (c.zero >= 2 ? M : 1) * buckets * 2.0 * (DC - 1) * dl.latency;
     if (P == 1 && V == 1) t.data_comm_hidden = std::min(t.data_comm, hide);  // the trainer overlaps when not piped
   }
   // the optimizer step: memory-bound over this rank's shard (all of it with ZeRO 0)
-  t.optimizer = optimizer_bytes_per_element(cl.precision) * Ps / (c.zero >= 1 ? D : 1) /
+  t.optimizer = optimizer_bytes_per_element(cl.precision) * Ps / (c.zero >= 1 ? DC : 1) /
                 (cl.memory_bandwidth * cl.memory_fraction);
   r.tokens_per_s = tokens / t.step();
   r.tflops_per_device = model::flops_per_token(m) * r.tokens_per_s / double(N) / 1e12;
@@ -469,29 +514,36 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
   return r;
 }
 
-std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cl, int64_t n) {
+std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cl, int64_t devices, int64_t max_context) {
   std::vector<PlanResult> out;
   const ModelConfig& m = rc.model;
-  for (int64_t T = 1; T <= n; ++T) {
-    if (n % T) continue;
-    for (int64_t P = 1; P <= n / T; ++P) {
-      if ((n / T) % P) continue;
-      const int64_t D = n / T / P;
-      if (rc.train.global_batch % D) continue;  // the loader would refuse every micro-batch size
-      for (int64_t V = 1; V * P <= m.layers; ++V) {
-        if (V > 1 && P == 1) break;
-        if (m.layers % (P * V)) continue;
-        const ScheduleKind schedule = V > 1 ? ScheduleKind::interleaved_1f1b
-                                      : rc.parallel.schedule == ScheduleKind::interleaved_1f1b
-                                          ? ScheduleKind::one_f_one_b
-                                          : rc.parallel.schedule;
-        for (int64_t mb = 1; mb <= rc.train.global_batch / D; ++mb) {
-          if ((rc.train.global_batch / D) % mb) continue;
-          for (bool sp : {false, true}) {
-            if (sp && T == 1) continue;
-            for (int64_t zero = 0; zero <= 3; ++zero)
-              for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
-                out.push_back(plan_one(rc, cl, {D, T, P, V, mb, zero, recompute, schedule, sp, {}}));
+  for (int64_t CP = 1; CP <= std::min(max_context, devices); ++CP) {
+    if (devices % CP || (CP > 1 && m.seq_len % (2 * CP))) continue;
+    const int64_t n = devices / CP;
+    for (ContextMode mode : {ContextMode::ring, ContextMode::all_to_all}) {
+      if (mode == ContextMode::all_to_all && CP == 1) continue;
+      for (int64_t T = 1; T <= n; ++T) {
+        if (n % T) continue;
+        for (int64_t P = 1; P <= n / T; ++P) {
+          if ((n / T) % P) continue;
+          const int64_t D = n / T / P;
+          if (rc.train.global_batch % D) continue;  // the loader would refuse every micro-batch size
+          for (int64_t V = 1; V * P <= m.layers; ++V) {
+            if (V > 1 && P == 1) break;
+            if (m.layers % (P * V)) continue;
+            const ScheduleKind schedule = V > 1 ? ScheduleKind::interleaved_1f1b
+                                          : rc.parallel.schedule == ScheduleKind::interleaved_1f1b
+                                              ? ScheduleKind::one_f_one_b
+                                              : rc.parallel.schedule;
+            for (int64_t mb = 1; mb <= rc.train.global_batch / D; ++mb) {
+              if ((rc.train.global_batch / D) % mb) continue;
+              for (bool sp : {false, true}) {
+                if (sp && T == 1) continue;
+                for (int64_t zero = 0; zero <= 3; ++zero)
+                  for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
+                    out.push_back(plan_one(rc, cl, {D, T, P, V, mb, zero, recompute, schedule, sp, {}, CP, mode}));
+              }
+            }
           }
         }
       }
@@ -513,6 +565,8 @@ std::string plan_json(const std::vector<PlanResult>& results) {
     out.push_back({{"data", c.data},
                    {"tensor", c.tensor},
                    {"pipeline", c.pipeline},
+                   {"context", c.context},
+                   {"context_mode", enum_name(c.context_mode)},
                    {"virtual_stages", c.virtual_stages},
                    {"micro_batch", c.micro_batch},
                    {"zero", c.zero},
@@ -540,6 +594,8 @@ std::string plan_json(const std::vector<PlanResult>& results) {
                      {"pipeline_comm", timed ? r.time.pipeline_comm : 0.0},
                      {"data_comm", timed ? r.time.data_comm : 0.0},
                      {"data_comm_hidden", timed ? r.time.data_comm_hidden : 0.0},
+                     {"context_comm", timed ? r.time.context_comm : 0.0},
+                     {"context_comm_hidden", timed ? r.time.context_comm_hidden : 0.0},
                      {"optimizer", timed ? r.time.optimizer : 0.0}}},
                    {"tokens_per_s", timed ? r.tokens_per_s : 0.0},
                    {"tflops_per_device", timed ? r.tflops_per_device : 0.0},
@@ -557,10 +613,11 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
   const auto& t = r.time;
   auto link = [&](bool intra) { return intra ? "intra-node" : "inter-node"; };
   std::string s = fmt::format(
-      "data {} x tensor {} x pipeline {} | virtual stages {} | schedule {} | micro-batch {} ({} per step) | ZeRO {} | "
-      "recompute {} | sequence parallel {}\n",
-      c.data, c.tensor, c.pipeline, c.virtual_stages, c.schedule, c.micro_batch, r.micro_batches, c.zero, c.recompute,
-      c.sequence_parallel ? "on" : "off");
+      "data {} x tensor {} x pipeline {}{} | virtual stages {} | schedule {} | micro-batch {} ({} per step) | ZeRO {} "
+      "| recompute {} | sequence parallel {}\n",
+      c.data, c.tensor, c.pipeline,
+      c.context > 1 ? fmt::format(" x context {} ({})", c.context, enum_name(c.context_mode)) : "", c.virtual_stages,
+      c.schedule, c.micro_batch, r.micro_batches, c.zero, c.recompute, c.sequence_parallel ? "on" : "off");
   if (!r.feasible && r.memory.total() == 0) return s + "invalid: " + r.reason + "\n";
   s += fmt::format("parameters {:.3f}B in all, {:.3f}B on the largest stage per tensor rank\n", double(r.params) / 1e9,
                    double(r.stage_params) / 1e9);
@@ -576,6 +633,9 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
       t.step(), t.gemm, t.attention, t.memory, t.recompute, t.bubble, 100 * r.bubble_fraction, t.tensor_comm,
       link(r.tensor_intra_node), t.pipeline_comm, link(r.pipeline_intra_node), t.data_comm, link(r.data_intra_node),
       t.data_comm_hidden, t.optimizer);
+  if (c.context > 1)
+    s += fmt::format("context comm {:.4g} ({}), {:.4g} of it hidden behind attention: {:.4g} exposed\n", t.context_comm,
+                     link(r.context_intra_node), t.context_comm_hidden, t.context_comm - t.context_comm_hidden);
   if (!r.ops.empty()) {
     s += fmt::format(
         "operations of one micro-batch on one tensor rank ({} attention, {:.0f} GB/s for memory-bound "

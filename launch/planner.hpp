@@ -58,6 +58,8 @@ struct PlanConfig {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   bool sequence_parallel = false;
   std::vector<int64_t> stage_layers;  // layers per chunk (P x V); empty: the even split
+  int64_t context = 1;                // the sequence split over this many ranks
+  ContextMode context_mode = ContextMode::ring;
 };
 
 struct PlanMemory {
@@ -70,9 +72,13 @@ struct PlanTime {
   double gemm = 0, attention = 0, memory = 0;  // forward and backward of every micro-batch
   double recompute = 0, bubble = 0, tensor_comm = 0, pipeline_comm = 0, data_comm = 0, data_comm_hidden = 0,
          optimizer = 0;
+  // context parallelism: the ring's (or all-to-all's) transfers, and the part
+  // of them the attention of the block in hand does not hide (in step())
+  double context_comm = 0, context_comm_hidden = 0;
   double compute() const { return gemm + attention + memory; }
   double step() const {
-    return compute() + recompute + bubble + tensor_comm + pipeline_comm + data_comm - data_comm_hidden + optimizer;
+    return compute() + recompute + bubble + tensor_comm + pipeline_comm + data_comm - data_comm_hidden + optimizer +
+           context_comm - context_comm_hidden;
   }
 };
 
@@ -90,7 +96,7 @@ struct PlanResult {
   PlanTime time;
   double tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
   std::vector<Op> ops;  // one layer's and the head's operations (the per-operation table)
-  bool tensor_intra_node = true, data_intra_node = true, pipeline_intra_node = true;
+  bool tensor_intra_node = true, data_intra_node = true, pipeline_intra_node = true, context_intra_node = true;
 };
 
 // Bytes the AdamW step reads and writes per parameter element it updates
@@ -102,14 +108,16 @@ double optimizer_bytes_per_element(Precision precision);
 // schedule, micro-batch, recompute, precision) on one process; the mesh is
 // what the planner chooses.
 Recipe load_plan_recipe(const std::string& path, const std::vector<std::string>& sets);
-// The recipe's choices (with `sets`) on the mesh D x T x P: an InputError
-// when the recipe does not fit that mesh.
-PlanConfig mesh_choices(const std::string& path, const std::vector<std::string>& sets, int64_t D, int64_t T, int64_t P);
+// The recipe's choices (with `sets`) on the mesh D x T x P x C (context): an
+// InputError when the recipe does not fit that mesh.
+PlanConfig mesh_choices(const std::string& path, const std::vector<std::string>& sets, int64_t D, int64_t T, int64_t P,
+                        int64_t C = 1);
 
-// One configuration (validated by the recipe loader for N = D x T x P).
+// One configuration (validated by the recipe loader for N = D x T x P x C).
 PlanResult plan_one(const Recipe& rc, const Cluster& cluster, const PlanConfig& c);
-// Every configuration of N devices, feasible ones first by tokens/s.
-std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cluster, int64_t devices);
+// Every configuration of N devices, feasible ones first by tokens/s; context
+// sizes up to max_context (both modes where valid).
+std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cluster, int64_t devices, int64_t max_context = 1);
 
 std::string plan_json(const std::vector<PlanResult>& results);
 std::string plan_explain(const PlanResult& r, const Cluster& cluster);

@@ -21,9 +21,10 @@ StepShape step_shape(const Recipe& rc, int stage_rank, int data_rank) {
 }
 
 StepRunner::StepRunner(model::Transformer<float>& net, parallel::DataParallel& dp, parallel::Communicator* pipeline,
-                       parallel::Communicator* data, const TokenSampler& sampler, const StepShape& shape)
-    : net_(net), dp_(dp), pipeline_(pipeline), data_(data), sampler_(sampler), shape_(shape) {
-  const int64_t B = shape.micro_batch, T = shape.seq_len, M = shape.micro_batches;
+                       parallel::Communicator* data, parallel::Communicator* context, const TokenSampler& sampler,
+                       const StepShape& shape)
+    : net_(net), dp_(dp), pipeline_(pipeline), data_(data), context_(context), sampler_(sampler), shape_(shape) {
+  const int64_t B = shape.micro_batch, T = net.seq(), M = shape.micro_batches;  // T: this rank's rows
   const int chunks = net.num_chunks();
   actions_ = parallel::make_schedule(shape.schedule, shape.stages, shape.virtual_stages, int(M), shape.stage_rank);
   const int64_t rows = net.tensor_parallel().rows(B * T);
@@ -48,6 +49,8 @@ StepRunner::StepRunner(model::Transformer<float>& net, parallel::DataParallel& d
       tokens_dev_.push_back(Tensor::empty({B * T}, DType::i32, MemCategory::other, net.device()));
       targets_dev_.push_back(Tensor::empty({B * T}, DType::i32, MemCategory::other, net.device()));
     }
+  if (net.context_parallel().size() > 1)  // positions shifted to the rows' global places, on every stage
+    origin_.assign(size_t(M), std::vector<int32_t>(size_t(B * T)));
   if (shape.document_mask) {  // every stage's attention needs the boundaries: every rank reads the batch
     reads_tokens_ = true;
     doc_start_.assign(size_t(M), std::vector<int32_t>(size_t(B * T)));
@@ -60,11 +63,21 @@ StepRunner::StepRunner(model::Transformer<float>& net, parallel::DataParallel& d
 StepRunner::~StepRunner() = default;
 
 void StepRunner::load(int64_t micro, uint64_t first_index, bool valid) {
+  const parallel::ContextParallel& cp = net_.context_parallel();
+  if (!origin_.empty()) {  // without documents: the global position of every local row
+    auto& o = origin_[size_t(micro)];
+    const int64_t Tl = cp.local_len();
+    for (int64_t b = 0; b < shape_.micro_batch; ++b)
+      for (int64_t t = 0; t < Tl; ++t) o[size_t(b * Tl + t)] = int32_t(t - cp.positions()[size_t(t)]);
+  }
   if (!reads_tokens_ && !reads_targets_) return;
   const int64_t B = shape_.micro_batch, T = shape_.seq_len;
   std::vector<int32_t> sample(size_t(T + 1));
-  auto& tok = tokens_[size_t(micro)];
-  auto& tgt = targets_[size_t(micro)];
+  // whole sequences; under context parallelism this rank keeps its rows below
+  std::vector<int32_t> whole_tok, whole_tgt;
+  auto& tok = cp.size() > 1 ? whole_tok : tokens_[size_t(micro)];
+  auto& tgt = cp.size() > 1 ? whole_tgt : targets_[size_t(micro)];
+  tok.resize(size_t(B * T)), tgt.resize(size_t(B * T));
   for (int64_t b = 0; b < B; ++b) {
     if (valid && valid_source_ >= 0)
       sampler_.sample_valid_source(valid_source_, first_index + uint64_t(b), T + 1, sample.data());
@@ -76,8 +89,10 @@ void StepRunner::load(int64_t micro, uint64_t first_index, bool valid) {
   if (shape_.mask_eod_loss && reads_targets_)  // ignored by the loss kernels
     for (auto& t : tgt)
       if (t == shape_.eod) t = -1;
+  std::vector<int32_t> whole_ds;
   if (!doc_start_.empty()) {  // a document starts at 0 and after each EOD token of the input
-    auto& ds = doc_start_[size_t(micro)];
+    auto& ds = cp.size() > 1 ? whole_ds : doc_start_[size_t(micro)];
+    ds.resize(size_t(B * T));
     for (int64_t b = 0; b < B; ++b) {
       int32_t start = 0;
       for (int64_t t = 0; t < T; ++t) {
@@ -85,11 +100,22 @@ void StepRunner::load(int64_t micro, uint64_t first_index, bool valid) {
         ds[size_t(b * T + t)] = start;
       }
     }
-    if (on_device_) kernels::copy(doc_start_dev_[size_t(micro)].data<int32_t>(), ds.data(), B * T);
   }
+  const int64_t Tl = cp.local_len();  // this rank's rows of each sequence
+  if (cp.size() > 1) {
+    cp.take_local(whole_tok.data(), tokens_[size_t(micro)].data(), B);
+    cp.take_local(whole_tgt.data(), targets_[size_t(micro)].data(), B);
+    if (!doc_start_.empty()) {
+      cp.take_local(whole_ds.data(), doc_start_[size_t(micro)].data(), B);
+      auto& o = origin_[size_t(micro)];  // row t sits at global position p: t - (t - p + start) = p - start
+      for (int64_t i = 0; i < B * Tl; ++i) o[size_t(i)] += doc_start_[size_t(micro)][size_t(i)];
+    }
+  }
+  if (on_device_ && !doc_start_.empty())
+    kernels::copy(doc_start_dev_[size_t(micro)].data<int32_t>(), doc_start_[size_t(micro)].data(), B * Tl);
   if (on_device_ && !tokens_dev_.empty()) {  // queued on the compute stream, before the kernels that read them
-    kernels::copy(tokens_dev_[size_t(micro)].data<int32_t>(), tok.data(), B * T);
-    kernels::copy(targets_dev_[size_t(micro)].data<int32_t>(), tgt.data(), B * T);
+    kernels::copy(tokens_dev_[size_t(micro)].data<int32_t>(), tokens_[size_t(micro)].data(), B * Tl);
+    kernels::copy(targets_dev_[size_t(micro)].data<int32_t>(), targets_[size_t(micro)].data(), B * Tl);
   }
 }
 
@@ -106,7 +132,8 @@ void StepRunner::load_batch(int64_t step) {
          false);
   loss_tokens_ = double(shape_.global_batch * shape_.seq_len);
   if (shape_.mask_eod_loss)  // the targets that count, over the whole global batch (the head stage's ranks)
-    loss_tokens_ = parallel::sum_over(pipeline_, parallel::sum_over(data_, counted_targets(shape_.micro_batches)));
+    loss_tokens_ = parallel::sum_over(
+        pipeline_, parallel::sum_over(data_, parallel::sum_over(context_, counted_targets(shape_.micro_batches))));
 }
 
 double StepRunner::counted_targets(int64_t micro_batches) const {
@@ -146,6 +173,7 @@ parallel::PipelineHooks StepRunner::hooks() {
     slot_of_[size_t(c)][size_t(micro)] = slot;
     const auto& spec = net_.chunk(c);
     contexts_[size_t(c)][size_t(slot)]->doc_start = doc_start(micro);
+    contexts_[size_t(c)][size_t(slot)]->position_origin = origin(micro);
     loss_sum_ += net_.forward_chunk(*contexts_[size_t(c)][size_t(slot)], spec.embedding ? tokens(micro) : nullptr,
                                     input, spec.head ? targets(micro) : nullptr, dscale_);
   };
@@ -192,8 +220,11 @@ double StepRunner::evaluate(int64_t batches) {
     counted += shape_.mask_eod_loss ? counted_targets(n) : double(n * B * shape_.seq_len);
   }
   evaluating_ = false;
-  return parallel::sum_over(pipeline_, sum) /
-         (shape_.mask_eod_loss ? std::max(parallel::sum_over(pipeline_, counted), 1.0) : counted);
+  // the head stage's loss sums, each context rank's over its rows
+  sum = parallel::sum_over(pipeline_, parallel::sum_over(context_, sum));
+  if (shape_.mask_eod_loss)
+    return sum / std::max(parallel::sum_over(pipeline_, parallel::sum_over(context_, counted)), 1.0);
+  return sum / counted;
 }
 
 std::vector<double> StepRunner::evaluate_sources(int64_t batches) {

@@ -38,10 +38,14 @@ StepShape step_shape(const Recipe& rc, int stage_rank, int data_rank);
 
 class StepRunner {
  public:
-  // The model's precision must be set before (contexts decide their packing
-  // when they are made). pipeline: the pipeline group (nullptr: one stage).
+  // The model's precision and context parallelism must be set before
+  // (contexts decide their packing and rows when they are made). pipeline:
+  // the pipeline group (nullptr: one stage); data: the data group; context:
+  // the context group, whose ranks each hold their rows of every sequence
+  // (model/transformer.hpp, parallel/context_parallel.hpp).
   StepRunner(model::Transformer<float>& net, parallel::DataParallel& dp, parallel::Communicator* pipeline,
-             parallel::Communicator* data, const TokenSampler& sampler, const StepShape& shape);
+             parallel::Communicator* data, parallel::Communicator* context, const TokenSampler& sampler,
+             const StepShape& shape);
   ~StepRunner();
 
   // This data rank's slice of step `step`'s global batch.
@@ -75,17 +79,23 @@ class StepRunner {
   parallel::DataParallel& dp_;
   parallel::Communicator* pipeline_;
   parallel::Communicator* data_;
+  parallel::Communicator* context_;
   const TokenSampler& sampler_;
   StepShape shape_;
   std::vector<parallel::Action> actions_;
   std::unique_ptr<parallel::PipelineExecutor> executor_;
   bool reads_tokens_ = false, reads_targets_ = false, on_device_ = false;
-  // per micro-batch of the step: tokens and targets [B,T] (and their device copies)
+  // per micro-batch of the step: tokens and targets [B,T] (and their device
+  // copies); this rank's rows of each sequence under context parallelism
   std::vector<std::vector<int32_t>> tokens_, targets_;
   std::vector<Tensor> tokens_dev_, targets_dev_;
   // document masking, per micro-batch: [B,T] first position of each row's document
   std::vector<std::vector<int32_t>> doc_start_;
   std::vector<Tensor> doc_start_dev_;
+  // context parallelism, per micro-batch: [B,T] each row's position origin
+  // (model::Activations::position_origin)
+  std::vector<std::vector<int32_t>> origin_;
+  const int32_t* origin(int64_t micro) const { return origin_.empty() ? nullptr : origin_[size_t(micro)].data(); }
   const int32_t* doc_start(int64_t micro) const;
   // per chunk: its contexts, which are free, which micro-batch holds which
   std::vector<std::vector<std::unique_ptr<model::Activations<float>>>> contexts_;

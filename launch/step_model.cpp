@@ -71,7 +71,8 @@ Op memory(const std::string& name, double values, double backward_ratio, int bac
 std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const DeviceRates& r) {
   const model::Architecture& arch = model::architecture(m.arch);
   const model::LocalDims local = model::local_dims(m, {0, shape.tensor});
-  const int64_t s = m.seq_len, b = shape.micro_batch, M = b * s, C = m.hidden, hd = m.head_dim();
+  // s: the sequence; M: this rank's rows (seq_len / context of each sequence)
+  const int64_t s = m.seq_len, b = shape.micro_batch, M = b * s / shape.context, C = m.hidden, hd = m.head_dim();
   const int64_t H = local.heads, KV = local.kv_heads, F = local.ffn;
   const double R = double(M) / (shape.sequence_parallel ? shape.tensor : 1);  // rows of the residual stream here
   std::vector<Op> ops;
@@ -81,10 +82,11 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
   if (arch.positions == model::Positions::rotary)
     ops.push_back(memory("rotary", 2.0 * double(M) * double(H + KV) * double(hd), 1, 1, r));
   if (r.flash_attention) {
-    // causal: about half the score blocks; backward recomputes the scores (5 matmuls to the forward's 2)
+    // causal: about half the score blocks; backward recomputes the scores (5 matmuls to the forward's 2);
+    // context parallelism: this rank's rows against the whole sequence (the balanced split gives each an equal share)
     Op op;
     op.name = "attention (flash)", op.kind = OpKind::attention;
-    op.flops = 4.0 * double(b) * double(H) * double(s) * double(s) * double(hd) * 0.5;
+    op.flops = 4.0 * double(b) * double(H) * double(s) * double(s) * double(hd) * 0.5 / double(shape.context);
     op.bytes = 4.0 * double(M) * double(H) * double(hd) * r.bytes_per_value;
     op.efficiency = r.attention_fraction;
     op.forward_s = std::max(op.flops / (r.peak_flops * op.efficiency), r.kernel_floor);
@@ -94,14 +96,15 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
   } else {
     // scores [b H, s, s] = Q K^T, softmax (scale and causal mask fused) and
     // probabilities x V; the scores and probabilities go through memory
-    Op scores = gemm("attention scores", s, s, hd, b * H, r);
+    const int64_t q = s / shape.context;  // this rank's query rows
+    Op scores = gemm("attention scores", q, s, hd, b * H, r);
     // softmax: read scores, write probabilities (backward: read both gradients' inputs, write one);
     // dropout on them: read, write and a one-byte mask (backward the same)
-    const double probs = double(b * H) * double(s) * double(s);
+    const double probs = double(b * H) * double(q) * double(s);
     Op softmax = memory(r.attention_dropout ? "softmax + dropout" : "softmax",
                         probs * (2 + (r.attention_dropout ? 2 + 1 / r.bytes_per_value : 0)),
                         r.attention_dropout ? 1.25 : 1.5, r.attention_dropout ? 2 : 1, r);
-    Op values = gemm("attention values", s, hd, s, b * H, r);
+    Op values = gemm("attention values", q, hd, s, b * H, r);
     for (Op* op : {&scores, &softmax, &values}) op->kind = OpKind::attention, op->recomputed = true;
     ops.push_back(scores), ops.push_back(softmax), ops.push_back(values);
   }

@@ -54,6 +54,7 @@ struct OpShape {
   int64_t micro_batch = 1;
   int tensor = 1;
   bool sequence_parallel = false;
+  int context = 1;  // the sequence split over this many ranks: each holds seq_len / context rows
 };
 
 // The operations of one layer and of the head for a micro-batch.

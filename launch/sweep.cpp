@@ -31,7 +31,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Row {
-  int64_t data = 1, tensor = 1, pipeline = 1;
+  int64_t data = 1, tensor = 1, pipeline = 1, context = 1;
   std::string reason;  // not run: why
   double tokens_per_s = 0, mfu = 0, bubble = 0;
   std::vector<double> runs;  // tokens/s of each repeat
@@ -55,23 +55,27 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
   if (o.cluster.empty()) fail_input("sweep: missing --cluster CLUSTER.yaml (the planner's prediction needs one)");
   const Recipe base = load_plan_recipe(o.recipe, o.sets);  // as `trident plan` reads it
   const Cluster cl = load_cluster(o.cluster, base.train.precision);
-  std::vector<std::array<int64_t, 3>> meshes = o.meshes;
-  if (meshes.empty())
-    for (int64_t t = 1; t <= n; ++t)
-      for (int64_t p = 1; p <= n / t; ++p)
-        if (n % (t * p) == 0) meshes.push_back({n / (t * p), t, p});
+  std::vector<std::array<int64_t, 4>> meshes = o.meshes;
+  if (meshes.empty())  // every data x tensor x pipeline x context of the world size
+    for (int64_t c = 1; c <= n; ++c)
+      for (int64_t t = 1; t <= n / c; ++t)
+        for (int64_t p = 1; p <= n / (c * t); ++p)
+          if (n % (c * t * p) == 0) meshes.push_back({n / (c * t * p), t, p, c});
   std::vector<Row> rows(meshes.size());
   for (int64_t rep = 0; rep < std::max<int64_t>(1, o.repeats); ++rep)
     for (size_t k = 0; k < meshes.size(); ++k) {
-      const auto [d, t, p] = meshes[k];
+      const auto [d, t, p, cx] = meshes[k];
       Row& row = rows[k];
-      row.data = d, row.tensor = t, row.pipeline = p;
+      row.data = d, row.tensor = t, row.pipeline = p, row.context = cx;
+      const std::string name =
+          fmt::format("data {} x tensor {} x pipeline {}{}", d, t, p, cx > 1 ? fmt::format(" x context {}", cx) : "");
       if (rep > 0 && !row.reason.empty()) continue;
       std::vector<std::string> sets = o.sets;
-      for (const auto& s : std::vector<std::string>{
-               fmt::format("parallel.data={}", d), fmt::format("parallel.tensor={}", t),
-               fmt::format("parallel.pipeline={}", p), fmt::format("train.steps={}", o.warmup + o.steps),
-               "eval.batches=0", "log.metrics=", "checkpoint.dir=", "log.trace="})
+      for (const auto& s :
+           std::vector<std::string>{fmt::format("parallel.data={}", d), fmt::format("parallel.tensor={}", t),
+                                    fmt::format("parallel.pipeline={}", p), fmt::format("parallel.context={}", cx),
+                                    fmt::format("train.steps={}", o.warmup + o.steps), "eval.batches=0",
+                                    "log.metrics=", "checkpoint.dir=", "log.trace="})
         sets.push_back(s);
       if (p == 1) sets.push_back("parallel.virtual_stages=1");
       Recipe rc;
@@ -81,10 +85,10 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
         row.reason = e.what();
         const size_t key = row.reason.find("key '");
         if (key != std::string::npos) row.reason = row.reason.substr(key);
-        log::info("sweep: data {} x tensor {} x pipeline {}: not valid ({})", d, t, p, row.reason);
+        log::info("sweep: {}: not valid ({})", name, row.reason);
         continue;
       }
-      log::info("sweep: data {} x tensor {} x pipeline {}: {} warm-up + {} measured steps", d, t, p, o.warmup, o.steps);
+      log::info("sweep: {}: {} warm-up + {} measured steps", name, o.warmup, o.steps);
       TrainOptions quiet;
       quiet.quiet = true;
       const TrainSummary s = train(rc, quiet);
@@ -102,10 +106,10 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
           max_over(world, {double(s.peak_params), double(s.peak_grads), double(s.peak_optimizer),
                            double(s.peak_activations), double(s.peak_comm + s.peak_other), double(s.peak_total)});
       std::copy(m.begin(), m.end(), row.mem);
-      row.plan =
-          plan_one(base, cl,
-                   {d, t, p, rc.parallel.virtual_stages, rc.train.micro_batch, rc.parallel.zero, rc.train.recompute,
-                    rc.parallel.schedule, rc.parallel.sequence_parallel, rc.parallel.stage_layers});
+      row.plan = plan_one(base, cl,
+                          {d, t, p, rc.parallel.virtual_stages, rc.train.micro_batch, rc.parallel.zero,
+                           rc.train.recompute, rc.parallel.schedule, rc.parallel.sequence_parallel,
+                           rc.parallel.stage_layers, cx, rc.parallel.context_mode});
       std::vector<double> sorted = row.runs;  // the median over repeats (the machine is shared)
       std::sort(sorted.begin(), sorted.end());
       row.tokens_per_s = sorted[sorted.size() / 2];
@@ -115,12 +119,13 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
   // table, CSV, JSON
   fs::create_directories(o.out_dir);
   std::ofstream csv(fs::path(o.out_dir) / "sweep.csv");
-  csv << "data,tensor,pipeline,valid,tokens_per_s,predicted_tokens_per_s,mfu,predicted_mfu,bubble,predicted_bubble,"
+  csv << "data,tensor,pipeline,context,valid,tokens_per_s,predicted_tokens_per_s,mfu,predicted_mfu,bubble,predicted_"
+         "bubble,"
          "peak_params,peak_grads,peak_optimizer,peak_activations,peak_buffers,peak_total,predicted_params,"
          "predicted_grads,predicted_optimizer,predicted_activations,predicted_buffers,predicted_total,reason\n";
   nlohmann::ordered_json json = nlohmann::ordered_json::array();
-  fmt::print("{:>4} {:>4} {:>4} {:>12} {:>12} {:>7} {:>10} {:>10} {:>7} {:>8} {:>8}\n", "D", "T", "P", "tokens/s",
-             "predicted", "MFU", "peak MiB", "pred MiB", "mem err", "bubble", "pred");
+  fmt::print("{:>4} {:>4} {:>4} {:>4} {:>12} {:>12} {:>7} {:>10} {:>10} {:>7} {:>8} {:>8}\n", "D", "T", "P", "C",
+             "tokens/s", "predicted", "MFU", "peak MiB", "pred MiB", "mem err", "bubble", "pred");
   const Row* best_measured = nullptr;
   const Row* best_predicted = nullptr;
   double worst_mem = 0;
@@ -132,18 +137,19 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
       worst_mem = std::max(worst_mem, std::abs(err));
       if (!best_measured || r.tokens_per_s > best_measured->tokens_per_s) best_measured = &r;
       if (!best_predicted || r.plan.tokens_per_s > best_predicted->plan.tokens_per_s) best_predicted = &r;
-      fmt::print("{:>4} {:>4} {:>4} {:>12.0f} {:>12.0f} {:>6.1f}% {:>10.1f} {:>10.1f} {:>+6.1f}% {:>7.1f}% {:>7.1f}%\n",
-                 r.data, r.tensor, r.pipeline, r.tokens_per_s, r.plan.tokens_per_s, 100 * r.mfu, mib(r.mem[5]),
-                 mib(pm.total()), 100 * err, 100 * r.bubble, 100 * r.plan.bubble_fraction);
+      fmt::print(
+          "{:>4} {:>4} {:>4} {:>4} {:>12.0f} {:>12.0f} {:>6.1f}% {:>10.1f} {:>10.1f} {:>+6.1f}% {:>7.1f}% {:>7.1f}%\n",
+          r.data, r.tensor, r.pipeline, r.context, r.tokens_per_s, r.plan.tokens_per_s, 100 * r.mfu, mib(r.mem[5]),
+          mib(pm.total()), 100 * err, 100 * r.bubble, 100 * r.plan.bubble_fraction);
     } else {
-      fmt::print("{:>4} {:>4} {:>4} not valid: {}\n", r.data, r.tensor, r.pipeline, r.reason);
+      fmt::print("{:>4} {:>4} {:>4} {:>4} not valid: {}\n", r.data, r.tensor, r.pipeline, r.context, r.reason);
     }
     csv << fmt::format(
-        "{},{},{},{},{:.1f},{:.1f},{:.4f},{:.4f},{:.4f},{:.4f},{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},"
+        "{},{},{},{},{},{:.1f},{:.1f},{:.4f},{:.4f},{:.4f},{:.4f},{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},"
         "{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},{}\n",
-        r.data, r.tensor, r.pipeline, ran ? 1 : 0, r.tokens_per_s, r.plan.tokens_per_s, r.mfu, r.plan.mfu, r.bubble,
-        r.plan.bubble_fraction, r.mem[0], r.mem[1], r.mem[2], r.mem[3], r.mem[4], r.mem[5], pm.params, pm.grads,
-        pm.optimizer, pm.activations, pm.buffers, pm.total(), json_quote(r.reason));
+        r.data, r.tensor, r.pipeline, r.context, ran ? 1 : 0, r.tokens_per_s, r.plan.tokens_per_s, r.mfu, r.plan.mfu,
+        r.bubble, r.plan.bubble_fraction, r.mem[0], r.mem[1], r.mem[2], r.mem[3], r.mem[4], r.mem[5], pm.params,
+        pm.grads, pm.optimizer, pm.activations, pm.buffers, pm.total(), json_quote(r.reason));
     auto memory = [](double params, double grads, double optimizer, double activations, double buffers, double total) {
       return nlohmann::ordered_json{{"params", params},           {"grads", grads},     {"optimizer", optimizer},
                                     {"activations", activations}, {"buffers", buffers}, {"total", total}};
@@ -152,6 +158,7 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
         {{"data", r.data},
          {"tensor", r.tensor},
          {"pipeline", r.pipeline},
+         {"context", r.context},
          {"valid", ran},
          {"reason", ran ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.reason)},
          {"measured",
@@ -169,10 +176,10 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
                     json.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   if (best_measured)
     fmt::print(
-        "fastest measured: data {} x tensor {} x pipeline {} | fastest predicted: data {} x tensor {} x pipeline "
-        "{} | {} (it measured {:.1f}% of the fastest) | largest memory error {:.1f}%\n",
-        best_measured->data, best_measured->tensor, best_measured->pipeline, best_predicted->data,
-        best_predicted->tensor, best_predicted->pipeline,
+        "fastest measured: data {} x tensor {} x pipeline {} x context {} | fastest predicted: data {} x tensor {} x "
+        "pipeline {} x context {} | {} (it measured {:.1f}% of the fastest) | largest memory error {:.1f}%\n",
+        best_measured->data, best_measured->tensor, best_measured->pipeline, best_measured->context,
+        best_predicted->data, best_predicted->tensor, best_predicted->pipeline, best_predicted->context,
         best_measured == best_predicted ? "the planner's top choice is the measured one"
                                         : "the planner's top choice differs",
         100 * best_predicted->tokens_per_s / best_measured->tokens_per_s, 100 * worst_mem);

@@ -25,7 +25,7 @@ namespace trident::launch {
 struct SweepOptions {
   std::string recipe, cluster, out_dir = "runs/sweep";
   std::vector<std::string> sets;
-  std::vector<std::array<int64_t, 3>> meshes;  // empty: every mesh of the world size
+  std::vector<std::array<int64_t, 4>> meshes;  // data, tensor, pipeline, context; empty: every mesh of the world size
   int64_t warmup = 2, steps = 4;
   int64_t repeats = 1;  // the mesh list runs this many times, alternating; medians reported
 };

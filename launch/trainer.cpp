@@ -132,16 +132,16 @@ parallel::DataParallelSpec data_parallel_spec(const Recipe& rc, parallel::Mesh& 
           mesh.device(),
           shape.pipelined(),
           shape.micro_batches,
-          mesh.data(),
+          mesh.data_context(),  // replicas of this model shard: data x context
           {shared.tied, shared.tensor_replicated, shared.kv_replicated, mesh.embedding(), mesh.tensor(), mesh.kv()}};
 }
 
-// The true global norm of the (scaled) gradients: data ranks with a sharded
-// stage hold disjoint reduced shards; tensor and pipeline ranks hold disjoint
-// slices (replicated ones and the tied copy counted once).
+// The true global norm of the (scaled) gradients: data x context ranks with
+// a sharded stage hold disjoint reduced shards; tensor and pipeline ranks hold
+// disjoint slices (replicated ones and the tied copy counted once).
 double global_grad_norm(const model::ParamRegistry& reg, parallel::DataParallel& dp, parallel::Mesh& mesh) {
   double sq = optim::sum_of_squares_counted(reg, dp.grad_shard(), dp.shard_begin(), dp.shard_end());
-  if (dp.sharded()) sq = parallel::sum_over(mesh.data(), sq);
+  if (dp.sharded()) sq = parallel::sum_over(mesh.data_context(), sq);
   return std::sqrt(parallel::sum_over(mesh.model_parallel(), sq));
 }
 
@@ -256,6 +256,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
       model::pipeline_chunks(rc.model, shape.stages, shape.virtual_stages, rc.parallel.stage_layers, at.pp);
   model::Transformer<float> net(rc.model, uint64_t(rc.seed), parallel::model_owns_buffers(int(rc.parallel.zero)), &tp,
                                 chunks, mesh.device());
+  parallel::ContextParallel cp(mesh.context(), rc.parallel.context_mode, rc.model.seq_len);
+  net.set_context_parallel(&cp);
   const model::ParamRegistry& reg = net.registry();
   auto dp = parallel::make_data_parallel(data_parallel_spec(rc, mesh, reg, shape), net.segments(), reg.total(),
                                          &net.params(), &net.grads());
@@ -271,7 +273,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   optim::LossScaler scaler(rc.train);
   auto publish = [&] { master.publish(), dp->publish_params(); };
   if (rc.train.precision != Precision::fp32) publish();
-  StepRunner runner(net, *dp, mesh.pipeline(), mesh.data(), *sampler, shape);
+  StepRunner runner(net, *dp, mesh.pipeline(), mesh.data(), mesh.context(), *sampler, shape);
 
   // The report, then resume and checkpoints.
   facts.params = model::consolidated_numel(rc.model);
@@ -281,20 +283,16 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
       parallel::simulate(shape.schedule, shape.stages, shape.virtual_stages, int(shape.micro_batches))
           .bubble_fraction();
   RunReport report(rc, mesh, facts, opts.quiet);
-  log_run_start(rc, mesh, facts,
-                {&net.dims(), reg.total(),
-                 model::chunk_layer_counts(rc.model, shape.stages, shape.virtual_stages, rc.parallel.stage_layers),
-                 parallel::describe_zero_memory(int(rc.parallel.zero), reg.total(), rc.parallel.data)});
-  const RankState ckpt{&reg,
-                       at.dp,
-                       at.pp,
-                       at.tp,
-                       dp->shard_begin(),
-                       dp->shard_end(),
-                       master.params(),
-                       opt.exp_avg(),
-                       opt.exp_avg_sq(),
-                       &scaler.state()};
+  log_run_start(
+      rc, mesh, facts,
+      {&net.dims(), reg.total(),
+       model::chunk_layer_counts(rc.model, shape.stages, shape.virtual_stages, rc.parallel.stage_layers),
+       parallel::describe_zero_memory(int(rc.parallel.zero), reg.total(), rc.parallel.data * rc.parallel.context)});
+  // checkpoint files are per replica of a model shard: the rank in data x context
+  const int replica = mesh.data_context() ? mesh.data_context()->rank() : 0;
+  const RankState ckpt{
+      &reg,          replica,          at.pp,          at.tp, dp->shard_begin(), dp->shard_end(), master.params(),
+      opt.exp_avg(), opt.exp_avg_sq(), &scaler.state()};
   const std::unique_ptr<CheckpointDirLock> dir_lock = lock_checkpoint_dir(rc, mesh);
   const int64_t start_step = resume(rc, opts.resume, ckpt, mesh, data_record);
   if (start_step > 0) publish();  // the replicas rebuilt from the loaded shards
@@ -321,9 +319,9 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     dp->finish_gradients();
     if (fault::hit(fault::Phase::reduction, step + 1) || nan_grads) poison_gradients(*dp);
     report.span(RunReport::Span::grad_sync, sync_start, report.seconds());
-    // the last stage's loss, over the data group (every tensor rank has the same)
+    // the last stage's loss, over the data and context groups (every tensor rank has the same)
     const double loss =
-        parallel::sum_over(mesh.pipeline(), parallel::sum_over(mesh.data(), loss_sum)) / runner.loss_tokens();
+        parallel::sum_over(mesh.pipeline(), parallel::sum_over(mesh.data_context(), loss_sum)) / runner.loss_tokens();
     // unscaled; inf/NaN on any rank makes it non-finite everywhere
     const double gnorm = global_grad_norm(reg, *dp, mesh) / scaler.scale();
     if (opts.on_gradients) opts.on_gradients({step, rc, mesh, reg, *dp});
@@ -385,7 +383,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
 }
 
 // Every rank's reduced gradients, consolidated into the Hugging Face layout:
-// this rank's shard -> its full buffer over the data group -> every tensor
+// this rank's shard -> its full buffer over the data x context group -> every tensor
 // and pipeline rank's buffer over the model-parallel group.
 std::vector<float> StepGradients::consolidated() const {
   const auto& m = recipe.model;
@@ -394,10 +392,10 @@ std::vector<float> StepGradients::consolidated() const {
   const int64_t n = registry.total();
   std::vector<float> mine(size_t(n), 0.0f);
   copy_bytes(mine.data() + dp.shard_begin(), dp.grad_shard(), size_t(dp.shard_size()) * sizeof(float));
-  if (dp.sharded() && mesh.data() && mesh.data()->size() > 1) {
+  if (dp.sharded() && mesh.data_context() && mesh.data_context()->size() > 1) {
     Tensor t = Tensor::zeros({n}, DType::f32, MemCategory::other);
     std::copy(mine.begin(), mine.end(), t.data<float>());
-    mesh.data()->all_gather(t, {dp.shard_counts()})->wait();
+    mesh.data_context()->all_gather(t, {dp.shard_counts()})->wait();
     mine.assign(t.data<float>(), t.data<float>() + n);
   }
   // buffer sizes differ between pipeline stages: gather them as doubles (exact for floats)

@@ -10,7 +10,7 @@ ActivationSizes activation_sizes(const ModelConfig& cfg, const ActivationShape& 
   const LocalDims d = local_dims(cfg, {0, s.tensor});
   const bool gathers = s.sequence_parallel && s.tensor > 1;
   ActivationSizes z;
-  z.N = s.micro_batch * cfg.seq_len;
+  z.N = s.micro_batch * cfg.seq_len / s.context;
   z.C = cfg.hidden;
   z.R = gathers ? z.N / s.tensor : z.N;
   z.norm_full = gathers ? z.N * z.C : z.R * z.C;  // gathered to all rows when sequence parallel
@@ -19,7 +19,7 @@ ActivationSizes activation_sizes(const ModelConfig& cfg, const ActivationShape& 
   z.atty = z.N * d.heads * cfg.head_dim();
   z.fc = z.N * architecture(cfg.arch).mlp_in_width(d.ffn);
   z.act = z.N * d.ffn;
-  z.attention_state = kernels::attention_state_elements(s.micro_batch, cfg.seq_len, d.heads);
+  z.attention_state = kernels::attention_state_elements(s.micro_batch, cfg.seq_len / s.context, d.heads);
   z.logits = z.N * d.vocab;
   z.losses = z.N;
   return z;

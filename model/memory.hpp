@@ -21,6 +21,7 @@ struct ActivationShape {
   bool sequence_parallel = false;  // with tensor > 1: rows of the residual stream are sharded
   Recompute recompute = Recompute::none;
   bool split_backward = false;  // zero-bubble schedules keep output gradients
+  int context = 1;              // the sequence split over this many ranks
 };
 
 // Elements of each buffer, on this rank (its share of heads, ffn, vocabulary).

@@ -35,6 +35,7 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buf
     : cfg_(cfg),
       device_(device),
       tp_(tp ? tp : &single_),
+      single_cp_(nullptr, ContextMode::ring, cfg.seq_len),
       reg_(cfg, {tp_->rank(), tp_->size()}, std::move(chunks)),
       dims_(local_dims(cfg, {tp_->rank(), tp_->size()})),
       arch_(architecture(cfg.arch)) {
@@ -99,6 +100,14 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buf
 
 // Points the parameter (pbase) and/or gradient (gbase) pointers of segment s
 // at storage whose first element is the segment's first element, slot by slot.
+template <typename T>
+void Transformer<T>::set_context_parallel(parallel::ContextParallel* cp) {
+  TRIDENT_CHECK(shared_recompute_.empty() && scratch_B_ == 0, "set_context_parallel after activations were made");
+  TRIDENT_CHECK(cp->local_len() * cp->size() == cfg_.seq_len, "context split of {} rows x {} ranks, seq_len {}",
+                cp->local_len(), cp->size(), cfg_.seq_len);
+  cp_ = cp;
+}
+
 template <typename T>
 void Transformer<T>::bind(int s, T* pbase, T* gbase) {
   const SegInfo& info = seg_info_[size_t(s)];
@@ -168,7 +177,8 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
                                                                  bool split_backward) const {
   const Chunk& ch = chunks_[size_t(chunk)];
   // the one layout the planner's formulas use too (model/memory.hpp)
-  const ActivationSizes z = activation_sizes(cfg_, {B, tp_->size(), tp_->gathers(), recompute, split_backward});
+  const ActivationSizes z =
+      activation_sizes(cfg_, {B, tp_->size(), tp_->gathers(), recompute, split_backward, cp_->size()});
   const int64_t C = z.C, N = z.N, L = ch.spec.layers, R = z.R, row0 = tp_->row_begin(N);
   TRIDENT_CHECK(R == tp_->rows(N), "activation layout: {} rows, the region has {}", R, tp_->rows(N));
   auto ctx = std::make_unique<Activations<T>>();
@@ -259,7 +269,7 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
 
 template <typename T>
 std::vector<std::pair<T*, int64_t>> Transformer<T>::saved_buffers(const LayerActs<T>& a, int64_t B, Recompute r) const {
-  const ActivationSizes z = activation_sizes(cfg_, {B, tp_->size(), tp_->gathers(), r});
+  const ActivationSizes z = activation_sizes(cfg_, {B, tp_->size(), tp_->gathers(), r, false, cp_->size()});
   const int64_t x = z.R * z.C;
   if (r == Recompute::full) return {{a.x_in, x}};
   return {{a.x_in, x},  {a.ln1_full, z.norm_full}, {a.qkv, z.qkv}, {a.atty, z.atty},
@@ -305,16 +315,16 @@ void Transformer<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T
 // x_out = x_mid + exit(MLP(norm2(x_mid))), x_mid = x_in + exit(attention(norm1(x_in)))
 template <typename T>
 void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B) {
-  const int64_t Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
+  const int64_t Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), F = dims_.ffn;
   ensure_scratch(B);
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x_in, p.n1w, p.n1b, R);
   store(a.ln1, R * C);
   const T* h = tp_->enter(a.ln1_full, a.ln1, N, C);
   k::linear_forward(a.qkv, h, p.qkvw, p.qkvb, N, C, qkv_width_);
-  if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D, doc_start_);
+  if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D, origin_);
   store(a.qkv, N * qkv_width_);
-  k::attention_forward(a.atty, a.probs, a.qkv, B, Tn, H, KV, D, doc_start_);
+  cp_->attention_forward(a.atty, a.probs, a.qkv, B, H, KV, D, doc_start_);
   store(a.atty, N * H * D);
   k::linear_forward(partial_, a.atty, p.ow, static_cast<const T*>(nullptr), N, H * D, C);
   store(partial_, N * C);
@@ -342,10 +352,11 @@ template <typename T>
 double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens, const T* x_in, const int32_t* targets,
                                      T dscale) {
   const Chunk& ch = chunks_[size_t(ctx.chunk)];
-  const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
+  const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int L = int(ch.spec.layers);
   ensure_scratch(B);
   doc_start_ = ctx.doc_start;
+  origin_ = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
   T* first_in = L > 0 ? ctx.layers[0].x_in : ctx.x_final;
   // the segment after s in this chunk's forward order (-1: none)
   auto next_seg = [&](int s) { return s + 1 < ch.first_layer_seg + L + (ch.head_seg >= 0 ? 1 : 0) ? s + 1 : -1; };
@@ -354,7 +365,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     use_params(ch.emb_seg, next_seg(ch.emb_seg));
     k::embedding_forward(partial_, tokens, wte_, N, C, dims_.vocab_begin, dims_.vocab);
     const T* emb = tp_->exit(reduced_, partial_, N, C);
-    k::position_forward(first_in, emb, wpe_, tp_->row_begin(N), R, Tn, C, doc_start_);
+    k::position_forward(first_in, emb, wpe_, tp_->row_begin(N), R, Tn, C, origin_);
     store(first_in, R * C);
     done_params(ch.emb_seg);
   } else {
@@ -394,7 +405,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
 template <typename T>
 void Transformer<T>::ensure_scratch(int64_t B) {
   if (B <= scratch_B_) return;
-  const int64_t N = B * cfg_.seq_len, C = cfg_.hidden, R = tp_->rows(N);
+  const int64_t N = B * seq(), C = cfg_.hidden, R = tp_->rows(N);
   const int64_t sizes[10] = {N * C,         R * C,        R * C,          N * C,
                              N * C,         R * C,        N * qkv_width_, N * dims_.heads * cfg_.head_dim(),
                              N * fc_width_, N * dims_.ffn};
@@ -415,9 +426,10 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
   };
   const Chunk& ch = chunks_[size_t(ctx.chunk)];
   const bool acc = accumulate;
-  const int64_t B = ctx.B, Tn = cfg_.seq_len, C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
+  const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), F = dims_.ffn, V = dims_.vocab;
   doc_start_ = ctx.doc_start;
+  origin_ = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
   const int L = int(ch.spec.layers);
   const bool split = part != BackwardPart::all;
   ensure_scratch(B);
@@ -480,7 +492,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
       // scratch row nobody reads (d_ln_ is overwritten below before use).
       layer_forward(a, d_ln_, p, B);
     } else if (recompute == Recompute::selective) {
-      k::attention_probs(a.probs, a.qkv, B, Tn, H, KV, D, doc_start_);
+      cp_->attention_state(a.probs, d_atty_, a.qkv, B, H, KV, D, doc_start_);
     }
     // MLP: d_res_ is the gradient of x_out = x_mid + exit(act pw^T) + pb
     k::bias_backward(p.dpb, d_res_, R, C, acc);
@@ -504,8 +516,8 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     if (split) k::copy(ctx.saved[size_t(l)].d_attn_out, dy, N * C);
     k::linear_backward(d_atty_, dow, static_cast<T*>(nullptr), dy, a.atty, p.ow, N, H * D, C, acc);
     store(d_atty_, N * H * D);
-    k::attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.probs, B, Tn, H, KV, D, doc_start_);
-    if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D, doc_start_);
+    cp_->attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.probs, B, H, KV, D, doc_start_);
+    if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D, origin_);
     store(d_qkv, N * qkv_width_);
     k::linear_backward(d_ln_, dqkvw, p.dqkvb, d_qkv, a.ln1_full, p.qkvw, N, C, qkv_width_, acc);
     store(d_ln_, N * C);
@@ -525,9 +537,9 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
   // the table starts from zero here.)
   if (!acc) {
     if (!tied_local_ || split) k::fill_zero(dwte_, V * C);
-    if (dwpe_) k::fill_zero(dwpe_, Tn * C);
+    if (dwpe_) k::fill_zero(dwpe_, cfg_.seq_len * C);  // the table has a row per global position
   }
-  if (dwpe_) k::position_backward(dwpe_, d_res_, tp_->row_begin(N), R, Tn, C, doc_start_);
+  if (dwpe_) k::position_backward(dwpe_, d_res_, tp_->row_begin(N), R, Tn, C, origin_);
   const T* demb = tp_->exit_backward(d_full_, d_res_, N, C);
   k::embedding_backward(dwte_, demb, ctx.tokens, N, C, dims_.vocab_begin, V);
   done_grads(emb);
@@ -537,7 +549,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
 template <typename T>
 void Transformer<T>::layer_weight_grads(const LayerActs<T>& a, const SavedGrads<T>& g, const LayerParams& p, int64_t B,
                                         bool acc) {
-  const int64_t N = B * cfg_.seq_len, C = cfg_.hidden, F = dims_.ffn, HD = dims_.heads * cfg_.head_dim();
+  const int64_t N = B * seq(), C = cfg_.hidden, F = dims_.ffn, HD = dims_.heads * cfg_.head_dim();
   T* none = nullptr;
   k::linear_backward(none, p.dpw, none, g.d_mlp_out, a.act, p.pw, N, F, C, acc);
   k::linear_backward(none, p.dfcw, none, g.d_fc, a.ln2_full, p.fcw, N, C, fc_width_, acc);

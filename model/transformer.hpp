@@ -36,6 +36,7 @@
 #include "model/architecture.hpp"
 #include "model/parallel_plan.hpp"
 #include "model/params.hpp"
+#include "parallel/context_parallel.hpp"
 #include "parallel/tensor_parallel.hpp"
 
 namespace trident::model {
@@ -86,10 +87,14 @@ struct Activations {
   T* logits = nullptr;  // [N, V]: this rank's vocabulary columns (head chunk)
   T* losses = nullptr;  // [N] (head chunk)
   const int32_t* tokens = nullptr;
-  // Document masking: [B,T] the first position of each row's document
-  // (where the kernels can read it), set by the caller before forward_chunk;
-  // null: plain causal attention.
+  // Document masking: [B,T] the first (global) position of each row's
+  // document (where the kernels can read it), set by the caller before
+  // forward_chunk; null: plain causal attention.
   const int32_t* doc_start = nullptr;
+  // [B,T]: local row (b, t) is at position t - position_origin[b*T + t]
+  // (rotary and learned positions): the document's start with masking, the
+  // shift to the global position with context parallelism. Null: doc_start.
+  const int32_t* position_origin = nullptr;
 };
 
 template <typename T>
@@ -117,6 +122,12 @@ class Transformer {
   int num_chunks() const { return int(chunks_.size()); }
   const ChunkSpec& chunk(int c) const { return chunks_[size_t(c)].spec; }
   parallel::TensorParallel& tensor_parallel() { return *tp_; }
+  // Context parallelism: each micro-batch holds this rank's rows of every
+  // sequence (cp->local_len() of them). Set before any activations are made;
+  // cp must outlive the model. Without it: the whole sequence.
+  void set_context_parallel(parallel::ContextParallel* cp);
+  parallel::ContextParallel& context_parallel() { return *cp_; }
+  int64_t seq() const { return cp_->local_len(); }  // rows of each sequence on this rank
   const ParamRegistry& registry() const { return reg_; }
   Tensor& params() { return params_; }
   Tensor& grads() { return grads_; }
@@ -203,6 +214,8 @@ class Transformer {
   bool pack_ = true;
   parallel::TensorParallel single_;  // the region of a one-rank model
   parallel::TensorParallel* tp_;
+  parallel::ContextParallel single_cp_;  // the whole sequence
+  parallel::ContextParallel* cp_ = &single_cp_;
   ParamRegistry reg_;
   LocalDims dims_;
   const Architecture& arch_;
@@ -221,6 +234,7 @@ class Transformer {
   void use_grads(int s);
   void done_grads(int s);
   const int32_t* doc_start_ = nullptr;  // of the context being run
+  const int32_t* origin_ = nullptr;
   T *wte_ = nullptr, *wpe_ = nullptr, *nfw_ = nullptr, *nfb_ = nullptr, *head_ = nullptr;
   T *dwte_ = nullptr, *dwpe_ = nullptr, *dnfw_ = nullptr, *dnfb_ = nullptr, *dhead_ = nullptr;
   std::vector<double> rope_;

@@ -21,12 +21,13 @@ MeshSpec mesh_spec(const Recipe& rc, bool single_process) {
   const std::string flight = !rc.log.flight_recorder.empty() ? rc.log.flight_recorder
                              : !rc.checkpoint.dir.empty()    ? rc.checkpoint.dir + "/flight_recorder"
                                                              : "";
-  return {int(p.data), int(p.tensor), int(p.pipeline), p.order, rc.model.kv_heads,
-          rc.device,   p.timeout_s,   single_process,  flight};
+  return {int(p.data),       int(p.tensor), int(p.pipeline), int(p.context), p.order,
+          rc.model.kv_heads, rc.device,     p.timeout_s,     single_process, flight};
 }
 
 Mesh::Mesh(const MeshSpec& spec, const std::string& source)
-    : topology_(spec.data, spec.pipeline, spec.tensor, spec.order), groups_(kAllGroupKinds.size(), nullptr) {
+    : topology_(spec.data, spec.pipeline, spec.tensor, spec.order, spec.context),
+      groups_(kAllGroupKinds.size(), nullptr) {
   int mpi_on = 0;
   MPI_Initialized(&mpi_on);
   if (mpi_on && !spec.single_process) world_ = MpiCommunicator::world();
@@ -34,8 +35,9 @@ Mesh::Mesh(const MeshSpec& spec, const std::string& source)
   const int world_size = world_ ? world_->size() : 1;
   node_rank_ = world_ ? local_rank_and_size(*world_).first : 0;
   if (topology_.world() != world_size)
-    fail_input("{}: parallel mesh data({}) x tensor({}) x pipeline({}) != world size {}", source, spec.data,
-               spec.tensor, spec.pipeline, world_size);
+    fail_input("{}: parallel mesh data({}) x tensor({}) x pipeline({}){} != world size {}", source, spec.data,
+               spec.tensor, spec.pipeline, spec.context > 1 ? fmt::format(" x context({})", spec.context) : "",
+               world_size);
   if (spec.device == DeviceType::cuda) {
     const int gpus = device_count();
     if (gpus == 0)

@@ -27,7 +27,7 @@ class MpiCommunicator;
 class ProcessGroups;
 
 struct MeshSpec {
-  int data = 1, tensor = 1, pipeline = 1;
+  int data = 1, tensor = 1, pipeline = 1, context = 1;
   std::vector<MeshAxis> order{MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline};
   int64_t kv_heads = 1;  // the model's; fewer than tensor: a KV group
   DeviceType device = DeviceType::cpu;
@@ -58,6 +58,10 @@ class Mesh {
   Communicator* pipeline() { return group(GroupKind::pipeline); }
   Communicator* model_parallel() { return group(GroupKind::model_parallel); }
   Communicator* embedding() { return group(GroupKind::embedding); }
+  Communicator* context() { return group(GroupKind::context); }
+  // data x context: the replicas of this rank's model shard (gradient
+  // reduction, ZeRO shards); the data group when context is 1.
+  Communicator* data_context() { return group(GroupKind::data_context); }
   Communicator* kv() { return kv_; }
   Coords coords() const;
   const Topology& topology() const { return topology_; }

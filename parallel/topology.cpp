@@ -23,31 +23,41 @@ const char* group_name(GroupKind k) {
       return "model_parallel";
     case GroupKind::embedding:
       return "embedding";
+    case GroupKind::context:
+      return "context";
+    case GroupKind::data_context:
+      return "data_context";
   }
   return "?";
 }
 
-Topology::Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order)
-    : data_(data), pipeline_(pipeline), tensor_(tensor) {
-  TRIDENT_CHECK(data >= 1 && pipeline >= 1 && tensor >= 1, "mesh sizes must be >= 1");
-  TRIDENT_CHECK(order.size() == 3, "order needs three dimensions");
-  std::set<Dim> seen;
-  for (size_t i = 0; i < 3; ++i) {
-    TRIDENT_CHECK(seen.insert(order[i]).second, "mesh dimension '{}' listed twice", enum_name(order[i]));
-    order_[i] = order[i];
+std::vector<MeshAxis> full_order(const std::vector<MeshAxis>& order) {
+  std::vector<MeshAxis> out = order;
+  if (std::find(out.begin(), out.end(), Dim::context) == out.end()) {
+    auto data = std::find(out.begin(), out.end(), Dim::data);
+    out.insert(data, Dim::context);
   }
+  return out;
 }
 
-int Topology::size(Dim d) const { return d == Dim::data ? data_ : d == Dim::pipeline ? pipeline_ : tensor_; }
-
-static int& coord(Coords& c, Dim d) { return d == Dim::data ? c.dp : d == Dim::pipeline ? c.pp : c.tp; }
-static int coord(const Coords& c, Dim d) { return d == Dim::data ? c.dp : d == Dim::pipeline ? c.pp : c.tp; }
+Topology::Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order, int context) {
+  TRIDENT_CHECK(data >= 1 && pipeline >= 1 && tensor >= 1 && context >= 1, "mesh sizes must be >= 1");
+  size_[size_t(Dim::data)] = data, size_[size_t(Dim::pipeline)] = pipeline, size_[size_t(Dim::tensor)] = tensor;
+  size_[size_t(Dim::context)] = context;
+  const std::vector<MeshAxis> full = full_order(order);
+  TRIDENT_CHECK(full.size() == 4, "order needs the four axes (context may be left out)");
+  std::set<Dim> seen;
+  for (size_t i = 0; i < 4; ++i) {
+    TRIDENT_CHECK(seen.insert(full[i]).second, "mesh dimension '{}' listed twice", enum_name(full[i]));
+    order_[i] = full[i];
+  }
+}
 
 Coords Topology::coords(int rank) const {
   TRIDENT_CHECK(rank >= 0 && rank < world(), "rank {} outside world size {}", rank, world());
   Coords c;
   for (Dim d : order_) {
-    coord(c, d) = rank % size(d);
+    c.at(d) = rank % size(d);
     rank /= size(d);
   }
   return c;
@@ -56,7 +66,7 @@ Coords Topology::coords(int rank) const {
 int Topology::rank_of(const Coords& c) const {
   int rank = 0, stride = 1;
   for (Dim d : order_) {
-    rank += coord(c, d) * stride;
+    rank += c.at(d) * stride;
     stride *= size(d);
   }
   return rank;
@@ -69,11 +79,12 @@ std::vector<int> Topology::members(GroupKind kind, int rank) const {
     for (int r = 0; r < world(); ++r) {
       Coords c = coords(r);
       bool same = true;
-      for (Dim d : {Dim::data, Dim::pipeline, Dim::tensor})
-        if (std::find(dims.begin(), dims.end(), d) == dims.end() && coord(c, d) != coord(me, d)) same = false;
+      for (Dim d : order_)
+        if (std::find(dims.begin(), dims.end(), d) == dims.end() && c.at(d) != me.at(d)) same = false;
       if (same) out.push_back(r);
     }
   };
+  const int stages = size(Dim::pipeline);
   switch (kind) {
     case GroupKind::tensor:
       vary({Dim::tensor});
@@ -84,19 +95,25 @@ std::vector<int> Topology::members(GroupKind kind, int rank) const {
     case GroupKind::data:
       vary({Dim::data});
       break;
+    case GroupKind::context:
+      vary({Dim::context});
+      break;
+    case GroupKind::data_context:
+      vary({Dim::data, Dim::context});
+      break;
     case GroupKind::model_parallel:
       vary({Dim::tensor, Dim::pipeline});
       break;
     case GroupKind::embedding: {
       // first and last stage together; a middle stage holds no embedding: alone
       Coords first = me, last = me;
-      first.pp = 0, last.pp = pipeline_ - 1;
-      if (me.pp != 0 && me.pp != pipeline_ - 1) {
+      first.pp = 0, last.pp = stages - 1;
+      if (me.pp != 0 && me.pp != stages - 1) {
         out = {rank_of(me)};
         break;
       }
       out = {rank_of(first)};
-      if (pipeline_ > 1) out.push_back(rank_of(last));
+      if (stages > 1) out.push_back(rank_of(last));
       std::sort(out.begin(), out.end());
       break;
     }
@@ -113,16 +130,30 @@ std::vector<std::vector<int>> Topology::groups(GroupKind kind) const {
 }
 
 std::string Topology::describe(int ranks_per_node) const {
-  std::string s = fmt::format("mesh data {} x pipeline {} x tensor {} = world {} | {} ranks per node\n", data_,
-                              pipeline_, tensor_, world(), ranks_per_node);
-  s += fmt::format("{:>5} {:>5} {:>4} {:>4} {:>4}  {:<14} {:<14} {:<14} {:<16} {}\n", "rank", "node", "dp", "pp", "tp",
-                   "tensor", "pipeline", "data", "model_parallel", "embedding");
+  const bool cp = size(Dim::context) > 1;
+  std::string s =
+      cp ? fmt::format("mesh data {} x context {} x pipeline {} x tensor {} = world {} | {} ranks per node\n",
+                       size(Dim::data), size(Dim::context), size(Dim::pipeline), size(Dim::tensor), world(),
+                       ranks_per_node)
+         : fmt::format("mesh data {} x pipeline {} x tensor {} = world {} | {} ranks per node\n", size(Dim::data),
+                       size(Dim::pipeline), size(Dim::tensor), world(), ranks_per_node);
+  s += fmt::format("{:>5} {:>5} {:>4} ", "rank", "node", "dp");
+  if (cp) s += fmt::format("{:>4} ", "cp");
+  s += fmt::format("{:>4} {:>4}  {:<14} ", "pp", "tp", "tensor");
+  if (cp) s += fmt::format("{:<14} ", "context");
+  s += fmt::format("{:<14} {:<14} ", "pipeline", "data");
+  if (cp) s += fmt::format("{:<16} ", "data_context");
+  s += fmt::format("{:<16} {}\n", "model_parallel", "embedding");
   for (int r = 0; r < world(); ++r) {
     Coords c = coords(r);
     auto g = [&](GroupKind k) { return fmt::format("[{}]", fmt::join(members(k, r), ",")); };
-    s += fmt::format("{:>5} {:>5} {:>4} {:>4} {:>4}  {:<14} {:<14} {:<14} {:<16} {}\n", r, r / ranks_per_node, c.dp,
-                     c.pp, c.tp, g(GroupKind::tensor), g(GroupKind::pipeline), g(GroupKind::data),
-                     g(GroupKind::model_parallel), g(GroupKind::embedding));
+    s += fmt::format("{:>5} {:>5} {:>4} ", r, r / ranks_per_node, c.dp);
+    if (cp) s += fmt::format("{:>4} ", c.cp);
+    s += fmt::format("{:>4} {:>4}  {:<14} ", c.pp, c.tp, g(GroupKind::tensor));
+    if (cp) s += fmt::format("{:<14} ", g(GroupKind::context));
+    s += fmt::format("{:<14} {:<14} ", g(GroupKind::pipeline), g(GroupKind::data));
+    if (cp) s += fmt::format("{:<16} ", g(GroupKind::data_context));
+    s += fmt::format("{:<16} {}\n", g(GroupKind::model_parallel), g(GroupKind::embedding));
   }
   return s;
 }

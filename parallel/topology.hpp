@@ -1,15 +1,21 @@
-// Topology: rank <-> (data, pipeline, tensor) coordinates of the device mesh
-// and the members of every process group. Pure arithmetic: no MPI here (the
-// communicators are built from these member lists in parallel/mpi).
+// Topology: rank <-> (data, context, pipeline, tensor) coordinates of the
+// device mesh and the members of every process group. Pure arithmetic: no
+// MPI here (the communicators are built from these member lists in
+// parallel/mpi).
 //
-// The mesh is data x pipeline x tensor = world. `order` lists the dimensions
-// from innermost (adjacent ranks) to outermost; the default
-// [tensor, data, pipeline] gives rank = tp + T * (dp + D * pp), so a tensor
-// group is a run of adjacent ranks (one node).
-// Groups: tensor (same dp, pp), pipeline (same dp, tp), data (same pp, tp),
-// model_parallel (same dp: tensor x pipeline), embedding (first and last
-// pipeline stage of each (dp, tp) slice; one member when pipeline = 1; a
-// middle stage's group is itself alone).
+// The mesh is data x context x pipeline x tensor = world. `order` lists the
+// axes from innermost (adjacent ranks) to outermost; the default
+// [tensor, context, data, pipeline] gives rank = tp + T * (cp + C * (dp + D
+// * pp)), so a tensor group is a run of adjacent ranks (one node) and the
+// context ranks, which exchange keys and values every layer, come next. An
+// order that does not name `context` gets it just inside `data` (a 3-axis
+// order of a recipe written before the axis existed).
+// Groups: tensor (same dp, cp, pp), context (same dp, pp, tp), pipeline
+// (same dp, cp, tp), data (same cp, pp, tp), data_context (same pp, tp: the
+// replicas of a model shard, over which gradients are reduced and ZeRO
+// shards), model_parallel (same dp, cp: tensor x pipeline), embedding (first
+// and last pipeline stage of each (dp, cp, tp) slice; one member when
+// pipeline = 1; a middle stage's group is itself alone).
 #pragma once
 #include <array>
 #include <string>
@@ -20,36 +26,43 @@
 namespace trident::parallel {
 
 using Dim = MeshAxis;  // core/enums.hpp
-enum class GroupKind { tensor, pipeline, data, model_parallel, embedding };
-inline constexpr std::array<GroupKind, 5> kAllGroupKinds = {GroupKind::tensor, GroupKind::pipeline, GroupKind::data,
-                                                            GroupKind::model_parallel, GroupKind::embedding};
+enum class GroupKind { tensor, pipeline, data, model_parallel, embedding, context, data_context };
+inline constexpr std::array<GroupKind, 7> kAllGroupKinds = {
+    GroupKind::tensor,    GroupKind::pipeline, GroupKind::data,        GroupKind::model_parallel,
+    GroupKind::embedding, GroupKind::context,  GroupKind::data_context};
 const char* group_name(GroupKind k);
 
 struct Coords {
-  int dp = 0, pp = 0, tp = 0;
+  int dp = 0, pp = 0, tp = 0, cp = 0;
+  int& at(Dim d) { return d == Dim::data ? dp : d == Dim::pipeline ? pp : d == Dim::tensor ? tp : cp; }
+  int at(Dim d) const { return const_cast<Coords*>(this)->at(d); }
   bool operator==(const Coords&) const = default;
 };
 
 class Topology {
  public:
-  // Sizes must be >= 1 and order a permutation of data, pipeline, tensor
-  // (the recipe loader validates both with messages; here it is a check).
-  Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order);
+  // Sizes must be >= 1 and order a permutation of the axes (context may be
+  // left out); the recipe loader validates both with messages, here it is a
+  // check.
+  Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order, int context = 1);
 
-  int world() const { return data_ * pipeline_ * tensor_; }
-  int size(Dim d) const;
+  int world() const { return size(Dim::data) * size(Dim::context) * size(Dim::pipeline) * size(Dim::tensor); }
+  int size(Dim d) const { return size_[size_t(d)]; }
   Coords coords(int rank) const;
   int rank_of(const Coords& c) const;
   // Members (ascending ranks) of `rank`'s group of this kind.
   std::vector<int> members(GroupKind kind, int rank) const;
   // Every group of this kind, each once, ordered by its smallest rank.
   std::vector<std::vector<int>> groups(GroupKind kind) const;
-  // The layout table `trident topology` prints.
+  // The layout table `trident topology` prints (context columns when context > 1).
   std::string describe(int ranks_per_node) const;
 
  private:
-  int data_, pipeline_, tensor_;
-  std::array<Dim, 3> order_;  // innermost first
+  std::array<int, 4> size_{};  // by Dim
+  std::array<Dim, 4> order_;   // innermost first
 };
+
+// A recipe's order with `context` inserted just inside `data` when it is not named.
+std::vector<MeshAxis> full_order(const std::vector<MeshAxis>& order);
 
 }  // namespace trident::parallel

@@ -63,6 +63,7 @@ std::string index_json(const CheckpointIndex& x) {
             {"seed", x.seed},
             {"mesh",
              {{"data", x.mesh.data},
+              {"context", x.mesh.context},
               {"tensor", x.mesh.tensor},
               {"pipeline", x.mesh.pipeline},
               {"virtual_stages", x.mesh.virtual_stages},
@@ -168,6 +169,7 @@ void read_mesh(const Reader& r, const Json& j, CheckpointIndex& x) {
                                                                          {"virtual_stages", &x.mesh.virtual_stages},
                                                                          {"zero", &x.mesh.zero}})
     *field = r.get<int64_t>(m, key, "mesh.", "an integer");
+  x.mesh.context = r.get_or<int64_t>(m, "context", "mesh.", "an integer", 1);  // older checkpoints: none
   x.mesh.stage_layers = r.get<std::vector<int64_t>>(m, "stage_layers", "mesh.", "a list of integers");
 }
 

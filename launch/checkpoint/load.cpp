@@ -183,7 +183,8 @@ std::string check_own_file(const CheckpointIndex& x, const std::string& index_pa
 }
 
 std::string describe_mesh(const ParallelConfig& p) {
-  return fmt::format("data {} x tensor {} x pipeline {} (virtual stages {}), ZeRO {}", p.data, p.tensor, p.pipeline,
+  return fmt::format("data {}{} x tensor {} x pipeline {} (virtual stages {}), ZeRO {}", p.data,
+                     p.context > 1 ? fmt::format(" x context {}", p.context) : "", p.tensor, p.pipeline,
                      p.virtual_stages, p.zero);
 }
 
@@ -255,14 +256,10 @@ std::string resolve_resume(const Recipe& rc, const std::string& arg) {
 }
 
 std::vector<std::string> single_process_overrides() {
-  return {"parallel.data=1",
-          "parallel.tensor=1",
-          "parallel.pipeline=1",
-          "parallel.virtual_stages=1",
-          "parallel.zero=0",
-          "parallel.schedule=1f1b",
-          "parallel.sequence_parallel=false",
-          "parallel.stage_layers=[]"};
+  return {
+      "parallel.data=1",           "parallel.context=1", "parallel.tensor=1",      "parallel.pipeline=1",
+      "parallel.virtual_stages=1", "parallel.zero=0",    "parallel.schedule=1f1b", "parallel.sequence_parallel=false",
+      "parallel.stage_layers=[]"};
 }
 
 WholeModel load_whole_model(const std::string& path) {

@@ -129,8 +129,9 @@ TEST(Recipe, TensorParallelDivisibility) {
   EXPECT_EQ(r.model.padded_vocab(1), 51);
 }
 TEST(Recipe, BadOrder) {
-  expect_error(with("parallel: {order: [tensor, data, data]}"),
-               {"'parallel.order'", "a permutation of [tensor, data, pipeline]"});
+  expect_error(
+      with("parallel: {order: [tensor, data, data]}"),
+      {"'parallel.order'", "a permutation of [tensor, context, data, pipeline], or of [tensor, data, pipeline]"});
 }
 TEST(Recipe, BetasWrongLength) {
   expect_error(kGood, {"'optim.betas'", "a list of 2 numbers", "found a list of 1 ([0.9])"}, {"optim.betas=[0.9]"});

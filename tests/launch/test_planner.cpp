@@ -186,7 +186,7 @@ TEST(Planner, CommandLine) {
   r = run("plan " + src("configs/demo.yaml") + " --cluster " + src("configs/clusters/cpu-local.yaml") +
           " --gpus 4 --mesh 2,2,2");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.out.find("2 x 2 x 2 = 8 != --gpus 4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 x 2 x 2 x 1 = 8 != --gpus 4"), std::string::npos) << r.out;
 }
 
 // `--mesh` plans the recipe's own choices and --set's, key by key; without
@@ -288,8 +288,9 @@ TEST(Planner, PublishedStepTimes) {
   EXPECT_GE(within10, int(0.8 * double(rows.size()) + 0.999)) << within10 << " of " << rows.size() << " within 10%";
 }
 
-// A sweep over 2 ranks: every mesh runs, each with its measurement and the
-// plan; the predicted peak memory is within 10% of the measured one.
+// A sweep over 2 ranks: every mesh runs (context 2 among them), each with
+// its measurement and the plan; the predicted peak memory is within 10% of
+// the measured one and the activations are exact.
 TEST(Planner, SweepOnTwoRanks) {
   const std::string out = (std::filesystem::temp_directory_path() / "trident_sweep_test").string();
   std::filesystem::remove_all(out);
@@ -302,15 +303,22 @@ TEST(Planner, SweepOnTwoRanks) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("fastest measured: "), std::string::npos) << r.out;
   const YAML::Node j = YAML::LoadFile(out + "/sweep.json");
-  ASSERT_EQ(j.size(), 3u);  // 2x1x1, 1x1x2, 1x2x1
+  ASSERT_EQ(j.size(), 4u);  // 2x1x1, 1x1x2, 1x2x1, 1x1x1 x context 2
+  int contexts = 0;
   for (const auto& m : j) {
     ASSERT_TRUE(m["valid"].as<bool>());
     EXPECT_GT(m["measured"]["tokens_per_s"].as<double>(), 0);
     EXPECT_GT(m["predicted"]["tokens_per_s"].as<double>(), 0);
     const double meas = m["measured"]["memory_bytes"]["total"].as<double>();
     const double pred = m["predicted"]["memory_bytes"]["total"].as<double>();
-    EXPECT_NEAR(pred / meas, 1.0, 0.10) << m["data"] << "x" << m["tensor"] << "x" << m["pipeline"];
+    EXPECT_NEAR(pred / meas, 1.0, 0.10) << m["data"] << "x" << m["tensor"] << "x" << m["pipeline"] << "x"
+                                        << m["context"];
+    EXPECT_EQ(m["predicted"]["memory_bytes"]["activations"].as<double>(),
+              m["measured"]["memory_bytes"]["activations"].as<double>())
+        << m["data"] << "x" << m["tensor"] << "x" << m["pipeline"] << "x" << m["context"];
+    contexts += m["context"].as<int>() == 2;
   }
+  EXPECT_EQ(contexts, 1);
   EXPECT_TRUE(std::filesystem::exists(out + "/sweep.csv"));
   std::filesystem::remove_all(out);
 }

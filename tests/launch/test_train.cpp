@@ -339,7 +339,8 @@ TEST(Launch, HostfileReportsPlacementAndMesh) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("launch: mpirun | 4 ranks on 1 node"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("): ranks 0-3"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("mesh: data 2 x tensor 2 x pipeline 1 (order tensor, data, pipeline"), std::string::npos)
+  EXPECT_NE(r.out.find("mesh: data 2 x tensor 2 x pipeline 1 (order tensor, context, data, pipeline"),
+            std::string::npos)
       << r.out;
 }
 

@@ -53,9 +53,12 @@ struct Case {
   std::string device = "cpu";
   bool documents = false;  // train on the document dataset with data.document_mask
   bool eod_loss = false;   // ... and data.mask_eod_loss
+  int context = 1;         // parallel.context
+  std::string context_mode = "ring";
   std::string name() const {
-    return fmt::format("{} data {} x tensor {} x pipeline {} {} zero {}{}{}{}", arch, data, tensor, pipeline, schedule,
-                       zero, sp ? " sequence parallel" : "", recompute == "none" ? "" : " recompute " + recompute,
+    return fmt::format("{} data {} x tensor {} x pipeline {}{} {} zero {}{}{}{}", arch, data, tensor, pipeline,
+                       context > 1 ? fmt::format(" x context {} {}", context, context_mode) : "", schedule, zero,
+                       sp ? " sequence parallel" : "", recompute == "none" ? "" : " recompute " + recompute,
                        precision == "fp32" ? "" : " " + precision) +
            (device == "cpu" ? "" : " on " + device) + (documents ? " document mask" : "") +
            (eod_loss ? " no EOD loss" : "");
@@ -106,6 +109,8 @@ Recipe recipe(const Case& c, int world) {
   sets.push_back("parallel.data=" + std::to_string(c.data));
   sets.push_back("parallel.tensor=" + std::to_string(c.tensor));
   sets.push_back("parallel.pipeline=" + std::to_string(c.pipeline));
+  sets.push_back("parallel.context=" + std::to_string(c.context));
+  sets.push_back("parallel.context_mode=" + c.context_mode);
   sets.push_back("parallel.schedule=" + c.schedule);
   sets.push_back("parallel.virtual_stages=" + std::string(c.schedule == "interleaved_1f1b" ? "2" : "1"));
   sets.push_back("parallel.zero=" + std::to_string(c.zero));
@@ -263,6 +268,72 @@ TEST(Pipeline, DocumentMaskMatchesSingleRank) {
     EXPECT_GT(std::abs(single_rank(no_eod).losses.back() / single_rank(masked).losses.back() - 1), 1e-3)
         << arch << ": mask_eod_loss did not change the run";
   }
+}
+
+// Context parallelism: every mesh of 8 ranks with context 2 or 4 (the rest
+// data x tensor x pipeline) against the single-rank run, both modes, both
+// architectures (LLaMA with grouped-query attention: 8 heads over 2 KV
+// heads). all_to_all needs this rank's KV heads divisible by context: LLaMA
+// at tensor > 1 or context 4 runs the ring instead. CI: every mesh once with
+// the mode, architecture, ZeRO stage and schedule rotated, plus document
+// masking, recomputation and bf16; --full: every mesh x mode x architecture.
+std::vector<Case> context_cases(int world) {
+  std::vector<Case> out;
+  const std::vector<int> zeros = {0, 1, 2, 3};
+  const std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved_1f1b", "zero_bubble"};
+  int i = 0;
+  for (int c : {2, 4})
+    for (auto [d, t, p] : meshes(world / c)) {
+      auto make = [&](const std::string& arch, const std::string& mode) {
+        Case k{d, t, p, p > 1 ? schedules[size_t(i % 4)] : "1f1b", zeros[size_t(i % 4)], arch, t > 1 && i % 2 == 0};
+        k.context = c, k.context_mode = mode;
+        const int kv_local = t >= 2 ? 1 : 2;  // llama: 2 KV heads, replicated when tensor > 2
+        if (arch == "llama" && mode == "all_to_all" && kv_local % c != 0) k.context_mode = "ring";
+        return k;
+      };
+      if (g_full) {
+        for (std::string arch : {"gpt2", "llama"})
+          for (std::string mode : {"ring", "all_to_all"}) out.push_back(make(arch, mode)), ++i;
+      } else {
+        out.push_back(make(i % 2 ? "llama" : "gpt2", (i / 2) % 2 ? "all_to_all" : "ring"));
+        ++i;
+      }
+    }
+  return out;
+}
+
+TEST(Pipeline, ContextParallelMatchesSingleRank) {
+  if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
+  std::vector<Case> list = context_cases(g_world);
+  std::map<std::string, int> seen;
+  // composition: document masking, recomputation, bf16
+  Case docs{2, 2, 1, "1f1b", 1, "gpt2", true};
+  docs.context = 2, docs.documents = true;
+  Case docs_a2a{2, 1, 2, "gpipe", 3, "llama"};
+  docs_a2a.context = 2, docs_a2a.context_mode = "all_to_all", docs_a2a.documents = true, docs_a2a.eod_loss = true;
+  Case full{1, 1, 4, "interleaved_1f1b", 0, "gpt2"};
+  full.context = 2, full.recompute = "full";
+  Case selective{1, 2, 2, "zero_bubble", 1, "llama"};
+  selective.context = 2, selective.recompute = "selective";
+  Case half{2, 2, 1, "1f1b", 1, "llama", true};
+  half.context = 2, half.precision = "bf16";
+  for (const Case& c : {docs, docs_a2a, full, selective, half}) list.push_back(c);
+  for (const Case& c : list) {
+    if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
+    const auto& ref = single_rank(c);
+    if (std::getenv("TRIDENT_TEST_VERBOSE")) std::fprintf(stderr, "case: %s\n", c.name().c_str());
+    const test::EquivalenceRun run = test::train_with_step1_gradients(recipe(c, g_world), {.quiet = true});
+    seen[c.context_mode]++, seen[c.arch]++, seen["context " + std::to_string(c.context)]++;
+    const bool bf16 = c.precision == "bf16";
+    test::expect_equivalent(ref, run, c.name(),
+                            {.grads = bf16 ? 2e-2 : 1e-5,
+                             .loss = bf16 ? 5e-4 : 1e-4,
+                             .grad_norm = bf16          ? -1
+                                          : c.documents ? 1e-3
+                                                        : 1e-4});
+  }
+  if (!std::getenv("TRIDENT_TEST_CASE"))
+    for (const char* k : {"ring", "all_to_all", "gpt2", "llama", "context 2", "context 4"}) EXPECT_GT(seen[k], 0) << k;
 }
 
 // device: cuda under every parallel dimension, all ranks on the one GPU

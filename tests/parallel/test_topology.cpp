@@ -95,4 +95,74 @@ TEST(Topology, RecipeValidationMessages) {
             std::string::npos);
 }
 
+// The fourth axis: context inside data by default, and wherever an order puts it.
+TEST(Topology, ContextAxis) {
+  Topology t(2, 2, 2, {MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline}, 2);  // context inserted inside data
+  EXPECT_EQ(t.world(), 16);
+  EXPECT_EQ(t.coords(1), (Coords{0, 0, 1, 0}));  // tp fastest
+  EXPECT_EQ(t.coords(2), (Coords{0, 0, 0, 1}));  // then cp
+  EXPECT_EQ(t.coords(4), (Coords{1, 0, 0, 0}));  // then dp
+  EXPECT_EQ(t.coords(8), (Coords{0, 1, 0, 0}));  // then pp
+  for (int r = 0; r < 16; ++r) EXPECT_EQ(t.rank_of(t.coords(r)), r);
+  EXPECT_EQ(t.members(GroupKind::context, 5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(t.members(GroupKind::data, 5), (std::vector<int>{1, 5}));
+  EXPECT_EQ(t.members(GroupKind::data_context, 5), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(t.members(GroupKind::tensor, 5), (std::vector<int>{4, 5}));
+  EXPECT_EQ(t.members(GroupKind::pipeline, 5), (std::vector<int>{5, 13}));
+  EXPECT_EQ(t.members(GroupKind::model_parallel, 5), (std::vector<int>{4, 5, 12, 13}));
+  EXPECT_EQ(t.members(GroupKind::embedding, 7), (std::vector<int>{7, 15}));
+  for (GroupKind k : kAllGroupKinds) {  // every rank in exactly one group of each kind
+    std::vector<int> seen(16, 0);
+    for (auto& g : t.groups(k))
+      for (int r : g) seen[size_t(r)]++;
+    for (int n : seen) EXPECT_EQ(n, 1) << group_name(k);
+  }
+  // context outermost when the order says so
+  Topology o(2, 1, 2, {MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline, MeshAxis::context}, 2);
+  EXPECT_EQ(o.coords(4), (Coords{0, 0, 0, 1}));
+  EXPECT_EQ(o.members(GroupKind::context, 1), (std::vector<int>{1, 5}));
+  // context 1: the data_context group is the data group
+  Topology d(4, 1, 2, {MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline});
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(d.members(GroupKind::data_context, r), d.members(GroupKind::data, r));
+  const std::string s = t.describe(8);
+  EXPECT_NE(s.find("mesh data 2 x context 2 x pipeline 2 x tensor 2 = world 16"), std::string::npos) << s;
+  EXPECT_NE(s.find("data_context"), std::string::npos) << s;
+}
+
+TEST(Topology, ContextRecipeValidationMessages) {
+  const char* base =
+      "model: {arch: llama, layers: 4, hidden: 64, heads: 4, kv_heads: 2, seq_len: 24, vocab: 16}\n"
+      "train: {global_batch: 8, micro_batch: 2, steps: 1}\noptim: {lr: 1.0e-3}\n";
+  auto err = [&](std::vector<std::string> sets, int64_t world) {
+    try {
+      load_recipe_text(base, "r.yaml", sets, world);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(err({"parallel.context=2"}, 2), "no error");
+  EXPECT_NE(err({"parallel.context=2"}, 4).find("data(1) x tensor(1) x pipeline(1) x context(2) = 2 != world size 4"),
+            std::string::npos);
+  EXPECT_NE(err({"parallel.context=8"}, 8).find("seq_len(24) % (2 x context(8)) = 8 != 0"), std::string::npos);
+  EXPECT_NE(err({"parallel.context=2", "device=cuda"}, 2).find("the CUDA attention has no block kernel yet"),
+            std::string::npos);
+  // all_to_all: this rank's heads and KV heads over context
+  EXPECT_EQ(err({"parallel.context=2", "parallel.context_mode=all_to_all"}, 2), "no error");
+  EXPECT_NE(err({"parallel.context=2", "parallel.tensor=2", "parallel.context_mode=all_to_all"}, 4)
+                .find("1 KV head(s) per tensor rank (kv_heads(2), tensor(2)), and 1 % context(2) = 1 != 0"),
+            std::string::npos);
+  // heads (4) divide over context 4, the KV heads (2) do not
+  EXPECT_NE(err({"parallel.context=4", "model.seq_len=32", "parallel.context_mode=all_to_all"}, 4)
+                .find("2 % context(4) = 2 != 0"),
+            std::string::npos);
+  EXPECT_NE(err({"parallel.order=[tensor, context, tensor, data]", "parallel.context=2"}, 2).find("a permutation of"),
+            std::string::npos);
+  EXPECT_NE(err({"parallel.context=2", "parallel.tensor=4", "parallel.sequence_parallel=true", "model.seq_len=4",
+                 "train.micro_batch=1", "train.global_batch=1"},
+                8)
+                .find("micro_batch(1) x seq_len(4) / context(2) = 2 token rows over tensor(4): 2 % 4 != 0"),
+            std::string::npos);
+}
+
 }  // namespace trident::parallel

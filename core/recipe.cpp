@@ -171,10 +171,11 @@ void validate_context(Reader& r, const Recipe& rc) {
                                "seq_len / (2 x context) tokens (chunks i and 2 x context - 1 - i, for causal balance)",
                                m.seq_len, p.context, m.seq_len % (2 * p.context)));
   if (rc.device == DeviceType::cuda)
-    r.inconsistent("parallel.context", fmt::format("context({}) with device: cuda: context parallelism runs on the CPU "
-                                                   "kernels (the CUDA attention has no block kernel yet); use "
-                                                   "device: cpu or context: 1",
-                                                   p.context));
+    r.inconsistent("parallel.context",
+                   fmt::format("context({}) with device: cuda: context parallelism runs on the CPU in this version "
+                               "(its ring and all-to-all move host buffers, not device ones); use device: cpu or "
+                               "context: 1",
+                               p.context));
   if (p.context_mode != ContextMode::all_to_all) return;
   const int64_t heads = m.heads / p.tensor, kv = m.kv_heads >= p.tensor ? m.kv_heads / p.tensor : 1;
   if (heads % p.context != 0)

@@ -27,8 +27,9 @@
 // With one rank every call is the plain attention kernel.
 //
 // All ranks of the context group run the same model code, so they call these
-// in the same order (communicator.hpp's contract). The CPU kernels only: the
-// CUDA attention has no block kernel yet (the recipe refuses the pair).
+// in the same order (communicator.hpp's contract). Host buffers only: the
+// packing and transfers here are host code, so device: cuda is refused by
+// the recipe although the CUDA block kernels exist (kernels/attention.hpp).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -39,7 +39,8 @@ void tile_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, 
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       double acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc += (ta ? A[k * lda + m] : A[m * lda + k]) * (tb ? B[n * ldb + k] : B[k * ldb + n]);
+      for (int64_t k = 0; k < K; ++k)
+        acc += (ta ? A[k * lda + m] : A[m * lda + k]) * (tb ? B[n * ldb + k] : B[k * ldb + n]);
       C[m * ldc + n] = alpha * acc + (beta == 0 ? 0 : beta * C[m * ldc + n]);
     }
 }
@@ -53,7 +54,8 @@ struct Span {
 inline Span span(const int32_t* pos, int64_t first, int64_t n) {
   if (!pos) return {first, first + n - 1};
   Span s;
-  for (int64_t i = first; i < first + n; ++i) s.lo = std::min<int64_t>(s.lo, pos[i]), s.hi = std::max<int64_t>(s.hi, pos[i]);
+  for (int64_t i = first; i < first + n; ++i)
+    s.lo = std::min<int64_t>(s.lo, pos[i]), s.hi = std::max<int64_t>(s.hi, pos[i]);
   return s;
 }
 
@@ -191,10 +193,11 @@ void block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* d
                 T* p = P.data() + r * sn;
                 const T l = L[r];
 #pragma omp simd
-                for (int64_t c = 0; c < sn; ++c) p[c] = p[c] == T(-INFINITY) || l == T(-INFINITY) ? T(0) : vexp(p[c] - l);
+                for (int64_t c = 0; c < sn; ++c)
+                  p[c] = p[c] == T(-INFINITY) || l == T(-INFINITY) ? T(0) : vexp(p[c] - l);
               }
               tile_gemm(true, false, sn, D, tn, T(1), P.data(), sn, go, lddo, T(1), dv_acc.data(), D);  // dV += P^T dO
-              tile_gemm(false, true, tn, sn, D, T(1), go, lddo, v, a.ldkv, T(0), dS.data(), sn);      // dP = dO V^T
+              tile_gemm(false, true, tn, sn, D, T(1), go, lddo, v, a.ldkv, T(0), dS.data(), sn);        // dP = dO V^T
               for (int64_t r = 0; r < tn; ++r) {
                 T* ds = dS.data() + r * sn;
                 const T* p = P.data() + r * sn;
@@ -234,14 +237,6 @@ AttentionBlock<T> self_block(const T* qkv, int64_t B, int64_t T_, int64_t H, int
   return a;
 }
 
-void no_device_block(const void* p) {
-#ifdef TRIDENT_HAVE_CUDA
-  TRIDENT_CHECK(!is_device_pointer(p), "attention blocks (context parallelism) have no CUDA kernel yet");
-#else
-  (void)p;
-#endif
-}
-
 }  // namespace
 
 int64_t attention_state_elements(int64_t B, int64_t T_, int64_t H) { return B * H * T_; }
@@ -262,7 +257,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int6
 
 template <typename T>
 void attention_delta(T* delta, const T* dout, const T* out, int64_t ldo, int64_t B, int64_t Tq, int64_t H, int64_t D) {
-  no_device_block(out);
+  TRIDENT_ON_CUDA(T, out, cuda::attention_delta(delta, dout, out, ldo, B, Tq, H, D));
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < Tq; ++t)
@@ -290,7 +285,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
 
 template <typename T>
 void attention_block_forward(T* out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool merge) {
-  no_device_block(a.q);
+  TRIDENT_ON_CUDA(T, a.q, cuda::attention_block_forward(out, ldo, lse, a, merge));
   TRIDENT_CHECK(a.KV > 0 && a.H % a.KV == 0, "attention block: {} heads over {} KV heads", a.H, a.KV);
   block_forward(out, ldo, lse, a, merge);
 }
@@ -298,7 +293,7 @@ void attention_block_forward(T* out, int64_t ldo, T* lse, const AttentionBlock<T
 template <typename T>
 void attention_block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* dout, int64_t lddo,
                               const T* lse, const T* delta, const AttentionBlock<T>& a) {
-  no_device_block(a.q);
+  TRIDENT_ON_CUDA(T, a.q, cuda::attention_block_backward(dq, lddq, dk, dv, lddkv, dout, lddo, lse, delta, a));
   block_backward(dq, lddq, dk, dv, lddkv, dout, lddo, lse, delta, a);
 }
 
@@ -350,9 +345,9 @@ void rope_backward(T* dqkv, const double* table, int64_t B, int64_t T_, int64_t 
 #define INSTANTIATE(T)                                                                                                \
   template void attention_probs<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);        \
   template void attention_block_forward<T>(T*, int64_t, T*, const AttentionBlock<T>&, bool);                          \
-  template void attention_delta<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);             \
+  template void attention_delta<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);              \
   template void attention_block_backward<T>(T*, int64_t, T*, T*, int64_t, const T*, int64_t, const T*, const T*,      \
-                                            const AttentionBlock<T>&);                                               \
+                                            const AttentionBlock<T>&);                                                \
   template void attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);  \
   template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, \
                                       int64_t, const int32_t*);                                                       \

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/attention.hpp"
+
 namespace trident::kernels::cuda {
 
 // GEMM math: 0 fp32 (exact), 1 bf16 tensor cores, 2 fp16 tensor cores; the
@@ -51,12 +53,19 @@ void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N
 // Flash-style causal attention: lse[B,H,T] (log-sum-exp of each query row's
 // scaled scores) replaces the CPU's probs[B,H,T,T]; no T x T matrix exists.
 // Head sizes up to 128. doc_start[B*T] (device, optional): document masking.
-void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV,
-                       int64_t D, const int32_t* doc_start = nullptr);
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                       const int32_t* doc_start = nullptr);
 void attention_lse(float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                    const int32_t* doc_start = nullptr);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B,
                         int64_t T, int64_t H, int64_t KV, int64_t D, const int32_t* doc_start = nullptr);
+// Blocks with global positions and log-sum-exp merging (context parallelism),
+// the twins of kernels/attention.hpp's CPU functions; every pointer on the device.
+void attention_block_forward(float* out, int64_t ldo, float* lse, const AttentionBlock<float>& a, bool merge);
+void attention_delta(float* delta, const float* dout, const float* out, int64_t ldo, int64_t B, int64_t Tq, int64_t H,
+                     int64_t D);
+void attention_block_backward(float* dq, int64_t lddq, float* dk, float* dv, int64_t lddkv, const float* dout,
+                              int64_t lddo, const float* lse, const float* delta, const AttentionBlock<float>& a);
 
 // table: the host table of kernels::rope_table (copied to the device once per table)
 void rope_forward(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <sstream>
 
@@ -221,6 +222,68 @@ TEST(Cuda, FlashAttentionMatchesMaterialisedSoftmax) {
     expect_close(name + " lse against the CPU twin's", probs, lse, 1e-5, 1e-5);
     attention_backward(gdqkv.f(), gdout.f(), gqkv.f(), gout.f(), glse.f(), s.B, s.T, s.H, s.KV, s.D);
     expect_close(name + " dqkv", dqkv, gdqkv.host(int64_t(dqkv.size())), 1e-4, 1e-5);
+  }
+}
+
+// Attention blocks (context parallelism) on the GPU against the CPU twin:
+// rank 1 of 3 (two 40-row chunks) attends to every rank's block, merged by
+// log-sum-exp, with documents; backward adds each block's dq, dk, dv.
+TEST(Cuda, AttentionBlocksMatchTheCpu) {
+  REQUIRE_GPU();
+  const int64_t B = 2, N = 3, c = 40, T = 2 * N * c, Tl = 2 * c, H = 4, KV = 2, D = 64, W = (H + 2 * KV) * D;
+  std::vector<std::vector<int32_t>> pos(N);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t chunk : {r, 2 * N - 1 - r})
+      for (int64_t t = chunk * c; t < (chunk + 1) * c; ++t) pos[size_t(r)].push_back(int32_t(t));
+  const std::vector<int32_t> whole = test::doc_starts(B, T, {{0, 30, 95, 96, 170}, {0, 130}});
+  std::vector<int32_t> ds;
+  for (int64_t b = 0; b < B; ++b)
+    for (int32_t p : pos[1]) ds.push_back(whole[size_t(b * T + p)]);
+  std::vector<F> qkv;
+  std::vector<std::unique_ptr<Dev>> gqkv;
+  std::vector<std::unique_ptr<Dev>> gpos;
+  for (int64_t r = 0; r < N; ++r) {
+    qkv.push_back(randn(B * Tl * W, uint32_t(40 + r)));
+    gqkv.push_back(std::make_unique<Dev>(qkv.back()));
+    gpos.push_back(std::make_unique<Dev>(pos[size_t(r)]));
+  }
+  const Dev gds(ds);
+  const F dout = randn(B * Tl * H * D, 50);
+  const Dev gdout(dout);
+  auto block = [&](int64_t src, bool device) {
+    AttentionBlock<float> a;
+    a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D, a.ldq = W, a.ldkv = W;
+    const float* q = device ? gqkv[1]->f() : qkv[1].data();
+    const float* kv = device ? gqkv[size_t(src)]->f() : qkv[size_t(src)].data();
+    a.q = q, a.k = kv + H * D, a.v = kv + (H + KV) * D;
+    a.q_pos = device ? gpos[1]->i() : pos[1].data(),
+    a.k_pos = device ? gpos[size_t(src)]->i() : pos[size_t(src)].data();
+    a.doc_start = device ? gds.i() : ds.data();
+    return a;
+  };
+  F out(size_t(B * Tl * H * D)), lse(size_t(B * H * Tl));
+  Dev gout(out), glse(lse);
+  for (int64_t step = 0; step < N; ++step) {
+    const int64_t src = (1 - step + N) % N;
+    attention_block_forward(out.data(), H * D, lse.data(), block(src, false), step > 0);
+    attention_block_forward(gout.f(), H * D, glse.f(), block(src, true), step > 0);
+  }
+  expect_close("block output", out, gout.host(int64_t(out.size())), 1e-5, 1e-5);
+  expect_close("block lse", lse, glse.host(int64_t(lse.size())), 1e-5, 1e-5);
+  F delta(lse.size());
+  Dev gdelta(delta);
+  attention_delta(delta.data(), dout.data(), out.data(), H * D, B, Tl, H, D);
+  attention_delta(gdelta.f(), gdout.f(), gout.f(), H * D, B, Tl, H, D);
+  expect_close("block delta", delta, gdelta.host(int64_t(delta.size())), 1e-5, 1e-5);
+  for (int64_t src = 0; src < N; ++src) {
+    F dq(qkv[1].size(), 0.f), dkv(qkv[1].size(), 0.f);
+    Dev gdq(dq), gdkv(dkv);
+    attention_block_backward(dq.data(), W, dkv.data() + H * D, dkv.data() + (H + KV) * D, W, dout.data(), H * D,
+                             lse.data(), delta.data(), block(src, false));
+    attention_block_backward(gdq.f(), W, gdkv.f() + H * D, gdkv.f() + (H + KV) * D, W, gdout.f(), H * D, glse.f(),
+                             gdelta.f(), block(src, true));
+    expect_close("block dq from block " + std::to_string(src), dq, gdq.host(int64_t(dq.size())), 1e-4, 1e-5);
+    expect_close("block dk, dv of block " + std::to_string(src), dkv, gdkv.host(int64_t(dkv.size())), 1e-4, 1e-5);
   }
 }
 

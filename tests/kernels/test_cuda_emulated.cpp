@@ -68,6 +68,60 @@ TEST(CudaEmulated, FlashAttentionForwardBackward) {
   }
 }
 
+// Attention blocks (context parallelism) against their CPU twins: rank 1 of
+// 3 (chunks 1 and 4 of 6, 40 rows each: two query tiles, positions not
+// contiguous) attends to its own block, then merges rank 0's and rank 2's;
+// backward adds each block's dq, dk, dv. With and without documents.
+TEST(CudaEmulated, AttentionBlocksMatchTheCpu) {
+  const int64_t B = 2, N = 3, c = 40, T = 2 * N * c, Tl = 2 * c, H = 4, KV = 2, D = 16, W = (H + 2 * KV) * D;
+  std::vector<std::vector<int32_t>> pos(N);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t chunk : {r, 2 * N - 1 - r})
+      for (int64_t t = chunk * c; t < (chunk + 1) * c; ++t) pos[size_t(r)].push_back(int32_t(t));
+  for (bool documents : {false, true}) {
+    const std::vector<int32_t> whole = test::doc_starts(B, T, {{0, 30, 95, 96, 170}, {0, 130}});
+    std::vector<int32_t> ds;  // rank 1's rows' document starts (global positions)
+    for (int64_t b = 0; b < B; ++b)
+      for (int32_t p : pos[1]) ds.push_back(whole[size_t(b * T + p)]);
+    std::vector<F> qkv;
+    for (int64_t r = 0; r < N; ++r) qkv.push_back(randn(B * Tl * W, uint32_t(40 + r)));
+    const F dout = randn(B * Tl * H * D, 50);
+    auto block = [&](int64_t src) {
+      AttentionBlock<float> a;
+      a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D;
+      a.q = qkv[1].data(), a.ldq = W, a.k = qkv[size_t(src)].data() + H * D,
+      a.v = qkv[size_t(src)].data() + (H + KV) * D;
+      a.ldkv = W, a.q_pos = pos[1].data(), a.k_pos = pos[size_t(src)].data(),
+      a.doc_start = documents ? ds.data() : nullptr;
+      return a;
+    };
+    const std::string what = documents ? "blocks with documents" : "blocks";
+    F out(size_t(B * Tl * H * D)), lse(size_t(B * H * Tl)), eout(out.size(), -7.f), lse_emu(lse.size(), -7.f);
+    for (int64_t step = 0; step < N; ++step) {
+      const int64_t src = (1 - step + N) % N;
+      attention_block_forward(out.data(), H * D, lse.data(), block(src), step > 0);
+      emu::attention_block_forward(eout.data(), H * D, lse_emu.data(), block(src), step > 0);
+      expect_close(what + " output after " + std::to_string(step + 1) + " block(s)", out, eout, 1e-5, 1e-6);
+      expect_close(what + " lse after " + std::to_string(step + 1) + " block(s)", lse, lse_emu, 1e-5, 1e-6);
+    }
+    F delta(lse.size()), edelta(lse.size(), -7.f);
+    attention_delta(delta.data(), dout.data(), out.data(), H * D, B, Tl, H, D);
+    emu::attention_delta(edelta.data(), dout.data(), out.data(), H * D, B, Tl, H, D);
+    expect_close(what + " delta", delta, edelta, 1e-5, 1e-6);
+    F dq(qkv[1].size(), 0.f), edq = dq;
+    std::vector<F> dkv(N, F(qkv[1].size(), 0.f)), edkv = dkv;
+    for (int64_t src = 0; src < N; ++src) {
+      attention_block_backward(dq.data(), W, dkv[size_t(src)].data() + H * D, dkv[size_t(src)].data() + (H + KV) * D, W,
+                               dout.data(), H * D, lse.data(), delta.data(), block(src));
+      emu::attention_block_backward(edq.data(), W, edkv[size_t(src)].data() + H * D,
+                                    edkv[size_t(src)].data() + (H + KV) * D, W, dout.data(), H * D, lse.data(),
+                                    delta.data(), block(src));
+      expect_close(what + " dk, dv of block " + std::to_string(src), dkv[size_t(src)], edkv[size_t(src)], 1e-4, 1e-5);
+    }
+    expect_close(what + " dq", dq, edq, 1e-4, 1e-5);
+  }
+}
+
 // The device keeps a copy of each rope table: a table rewritten in place
 // (another theta at the same host address and size) must not be served stale.
 TEST(CudaEmulated, RopeTableRewrittenInPlaceIsNotServedStale) {

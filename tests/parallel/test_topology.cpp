@@ -145,7 +145,7 @@ TEST(Topology, ContextRecipeValidationMessages) {
   EXPECT_NE(err({"parallel.context=2"}, 4).find("data(1) x tensor(1) x pipeline(1) x context(2) = 2 != world size 4"),
             std::string::npos);
   EXPECT_NE(err({"parallel.context=8"}, 8).find("seq_len(24) % (2 x context(8)) = 8 != 0"), std::string::npos);
-  EXPECT_NE(err({"parallel.context=2", "device=cuda"}, 2).find("the CUDA attention has no block kernel yet"),
+  EXPECT_NE(err({"parallel.context=2", "device=cuda"}, 2).find("its ring and all-to-all move host buffers"),
             std::string::npos);
   // all_to_all: this rank's heads and KV heads over context
   EXPECT_EQ(err({"parallel.context=2", "parallel.context_mode=all_to_all"}, 2), "no error");

@@ -1,8 +1,8 @@
 // Checkpoints, run by ctest under mpirun with 1 and 4 ranks.
 // Exact resume: a run of 6 steps saving every 3, and a second run resumed
 // from its step-3 checkpoint, give bitwise the same losses for steps 4-6, on
-// several meshes (data with ZeRO 0, 1 and 3, tensor, pipeline with
-// interleaving, all three). Keep-N rotation and the cleanup of an
+// several meshes (data with ZeRO 0, 1 and 3, tensor, context with ZeRO 1
+// over data x context, pipeline with interleaving, all three). Keep-N rotation and the cleanup of an
 // abandoned (interrupted) save. Damage: a flipped byte (checksum), a
 // truncated or missing shard, a wrong format version, another model: each an
 // InputError naming the file or key, raised on every rank, with the
@@ -72,6 +72,7 @@ std::vector<std::vector<std::string>> meshes() {
       {"parallel.data=4", "parallel.zero=0"},
       {"parallel.data=4", "parallel.zero=1"},
       {"parallel.data=2", "parallel.tensor=2", "parallel.zero=3", "parallel.sequence_parallel=true"},
+      {"parallel.data=2", "parallel.context=2", "parallel.zero=1"},  // ZeRO shards over data x context
       {"parallel.pipeline=2", "parallel.tensor=2", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2"},
       {"parallel.data=2", "parallel.pipeline=2", "parallel.zero=1"}};
 }

@@ -107,6 +107,45 @@ TEST(Planner, ActivationBytesEqualTheMeasuredPeak) {
     }
 }
 
+// Context parallelism in the plan: activations and attention per rank
+// divided by the context size (exactly: the allocator's layout; measured
+// against runs in docs/performance.md and by SweepOnTwoRanks), the ring's
+// transfers partly hidden behind attention, all_to_all refused where the KV
+// heads do not divide, --max-context enumerating context meshes.
+TEST(Planner, ContextParallelism) {
+  Recipe rc = load_plan_recipe(src("configs/llama-tiny.yaml"),
+                               {"model.seq_len=8192", "train.global_batch=4", "train.micro_batch=1"});
+  PlanConfig one{1, 1, 1, 1, 1, 0, Recompute::none, ScheduleKind::one_f_one_b, false, {}};
+  PlanConfig two = one, four = one;
+  two.context = 2, four.context = 4;
+  const PlanResult r1 = plan_one(rc, cpu(), one), r2 = plan_one(rc, cpu(), two), r4 = plan_one(rc, cpu(), four);
+  ASSERT_TRUE(r1.feasible && r2.feasible && r4.feasible) << r1.reason << r2.reason << r4.reason;
+  EXPECT_EQ(r1.memory.activations, 211386368.0);  // the allocator's peak at context 1, 2, 4 (docs/performance.md)
+  EXPECT_EQ(r2.memory.activations, 105693184.0);
+  EXPECT_EQ(r4.memory.activations, 52846592.0);
+  EXPECT_EQ(r2.memory.buffers, 10551296.0);  // the ring's five key/value blocks and the row dot products
+  EXPECT_NEAR(r2.time.attention, r1.time.attention / 2, 1e-12 * r1.time.attention);
+  EXPECT_GT(r2.time.context_comm, 0);
+  EXPECT_GT(r2.time.context_comm_hidden, 0);
+  EXPECT_LE(r2.time.context_comm_hidden, r2.time.context_comm);
+  EXPECT_EQ(r1.time.context_comm, 0);
+  // all_to_all: 2 KV heads over tensor 2 leave one per rank, which context 2 cannot split
+  PlanConfig a2a = two;
+  a2a.tensor = 2, a2a.context_mode = ContextMode::all_to_all;
+  const PlanResult bad = plan_one(rc, cpu(), a2a);
+  EXPECT_FALSE(bad.feasible);
+  EXPECT_NE(bad.reason.find("all_to_all re-shards this rank's KV heads"), std::string::npos) << bad.reason;
+  a2a.tensor = 1;
+  const PlanResult good = plan_one(rc, cpu(), a2a);
+  EXPECT_TRUE(good.feasible) << good.reason;
+  EXPECT_EQ(good.time.context_comm_hidden, 0);  // nothing overlaps an all-to-all
+  // enumeration: context meshes only when asked for
+  for (const auto& r : plan_all(rc, cpu(), 4)) EXPECT_EQ(r.config.context, 1);
+  int contexts = 0;
+  for (const auto& r : plan_all(rc, cpu(), 4, 4)) contexts += r.config.context > 1;
+  EXPECT_GT(contexts, 0);
+}
+
 TEST(Planner, EnumerationIsComplete) {
   const Recipe rc = recipe("demo.yaml");
   const auto all = plan_all(rc, cpu(), 2);

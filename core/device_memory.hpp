@@ -40,6 +40,7 @@ void device_free(void* p, size_t bytes, int device, MemCategory cat = MemCategor
 MemStats device_memory_stats();  // bytes requested, per category, and peaks
 void device_reset_peaks();
 int64_t device_reserved_bytes();  // held from CUDA: in use + cached
+int64_t device_total_bytes();     // the bound device's memory (0 without one)
 void device_empty_cache();
 
 // True when p lies in a block of this allocator (false at once when none

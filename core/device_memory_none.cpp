@@ -21,6 +21,7 @@ void device_free(void*, size_t, int, MemCategory) {}
 MemStats device_memory_stats() { return {}; }
 void device_reset_peaks() {}
 int64_t device_reserved_bytes() { return 0; }
+int64_t device_total_bytes() { return 0; }
 void device_empty_cache() {}
 bool is_device_pointer(const void*) { return false; }
 void device_memset_zero(void*, size_t, int) { throw Error(kNoCuda); }

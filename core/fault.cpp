@@ -4,9 +4,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "core/error.hpp"
@@ -14,7 +16,7 @@
 namespace trident::fault {
 namespace {
 
-enum class Kind { kill, stall, fail_write, nan };
+enum class Kind { kill, stall, fail_write, nan, slow };
 
 struct Fault {
   Kind kind;
@@ -22,12 +24,13 @@ struct Fault {
   int rank = -1;  // every rank
   Phase phase;
   std::string text;
+  int64_t ms = 0;  // slow: how long this rank sleeps
 };
 
 std::mutex g_mutex;
 std::vector<Fault> g_faults;  // this rank's
 
-const char* kinds[] = {"kill", "stall", "fail_write", "nan"};
+const char* kinds[] = {"kill", "stall", "fail_write", "nan", "slow"};
 const char* phases[] = {"forward", "backward", "reduction", "save"};
 
 template <typename E, size_t N>
@@ -51,7 +54,7 @@ Fault parse_fault(const std::string& text) {
   std::istringstream in(text);
   std::string word;
   std::getline(in, word, ',');
-  Fault f{parse_name<Kind>(word, kinds, "the kind", text), 0, -1, Phase::forward, text};
+  Fault f{parse_name<Kind>(word, kinds, "the kind", text), 0, -1, Phase::forward, text, 0};
   f.phase = f.kind == Kind::fail_write ? Phase::save : Phase::forward;
   while (std::getline(in, word, ',')) {
     const size_t eq = word.find('=');
@@ -62,11 +65,15 @@ Fault parse_fault(const std::string& text) {
       f.rank = int(parse_int(value, key, text, 0));
     else if (key == "phase")
       f.phase = parse_name<Phase>(value, phases, "phase", text);
+    else if (key == "ms" && f.kind == Kind::slow)
+      f.ms = parse_int(value, key, text, 1);
     else
-      fail_input("TRIDENT_FAULT: '{}': expected step=, rank= or phase=, found '{}'", text, word);
+      fail_input("TRIDENT_FAULT: '{}': expected step=, rank={}or phase=, found '{}'", text,
+                 f.kind == Kind::slow ? ", ms= " : " ", word);
   }
   if (f.kind == Kind::fail_write && f.phase != Phase::save)
     fail_input("TRIDENT_FAULT: '{}': fail_write happens at phase save", text);
+  if (f.kind == Kind::slow && f.ms == 0) fail_input("TRIDENT_FAULT: '{}': slow needs ms=M (milliseconds)", text);
   if (f.kind == Kind::nan && f.phase == Phase::save)
     fail_input("TRIDENT_FAULT: '{}': nan happens at phase forward, backward or reduction", text);
   return f;
@@ -90,13 +97,18 @@ void configure(int world_rank) {
 
 bool hit(Phase phase, int64_t step) {
   Kind kind;
+  int64_t ms = 0;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     const Fault* due = nullptr;
     for (const Fault& f : g_faults)
       if ((f.step == 0 || f.step == step) && f.phase == phase) due = &f;
     if (!due) return false;
-    kind = due->kind;
+    kind = due->kind, ms = due->ms;
+  }
+  if (kind == Kind::slow) {  // a straggler: this rank is late by ms, then carries on
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return false;
   }
   if (kind == Kind::kill) ::kill(::getpid(), SIGKILL);
   if (kind == Kind::stall)

@@ -1,11 +1,12 @@
 // Deterministic fault injection for tests (docs/testing.md). TRIDENT_FAULT
 // holds faults separated by ';', each
-//   KIND[,step=N][,rank=R][,phase=PHASE]
+//   KIND[,step=N][,rank=R][,phase=PHASE][,ms=M]
 // KIND   kill (SIGKILL to this process), stall (this rank stops making
 //        progress: it sleeps until killed), fail_write (this rank's
 //        checkpoint file write fails, as on a full disk), nan (a non-finite
 //        value: this rank's loss at phase forward, its reduced gradients at
-//        backward or reduction)
+//        backward or reduction), slow (a straggler: this rank sleeps ms=M
+//        milliseconds, then carries on)
 // step   the step N being run, counted from 1 as the progress lines count
 //        (default: every step)
 // rank   the world rank (default: every rank)
@@ -27,7 +28,8 @@ enum class Phase { forward, backward, reduction, save };
 void configure(int world_rank);
 
 // At `phase` of step `step` (from 1): a due kill or stall happens here (it
-// does not return); returns true when a nan or fail_write fault is due.
+// does not return), a slow one sleeps; returns true when a nan or fail_write
+// fault is due.
 bool hit(Phase phase, int64_t step);
 
 // Whether any fault is configured (a run says so in its log).

@@ -107,6 +107,7 @@ struct CheckpointConfig {
 
 struct LogConfig {
   int64_t every = 10;
+  double straggler = 0.1;  // the progress line names the slowest rank when its busy time exceeds the median by this
   std::string metrics;
   std::string tensorboard;           // TensorBoard event files' directory ("" = none)
   double peak_flops = 0;             // 0 = measure this machine's GEMM peak at start-up

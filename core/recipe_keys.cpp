@@ -306,6 +306,10 @@ const std::vector<Key>& table() {
               "element of the rank's shard, kept for the run); `false`: write inside the step"),
       integer("log.every", FIELD(log.every), 1, kMax, value<int64_t>(10),
               "stdout line every N steps (and the first and last)"),
+      real("log.straggler", FIELD(log.straggler), 0, 1e6, Open::none, value<double>(0.1),
+           "on a progress line, name the slowest rank when its busy time (the step less its waits for other ranks: "
+           "data-parallel reductions, pipeline transfers, tensor-parallel collectives) exceeds the median rank's by "
+           "more than this fraction ([metrics.md](metrics.md#the-progress-line))"),
       text("log.metrics", FIELD(log.metrics), "—",
            "JSON-lines metrics file ([metrics.md](metrics.md)); missing directories are created"),
       text("log.tensorboard", FIELD(log.tensorboard), "none",

@@ -7,13 +7,15 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
-#include <cstring>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+
+#include <unistd.h>
 
 #include "core/atomic_file.hpp"
 #include "core/device_memory.hpp"
@@ -32,6 +34,12 @@ using Clock = std::chrono::steady_clock;
 std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", double(b) / (1 << 20)); }
 
 using Json = nlohmann::ordered_json;
+
+// 70.6 MiB, 12.0 GiB
+std::string human_bytes(double b) {
+  return b < double(1 << 30) ? fmt::format("{:.1f} MiB", b / double(1 << 20))
+                             : fmt::format("{:.1f} GiB", b / double(1 << 30));
+}
 
 Json peak_bytes_json(const MemStats& s) {
   Json out = Json::object();
@@ -115,7 +123,8 @@ struct RunReport::Trace {
 std::string peak_cache_file() {
   if (const char* dir = std::getenv("TRIDENT_CACHE_DIR"); dir && *dir) return std::string(dir) + "/gemm_peak.json";
   if (const char* dir = std::getenv("XDG_CACHE_HOME"); dir && *dir) return std::string(dir) + "/trident/gemm_peak.json";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/trident/gemm_peak.json";
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return std::string(home) + "/.cache/trident/gemm_peak.json";
   return "";
 }
 
@@ -278,15 +287,26 @@ void RunReport::end_step(const StepFacts& f) {
   const double achieved = facts_.flops_per_token * tps / mesh_.world_size();  // per rank
   if (achieved > facts_.peak_flops && step > 0) {
     if (!quiet_ && facts_.peak_source.rfind("achieved", 0) != 0)
-      log::info("MFU reference {:.1f} GFLOP/s ({}) is below what step {} achieved ({:.1f} GFLOP/s per rank): "
-                "raised to the best step's throughput from here on",
-                facts_.peak_flops / 1e9, facts_.peak_source, step + 1, achieved / 1e9);
+      log::info(
+          "MFU reference {:.1f} GFLOP/s ({}) is below what step {} achieved ({:.1f} GFLOP/s per rank): "
+          "raised to the best step's throughput from here on",
+          facts_.peak_flops / 1e9, facts_.peak_source, step + 1, achieved / 1e9);
     facts_.peak_flops = achieved, facts_.peak_source = "achieved by the best step";
     if (!facts_.peak_cache_key.empty()) cache_gemm_peak(facts_.peak_cache_key, achieved);
   }
   const double mfu = std::min(1.0, achieved / facts_.peak_flops);
   // measured bubble per stage: time blocked on pipeline transfers / schedule time
   const std::vector<double> bubble = parallel::gather_scalar(mesh_.pipeline(), sched_s_ > 0 ? idle_s_ / sched_s_ : 0);
+  // stragglers: each rank's busy time, the step less what it waited for the
+  // others (data-parallel reductions, pipeline transfers, tensor-parallel
+  // collectives); the slowest against the median rank
+  const std::vector<double> busy =
+      parallel::gather_scalar(mesh_.world(), std::max(0.0, dt - f.comm_wait_s - idle_s_ - tensor_comm_s_));
+  const size_t slowest = size_t(std::max_element(busy.begin(), busy.end()) - busy.begin());
+  std::vector<double> sorted = busy;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[(sorted.size() - 1) / 2];
+  const double excess = median > 0 ? busy[slowest] / median - 1 : 0;
   out_.losses.push_back(f.loss);
   out_.grad_norms.push_back(f.grad_norm);
   out_.loss_scales.push_back(f.loss_scale);
@@ -309,6 +329,8 @@ void RunReport::end_step(const StepFacts& f) {
     r["tokens_per_s"] = rounded(tps, 1), r["mfu"] = rounded(mfu, 4), r["step_s"] = rounded(dt, 4);
     r["comm_wait_s"] = rounded(f.comm_wait_s, 4), r["tensor_comm_s"] = rounded(tensor_comm_s_, 4);
     r["checkpoint_s"] = rounded(f.checkpoint_s, 4);
+    r["busy_s_median"] = rounded(median, 4), r["busy_s_max"] = rounded(busy[slowest], 4);
+    r["slowest_rank"] = int64_t(slowest), r["straggler_excess"] = rounded(excess, 4);
     if (!kernel_times.empty()) r["kernel_s"] = rounded(kernel_s, 5);
     Json b = Json::array();
     for (double x : bubble) b.push_back(rounded(x, 4));
@@ -323,11 +345,27 @@ void RunReport::end_step(const StepFacts& f) {
     emit(r);
   }
   const bool last = step + 1 == rc_.train.steps;
-  if (!quiet_ && ((step + 1) % rc_.log.every == 0 || step == 0 || last)) {
-    const double elapsed = std::chrono::duration<double>(Clock::now() - run_start_).count();
-    const double eta = elapsed / double(step + 1) * double(rc_.train.steps - step - 1);
-    log::info("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | mfu {:.1f}% | eta {}",
-              step + 1, rc_.train.steps, f.loss, f.lr, f.grad_norm, tps, 100 * mfu, log::format_duration(eta));
+  if ((step + 1) % rc_.log.every == 0 || step == 0 || last) {  // the same steps on every rank
+    // memory headroom: the fullest rank's peak against what one rank has (its
+    // GPU, or its share of the node's RAM)
+    const double peak = parallel::max_over(mesh_.world(), double(memory().total_peak));
+    if (!quiet_) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - run_start_).count();
+      const double eta = elapsed / double(step + 1) * double(rc_.train.steps - step - 1);
+      const double capacity = mesh_.device().type == DeviceType::cuda
+                                  ? double(device_total_bytes())
+                                  : double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE)) /
+                                        double(std::max(1, mesh_.node_size()));
+      std::string extra;
+      if (capacity > 0)
+        extra += fmt::format(" | mem {} of {} ({:.0f}% free)", human_bytes(peak), human_bytes(capacity),
+                             100 * std::max(0.0, 1 - peak / capacity));
+      if (busy.size() > 1 && excess > rc_.log.straggler)
+        extra += fmt::format(" | slowest rank {} +{:.0f}% ({:.0f} ms busy, median {:.0f} ms)", slowest, 100 * excess,
+                             1e3 * busy[slowest], 1e3 * median);
+      log::info("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | mfu {:.1f}% | eta {}{}",
+                step + 1, rc_.train.steps, f.loss, f.lr, f.grad_norm, tps, 100 * mfu, log::format_duration(eta), extra);
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <tuple>
 
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
@@ -33,7 +34,7 @@ Mesh::Mesh(const MeshSpec& spec, const std::string& source)
   if (mpi_on && !spec.single_process) world_ = MpiCommunicator::world();
   set_collective_timeout(spec.timeout_s);  // a hang is an error naming the operation, group and peer
   const int world_size = world_ ? world_->size() : 1;
-  node_rank_ = world_ ? local_rank_and_size(*world_).first : 0;
+  if (world_) std::tie(node_rank_, node_size_) = local_rank_and_size(*world_);
   if (topology_.world() != world_size)
     fail_input("{}: parallel mesh data({}) x tensor({}) x pipeline({}){} != world size {}", source, spec.data,
                spec.tensor, spec.pipeline, spec.context > 1 ? fmt::format(" x context({})", spec.context) : "",

@@ -52,6 +52,7 @@ class Mesh {
   Communicator* world();
   // This rank's index among the ranks of its node (0 without MPI).
   int node_rank() const { return node_rank_; }
+  int node_size() const { return node_size_; }  // ranks on this node
   Communicator* group(GroupKind kind) { return groups_[size_t(kind)]; }
   Communicator* data() { return group(GroupKind::data); }
   Communicator* tensor() { return group(GroupKind::tensor); }
@@ -82,7 +83,7 @@ class Mesh {
   Communicator* world_group_ = nullptr;
   Communicator* kv_ = nullptr;
   Device device_;
-  int node_rank_ = 0;
+  int node_rank_ = 0, node_size_ = 1;
   bool nccl_ = false;
   Communicator* on_device(MpiCommunicator& g);
 };

@@ -59,6 +59,13 @@ void release_cache_locked(Context& c) {
 
 bool device_memory_available() { return device_count() > 0; }
 
+int64_t device_total_bytes() {
+  if (ctx().device < 0) return 0;
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+  return int64_t(total);
+}
+
 int device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;

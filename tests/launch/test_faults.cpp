@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -46,9 +47,9 @@ struct Scratch {
 
 // `trident train` on the demo recipe, with TRIDENT_FAULT set (or not).
 test::CliRun train(const std::string& fault, const std::string& sets, const std::string& launcher = "") {
-  return test::run_cli(fmt::format("TRIDENT_FAULT='{}' OMPI_MCA_mpi_yield_when_idle=1 {} {}", fault, launcher,
-                                   TRIDENT_BINARY),
-                       fmt::format("train {} --set eval.batches=0 --set log.metrics= {}", src("configs/demo.yaml"), sets));
+  return test::run_cli(
+      fmt::format("TRIDENT_FAULT='{}' OMPI_MCA_mpi_yield_when_idle=1 {} {}", fault, launcher, TRIDENT_BINARY),
+      fmt::format("train {} --set eval.batches=0 --set log.metrics= {}", src("configs/demo.yaml"), sets));
 }
 
 std::vector<std::string> names_in(const std::string& dir) {
@@ -77,8 +78,9 @@ TEST(Faults, FailedLastSaveIsAnError) {
                                                         "--set checkpoint.dir={}",
                                                         s / "ck"));
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_TRUE(contains(r.out, "the checkpoint after step 4 (the last step's save) failed: the run ends without it; "
-                              "--resume continues from the previous checkpoint (step_00000002)"))
+  EXPECT_TRUE(contains(r.out,
+                       "the checkpoint after step 4 (the last step's save) failed: the run ends without it; "
+                       "--resume continues from the previous checkpoint (step_00000002)"))
       << r.out;
   EXPECT_FALSE(contains(r.out, "done:")) << r.out;
   EXPECT_EQ(names_in(s / "ck"), (std::vector<std::string>{"latest", "run.lock", "step_00000002"}));
@@ -275,8 +277,9 @@ std::map<int, std::string> losses_in(const std::string& metrics) {
 TEST(Faults, KillOneRankAndResumeMatchesTheUninterruptedRun) {
   Scratch s("killresume");
   const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4";
-  const std::string sets = "--set train.steps=6 --set parallel.data=2 --set parallel.tensor=2 --set model.layers=2 "
-                           "--set checkpoint.every=2 --set log.metrics=";
+  const std::string sets =
+      "--set train.steps=6 --set parallel.data=2 --set parallel.tensor=2 --set model.layers=2 "
+      "--set checkpoint.every=2 --set log.metrics=";
   ASSERT_EQ(train("", sets + s / "straight.jsonl", mpirun).code, 0);
   const std::string ck = fmt::format(" --set checkpoint.dir={}", s / "ck");
   const auto killed = train("kill,step=5,rank=3", sets + s / "resumed.jsonl" + ck, mpirun);
@@ -329,8 +332,9 @@ TEST(Faults, FlightRecorderDiagnosis) {
   const std::string d = parallel::flight::diagnose_timeout(stuck, {0, 1, 2}, 0.2);
   EXPECT_TRUE(contains(d, "this rank 0 waits in all_reduce #3 on group data(0)")) << d;
   EXPECT_TRUE(contains(d, "ranks 2 entered it too")) << d;
-  EXPECT_TRUE(contains(d, "rank 1 never entered all_reduce #3 on group data(0); its last operation: send #7 on group "
-                          "pipeline(1), waiting for"))
+  EXPECT_TRUE(contains(d,
+                       "rank 1 never entered all_reduce #3 on group data(0); its last operation: send #7 on group "
+                       "pipeline(1), waiting for"))
       << d;
   EXPECT_TRUE(contains(d, "rank 3 wrote no flight record")) << d;
   EXPECT_TRUE(contains(d, "(rank 1 waits for it)")) << d;
@@ -342,9 +346,46 @@ TEST(Faults, FlightRecorderDiagnosis) {
 TEST(Faults, BadFaultSpecIsRefused) {
   const auto r = train("explode,step=1", "--set train.steps=1");
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_TRUE(contains(r.out, "TRIDENT_FAULT: 'explode,step=1': the kind: expected kill | stall | fail_write | nan, "
-                              "found 'explode'"))
+  EXPECT_TRUE(contains(r.out,
+                       "TRIDENT_FAULT: 'explode,step=1': the kind: expected kill | stall | fail_write | nan | "
+                       "slow, found 'explode'"))
       << r.out;
+  const auto slow = train("slow,step=1", "--set train.steps=1");
+  EXPECT_EQ(slow.code, 2) << slow.out;
+  EXPECT_TRUE(contains(slow.out, "TRIDENT_FAULT: 'slow,step=1': slow needs ms=M (milliseconds)")) << slow.out;
+}
+
+// The progress line names a straggler: rank 1 of data 2 is 400 ms late in
+// every step (TRIDENT_FAULT slow), so its busy time (the step less its
+// waits for the other rank) exceeds the median's and the line says "slowest
+// rank 1"; the metrics records carry it too. Every line shows the memory
+// headroom.
+TEST(Faults, ProgressLineNamesTheSlowestRank) {
+  Scratch s("straggler");
+  const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2";
+  const std::string sets = "--set train.steps=3 --set log.every=1 --set parallel.data=2 --set log.metrics=";
+  const auto r = train("slow,rank=1,ms=400", sets + s / "slow.jsonl", mpirun);
+  ASSERT_EQ(r.code, 0) << r.out;
+  int named = 0, memory = 0;
+  std::istringstream lines(r.out);
+  for (std::string l; std::getline(lines, l);) {
+    if (!contains(l, "[rank 0] step ")) continue;
+    named += contains(l, "| slowest rank 1 +");
+    memory += contains(l, "| mem ") && contains(l, "% free)");
+  }
+  EXPECT_EQ(named, 3) << r.out;
+  EXPECT_EQ(memory, 3) << r.out;
+  std::ifstream in(s / "slow.jsonl");
+  int records = 0;
+  for (std::string l; std::getline(in, l);)
+    if (contains(l, "\"type\":\"train\"")) {
+      ++records;
+      EXPECT_TRUE(contains(l, "\"slowest_rank\":1")) << l;
+      const size_t at = l.find("\"straggler_excess\":");
+      ASSERT_NE(at, std::string::npos) << l;
+      EXPECT_GT(std::stod(l.substr(at + 19)), 0.5) << l;  // 400 ms on a step of a few tens of ms
+    }
+  EXPECT_EQ(records, 3);
 }
 
 }  // namespace trident

@@ -17,6 +17,7 @@
 #include "launch/commands.hpp"
 #include "launch/hf.hpp"
 #include "launch/prepare.hpp"
+#include "launch/report.hpp"
 #include "launch/sample.hpp"
 #include "launch/stop_signals.hpp"
 #include "launch/submit.hpp"
@@ -92,6 +93,7 @@ struct Options {
   SubmitOptions submit;
   PlanCommand plan;
   SweepOptions sweep;
+  ReportOptions report;
   std::string meshes;
   std::string keys_update;
   std::string inspect;
@@ -309,6 +311,18 @@ std::vector<Command> commands() {
              fail_input("sweep: --meshes: {} x {} x {} x {} = {} != the world size {} (launch with mpirun -np {})",
                         d[0], d[1], d[2], d[3], d[0] * d[1] * d[2] * d[3], mpi.world(), d[0] * d[1] * d[2] * d[3]);
          sweep(o.sweep, world);
+         return 0;
+       }},
+      {"report", "an HTML page and PNG charts from runs' metrics, checkpoints and traces, and sweeps",
+       [](CLI::App& c, Options& o) {
+         c.add_option("runs", o.report.runs, "metrics files, run directories or sweep directories")
+             ->required()
+             ->type_name("RUN");
+         c.add_option("--out", o.report.out, "output directory (index.html and a PNG per chart)")
+             ->capture_default_str();
+       },
+       [](Options& o) {
+         write_report(o.report);
          return 0;
        }},
       {"keys", "every recipe key: type, default, meaning (the tables of docs/recipes.md)",

@@ -10,7 +10,7 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 
 PACKAGES=(cmake g++ ninja-build pkg-config libyaml-cpp-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
           libopenmpi-dev openmpi-bin libdnnl-dev python3-venv
-          libpcre2-dev libutf8proc-dev libsentencepiece-dev zlib1g-dev libzstd-dev zstd
+          libpcre2-dev libutf8proc-dev libsentencepiece-dev zlib1g-dev libzstd-dev zstd librsvg2-dev
           clang libclang-rt-14-dev)  # clang: the libFuzzer targets (tests/fuzz)
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -2,7 +2,7 @@
 // AdamW) for a recipe, at micro-batch 4 x sequence 64 unless overridden.
 // Counters: tokens/s, MFU against the measured sgemm peak (the trainer's
 // reference) and against the measured FMA peak.
-// Usage: bench_train_step [--recipe configs/X.yaml] [google-benchmark flags]
+// Usage: bench_train_step [--recipe configs/X.yaml] [--precision fp32|bf16] [google-benchmark flags]
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 
 #include "bench/peak.hpp"
 #include "core/recipe.hpp"
+#include "kernels/backends.hpp"
 #include "kernels/gemm.hpp"
 #include "launch/trainer.hpp"
 #include "model/transformer.hpp"
@@ -25,7 +26,12 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
   kernels::set_num_threads(threads);
   Recipe rc = load_recipe(recipe_path, sets);
   const int64_t B = rc.train.micro_batch, T = rc.model.seq_len, micro = rc.micro_batches_per_step(1);
+  // train.precision as the trainer sets it: the GEMMs' math and the model's
+  // storage rounding (the master-weight copy is left out: one pass over the
+  // parameters per step)
+  kernels::set_matmul_precision(rc.train.precision);
   model::Transformer<float> net(rc.model, uint64_t(rc.seed));
+  net.set_precision(rc.train.precision);
   auto recompute = rc.train.recompute;
   auto ctx = net.make_activations(B, recompute);
   optim::AdamW<float> opt(net.registry(), rc.optim);
@@ -58,17 +64,22 @@ int main(int argc, char** argv) {
   std::string root = TRIDENT_SOURCE_DIR;
   std::vector<std::pair<std::string, std::string>> recipes = {{"demo", root + "/configs/demo.yaml"},
                                                               {"gpt2-124m", root + "/configs/gpt2-124m.yaml"}};
+  std::string precision = "fp32";
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--recipe") == 0 && i + 1 < argc) {
       recipes = {{argv[i + 1], argv[i + 1]}};
+      ++i;
+    } else if (std::strcmp(argv[i], "--precision") == 0 && i + 1 < argc) {
+      precision = argv[i + 1];
       ++i;
     } else {
       rest.push_back(argv[i]);
     }
   }
   // micro-batch 4 x sequence 64, one micro-batch per step
-  std::vector<std::string> sets = {"train.micro_batch=4", "train.global_batch=4", "model.seq_len=64"};
+  std::vector<std::string> sets = {"train.micro_batch=4", "train.global_batch=4", "model.seq_len=64",
+                                   "train.precision=" + precision};
   for (auto& [name, path] : recipes)
     benchmark::RegisterBenchmark(("train_step/" + name).c_str(), trident::bench::train_step, path, sets)
         ->Arg(1)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Trident vs PyTorch, same model, same machine, same run: a full training step
 # (micro-batch 4 x sequence 64) of configs/demo.yaml and configs/gpt2-124m.yaml
-# at 1 and 2 threads. Installs the current PyTorch (CPU use) into a virtual
+# at 1 and 2 threads, in fp32 and in bf16 (Trident's train.precision: bf16
+# against PyTorch's bf16 autocast; PRECISIONS="fp32 bf16", RECIPES and
+# THREADS select). Installs the current PyTorch (CPU use) into a virtual
 # environment when missing (TRIDENT_BENCH_VENV, default build/bench-venv).
 # Prints the median tokens/s of both over REPS alternating runs (default 3)
 # and the ratio.
@@ -18,27 +20,29 @@ unset OMP_NUM_THREADS
 REPS=${REPS:-3}
 # The machine is shared: the two frameworks run alternately REPS times and the
 # medians are compared.
-printf '%-12s %-7s %14s %14s %8s %10s %10s\n' recipe threads trident_tok/s pytorch_tok/s ratio mfu_sgemm mfu_fma
-for recipe in demo gpt2-124m; do
-  for threads in 1 2; do
+printf '%-12s %-9s %-7s %14s %14s %8s %10s %10s\n' recipe precision threads trident_tok/s pytorch_tok/s ratio mfu_sgemm mfu_fma
+for precision in ${PRECISIONS:-fp32 bf16}; do
+for recipe in ${RECIPES:-demo gpt2-124m}; do
+  for threads in ${THREADS:-1 2}; do
     runs=()
     for _ in $(seq "$REPS"); do
       ref=$("$VENV/bin/python" "$ROOT/bench/reference/gpt_pytorch.py" --recipe "$ROOT/configs/$recipe.yaml" \
-            --threads "$threads" --steps 10 | tail -1)
-      ours=$("$BUILD_DIR/bench/bench_train_step" --recipe "$ROOT/configs/$recipe.yaml" \
-             --benchmark_filter="threads:$threads/" --benchmark_format=json 2>/dev/null | tr -d '\n')
+            --threads "$threads" --steps 10 --precision "$precision" | tail -1)
+      ours=$("$BUILD_DIR/bench/bench_train_step" --recipe "$ROOT/configs/$recipe.yaml" --precision "$precision" \
+             --benchmark_filter="threads:$threads/" --benchmark_format=json 2>/dev/null | grep -v '^bf16 GEMM' | tr -d '\n')
       runs+=("$ref" "$ours")
     done
-    python3 - "$recipe" "$threads" "${runs[@]}" <<'PY'
+    python3 - "$recipe" "$threads" "$precision" "${runs[@]}" <<'PY'
 import json, statistics, sys
-recipe, threads, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+recipe, threads, precision, rest = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 refs = [json.loads(r)["tokens_per_s"] for r in rest[0::2]]
 ours = [json.loads(o)["benchmarks"][0] for o in rest[1::2]]
 t = statistics.median(b["tokens/s"] for b in ours)
 p = statistics.median(refs)
 mfu_gemm = statistics.median(b["model_GFLOP/s"] / b["sgemm_peak_GFLOP/s"] for b in ours)
 mfu_fma = statistics.median(b["model_GFLOP/s"] / b["fma_peak_GFLOP/s"] for b in ours)
-print(f"{recipe:<12} {threads:<7} {t:14.0f} {p:14.0f} {t / p:8.2f} {mfu_gemm:10.1%} {mfu_fma:10.1%}", flush=True)
+print(f"{recipe:<12} {precision:<9} {threads:<7} {t:14.0f} {p:14.0f} {t / p:8.2f} {mfu_gemm:10.1%} {mfu_fma:10.1%}", flush=True)
 PY
   done
+done
 done

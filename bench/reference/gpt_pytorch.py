@@ -76,6 +76,8 @@ def main():
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: the forward under torch.autocast (bf16 matmuls, fp32 weights and optimizer)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1234)
@@ -98,7 +100,8 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = model(idx, tgt)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = model(idx, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), o.get("grad_clip", 1.0))
         opt.step()
@@ -111,6 +114,7 @@ def main():
         step()
     dt = (time.perf_counter() - t0) / a.steps
     print(json.dumps({"framework": "pytorch " + torch.__version__, "recipe": a.recipe, "threads": a.threads,
+                      "precision": a.precision,
                       "step_ms": dt * 1e3, "tokens_per_s": B * T / dt,
                       "params": sum(p.numel() for p in model.parameters())}))
 

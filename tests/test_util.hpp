@@ -4,15 +4,32 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 namespace trident::test {
+
+// A fresh scratch directory (trident_NAME_PID under the temporary
+// directory), removed at the end of the test.
+struct Scratch {
+  std::string dir;
+  explicit Scratch(const std::string& name)
+      : dir(std::filesystem::temp_directory_path() / ("trident_" + name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  ~Scratch() { std::filesystem::remove_all(dir); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  std::string operator/(const std::string& rel) const { return dir + "/" + rel; }
+};
 
 // The trident binary with `args` (a shell command line), stdout and stderr together.
 struct CliRun {

@@ -33,17 +33,7 @@ namespace {
 
 std::string src(const std::string& rel) { return std::string(TRIDENT_SOURCE_DIR) + "/" + rel; }
 
-// A fresh scratch directory, removed at the end of the test.
-struct Scratch {
-  std::string dir;
-  explicit Scratch(const std::string& name)
-      : dir(fs::temp_directory_path() / fmt::format("trident_{}_{}", name, ::getpid())) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  std::string operator/(const std::string& rel) const { return dir + "/" + rel; }
-};
+using test::Scratch;
 
 // `trident train` on the demo recipe, with TRIDENT_FAULT set (or not).
 test::CliRun train(const std::string& fault, const std::string& sets, const std::string& launcher = "") {

@@ -24,16 +24,7 @@ namespace {
 
 std::string src(const std::string& rel) { return std::string(TRIDENT_SOURCE_DIR) + "/" + rel; }
 
-struct Scratch {
-  std::string dir;
-  explicit Scratch(const std::string& name)
-      : dir(fs::temp_directory_path() / fmt::format("trident_{}_{}", name, ::getpid())) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  std::string operator/(const std::string& rel) const { return dir + "/" + rel; }
-};
+using test::Scratch;
 
 test::CliRun trident(const std::string& args) { return test::run_cli(TRIDENT_BINARY, args); }
 

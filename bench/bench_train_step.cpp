@@ -1,10 +1,12 @@
 // One full training step (forward + backward of every micro-batch, clipping,
 // AdamW) for a recipe, at micro-batch 4 x sequence 64 unless overridden.
 // Counters: tokens/s, MFU against the measured sgemm peak (the trainer's
-// reference) and against the measured FMA peak.
+// reference) and against the measured FMA peak, the bf16 GEMM peak under
+// bf16, and the milliseconds per step of forward, backward and optimizer.
 // Usage: bench_train_step [--recipe configs/X.yaml] [--precision fp32|bf16] [google-benchmark flags]
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -40,21 +42,41 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
     tokens[i] = int32_t((i * 7919) % uint64_t(rc.model.vocab)),
     targets[i] = int32_t((i * 104729) % uint64_t(rc.model.vocab));
   int64_t step = 0;
+  using Clock = std::chrono::steady_clock;
+  double phase_s[3] = {0, 0, 0};  // forward, backward, optimizer (norm, clip, AdamW)
+  auto lap = [&](Clock::time_point& t0, int phase) {
+    const auto t1 = Clock::now();
+    phase_s[phase] += std::chrono::duration<double>(t1 - t0).count();
+    t0 = t1;
+  };
   for (auto _ : st) {
+    auto t0 = Clock::now();
     for (int64_t m = 0; m < micro; ++m) {
       net.forward(*ctx, tokens.data(), targets.data(), 1.0f / float(rc.train.global_batch * T));
+      lap(t0, 0);
       net.backward(*ctx, recompute, /*accumulate=*/m > 0);
+      lap(t0, 1);
     }
     double norm = std::sqrt(optim::sum_of_squares(net.grads().data<float>(), net.registry().total()));
     opt.step(net.params().data<float>(), net.grads().data<float>(), 1e-4, ++step,
              optim::clip_scale(norm, rc.optim.grad_clip));
+    lap(t0, 2);
   }
+  const char* phase_names[3] = {"forward_ms", "backward_ms", "optimizer_ms"};
+  for (int i = 0; i < 3; ++i) st.counters[phase_names[i]] = 1e3 * phase_s[i] / double(st.iterations());
   const double tokens_per_step = double(rc.train.global_batch * T);
   const double fpt = model::flops_per_token(rc.model);
   st.counters["tokens/s"] = benchmark::Counter(tokens_per_step, benchmark::Counter::kIsIterationInvariantRate);
   st.counters["model_GFLOP/s"] =
       benchmark::Counter(tokens_per_step * fpt / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  // the GEMM peaks in the same process: fp32 sgemm always, and under bf16
+  // the bf16 GEMM's too (their ratio bounds what bf16 can gain over fp32)
+  kernels::set_matmul_precision(Precision::fp32);
   st.counters["sgemm_peak_GFLOP/s"] = kernels::measure_gemm_peak(0.5) / 1e9;
+  if (rc.train.precision == Precision::bf16) {
+    kernels::set_matmul_precision(Precision::bf16);
+    st.counters["bf16_gemm_peak_GFLOP/s"] = kernels::measure_gemm_peak(0.5) / 1e9;
+  }
   st.counters["fma_peak_GFLOP/s"] = measure_fma_peak(threads) / 1e9;
 }
 

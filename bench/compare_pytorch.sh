@@ -20,7 +20,9 @@ unset OMP_NUM_THREADS
 REPS=${REPS:-3}
 # The machine is shared: the two frameworks run alternately REPS times and the
 # medians are compared.
-printf '%-12s %-9s %-7s %14s %14s %8s %10s %10s\n' recipe precision threads trident_tok/s pytorch_tok/s ratio mfu_sgemm mfu_fma
+SUMMARY=$(mktemp)
+trap 'rm -f "$SUMMARY"' EXIT
+printf '%-12s %-9s %-7s %14s %14s %8s %10s %10s %10s\n' recipe precision threads trident_tok/s pytorch_tok/s ratio mfu_sgemm mfu_fma bf16/sgemm
 for precision in ${PRECISIONS:-fp32 bf16}; do
 for recipe in ${RECIPES:-demo gpt2-124m}; do
   for threads in ${THREADS:-1 2}; do
@@ -32,17 +34,34 @@ for recipe in ${RECIPES:-demo gpt2-124m}; do
              --benchmark_filter="threads:$threads/" --benchmark_format=json 2>/dev/null | grep -v '^bf16 GEMM' | tr -d '\n')
       runs+=("$ref" "$ours")
     done
-    python3 - "$recipe" "$threads" "$precision" "${runs[@]}" <<'PY'
+    python3 - "$SUMMARY" "$recipe" "$threads" "$precision" "${runs[@]}" <<'PY'
 import json, statistics, sys
-recipe, threads, precision, rest = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+summary, recipe, threads, precision, rest = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 refs = [json.loads(r)["tokens_per_s"] for r in rest[0::2]]
 ours = [json.loads(o)["benchmarks"][0] for o in rest[1::2]]
 t = statistics.median(b["tokens/s"] for b in ours)
 p = statistics.median(refs)
 mfu_gemm = statistics.median(b["model_GFLOP/s"] / b["sgemm_peak_GFLOP/s"] for b in ours)
 mfu_fma = statistics.median(b["model_GFLOP/s"] / b["fma_peak_GFLOP/s"] for b in ours)
-print(f"{recipe:<12} {precision:<9} {threads:<7} {t:14.0f} {p:14.0f} {t / p:8.2f} {mfu_gemm:10.1%} {mfu_fma:10.1%}", flush=True)
+# the bf16 GEMM's peak over sgemm's, measured in the same process: what bf16 can gain at most
+peaks = [b["bf16_gemm_peak_GFLOP/s"] / b["sgemm_peak_GFLOP/s"] for b in ours if "bf16_gemm_peak_GFLOP/s" in b]
+ceiling = f"{statistics.median(peaks):10.2f}" if peaks else f"{'-':>10}"
+print(f"{recipe:<12} {precision:<9} {threads:<7} {t:14.0f} {p:14.0f} {t / p:8.2f} {mfu_gemm:10.1%} {mfu_fma:10.1%} {ceiling}",
+      flush=True)
+with open(summary, "a") as f:
+    f.write(f"{recipe} {threads} {precision} {t}\n")
 PY
   done
 done
 done
+# Trident bf16 over Trident fp32 (rows of this run), where both were measured
+python3 - "$SUMMARY" <<'PY'
+import sys
+rows = {}
+for line in open(sys.argv[1]):
+    recipe, threads, precision, t = line.split()
+    rows[(recipe, threads, precision)] = float(t)
+for (recipe, threads, precision), t in rows.items():
+    if precision == "bf16" and (recipe, threads, "fp32") in rows:
+        print(f"trident bf16 / fp32: {recipe} {threads} threads {t / rows[(recipe, threads, 'fp32')]:.2f}x")
+PY

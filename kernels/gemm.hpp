@@ -25,6 +25,23 @@ template <typename T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int64_t C,
                      int64_t OC, bool accumulate = true);
 
+// The 16-bit operands of the CPU's bf16 path (train.precision bf16,
+// docs/precision.md): a GEMM input given as fp32 values, as their 2-byte
+// bf16 copy (bits, the same numbers: the values are already rounded), or
+// both. The bf16 GEMM reads a copy as is and converts an fp32-only input;
+// when the GEMM math is fp32 (set_matmul_precision, or a CPU without a
+// bf16 matmul), sgemm reads the fp32 values and widens a copy-only input.
+// Inputs are contiguous (row stride = columns). Host memory only.
+struct In16 {
+  const float* f32 = nullptr;
+  const uint16_t* bf16 = nullptr;
+};
+void gemm16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, In16 A, In16 B, float beta,
+            float* C, int64_t ldc);
+void linear_forward16(float* out, In16 inp, In16 weight, const float* bias, int64_t N, int64_t C, int64_t OC);
+void linear_backward16(float* dinp, float* dweight, float* dbias, In16 dout, In16 inp, In16 weight, int64_t N,
+                       int64_t C, int64_t OC, bool accumulate = true);
+
 // Number of threads the CPU kernels use (OpenMP and oneDNN).
 void set_num_threads(int n);
 // This process's best fp32 GEMM rate (FLOP/s) over `seconds` of 1024^3

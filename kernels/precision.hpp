@@ -31,6 +31,10 @@ template <typename T>
 void pack_16(uint16_t* dst, const T* src, int64_t n, Precision p);
 template <typename T>
 void unpack_16(T* dst, const uint16_t* src, int64_t n, Precision p);
+// Both at once, one pass: x is rounded to the format in place and dst gets
+// its 2-byte pattern (the copy the CPU's bf16 GEMMs read, kernels/gemm.hpp).
+template <typename T>
+void store_16(T* x, uint16_t* dst, int64_t n, Precision p);
 
 // One element (tests, scalars).
 float round_bf16(float x);

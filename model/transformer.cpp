@@ -289,10 +289,76 @@ void Transformer<T>::pack(Activations<T>& ctx, int l, size_t first, size_t last)
 template <typename T>
 void Transformer<T>::unpack(Activations<T>& ctx, int l) const {
   const uint16_t* src = ctx.packed[size_t(l)];
-  for (const auto& [p, n] : saved_buffers(ctx.layers[size_t(l)], ctx.B, ctx.recompute)) {
-    k::unpack_16(p, src, n, precision_);
-    src += n;
+  const auto bufs = saved_buffers(ctx.layers[size_t(l)], ctx.B, ctx.recompute);
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    if (!gemm_only(ctx, i)) k::unpack_16(bufs[i].first, src, bufs[i].second, precision_);
+    src += bufs[i].second;
   }
+}
+
+template <typename T>
+bool Transformer<T>::fast16() const {
+  return copies_ && std::is_same_v<T, float> && precision_ == k::Precision::bf16 && device_.type == DeviceType::cpu;
+}
+
+// ln1_full, ln2_full and act (saved_buffers order) feed only the dweight GEMMs
+template <typename T>
+bool Transformer<T>::gemm_only(const Activations<T>& ctx, size_t i) const {
+  return fast16() && ctx.is_packed() && ctx.recompute != Recompute::full && (i == 1 || i == 5 || i == 7);
+}
+
+template <typename T>
+typename Transformer<T>::GemmIn Transformer<T>::saved_in(const Activations<T>& ctx, int l, size_t i,
+                                                         const T* f32) const {
+  if (!fast16() || !ctx.is_packed() || ctx.recompute == Recompute::full) return {f32, nullptr};
+  const auto bufs = saved_buffers(ctx.layers[size_t(l)], ctx.B, ctx.recompute);
+  const uint16_t* at = ctx.packed[size_t(l)];
+  for (size_t j = 0; j < i; ++j) at += bufs[j].second;
+  return {gemm_only(ctx, i) ? nullptr : f32, at};
+}
+
+template <typename T>
+void Transformer<T>::linear_fwd(T* out, GemmIn inp, GemmIn w, const T* bias, int64_t N, int64_t C, int64_t OC) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (fast16()) return k::linear_forward16(out, {inp.f32, inp.b16}, {w.f32, w.b16}, bias, N, C, OC);
+  }
+  k::linear_forward(out, inp.f32, w.f32, bias, N, C, OC);
+}
+
+template <typename T>
+void Transformer<T>::linear_bwd(T* dinp, T* dw, T* db, GemmIn dout, GemmIn inp, GemmIn w, int64_t N, int64_t C,
+                                int64_t OC, bool acc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (fast16())
+      return k::linear_backward16(dinp, dw, db, {dout.f32, dout.b16}, {inp.f32, inp.b16}, {w.f32, w.b16}, N, C, OC,
+                                  acc);
+  }
+  k::linear_backward(dinp, dw, db, dout.f32, inp.f32, w.f32, N, C, OC, acc);
+}
+
+template <typename T>
+void Transformer<T>::refresh_weights16(int64_t li) {
+  if (!fast16() || store_) return;  // ZeRO 3's gathered segments come and go: the GEMMs convert
+  const int64_t C = cfg_.hidden, HD = dims_.heads * cfg_.head_dim(), F = dims_.ffn;
+  const int64_t per_layer = C * (qkv_width_ + HD + fc_width_ + F);
+  if (!w16_.defined()) {
+    bool head = false;
+    for (const Chunk& ch : chunks_) head |= ch.spec.head;
+    const int64_t n = int64_t(layers_.size()) * per_layer + (head ? dims_.vocab * C : 0);
+    w16_ = Tensor::empty({n}, DType::bf16, MemCategory::params, device_);
+    uint16_t* at = static_cast<uint16_t*>(w16_.raw());
+    for (size_t l = 0; l < layers_.size(); ++l, at += per_layer)
+      w16_layers_.push_back(
+          {at, at + C * qkv_width_, at + C * (qkv_width_ + HD), at + C * (qkv_width_ + HD + fc_width_)});
+    if (head) head16_ = at;
+  }
+  if (li < 0) return k::pack_16(head16_, head_, dims_.vocab * C, precision_);
+  const LayerParams& p = layers_[size_t(li)];
+  const Weights16& w = w16_layers_[size_t(li)];
+  k::pack_16(w.qkv, p.qkvw, C * qkv_width_, precision_);
+  k::pack_16(w.o, p.ow, C * HD, precision_);
+  k::pack_16(w.fc, p.fcw, C * fc_width_, precision_);
+  k::pack_16(w.proj, p.pw, C * F, precision_);
 }
 
 template <typename T>
@@ -314,19 +380,20 @@ void Transformer<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T
 
 // x_out = x_mid + exit(MLP(norm2(x_mid))), x_mid = x_in + exit(attention(norm1(x_in)))
 template <typename T>
-void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B) {
+void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, const Weights16& w16,
+                                   int64_t B) {
   const int64_t Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), F = dims_.ffn;
   ensure_scratch(B);
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x_in, p.n1w, p.n1b, R);
   store(a.ln1, R * C);
   const T* h = tp_->enter(a.ln1_full, a.ln1, N, C);
-  k::linear_forward(a.qkv, h, p.qkvw, p.qkvb, N, C, qkv_width_);
+  linear_fwd(a.qkv, {h}, {p.qkvw, w16.qkv}, p.qkvb, N, C, qkv_width_);
   if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D, origin_);
   store(a.qkv, N * qkv_width_);
   cp_->attention_forward(a.atty, a.probs, a.qkv, B, H, KV, D, doc_start_);
   store(a.atty, N * H * D);
-  k::linear_forward(partial_, a.atty, p.ow, static_cast<const T*>(nullptr), N, H * D, C);
+  linear_fwd(partial_, {a.atty}, {p.ow, w16.o}, nullptr, N, H * D, C);
   store(partial_, N * C);
   const T* y = tp_->exit(reduced_, partial_, N, C);
   k::residual_forward(a.x_mid, a.x_in, y, p.ob, R, C);
@@ -334,14 +401,14 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.n2w, p.n2b, R);
   store(a.ln2, R * C);
   h = tp_->enter(a.ln2_full, a.ln2, N, C);
-  k::linear_forward(a.fc, h, p.fcw, p.fcb, N, C, fc_width_);
+  linear_fwd(a.fc, {h}, {p.fcw, w16.fc}, p.fcb, N, C, fc_width_);
   store(a.fc, N * fc_width_);
   if (arch_.mlp == MlpKind::swiglu)
     k::swiglu_forward(a.act, a.fc, N, F);
   else
     k::gelu_forward(a.act, a.fc, N * F);
   store(a.act, N * F);
-  k::linear_forward(partial_, a.act, p.pw, static_cast<const T*>(nullptr), N, F, C);
+  linear_fwd(partial_, {a.act}, {p.pw, w16.proj}, nullptr, N, F, C);
   store(partial_, N * C);
   y = tp_->exit(reduced_, partial_, N, C);
   k::residual_forward(x_out, a.x_mid, y, p.pb, R, C);
@@ -377,7 +444,8 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     T* x_out = l + 1 < L ? ctx.layers[size_t(l + 1)].x_in : ctx.x_final;
     // packed: the input first (the output may go to the same working buffer), the rest after
     if (ctx.is_packed()) pack(ctx, l, 0, 1);
-    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], B);
+    refresh_weights16(ch.first_local + l);
+    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], weights16(ch.first_local + l), B);
     if (ctx.is_packed()) pack(ctx, l, 1, SIZE_MAX);
     done_params(s);
   }
@@ -388,7 +456,8 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   norm_forward(ctx.lnf, ctx.lnf_mean, ctx.lnf_rstd, ctx.x_final, nfw_, nfb_, R);
   store(ctx.lnf, R * C);
   const T* h = tp_->enter(ctx.lnf_full, ctx.lnf, N, C);
-  k::linear_forward(ctx.logits, h, head_, static_cast<const T*>(nullptr), N, C, dims_.vocab);
+  refresh_weights16(-1);
+  linear_fwd(ctx.logits, {h}, {head_, head16_}, nullptr, N, C, dims_.vocab);
   store(ctx.logits, N * dims_.vocab);
   // A forward for training (dscale != 0) keeps the head's parameters for
   // backward(); otherwise they are released here.
@@ -404,8 +473,18 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
 
 template <typename T>
 void Transformer<T>::ensure_scratch(int64_t B) {
-  if (B <= scratch_B_) return;
   const int64_t N = B * seq(), C = cfg_.hidden, R = tp_->rows(N);
+  if (fast16() && B > scratch16_B_) {  // dy [N,C], d_fc, d_qkv, and dlogits [N,V] with a head
+    bool head = false;
+    for (const Chunk& ch : chunks_) head |= ch.spec.head;
+    const int64_t dlogits = head ? N * dims_.vocab : 0;
+    scratch16_ =
+        Tensor::empty({N * (C + fc_width_ + qkv_width_) + dlogits}, DType::bf16, MemCategory::activations, device_);
+    dy16_ = static_cast<uint16_t*>(scratch16_.raw());
+    dfc16_ = dy16_ + N * C, dqkv16_ = dfc16_ + N * fc_width_, dlogits16_ = dqkv16_ + N * qkv_width_;
+    scratch16_B_ = B;
+  }
+  if (B <= scratch_B_) return;
   const int64_t sizes[10] = {N * C,         R * C,        R * C,          N * C,
                              N * C,         R * C,        N * qkv_width_, N * dims_.heads * cfg_.head_dim(),
                              N * fc_width_, N * dims_.ffn};
@@ -438,15 +517,14 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
       use_grads(ch.head_seg);
       if (tied_local_) use_grads(emb_seg_);
       // a tied table already holds this micro-batch's embedding gradient: add to it
-      k::linear_backward(static_cast<T*>(nullptr), dhead_, static_cast<T*>(nullptr), ctx.logits, ctx.lnf_full, head_, N,
-                         C, V, acc || tied_local_);
+      linear_bwd(nullptr, dhead_, nullptr, {ctx.logits}, {ctx.lnf_full}, {head_}, N, C, V, acc || tied_local_);
       done_grads(ch.head_seg);
       if (tied_local_) done_grads(emb_seg_);
     }
     for (int l = L - 1; l >= 0; --l) {
       use_grads(ch.first_layer_seg + l);
       if (ctx.is_packed()) unpack(ctx, l);
-      layer_weight_grads(ctx.layers[size_t(l)], ctx.saved[size_t(l)], layers_[size_t(ch.first_local + l)], B, acc);
+      layer_weight_grads(ctx, l, layers_[size_t(ch.first_local + l)], acc);
       done_grads(ch.first_layer_seg + l);
     }
     return;
@@ -458,8 +536,10 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     const int head = ch.head_seg;
     use_grads(head);
     if (tied_local_) use_grads(emb_seg_);
-    k::linear_backward(d_ln_, split ? static_cast<T*>(nullptr) : dhead_, static_cast<T*>(nullptr), ctx.logits,
-                       ctx.lnf_full, head_, N, C, V, acc);
+    // dlogits were rounded in forward: their copy is exact
+    if (fast16()) k::pack_16(dlogits16_, ctx.logits, N * V, precision_);
+    linear_bwd(d_ln_, split ? nullptr : dhead_, nullptr, {ctx.logits, fast16() ? dlogits16_ : nullptr}, {ctx.lnf_full},
+               {head_, head16_}, N, C, V, acc);
     store(d_ln_, N * C);
     const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
     k::fill_zero(d_res_, R * C);
@@ -480,6 +560,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     if (ctx.is_packed()) unpack(ctx, l);
     const LayerActs<T>& a = ctx.layers[size_t(l)];
     const LayerParams& p = layers_[size_t(ch.first_local + l)];
+    const Weights16& w16 = weights16(ch.first_local + l);
     // split: the four linears' output gradients go where the weight pass finds them
     T* d_qkv = split ? ctx.saved[size_t(l)].d_qkv : d_qkv_;
     T* d_fc = split ? ctx.saved[size_t(l)].d_fc : d_fc_;
@@ -490,7 +571,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     if (recompute == Recompute::full) {
       // Rerun this layer's forward from its saved input; the output goes to a
       // scratch row nobody reads (d_ln_ is overwritten below before use).
-      layer_forward(a, d_ln_, p, B);
+      layer_forward(a, d_ln_, p, w16, B);
     } else if (recompute == Recompute::selective) {
       cp_->attention_state(a.probs, d_atty_, a.qkv, B, H, KV, D, doc_start_);
     }
@@ -498,14 +579,19 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     k::bias_backward(p.dpb, d_res_, R, C, acc);
     const T* dy = tp_->exit_backward(d_full_, d_res_, N, C);
     if (split) k::copy(ctx.saved[size_t(l)].d_mlp_out, dy, N * C);
-    k::linear_backward(d_act_, dpw, static_cast<T*>(nullptr), dy, a.act, p.pw, N, F, C, acc);
+    if (fast16()) k::pack_16(dy16_, dy, N * C, precision_);  // d_res_ is rounded: exact
+    linear_bwd(d_act_, dpw, nullptr, {dy, dy16_}, saved_in(ctx, l, 7, a.act), {p.pw, w16.proj}, N, F, C, acc);
     store(d_act_, N * F);
     if (arch_.mlp == MlpKind::swiglu)
       k::swiglu_backward(d_fc, a.fc, d_act_, N, F);
     else
       k::gelu_backward(d_fc, a.fc, d_act_, N * F);
-    store(d_fc, N * fc_width_);
-    k::linear_backward(d_ln_, dfcw, p.dfcb, d_fc, a.ln2_full, p.fcw, N, C, fc_width_, acc);
+    if (fast16())
+      k::store_16(d_fc, dfc16_, N * fc_width_, precision_);
+    else
+      store(d_fc, N * fc_width_);
+    linear_bwd(d_ln_, dfcw, p.dfcb, {d_fc, dfc16_}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw, w16.fc}, N, C, fc_width_,
+               acc);
     store(d_ln_, N * C);
     const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
     norm_backward(d_res_, p.dn2w, p.dn2b, d, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, R, acc);
@@ -514,12 +600,17 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     k::bias_backward(p.dob, d_res_, R, C, acc);
     dy = tp_->exit_backward(d_full_, d_res_, N, C);
     if (split) k::copy(ctx.saved[size_t(l)].d_attn_out, dy, N * C);
-    k::linear_backward(d_atty_, dow, static_cast<T*>(nullptr), dy, a.atty, p.ow, N, H * D, C, acc);
+    if (fast16()) k::pack_16(dy16_, dy, N * C, precision_);
+    linear_bwd(d_atty_, dow, nullptr, {dy, dy16_}, saved_in(ctx, l, 3, a.atty), {p.ow, w16.o}, N, H * D, C, acc);
     store(d_atty_, N * H * D);
     cp_->attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.probs, B, H, KV, D, doc_start_);
     if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D, origin_);
-    store(d_qkv, N * qkv_width_);
-    k::linear_backward(d_ln_, dqkvw, p.dqkvb, d_qkv, a.ln1_full, p.qkvw, N, C, qkv_width_, acc);
+    if (fast16())
+      k::store_16(d_qkv, dqkv16_, N * qkv_width_, precision_);
+    else
+      store(d_qkv, N * qkv_width_);
+    linear_bwd(d_ln_, dqkvw, p.dqkvb, {d_qkv, dqkv16_}, saved_in(ctx, l, 1, a.ln1_full), {p.qkvw, w16.qkv}, N, C,
+               qkv_width_, acc);
     store(d_ln_, N * C);
     d = tp_->enter_backward(d_local_, d_ln_, N, C);
     norm_backward(d_res_, p.dn1w, p.dn1b, d, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, R, acc);
@@ -547,14 +638,14 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
 }
 
 template <typename T>
-void Transformer<T>::layer_weight_grads(const LayerActs<T>& a, const SavedGrads<T>& g, const LayerParams& p, int64_t B,
-                                        bool acc) {
-  const int64_t N = B * seq(), C = cfg_.hidden, F = dims_.ffn, HD = dims_.heads * cfg_.head_dim();
-  T* none = nullptr;
-  k::linear_backward(none, p.dpw, none, g.d_mlp_out, a.act, p.pw, N, F, C, acc);
-  k::linear_backward(none, p.dfcw, none, g.d_fc, a.ln2_full, p.fcw, N, C, fc_width_, acc);
-  k::linear_backward(none, p.dow, none, g.d_attn_out, a.atty, p.ow, N, HD, C, acc);
-  k::linear_backward(none, p.dqkvw, none, g.d_qkv, a.ln1_full, p.qkvw, N, C, qkv_width_, acc);
+void Transformer<T>::layer_weight_grads(const Activations<T>& ctx, int l, const LayerParams& p, bool acc) {
+  const LayerActs<T>& a = ctx.layers[size_t(l)];
+  const SavedGrads<T>& g = ctx.saved[size_t(l)];
+  const int64_t N = ctx.B * seq(), C = cfg_.hidden, F = dims_.ffn, HD = dims_.heads * cfg_.head_dim();
+  linear_bwd(nullptr, p.dpw, nullptr, {g.d_mlp_out}, saved_in(ctx, l, 7, a.act), {p.pw}, N, F, C, acc);
+  linear_bwd(nullptr, p.dfcw, nullptr, {g.d_fc}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw}, N, C, fc_width_, acc);
+  linear_bwd(nullptr, p.dow, nullptr, {g.d_attn_out}, saved_in(ctx, l, 3, a.atty), {p.ow}, N, HD, C, acc);
+  linear_bwd(nullptr, p.dqkvw, nullptr, {g.d_qkv}, saved_in(ctx, l, 1, a.ln1_full), {p.qkvw}, N, C, qkv_width_, acc);
 }
 
 template class Transformer<float>;

@@ -176,6 +176,12 @@ class Transformer {
   void set_precision(kernels::Precision p) { precision_ = p; }
   kernels::Precision precision() const { return precision_; }
   void set_pack_activations(bool on) { pack_ = on; }
+  // The CPU's bf16 path (on by default): under bf16 in host memory the GEMMs
+  // read 2-byte copies (the weights', refreshed at each forward; the saved
+  // activations'; the output gradients') instead of converting fp32 inputs
+  // at every call. Off: every GEMM converts (the tests' reference); the
+  // results are bitwise the same either way.
+  void set_gemm_copies(bool on) { copies_ = on; }
 
  private:
   struct LayerParams {  // each half in Slot order (model/architecture.hpp)
@@ -197,13 +203,43 @@ class Transformer {
   };
   // rounds n elements at p to the storage format (a no-op in fp32)
   void store(T* p, int64_t n) const { kernels::round_to_storage(p, n, precision_); }
+  // The CPU's bf16 path (docs/precision.md): under bf16, in host memory, the
+  // GEMMs read 2-byte operands where the model has them: its weights' bf16
+  // copy, the saved activations' packed copy, the output gradients' copy.
+  // A GEMM input: its values, its 2-byte copy, or both (kernels::In16).
+  struct GemmIn {
+    const T* f32 = nullptr;
+    const uint16_t* b16 = nullptr;
+  };
+  bool fast16() const;
+  void linear_fwd(T* out, GemmIn inp, GemmIn w, const T* bias, int64_t N, int64_t C, int64_t OC);
+  void linear_bwd(T* dinp, T* dw, T* db, GemmIn dout, GemmIn inp, GemmIn w, int64_t N, int64_t C, int64_t OC, bool acc);
+  // The dweight input i of layer l (saved_buffers order): fp32 and/or packed.
+  GemmIn saved_in(const Activations<T>& ctx, int l, size_t i, const T* f32) const;
+  // Whether saved buffer i is left packed in backward (only GEMMs read it).
+  bool gemm_only(const Activations<T>& ctx, size_t i) const;
+  // The 2-byte weight copies of local layer li / the head, refreshed from
+  // the parameters at each forward (nullptr: none, the GEMM converts).
+  struct Weights16 {
+    uint16_t *qkv = nullptr, *o = nullptr, *fc = nullptr, *proj = nullptr;
+  };
+  const Weights16& weights16(int64_t li) const { return w16_layers_.empty() ? no_w16_ : w16_layers_[size_t(li)]; }
+  void refresh_weights16(int64_t li);  // li = -1: the head
+  Tensor w16_;
+  std::vector<Weights16> w16_layers_;
+  Weights16 no_w16_;
+  uint16_t* head16_ = nullptr;
+  // 2-byte copies of the linears' output gradients in backward
+  Tensor scratch16_;
+  int64_t scratch16_B_ = 0;
+  uint16_t *dy16_ = nullptr, *dfc16_ = nullptr, *dqkv16_ = nullptr, *dlogits16_ = nullptr;
   // A layer's saved buffers in pack order: (buffer in the working set, elements).
   std::vector<std::pair<T*, int64_t>> saved_buffers(const LayerActs<T>& a, int64_t B, Recompute r) const;
   // Buffers [first, last) of layer l to its packed copy, and all of them back.
   void pack(Activations<T>& ctx, int l, size_t first, size_t last) const;
   void unpack(Activations<T>& ctx, int l) const;
-  void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B);
-  void layer_weight_grads(const LayerActs<T>& a, const SavedGrads<T>& g, const LayerParams& p, int64_t B, bool acc);
+  void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, const Weights16& w16, int64_t B);
+  void layer_weight_grads(const Activations<T>& ctx, int l, const LayerParams& p, bool acc);
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N);
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,
                      int64_t N, bool accumulate);
@@ -212,6 +248,7 @@ class Transformer {
   Device device_;
   kernels::Precision precision_ = kernels::Precision::fp32;
   bool pack_ = true;
+  bool copies_ = true;
   parallel::TensorParallel single_;  // the region of a one-rank model
   parallel::TensorParallel* tp_;
   parallel::ContextParallel single_cp_;  // the whole sequence

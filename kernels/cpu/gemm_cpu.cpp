@@ -125,15 +125,13 @@ void to_bf16(std::vector<uint16_t>& dst, const float* src, int64_t rows, int64_t
     for (int64_t c = 0; c < cols; ++c) dst[size_t(r * cols + c)] = f32_to_bf16(src[r * ld + c]);
 }
 
-// false: no bf16 matmul on this CPU (the caller uses sgemm)
-bool gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (bf16_state().unavailable) return false;
-  thread_local std::vector<uint16_t> a16, b16;
-  to_bf16(a16, A, ta ? K : M, ta ? M : K, lda);
-  to_bf16(b16, B, tb ? N : K, tb ? K : N, ldb);
+// The bf16 matmul on contiguous bf16 operands (A is M x K or, transposed,
+// K x M; B is K x N or N x K). false: no bf16 matmul on this CPU.
+bool run_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, const uint16_t* B,
+              float beta, float* C, int64_t ldc) {
   Bf16State& s = bf16_state();
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.unavailable) return false;
   const Bf16Key key{ta, tb, M, N, K, ldc, alpha, beta};
   auto it = s.plans.find(key);
   if (it == s.plans.end()) {
@@ -142,13 +140,39 @@ bool gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
     it = s.plans.emplace(key, plan).first;
   }
   Bf16Plan& p = it->second;
-  DNNL_CHECK(dnnl_memory_set_data_handle(p.a, a16.data()));
-  DNNL_CHECK(dnnl_memory_set_data_handle(p.b, b16.data()));
+  DNNL_CHECK(dnnl_memory_set_data_handle(p.a, const_cast<uint16_t*>(A)));
+  DNNL_CHECK(dnnl_memory_set_data_handle(p.b, const_cast<uint16_t*>(B)));
   DNNL_CHECK(dnnl_memory_set_data_handle(p.c, C));
   const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}};
   DNNL_CHECK(dnnl_primitive_execute(p.prim, s.stream, 3, args));
   DNNL_CHECK(dnnl_stream_wait(s.stream));
   return true;
+}
+
+// false: no bf16 matmul on this CPU (the caller uses sgemm)
+bool gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (bf16_state().unavailable) return false;
+  thread_local std::vector<uint16_t> a16, b16;
+  to_bf16(a16, A, ta ? K : M, ta ? M : K, lda);
+  to_bf16(b16, B, tb ? N : K, tb ? K : N, ldb);
+  return run_bf16(ta, tb, M, N, K, alpha, a16.data(), b16.data(), beta, C, ldc);
+}
+
+// An In16 operand of rows x cols as bf16: its copy, or the fp32 values converted into scratch.
+const uint16_t* bf16_of(In16 x, int64_t rows, int64_t cols, std::vector<uint16_t>& scratch) {
+  if (x.bf16) return x.bf16;
+  to_bf16(scratch, x.f32, rows, cols, cols);
+  return scratch.data();
+}
+// ... and as fp32: its values, or the copy widened into scratch.
+const float* f32_of(In16 x, int64_t n, std::vector<float>& scratch) {
+  if (x.f32) return x.f32;
+  scratch.resize(size_t(n));
+  float* out = scratch.data();
+#pragma omp parallel for simd
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(x.bf16[i]);
+  return out;
 }
 
 }  // namespace
@@ -178,6 +202,24 @@ void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alph
     }
 }
 
+// dbias[o] (+)= sum_n dout[n, o], each column summed in row order; a block
+// of columns per task, walked row by row (contiguous reads)
+template <typename T>
+static void column_sums(T* dbias, const T* dout, int64_t N, int64_t OC, bool accumulate) {
+  constexpr int64_t kBlock = 256;
+#pragma omp parallel for
+  for (int64_t o0 = 0; o0 < OC; o0 += kBlock) {
+    const int64_t width = std::min(kBlock, OC - o0);
+    T s[kBlock] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const T* row = dout + n * OC + o0;
+#pragma omp simd
+      for (int64_t j = 0; j < width; ++j) s[j] += row[j];
+    }
+    for (int64_t j = 0; j < width; ++j) dbias[o0 + j] = accumulate ? dbias[o0 + j] + s[j] : s[j];
+  }
+}
+
 template <typename T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC) {
   TRIDENT_ON_CUDA(T, out, cuda::linear_forward(out, inp, weight, bias, N, C, OC));
@@ -195,14 +237,7 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   TRIDENT_ON_CUDA(T, dout, cuda::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate));
   if (dinp) gemm<T>(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
   if (dweight) gemm<T>(true, false, OC, C, N, T(1), dout, OC, inp, C, accumulate ? T(1) : T(0), dweight, C);
-  if (dbias) {
-#pragma omp parallel for
-    for (int64_t o = 0; o < OC; ++o) {
-      T s = 0;
-      for (int64_t n = 0; n < N; ++n) s += dout[n * OC + o];
-      dbias[o] = accumulate ? dbias[o] + s : s;
-    }
-  }
+  if (dbias) column_sums(dbias, dout, N, OC, accumulate);
 }
 
 template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
@@ -211,6 +246,43 @@ template void linear_backward<float>(float*, float*, float*, const float*, const
                                      int64_t, bool);
 template void linear_backward<double>(double*, double*, double*, const double*, const double*, const double*, int64_t,
                                       int64_t, int64_t, bool);
+
+void gemm16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, In16 A, In16 B, float beta, float* C,
+            int64_t ldc) {
+  TRIDENT_CHECK((A.f32 || A.bf16) && (B.f32 || B.bf16), "gemm16: an operand has neither fp32 values nor a bf16 copy");
+  if (M <= 0 || N <= 0) return;
+  const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+  if (g_matmul == Precision::bf16 && K > 0 && !bf16_state().unavailable) {
+    thread_local std::vector<uint16_t> a16, b16;
+    const uint16_t* a = bf16_of(A, a_rows, a_cols, a16);
+    const uint16_t* b = bf16_of(B, b_rows, b_cols, b16);
+    if (run_bf16(ta, tb, M, N, K, alpha, a, b, beta, C, ldc)) return;
+  }
+  thread_local std::vector<float> a32, b32;
+  const float* a = f32_of(A, a_rows * a_cols, a32);
+  const float* b = f32_of(B, b_rows * b_cols, b32);
+  DNNL_CHECK(dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc));
+}
+
+void linear_forward16(float* out, In16 inp, In16 weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
+  if (bias) {
+#pragma omp parallel for
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < OC; ++o) out[n * OC + o] = bias[o];
+  }
+  gemm16(false, true, N, OC, C, 1.f, inp, weight, bias ? 1.f : 0.f, out, OC);
+}
+
+void linear_backward16(float* dinp, float* dweight, float* dbias, In16 dout, In16 inp, In16 weight, int64_t N,
+                       int64_t C, int64_t OC, bool accumulate) {
+  if (dinp) gemm16(false, false, N, C, OC, 1.f, dout, weight, 0.f, dinp, C);
+  if (dweight) gemm16(true, false, OC, C, N, 1.f, dout, inp, accumulate ? 1.f : 0.f, dweight, C);
+  if (dbias) {
+    thread_local std::vector<float> d32;
+    const float* d = f32_of(dout, N * OC, d32);
+    column_sums(dbias, d, N, OC, accumulate);
+  }
+}
 
 void set_num_threads(int n) { omp_set_num_threads(n); }
 

@@ -58,6 +58,29 @@ void pack_16(uint16_t* dst, const T* src, int64_t n, Precision p) {
 }
 
 template <typename T>
+void store_16(T* x, uint16_t* dst, int64_t n, Precision p) {
+  TRIDENT_CHECK(p != Precision::fp32, "store_16 needs a 16-bit format");
+  TRIDENT_ON_CUDA(T, x,
+                  (cuda::round_to_storage(x, n, p == Precision::bf16 ? 1 : 2),
+                   cuda::pack_16(dst, x, n, p == Precision::bf16 ? 1 : 2)));
+  if (p == Precision::bf16) {
+#pragma omp parallel for simd
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t h = f32_to_bf16(float(x[i]));
+      dst[i] = h;
+      x[i] = T(bf16_to_f32(h));
+    }
+  } else {
+#pragma omp parallel for simd
+    for (int64_t i = 0; i < n; ++i) {
+      const _Float16 h = static_cast<_Float16>(float(x[i]));
+      std::memcpy(&dst[i], &h, 2);
+      x[i] = T(float(h));
+    }
+  }
+}
+
+template <typename T>
 void unpack_16(T* dst, const uint16_t* src, int64_t n, Precision p) {
   TRIDENT_CHECK(p != Precision::fp32, "unpack_16 needs a 16-bit format");
   TRIDENT_ON_CUDA(T, dst, cuda::unpack_16(dst, src, n, p == Precision::bf16 ? 1 : 2));
@@ -72,6 +95,8 @@ void unpack_16(T* dst, const uint16_t* src, int64_t n, Precision p) {
 
 template void pack_16<float>(uint16_t*, const float*, int64_t, Precision);
 template void pack_16<double>(uint16_t*, const double*, int64_t, Precision);
+template void store_16<float>(float*, uint16_t*, int64_t, Precision);
+template void store_16<double>(double*, uint16_t*, int64_t, Precision);
 template void unpack_16<float>(float*, const uint16_t*, int64_t, Precision);
 template void unpack_16<double>(double*, const uint16_t*, int64_t, Precision);
 template void round_to_storage<float>(float*, int64_t, Precision);

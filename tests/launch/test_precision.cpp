@@ -213,6 +213,52 @@ TEST(Precision, PackedActivationsAreExactAndSmaller) {
         }
 }
 
+// The CPU's bf16 path: GEMMs that read the 2-byte copies (weights refreshed
+// at each forward, packed activations, output-gradient copies) give bitwise
+// the results of converting every fp32 input at each GEMM, across recompute
+// modes, split backward and packing, and after the weights change.
+TEST(Precision, Bf16GemmCopiesMatchConvertingEveryGemm) {
+  kernels::set_matmul_precision(Precision::bf16);
+  for (const char* file : {"configs/demo.yaml", "configs/llama-tiny.yaml"})
+    for (auto rc : {model::Recompute::none, model::Recompute::selective, model::Recompute::full})
+      for (bool split : {false, true})
+        for (bool packed : {true, false}) {
+          if (split && rc == model::Recompute::full) continue;
+          Recipe r = load_recipe(src(file), {"model.layers=2"});
+          const int64_t B = 2, N = B * r.model.seq_len;
+          std::vector<int32_t> tokens(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
+          for (int64_t i = 0; i < N; ++i)
+            tokens[size_t(i)] = int32_t((i * 7 + 3) % 31), targets[size_t(i)] = int32_t((i * 5 + 1) % 31);
+          // two steps' forward and backward, the weights moved in between
+          auto run_two = [&](bool copies) {
+            model::Transformer<float> net(r.model, 5);
+            net.set_precision(Precision::bf16);
+            net.set_pack_activations(packed);
+            net.set_gemm_copies(copies);
+            auto ctx = net.make_activations(B, rc, 0, split);
+            std::vector<float> out;
+            for (int step = 0; step < 2; ++step) {
+              out.push_back(float(net.forward(*ctx, tokens.data(), targets.data(), 1.0f / float(N))));
+              if (split) {
+                net.backward_chunk(*ctx, nullptr, rc, false, model::BackwardPart::input);
+                net.backward_chunk(*ctx, nullptr, rc, false, model::BackwardPart::weight);
+              } else {
+                net.backward(*ctx, rc, false);
+              }
+              const float* g = net.grads().data<float>();
+              out.insert(out.end(), g, g + net.grads().numel());
+              float* p = net.params().data<float>();
+              for (int64_t i = 0; i < net.params().numel(); ++i) p[i] = kernels::round_bf16(p[i] - 0.5f * g[i]);
+            }
+            return out;
+          };
+          const std::string what = std::string(file) + " recompute " + std::to_string(int(rc)) +
+                                   (split ? " split" : "") + (packed ? " packed" : "");
+          EXPECT_TRUE(run_two(true) == run_two(false)) << what << ": the 2-byte copies change the results";
+        }
+  kernels::set_matmul_precision(Precision::fp32);
+}
+
 launch::TrainSummary run(const std::string& precision, std::vector<std::string> sets) {
   for (const char* s : {"log.metrics=", "train.threads=1", "eval.batches=0", "model.layers=2"}) sets.push_back(s);
   sets.push_back("train.precision=" + precision);

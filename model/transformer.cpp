@@ -337,7 +337,7 @@ void Transformer<T>::linear_bwd(T* dinp, T* dw, T* db, GemmIn dout, GemmIn inp, 
 }
 
 template <typename T>
-void Transformer<T>::refresh_weights16(int64_t li) {
+void Transformer<T>::ensure_weights16() {
   if (!fast16() || store_) return;  // ZeRO 3's gathered segments come and go: the GEMMs convert
   const int64_t C = cfg_.hidden, HD = dims_.heads * cfg_.head_dim(), F = dims_.ffn;
   const int64_t per_layer = C * (qkv_width_ + HD + fc_width_ + F);
@@ -352,13 +352,6 @@ void Transformer<T>::refresh_weights16(int64_t li) {
           {at, at + C * qkv_width_, at + C * (qkv_width_ + HD), at + C * (qkv_width_ + HD + fc_width_)});
     if (head) head16_ = at;
   }
-  if (li < 0) return k::pack_16(head16_, head_, dims_.vocab * C, precision_);
-  const LayerParams& p = layers_[size_t(li)];
-  const Weights16& w = w16_layers_[size_t(li)];
-  k::pack_16(w.qkv, p.qkvw, C * qkv_width_, precision_);
-  k::pack_16(w.o, p.ow, C * HD, precision_);
-  k::pack_16(w.fc, p.fcw, C * fc_width_, precision_);
-  k::pack_16(w.proj, p.pw, C * F, precision_);
 }
 
 template <typename T>
@@ -381,19 +374,25 @@ void Transformer<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T
 // x_out = x_mid + exit(MLP(norm2(x_mid))), x_mid = x_in + exit(attention(norm1(x_in)))
 template <typename T>
 void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, const Weights16& w16,
-                                   int64_t B) {
+                                   bool refresh, int64_t B) {
   const int64_t Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), F = dims_.ffn;
+  // a weight's 2-byte copy, rewritten from the parameters right before its
+  // GEMM (while it is in cache) when refreshing
+  auto copy16 = [&](uint16_t* w16_copy, const T* w, int64_t n) -> const uint16_t* {
+    if (w16_copy && refresh) k::pack_16(w16_copy, w, n, precision_);
+    return w16_copy;
+  };
   ensure_scratch(B);
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x_in, p.n1w, p.n1b, R);
   store(a.ln1, R * C);
   const T* h = tp_->enter(a.ln1_full, a.ln1, N, C);
-  linear_fwd(a.qkv, {h}, {p.qkvw, w16.qkv}, p.qkvb, N, C, qkv_width_);
+  linear_fwd(a.qkv, {h}, {p.qkvw, copy16(w16.qkv, p.qkvw, C * qkv_width_)}, p.qkvb, N, C, qkv_width_);
   if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D, origin_);
   store(a.qkv, N * qkv_width_);
   cp_->attention_forward(a.atty, a.probs, a.qkv, B, H, KV, D, doc_start_);
   store(a.atty, N * H * D);
-  linear_fwd(partial_, {a.atty}, {p.ow, w16.o}, nullptr, N, H * D, C);
+  linear_fwd(partial_, {a.atty}, {p.ow, copy16(w16.o, p.ow, C * H * D)}, nullptr, N, H * D, C);
   store(partial_, N * C);
   const T* y = tp_->exit(reduced_, partial_, N, C);
   k::residual_forward(a.x_mid, a.x_in, y, p.ob, R, C);
@@ -401,14 +400,14 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.n2w, p.n2b, R);
   store(a.ln2, R * C);
   h = tp_->enter(a.ln2_full, a.ln2, N, C);
-  linear_fwd(a.fc, {h}, {p.fcw, w16.fc}, p.fcb, N, C, fc_width_);
+  linear_fwd(a.fc, {h}, {p.fcw, copy16(w16.fc, p.fcw, C * fc_width_)}, p.fcb, N, C, fc_width_);
   store(a.fc, N * fc_width_);
   if (arch_.mlp == MlpKind::swiglu)
     k::swiglu_forward(a.act, a.fc, N, F);
   else
     k::gelu_forward(a.act, a.fc, N * F);
   store(a.act, N * F);
-  linear_fwd(partial_, {a.act}, {p.pw, w16.proj}, nullptr, N, F, C);
+  linear_fwd(partial_, {a.act}, {p.pw, copy16(w16.proj, p.pw, C * F)}, nullptr, N, F, C);
   store(partial_, N * C);
   y = tp_->exit(reduced_, partial_, N, C);
   k::residual_forward(x_out, a.x_mid, y, p.pb, R, C);
@@ -422,6 +421,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int L = int(ch.spec.layers);
   ensure_scratch(B);
+  ensure_weights16();
   doc_start_ = ctx.doc_start;
   origin_ = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
   T* first_in = L > 0 ? ctx.layers[0].x_in : ctx.x_final;
@@ -444,8 +444,8 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     T* x_out = l + 1 < L ? ctx.layers[size_t(l + 1)].x_in : ctx.x_final;
     // packed: the input first (the output may go to the same working buffer), the rest after
     if (ctx.is_packed()) pack(ctx, l, 0, 1);
-    refresh_weights16(ch.first_local + l);
-    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], weights16(ch.first_local + l), B);
+    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], weights16(ch.first_local + l),
+                  true, B);
     if (ctx.is_packed()) pack(ctx, l, 1, SIZE_MAX);
     done_params(s);
   }
@@ -456,7 +456,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   norm_forward(ctx.lnf, ctx.lnf_mean, ctx.lnf_rstd, ctx.x_final, nfw_, nfb_, R);
   store(ctx.lnf, R * C);
   const T* h = tp_->enter(ctx.lnf_full, ctx.lnf, N, C);
-  refresh_weights16(-1);
+  if (head16_) k::pack_16(head16_, head_, dims_.vocab * C, precision_);
   linear_fwd(ctx.logits, {h}, {head_, head16_}, nullptr, N, C, dims_.vocab);
   store(ctx.logits, N * dims_.vocab);
   // A forward for training (dscale != 0) keeps the head's parameters for
@@ -571,7 +571,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     if (recompute == Recompute::full) {
       // Rerun this layer's forward from its saved input; the output goes to a
       // scratch row nobody reads (d_ln_ is overwritten below before use).
-      layer_forward(a, d_ln_, p, w16, B);
+      layer_forward(a, d_ln_, p, w16, false, B);  // the copies are this forward's
     } else if (recompute == Recompute::selective) {
       cp_->attention_state(a.probs, d_atty_, a.qkv, B, H, KV, D, doc_start_);
     }

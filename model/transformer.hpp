@@ -218,13 +218,13 @@ class Transformer {
   GemmIn saved_in(const Activations<T>& ctx, int l, size_t i, const T* f32) const;
   // Whether saved buffer i is left packed in backward (only GEMMs read it).
   bool gemm_only(const Activations<T>& ctx, size_t i) const;
-  // The 2-byte weight copies of local layer li / the head, refreshed from
-  // the parameters at each forward (nullptr: none, the GEMM converts).
+  // The 2-byte weight copies of local layer li / the head, rewritten from
+  // the parameters by each forward (nullptr: none, the GEMM converts).
   struct Weights16 {
     uint16_t *qkv = nullptr, *o = nullptr, *fc = nullptr, *proj = nullptr;
   };
   const Weights16& weights16(int64_t li) const { return w16_layers_.empty() ? no_w16_ : w16_layers_[size_t(li)]; }
-  void refresh_weights16(int64_t li);  // li = -1: the head
+  void ensure_weights16();  // allocates them once (bf16 path, full buffers)
   Tensor w16_;
   std::vector<Weights16> w16_layers_;
   Weights16 no_w16_;
@@ -238,7 +238,9 @@ class Transformer {
   // Buffers [first, last) of layer l to its packed copy, and all of them back.
   void pack(Activations<T>& ctx, int l, size_t first, size_t last) const;
   void unpack(Activations<T>& ctx, int l) const;
-  void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, const Weights16& w16, int64_t B);
+  // refresh: rewrite w16 from p first (forward; not a recompute in backward)
+  void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, const Weights16& w16, bool refresh,
+                     int64_t B);
   void layer_weight_grads(const Activations<T>& ctx, int l, const LayerParams& p, bool acc);
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N);
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,

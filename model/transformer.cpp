@@ -337,24 +337,6 @@ void Transformer<T>::linear_bwd(T* dinp, T* dw, T* db, GemmIn dout, GemmIn inp, 
 }
 
 template <typename T>
-void Transformer<T>::ensure_weights16() {
-  if (!fast16() || store_) return;  // ZeRO 3's gathered segments come and go: the GEMMs convert
-  const int64_t C = cfg_.hidden, HD = dims_.heads * cfg_.head_dim(), F = dims_.ffn;
-  const int64_t per_layer = C * (qkv_width_ + HD + fc_width_ + F);
-  if (!w16_.defined()) {
-    bool head = false;
-    for (const Chunk& ch : chunks_) head |= ch.spec.head;
-    const int64_t n = int64_t(layers_.size()) * per_layer + (head ? dims_.vocab * C : 0);
-    w16_ = Tensor::empty({n}, DType::bf16, MemCategory::params, device_);
-    uint16_t* at = static_cast<uint16_t*>(w16_.raw());
-    for (size_t l = 0; l < layers_.size(); ++l, at += per_layer)
-      w16_layers_.push_back(
-          {at, at + C * qkv_width_, at + C * (qkv_width_ + HD), at + C * (qkv_width_ + HD + fc_width_)});
-    if (head) head16_ = at;
-  }
-}
-
-template <typename T>
 void Transformer<T>::norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N) {
   if (arch_.norm == NormKind::rms_norm)
     k::rmsnorm_forward(out, rstd, inp, w, N, cfg_.hidden, cfg_.norm_eps);
@@ -373,26 +355,19 @@ void Transformer<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T
 
 // x_out = x_mid + exit(MLP(norm2(x_mid))), x_mid = x_in + exit(attention(norm1(x_in)))
 template <typename T>
-void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, const Weights16& w16,
-                                   bool refresh, int64_t B) {
+void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B) {
   const int64_t Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), F = dims_.ffn;
-  // a weight's 2-byte copy, rewritten from the parameters right before its
-  // GEMM (while it is in cache) when refreshing
-  auto copy16 = [&](uint16_t* w16_copy, const T* w, int64_t n) -> const uint16_t* {
-    if (w16_copy && refresh) k::pack_16(w16_copy, w, n, precision_);
-    return w16_copy;
-  };
   ensure_scratch(B);
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x_in, p.n1w, p.n1b, R);
   store(a.ln1, R * C);
   const T* h = tp_->enter(a.ln1_full, a.ln1, N, C);
-  linear_fwd(a.qkv, {h}, {p.qkvw, copy16(w16.qkv, p.qkvw, C * qkv_width_)}, p.qkvb, N, C, qkv_width_);
+  linear_fwd(a.qkv, {h}, {p.qkvw}, p.qkvb, N, C, qkv_width_);
   if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D, origin_);
   store(a.qkv, N * qkv_width_);
   cp_->attention_forward(a.atty, a.probs, a.qkv, B, H, KV, D, doc_start_);
   store(a.atty, N * H * D);
-  linear_fwd(partial_, {a.atty}, {p.ow, copy16(w16.o, p.ow, C * H * D)}, nullptr, N, H * D, C);
+  linear_fwd(partial_, {a.atty}, {p.ow}, nullptr, N, H * D, C);
   store(partial_, N * C);
   const T* y = tp_->exit(reduced_, partial_, N, C);
   k::residual_forward(a.x_mid, a.x_in, y, p.ob, R, C);
@@ -400,14 +375,14 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.n2w, p.n2b, R);
   store(a.ln2, R * C);
   h = tp_->enter(a.ln2_full, a.ln2, N, C);
-  linear_fwd(a.fc, {h}, {p.fcw, copy16(w16.fc, p.fcw, C * fc_width_)}, p.fcb, N, C, fc_width_);
+  linear_fwd(a.fc, {h}, {p.fcw}, p.fcb, N, C, fc_width_);
   store(a.fc, N * fc_width_);
   if (arch_.mlp == MlpKind::swiglu)
     k::swiglu_forward(a.act, a.fc, N, F);
   else
     k::gelu_forward(a.act, a.fc, N * F);
   store(a.act, N * F);
-  linear_fwd(partial_, {a.act}, {p.pw, copy16(w16.proj, p.pw, C * F)}, nullptr, N, F, C);
+  linear_fwd(partial_, {a.act}, {p.pw}, nullptr, N, F, C);
   store(partial_, N * C);
   y = tp_->exit(reduced_, partial_, N, C);
   k::residual_forward(x_out, a.x_mid, y, p.pb, R, C);
@@ -421,7 +396,6 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int L = int(ch.spec.layers);
   ensure_scratch(B);
-  ensure_weights16();
   doc_start_ = ctx.doc_start;
   origin_ = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
   T* first_in = L > 0 ? ctx.layers[0].x_in : ctx.x_final;
@@ -444,8 +418,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     T* x_out = l + 1 < L ? ctx.layers[size_t(l + 1)].x_in : ctx.x_final;
     // packed: the input first (the output may go to the same working buffer), the rest after
     if (ctx.is_packed()) pack(ctx, l, 0, 1);
-    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], weights16(ch.first_local + l),
-                  true, B);
+    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], B);
     if (ctx.is_packed()) pack(ctx, l, 1, SIZE_MAX);
     done_params(s);
   }
@@ -456,8 +429,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   norm_forward(ctx.lnf, ctx.lnf_mean, ctx.lnf_rstd, ctx.x_final, nfw_, nfb_, R);
   store(ctx.lnf, R * C);
   const T* h = tp_->enter(ctx.lnf_full, ctx.lnf, N, C);
-  if (head16_) k::pack_16(head16_, head_, dims_.vocab * C, precision_);
-  linear_fwd(ctx.logits, {h}, {head_, head16_}, nullptr, N, C, dims_.vocab);
+  linear_fwd(ctx.logits, {h}, {head_}, nullptr, N, C, dims_.vocab);
   store(ctx.logits, N * dims_.vocab);
   // A forward for training (dscale != 0) keeps the head's parameters for
   // backward(); otherwise they are released here.
@@ -539,7 +511,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     // dlogits were rounded in forward: their copy is exact
     if (fast16()) k::pack_16(dlogits16_, ctx.logits, N * V, precision_);
     linear_bwd(d_ln_, split ? nullptr : dhead_, nullptr, {ctx.logits, fast16() ? dlogits16_ : nullptr}, {ctx.lnf_full},
-               {head_, head16_}, N, C, V, acc);
+               {head_}, N, C, V, acc);
     store(d_ln_, N * C);
     const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
     k::fill_zero(d_res_, R * C);
@@ -560,7 +532,6 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     if (ctx.is_packed()) unpack(ctx, l);
     const LayerActs<T>& a = ctx.layers[size_t(l)];
     const LayerParams& p = layers_[size_t(ch.first_local + l)];
-    const Weights16& w16 = weights16(ch.first_local + l);
     // split: the four linears' output gradients go where the weight pass finds them
     T* d_qkv = split ? ctx.saved[size_t(l)].d_qkv : d_qkv_;
     T* d_fc = split ? ctx.saved[size_t(l)].d_fc : d_fc_;
@@ -571,7 +542,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     if (recompute == Recompute::full) {
       // Rerun this layer's forward from its saved input; the output goes to a
       // scratch row nobody reads (d_ln_ is overwritten below before use).
-      layer_forward(a, d_ln_, p, w16, false, B);  // the copies are this forward's
+      layer_forward(a, d_ln_, p, B);
     } else if (recompute == Recompute::selective) {
       cp_->attention_state(a.probs, d_atty_, a.qkv, B, H, KV, D, doc_start_);
     }
@@ -580,7 +551,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     const T* dy = tp_->exit_backward(d_full_, d_res_, N, C);
     if (split) k::copy(ctx.saved[size_t(l)].d_mlp_out, dy, N * C);
     if (fast16()) k::pack_16(dy16_, dy, N * C, precision_);  // d_res_ is rounded: exact
-    linear_bwd(d_act_, dpw, nullptr, {dy, dy16_}, saved_in(ctx, l, 7, a.act), {p.pw, w16.proj}, N, F, C, acc);
+    linear_bwd(d_act_, dpw, nullptr, {dy, dy16_}, saved_in(ctx, l, 7, a.act), {p.pw}, N, F, C, acc);
     store(d_act_, N * F);
     if (arch_.mlp == MlpKind::swiglu)
       k::swiglu_backward(d_fc, a.fc, d_act_, N, F);
@@ -590,8 +561,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
       k::store_16(d_fc, dfc16_, N * fc_width_, precision_);
     else
       store(d_fc, N * fc_width_);
-    linear_bwd(d_ln_, dfcw, p.dfcb, {d_fc, dfc16_}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw, w16.fc}, N, C, fc_width_,
-               acc);
+    linear_bwd(d_ln_, dfcw, p.dfcb, {d_fc, dfc16_}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw}, N, C, fc_width_, acc);
     store(d_ln_, N * C);
     const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
     norm_backward(d_res_, p.dn2w, p.dn2b, d, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, R, acc);
@@ -601,7 +571,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     dy = tp_->exit_backward(d_full_, d_res_, N, C);
     if (split) k::copy(ctx.saved[size_t(l)].d_attn_out, dy, N * C);
     if (fast16()) k::pack_16(dy16_, dy, N * C, precision_);
-    linear_bwd(d_atty_, dow, nullptr, {dy, dy16_}, saved_in(ctx, l, 3, a.atty), {p.ow, w16.o}, N, H * D, C, acc);
+    linear_bwd(d_atty_, dow, nullptr, {dy, dy16_}, saved_in(ctx, l, 3, a.atty), {p.ow}, N, H * D, C, acc);
     store(d_atty_, N * H * D);
     cp_->attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.probs, B, H, KV, D, doc_start_);
     if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D, origin_);
@@ -609,8 +579,8 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
       k::store_16(d_qkv, dqkv16_, N * qkv_width_, precision_);
     else
       store(d_qkv, N * qkv_width_);
-    linear_bwd(d_ln_, dqkvw, p.dqkvb, {d_qkv, dqkv16_}, saved_in(ctx, l, 1, a.ln1_full), {p.qkvw, w16.qkv}, N, C,
-               qkv_width_, acc);
+    linear_bwd(d_ln_, dqkvw, p.dqkvb, {d_qkv, dqkv16_}, saved_in(ctx, l, 1, a.ln1_full), {p.qkvw}, N, C, qkv_width_,
+               acc);
     store(d_ln_, N * C);
     d = tp_->enter_backward(d_local_, d_ln_, N, C);
     norm_backward(d_res_, p.dn1w, p.dn1b, d, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, R, acc);

@@ -177,10 +177,9 @@ class Transformer {
   kernels::Precision precision() const { return precision_; }
   void set_pack_activations(bool on) { pack_ = on; }
   // The CPU's bf16 path (on by default): under bf16 in host memory the GEMMs
-  // read 2-byte copies (the weights', refreshed at each forward; the saved
-  // activations'; the output gradients') instead of converting fp32 inputs
-  // at every call. Off: every GEMM converts (the tests' reference); the
-  // results are bitwise the same either way.
+  // read 2-byte copies (the saved activations', the output gradients')
+  // instead of converting those fp32 inputs at every call. Off: every GEMM
+  // converts (the tests' reference); the results are bitwise the same.
   void set_gemm_copies(bool on) { copies_ = on; }
 
  private:
@@ -204,8 +203,9 @@ class Transformer {
   // rounds n elements at p to the storage format (a no-op in fp32)
   void store(T* p, int64_t n) const { kernels::round_to_storage(p, n, precision_); }
   // The CPU's bf16 path (docs/precision.md): under bf16, in host memory, the
-  // GEMMs read 2-byte operands where the model has them: its weights' bf16
-  // copy, the saved activations' packed copy, the output gradients' copy.
+  // GEMMs read 2-byte operands where the model has them: the saved
+  // activations' packed copy, the output gradients' copy (the weights are
+  // converted by each GEMM: measured faster than a copy, docs/performance.md).
   // A GEMM input: its values, its 2-byte copy, or both (kernels::In16).
   struct GemmIn {
     const T* f32 = nullptr;
@@ -218,17 +218,6 @@ class Transformer {
   GemmIn saved_in(const Activations<T>& ctx, int l, size_t i, const T* f32) const;
   // Whether saved buffer i is left packed in backward (only GEMMs read it).
   bool gemm_only(const Activations<T>& ctx, size_t i) const;
-  // The 2-byte weight copies of local layer li / the head, rewritten from
-  // the parameters by each forward (nullptr: none, the GEMM converts).
-  struct Weights16 {
-    uint16_t *qkv = nullptr, *o = nullptr, *fc = nullptr, *proj = nullptr;
-  };
-  const Weights16& weights16(int64_t li) const { return w16_layers_.empty() ? no_w16_ : w16_layers_[size_t(li)]; }
-  void ensure_weights16();  // allocates them once (bf16 path, full buffers)
-  Tensor w16_;
-  std::vector<Weights16> w16_layers_;
-  Weights16 no_w16_;
-  uint16_t* head16_ = nullptr;
   // 2-byte copies of the linears' output gradients in backward
   Tensor scratch16_;
   int64_t scratch16_B_ = 0;
@@ -238,9 +227,7 @@ class Transformer {
   // Buffers [first, last) of layer l to its packed copy, and all of them back.
   void pack(Activations<T>& ctx, int l, size_t first, size_t last) const;
   void unpack(Activations<T>& ctx, int l) const;
-  // refresh: rewrite w16 from p first (forward; not a recompute in backward)
-  void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, const Weights16& w16, bool refresh,
-                     int64_t B);
+  void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B);
   void layer_weight_grads(const Activations<T>& ctx, int l, const LayerParams& p, bool acc);
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N);
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,

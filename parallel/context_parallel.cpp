@@ -160,8 +160,8 @@ void ContextParallel::ring_backward(T* dqkv, const T* dout, const T* qkv, const 
 // ---- all-to-all (Ulysses) ------------------------------------------------
 
 template <typename T>
-const T* ContextParallel::gather_heads(const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, const int32_t* ds,
-                                       const int32_t** ds_full) {
+kernels::AttentionBlock<T> ContextParallel::gather_heads(const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
+                                                         const int32_t* ds) {
   const int N = size();
   const int64_t Tl = local_len(), W = (H + 2 * KV) * D, Hs = H / N, KVs = KV / N, Ws = (Hs + 2 * KVs) * D;
   const int64_t per = B * Tl * Ws;
@@ -179,7 +179,10 @@ const T* ContextParallel::gather_heads(const T* qkv, int64_t B, int64_t H, int64
   T* full = scratch<T>(0, N * per);  // [B][rank i's rows][Ws]
   for (int i = 0; i < N; ++i)
     for (int64_t b = 0; b < B; ++b) std::copy_n(recv + i * per + b * Tl * Ws, Tl * Ws, full + (b * N + i) * Tl * Ws);
-  *ds_full = nullptr;
+  kernels::AttentionBlock<T> a;
+  a.B = B, a.Tq = a.Tk = seq_len_, a.H = Hs, a.KV = KVs, a.D = D;
+  a.q = full, a.ldq = Ws, a.k = full + Hs * D, a.v = full + (Hs + KVs) * D, a.ldkv = Ws;
+  a.q_pos = a.k_pos = positions_full_.data();
   if (ds) {  // every rank's document starts, in the same rank-major order
     doc_full_.resize(size_t(N * B * Tl));
     std::vector<int32_t> gathered(size_t(N * B * Tl));
@@ -188,22 +191,17 @@ const T* ContextParallel::gather_heads(const T* qkv, int64_t B, int64_t H, int64
     for (int i = 0; i < N; ++i)
       for (int64_t b = 0; b < B; ++b)
         std::copy_n(gathered.begin() + (i * B + b) * Tl, Tl, doc_full_.begin() + (b * N + i) * Tl);
-    *ds_full = doc_full_.data();
+    a.doc_start = doc_full_.data();
   }
-  return full;
+  return a;
 }
 
 template <typename T>
 void ContextParallel::ulysses_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
                                       const int32_t* ds) {
   const int N = size();
-  const int64_t Tl = local_len(), Hs = H / N, KVs = KV / N, Ws = (Hs + 2 * KVs) * D, Tf = seq_len_;
-  const int32_t* ds_full = nullptr;
-  const T* full = gather_heads(qkv, B, H, KV, D, ds, &ds_full);
-  kernels::AttentionBlock<T> a;
-  a.B = B, a.Tq = Tf, a.Tk = Tf, a.H = Hs, a.KV = KVs, a.D = D;
-  a.q = full, a.ldq = Ws, a.k = full + Hs * D, a.v = full + (Hs + KVs) * D, a.ldkv = Ws;
-  a.q_pos = a.k_pos = positions_full_.data(), a.doc_start = ds_full;
+  const int64_t Tl = local_len(), Hs = H / N;
+  const kernels::AttentionBlock<T> a = gather_heads(qkv, B, H, KV, D, ds);
   const int64_t per = B * Tl * Hs * D;
   T* o = scratch<T>(3, N * per);  // [B][Tf][Hs D], then the rows of rank i at (b * N + i) * Tl
   kernels::attention_block_forward(o, Hs * D, lse, a, false);
@@ -251,12 +249,7 @@ void ContextParallel::ulysses_backward(T* dqkv, const T* dout, const T* qkv, con
   for (int i = 0; i < N; ++i)
     for (int64_t b = 0; b < B; ++b)
       std::copy_n(grecv + i * gper + b * Tl * Hs * D, Tl * Hs * D, g + (b * N + i) * Tl * Hs * D);
-  const int32_t* ds_full = nullptr;
-  const T* full = gather_heads(qkv, B, H, KV, D, ds, &ds_full);
-  kernels::AttentionBlock<T> a;
-  a.B = B, a.Tq = Tf, a.Tk = Tf, a.H = Hs, a.KV = KVs, a.D = D;
-  a.q = full, a.ldq = Ws, a.k = full + Hs * D, a.v = full + (Hs + KVs) * D, a.ldkv = Ws;
-  a.q_pos = a.k_pos = positions_full_.data(), a.doc_start = ds_full;
+  const kernels::AttentionBlock<T> a = gather_heads(qkv, B, H, KV, D, ds);
   const int64_t per = B * Tl * Ws;
   T* dfull = scratch<T>(12, N * per);
   std::memset(static_cast<void*>(dfull), 0, sizeof(T) * size_t(N * per));

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/enums.hpp"
+#include "kernels/attention.hpp"
 #include "parallel/communicator.hpp"
 
 namespace trident::parallel {
@@ -97,10 +98,10 @@ class ContextParallel {
   void ulysses_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t H,
                         int64_t KV, int64_t D, const int32_t* ds);
   // all_to_all: q, k, v of this rank's heads over the whole sequence
-  // [B, seq_len (rank-major), W'] in scratch 0, and the rows' doc starts.
+  // [B, seq_len (rank-major), W'] in scratch 0, and the rows' doc starts;
+  // returned as the attention block over them (q = the gathered buffer).
   template <typename T>
-  const T* gather_heads(const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, const int32_t* ds,
-                        const int32_t** ds_full);
+  kernels::AttentionBlock<T> gather_heads(const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, const int32_t* ds);
 
   Communicator* group_ = nullptr;
   ContextMode mode_ = ContextMode::ring;

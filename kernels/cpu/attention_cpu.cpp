@@ -20,6 +20,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/vmath.hpp"
+#include "kernels/gemm.hpp"
 #include "kernels/rotary.hpp"
 
 namespace trident::kernels {
@@ -36,13 +37,7 @@ void tile_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
 }
 void tile_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
                const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      double acc = 0;
-      for (int64_t k = 0; k < K; ++k)
-        acc += (ta ? A[k * lda + m] : A[m * lda + k]) * (tb ? B[n * ldb + k] : B[k * ldb + n]);
-      C[m * ldc + n] = alpha * acc + (beta == 0 ? 0 : beta * C[m * ldc + n]);
-    }
+  gemm<double>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // the reference loop nest
 }
 
 inline int64_t position(const int32_t* pos, int64_t i) { return pos ? pos[i] : i; }

@@ -202,6 +202,14 @@ void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alph
     }
 }
 
+// out[n, o] = bias[o]: the linear's output before its GEMM adds (beta = 1)
+template <typename T>
+static void bias_rows(T* out, const T* bias, int64_t N, int64_t OC) {
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < OC; ++o) out[n * OC + o] = bias[o];
+}
+
 // dbias[o] (+)= sum_n dout[n, o], each column summed in row order; a block
 // of columns per task, walked row by row (contiguous reads)
 template <typename T>
@@ -223,11 +231,7 @@ static void column_sums(T* dbias, const T* dout, int64_t N, int64_t OC, bool acc
 template <typename T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC) {
   TRIDENT_ON_CUDA(T, out, cuda::linear_forward(out, inp, weight, bias, N, C, OC));
-  if (bias) {
-#pragma omp parallel for
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t o = 0; o < OC; ++o) out[n * OC + o] = bias[o];
-  }
+  if (bias) bias_rows(out, bias, N, OC);
   gemm<T>(false, true, N, OC, C, T(1), inp, C, weight, C, bias ? T(1) : T(0), out, OC);
 }
 
@@ -265,11 +269,7 @@ void gemm16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, In16
 }
 
 void linear_forward16(float* out, In16 inp, In16 weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
-  if (bias) {
-#pragma omp parallel for
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t o = 0; o < OC; ++o) out[n * OC + o] = bias[o];
-  }
+  if (bias) bias_rows(out, bias, N, OC);
   gemm16(false, true, N, OC, C, 1.f, inp, weight, bias ? 1.f : 0.f, out, OC);
 }
 

@@ -1,0 +1,224 @@
+// Where the Transformer keeps its activations (see transformer.hpp): the
+// per-micro-batch contexts and the chunk's shared working set, the 2-byte
+// packing of saved activations under bf16/fp16, the CPU bf16 path's GEMM
+// operands (docs/precision.md), and the scratch shared by all layers.
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/buffer.hpp"
+#include "kernels/gemm.hpp"
+#include "model/memory.hpp"
+#include "model/transformer.hpp"
+
+namespace trident::model {
+
+namespace k = trident::kernels;
+
+template <typename T>
+std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Recompute recompute, int chunk,
+                                                                 bool split_backward) const {
+  const Chunk& ch = chunks_[size_t(chunk)];
+  // the one layout the planner's formulas use too (model/memory.hpp)
+  const ActivationSizes z =
+      activation_sizes(cfg_, {B, tp_->size(), tp_->gathers(), recompute, split_backward, cp_->size()});
+  const int64_t C = z.C, N = z.N, L = ch.spec.layers, R = z.R, row0 = tp_->row_begin(N);
+  TRIDENT_CHECK(R == tp_->rows(N), "activation layout: {} rows, the region has {}", R, tp_->rows(N));
+  auto ctx = std::make_unique<Activations<T>>();
+  ctx->B = B;
+  ctx->chunk = chunk;
+  ctx->recompute = recompute;
+  const bool packed = pack_ && precision_ != k::Precision::fp32 && L > 0;
+  auto alloc = [&](int64_t n) {
+    ctx->storage.push_back(Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_));
+    return ctx->storage.back().template data<T>();
+  };
+  // A norm's output [R,C] and the full input [N,C] of the linear after it:
+  // when the region gathers, the local rows are this rank's part of the full.
+  auto norm_out = [&](T*& local, T*& full) {
+    full = alloc(z.norm_full);
+    local = tp_->gathers() ? full + row0 * C : full;
+  };
+  // One layer's worth of buffers; per layer or shared, depending on recompute.
+  auto layer_set = [&](LayerActs<T>& a, bool with_probs) {
+    norm_out(a.ln1, a.ln1_full);
+    a.ln1_mean = alloc(z.stats), a.ln1_rstd = alloc(z.stats), a.qkv = alloc(z.qkv);
+    a.probs = with_probs ? alloc(z.attention_state) : nullptr;
+    a.atty = alloc(z.atty), a.x_mid = alloc(R * C);
+    norm_out(a.ln2, a.ln2_full);
+    a.ln2_mean = alloc(z.stats), a.ln2_rstd = alloc(z.stats), a.fc = alloc(z.fc);
+    a.act = alloc(z.act);
+  };
+  ctx->layers.resize(size_t(L));
+  // What recomputation rebuilds (and, packed, the fp32 working set): one
+  // set per chunk, shared by its contexts
+  LayerActs<T> shared{};
+  T* shared_probs = nullptr;
+  if ((recompute != Recompute::none || packed) && L > 0) {
+    auto it = std::find_if(shared_recompute_.begin(), shared_recompute_.end(), [&](const SharedRecompute& x) {
+      return x.chunk == chunk && x.B == B && x.recompute == recompute && x.packed == packed;
+    });
+    if (it == shared_recompute_.end()) {
+      SharedRecompute set{chunk, B, recompute, packed, {}, {}, nullptr};
+      std::swap(ctx->storage, set.storage);  // allocate into the shared set's storage
+      if (recompute == Recompute::full || packed) layer_set(set.acts, recompute == Recompute::full);
+      if (packed) set.acts.x_in = alloc(R * C);
+      if (recompute == Recompute::selective) set.probs = alloc(z.attention_state);
+      std::swap(ctx->storage, set.storage);
+      shared_recompute_.push_back(std::move(set));
+      it = shared_recompute_.end() - 1;
+    }
+    shared = it->acts, shared_probs = it->probs;
+  }
+  for (auto& a : ctx->layers) {
+    if (packed) {
+      // the working set's buffers; statistics and log-sum-exp of its own
+      a = shared;
+      if (recompute != Recompute::full) {
+        a.ln1_mean = alloc(z.stats), a.ln1_rstd = alloc(z.stats), a.ln2_mean = alloc(z.stats);
+        a.ln2_rstd = alloc(z.stats);
+        a.probs = recompute == Recompute::none ? alloc(z.attention_state) : shared_probs;
+      }
+      continue;
+    }
+    if (recompute == Recompute::full) {
+      a = shared;
+    } else {
+      layer_set(a, recompute == Recompute::none);
+      if (recompute == Recompute::selective) a.probs = shared_probs;
+    }
+    a.x_in = alloc(R * C);
+  }
+  if (packed) {
+    const DType half = precision_ == k::Precision::bf16 ? DType::bf16 : DType::f16;
+    for (const auto& a : ctx->layers) {
+      int64_t n = 0;
+      for (const auto& [p, count] : saved_buffers(a, B, recompute)) n += count;
+      ctx->storage.push_back(Tensor::empty({n}, half, MemCategory::activations, device_));
+      ctx->packed.push_back(static_cast<uint16_t*>(ctx->storage.back().raw()));
+    }
+  }
+  if (split_backward)
+    for (int64_t l = 0; l < L; ++l) ctx->saved.push_back({alloc(z.qkv), alloc(N * C), alloc(z.fc), alloc(N * C)});
+  ctx->x_final = alloc(R * C);
+  if (ch.spec.head) {
+    norm_out(ctx->lnf, ctx->lnf_full);
+    ctx->lnf_mean = alloc(z.stats), ctx->lnf_rstd = alloc(z.stats);
+    ctx->logits = alloc(z.logits);
+    ctx->losses = alloc(z.losses);
+  }
+  return ctx;
+}
+
+template <typename T>
+std::vector<std::pair<T*, int64_t>> Transformer<T>::saved_buffers(const LayerActs<T>& a, int64_t B, Recompute r) const {
+  const ActivationSizes z = activation_sizes(cfg_, {B, tp_->size(), tp_->gathers(), r, false, cp_->size()});
+  const int64_t x = z.R * z.C;
+  if (r == Recompute::full) return {{a.x_in, x}};
+  return {{a.x_in, x},  {a.ln1_full, z.norm_full}, {a.qkv, z.qkv}, {a.atty, z.atty},
+          {a.x_mid, x}, {a.ln2_full, z.norm_full}, {a.fc, z.fc},   {a.act, z.act}};
+}
+
+template <typename T>
+void Transformer<T>::pack(Activations<T>& ctx, int l, size_t first, size_t last) const {
+  const auto bufs = saved_buffers(ctx.layers[size_t(l)], ctx.B, ctx.recompute);
+  uint16_t* dst = ctx.packed[size_t(l)];
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    if (i >= first && i < last) k::pack_16(dst, bufs[i].first, bufs[i].second, precision_);
+    dst += bufs[i].second;
+  }
+}
+
+template <typename T>
+void Transformer<T>::unpack(Activations<T>& ctx, int l) const {
+  const uint16_t* src = ctx.packed[size_t(l)];
+  const auto bufs = saved_buffers(ctx.layers[size_t(l)], ctx.B, ctx.recompute);
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    if (!gemm_only(ctx, i)) k::unpack_16(bufs[i].first, src, bufs[i].second, precision_);
+    src += bufs[i].second;
+  }
+}
+
+template <typename T>
+bool Transformer<T>::fast16() const {
+  return copies_ && std::is_same_v<T, float> && precision_ == k::Precision::bf16 && device_.type == DeviceType::cpu;
+}
+
+// ln1_full, ln2_full and act (saved_buffers order) feed only the dweight GEMMs
+template <typename T>
+bool Transformer<T>::gemm_only(const Activations<T>& ctx, size_t i) const {
+  return fast16() && ctx.is_packed() && ctx.recompute != Recompute::full && (i == 1 || i == 5 || i == 7);
+}
+
+template <typename T>
+typename Transformer<T>::GemmIn Transformer<T>::saved_in(const Activations<T>& ctx, int l, size_t i,
+                                                         const T* f32) const {
+  if (!fast16() || !ctx.is_packed() || ctx.recompute == Recompute::full) return {f32, nullptr};
+  const auto bufs = saved_buffers(ctx.layers[size_t(l)], ctx.B, ctx.recompute);
+  const uint16_t* at = ctx.packed[size_t(l)];
+  for (size_t j = 0; j < i; ++j) at += bufs[j].second;
+  return {gemm_only(ctx, i) ? nullptr : f32, at};
+}
+
+template <typename T>
+void Transformer<T>::linear_fwd(T* out, GemmIn inp, GemmIn w, const T* bias, int64_t N, int64_t C, int64_t OC) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (fast16()) return k::linear_forward16(out, {inp.f32, inp.b16}, {w.f32, w.b16}, bias, N, C, OC);
+  }
+  k::linear_forward(out, inp.f32, w.f32, bias, N, C, OC);
+}
+
+template <typename T>
+void Transformer<T>::linear_bwd(T* dinp, T* dw, T* db, GemmIn dout, GemmIn inp, GemmIn w, int64_t N, int64_t C,
+                                int64_t OC, bool acc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (fast16())
+      return k::linear_backward16(dinp, dw, db, {dout.f32, dout.b16}, {inp.f32, inp.b16}, {w.f32, w.b16}, N, C, OC,
+                                  acc);
+  }
+  k::linear_backward(dinp, dw, db, dout.f32, inp.f32, w.f32, N, C, OC, acc);
+}
+
+template <typename T>
+void Transformer<T>::ensure_scratch(int64_t B) {
+  const int64_t N = B * seq(), C = cfg_.hidden, R = tp_->rows(N);
+  if (fast16() && B > scratch16_B_) {  // dy [N,C], d_fc, d_qkv, and dlogits [N,V] with a head
+    bool head = false;
+    for (const Chunk& ch : chunks_) head |= ch.spec.head;
+    const int64_t dlogits = head ? N * dims_.vocab : 0;
+    scratch16_ =
+        Tensor::empty({N * (C + fc_width_ + qkv_width_) + dlogits}, DType::bf16, MemCategory::activations, device_);
+    dy16_ = static_cast<uint16_t*>(scratch16_.raw());
+    dfc16_ = dy16_ + N * C, dqkv16_ = dfc16_ + N * fc_width_, dlogits16_ = dqkv16_ + N * qkv_width_;
+    scratch16_B_ = B;
+  }
+  if (B <= scratch_B_) return;
+  const int64_t sizes[10] = {N * C,         R * C,        R * C,          N * C,
+                             N * C,         R * C,        N * qkv_width_, N * dims_.heads * cfg_.head_dim(),
+                             N * fc_width_, N * dims_.ffn};
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, device_);
+  T* p = scratch_.data<T>();
+  T** outs[10] = {&partial_, &reduced_, &d_res_, &d_full_, &d_ln_, &d_local_, &d_qkv_, &d_atty_, &d_fc_, &d_act_};
+  for (int i = 0; i < 10; ++i) *outs[i] = p, p += sizes[i];
+  scratch_B_ = B;
+}
+
+// The members defined here, for the two instantiations of transformer.cpp.
+#define INSTANTIATE(T)                                                                                                \
+  template std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t, Recompute, int, bool) const;     \
+  template std::vector<std::pair<T*, int64_t>> Transformer<T>::saved_buffers(const LayerActs<T>&, int64_t, Recompute) \
+      const;                                                                                                          \
+  template void Transformer<T>::pack(Activations<T>&, int, size_t, size_t) const;                                     \
+  template void Transformer<T>::unpack(Activations<T>&, int) const;                                                   \
+  template bool Transformer<T>::fast16() const;                                                                       \
+  template bool Transformer<T>::gemm_only(const Activations<T>&, size_t) const;                                       \
+  template Transformer<T>::GemmIn Transformer<T>::saved_in(const Activations<T>&, int, size_t, const T*) const;       \
+  template void Transformer<T>::linear_fwd(T*, GemmIn, GemmIn, const T*, int64_t, int64_t, int64_t);                  \
+  template void Transformer<T>::linear_bwd(T*, T*, T*, GemmIn, GemmIn, GemmIn, int64_t, int64_t, int64_t, bool);      \
+  template void Transformer<T>::ensure_scratch(int64_t);
+INSTANTIATE(float)
+INSTANTIATE(double)
+
+}  // namespace trident::model

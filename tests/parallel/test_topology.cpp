@@ -63,18 +63,21 @@ TEST(Topology, DescribeTable) {
   EXPECT_NE(s.find("    3     1    1    0    1  [2,3]"), std::string::npos) << s;
 }
 
+// The message loading recipe text `base` with `sets` on `world` ranks fails with ("no error": it loads).
+static std::string recipe_error(const char* base, const std::vector<std::string>& sets, int64_t world) {
+  try {
+    load_recipe_text(base, "r.yaml", sets, world);
+  } catch (const InputError& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 TEST(Topology, RecipeValidationMessages) {
   const char* base =
       "model: {arch: llama, layers: 4, hidden: 64, heads: 4, kv_heads: 2, seq_len: 8, vocab: 16}\n"
       "train: {global_batch: 8, micro_batch: 2, steps: 1}\noptim: {lr: 1.0e-3}\n";
-  auto err = [&](std::vector<std::string> sets, int64_t world) {
-    try {
-      load_recipe_text(base, "r.yaml", sets, world);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto err = [&](std::vector<std::string> sets, int64_t world) { return recipe_error(base, sets, world); };
   EXPECT_NE(err({"parallel.data=2"}, 8).find("data(2) x tensor(1) x pipeline(1) = 2 != world size 8"),
             std::string::npos);
   EXPECT_NE(err({"parallel.data=2"}, 8).find("8x1x1, 4x1x2"), std::string::npos);
@@ -133,14 +136,7 @@ TEST(Topology, ContextRecipeValidationMessages) {
   const char* base =
       "model: {arch: llama, layers: 4, hidden: 64, heads: 4, kv_heads: 2, seq_len: 24, vocab: 16}\n"
       "train: {global_batch: 8, micro_batch: 2, steps: 1}\noptim: {lr: 1.0e-3}\n";
-  auto err = [&](std::vector<std::string> sets, int64_t world) {
-    try {
-      load_recipe_text(base, "r.yaml", sets, world);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto err = [&](std::vector<std::string> sets, int64_t world) { return recipe_error(base, sets, world); };
   EXPECT_EQ(err({"parallel.context=2"}, 2), "no error");
   EXPECT_NE(err({"parallel.context=2"}, 4).find("data(1) x tensor(1) x pipeline(1) x context(2) = 2 != world size 4"),
             std::string::npos);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <tuple>
 
 #include "core/crc32c.hpp"
@@ -179,8 +180,10 @@ void check_resume_tokenizer(const std::string& from, const DatasetRecord& data) 
 }
 
 // Resume: the checkpoint fills this rank's shard (parameters and optimizer
-// state, from any mesh); returns the step to continue from.
-int64_t resume(const Recipe& rc, const std::string& arg, const RankState& state, parallel::Mesh& mesh,
+// state, from any mesh); returns the step to continue from, or nothing when
+// no checkpoint was loaded (a step-0 checkpoint, e.g. `trident import`'s, is
+// loaded and returns 0).
+std::optional<int64_t> resume(const Recipe& rc, const std::string& arg, const RankState& state, parallel::Mesh& mesh,
                const DatasetRecord& data) {
   if (arg.empty()) {
     // a fresh run would rotate the checkpoints there away
@@ -189,7 +192,7 @@ int64_t resume(const Recipe& rc, const std::string& arg, const RankState& state,
           "checkpoint.dir {} already holds checkpoints ({}): continue that run with --resume, or set another "
           "checkpoint.dir (a fresh run there would replace them)",
           rc.checkpoint.dir, held);
-    return 0;
+    return std::nullopt;
   }
   // Every rank reads `latest` and the index itself; they agree before any of
   // them goes on, so a rank that fails here (or a shared filesystem that
@@ -211,7 +214,7 @@ int64_t resume(const Recipe& rc, const std::string& arg, const RankState& state,
                rc.checkpoint.dir.empty() ? arg : rc.checkpoint.dir);
   if (from.empty()) {
     log::info("resume: no checkpoint in {} yet; starting from step 0", rc.checkpoint.dir);
-    return 0;
+    return std::nullopt;
   }
   const int64_t step = load_checkpoint(rc, from, state, mesh.world());
   log::info("resumed from {} after step {}", from, step);
@@ -294,8 +297,11 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
       &reg,          replica,          at.pp,          at.tp, dp->shard_begin(), dp->shard_end(), master.params(),
       opt.exp_avg(), opt.exp_avg_sq(), &scaler.state()};
   const std::unique_ptr<CheckpointDirLock> dir_lock = lock_checkpoint_dir(rc, mesh);
-  const int64_t start_step = resume(rc, opts.resume, ckpt, mesh, data_record);
-  if (start_step > 0) publish();  // the replicas rebuilt from the loaded shards
+  const std::optional<int64_t> resumed = resume(rc, opts.resume, ckpt, mesh, data_record);
+  const int64_t start_step = resumed.value_or(0);
+  // The replicas rebuilt from the loaded shards, whatever the step: a step-0
+  // checkpoint (an imported model) is as much the model as a later one.
+  if (resumed) publish();
   report.start(/*resumed=*/start_step > 0);
   CheckpointSaver saver(rc, mesh.world());
   if (!data_record.tokenizer.empty() && !rc.checkpoint.dir.empty()) {

@@ -396,6 +396,51 @@ TEST(Checkpoint, ReshardsAcrossMeshes) {
   }
 }
 
+// A checkpoint of parameters only, at step 0 (what `trident import` writes:
+// zero moments), is the model that trains under every mesh and ZeRO stage:
+// the losses of the single-process run resumed from it, and not those of the
+// recipe's own initialisation. ZeRO 1 and 2 once kept their own initial
+// replicas outside the loaded shard.
+TEST(Checkpoint, AStepZeroCheckpointIsWhatTrainsOnEveryMesh) {
+  const std::string demo = std::string(TRIDENT_SOURCE_DIR) + "/configs/demo.yaml";
+  const std::vector<std::string> one_process = {"train.steps=3", "train.micro_batch=2", "train.global_batch=8",
+                                                "log.metrics=",  "eval.batches=0",      "train.threads=1"};
+  const std::string dir = fresh_dir("step0");
+  if (leader()) {
+    Recipe w = load_recipe(demo, one_process, 1);
+    w.checkpoint.dir = dir, w.checkpoint.async = false, w.checkpoint.keep = 1;
+    const model::ParamRegistry reg(w.model);
+    std::vector<float> params(size_t(reg.total())), zeros(size_t(reg.total()), 0.0f);
+    reg.initialize_range(params.data(), 0, reg.total(), 99);  // not the recipe's seed, and larger:
+    for (float& x : params) x *= 3;                           // a first loss far from log(vocab)
+    const launch::RankState s{&reg, 0, 0, 0, 0, reg.total(), params.data(), zeros.data(), zeros.data()};
+    ASSERT_FALSE(launch::save_checkpoint(w, 0, s, nullptr).empty());
+  }
+  barrier();
+  const Recipe ref_rc = load_recipe(demo, one_process, 1);
+  const launch::TrainSummary ref = launch::train(ref_rc, {.quiet = true, .single_process = true, .resume = dir});
+  const launch::TrainSummary own = launch::train(ref_rc, {.quiet = true, .single_process = true});
+  ASSERT_EQ(ref.losses.size(), 3u);
+  ASSERT_GT(std::abs(ref.losses[0] / own.losses[0] - 1), 1e-2) << "the checkpoint's model is not another one";
+  auto all = meshes();
+  if (g_world == 4) {
+    all.push_back({"parallel.data=4", "parallel.zero=2"});
+    all.push_back({"parallel.data=4", "parallel.zero=3"});
+    all.push_back({"parallel.data=2", "parallel.pipeline=2", "parallel.zero=2"});
+  }
+  for (const auto& mesh : all) {
+    const launch::TrainSummary run =
+        launch::train(recipe(fresh_dir("step0_to"), mesh, 3, 100), {.quiet = true, .resume = dir});
+    ASSERT_EQ(run.losses.size(), 3u);
+    for (size_t s = 0; s < 3; ++s) {
+      EXPECT_LE(std::abs(run.losses[s] / ref.losses[s] - 1), 1e-4)
+          << "step " << s + 1 << ", mesh " << ::testing::PrintToString(mesh) << ": " << run.losses[s]
+          << " vs one process " << ref.losses[s] << " (own initialisation: " << own.losses[s] << ")";
+      EXPECT_LE(std::abs(run.grad_norms[s] / ref.grad_norms[s] - 1), 1e-3) << "step " << s + 1;
+    }
+  }
+}
+
 }  // namespace trident
 
 int main(int argc, char** argv) {

@@ -250,6 +250,13 @@ class HfBpeTokenizer : public Tokenizer {
     int32_t rank, id;
   };
 
+  // A token id: an integer in [0, kMaxTokenId).
+  int32_t parse_id(const json& v, const std::string& where) const {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= kMaxTokenId)
+      fail_input("{}: {}: expected a token id in [0, {}), found {}", path_, where, kMaxTokenId, v.dump());
+    return v.get<int32_t>();
+  }
+
   void load_model(const Node& m) {
     if (m.at("type").str() != "BPE") m.at("type").refuse(fmt::format("model type '{}'", m.at("type").str()));
     if (m.has("dropout") && m.at("dropout").j.get<double>() != 0) m.at("dropout").refuse("BPE dropout");
@@ -260,10 +267,12 @@ class HfBpeTokenizer : public Tokenizer {
     const Node vocab = m.at("vocab");
     if (!vocab.j.is_object()) fail_input("{}: {}: expected an object token -> id", path_, vocab.path);
     id_bytes_.resize(vocab.j.size());
+    std::unordered_map<int32_t, std::string> token_of;  // id -> the first token that has it
     for (auto it = vocab.j.begin(); it != vocab.j.end(); ++it) {
-      if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX)
-        fail_input("{}: {}.{}: expected a token id >= 0, found {}", path_, vocab.path, it.key(), it.value().dump());
-      const int32_t id = it.value().get<int32_t>();
+      const int32_t id = parse_id(it.value(), fmt::format("{}.{}", vocab.path, it.key()));
+      if (auto [first, fresh] = token_of.emplace(id, it.key()); !fresh)
+        fail_input("{}: {}: tokens '{}' and '{}' both have id {} (decoding would be ambiguous)", path_, vocab.path,
+                   first->second, it.key(), id);
       if (size_t(id) >= id_bytes_.size()) id_bytes_.resize(size_t(id) + 1);
       vocab_size_ = std::max<int64_t>(vocab_size_, int64_t(id) + 1);
       if (auto raw = unmap_bytes(it.key())) {
@@ -313,9 +322,13 @@ class HfBpeTokenizer : public Tokenizer {
       const Node a = list.at(i);
       for (const char* k : {"single_word", "lstrip", "rstrip"})
         if (a.flag(k, false)) a.at(k).refuse(fmt::format("an added token with {} true", k));
-      const int64_t id = a.at("id").j.get<int64_t>();
+      const int32_t id = parse_id(a.at("id").j, a.path + ".id");
       const std::string content = a.at("content").str();
       if (content.empty()) fail_input("{}: {}.content: an added token cannot be empty", path_, a.path);
+      for (const Added& other : added_)
+        if (other.id == id && other.content != content)
+          fail_input("{}: {}: added tokens '{}' and '{}' both have id {} (decoding would be ambiguous)", path_,
+                     list.path, other.content, content, id);
       added_.push_back({content, int32_t(id)});
       vocab_size_ = std::max<int64_t>(vocab_size_, id + 1);
       if (size_t(id) >= id_bytes_.size()) id_bytes_.resize(size_t(id) + 1);

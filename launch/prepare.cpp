@@ -44,6 +44,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr size_t kBatchBytes = size_t(1) << 20;  // documents' text per encoding batch
+
 // Progress: bytes done, MB/s, tokens/s, ETA; on a terminal in place, else
 // one line every ~2 s.
 class Progress {
@@ -200,9 +202,16 @@ void prepare(const PrepareOptions& o) {
     fail_input("prepare: --valid-fraction: expected a number in [0, 1), found {}", o.valid_fraction);
   if (o.workers < 1 || o.workers > 1024)
     fail_input("prepare: --workers: expected an integer in [1, 1024], found {}", o.workers);
+  if (std::filesystem::path(o.out).filename().empty() || std::filesystem::is_directory(o.out))
+    fail_input("prepare: --out {}: expected a dataset prefix (a directory and a name, like data/corpus), found a "
+               "directory",
+               o.out);
   std::string dir = std::filesystem::path(o.out).parent_path().string();
   if (!dir.empty() && !std::filesystem::is_directory(dir))
     fail_input("prepare: --out {}: directory '{}' does not exist", o.out, dir);
+  if (access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
+    fail_input("prepare: --out: expected a directory it can write, found '{}' ({})", dir.empty() ? "." : dir,
+               std::strerror(errno));
   if (!o.force) {  // an existing dataset is never replaced by accident
     std::vector<std::string> existing;
     for (const char* ext : {"_train.bin", "_train.idx", "_valid.bin", "_valid.idx", ".meta.json", ".tokenizer.json",
@@ -234,7 +243,7 @@ void prepare(const PrepareOptions& o) {
   IndexedDatasetWriter train(o.out + "_train", dtype), valid(o.out + "_valid", dtype);
   int64_t max_id[2] = {-1, -1};
   Progress progress(reader.bytes_total());
-  int64_t docs = 0, tokens = 0;
+  int64_t docs = 0, tokens = 0, empty_docs = 0;
   {
     EncodePool pool(*tok, reader, eod, o.workers);
     auto write = [&](const Batch& b) {
@@ -247,31 +256,37 @@ void prepare(const PrepareOptions& o) {
           w.end_document();
           int64_t& m = max_id[b.valid[i] ? 1 : 0];
           m = std::max<int64_t>(m, *std::max_element(b.tokens.begin() + begin, b.tokens.begin() + b.ends[i]));
+        } else {
+          ++empty_docs;  // no tokens (an empty text and no EOD): nothing to train on
         }
         begin = b.ends[i];
       }
       tokens += int64_t(b.tokens.size());
       progress.update(reader.bytes_read(), tokens);
     };
+    // Batches of about 1 MiB; a document larger than that is a batch of its
+    // own. Whatever is in flight when the input ends is written before the
+    // splits are checked (the last batch is never left behind).
     auto batch = std::make_unique<Batch>();
     size_t bytes = 0;
-    Document d;
-    for (bool more = true; more;) {
-      more = reader.next(d);
-      if (more) {
-        const double f = o.valid_fraction;
-        batch->valid.push_back(std::floor(double(docs + 1) * f) > std::floor(double(docs) * f));
-        bytes += d.text.size();
-        batch->docs.push_back(std::move(d));
-        ++docs;
-      }
-      if (bytes >= (1u << 20) || (!more && !batch->docs.empty())) {
-        pool.submit(std::move(batch));
-        batch = std::make_unique<Batch>();
-        bytes = 0;
-        while (pool.in_flight() >= 2 * o.workers || (!more && pool.in_flight() > 0)) write(*pool.next());
+    auto submit = [&] {
+      pool.submit(std::move(batch));
+      batch = std::make_unique<Batch>();
+      bytes = 0;
+    };
+    for (Document d; reader.next(d);) {
+      const double f = o.valid_fraction;
+      batch->valid.push_back(std::floor(double(docs + 1) * f) > std::floor(double(docs) * f));
+      bytes += d.text.size();
+      batch->docs.push_back(std::move(d));
+      ++docs;
+      if (bytes >= kBatchBytes) {
+        submit();
+        while (pool.in_flight() >= 2 * o.workers) write(*pool.next());
       }
     }
+    if (!batch->docs.empty()) submit();
+    while (pool.in_flight() > 0) write(*pool.next());
   }
   if (train.num_documents() == 0)
     fail_input("{}: no training documents ({} document(s) with --valid-fraction {})", files[0], docs,
@@ -279,6 +294,13 @@ void prepare(const PrepareOptions& o) {
   if (o.valid_fraction > 0 && valid.num_documents() == 0)
     fail_input("{}: {} document(s) leave none for the valid split with --valid-fraction {}", files[0], docs,
                o.valid_fraction);
+  // Every document read is in a split or counted as skipped; every token in a split.
+  if (train.num_documents() + valid.num_documents() + empty_docs != docs ||
+      train.num_tokens() + valid.num_tokens() != tokens)
+    throw Error(fmt::format("prepare: {} documents and {} tokens read, but train {} + valid {} + empty {} documents and "
+                            "{} + {} tokens written (a bug)",
+                            docs, tokens, train.num_documents(), valid.num_documents(), empty_docs, train.num_tokens(),
+                            valid.num_tokens()));
   train.finish();
   valid.finish();
 
@@ -295,16 +317,20 @@ void prepare(const PrepareOptions& o) {
   rec["dtype"] = dtype == TokenDType::u16 ? "u16" : "i32";
   rec["inputs"] = files;
   rec["bad_lines_skipped"] = reader.bad_lines();
+  rec["documents_read"] = docs;
+  rec["tokens"] = tokens;
+  rec["skipped"] = {{"empty_documents", empty_docs}, {"bad_lines", reader.bad_lines()}};
   rec["splits"] = {{"train", {{"documents", train.num_documents()}, {"tokens", train.num_tokens()}, {"max_id", max_id[0]}}},
                    {"valid", {{"documents", valid.num_documents()}, {"tokens", valid.num_tokens()}, {"max_id", max_id[1]}}}};
   write_file_atomic(o.out + ".meta.json", rec.dump(2) + "\n");
   progress.update(reader.bytes_total(), tokens, true);
   const double secs = progress.seconds();
   log::info("prepare: {} tokens in {} documents -> {}_train ({} docs), {}_valid ({} docs) | {} tokenizer, vocab {}, "
-            "{} | {:.2f}M tokens/s over {} worker(s){}",
+            "{} | {:.2f}M tokens/s over {} worker(s){}{}",
             tokens, docs, o.out, train.num_documents(), o.out, valid.num_documents(), tok->kind(), tok->vocab(),
             rec["dtype"].get<std::string>(), secs > 0 ? double(tokens) / secs / 1e6 : 0.0, o.workers,
-            reader.bad_lines() ? fmt::format(" | {} bad line(s) skipped", reader.bad_lines()) : "");
+            reader.bad_lines() ? fmt::format(" | {} bad line(s) skipped", reader.bad_lines()) : "",
+            empty_docs ? fmt::format(" | {} empty document(s) skipped", empty_docs) : "");
 }
 
 DatasetRecord read_dataset_record(const std::string& prefix) {

@@ -24,6 +24,10 @@ std::string encode_utf8(uint32_t cp);
 // Byte offset of the first invalid UTF-8 sequence of s, or npos.
 size_t invalid_utf8_at(std::string_view s);
 
+// Token ids are below 2^24 (16,777,216; the largest published vocabularies
+// have 262,144 entries): a tokenizer file with a larger id is refused.
+constexpr int64_t kMaxTokenId = int64_t(1) << 24;
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;

@@ -74,6 +74,7 @@ std::string sbatch_script(const SubmitOptions& o, const std::string& script_path
       {"{{TRIDENT}}", shell_word(this_binary())},
       {"{{RECIPE}}", shell_word(fs::absolute(o.recipe).lexically_normal().string())},
       {"{{SETS}}", sets},
+      {"{{CHECKPOINT_DIR}}", shell_word(o.checkpoint_dir)},
   };
   for (const auto& [k, v] : fields) s = replace_all(s, k, v);
   return s;
@@ -107,6 +108,9 @@ std::string submit(const SubmitOptions& given) {
                                 .string();
     o.sets.push_back("checkpoint.dir=" + dir);
     log::info("submit: the recipe sets no checkpoint.dir; the job saves to {} (so that a requeued job resumes)", dir);
+    o.checkpoint_dir = dir;
+  } else {
+    o.checkpoint_dir = rc.checkpoint.dir;
   }
   if (o.name.empty()) o.name = "trident-" + fs::path(o.recipe).stem().string();
   const std::string script_path =

@@ -25,6 +25,7 @@ struct SubmitOptions {
   std::string name;              // job name (default: trident-<recipe stem>)
   int64_t signal_seconds = 120;  // SIGUSR1 this long before the time limit
   bool dry_run = false;
+  std::string checkpoint_dir;  // filled by submit(): where the job saves (its stop marker too)
 };
 
 // The script text (for tests and --dry-run).

@@ -3,6 +3,7 @@
 #include "launch/trainer.hpp"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -39,6 +40,8 @@
 
 namespace trident::launch {
 namespace {
+
+namespace fs = std::filesystem;
 
 // Threads: every core for one rank; an even share of the node's cores per
 // rank otherwise; train.threads or OMP_NUM_THREADS override.
@@ -94,6 +97,24 @@ std::unique_ptr<TokenSampler> make_sampler(const Recipe& rc, parallel::Mesh& mes
         first.path.empty() ? rc.data.train[0].path : first.path);
 
   parallel::Communicator* world = mesh.world();
+  // A cache directory the user named is used or the run refuses to start (the
+  // default, next to the data, falls back to an index in memory with a warning).
+  if (!rc.data.cache_dir.empty())
+    parallel::agree_or_fail(
+        world,
+        [&] {
+          const std::string& dir = rc.data.cache_dir;
+          std::error_code ec;
+          const char* why = !fs::exists(dir, ec)          ? "no such directory"
+                            : !fs::is_directory(dir, ec)  ? "not a directory"
+                            : access(dir.c_str(), W_OK)   ? "not writable"
+                                                          : nullptr;
+          if (why)
+            fail_input("{}: key 'data.cache_dir': expected a directory this run can write the sample index to, found "
+                       "'{}' ({})",
+                       rc.source, dir, why);
+        },
+        fmt::format("data.cache_dir {}: rejected by another rank (its error says why)", rc.data.cache_dir));
   IndexBuild build{mesh.node_rank() == 0,
                    [world] {
                      if (world) world->barrier()->wait();
@@ -382,6 +403,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
       report.evaluated(step, runner.evaluate(rc.eval.batches), runner.evaluate_sources(rc.eval.batches));
     if (stop) {
       report.stopped(step, stop);
+      saver.mark_stopped(step + 1, signal_name(stop));
       break;
     }
   }

@@ -88,6 +88,13 @@ class CheckpointSaver {
   // The tokenizer of the run's data: each checkpoint records it and holds
   // its file's `bytes` (read once, when the run starts) as t.file.
   void record_tokenizer(const checkpoint::IndexTokenizer& t, std::string bytes);
+  // After a stop signal's save (rank 0): writes checkpoint.dir/stopped.json
+  // {"stopped": true, "signal", "step", "checkpoint"} when `latest` names the
+  // step just saved, so that a job script can tell a clean stop from a
+  // failure whatever its launcher's exit code (docs/slurm.md). The next run
+  // in the directory removes it when it starts.
+  void mark_stopped(int64_t steps_done, const std::string& signal) const;
+  static constexpr const char* kStoppedFile = "stopped.json";
 
  private:
   struct Pending;

@@ -62,7 +62,22 @@ struct CheckpointSaver::Pending {
   std::string failure;
 };
 
-CheckpointSaver::CheckpointSaver(const Recipe& rc, parallel::Communicator* world) : rc_(rc), world_(world) {}
+CheckpointSaver::CheckpointSaver(const Recipe& rc, parallel::Communicator* world) : rc_(rc), world_(world) {
+  // a run starting here is no longer stopped: the previous run's marker goes
+  if (!rc_.checkpoint.dir.empty() && (!world_ || world_->rank() == 0)) {
+    std::error_code ec;
+    fs::remove(fs::path(rc_.checkpoint.dir) / kStoppedFile, ec);
+  }
+}
+
+void CheckpointSaver::mark_stopped(int64_t steps_done, const std::string& signal) const {
+  if (rc_.checkpoint.dir.empty() || (world_ && world_->rank() != 0)) return;
+  const std::string name = checkpoint::step_name(steps_done);
+  if (previous_checkpoint() != name) return;  // the stop's save did not become `latest`: no marker
+  write_file_atomic((fs::path(rc_.checkpoint.dir) / kStoppedFile).string(),
+                    fmt::format("{{\"stopped\": true, \"signal\": \"{}\", \"step\": {}, \"checkpoint\": \"{}\"}}\n", signal,
+                                steps_done, name));
+}
 
 CheckpointSaver::~CheckpointSaver() {
   if (!pending_) return;

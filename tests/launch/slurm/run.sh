@@ -10,7 +10,7 @@
 #      bit for bit, those of an uninterrupted mpirun run of the same recipe.
 #   3. Two nodes x 2 tasks, tensor 2: the start-up log shows each rank's node
 #      and no tensor group spans nodes; with tensor outermost it warns.
-#   4. scancel: the ranks save and stop, the job ends CANCELLED, not requeued.
+#   4. scancel: the ranks save and stop (stopped.json names the checkpoint), the job ends CANCELLED, not requeued.
 #   5. A bad recipe (missing dataset) fails fast: state FAILED, exit code 2,
 #      the message in the job's log.
 #   6. srun without the MPI plugin (N singleton worlds) is refused.
@@ -136,7 +136,8 @@ log=$(log_of "$job")
 # The ranks finish their save after Slurm marks the job cancelled: wait for the line that ends the run.
 for _ in $(seq 600); do grep -Eq "^trident: srun exited|stopped: [0-9]+ of" "$log" && break; sleep 0.1; done
 [ "$st" = CANCELLED ] && [ "$(field "$job" Restarts)" = 0 ] && grep -Eq "stopping after step [0-9]+ of [0-9]+ on signal" "$log" &&
-  [ -f "$W/ck_cancel/latest" ] && ok "scancel: saved $(cat "$W/ck_cancel/latest"), cancelled, not requeued" ||
+  [ -f "$W/ck_cancel/latest" ] && grep -q "\"checkpoint\": \"$(cat "$W/ck_cancel/latest")\"" "$W/ck_cancel/stopped.json" &&
+  ok "scancel: saved $(cat "$W/ck_cancel/latest") (stopped.json names it), cancelled, not requeued" ||
   { fail "scancel: $st, restarts $(field "$job" Restarts)"; cat "$log"; }
 
 # 5. a bad recipe fails fast, visibly

@@ -11,6 +11,9 @@ namespace trident::kernels {
 
 std::string cpu_gemm_backend();  // e.g. "oneDNN 2.6.3 (sgemm)"
 std::string cuda_backend();      // device summary, or why there is none
+// This CPU has bf16 dot-product instructions (AVX512-BF16 or AMX-BF16, by
+// CPUID): without them a bf16 GEMM is emulated and slower than sgemm.
+bool cpu_has_bf16_instructions();
 bool cuda_built();
 
 // GEMM math for train.precision: fp32 exact; bf16 on bf16 units with fp32

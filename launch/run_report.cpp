@@ -455,6 +455,11 @@ void log_run_start(const Recipe& rc, const parallel::Mesh& mesh, const RunFacts&
   log::info("batch: global {} = micro {} x {} accumulation steps | recompute {} | {} threads | {}",
             rc.train.global_batch, rc.train.micro_batch, micro_steps, rc.train.recompute, facts.threads,
             kernels::cpu_gemm_backend());
+  if (rc.train.precision == Precision::bf16 && mesh.device().type == DeviceType::cpu &&
+      !kernels::cpu_has_bf16_instructions())
+    log::warn(
+        "train.precision bf16 on a CPU without bf16 instructions (no AVX512-BF16 or AMX): its GEMMs are emulated "
+        "and this run is slower than fp32 (docs/precision.md)");
   const MemStats mem0 =
       mesh.device().type == DeviceType::cuda ? device_memory_stats() : HostAllocator::instance().stats();
   log::info("data parallel {} x ZeRO {} | per rank: params {} grads {} optimizer {} activations {} | ZeRO formula: {}",

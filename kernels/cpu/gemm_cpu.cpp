@@ -86,9 +86,9 @@ Bf16Plan make_bf16_plan(Bf16State& s, const Bf16Key& k) {
   dnnl_primitive_desc_t pd;
   const dnnl_status_t status = dnnl_primitive_desc_create(&pd, &md, attr, s.engine, nullptr);
   if (status == dnnl_unimplemented) {
-    log::warn(
+    log::info(  // the trainer's start-up warning says what this costs (kernels::cpu_has_bf16_instructions)
         "bf16 GEMM: oneDNN has no bf16 matmul on this CPU (it needs AVX-512, AVX512-BF16 or AMX); bf16 "
-        "operands are multiplied by fp32 sgemm instead (exact products, fp32 accumulation, fp32 speed)");
+        "operands are multiplied by fp32 sgemm instead (exact products, fp32 accumulation)");
     s.unavailable = s.reported = true;
     if (po) dnnl_post_ops_destroy(po);
     dnnl_primitive_attr_destroy(attr);

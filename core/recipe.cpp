@@ -63,9 +63,10 @@ std::map<std::string, std::string> apply_overrides(YAML::Node& root, const std::
 
 std::string mesh_fits(int64_t world) {
   std::vector<std::string> fits;
-  for (int64_t t = 1; t <= world; ++t)
-    for (int64_t p = 1; p <= world; ++p)
-      if (world % (t * p) == 0) fits.push_back(fmt::format("{}x{}x{}", world / (t * p), t, p));
+  for (int64_t t = 1; t <= world; ++t)  // divisors only: linear in the world size
+    if (world % t == 0)
+      for (int64_t p = 1; p <= world / t; ++p)
+        if ((world / t) % p == 0) fits.push_back(fmt::format("{}x{}x{}", world / (t * p), t, p));
   return fmt::format("meshes (data x tensor x pipeline) that fit world size {}: {}", world, fmt::join(fits, ", "));
 }
 

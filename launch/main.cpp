@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "kernels/backends.hpp"
+#include "launch/cli.hpp"
 #include "launch/commands.hpp"
 #include "launch/hf.hpp"
 #include "launch/prepare.hpp"
@@ -44,32 +45,14 @@ void add_sets(CLI::App& c, std::vector<std::string>& sets) {
       ->type_name("KEY.PATH=VALUE");
 }
 
-// Checks in the project's wording: "--flag: expected ..., found '...'".
-CLI::Validator one_of(std::vector<std::string> names) {
-  const std::string list = fmt::format("{}", fmt::join(names, " | "));
-  return CLI::Validator(
-      [names, list](std::string& v) {
-        return std::find(names.begin(), names.end(), v) != names.end()
-                   ? std::string()
-                   : fmt::format("expected {}, found '{}'", list, v);
-      },
-      list);
-}
-const CLI::Validator kPositive(
-    [](std::string& v) {
-      char* end = nullptr;
-      const long long n = std::strtoll(v.c_str(), &end, 10);
-      return end != v.c_str() && !*end && n >= 1 ? std::string()
-                                                 : fmt::format("expected a positive integer, found '{}'", v);
-    },
-    "N >= 1");
-const CLI::Validator kNonNegative(
-    [](std::string& v) {
-      char* end = nullptr;
-      const double x = std::strtod(v.c_str(), &end);
-      return end != v.c_str() && !*end && x >= 0 ? std::string() : fmt::format("expected a number >= 0, found '{}'", v);
-    },
-    "N >= 0");
+using cli::integer_in;
+using cli::number_in;
+using cli::one_of;
+
+// The bounds of the counts a user types (docs/commands.md, "Bounds").
+constexpr int64_t kMaxWorld = int64_t(1) << 20;       // ranks, devices: 1,048,576
+constexpr int64_t kMaxSampleTokens = int64_t(1) << 20;  // tokens one `sample` generates
+constexpr int64_t kMaxSteps = int64_t(1) << 20;         // sweep steps and warm-up steps
 
 // A flag taking one of an enum's recipe spellings.
 template <typename E>
@@ -139,15 +122,7 @@ std::vector<Command> commands() {
                       "SentencePiece tokenizer.model")
              ->capture_default_str();
          c.add_option("--valid-fraction", p.valid_fraction, "share of the documents held out")
-             ->check(CLI::Validator(
-                 [](std::string& v) {
-                   char* end = nullptr;
-                   const double x = std::strtod(v.c_str(), &end);
-                   return end != v.c_str() && !*end && x >= 0 && x < 1
-                              ? std::string()
-                              : fmt::format("expected a number in [0, 1), found '{}'", v);
-                 },
-                 "[0, 1)"))
+             ->check(number_in(0, 1, /*open_high=*/true))
              ->capture_default_str();
          c.add_flag("--doc-per-line", p.doc_per_line, "text: one document per line (default: per paragraph)");
          c.add_option("--json-key", p.json_key, "JSONL: the key holding the document")->capture_default_str();
@@ -155,7 +130,7 @@ std::vector<Command> commands() {
          c.add_option("--eod-token", p.eod_token,
                       "end-of-document token (its text or id) appended to each document, or none "
                       "(default: the tokenizer's, none for byte and char)");
-         c.add_option("--workers", p.workers, "encoding threads")->check(kPositive)->capture_default_str();
+         c.add_option("--workers", p.workers, "encoding threads")->check(integer_in(1, 1024))->capture_default_str();
          c.add_flag("--force", p.force, "replace an existing dataset at --out");
          c.add_option("--inspect", o.inspect, "print what a dataset holds, and its first document decoded")
              ->type_name("PREFIX");
@@ -171,22 +146,25 @@ std::vector<Command> commands() {
       {"topology", "print the rank layout and process groups of a recipe's mesh",
        [](CLI::App& c, Options& o) {
          c.add_option("recipe", o.topology.recipe, "the recipe")->required()->type_name("RECIPE.yaml");
-         c.add_option("--world", o.topology.world, "ranks in all")->required()->check(kPositive);
-         c.add_option("--ranks-per-node", o.topology.ranks_per_node, "ranks per node")->check(kPositive);
+         c.add_option("--world", o.topology.world, "ranks in all")->required()->check(integer_in(1, kMaxWorld));
+         c.add_option("--ranks-per-node", o.topology.ranks_per_node, "ranks per node")
+             ->check(integer_in(1, kMaxWorld));
          add_sets(c, o.topology.sets);
        },
        [](Options& o) { return run_topology(o.topology); }},
       {"schedule", "simulate a pipeline schedule and print its timeline",
        [](CLI::App& c, Options& o) {
-         c.add_option("--pipeline", o.schedule.pipeline, "pipeline stages P")->required()->check(kPositive);
+         c.add_option("--pipeline", o.schedule.pipeline, "pipeline stages P")->required()->check(integer_in(1, 4096));
          c.add_option("--micro-batches", o.schedule.micro_batches, "micro-batches per step M")
              ->required()
-             ->check(kPositive);
+             ->check(integer_in(1, 65536));
          c.add_option("--virtual-stages", o.schedule.virtual_stages, "chunks per stage V")
-             ->check(kPositive)
+             ->check(integer_in(1, 256))
              ->capture_default_str();
          add_choice<ScheduleKind>(c, "--schedule", o.schedule_kind, "the schedule")->required();
-         c.add_option("--width", o.schedule.width, "columns of the timeline")->check(kPositive)->capture_default_str();
+         c.add_option("--width", o.schedule.width, "columns of the timeline")
+             ->check(integer_in(1, 100000))
+             ->capture_default_str();
        },
        [](Options& o) {
          o.schedule.schedule = *parse_enum<ScheduleKind>(o.schedule_kind);
@@ -219,10 +197,13 @@ std::vector<Command> commands() {
          c.add_option("checkpoint", s.checkpoint, "a step directory or a checkpoint.dir")->required();
          auto* text = c.add_option("--prompt", s.prompt, "the prompt text");
          c.add_option("--prompt-ids", o.prompt_ids, "the prompt as token ids")->type_name("ID,ID,...")->excludes(text);
-         c.add_option("--tokens", s.tokens, "new tokens")->check(kNonNegative)->capture_default_str();
-         c.add_option("--temperature", s.temperature, "0: greedy")->capture_default_str();
-         c.add_option("--top-k", s.top_k, "sample among the k likeliest (0: all)")->check(kNonNegative);
-         c.add_option("--seed", s.seed, "sampling seed");
+         c.add_option("--tokens", s.tokens, "new tokens")
+             ->check(integer_in(0, kMaxSampleTokens))
+             ->capture_default_str();
+         c.add_option("--temperature", s.temperature, "0: greedy")->check(number_in(0, 1e6))->capture_default_str();
+         c.add_option("--top-k", s.top_k, "sample among the k likeliest (0: all)")
+             ->check(integer_in(0, int64_t(1) << 30));
+         c.add_option("--seed", s.seed, "sampling seed")->check(integer_in(0, INT64_MAX));
          c.add_option("--logits", s.logits_out, "write the prompt's logits here")->type_name("FILE.safetensors");
        },
        [](Options& o) {
@@ -245,9 +226,9 @@ std::vector<Command> commands() {
        [](CLI::App& c, Options& o) {
          auto& s = o.submit;
          c.add_option("recipe", s.recipe, "the recipe")->required()->type_name("RECIPE.yaml");
-         c.add_option("--nodes", s.nodes, "nodes")->check(kPositive);
-         c.add_option("--tasks-per-node", s.tasks_per_node, "ranks per node")->check(kPositive);
-         c.add_option("--gpus-per-node", s.gpus_per_node, "GPUs per node")->check(kNonNegative);
+         c.add_option("--nodes", s.nodes, "nodes")->check(integer_in(1, kMaxWorld));
+         c.add_option("--tasks-per-node", s.tasks_per_node, "ranks per node")->check(integer_in(1, 4096));
+         c.add_option("--gpus-per-node", s.gpus_per_node, "GPUs per node")->check(integer_in(0, 1024));
          c.add_option("--time", s.time, "time limit")->capture_default_str();
          c.add_option("--partition", s.partition, "Slurm partition");
          c.add_option("--account", s.account, "Slurm account");
@@ -255,7 +236,7 @@ std::vector<Command> commands() {
          c.add_option("--log-dir", s.log_dir, "job logs")->capture_default_str();
          c.add_option("--name", s.name, "job name (default trident-<recipe stem>)");
          c.add_option("--signal-seconds", s.signal_seconds, "SIGUSR1 this long before the limit")
-             ->check(kNonNegative)
+             ->check(integer_in(0, 86400))
              ->capture_default_str();
          c.add_flag("--dry-run", s.dry_run, "print the script instead of submitting it");
          add_sets(c, s.sets);
@@ -269,11 +250,11 @@ std::vector<Command> commands() {
          auto& p = o.plan;
          c.add_option("recipe", p.recipe, "the recipe")->required()->type_name("RECIPE.yaml");
          c.add_option("--cluster", p.cluster, "configs/clusters/*.yaml")->required()->type_name("CLUSTER.yaml");
-         c.add_option("--gpus,--devices", p.gpus, "devices in all")->check(kPositive);
-         c.add_option("--top", p.top, "configurations shown")->check(kPositive)->capture_default_str();
+         c.add_option("--gpus,--devices", p.gpus, "devices in all")->check(integer_in(1, kMaxWorld));
+         c.add_option("--top", p.top, "configurations shown")->check(integer_in(1, 1000000))->capture_default_str();
          c.add_option("--mesh", p.mesh, "plan this mesh only (C: context, default 1)")->type_name("D,T,P[,C]");
          c.add_option("--max-context", p.max_context, "also plan context sizes up to this (both modes)")
-             ->check(kPositive)
+             ->check(integer_in(1, 4096))
              ->capture_default_str();
          add_choice<Precision>(c, "--precision", p.precision, "instead of the recipe's train.precision");
          c.add_option("--out", p.out, "--calibrate: the calibrated cluster file")->type_name("CALIBRATED.yaml");
@@ -290,9 +271,11 @@ std::vector<Command> commands() {
          c.add_option("--cluster", s.cluster, "the planner's cluster file")->required()->type_name("CLUSTER.yaml");
          c.add_option("--meshes", o.meshes, "meshes to run (default: all, context sizes included)")
              ->type_name("D,T,P[,C];...");
-         c.add_option("--warmup", s.warmup, "steps not timed")->check(kNonNegative)->capture_default_str();
-         c.add_option("--steps", s.steps, "steps timed")->check(kPositive)->capture_default_str();
-         c.add_option("--repeats", s.repeats, "passes over the meshes")->check(kPositive)->capture_default_str();
+         c.add_option("--warmup", s.warmup, "steps not timed")->check(integer_in(0, kMaxSteps))->capture_default_str();
+         c.add_option("--steps", s.steps, "steps timed")->check(integer_in(1, kMaxSteps))->capture_default_str();
+         c.add_option("--repeats", s.repeats, "passes over the meshes")
+             ->check(integer_in(1, 1000))
+             ->capture_default_str();
          c.add_option("--out", s.out_dir, "results directory")->capture_default_str();
          add_sets(c, s.sets);
        },
@@ -366,7 +349,7 @@ int run(int argc, char** argv) {
       std::none_of(table.begin(), table.end(), [&](const Command& c) { return c.name == std::string(argv[1]); })) {
     std::vector<std::string> names;
     for (const auto& c : table) names.push_back(c.name);
-    fail_input("unknown command '{}' (expected one of {}; see trident --help)", argv[1], fmt::join(names, ", "));
+    fail_input("trident: {}: expected a command ({}), found '{}'", argv[1], fmt::join(names, " | "), argv[1]);
   }
   try {
     app.parse(argc, argv);
@@ -378,7 +361,10 @@ int run(int argc, char** argv) {
     std::string where = "trident";
     for (const auto& [sub, c] : subs)
       if (sub->parsed()) where += std::string(" ") + c->name;
-    log::error("{}: {} (see {} --help)", where, e.what(), where);
+    const CLI::App* sub = nullptr;
+    for (const auto& [s, c] : subs)
+      if (s->parsed()) sub = s;
+    log::error("{}: {}", where, cli::describe(e, sub));
     return kExitBadInput;
   }
   options.train_resume = resume->count() > 0;

@@ -239,7 +239,27 @@ void render_png(const std::string& svg_text, const std::string& path) {
   cairo_surface_destroy(surface);
   g_object_unref(h);
   if (!ok) throw Error(fmt::format("report: librsvg could not render {}: {}", path, err ? err->message : "?"));
-  if (written != CAIRO_STATUS_SUCCESS) fail_input("report: cannot write {}: {}", path, cairo_status_to_string(written));
+  if (written != CAIRO_STATUS_SUCCESS)
+    throw Error(fmt::format("report: cannot write {}: {}", path, cairo_status_to_string(written)));
+}
+
+// The known fields the report draws have their documented types (a wrongly
+// typed one is bad input, not a gap): numbers, or null where the run wrote a
+// non-finite value; `bubble` a list of numbers, `peak_bytes` an object of them.
+void check_known_fields(const Json& j, const std::string& type, const std::string& where) {
+  auto numeric = [](const Json& v) { return v.is_number() || v.is_null(); };
+  static const std::vector<std::string> train = {"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "bubble_predicted"};
+  static const std::vector<std::string> eval = {"step", "val_loss"};
+  for (const auto& key : type == "train" ? train : eval)
+    if (j.contains(key) && !numeric(j[key]))
+      fail_input("report: {}: key '{}': expected a number, found {}", where, key, j[key].dump());
+  if (type != "train") return;
+  if (j.contains("bubble") && !(j["bubble"].is_array() && std::all_of(j["bubble"].begin(), j["bubble"].end(), numeric)))
+    fail_input("report: {}: key 'bubble': expected a list of numbers, found {}", where, j["bubble"].dump());
+  if (j.contains("peak_bytes") &&
+      !(j["peak_bytes"].is_object() && std::all_of(j["peak_bytes"].begin(), j["peak_bytes"].end(), numeric)))
+    fail_input("report: {}: key 'peak_bytes': expected an object of byte counts, found {}", where,
+               j["peak_bytes"].dump());
 }
 
 std::vector<Json> read_json_lines(const std::string& path, Run& run) {
@@ -260,6 +280,7 @@ std::vector<Json> read_json_lines(const std::string& path, Run& run) {
         j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
     if (type == "train" && (!j.contains("step") || !j["step"].is_number()))
       fail_input("report: {}:{}: a train record without a numeric 'step'", path, line_no);
+    if (type == "train" || type == "eval") check_known_fields(j, type, fmt::format("{}:{}", path, line_no));
     if (type == "train") {
       // a resumed run appends: the last record of a step wins
       while (!run.train.empty() && run.train.back()["step"].get<double>() >= j["step"].get<double>())
@@ -391,8 +412,9 @@ std::vector<Chart> make_charts(const std::vector<Run>& runs, const std::vector<S
       std::vector<double> cats;
       const Json& last = r.train.back();
       for (const auto& c : memory.stacks)
-        cats.push_back(
-            last.contains("peak_bytes") && last["peak_bytes"].contains(c) ? last["peak_bytes"][c].get<double>() : 0);
+        cats.push_back(last.contains("peak_bytes") && std::isfinite(number_at(last["peak_bytes"], c.c_str()))
+                           ? number_at(last["peak_bytes"], c.c_str())
+                           : 0);
       memory.bars.push_back(cats);
     }
     out.push_back(loss), out.push_back(speed), out.push_back(mfu);
@@ -446,7 +468,7 @@ std::string html_page(const std::vector<Run>& runs, const std::vector<Sweep>& sw
           "<td>{}</td></tr>\n",
           esc(r.name), last["step"].get<int64_t>(), number_at(last, "loss"),
           std::isfinite(best) ? fmt::format("{:.4f}", best) : "-", median(tps), 100 * median(mfu),
-          last.contains("peak_bytes") ? number(last["peak_bytes"].value("total", 0.0)) : "-",
+          last.contains("peak_bytes") ? number(number_at(last["peak_bytes"], "total")) : "-",
           r.checkpoints.empty() ? std::string("-") : fmt::format("{}", r.checkpoints.size()));
     }
     h += "</table>\n";
@@ -506,7 +528,9 @@ std::vector<std::string> write_report(const ReportOptions& o) {
   const fs::path tmp = out.string() + fmt::format(".tmp-{}", ::getpid());
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
-  if (ec) fail_input("report: cannot create {}: {}", tmp.string(), ec.message());
+  if (ec)  // an output place the user named that cannot be used: bad input (exit 2)
+    fail_input("report: --out: expected a directory it can create, found '{}' ({} creating {})", o.out, ec.message(),
+               tmp.string());
   std::vector<std::string> ids;
   try {
     for (const Chart& c : charts) {
@@ -516,14 +540,14 @@ std::vector<std::string> write_report(const ReportOptions& o) {
     std::ofstream page(tmp / "index.html");
     page << html_page(runs, sweeps, charts);
     page.close();
-    if (!page) fail_input("report: cannot write {}", (tmp / "index.html").string());
+    if (!page) throw Error(fmt::format("report: cannot write {} (an I/O failure)", (tmp / "index.html").string()));
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;
   }
   fs::remove_all(out, ec);
   fs::rename(tmp, out, ec);
-  if (ec) fail_input("report: cannot rename {} to {}: {}", tmp.string(), o.out, ec.message());
+  if (ec) throw Error(fmt::format("report: cannot rename {} to {}: {}", tmp.string(), o.out, ec.message()));
   log::info("report: {}/index.html and {} chart(s) as PNG", o.out, ids.size());
   return ids;
 }

@@ -1,9 +1,12 @@
 // trident sweep and plan --calibrate (see sweep.hpp).
 #include "launch/sweep.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -22,6 +25,7 @@
 #include "launch/trainer.hpp"
 #include "model/params.hpp"
 #include "model/transformer.hpp"
+#include "parallel/rank_reductions.hpp"
 
 namespace trident::launch {
 
@@ -61,6 +65,24 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
       for (int64_t t = 1; t <= n / c; ++t)
         for (int64_t p = 1; p <= n / (c * t); ++p)
           if (n % (c * t * p) == 0) meshes.push_back({n / (c * t * p), t, p, c});
+  // The results directory is usable before any mesh runs (bad input: exit 2).
+  parallel::agree_or_fail(
+      &world,
+      [&] {
+        if (world.rank() != 0) return;
+        // the directory, or the nearest of its parents that exists (created at the end, when results exist)
+        std::error_code ec;
+        fs::path at = fs::absolute(o.out_dir, ec);
+        while (!at.empty() && !fs::exists(at, ec) && at.has_parent_path() && at.parent_path() != at)
+          at = at.parent_path();
+        const char* why = !fs::is_directory(at, ec)          ? "not a directory"
+                          : access(at.c_str(), W_OK) != 0    ? "not writable"
+                                                             : nullptr;
+        if (why)
+          fail_input("sweep: --out: expected a directory it can write, found '{}' ({}: {})", o.out_dir, at.string(),
+                     why);
+      },
+      fmt::format("sweep: --out {}: rank 0 cannot write there (its error says why)", o.out_dir));
   std::vector<Row> rows(meshes.size());
   for (int64_t rep = 0; rep < std::max<int64_t>(1, o.repeats); ++rep)
     for (size_t k = 0; k < meshes.size(); ++k) {
@@ -115,11 +137,16 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
       row.tokens_per_s = sorted[sorted.size() / 2];
       row.mfu = model::flops_per_token(rc.model) * row.tokens_per_s / (double(n) * cl.peak_flops);
     }
+  if (std::all_of(rows.begin(), rows.end(), [](const Row& r) { return !r.reason.empty(); }))
+    fail_input("sweep: no mesh ran: all {} meshes are not valid under this recipe and these options (the first: {})",
+               rows.size(), rows.empty() ? "none" : rows[0].reason);
   if (world.rank() != 0) return;
   // table, CSV, JSON
-  fs::create_directories(o.out_dir);
-  std::ofstream csv(fs::path(o.out_dir) / "sweep.csv");
-  csv << "data,tensor,pipeline,context,valid,tokens_per_s,predicted_tokens_per_s,mfu,predicted_mfu,bubble,predicted_"
+  std::error_code made;
+  fs::create_directories(o.out_dir, made);
+  if (made) throw Error(fmt::format("sweep: --out {}: cannot create it ({})", o.out_dir, made.message()));
+  std::string csv;
+  csv += "data,tensor,pipeline,context,valid,tokens_per_s,predicted_tokens_per_s,mfu,predicted_mfu,bubble,predicted_"
          "bubble,"
          "peak_params,peak_grads,peak_optimizer,peak_activations,peak_buffers,peak_total,predicted_params,"
          "predicted_grads,predicted_optimizer,predicted_activations,predicted_buffers,predicted_total,reason\n";
@@ -144,7 +171,7 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
     } else {
       fmt::print("{:>4} {:>4} {:>4} {:>4} not valid: {}\n", r.data, r.tensor, r.pipeline, r.context, r.reason);
     }
-    csv << fmt::format(
+    csv += fmt::format(
         "{},{},{},{},{},{:.1f},{:.1f},{:.4f},{:.4f},{:.4f},{:.4f},{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},"
         "{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},{}\n",
         r.data, r.tensor, r.pipeline, r.context, ran ? 1 : 0, r.tokens_per_s, r.plan.tokens_per_s, r.mfu, r.plan.mfu,
@@ -172,6 +199,7 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
            {"bubble", r.plan.bubble_fraction},
            {"memory_bytes", memory(pm.params, pm.grads, pm.optimizer, pm.activations, pm.buffers, pm.total())}}}});
   }
+  write_file_atomic((fs::path(o.out_dir) / "sweep.csv").string(), csv);
   write_file_atomic((fs::path(o.out_dir) / "sweep.json").string(),
                     json.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   if (best_measured)

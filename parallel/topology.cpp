@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "core/error.hpp"
@@ -72,52 +73,48 @@ int Topology::rank_of(const Coords& c) const {
   return rank;
 }
 
+namespace {
+
+// The axes along which a group's members differ (all but the embedding group).
+std::vector<Dim> varied_axes(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::tensor: return {Dim::tensor};
+    case GroupKind::pipeline: return {Dim::pipeline};
+    case GroupKind::data: return {Dim::data};
+    case GroupKind::context: return {Dim::context};
+    case GroupKind::data_context: return {Dim::data, Dim::context};
+    case GroupKind::model_parallel: return {Dim::tensor, Dim::pipeline};
+    case GroupKind::embedding: break;
+  }
+  return {};
+}
+
+}  // namespace
+
 std::vector<int> Topology::members(GroupKind kind, int rank) const {
   const Coords me = coords(rank);
   std::vector<int> out;
-  auto vary = [&](std::initializer_list<Dim> dims) {
-    for (int r = 0; r < world(); ++r) {
-      Coords c = coords(r);
-      bool same = true;
-      for (Dim d : order_)
-        if (std::find(dims.begin(), dims.end(), d) == dims.end() && c.at(d) != me.at(d)) same = false;
-      if (same) out.push_back(r);
+  if (kind != GroupKind::embedding) {
+    // the ranks whose coordinates equal mine off the varied axes, ascending:
+    // work in the group's size, not the world's
+    const std::vector<Dim> d = varied_axes(kind);
+    Coords c = me;
+    const int outer = d.size() > 1 ? size(d[1]) : 1;
+    for (int j = 0; j < outer; ++j) {
+      if (d.size() > 1) c.at(d[1]) = j;
+      for (int i = 0; i < size(d[0]); ++i) c.at(d[0]) = i, out.push_back(rank_of(c));
     }
-  };
-  const int stages = size(Dim::pipeline);
-  switch (kind) {
-    case GroupKind::tensor:
-      vary({Dim::tensor});
-      break;
-    case GroupKind::pipeline:
-      vary({Dim::pipeline});
-      break;
-    case GroupKind::data:
-      vary({Dim::data});
-      break;
-    case GroupKind::context:
-      vary({Dim::context});
-      break;
-    case GroupKind::data_context:
-      vary({Dim::data, Dim::context});
-      break;
-    case GroupKind::model_parallel:
-      vary({Dim::tensor, Dim::pipeline});
-      break;
-    case GroupKind::embedding: {
-      // first and last stage together; a middle stage holds no embedding: alone
-      Coords first = me, last = me;
-      first.pp = 0, last.pp = stages - 1;
-      if (me.pp != 0 && me.pp != stages - 1) {
-        out = {rank_of(me)};
-        break;
-      }
-      out = {rank_of(first)};
-      if (stages > 1) out.push_back(rank_of(last));
-      std::sort(out.begin(), out.end());
-      break;
-    }
+    std::sort(out.begin(), out.end());
+    return out;
   }
+  // embedding: first and last stage together; a middle stage holds no embedding: alone
+  const int stages = size(Dim::pipeline);
+  Coords first = me, last = me;
+  first.pp = 0, last.pp = stages - 1;
+  if (me.pp != 0 && me.pp != stages - 1) return {rank_of(me)};
+  out = {rank_of(first)};
+  if (stages > 1) out.push_back(rank_of(last));
+  std::sort(out.begin(), out.end());
   return out;
 }
 
@@ -128,6 +125,21 @@ std::vector<std::vector<int>> Topology::groups(GroupKind kind) const {
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.front() < b.front(); });
   return out;
 }
+
+namespace {
+
+// A group's members: all of them up to 16; a longer evenly spaced group as
+// its first two, "...", its last and the count (a world of 16384 stays a
+// table of 16384 short lines).
+std::string group_text(const std::vector<int>& m) {
+  const size_t n = m.size();
+  bool even = n > 16;
+  for (size_t i = 2; even && i < n; ++i) even = m[i] - m[i - 1] == m[1] - m[0];
+  if (!even) return fmt::format("[{}]", fmt::join(m, ","));
+  return fmt::format("[{},{},...,{}]({})", m[0], m[1], m[n - 1], n);
+}
+
+}  // namespace
 
 std::string Topology::describe(int ranks_per_node) const {
   const bool cp = size(Dim::context) > 1;
@@ -144,9 +156,17 @@ std::string Topology::describe(int ranks_per_node) const {
   s += fmt::format("{:<14} {:<14} ", "pipeline", "data");
   if (cp) s += fmt::format("{:<16} ", "data_context");
   s += fmt::format("{:<16} {}\n", "model_parallel", "embedding");
+  std::map<std::pair<int, int>, std::string> texts;  // (group kind, lowest member) -> text
   for (int r = 0; r < world(); ++r) {
     Coords c = coords(r);
-    auto g = [&](GroupKind k) { return fmt::format("[{}]", fmt::join(members(k, r), ",")); };
+    auto g = [&](GroupKind k) -> const std::string& {  // each group's text made once
+      Coords low = c;
+      for (Dim d : varied_axes(k)) low.at(d) = 0;
+      const std::pair<int, int> key{int(k), k == GroupKind::embedding ? r : rank_of(low)};
+      auto it = texts.find(key);
+      if (it == texts.end()) it = texts.emplace(key, group_text(members(k, r))).first;
+      return it->second;
+    };
     s += fmt::format("{:>5} {:>5} {:>4} ", r, r / ranks_per_node, c.dp);
     if (cp) s += fmt::format("{:>4} ", c.cp);
     s += fmt::format("{:>4} {:>4}  {:<14} ", c.pp, c.tp, g(GroupKind::tensor));

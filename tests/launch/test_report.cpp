@@ -161,6 +161,15 @@ TEST(Report, BadInputIsExitTwoAndLeavesNothing) {
   refused(s / "missing.jsonl", "no such run");
   std::ofstream(s / "bad.jsonl") << "{\"type\": \"train\", \"step\": 1, \"loss\": 3}\nnot json\n";
   refused(s / "bad.jsonl", "bad.jsonl:2: expected a JSON record");
+  // a known field of the wrong type is bad input, not a gap in a chart (null is: a non-finite value)
+  std::ofstream(s / "typed.jsonl") << "{\"type\": \"train\", \"step\": 1, \"loss\": null}\n"
+                                   << "{\"type\": \"train\", \"step\": 2, \"loss\": \"abc\"}\n";
+  refused(s / "typed.jsonl", "typed.jsonl:2: key 'loss': expected a number, found \"abc\"");
+  std::ofstream(s / "typed2.jsonl") << "{\"type\": \"train\", \"step\": 1, \"loss\": 2, \"peak_bytes\": 5}\n";
+  refused(s / "typed2.jsonl", "typed2.jsonl:1: key 'peak_bytes': expected an object of byte counts, found 5");
+  std::ofstream(s / "typed3.jsonl") << "{\"type\": \"train\", \"step\": 1, \"loss\": 2}\n"
+                                    << "{\"type\": \"eval\", \"step\": 1, \"val_loss\": [1]}\n";
+  refused(s / "typed3.jsonl", "typed3.jsonl:2: key 'val_loss': expected a number, found [1]");
   std::ofstream(s / "empty.jsonl") << "{\"type\": \"start\"}\n";
   refused(s / "empty.jsonl", "no training records");
   fs::create_directories(s / "other");

@@ -279,7 +279,9 @@ const std::vector<Key>& table() {
               "no loss on targets that are the EOD token; the mean loss is over the other targets of the global "
               "batch"),
       text("data.cache_dir", FIELD(data.cache_dir), "next to each dataset",
-           "directory for the cached sample indexes (for datasets on read-only storage)"),
+           "directory for the cached sample indexes (for datasets on read-only storage); when set it must be a "
+           "writable directory (else exit 2 at start-up); the default falls back to an index in memory, with a "
+           "warning, where the data's directory is read-only"),
       section("data.synthetic", "seeded Markov source (below)"),
       integer("data.synthetic.vocab", FIELD(data.syn.vocab), 2, 1 << 30,
               derived("`model.vocab`", [](const Recipe& r) { return r.model.vocab; }),

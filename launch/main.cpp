@@ -53,6 +53,7 @@ using cli::one_of;
 constexpr int64_t kMaxWorld = int64_t(1) << 20;       // ranks, devices: 1,048,576
 constexpr int64_t kMaxSampleTokens = int64_t(1) << 20;  // tokens one `sample` generates
 constexpr int64_t kMaxSteps = int64_t(1) << 20;         // sweep steps and warm-up steps
+constexpr int64_t kMaxCount = int64_t(1) << 40;         // counts the command bounds itself, with its arithmetic
 
 // A flag taking one of an enum's recipe spellings.
 template <typename E>
@@ -154,12 +155,15 @@ std::vector<Command> commands() {
        [](Options& o) { return run_topology(o.topology); }},
       {"schedule", "simulate a pipeline schedule and print its timeline",
        [](CLI::App& c, Options& o) {
-         c.add_option("--pipeline", o.schedule.pipeline, "pipeline stages P")->required()->check(integer_in(1, 4096));
+         // run_schedule bounds P, V, M and their product with the arithmetic in the message
+         c.add_option("--pipeline", o.schedule.pipeline, "pipeline stages P")
+             ->required()
+             ->check(integer_in(1, kMaxCount));
          c.add_option("--micro-batches", o.schedule.micro_batches, "micro-batches per step M")
              ->required()
-             ->check(integer_in(1, 65536));
+             ->check(integer_in(1, kMaxCount));
          c.add_option("--virtual-stages", o.schedule.virtual_stages, "chunks per stage V")
-             ->check(integer_in(1, 256))
+             ->check(integer_in(1, kMaxCount))
              ->capture_default_str();
          add_choice<ScheduleKind>(c, "--schedule", o.schedule_kind, "the schedule")->required();
          c.add_option("--width", o.schedule.width, "columns of the timeline")

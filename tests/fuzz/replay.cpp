@@ -21,7 +21,8 @@
   X(sentencepiece) \
   X(char_vocab)    \
   X(dataset_record) \
-  X(jsonl)
+  X(jsonl)         \
+  X(prepare)
 TARGETS(TARGET)
 #undef TARGET
 

@@ -15,7 +15,7 @@ seconds=${2:-10}
 shift $(( $# >= 2 ? 2 : $# ))
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(recipe safetensors indexed_dataset checkpoint_index hf_config hf_tokenizer
-                                     sentencepiece char_vocab dataset_record jsonl)
+                                     sentencepiece char_vocab dataset_record jsonl prepare)
 clang=$(command -v clang++ || command -v clang++-14 || true)
 if [ -z "$clang" ]; then
   echo "SKIPPED: no clang++ (apt-get install clang): the fuzz targets need libFuzzer"

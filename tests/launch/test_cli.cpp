@@ -95,7 +95,10 @@ TEST(Cli, CountsPastTheirBoundsAreRefusedAtOnce) {
                  "trident sweep: --warmup: expected an integer in [0, 1048576], found '1099511627776'");
   expect_refused("submit " + demo + " --nodes 0", "trident submit: --nodes: expected an integer in [1, 1048576], found '0'");
   expect_refused("schedule --pipeline 5000 --micro-batches 8 --schedule 1f1b",
-                 "trident schedule: --pipeline: expected an integer in [1, 4096], found '5000'");
+                 "schedule: pipeline(5000) x virtual stages(1) x micro-batches(8) = 40000 stage-chunk-micro-batches; "
+                 "the simulator takes at most 1048576 (pipeline <= 4096");
+  expect_refused("schedule --pipeline 4 --micro-batches 99999999999999 --schedule 1f1b",
+                 "trident schedule: --micro-batches: expected an integer in [1, 1099511627776], found '99999999999999'");
   // at the bound the answer still comes at once: every rank of a 2^20 world
   // (the group lists of a long evenly spaced group abbreviated), and the
   // meshes that would fit it

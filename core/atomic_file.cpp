@@ -12,6 +12,14 @@
 
 namespace trident {
 
+std::string unwritable_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) return "no such directory";
+  if (!std::filesystem::is_directory(dir, ec)) return "not a directory";
+  if (access(dir.c_str(), W_OK) != 0) return "not writable";
+  return "";
+}
+
 void fsync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd >= 0) ::fsync(fd), ::close(fd);

@@ -32,6 +32,11 @@ class AtomicFile {
   void fail(const std::string& what);
 };
 
+// Why `dir` is not a directory this process can write in ("no such
+// directory", "not a directory", "not writable"), or "" when it is: the
+// up-front check of an output place the user named (docs/commands.md).
+std::string unwritable_dir(const std::string& dir);
+
 // fsync of a file or directory by path (best effort: errors are ignored).
 void fsync_path(const std::string& path);
 

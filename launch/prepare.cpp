@@ -209,9 +209,8 @@ void prepare(const PrepareOptions& o) {
   std::string dir = std::filesystem::path(o.out).parent_path().string();
   if (!dir.empty() && !std::filesystem::is_directory(dir))
     fail_input("prepare: --out {}: directory '{}' does not exist", o.out, dir);
-  if (access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
-    fail_input("prepare: --out: expected a directory it can write, found '{}' ({})", dir.empty() ? "." : dir,
-               std::strerror(errno));
+  if (const std::string why = unwritable_dir(dir.empty() ? "." : dir); !why.empty())
+    fail_input("prepare: --out: expected a directory it can write, found '{}' ({})", dir.empty() ? "." : dir, why);
   if (!o.force) {  // an existing dataset is never replaced by accident
     std::vector<std::string> existing;
     for (const char* ext : {"_train.bin", "_train.idx", "_valid.bin", "_valid.idx", ".meta.json", ".tokenizer.json",

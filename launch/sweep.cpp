@@ -1,12 +1,9 @@
 // trident sweep and plan --calibrate (see sweep.hpp).
 #include "launch/sweep.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -72,13 +69,10 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
         if (world.rank() != 0) return;
         // the directory, or the nearest of its parents that exists (created at the end, when results exist)
         std::error_code ec;
-        fs::path at = fs::absolute(o.out_dir, ec);
+        fs::path at = fs::absolute(o.out_dir, ec);  // the nearest existing place on the way
         while (!at.empty() && !fs::exists(at, ec) && at.has_parent_path() && at.parent_path() != at)
           at = at.parent_path();
-        const char* why = !fs::is_directory(at, ec)          ? "not a directory"
-                          : access(at.c_str(), W_OK) != 0    ? "not writable"
-                                                             : nullptr;
-        if (why)
+        if (const std::string why = unwritable_dir(at.string()); !why.empty())
           fail_input("sweep: --out: expected a directory it can write, found '{}' ({}: {})", o.out_dir, at.string(),
                      why);
       },

@@ -3,7 +3,6 @@
 #include "launch/trainer.hpp"
 
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +13,7 @@
 #include <optional>
 #include <tuple>
 
+#include "core/atomic_file.hpp"
 #include "core/crc32c.hpp"
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
@@ -40,8 +40,6 @@
 
 namespace trident::launch {
 namespace {
-
-namespace fs = std::filesystem;
 
 // Threads: every core for one rank; an even share of the node's cores per
 // rank otherwise; train.threads or OMP_NUM_THREADS override.
@@ -104,12 +102,7 @@ std::unique_ptr<TokenSampler> make_sampler(const Recipe& rc, parallel::Mesh& mes
         world,
         [&] {
           const std::string& dir = rc.data.cache_dir;
-          std::error_code ec;
-          const char* why = !fs::exists(dir, ec)          ? "no such directory"
-                            : !fs::is_directory(dir, ec)  ? "not a directory"
-                            : access(dir.c_str(), W_OK)   ? "not writable"
-                                                          : nullptr;
-          if (why)
+          if (const std::string why = unwritable_dir(dir); !why.empty())
             fail_input("{}: key 'data.cache_dir': expected a directory this run can write the sample index to, found "
                        "'{}' ({})",
                        rc.source, dir, why);

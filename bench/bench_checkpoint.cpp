@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "launch/checkpoint/checkpoint.hpp"
 #include "model/params.hpp"
 

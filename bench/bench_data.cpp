@@ -15,8 +15,8 @@
 #include <filesystem>
 #include <memory>
 
-#include "core/dataset.hpp"
-#include "core/sample_index.hpp"
+#include "core/data/dataset.hpp"
+#include "core/data/sample_index.hpp"
 
 namespace {
 

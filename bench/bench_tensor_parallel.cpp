@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "kernels/gemm.hpp"
 #include "model/transformer.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "bench/peak.hpp"
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "kernels/backends.hpp"
 #include "kernels/gemm.hpp"
-#include "launch/trainer.hpp"
+#include "launch/train/trainer.hpp"
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
@@ -36,7 +36,7 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
   net.set_precision(rc.train.precision);
   auto recompute = rc.train.recompute;
   auto ctx = net.make_activations(B, recompute);
-  optim::AdamW<float> opt(net.registry(), rc.optim);
+  optim::AdamW<float> opt(model::decay_ranges(net.registry(), rc.optim), rc.optim);
   std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(size_t(B * T));
   for (size_t i = 0; i < tokens.size(); ++i)
     tokens[i] = int32_t((i * 7919) % uint64_t(rc.model.vocab)),

@@ -1,6 +1,7 @@
 // The closed sets of values a recipe or a command line can name, as enums
 // with one name table each. Strings become these in the loader (core/recipe)
-// or at a command line's boundary (launch/cli); nothing downstream compares
+// or at a command line's boundary (launch/cli.cpp), or from the files that
+// record them (a dataset record, a checkpoint index); nothing downstream compares
 // a recipe string again (docs/architecture.md, "parse once").
 // enum_name(e) gives the recipe spelling; parse_enum<E>(s) the value or
 // nothing; enum_choices<E>() "a | b | c" for messages and docs.
@@ -26,10 +27,13 @@ enum class Recompute { none, selective, full };
 enum class LrDecay { constant, cosine, linear, wsd };
 enum class NonFinite { stop, skip };
 enum class ContextMode { ring, all_to_all };
+enum class TokenizerKind { byte, chars, hf_bpe, sentencepiece };
 
 template <typename E>
 struct EnumNames;
 
+// An enum's name table, at namespace trident scope (other folders name
+// theirs with it after their own namespace: parallel::ActionType, ...).
 #define TRIDENT_ENUM_NAMES(E, ...)                                                         \
   template <>                                                                              \
   struct EnumNames<E> {                                                                    \
@@ -48,8 +52,9 @@ TRIDENT_ENUM_NAMES(Recompute, {Recompute::none, "none"}, {Recompute::selective, 
 TRIDENT_ENUM_NAMES(LrDecay, {LrDecay::constant, "constant"}, {LrDecay::cosine, "cosine"}, {LrDecay::linear, "linear"},
                    {LrDecay::wsd, "wsd"});
 TRIDENT_ENUM_NAMES(NonFinite, {NonFinite::stop, "stop"}, {NonFinite::skip, "skip"});
+TRIDENT_ENUM_NAMES(TokenizerKind, {TokenizerKind::byte, "byte"}, {TokenizerKind::chars, "char"},
+                   {TokenizerKind::hf_bpe, "hf-bpe"}, {TokenizerKind::sentencepiece, "sentencepiece"});
 TRIDENT_ENUM_NAMES(DeviceType, {DeviceType::cpu, "cpu"}, {DeviceType::cuda, "cuda"});
-#undef TRIDENT_ENUM_NAMES
 
 template <typename E>
 const char* enum_name(E e) {

@@ -11,7 +11,9 @@
 
 #define TRIDENT_SANITIZER_HOOK extern "C" __attribute__((visibility("default"), used)) const char*
 
-TRIDENT_SANITIZER_HOOK __asan_default_options() { return "detect_leaks=1:detect_stack_use_after_return=1:fast_unwind_on_malloc=0"; }
+TRIDENT_SANITIZER_HOOK __asan_default_options() {
+  return "detect_leaks=1:detect_stack_use_after_return=1:fast_unwind_on_malloc=0";
+}
 
 TRIDENT_SANITIZER_HOOK __ubsan_default_options() { return "print_stacktrace=1:halt_on_error=1"; }
 

@@ -5,7 +5,7 @@
 // The state forward saves for backward is each row's log-sum-exp lse[B,H,T]
 // (attention_state_elements()): both the CPU and the CUDA kernels are tiled
 // with an online softmax and never hold a T x T matrix; backward recomputes
-// the probabilities tile by tile from q, k and the lse. attention_probs
+// the probabilities tile by tile from q, k and the lse. attention_lse
 // refills the state alone (selective recompute).
 // Backward reads out (the forward's output) and overwrites dqkv. Scale is 1/sqrt(D).
 // doc_start[B*T] (optional, document masking): the first position of the
@@ -29,8 +29,8 @@ namespace trident::kernels {
 int64_t attention_state_elements(int64_t B, int64_t T_, int64_t H);
 
 template <typename T>
-void attention_probs(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                     const int32_t* doc_start = nullptr);
+void attention_lse(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                   const int32_t* doc_start = nullptr);
 
 // out[B,T,H*D]; lse[B,H,T]
 template <typename T>

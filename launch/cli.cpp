@@ -112,8 +112,8 @@ std::string describe(const CLI::ParseError& e, const CLI::App* sub) {
     if (extras.empty()) return what;
     std::string all = fmt::format("{}", fmt::join(extras, " "));
     if (extras[0].size() > 1 && extras[0][0] == '-')
-      return fmt::format("{}: expected one of {}, found '{}'", extras[0], sub ? options_of(*sub) : "the options of --help",
-                         all);
+      return fmt::format("{}: expected one of {}, found '{}'", extras[0],
+                         sub ? options_of(*sub) : "the options of --help", all);
     return fmt::format("{}: expected no more arguments (this command takes {}), found '{}'", extras[0],
                        sub ? positionals_of(*sub) : "a command", all);
   }

@@ -1,8 +1,9 @@
 // The `trident` command line: one command table (CLI11), `--help` for every
 // subcommand, and one way of failing: a bad word on the command line, like
 // bad input anywhere, is one message and exit code 2 (docs/commands.md).
-// The subcommands' bodies live in the files that own them (commands.hpp,
-// hf.hpp, sample.hpp, submit.hpp, sweep.hpp, prepare.hpp).
+// The subcommands' bodies live in the rooms that own them: train/run_train,
+// plan/commands and plan/sweep, checkpoint/hf, tools/{report,sample,submit,
+// keys}, core/data/prepare.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -11,18 +12,20 @@
 #include <string>
 #include <vector>
 
+#include "core/data/prepare.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "kernels/backends.hpp"
+#include "launch/checkpoint/hf.hpp"
 #include "launch/cli.hpp"
-#include "launch/commands.hpp"
-#include "launch/hf.hpp"
-#include "launch/prepare.hpp"
-#include "launch/report.hpp"
-#include "launch/sample.hpp"
-#include "launch/stop_signals.hpp"
-#include "launch/submit.hpp"
-#include "launch/sweep.hpp"
+#include "launch/plan/commands.hpp"
+#include "launch/plan/sweep.hpp"
+#include "launch/tools/keys.hpp"
+#include "launch/tools/report.hpp"
+#include "launch/tools/sample.hpp"
+#include "launch/tools/submit.hpp"
+#include "launch/train/run_train.hpp"
+#include "launch/train/stop_signals.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 #include "parallel/nccl/nccl_communicator.hpp"
 
@@ -50,7 +53,7 @@ using cli::number_in;
 using cli::one_of;
 
 // The bounds of the counts a user types (docs/commands.md, "Bounds").
-constexpr int64_t kMaxWorld = int64_t(1) << 20;       // ranks, devices: 1,048,576
+constexpr int64_t kMaxWorld = int64_t(1) << 20;         // ranks, devices: 1,048,576
 constexpr int64_t kMaxSampleTokens = int64_t(1) << 20;  // tokens one `sample` generates
 constexpr int64_t kMaxSteps = int64_t(1) << 20;         // sweep steps and warm-up steps
 constexpr int64_t kMaxCount = int64_t(1) << 40;         // counts the command bounds itself, with its arithmetic
@@ -148,8 +151,7 @@ std::vector<Command> commands() {
        [](CLI::App& c, Options& o) {
          c.add_option("recipe", o.topology.recipe, "the recipe")->required()->type_name("RECIPE.yaml");
          c.add_option("--world", o.topology.world, "ranks in all")->required()->check(integer_in(1, kMaxWorld));
-         c.add_option("--ranks-per-node", o.topology.ranks_per_node, "ranks per node")
-             ->check(integer_in(1, kMaxWorld));
+         c.add_option("--ranks-per-node", o.topology.ranks_per_node, "ranks per node")->check(integer_in(1, kMaxWorld));
          add_sets(c, o.topology.sets);
        },
        [](Options& o) { return run_topology(o.topology); }},

@@ -40,10 +40,10 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
     local = tp_->gathers() ? full + row0 * C : full;
   };
   // One layer's worth of buffers; per layer or shared, depending on recompute.
-  auto layer_set = [&](LayerActs<T>& a, bool with_probs) {
+  auto layer_set = [&](LayerActs<T>& a, bool with_lse) {
     norm_out(a.ln1, a.ln1_full);
     a.ln1_mean = alloc(z.stats), a.ln1_rstd = alloc(z.stats), a.qkv = alloc(z.qkv);
-    a.probs = with_probs ? alloc(z.attention_state) : nullptr;
+    a.lse = with_lse ? alloc(z.attention_state) : nullptr;
     a.atty = alloc(z.atty), a.x_mid = alloc(R * C);
     norm_out(a.ln2, a.ln2_full);
     a.ln2_mean = alloc(z.stats), a.ln2_rstd = alloc(z.stats), a.fc = alloc(z.fc);
@@ -53,7 +53,7 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
   // What recomputation rebuilds (and, packed, the fp32 working set): one
   // set per chunk, shared by its contexts
   LayerActs<T> shared{};
-  T* shared_probs = nullptr;
+  T* shared_lse = nullptr;
   if ((recompute != Recompute::none || packed) && L > 0) {
     auto it = std::find_if(shared_recompute_.begin(), shared_recompute_.end(), [&](const SharedRecompute& x) {
       return x.chunk == chunk && x.B == B && x.recompute == recompute && x.packed == packed;
@@ -63,12 +63,12 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
       std::swap(ctx->storage, set.storage);  // allocate into the shared set's storage
       if (recompute == Recompute::full || packed) layer_set(set.acts, recompute == Recompute::full);
       if (packed) set.acts.x_in = alloc(R * C);
-      if (recompute == Recompute::selective) set.probs = alloc(z.attention_state);
+      if (recompute == Recompute::selective) set.lse = alloc(z.attention_state);
       std::swap(ctx->storage, set.storage);
       shared_recompute_.push_back(std::move(set));
       it = shared_recompute_.end() - 1;
     }
-    shared = it->acts, shared_probs = it->probs;
+    shared = it->acts, shared_lse = it->lse;
   }
   for (auto& a : ctx->layers) {
     if (packed) {
@@ -77,7 +77,7 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
       if (recompute != Recompute::full) {
         a.ln1_mean = alloc(z.stats), a.ln1_rstd = alloc(z.stats), a.ln2_mean = alloc(z.stats);
         a.ln2_rstd = alloc(z.stats);
-        a.probs = recompute == Recompute::none ? alloc(z.attention_state) : shared_probs;
+        a.lse = recompute == Recompute::none ? alloc(z.attention_state) : shared_lse;
       }
       continue;
     }
@@ -85,7 +85,7 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
       a = shared;
     } else {
       layer_set(a, recompute == Recompute::none);
-      if (recompute == Recompute::selective) a.probs = shared_probs;
+      if (recompute == Recompute::selective) a.lse = shared_lse;
     }
     a.x_in = alloc(R * C);
   }
@@ -140,20 +140,20 @@ void Transformer<T>::unpack(Activations<T>& ctx, int l) const {
 }
 
 template <typename T>
-bool Transformer<T>::fast16() const {
+bool Transformer<T>::gemm_reads_16bit() const {
   return copies_ && std::is_same_v<T, float> && precision_ == k::Precision::bf16 && device_.type == DeviceType::cpu;
 }
 
 // ln1_full, ln2_full and act (saved_buffers order) feed only the dweight GEMMs
 template <typename T>
 bool Transformer<T>::gemm_only(const Activations<T>& ctx, size_t i) const {
-  return fast16() && ctx.is_packed() && ctx.recompute != Recompute::full && (i == 1 || i == 5 || i == 7);
+  return gemm_reads_16bit() && ctx.is_packed() && ctx.recompute != Recompute::full && (i == 1 || i == 5 || i == 7);
 }
 
 template <typename T>
 typename Transformer<T>::GemmIn Transformer<T>::saved_in(const Activations<T>& ctx, int l, size_t i,
                                                          const T* f32) const {
-  if (!fast16() || !ctx.is_packed() || ctx.recompute == Recompute::full) return {f32, nullptr};
+  if (!gemm_reads_16bit() || !ctx.is_packed() || ctx.recompute == Recompute::full) return {f32, nullptr};
   const auto bufs = saved_buffers(ctx.layers[size_t(l)], ctx.B, ctx.recompute);
   const uint16_t* at = ctx.packed[size_t(l)];
   for (size_t j = 0; j < i; ++j) at += bufs[j].second;
@@ -163,7 +163,7 @@ typename Transformer<T>::GemmIn Transformer<T>::saved_in(const Activations<T>& c
 template <typename T>
 void Transformer<T>::linear_fwd(T* out, GemmIn inp, GemmIn w, const T* bias, int64_t N, int64_t C, int64_t OC) {
   if constexpr (std::is_same_v<T, float>) {
-    if (fast16()) return k::linear_forward16(out, {inp.f32, inp.b16}, {w.f32, w.b16}, bias, N, C, OC);
+    if (gemm_reads_16bit()) return k::linear_forward16(out, {inp.f32, inp.b16}, {w.f32, w.b16}, bias, N, C, OC);
   }
   k::linear_forward(out, inp.f32, w.f32, bias, N, C, OC);
 }
@@ -172,7 +172,7 @@ template <typename T>
 void Transformer<T>::linear_bwd(T* dinp, T* dw, T* db, GemmIn dout, GemmIn inp, GemmIn w, int64_t N, int64_t C,
                                 int64_t OC, bool acc) {
   if constexpr (std::is_same_v<T, float>) {
-    if (fast16())
+    if (gemm_reads_16bit())
       return k::linear_backward16(dinp, dw, db, {dout.f32, dout.b16}, {inp.f32, inp.b16}, {w.f32, w.b16}, N, C, OC,
                                   acc);
   }
@@ -182,7 +182,7 @@ void Transformer<T>::linear_bwd(T* dinp, T* dw, T* db, GemmIn dout, GemmIn inp, 
 template <typename T>
 void Transformer<T>::ensure_scratch(int64_t B) {
   const int64_t N = B * seq(), C = cfg_.hidden, R = tp_->rows(N);
-  if (fast16() && B > scratch16_B_) {  // dy [N,C], d_fc, d_qkv, and dlogits [N,V] with a head
+  if (gemm_reads_16bit() && B > scratch16_B_) {  // dy [N,C], d_fc, d_qkv, and dlogits [N,V] with a head
     bool head = false;
     for (const Chunk& ch : chunks_) head |= ch.spec.head;
     const int64_t dlogits = head ? N * dims_.vocab : 0;
@@ -212,7 +212,7 @@ void Transformer<T>::ensure_scratch(int64_t B) {
       const;                                                                                                          \
   template void Transformer<T>::pack(Activations<T>&, int, size_t, size_t) const;                                     \
   template void Transformer<T>::unpack(Activations<T>&, int) const;                                                   \
-  template bool Transformer<T>::fast16() const;                                                                       \
+  template bool Transformer<T>::gemm_reads_16bit() const;                                                             \
   template bool Transformer<T>::gemm_only(const Activations<T>&, size_t) const;                                       \
   template Transformer<T>::GemmIn Transformer<T>::saved_in(const Activations<T>&, int, size_t, const T*) const;       \
   template void Transformer<T>::linear_fwd(T*, GemmIn, GemmIn, const T*, int64_t, int64_t, int64_t);                  \

@@ -5,7 +5,7 @@
 //   - the tensor-parallel plan: each parameter's shard style (parallel_plan.cpp)
 //   - the transformer: which pointer each parameter binds to, and how many
 //     parameters a segment (embedding, layer, head) holds (transformer.cpp)
-//   - Hugging Face interop: which weights transformers stores transposed (launch/hf.cpp)
+//   - Hugging Face interop: which weights transformers stores transposed (launch/checkpoint/hf.cpp)
 //   - FLOPs and activation sizes: the MLP's input width (model/memory.cpp)
 // Rows are in the flat buffer's order. A layer row's name is the suffix after
 // the layer prefix ("attn.c_attn.weight"); embedding and head rows carry the
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "core/tensor.hpp"
 #include "model/parallel_plan.hpp"
 

@@ -9,7 +9,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "model/parallel_plan.hpp"
 #include "model/transformer.hpp"
 

@@ -8,22 +8,6 @@
 
 namespace trident::model {
 
-const char* shard_style_name(ShardStyle s) {
-  switch (s) {
-    case ShardStyle::replicate:
-      return "replicate";
-    case ShardStyle::column:
-      return "column";
-    case ShardStyle::column_kv:
-      return "column_kv";
-    case ShardStyle::row:
-      return "row";
-    case ShardStyle::vocab:
-      return "vocab";
-  }
-  return "?";
-}
-
 PlanEntry tensor_plan(const ModelConfig& cfg, const std::string& name) {
   if (const ParamRow* row = architecture(cfg.arch).find(name)) return row->plan;
   throw Error(fmt::format("tensor-parallel plan: no entry for parameter '{}'", name));

@@ -21,12 +21,11 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 
 namespace trident::model {
 
 enum class ShardStyle { replicate, column, column_kv, row, vocab };
-const char* shard_style_name(ShardStyle s);
 
 struct TensorShard {
   int rank = 0, size = 1;
@@ -66,3 +65,9 @@ struct LocalDims {
 LocalDims local_dims(const ModelConfig& cfg, TensorShard shard);
 
 }  // namespace trident::model
+
+namespace trident {
+TRIDENT_ENUM_NAMES(model::ShardStyle, {model::ShardStyle::replicate, "replicate"},
+                   {model::ShardStyle::column, "column"}, {model::ShardStyle::column_kv, "column_kv"},
+                   {model::ShardStyle::row, "row"}, {model::ShardStyle::vocab, "vocab"});
+}  // namespace trident

@@ -216,4 +216,45 @@ void ParamRegistry::initialize_range(T* out, int64_t begin, int64_t end, uint64_
 template void ParamRegistry::initialize_range<float>(float*, int64_t, int64_t, uint64_t) const;
 template void ParamRegistry::initialize_range<double>(double*, int64_t, int64_t, uint64_t) const;
 
+std::vector<kernels::AdamWRange> decay_ranges(const ParamRegistry& reg, const OptimConfig& cfg) {
+  std::vector<kernels::AdamWRange> out;
+  bool last = false;
+  for (const auto& p : reg.params()) {
+    const bool decay = p.kind == ParamKind::weight ||
+                       ((p.kind == ParamKind::bias || p.kind == ParamKind::norm) && cfg.decay_norms_and_biases) ||
+                       (p.kind == ParamKind::embedding && cfg.decay_embeddings);
+    if (!out.empty() && last == decay && out.back().offset + out.back().size == p.offset)
+      out.back().size += p.numel;
+    else
+      out.push_back({p.offset, p.numel, decay ? cfg.weight_decay : 0.0});
+    last = decay;
+  }
+  return out;
+}
+
+std::vector<std::pair<int64_t, int64_t>> norm_counted_runs(const ParamRegistry& reg, int64_t begin, int64_t end) {
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  int64_t run_begin = -1, run_end = -1;
+  auto flush = [&] {
+    if (run_begin >= 0) runs.push_back({run_begin - begin, run_end - begin});
+    run_begin = run_end = -1;
+  };
+  for (const auto& p : reg.params()) {
+    const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
+    if (hi <= lo) continue;
+    if (!p.counts_in_norm) {
+      flush();
+      continue;
+    }
+    if (run_begin >= 0 && run_end == lo) {
+      run_end = hi;
+    } else {
+      flush();
+      run_begin = lo, run_end = hi;
+    }
+  }
+  flush();
+  return runs;
+}
+
 }  // namespace trident::model

@@ -19,8 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "core/tensor.hpp"
+#include "kernels/adamw.hpp"
 #include "model/architecture.hpp"
 #include "model/parallel_plan.hpp"
 
@@ -113,5 +114,19 @@ SharedGradientRanges shared_gradient_ranges(const ParamRegistry& reg, const Mode
 
 // Per-layer names, so model code reads like the architecture.
 std::string layer_prefix(const ModelConfig& cfg, int64_t layer);
+
+// AdamW's ranges over the flat buffer: maximal runs of consecutive
+// parameters with the same weight-decay choice, each with its decay
+// (cfg.weight_decay, or 0). By default norms, biases and embeddings take no
+// weight decay (Megatron-LM and nanoGPT practice);
+// optim.decay_norms_and_biases / decay_embeddings turn it on. A tied
+// embedding follows the embedding rule.
+std::vector<kernels::AdamWRange> decay_ranges(const ParamRegistry& reg, const OptimConfig& cfg);
+
+// The runs of elements of [begin, end) that count in the gradient norm,
+// relative to begin: parameters replicated over the tensor group (or a KV
+// group) count on one holder only (ParamSpec::counts_in_norm), so the sum
+// over ranks counts each once.
+std::vector<std::pair<int64_t, int64_t>> norm_counted_runs(const ParamRegistry& reg, int64_t begin, int64_t end);
 
 }  // namespace trident::model

@@ -1,4 +1,5 @@
-// Transformer forward/backward over the CPU kernels (see transformer.hpp).
+// Transformer forward/backward over the kernels of kernels/ (each runs its
+// CPU code or its CUDA twin, by where the buffers live; see transformer.hpp).
 #include "model/transformer.hpp"
 
 #include <algorithm>
@@ -96,8 +97,6 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buf
     bind(s, params_.data<T>() + segments_[size_t(s)].begin, grads_.data<T>() + segments_[size_t(s)].begin);
 }
 
-// Points the parameter (pbase) and/or gradient (gbase) pointers of segment s
-// at storage whose first element is the segment's first element, slot by slot.
 template <typename T>
 void Transformer<T>::set_context_parallel(parallel::ContextParallel* cp) {
   TRIDENT_CHECK(shared_recompute_.empty() && scratch_B_ == 0, "set_context_parallel after activations were made");
@@ -106,6 +105,8 @@ void Transformer<T>::set_context_parallel(parallel::ContextParallel* cp) {
   cp_ = cp;
 }
 
+// Points the parameter (pbase) and/or gradient (gbase) pointers of segment s
+// at storage whose first element is the segment's first element, slot by slot.
 template <typename T>
 void Transformer<T>::bind(int s, T* pbase, T* gbase) {
   const SegInfo& info = seg_info_[size_t(s)];
@@ -199,7 +200,7 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
   linear_fwd(a.qkv, {h}, {p.qkvw}, p.qkvb, N, C, qkv_width_);
   if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D, origin_);
   store(a.qkv, N * qkv_width_);
-  cp_->attention_forward(a.atty, a.probs, a.qkv, B, H, KV, D, doc_start_);
+  cp_->attention_forward(a.atty, a.lse, a.qkv, B, H, KV, D, doc_start_);
   store(a.atty, N * H * D);
   linear_fwd(partial_, {a.atty}, {p.ow}, nullptr, N, H * D, C);
   store(partial_, N * C);
@@ -317,9 +318,9 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     use_grads(head);
     if (tied_local_) use_grads(emb_seg_);
     // dlogits were rounded in forward: their copy is exact
-    if (fast16()) k::pack_16(dlogits16_, ctx.logits, N * V, precision_);
-    linear_bwd(d_ln_, split ? nullptr : dhead_, nullptr, {ctx.logits, fast16() ? dlogits16_ : nullptr}, {ctx.lnf_full},
-               {head_}, N, C, V, acc);
+    if (gemm_reads_16bit()) k::pack_16(dlogits16_, ctx.logits, N * V, precision_);
+    linear_bwd(d_ln_, split ? nullptr : dhead_, nullptr, {ctx.logits, gemm_reads_16bit() ? dlogits16_ : nullptr},
+               {ctx.lnf_full}, {head_}, N, C, V, acc);
     store(d_ln_, N * C);
     const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
     k::fill_zero(d_res_, R * C);
@@ -352,20 +353,20 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
       // scratch row nobody reads (d_ln_ is overwritten below before use).
       layer_forward(a, d_ln_, p, B);
     } else if (recompute == Recompute::selective) {
-      cp_->attention_state(a.probs, d_atty_, a.qkv, B, H, KV, D, doc_start_);
+      cp_->attention_state(a.lse, d_atty_, a.qkv, B, H, KV, D, doc_start_);
     }
     // MLP: d_res_ is the gradient of x_out = x_mid + exit(act pw^T) + pb
     k::bias_backward(p.dpb, d_res_, R, C, acc);
     const T* dy = tp_->exit_backward(d_full_, d_res_, N, C);
     if (split) k::copy(ctx.saved[size_t(l)].d_mlp_out, dy, N * C);
-    if (fast16()) k::pack_16(dy16_, dy, N * C, precision_);  // d_res_ is rounded: exact
+    if (gemm_reads_16bit()) k::pack_16(dy16_, dy, N * C, precision_);  // d_res_ is rounded: exact
     linear_bwd(d_act_, dpw, nullptr, {dy, dy16_}, saved_in(ctx, l, 7, a.act), {p.pw}, N, F, C, acc);
     store(d_act_, N * F);
     if (arch_.mlp == MlpKind::swiglu)
       k::swiglu_backward(d_fc, a.fc, d_act_, N, F);
     else
       k::gelu_backward(d_fc, a.fc, d_act_, N * F);
-    if (fast16())
+    if (gemm_reads_16bit())
       k::store_16(d_fc, dfc16_, N * fc_width_, precision_);
     else
       store(d_fc, N * fc_width_);
@@ -378,12 +379,12 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     k::bias_backward(p.dob, d_res_, R, C, acc);
     dy = tp_->exit_backward(d_full_, d_res_, N, C);
     if (split) k::copy(ctx.saved[size_t(l)].d_attn_out, dy, N * C);
-    if (fast16()) k::pack_16(dy16_, dy, N * C, precision_);
+    if (gemm_reads_16bit()) k::pack_16(dy16_, dy, N * C, precision_);
     linear_bwd(d_atty_, dow, nullptr, {dy, dy16_}, saved_in(ctx, l, 3, a.atty), {p.ow}, N, H * D, C, acc);
     store(d_atty_, N * H * D);
-    cp_->attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.probs, B, H, KV, D, doc_start_);
+    cp_->attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.lse, B, H, KV, D, doc_start_);
     if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D, origin_);
-    if (fast16())
+    if (gemm_reads_16bit())
       k::store_16(d_qkv, dqkv16_, N * qkv_width_, precision_);
     else
       store(d_qkv, N * qkv_width_);

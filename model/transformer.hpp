@@ -29,7 +29,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "core/segment_storage.hpp"
 #include "core/tensor.hpp"
 #include "kernels/precision.hpp"
@@ -56,8 +56,8 @@ enum class BackwardPart { all, input, weight };
 // (the same buffers as ln1 / ln2 unless the region gathers them).
 template <typename T>
 struct LayerActs {
-  T *x_in, *ln1, *ln1_full, *ln1_mean, *ln1_rstd, *qkv, *probs, *atty, *x_mid, *ln2, *ln2_full, *ln2_mean, *ln2_rstd,
-      *fc, *act;
+  T *x_in, *ln1, *ln1_full, *ln1_mean, *ln1_rstd, *qkv, *lse, *atty, *x_mid, *ln2, *ln2_full, *ln2_mean, *ln2_rstd, *fc,
+      *act;
 };
 
 // Output gradients of a layer's four linears, kept from the input pass for
@@ -170,17 +170,19 @@ class Transformer {
   // accumulate in fp32). Parameters are the caller's: it keeps fp32 master
   // weights and hands the model their rounded copy.
   // Under bf16 / fp16 the activations saved for backward are kept as 2-byte
-  // values (Activations::packed) unless pack is turned off: a context made
-  // after set_precision decides. The results are bitwise the same either way
-  // (the values are rounded to the format before they are stored).
+  // values (Activations::packed), and under bf16 in host memory the GEMMs
+  // read 2-byte copies (the saved activations', the output gradients')
+  // instead of converting those fp32 inputs at every call. A context made
+  // after set_precision decides.
   void set_precision(kernels::Precision p) { precision_ = p; }
   kernels::Precision precision() const { return precision_; }
-  void set_pack_activations(bool on) { pack_ = on; }
-  // The CPU's bf16 path (on by default): under bf16 in host memory the GEMMs
-  // read 2-byte copies (the saved activations', the output gradients')
-  // instead of converting those fp32 inputs at every call. Off: every GEMM
-  // converts (the tests' reference); the results are bitwise the same.
-  void set_gemm_copies(bool on) { copies_ = on; }
+
+ protected:
+  // Both storage choices give bitwise the results of the plain path (the
+  // values are rounded to the format before they are stored); the precision
+  // tests turn them off through a subclass to prove it.
+  bool pack_ = true;    // packed 2-byte activations
+  bool copies_ = true;  // the CPU's bf16 GEMMs read 2-byte copies
 
  private:
   struct LayerParams {  // each half in Slot order (model/architecture.hpp)
@@ -211,7 +213,7 @@ class Transformer {
     const T* f32 = nullptr;
     const uint16_t* b16 = nullptr;
   };
-  bool fast16() const;
+  bool gemm_reads_16bit() const;
   void linear_fwd(T* out, GemmIn inp, GemmIn w, const T* bias, int64_t N, int64_t C, int64_t OC);
   void linear_bwd(T* dinp, T* dw, T* db, GemmIn dout, GemmIn inp, GemmIn w, int64_t N, int64_t C, int64_t OC, bool acc);
   // The dweight input i of layer l (saved_buffers order): fp32 and/or packed.
@@ -236,8 +238,6 @@ class Transformer {
   ModelConfig cfg_;
   Device device_;
   kernels::Precision precision_ = kernels::Precision::fp32;
-  bool pack_ = true;
-  bool copies_ = true;
   parallel::TensorParallel single_;  // the region of a one-rank model
   parallel::TensorParallel* tp_;
   parallel::ContextParallel single_cp_;  // the whole sequence
@@ -274,7 +274,7 @@ class Transformer {
     bool packed;  // the working set of packed contexts
     std::vector<Tensor> storage;
     LayerActs<T> acts{};
-    T* probs = nullptr;
+    T* lse = nullptr;
   };
   mutable std::vector<SharedRecompute> shared_recompute_;
   // scratch shared by all layers, sized for the largest context seen:

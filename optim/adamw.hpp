@@ -1,46 +1,31 @@
-// AdamW over a flat parameter buffer, with the parameters split into ranges
-// that do or do not take weight decay, and global-norm gradient clipping.
-// Optimizer state (m, v) is two flat buffers of the parameter layout.
-// By default norms, biases and embeddings take no weight decay (Megatron-LM
-// and nanoGPT practice); optim.decay_norms_and_biases / decay_embeddings
-// turn it on. A tied embedding follows the embedding rule.
+// AdamW over a flat parameter buffer split into ranges, each with its weight
+// decay (which parameters decay is the model's to say: model::decay_ranges),
+// and global-norm gradient clipping. Optimizer state (m, v) is two flat
+// buffers of the parameter layout. Knows nothing of the model.
 #pragma once
 #include <cstdint>
 #include <vector>
 
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "core/tensor.hpp"
 #include "kernels/adamw.hpp"
-#include "model/params.hpp"
 
 namespace trident::optim {
-
-struct Range {
-  int64_t offset, size;
-  bool decay;
-};
-
-// Maximal runs of consecutive parameters with the same decay flag.
-std::vector<Range> decay_ranges(const model::ParamRegistry& reg, const OptimConfig& cfg);
 
 // Sum of squares in double, in a fixed order (bitwise reproducible for a
 // given thread count).
 template <typename T>
 double sum_of_squares(const T* g, int64_t n);
 
-// The part of the gradient's squared norm that this rank contributes, for a
-// shard g of elements [begin, end) of its flat buffer: parameters replicated
-// over the tensor group (or a KV group) count on one holder only
-// (ParamSpec::counts_in_norm), so the sum over ranks counts each once.
-double sum_of_squares_counted(const model::ParamRegistry& reg, const float* g, int64_t begin, int64_t end);
-
 template <typename T>
 class AdamW {
  public:
   // State for elements [begin, end) of the flat buffer (ZeRO: this rank's
-  // shard); end < 0 means the whole buffer. The moments live on `dev`, the
-  // update runs where they are (one multi-tensor launch on CUDA).
-  AdamW(const model::ParamRegistry& reg, const OptimConfig& cfg, int64_t begin = 0, int64_t end = -1, Device dev = {});
+  // shard) that `ranges` covers; end < 0 means the end of the last range.
+  // The moments live on `dev`, the update runs where they are (one
+  // multi-tensor launch on CUDA).
+  AdamW(const std::vector<kernels::AdamWRange>& ranges, const OptimConfig& cfg, int64_t begin = 0, int64_t end = -1,
+        Device dev = {});
   // One step over elements [begin, end): params and grads point at element
   // `begin` (a shard's own buffers, or full buffers + begin). `step` counts
   // from 1. Gradients are read as grad_scale * grads (clipping without a

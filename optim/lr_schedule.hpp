@@ -8,7 +8,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 
 namespace trident::optim {
 

@@ -15,7 +15,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "core/tensor.hpp"
 
 namespace trident::optim {

@@ -59,6 +59,30 @@ void ContextParallel::take_local(const int32_t* full, int32_t* local, int64_t B)
     for (int64_t t = 0; t < Tl; ++t) local[b * Tl + t] = full[b * seq_len_ + pos[size_t(t)]];
 }
 
+void ContextParallel::shard(Batch& batch) const {
+  if (size() == 1) return;
+  const int64_t B = batch.B, Tl = local_len();
+  TRIDENT_CHECK(batch.T == seq_len_, "context shard of rows {}, the sequence has {}", batch.T, seq_len_);
+  auto local = [&](std::vector<int32_t>& whole) {
+    if (whole.empty()) return;
+    std::vector<int32_t> mine(size_t(B * Tl));
+    take_local(whole.data(), mine.data(), B);
+    whole = std::move(mine);
+  };
+  local(batch.tokens), local(batch.targets), local(batch.doc_start);
+  // row t sits at global position p = positions[t]: origin t - p, or with
+  // documents t - (p - start) so that positions count from the document start
+  const auto& pos = positions();
+  batch.origin.resize(size_t(B * Tl));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < Tl; ++t) {
+      const int64_t i = b * Tl + t;
+      batch.origin[size_t(i)] =
+          int32_t(t - pos[size_t(t)]) + (batch.doc_start.empty() ? 0 : batch.doc_start[size_t(i)]);
+    }
+  batch.T = Tl;
+}
+
 template <typename T>
 T* ContextParallel::scratch(int i, int64_t n) {
   if (scratch_.size() <= size_t(i)) scratch_.resize(size_t(i) + 1);
@@ -197,8 +221,8 @@ kernels::AttentionBlock<T> ContextParallel::gather_heads(const T* qkv, int64_t B
 }
 
 template <typename T>
-void ContextParallel::ulysses_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
-                                      const int32_t* ds) {
+void ContextParallel::all_to_all_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
+                                         const int32_t* ds) {
   const int N = size();
   const int64_t Tl = local_len(), Hs = H / N;
   const kernels::AttentionBlock<T> a = gather_heads(qkv, B, H, KV, D, ds);
@@ -217,8 +241,8 @@ void ContextParallel::ulysses_forward(T* out, T* lse, const T* qkv, int64_t B, i
 }
 
 template <typename T>
-void ContextParallel::ulysses_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
-                                       int64_t H, int64_t KV, int64_t D, const int32_t* ds) {
+void ContextParallel::all_to_all_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
+                                          int64_t H, int64_t KV, int64_t D, const int32_t* ds) {
   const int N = size();
   const int64_t Tl = local_len(), W = (H + 2 * KV) * D, Hs = H / N, KVs = KV / N, Ws = (Hs + 2 * KVs) * D;
   const int64_t Tf = seq_len_;
@@ -280,7 +304,7 @@ void ContextParallel::attention_forward(T* out, T* state, const T* qkv, int64_t 
   if (mode_ == ContextMode::ring)
     ring_forward(out, state, qkv, B, H, KV, D, doc_start);
   else
-    ulysses_forward(out, state, qkv, B, H, KV, D, doc_start);
+    all_to_all_forward(out, state, qkv, B, H, KV, D, doc_start);
 }
 
 template <typename T>
@@ -292,13 +316,13 @@ void ContextParallel::attention_backward(T* dqkv, const T* dout, const T* qkv, c
   if (mode_ == ContextMode::ring)
     ring_backward(dqkv, dout, qkv, out, state, B, H, KV, D, doc_start);
   else
-    ulysses_backward(dqkv, dout, qkv, out, state, B, H, KV, D, doc_start);
+    all_to_all_backward(dqkv, dout, qkv, out, state, B, H, KV, D, doc_start);
 }
 
 template <typename T>
 void ContextParallel::attention_state(T* state, T* scratch_out, const T* qkv, int64_t B, int64_t H, int64_t KV,
                                       int64_t D, const int32_t* doc_start) {
-  if (!group_) return kernels::attention_probs(state, qkv, B, seq_len_, H, KV, D, doc_start);
+  if (!group_) return kernels::attention_lse(state, qkv, B, seq_len_, H, KV, D, doc_start);
   attention_forward(scratch_out, state, qkv, B, H, KV, D, doc_start);
 }
 

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/batch.hpp"
 #include "core/enums.hpp"
 #include "kernels/attention.hpp"
 #include "parallel/communicator.hpp"
@@ -62,6 +63,11 @@ class ContextParallel {
   const std::vector<int32_t>& positions() const { return positions_[size_t(rank())]; }
   // This rank's rows [B, local_len] of a [B, seq_len] array.
   void take_local(const int32_t* full, int32_t* local, int64_t B) const;
+  // A batch of whole sequences -> this rank's rows of each (tokens, targets,
+  // document starts), with each row's position origin (the global position
+  // of local row t is t - origin: its place in the sequence, or in its
+  // document under document masking). One rank: left as it is.
+  void shard(Batch& batch) const;
 
   // The model's attention over the local rows: qkv [B, local_len, (H + 2 KV) D]
   // (this rank's heads of the tensor split), out [B, local_len, H D], state
@@ -93,10 +99,10 @@ class ContextParallel {
   void ring_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t H, int64_t KV,
                      int64_t D, const int32_t* ds);
   template <typename T>
-  void ulysses_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, const int32_t* ds);
+  void all_to_all_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, const int32_t* ds);
   template <typename T>
-  void ulysses_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t H,
-                        int64_t KV, int64_t D, const int32_t* ds);
+  void all_to_all_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t H,
+                           int64_t KV, int64_t D, const int32_t* ds);
   // all_to_all: q, k, v of this rank's heads over the whole sequence
   // [B, seq_len (rank-major), W'] in scratch 0, and the rows' doc starts;
   // returned as the attention block over them (q = the gathered buffer).

@@ -1,6 +1,8 @@
 // The two data-parallel implementations and their factory (see data_parallel.hpp).
 #include "parallel/data_parallel.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 #include "parallel/gradient_sync.hpp"
 #include "parallel/tensor_parallel.hpp"
@@ -96,14 +98,20 @@ void DataParallel::finish_gradients() {
   all_reduce_ranges(spec_.shared.kv, grad_shard(), kv_in_shard_);
 }
 
+ZeroStateBytes zero_state_bytes(int zero, double params, int64_t data, double param_bytes) {
+  const double d = double(std::max<int64_t>(data, 1));
+  const double moments = 8 + (param_bytes < 4 ? 4 : 0);  // m, v (+ fp32 master weights)
+  return {param_bytes * params / (zero >= 3 ? d : 1), 4 * params / (zero >= 2 ? d : 1),
+          moments * params / (zero >= 1 ? d : 1)};
+}
+
 std::string describe_zero_memory(int zero, int64_t params, int64_t data) {
-  const double P = double(params), d = double(data);
-  auto part = [&](const char* name, int from_stage, int bytes) {
-    const bool sharded = zero >= from_stage;
-    return fmt::format("{} {}P{} = {:.1f} MiB", name, bytes, sharded ? "/d" : "",
-                       bytes * P / (sharded ? d : 1) / (1 << 20));
+  const ZeroStateBytes b = zero_state_bytes(zero, double(params), data);
+  auto part = [&](const char* name, int from_stage, int bytes, double value) {
+    return fmt::format("{} {}P{} = {:.1f} MiB", name, bytes, zero >= from_stage ? "/d" : "", value / (1 << 20));
   };
-  return part("params", 3, 4) + ", " + part("grads", 2, 4) + ", " + part("optimizer", 1, 8);
+  return part("params", 3, 4, b.params) + ", " + part("grads", 2, 4, b.grads) + ", " +
+         part("optimizer", 1, 8, b.optimizer);
 }
 
 std::unique_ptr<DataParallel> make_data_parallel(const DataParallelSpec& spec, const std::vector<Segment>& segments,

@@ -100,6 +100,17 @@ class DataParallel {
 
 // The per-rank memory of ZeRO's formula for P parameters (fp32) over d ranks,
 // as the start-up log shows it: "params 4P = ..., grads 4P/d = ..., ...".
+// Model-state bytes per rank under ZeRO stage `zero`, for `params` elements
+// of this rank's model shard replicated over `data` ranks: parameters of
+// `param_bytes` each (sharded from stage 3), fp32 gradients (from stage 2),
+// AdamW's two fp32 moments plus fp32 master weights when parameters are
+// 2-byte (from stage 1). The one formula: the start-up log and the planner
+// use it; what the stages add beyond it (ZeRO 1's reduced-shard buffer,
+// ZeRO 2/3 windows and gathers) is the planner's (docs/planner.md).
+struct ZeroStateBytes {
+  double params = 0, grads = 0, optimizer = 0;
+};
+ZeroStateBytes zero_state_bytes(int zero, double params, int64_t data, double param_bytes = 4);
 std::string describe_zero_memory(int zero, int64_t params, int64_t data);
 
 // params / grads: the model's full buffers (ZeRO 0-1; unused for 2-3).

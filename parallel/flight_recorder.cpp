@@ -4,11 +4,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <algorithm>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -33,9 +33,7 @@ Ring& ring() {
   return r;
 }
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 std::string file_of(const std::string& dir, int rank) { return fmt::format("{}/rank_{}.json", dir, rank); }
 
@@ -187,12 +185,11 @@ std::string diagnose_timeout(int64_t handle, const std::vector<int>& members, do
   for (const auto& [m, waits] : behind) {
     gather(waits);
     for (int w : waits)
-      if (w != ring_.rank && w != m && !dumps[w] &&
-          std::find(involved.begin(), involved.end(), w) == involved.end())
+      if (w != ring_.rank && w != m && !dumps[w] && std::find(involved.begin(), involved.end(), w) == involved.end())
         findings.push_back(silent(w) + fmt::format(" (rank {} waits for it)", m));
   }
-  std::string out = fmt::format("flight recorder ({}/rank_*.json): this rank {} waits in {}", ring_.dir, ring_.rank,
-                                describe(stuck));
+  std::string out =
+      fmt::format("flight recorder ({}/rank_*.json): this rank {} waits in {}", ring_.dir, ring_.rank, describe(stuck));
   if (!entered.empty()) out += fmt::format("; ranks {} entered it too", fmt::join(entered, ", "));
   for (const auto& f : findings) out += "; " + f;
   return out;

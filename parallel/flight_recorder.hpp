@@ -22,8 +22,8 @@ struct Record {
   std::string group;  // data(1): the group's kind and index
   int64_t seq = 0;    // this rank's count of operations on the group, from 1
   int64_t bytes = 0;
-  int peer = -1;                   // point-to-point: the peer's world rank
-  double start = 0, end = 0;       // seconds since the epoch; end 0: not completed
+  int peer = -1;              // point-to-point: the peer's world rank
+  double start = 0, end = 0;  // seconds since the epoch; end 0: not completed
 };
 
 // Where timeouts write records, this rank's world rank and the ring's size.

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/device.hpp"
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/topology.hpp"
 

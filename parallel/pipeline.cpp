@@ -63,7 +63,7 @@ int PipelineExecutor::tag(const Action& a) const {
       dir = 1, receiver = c - 1;
       break;
     default:
-      TRIDENT_CHECK(false, "no tag for {}", action_name(a.type));
+      TRIDENT_CHECK(false, "no tag for {}", enum_name(a.type));
   }
   TRIDENT_CHECK(a.micro < (1 << 16), "micro-batch {} too large for a message tag", a.micro);
   return ((dir * 64 + receiver) << 16) | a.micro;
@@ -77,7 +77,7 @@ void PipelineExecutor::wait(Transfer& t, const Action& a) {
       throw Error(
           fmt::format("pipeline: timed out after {:.0f} s (parallel.timeout_s) in {} of chunk {} (global {}) "
                       "micro-batch {} with pipeline rank {}: the peer never sent or received it{}",
-                      timeout_s_, action_name(a.type), a.chunk, a.chunk * P_ + rank_, a.micro, peer(a.type),
+                      timeout_s_, enum_name(a.type), a.chunk, a.chunk * P_ + rank_, a.micro, peer(a.type),
                       diagnosis.empty() ? "" : ". " + diagnosis));
     }
     std::this_thread::yield();
@@ -147,7 +147,7 @@ void PipelineExecutor::run_list(const std::vector<Action>& actions, const Pipeli
       case ActionType::recv_grad: {
         if (!group_) {
           auto local = local_.find(tag(a));
-          TRIDENT_CHECK(local != local_.end(), "{} of chunk {} micro-batch {} before its send", action_name(a.type),
+          TRIDENT_CHECK(local != local_.end(), "{} of chunk {} micro-batch {} before its send", enum_name(a.type),
                         a.chunk, a.micro);
           held.buf = std::move(local->second);
           local_.erase(local);

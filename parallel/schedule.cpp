@@ -37,28 +37,6 @@ std::vector<int> in_flight_per_chunk(const std::vector<Action>& actions, int chu
   return peak;
 }
 
-const char* action_name(ActionType t) {
-  switch (t) {
-    case ActionType::forward:
-      return "forward";
-    case ActionType::backward:
-      return "backward";
-    case ActionType::backward_input:
-      return "backward_input";
-    case ActionType::backward_weight:
-      return "backward_weight";
-    case ActionType::send_act:
-      return "send_act";
-    case ActionType::recv_act:
-      return "recv_act";
-    case ActionType::send_grad:
-      return "send_grad";
-    case ActionType::recv_grad:
-      return "recv_grad";
-  }
-  return "?";
-}
-
 bool is_compute(ActionType t) {
   return t == ActionType::forward || t == ActionType::backward || t == ActionType::backward_input ||
          t == ActionType::backward_weight;
@@ -273,8 +251,8 @@ Simulation simulate(ScheduleKind kind, int P, int V, int M, const Costs& costs) 
     if (next[size_t(p)] < lists[size_t(p)].size()) {
       const Action& a = lists[size_t(p)][next[size_t(p)]];
       sim.deadlock = true;
-      sim.deadlock_reason = fmt::format("rank {} waits forever at {} of chunk {} micro-batch {}", p,
-                                        action_name(a.type), a.chunk, a.micro);
+      sim.deadlock_reason =
+          fmt::format("rank {} waits forever at {} of chunk {} micro-batch {}", p, enum_name(a.type), a.chunk, a.micro);
       return sim;
     }
   for (int p = 0; p < P; ++p) sim.makespan = std::max(sim.makespan, clock[size_t(p)]);

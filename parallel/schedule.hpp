@@ -41,7 +41,6 @@ ScheduleKind parse_schedule(const std::string& name);  // InputError on an unkno
 inline const char* schedule_name(ScheduleKind k) { return enum_name(k); }
 
 enum class ActionType { forward, backward, backward_input, backward_weight, send_act, recv_act, send_grad, recv_grad };
-const char* action_name(ActionType t);
 
 struct Action {
   ActionType type;
@@ -100,3 +99,12 @@ std::string render_timeline(const Simulation& sim, int virtual_stages, int width
 double bubble_formula(ScheduleKind kind, int stages, int virtual_stages, int micro_batches);
 
 }  // namespace trident::parallel
+
+namespace trident {
+TRIDENT_ENUM_NAMES(parallel::ActionType, {parallel::ActionType::forward, "forward"},
+                   {parallel::ActionType::backward, "backward"},
+                   {parallel::ActionType::backward_input, "backward_input"},
+                   {parallel::ActionType::backward_weight, "backward_weight"},
+                   {parallel::ActionType::send_act, "send_act"}, {parallel::ActionType::recv_act, "recv_act"},
+                   {parallel::ActionType::send_grad, "send_grad"}, {parallel::ActionType::recv_grad, "recv_grad"});
+}  // namespace trident

@@ -12,26 +12,6 @@
 
 namespace trident::parallel {
 
-const char* group_name(GroupKind k) {
-  switch (k) {
-    case GroupKind::tensor:
-      return "tensor";
-    case GroupKind::pipeline:
-      return "pipeline";
-    case GroupKind::data:
-      return "data";
-    case GroupKind::model_parallel:
-      return "model_parallel";
-    case GroupKind::embedding:
-      return "embedding";
-    case GroupKind::context:
-      return "context";
-    case GroupKind::data_context:
-      return "data_context";
-  }
-  return "?";
-}
-
 std::vector<MeshAxis> full_order(const std::vector<MeshAxis>& order) {
   std::vector<MeshAxis> out = order;
   if (std::find(out.begin(), out.end(), Dim::context) == out.end()) {
@@ -78,13 +58,20 @@ namespace {
 // The axes along which a group's members differ (all but the embedding group).
 std::vector<Dim> varied_axes(GroupKind kind) {
   switch (kind) {
-    case GroupKind::tensor: return {Dim::tensor};
-    case GroupKind::pipeline: return {Dim::pipeline};
-    case GroupKind::data: return {Dim::data};
-    case GroupKind::context: return {Dim::context};
-    case GroupKind::data_context: return {Dim::data, Dim::context};
-    case GroupKind::model_parallel: return {Dim::tensor, Dim::pipeline};
-    case GroupKind::embedding: break;
+    case GroupKind::tensor:
+      return {Dim::tensor};
+    case GroupKind::pipeline:
+      return {Dim::pipeline};
+    case GroupKind::data:
+      return {Dim::data};
+    case GroupKind::context:
+      return {Dim::context};
+    case GroupKind::data_context:
+      return {Dim::data, Dim::context};
+    case GroupKind::model_parallel:
+      return {Dim::tensor, Dim::pipeline};
+    case GroupKind::embedding:
+      break;
   }
   return {};
 }

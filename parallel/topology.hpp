@@ -30,7 +30,6 @@ enum class GroupKind { tensor, pipeline, data, model_parallel, embedding, contex
 inline constexpr std::array<GroupKind, 7> kAllGroupKinds = {
     GroupKind::tensor,    GroupKind::pipeline, GroupKind::data,        GroupKind::model_parallel,
     GroupKind::embedding, GroupKind::context,  GroupKind::data_context};
-const char* group_name(GroupKind k);
 
 struct Coords {
   int dp = 0, pp = 0, tp = 0, cp = 0;
@@ -66,3 +65,11 @@ class Topology {
 std::vector<MeshAxis> full_order(const std::vector<MeshAxis>& order);
 
 }  // namespace trident::parallel
+
+namespace trident {
+TRIDENT_ENUM_NAMES(parallel::GroupKind, {parallel::GroupKind::tensor, "tensor"},
+                   {parallel::GroupKind::pipeline, "pipeline"}, {parallel::GroupKind::data, "data"},
+                   {parallel::GroupKind::model_parallel, "model_parallel"},
+                   {parallel::GroupKind::embedding, "embedding"}, {parallel::GroupKind::context, "context"},
+                   {parallel::GroupKind::data_context, "data_context"});
+}  // namespace trident

@@ -55,20 +55,23 @@ BUILD_OK=true
 { cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIDENT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
     -DTRIDENT_WERROR=OFF \
     "${PREFIX_ARGS[@]}" && \
-  timeout 240 ninja -C "$BUILD" trident test_cuda test_pipeline bench_cuda; } > "$OUT/build.log" 2>&1 || BUILD_OK=false
+  timeout 240 ninja -C "$BUILD" trident test_cuda test_cuda_train test_pipeline bench_cuda; } > "$OUT/build.log" 2>&1 || BUILD_OK=false
 tail -5 "$OUT/build.log"
 
 TESTS="null"; MESH="null"; KERNELS="[]"; TRAIN="[]"
 if $BUILD_OK; then
   stage "CUDA tests (kernels vs CPU twins, training vs CPU)"
-  timeout 150 "$BUILD/tests/test_cuda" --gtest_output=json:"$OUT/test_cuda.json" > "$OUT/test_cuda.log" 2>&1
+  timeout 100 "$BUILD/tests/test_cuda" --gtest_output=json:"$OUT/test_cuda.json" > "$OUT/test_cuda.log" 2>&1
   rc=$?
-  TESTS=$(python3 - "$OUT/test_cuda.json" "$rc" <<'PY'
+  timeout 60 "$BUILD/tests/test_cuda_train" --gtest_output=json:"$OUT/test_cuda_train.json" >> "$OUT/test_cuda.log" 2>&1
+  rc=$(( rc != 0 ? rc : $? ))
+  TESTS=$(python3 - "$OUT/test_cuda.json" "$rc" "$OUT/test_cuda_train.json" <<'PY'
 import json, sys
 try:
-    r = json.load(open(sys.argv[1]))
-    fails = [t["name"] for s in r["testsuites"] for t in s["testsuite"] if t.get("failures")]
-    print(json.dumps({"rc": int(sys.argv[2]), "tests": r["tests"], "failures": r["failures"], "failed": fails}))
+    rs = [json.load(open(f)) for f in (sys.argv[1], sys.argv[3])]
+    fails = [t["name"] for r in rs for s in r["testsuites"] for t in s["testsuite"] if t.get("failures")]
+    print(json.dumps({"rc": int(sys.argv[2]), "tests": sum(r["tests"] for r in rs),
+                      "failures": sum(r["failures"] for r in rs), "failed": fails}))
 except Exception as e:
     print(json.dumps({"rc": int(sys.argv[2]), "error": str(e)}))
 PY

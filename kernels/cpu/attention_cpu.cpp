@@ -1,4 +1,4 @@
-// CPU causal attention and rotary embedding.
+// CPU causal attention (rotary embedding: rotary_cpu.cpp).
 // Attention is tiled with an online softmax (as the CUDA kernel): query
 // tiles against key tiles through small GEMMs (oneDNN sgemm for float, a
 // loop nest for double), each row keeping its running maximum, sum and
@@ -21,7 +21,6 @@
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/vmath.hpp"
 #include "kernels/gemm.hpp"
-#include "kernels/rotary.hpp"
 
 namespace trident::kernels {
 
@@ -237,8 +236,8 @@ AttentionBlock<T> self_block(const T* qkv, int64_t B, int64_t T_, int64_t H, int
 int64_t attention_state_elements(int64_t B, int64_t T_, int64_t H) { return B * H * T_; }
 
 template <typename T>
-void attention_probs(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                     const int32_t* doc_start) {
+void attention_lse(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                   const int32_t* doc_start) {
   TRIDENT_ON_CUDA(T, qkv, cuda::attention_lse(lse, qkv, B, T_, H, KV, D, doc_start));
   block_forward<T>(nullptr, 0, lse, self_block(qkv, B, T_, H, KV, D, doc_start), false);
 }
@@ -292,62 +291,15 @@ void attention_block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, 
   block_backward(dq, lddq, dk, dv, lddkv, dout, lddo, lse, delta, a);
 }
 
-std::vector<double> rope_table(int64_t T_, int64_t D, double theta) {
-  std::vector<double> table(size_t(T_ * D));
-  for (int64_t t = 0; t < T_; ++t)
-    for (int64_t i = 0; i < D / 2; ++i) {
-      double freq = std::pow(theta, -2.0 * double(i) / double(D));
-      table[size_t((t * (D / 2) + i) * 2)] = std::cos(double(t) * freq);
-      table[size_t((t * (D / 2) + i) * 2 + 1)] = std::sin(double(t) * freq);
-    }
-  return table;
-}
-
-// Rotates heads [0, H + KV) of every token by +angle (sign = 1) or -angle.
-template <typename T>
-static void rope_apply(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                       double sign, const int32_t* doc_start) {
-  const int64_t W = (H + 2 * KV) * D, half = D / 2;
-#pragma omp parallel for collapse(2)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T_; ++t) {
-      const double* tab = table + (doc_start ? t - doc_start[b * T_ + t] : t) * half * 2;
-      for (int64_t h = 0; h < H + KV; ++h) {
-        T* x = qkv + (b * T_ + t) * W + h * D;
-        for (int64_t i = 0; i < half; ++i) {
-          T c = T(tab[2 * i]), s = T(sign * tab[2 * i + 1]);
-          T x1 = x[i], x2 = x[i + half];
-          x[i] = x1 * c - x2 * s;
-          x[i + half] = x2 * c + x1 * s;
-        }
-      }
-    }
-}
-
-template <typename T>
-void rope_forward(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                  const int32_t* doc_start) {
-  TRIDENT_ON_CUDA(T, qkv, cuda::rope_forward(qkv, table, B, T_, H, KV, D, doc_start));
-  rope_apply(qkv, table, B, T_, H, KV, D, 1.0, doc_start);
-}
-template <typename T>
-void rope_backward(T* dqkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                   const int32_t* doc_start) {
-  TRIDENT_ON_CUDA(T, dqkv, cuda::rope_backward(dqkv, table, B, T_, H, KV, D, doc_start));
-  rope_apply(dqkv, table, B, T_, H, KV, D, -1.0, doc_start);
-}
-
 #define INSTANTIATE(T)                                                                                                \
-  template void attention_probs<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);        \
+  template void attention_lse<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);          \
   template void attention_block_forward<T>(T*, int64_t, T*, const AttentionBlock<T>&, bool);                          \
   template void attention_delta<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);              \
   template void attention_block_backward<T>(T*, int64_t, T*, T*, int64_t, const T*, int64_t, const T*, const T*,      \
                                             const AttentionBlock<T>&);                                                \
   template void attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);  \
   template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, \
-                                      int64_t, const int32_t*);                                                       \
-  template void rope_forward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);      \
-  template void rope_backward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);
+                                      int64_t, const int32_t*);
 INSTANTIATE(float)
 INSTANTIATE(double)
 

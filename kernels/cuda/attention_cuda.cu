@@ -19,7 +19,6 @@ namespace trident::kernels::cuda {
 
 namespace {
 
-
 struct Dims {
   int64_t B, T, H, KV, D, W;  // W = (H + 2 KV) D, the qkv row width
   int SD;                     // shared-memory row stride (odd: no bank conflicts)

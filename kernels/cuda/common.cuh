@@ -48,6 +48,19 @@ inline unsigned grid_for(int64_t n, int threads) {
   return unsigned(b < 65535LL * 64 ? b : 65535LL * 64);
 }
 
+// Elementwise kernels: a grid-stride loop over n elements, launched with
+// kGridStrideThreads threads per block on the compute stream (nothing for n = 0).
+inline constexpr int kGridStrideThreads = 256;
+#define GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+#define LAUNCH_GRID_STRIDE(kernel, n, ...)                                                                       \
+  do {                                                                                                \
+    if ((n) > 0) {                                                                                    \
+      KERNEL_LAUNCH(kernel, (grid_for((n), kGridStrideThreads)), kGridStrideThreads, 0)(__VA_ARGS__); \
+      CUDA_LAUNCHED(#kernel);                                                                         \
+    }                                                                                                 \
+  } while (0)
+
 template <typename T>
 __device__ inline T warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -51,7 +51,7 @@ void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F);
 void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F);
 
 // Flash-style causal attention: lse[B,H,T] (log-sum-exp of each query row's
-// scaled scores) replaces the CPU's probs[B,H,T,T]; no T x T matrix exists.
+// scaled scores) is the only per-row state kept, as on the CPU; no T x T matrix exists.
 // Head sizes up to 128. doc_start[B*T] (device, optional): document masking.
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                        const int32_t* doc_start = nullptr);

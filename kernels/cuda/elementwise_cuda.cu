@@ -1,6 +1,6 @@
 // Elementwise and gather/scatter kernels on CUDA: GELU, SwiGLU, residual and
-// bias gradients, rotary embedding, token and position embeddings, storage
-// rounding, and the fixed-order reductions (sums, sums of squares, non-finite
+// bias gradients, token and position embeddings, storage rounding, and the
+// fixed-order reductions (sums, sums of squares, non-finite
 // counts). Grid-stride loops throughout. The token-embedding gradient is a
 // scatter-add with atomics (its order of additions is not fixed); every
 // other kernel here is deterministic.
@@ -10,8 +10,6 @@
 #endif
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
@@ -20,11 +18,9 @@ namespace trident::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kGridStrideThreads;  // the reductions' blocks too
 constexpr float kGeluScale = 0.7978845608028654f;
 
-#define GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
 __global__ void gelu_fwd(float* out, const float* inp, int64_t n) {
   GRID_STRIDE(i, n) {
@@ -72,21 +68,6 @@ __global__ void column_sums(float* dst, const float* src, int64_t N, int64_t C, 
     float s = accumulate ? dst[c] : 0.f;
     for (int64_t n = 0; n < N; ++n) s += src[n * C + c];
     dst[c] = s;
-  }
-}
-
-// table[T, D/2, 2] (cos, sin) in double; heads [0, H + KV) rotated by sign * angle.
-__global__ void rope_apply(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                           double sign, const int32_t* doc_start) {
-  const int64_t half = D / 2, W = (H + 2 * KV) * D;
-  GRID_STRIDE(idx, B * T * (H + KV) * half) {
-    const int64_t i = idx % half, h = idx / half % (H + KV), bt = idx / half / (H + KV);
-    const int64_t t = bt % T - (doc_start ? doc_start[bt] : 0);
-    const float c = float(table[(t * half + i) * 2]), s = float(sign * table[(t * half + i) * 2 + 1]);
-    float* x = qkv + bt * W + h * D;
-    const float x1 = x[i], x2 = x[i + half];
-    x[i] = x1 * c - x2 * s;
-    x[i + half] = x2 * c + x1 * s;
   }
 }
 
@@ -202,102 +183,63 @@ double chunked_sum(const float* x, const std::vector<std::pair<int64_t, int64_t>
   return total;
 }
 
-// Device copies of rope tables (kernels::rope_table, T rows of D values), kept
-// for the process's life: one per host table, found by address and size and
-// checked against its row for position 1, which fixes theta and D, so a table
-// freed and another allocated at the same address is never served stale. The
-// map is never destroyed: device memory a cache holds until exit is not a leak.
-const double* device_table(const double* host, int64_t T, int64_t D) {
-  struct Entry {
-    double* device = nullptr;
-    std::vector<double> row1;
-  };
-  static std::mutex mutex;
-  static auto* tables = new std::map<std::pair<const double*, int64_t>, Entry>;
-  const int64_t n = T * D;
-  std::vector<double> row1(host + std::min(D, n), host + std::min(2 * D, n));
-  std::lock_guard<std::mutex> lock(mutex);
-  Entry& e = (*tables)[{host, n}];
-  if (!e.device || e.row1 != row1) {
-    if (!e.device) CUDA_CHECK(cudaMalloc(&e.device, size_t(n) * sizeof(double)));
-    CUDA_CHECK(cudaMemcpy(e.device, host, size_t(n) * sizeof(double), cudaMemcpyHostToDevice));
-    e.row1 = std::move(row1);
-  }
-  return e.device;
-}
-
 }  // namespace
 
-#define LAUNCH(kernel, n, ...)                                                    \
-  do {                                                                            \
-    if ((n) > 0) {                                                                \
-      KERNEL_LAUNCH(kernel, (grid_for((n), kThreads)), kThreads, 0)(__VA_ARGS__); \
-      CUDA_LAUNCHED(#kernel);                                                     \
-    }                                                                             \
-  } while (0)
 
-void gelu_forward(float* out, const float* inp, int64_t n) { LAUNCH(gelu_fwd, n, out, inp, n); }
+void gelu_forward(float* out, const float* inp, int64_t n) { LAUNCH_GRID_STRIDE(gelu_fwd, n, out, inp, n); }
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
-  LAUNCH(gelu_bwd, n, dinp, inp, dout, n);
+  LAUNCH_GRID_STRIDE(gelu_bwd, n, dinp, inp, dout, n);
 }
-void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) { LAUNCH(swiglu_fwd, N * F, out, inp, N, F); }
+void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) { LAUNCH_GRID_STRIDE(swiglu_fwd, N * F, out, inp, N, F); }
 void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
-  LAUNCH(swiglu_bwd, N * F, dinp, inp, dout, N, F);
+  LAUNCH_GRID_STRIDE(swiglu_bwd, N * F, dinp, inp, dout, N, F);
 }
 void residual_forward(float* out, const float* a, const float* b, const float* bias, int64_t N, int64_t C) {
-  LAUNCH(residual_fwd, N * C, out, a, b, bias, N, C);
+  LAUNCH_GRID_STRIDE(residual_fwd, N * C, out, a, b, bias, N, C);
 }
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C, bool accumulate) {
-  if (dbias) LAUNCH(column_sums, C, dbias, dout, N, C, accumulate);
-}
-void rope_forward(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                  const int32_t* doc_start) {
-  LAUNCH(rope_apply, B * T * (H + KV) * (D / 2), qkv, device_table(table, T, D), B, T, H, KV, D, 1.0, doc_start);
-}
-void rope_backward(float* dqkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                   const int32_t* doc_start) {
-  LAUNCH(rope_apply, B * T * (H + KV) * (D / 2), dqkv, device_table(table, T, D), B, T, H, KV, D, -1.0, doc_start);
+  if (dbias) LAUNCH_GRID_STRIDE(column_sums, C, dbias, dout, N, C, accumulate);
 }
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t N, int64_t C, int64_t vocab_begin,
                        int64_t V) {
-  LAUNCH(embedding_fwd, N * C, out, tokens, wte, N, C, vocab_begin, V);
+  LAUNCH_GRID_STRIDE(embedding_fwd, N * C, out, tokens, wte, N, C, vocab_begin, V);
 }
 void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t N, int64_t C,
                         int64_t vocab_begin, int64_t V) {
-  LAUNCH(embedding_bwd, N * C, dwte, dout, tokens, N, C, vocab_begin, V);
+  LAUNCH_GRID_STRIDE(embedding_bwd, N * C, dwte, dout, tokens, N, C, vocab_begin, V);
 }
 void position_forward(float* out, const float* inp, const float* wpe, int64_t row_begin, int64_t rows, int64_t T,
                       int64_t C, const int32_t* doc_start) {
-  LAUNCH(position_fwd, rows * C, out, inp, wpe, row_begin, rows, T, C, doc_start);
+  LAUNCH_GRID_STRIDE(position_fwd, rows * C, out, inp, wpe, row_begin, rows, T, C, doc_start);
 }
 void position_backward(float* dwpe, const float* dout, int64_t row_begin, int64_t rows, int64_t T, int64_t C,
                        const int32_t* doc_start) {
   if (doc_start)
-    LAUNCH(position_bwd_docs, T * C, dwpe, dout, row_begin, rows, T, C, doc_start);
+    LAUNCH_GRID_STRIDE(position_bwd_docs, T * C, dwpe, dout, row_begin, rows, T, C, doc_start);
   else
-    LAUNCH(position_bwd, T * C, dwpe, dout, row_begin, rows, T, C);
+    LAUNCH_GRID_STRIDE(position_bwd, T * C, dwpe, dout, row_begin, rows, T, C);
 }
 void round_to_storage(float* x, int64_t n, int mode) {
-  if (mode == 1) LAUNCH(round_bf16, n, x, n);
-  if (mode == 2) LAUNCH(round_fp16, n, x, n);
+  if (mode == 1) LAUNCH_GRID_STRIDE(round_bf16, n, x, n);
+  if (mode == 2) LAUNCH_GRID_STRIDE(round_fp16, n, x, n);
 }
 void pack_16(uint16_t* dst, const float* src, int64_t n, int mode) {
   if (mode == 1)
-    LAUNCH(pack_bf16, n, dst, src, n);
+    LAUNCH_GRID_STRIDE(pack_bf16, n, dst, src, n);
   else
-    LAUNCH(pack_fp16, n, dst, src, n);
+    LAUNCH_GRID_STRIDE(pack_fp16, n, dst, src, n);
 }
 void unpack_16(float* dst, const uint16_t* src, int64_t n, int mode) {
   if (mode == 1)
-    LAUNCH(unpack_bf16, n, dst, src, n);
+    LAUNCH_GRID_STRIDE(unpack_bf16, n, dst, src, n);
   else
-    LAUNCH(unpack_fp16, n, dst, src, n);
+    LAUNCH_GRID_STRIDE(unpack_fp16, n, dst, src, n);
 }
 int64_t count_nonfinite(const float* x, int64_t n) {
   if (n == 0) return 0;
   auto* d = static_cast<unsigned long long*>(scratch_alloc(sizeof(unsigned long long)));
   CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(unsigned long long), stream()));
-  LAUNCH(nonfinite_count, n, x, n, d);
+  LAUNCH_GRID_STRIDE(nonfinite_count, n, x, n, d);
   unsigned long long h = 0;
   CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof(h), cudaMemcpyDeviceToHost, stream()));
   CUDA_CHECK(cudaStreamSynchronize(stream()));

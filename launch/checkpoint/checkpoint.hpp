@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "launch/checkpoint/index.hpp"
 #include "model/params.hpp"
 #include "optim/mixed_precision.hpp"
@@ -135,8 +135,6 @@ int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankStat
 // trained with (its file text and --set overrides, on a 1x1x1 mesh) and the
 // parameters in the whole model's registry layout (padded vocabulary rows
 // zero). For export and sampling.
-// --set overrides that put a recipe on one process (a 1x1x1 mesh, ZeRO 0).
-std::vector<std::string> single_process_overrides();
 
 struct WholeModel {
   std::string dir;  // the step directory

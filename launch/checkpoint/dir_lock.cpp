@@ -55,8 +55,7 @@ CheckpointDirLock::CheckpointDirLock(const std::string& dir) : path_((fs::path(d
     fail_input("checkpoint.dir {}: cannot lock {}: {}", dir, path_, std::strerror(err));
   }
   const std::string previous = read_all(fd_);
-  if (!previous.empty())
-    log::warn("checkpoint.dir {}: taking over the lock of a run that is gone ({})", dir, previous);
+  if (!previous.empty()) log::warn("checkpoint.dir {}: taking over the lock of a run that is gone ({})", dir, previous);
   const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char when[64];
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));

@@ -96,7 +96,8 @@ std::string index_json(const CheckpointIndex& x) {
             {"tensors", tensors}};
   if (x.tokenizer) {
     const auto& t = *x.tokenizer;
-    j["tokenizer"] = {{"kind", t.kind}, {"file", t.file}, {"crc32c", t.crc32c}, {"vocab", t.vocab}, {"eod", t.eod}};
+    j["tokenizer"] = {
+        {"kind", enum_name(t.kind)}, {"file", t.file}, {"crc32c", t.crc32c}, {"vocab", t.vocab}, {"eod", t.eod}};
   }
   // the checksum of every byte before it, as the last key
   std::string body = j.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -280,7 +281,11 @@ CheckpointIndex read_index(const std::string& path) {
   if (j.contains("tokenizer")) {
     const Json& t = j["tokenizer"];
     IndexTokenizer tok;
-    tok.kind = r.get<std::string>(t, "kind", "tokenizer.", "a string");
+    const std::string kind = r.get<std::string>(t, "kind", "tokenizer.", "a string");
+    const auto parsed = parse_enum<TokenizerKind>(kind);
+    if (!parsed)
+      fail_input("{}: key 'tokenizer.kind': expected {}, found '{}'", path, enum_choices<TokenizerKind>(), kind);
+    tok.kind = *parsed;
     tok.file = r.get<std::string>(t, "file", "tokenizer.", "a file name");
     if (tok.file.find('/') != std::string::npos || tok.file == "..")
       fail_input("{}: key 'tokenizer.file': expected a file name in the step directory, found '{}'", path, tok.file);

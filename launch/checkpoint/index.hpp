@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "core/tensor.hpp"
 
 namespace trident::launch::checkpoint {
@@ -50,7 +50,7 @@ struct IndexTensor {
 // checkpoint from before tokenizers were recorded). A copy of its file (if it
 // has one) is in the step directory.
 struct IndexTokenizer {
-  std::string kind;    // byte | char | hf-bpe | sentencepiece
+  TokenizerKind kind = TokenizerKind::byte;
   std::string file;    // tokenizer.json, tokenizer.model, vocab.json, or "" (byte)
   std::string crc32c;  // of the file, 8 hex digits ("" without a file)
   int64_t vocab = 0, eod = -1;

@@ -255,13 +255,6 @@ std::string resolve_resume(const Recipe& rc, const std::string& arg) {
   return follow_latest(rc.checkpoint.dir);
 }
 
-std::vector<std::string> single_process_overrides() {
-  return {
-      "parallel.data=1",           "parallel.context=1", "parallel.tensor=1",      "parallel.pipeline=1",
-      "parallel.virtual_stages=1", "parallel.zero=0",    "parallel.schedule=1f1b", "parallel.sequence_parallel=false",
-      "parallel.stage_layers=[]"};
-}
-
 WholeModel load_whole_model(const std::string& path) {
   WholeModel w;
   w.dir = resolve_checkpoint(path);

@@ -75,8 +75,8 @@ void CheckpointSaver::mark_stopped(int64_t steps_done, const std::string& signal
   const std::string name = checkpoint::step_name(steps_done);
   if (previous_checkpoint() != name) return;  // the stop's save did not become `latest`: no marker
   write_file_atomic((fs::path(rc_.checkpoint.dir) / kStoppedFile).string(),
-                    fmt::format("{{\"stopped\": true, \"signal\": \"{}\", \"step\": {}, \"checkpoint\": \"{}\"}}\n", signal,
-                                steps_done, name));
+                    fmt::format("{{\"stopped\": true, \"signal\": \"{}\", \"step\": {}, \"checkpoint\": \"{}\"}}\n",
+                                signal, steps_done, name));
 }
 
 CheckpointSaver::~CheckpointSaver() {
@@ -121,10 +121,10 @@ void CheckpointSaver::after_step(int64_t steps_done, bool stopping, const RankSt
     // the run ends here: a lost save is the run's failure (exit 1, so that a
     // job script does not requeue it as if it had saved)
     if (saved.empty())
-      throw Error(fmt::format("the checkpoint after step {} ({}) failed: the run ends without it; --resume continues "
-                              "from the previous checkpoint ({})",
-                              steps_done, stopping ? "the stop signal's save" : "the last step's save",
-                              previous_checkpoint()));
+      throw Error(
+          fmt::format("the checkpoint after step {} ({}) failed: the run ends without it; --resume continues "
+                      "from the previous checkpoint ({})",
+                      steps_done, stopping ? "the stop signal's save" : "the last step's save", previous_checkpoint()));
   }
 }
 
@@ -209,8 +209,8 @@ std::string CheckpointSaver::complete() {
     if (!p->failure.empty()) log::error("checkpoint after step {}: {}", p->step, p->failure);
     if (rank == 0) {
       fs::remove_all(p->tmp_dir);
-      log::error("checkpoint after step {} failed (see the errors above); the previous checkpoint ({}) is kept", p->step,
-                 previous_checkpoint());
+      log::error("checkpoint after step {} failed (see the errors above); the previous checkpoint ({}) is kept",
+                 p->step, previous_checkpoint());
     }
     if (world_) world_->barrier()->wait();
     return "";

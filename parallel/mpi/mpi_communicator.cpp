@@ -77,8 +77,8 @@ class MpiWork : public Work {
       : keep_(std::move(keep)), op_(op), comm_(comm), numel_(numel), peer_(peer), tag_(tag) {
     int64_t bytes = 0;
     for (const Tensor& t : keep_) bytes = std::max<int64_t>(bytes, int64_t(t.nbytes()));
-    record_ = flight::started(op, comm->label(), comm->next_seq(), bytes,
-                              peer >= 0 ? comm->world_ranks()[size_t(peer)] : -1);
+    record_ =
+        flight::started(op, comm->label(), comm->next_seq(), bytes, peer >= 0 ? comm->world_ranks()[size_t(peer)] : -1);
   }
   ~MpiWork() override {
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
@@ -289,7 +289,7 @@ ProcessGroups::ProcessGroups(const Topology& topo, const MpiCommunicator& world)
     auto all = topo.groups(kind);
     auto mine = topo.members(kind, world.rank());
     int color = int(std::find(all.begin(), all.end(), mine) - all.begin());
-    groups_[size_t(kind)] = world.split(color, world.rank(), group_name(kind));
+    groups_[size_t(kind)] = world.split(color, world.rank(), enum_name(kind));
   }
 }
 

@@ -5,8 +5,8 @@
 // MPI is initialised by MpiRuntime (thread level FUNNELED: only the main
 // thread calls MPI; OpenMP threads compute).
 #pragma once
-#include <atomic>
 #include <mpi.h>
+#include <atomic>
 
 #include <array>
 #include <memory>

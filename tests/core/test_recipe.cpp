@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "tests/test_util.hpp"
 
 namespace trident {
@@ -207,7 +207,7 @@ TEST(Recipe, EveryKeyIsDocumented) {
     EXPECT_NE(doc.find("`" + k + "`"), std::string::npos) << k << " not in docs/recipes.md";
 }
 
-// The key tables of docs/recipes.md are the key table's (core/recipe_keys.cpp):
+// The key tables of docs/recipes.md are the key table's (core/recipe/keys.cpp):
 // a key added, renamed or re-documented there shows here until the page is
 // regenerated with `trident keys --update docs/recipes.md`.
 TEST(Recipe, ReferenceTablesComeFromTheKeyTable) {

@@ -1,5 +1,5 @@
 // The character tokenizer's PREFIX.vocab.json on arbitrary text.
-#include "launch/tokenizer.hpp"
+#include "core/data/tokenizers/tokenizer.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

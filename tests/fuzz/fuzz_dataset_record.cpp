@@ -1,5 +1,5 @@
 // prepare's dataset record (PREFIX.meta.json) on arbitrary text.
-#include "launch/prepare.hpp"
+#include "core/data/dataset_record.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

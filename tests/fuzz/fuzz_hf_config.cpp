@@ -1,8 +1,8 @@
 // Import's config.json check against the demo (GPT-2) and LLaMA recipes.
 #include <nlohmann/json.hpp>
 
-#include "core/recipe.hpp"
-#include "launch/hf_config.hpp"
+#include "core/recipe/recipe.hpp"
+#include "launch/checkpoint/hf_config.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

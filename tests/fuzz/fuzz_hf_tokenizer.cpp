@@ -1,6 +1,6 @@
 // Hugging Face tokenizer.json on arbitrary text: a file that loads encodes
 // and decodes a fixed text.
-#include "launch/tokenizer.hpp"
+#include "core/data/tokenizers/tokenizer.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -2,7 +2,7 @@
 // PREFIX.bin of 4096 bytes): every document it lists is read.
 #include <vector>
 
-#include "core/dataset.hpp"
+#include "core/data/dataset.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,6 @@
 // prepare's document reader on an arbitrary JSONL file (key "text"), lines
 // that are not documents skipped and counted.
-#include "launch/documents.hpp"
+#include "core/data/documents.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -9,8 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     trident::fuzz::refuses_or_reads([&] {
       trident::launch::DocumentReader reader({path}, trident::launch::DocumentFormat::jsonl, "text", skip);
       trident::launch::Document doc;
-      while (reader.next(doc)) {
-      }
+      while (reader.next(doc)) {}
     });
   return 0;
 }

@@ -1,5 +1,5 @@
 // The recipe loader on arbitrary YAML text.
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

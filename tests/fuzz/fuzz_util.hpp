@@ -23,9 +23,8 @@ inline const std::string& scratch() {
     std::filesystem::create_directories(d);
     std::atexit([] {
       std::error_code ec;
-      std::filesystem::remove_all(std::filesystem::temp_directory_path() /
-                                      ("trident_fuzz_" + std::to_string(::getpid())),
-                                  ec);
+      std::filesystem::remove_all(
+          std::filesystem::temp_directory_path() / ("trident_fuzz_" + std::to_string(::getpid())), ec);
     });
     return d;
   }();
@@ -34,7 +33,8 @@ inline const std::string& scratch() {
 
 inline std::string write_input(const std::string& name, const uint8_t* data, size_t size) {
   const std::string path = scratch() + "/" + name;
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data), std::streamsize(size));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(data), std::streamsize(size));
   return path;
 }
 
@@ -43,8 +43,7 @@ template <typename F>
 void refuses_or_reads(F&& f) {
   try {
     f();
-  } catch (const InputError&) {
-  }
+  } catch (const InputError&) {}
 }
 
 }  // namespace trident::fuzz

@@ -11,17 +11,17 @@
 #include <vector>
 
 #define TARGET(name) extern "C" int fuzz_entry_##name(const uint8_t*, size_t);
-#define TARGETS(X) \
-  X(recipe)        \
-  X(safetensors)   \
-  X(indexed_dataset) \
+#define TARGETS(X)    \
+  X(recipe)           \
+  X(safetensors)      \
+  X(indexed_dataset)  \
   X(checkpoint_index) \
-  X(hf_config)     \
-  X(hf_tokenizer)  \
-  X(sentencepiece) \
-  X(char_vocab)    \
-  X(dataset_record) \
-  X(jsonl)         \
+  X(hf_config)        \
+  X(hf_tokenizer)     \
+  X(sentencepiece)    \
+  X(char_vocab)       \
+  X(dataset_record)   \
+  X(jsonl)            \
   X(prepare)
 TARGETS(TARGET)
 #undef TARGET

@@ -2,8 +2,8 @@
 // with host buffers and once with device buffers), on random shapes
 // including odd sizes, with a tolerance per op; failures print the first
 // elements and the largest difference. Then the device allocator's
-// accounting, and a training run on `device: cuda` against the same run on
-// the CPU. Without a GPU (or a CUDA build) every test skips with the reason.
+// accounting. (Training on `device: cuda` is tests/launch/plan/test_cuda_train.)
+// Without a GPU (or a CUDA build) every test skips with the reason.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +13,6 @@
 #include <sstream>
 
 #include "core/device_memory.hpp"
-#include "core/recipe.hpp"
 #include "core/tensor.hpp"
 #include "kernels/activation.hpp"
 #include "kernels/adamw.hpp"
@@ -27,28 +26,13 @@
 #include "kernels/precision.hpp"
 #include "kernels/residual.hpp"
 #include "kernels/rotary.hpp"
-#include "launch/checkpoint/checkpoint.hpp"
-#include "launch/planner.hpp"
-#include "launch/trainer.hpp"
 #include "tests/kernels/kernel_compare.hpp"
+#include "tests/kernels/require_gpu.hpp"
 
 namespace trident::kernels {
 namespace {
 
 using F = std::vector<float>;
-
-std::string skip_reason() {
-  if (!cuda_built()) return "this build has no CUDA backend (configured without the CUDA toolkit)";
-  if (device_count() == 0)
-    return "no CUDA device on this machine (" + cuda_backend() + "): CUDA tests run where a GPU exists";
-  return "";
-}
-
-#define REQUIRE_GPU()                                                \
-  do {                                                               \
-    if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why; \
-    set_device(0);                                                   \
-  } while (0)
 
 using test::expect_close;
 F randn(int64_t n, uint32_t seed, float scale = 1.f) { return test::randn_f(n, seed, scale); }
@@ -207,9 +191,9 @@ TEST(Cuda, FlashAttentionMatchesMaterialisedSoftmax) {
     const std::string name = "attention B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " H" +
                              std::to_string(s.H) + " KV" + std::to_string(s.KV) + " D" + std::to_string(s.D);
     F qkv = randn(N * W, 1), dout = randn(N * s.H * s.D, 2), out(N * s.H * s.D);
-    F probs(static_cast<size_t>(attention_state_elements(s.B, s.T, s.H))), dqkv(N * W);
-    attention_forward(out.data(), probs.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D);
-    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs.data(), s.B, s.T, s.H, s.KV, s.D);
+    F cpu_lse(static_cast<size_t>(attention_state_elements(s.B, s.T, s.H))), dqkv(N * W);
+    attention_forward(out.data(), cpu_lse.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D);
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), cpu_lse.data(), s.B, s.T, s.H, s.KV, s.D);
     const int64_t state = attention_state_elements(s.B, s.T, s.H);
     ASSERT_EQ(state, s.B * s.H * s.T) << "no T x T state on the device";
     Dev gqkv(qkv), gdout(dout), gout(F(out.size())), glse(F(static_cast<size_t>(state))), gdqkv(F(dqkv.size()));
@@ -217,9 +201,9 @@ TEST(Cuda, FlashAttentionMatchesMaterialisedSoftmax) {
     expect_close(name + " output", out, gout.host(int64_t(out.size())), 1e-5, 1e-5);
     F lse = glse.host(state), lse2(static_cast<size_t>(state));
     Dev glse2(lse2);
-    attention_probs(glse2.f(), gqkv.f(), s.B, s.T, s.H, s.KV, s.D);
-    expect_close(name + " attention_probs (recompute) = forward's lse", lse, glse2.host(state), 0, 0);
-    expect_close(name + " lse against the CPU twin's", probs, lse, 1e-5, 1e-5);
+    attention_lse(glse2.f(), gqkv.f(), s.B, s.T, s.H, s.KV, s.D);
+    expect_close(name + " attention_lse (recompute) = forward's lse", lse, glse2.host(state), 0, 0);
+    expect_close(name + " lse against the CPU twin's", cpu_lse, lse, 1e-5, 1e-5);
     attention_backward(gdqkv.f(), gdout.f(), gqkv.f(), gout.f(), glse.f(), s.B, s.T, s.H, s.KV, s.D);
     expect_close(name + " dqkv", dqkv, gdqkv.host(int64_t(dqkv.size())), 1e-4, 1e-5);
   }
@@ -300,9 +284,9 @@ TEST(Cuda, DocumentMaskedAttentionRotaryAndPositions) {
   rope_forward(qkv.data(), table.data(), B, T, H, KV, D, ds.data());
   rope_forward(gqkv.f(), table.data(), B, T, H, KV, D, gds.i());
   expect_close("masked rope forward", qkv, gqkv.host(N * W), 1e-6, 1e-6);
-  F out(N * H * D), probs(static_cast<size_t>(B * H * T)), dqkv(N * W);
-  attention_forward(out.data(), probs.data(), qkv.data(), B, T, H, KV, D, ds.data());
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs.data(), B, T, H, KV, D, ds.data());
+  F out(N * H * D), cpu_lse(static_cast<size_t>(B * H * T)), dqkv(N * W);
+  attention_forward(out.data(), cpu_lse.data(), qkv.data(), B, T, H, KV, D, ds.data());
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), cpu_lse.data(), B, T, H, KV, D, ds.data());
   Dev gout(F(out.size())), glse(F(static_cast<size_t>(B * H * T))), gdqkv(F(dqkv.size()));
   attention_forward(gout.f(), glse.f(), gqkv.f(), B, T, H, KV, D, gds.i());
   expect_close("masked attention output", out, gout.host(N * H * D), 1e-5, 1e-5);
@@ -469,46 +453,6 @@ TEST(Cuda, CachingAllocatorAccountsPerCategory) {
   EXPECT_GE(after.peak[size_t(MemCategory::activations)], int64_t(12) << 20);
   device_empty_cache();
   EXPECT_EQ(device_reserved_bytes(), reserved0);
-}
-
-// The demo model on device: cuda tracks the same run on the CPU (fp32 on
-// both: the GPU's GEMMs are exact fp32, its sums run in another order), and
-// bf16 on the GPU tracks bf16 on the CPU.
-TEST(Cuda, TrainingOnTheGpuMatchesTheCpu) {
-  REQUIRE_GPU();
-  for (const char* precision : {"fp32", "bf16"}) {
-    std::vector<std::string> sets = {"train.steps=12", "log.metrics=", "eval.batches=0", "model.layers=2",
-                                     std::string("train.precision=") + precision};
-    const std::string file = std::string(TRIDENT_SOURCE_DIR) + "/configs/demo.yaml";
-    const auto cpu = launch::train(load_recipe(file, sets), {.quiet = true, .single_process = true});
-    sets.push_back("device=cuda");
-    const auto gpu = launch::train(load_recipe(file, sets), {.quiet = true, .single_process = true});
-    ASSERT_EQ(cpu.losses.size(), gpu.losses.size());
-    const double tol = std::string(precision) == "fp32" ? 1e-4 : 5e-3;
-    for (size_t i = 0; i < cpu.losses.size(); ++i)
-      EXPECT_NEAR(gpu.losses[i] / cpu.losses[i], 1.0, tol) << precision << " step " << i + 1;
-    EXPECT_GT(gpu.peak_params, 0) << "the device allocator saw no parameters";
-  }
-}
-
-// The CUDA activation layout (one log-sum-exp per attention row, B·H·T):
-// the planner's activation bytes for a GPU cluster equal the device
-// allocator's measured peak, for every recompute mode.
-TEST(Cuda, PlannerActivationBytesEqualTheDevicePeak) {
-  REQUIRE_GPU();
-  const std::string root = TRIDENT_SOURCE_DIR;
-  const launch::Cluster gpu = launch::load_cluster(root + "/configs/clusters/dgx-h100.yaml", Precision::fp32);
-  for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
-    std::vector<std::string> sets = launch::single_process_overrides();
-    for (const char* s : {"train.steps=2", "train.global_batch=4", "train.micro_batch=2", "eval.batches=0",
-                          "log.metrics=", "device=cuda"})
-      sets.push_back(s);
-    sets.push_back(fmt::format("train.recompute={}", rc));
-    const Recipe run = load_recipe(root + "/configs/demo.yaml", sets, 1);
-    const auto measured = launch::train(run, {.quiet = true, .single_process = true});
-    const auto plan = launch::plan_one(run, gpu, {1, 1, 1, 1, 2, 0, rc, ScheduleKind::one_f_one_b, false, {}});
-    EXPECT_EQ(int64_t(plan.memory.activations), measured.peak_activations) << "recompute " << rc;
-  }
 }
 
 }  // namespace

@@ -54,15 +54,15 @@ TEST(CudaEmulated, FlashAttentionForwardBackward) {
     const std::string name = "attention B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " H" +
                              std::to_string(s.H) + " KV" + std::to_string(s.KV) + " D" + std::to_string(s.D);
     F qkv = randn(N * W, 1), dout = randn(N * s.H * s.D, 2), out(N * s.H * s.D);
-    F probs(static_cast<size_t>(attention_state_elements(s.B, s.T, s.H))), dqkv(N * W);
-    attention_forward(out.data(), probs.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D);
-    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs.data(), s.B, s.T, s.H, s.KV, s.D);
+    F cpu_lse(static_cast<size_t>(attention_state_elements(s.B, s.T, s.H))), dqkv(N * W);
+    attention_forward(out.data(), cpu_lse.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D);
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), cpu_lse.data(), s.B, s.T, s.H, s.KV, s.D);
     F eout(out.size(), -7.f), lse(static_cast<size_t>(s.B * s.H * s.T), -7.f), lse2 = lse, edqkv(dqkv.size(), -7.f);
     emu::attention_forward(eout.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D);
     expect_close(name + " output", out, eout, 1e-5, 1e-6);
     emu::attention_lse(lse2.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D);
     expect_close(name + " lse recomputed", lse, lse2, 0, 0);
-    expect_close(name + " lse against the CPU twin's", probs, lse, 1e-5, 1e-6);
+    expect_close(name + " lse against the CPU twin's", cpu_lse, lse, 1e-5, 1e-6);
     emu::attention_backward(edqkv.data(), dout.data(), qkv.data(), eout.data(), lse.data(), s.B, s.T, s.H, s.KV, s.D);
     expect_close(name + " dqkv", dqkv, edqkv, 1e-5, 1e-6);
   }
@@ -148,9 +148,9 @@ TEST(CudaEmulated, DocumentMaskedAttentionRotaryAndPositions) {
   rope_forward(qkv.data(), table.data(), B, T, H, KV, D, ds.data());
   emu::rope_forward(q2.data(), table.data(), B, T, H, KV, D, ds.data());
   expect_close("masked rope forward", qkv, q2, 1e-6, 1e-6);
-  F out(N * H * D), probs(static_cast<size_t>(B * H * T)), dqkv(N * W);
-  attention_forward(out.data(), probs.data(), qkv.data(), B, T, H, KV, D, ds.data());
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs.data(), B, T, H, KV, D, ds.data());
+  F out(N * H * D), cpu_lse(static_cast<size_t>(B * H * T)), dqkv(N * W);
+  attention_forward(out.data(), cpu_lse.data(), qkv.data(), B, T, H, KV, D, ds.data());
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), cpu_lse.data(), B, T, H, KV, D, ds.data());
   F eout(out.size(), -7.f), lse(static_cast<size_t>(B * H * T), -7.f), edqkv(dqkv.size(), -7.f);
   emu::attention_forward(eout.data(), lse.data(), qkv.data(), B, T, H, KV, D, ds.data());
   expect_close("masked attention output", out, eout, 1e-5, 1e-6);

@@ -119,20 +119,20 @@ TEST(Kernels, SwigluBackwardMatchesFiniteDifferences) {
 
 void check_attention(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
   const int64_t W = (H + 2 * KV) * D;
-  V qkv = randn(B * T * W, 16), r = randn(B * T * H * D, 17), out(B * T * H * D), probs(B * H * T);
+  V qkv = randn(B * T * W, 16), r = randn(B * T * H * D, 17), out(B * T * H * D), lse(B * H * T);
   auto f = [&] {
-    attention_forward(out.data(), probs.data(), qkv.data(), B, T, H, KV, D);
+    attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D);
     return dot(out, r);
   };
   f();
   V dqkv(B * T * W);
-  attention_backward(dqkv.data(), r.data(), qkv.data(), out.data(), probs.data(), B, T, H, KV, D);
+  attention_backward(dqkv.data(), r.data(), qkv.data(), out.data(), lse.data(), B, T, H, KV, D);
   expect_fd_gradient("attention dqkv H=" + std::to_string(H) + " KV=" + std::to_string(KV), qkv, dqkv, f, 1e-6, 400);
-  // attention_probs reproduces the forward's log-sum-exp exactly
-  V again(probs.size());
-  attention_probs(again.data(), qkv.data(), B, T, H, KV, D);
+  // attention_lse reproduces the forward's log-sum-exp exactly
+  V again(lse.size());
+  attention_lse(again.data(), qkv.data(), B, T, H, KV, D);
   f();
-  EXPECT_EQ(0, std::memcmp(again.data(), probs.data(), probs.size() * sizeof(double)));
+  EXPECT_EQ(0, std::memcmp(again.data(), lse.data(), lse.size() * sizeof(double)));
 }
 
 TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) { check_attention(2, 5, 3, 3, 3); }
@@ -149,8 +149,8 @@ TEST(Kernels, TiledAttentionBackwardMatchesFiniteDifferences) { check_attention(
 // output is wrong.
 void check_blocks(bool documents) {
   const int64_t B = 2, N = 3, c = 23, T = 2 * N * c, H = 4, KV = 2, D = 8, W = (H + 2 * KV) * D;
-  const std::vector<int32_t> ds = documents ? test::doc_starts(B, T, {{0, 5, 60, 61, 100}, {0, 70}})
-                                            : std::vector<int32_t>(size_t(B * T), 0);
+  const std::vector<int32_t> ds =
+      documents ? test::doc_starts(B, T, {{0, 5, 60, 61, 100}, {0, 70}}) : std::vector<int32_t>(size_t(B * T), 0);
   const V qkv = randn(B * T * W, 41), dout = randn(B * T * H * D, 42);
   V out(size_t(B * T * H * D)), lse(size_t(B * H * T)), dqkv(qkv.size());
   const int32_t* whole_ds = documents ? ds.data() : nullptr;
@@ -186,7 +186,8 @@ void check_blocks(bool documents) {
         a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D;
         a.q = lq[size_t(r)].data(), a.ldq = W;
         a.k = lq[size_t(src)].data() + H * D, a.v = lq[size_t(src)].data() + (H + KV) * D, a.ldkv = W;
-        a.q_pos = pos[size_t(r)].data(), a.k_pos = pos[size_t(src)].data(), a.doc_start = documents ? lstart[size_t(r)].data() : nullptr;
+        a.q_pos = pos[size_t(r)].data(), a.k_pos = pos[size_t(src)].data(),
+        a.doc_start = documents ? lstart[size_t(r)].data() : nullptr;
         return a;
       };
       for (int64_t step = 0; step < N; ++step)  // ring order: own block first, then r-1, r-2, ...
@@ -197,14 +198,15 @@ void check_blocks(bool documents) {
       for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h)
           for (int64_t t = 0; t < Tl; ++t)
-            ASSERT_NEAR(l[size_t((b * H + h) * Tl + t)], lse[size_t((b * H + h) * T + pos[size_t(r)][size_t(t)])], 1e-12);
+            ASSERT_NEAR(l[size_t((b * H + h) * Tl + t)], lse[size_t((b * H + h) * T + pos[size_t(r)][size_t(t)])],
+                        1e-12);
       V delta(size_t(B * H * Tl));
       attention_delta(delta.data(), lg[size_t(r)].data(), o.data(), H * D, B, Tl, H, D);
       V dq(size_t(B * Tl * W), 0.0);
       for (int64_t step = 0; step < N; ++step) {
         const int64_t src = (r - step + N) % N;
-        attention_block_backward(dq.data(), W, dkv[size_t(src)].data() + H * D, dkv[size_t(src)].data() + (H + KV) * D, W,
-                                 lg[size_t(r)].data(), H * D, l.data(), delta.data(), block(src));
+        attention_block_backward(dq.data(), W, dkv[size_t(src)].data() + H * D, dkv[size_t(src)].data() + (H + KV) * D,
+                                 W, lg[size_t(r)].data(), H * D, l.data(), delta.data(), block(src));
       }
       const V want_d = local(dqkv, W, r);
       for (int64_t row = 0; row < B * Tl; ++row)
@@ -229,11 +231,11 @@ TEST(Kernels, DocumentMaskedAttentionBlocksMergeToTheWholeSequence) { check_bloc
 
 TEST(Kernels, AttentionIsCausal) {
   const int64_t B = 1, T = 6, H = 2, KV = 1, D = 4, W = (H + 2 * KV) * D;
-  V qkv = randn(B * T * W, 18), out(B * T * H * D), probs(B * H * T);
-  attention_forward(out.data(), probs.data(), qkv.data(), B, T, H, KV, D);
+  V qkv = randn(B * T * W, 18), out(B * T * H * D), lse(B * H * T);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D);
   V out2(out.size());
   qkv[(T - 1) * W + (H + KV) * D] += 10.0;  // change the last token's value
-  attention_forward(out2.data(), probs.data(), qkv.data(), B, T, H, KV, D);
+  attention_forward(out2.data(), lse.data(), qkv.data(), B, T, H, KV, D);
   for (int64_t i = 0; i < (T - 1) * H * D; ++i) EXPECT_EQ(out[i], out2[i]) << "future token leaked at " << i;
 }
 
@@ -438,10 +440,10 @@ TEST(Kernels, DocumentMaskEqualsEachDocumentAlone) {
   const V wpe = test::randn(T * C, 34);
   const auto table = rope_table(T, D, 10000.0);
   // the packed batch, masked
-  V qkv = qkv0, out(size_t(B * T * H * D)), probs(size_t(B * H * T)), dqkv(qkv.size()), pos(x.size());
+  V qkv = qkv0, out(size_t(B * T * H * D)), lse(size_t(B * H * T)), dqkv(qkv.size()), pos(x.size());
   rope_forward(qkv.data(), table.data(), B, T, H, KV, D, doc_start.data());
-  attention_forward(out.data(), probs.data(), qkv.data(), B, T, H, KV, D, doc_start.data());
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs.data(), B, T, H, KV, D, doc_start.data());
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D, doc_start.data());
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KV, D, doc_start.data());
   rope_backward(dqkv.data(), table.data(), B, T, H, KV, D, doc_start.data());
   position_forward(pos.data(), x.data(), wpe.data(), 0, B * T, T, C, doc_start.data());
   V dwpe(wpe.size(), 0.0);
@@ -452,15 +454,16 @@ TEST(Kernels, DocumentMaskEqualsEachDocumentAlone) {
     const auto& st = starts[size_t(b)];
     for (size_t k = 0; k < st.size(); ++k) {
       const int64_t s = st[k], n = (k + 1 < st.size() ? st[k + 1] : T) - s;
-      V q(qkv0.begin() + (b * T + s) * W, qkv0.begin() + (b * T + s + n) * W), o(size_t(n * H * D)),
-          p(size_t(H * n)), dq(q.size());
+      V q(qkv0.begin() + (b * T + s) * W, qkv0.begin() + (b * T + s + n) * W), o(size_t(n * H * D)), p(size_t(H * n)),
+          dq(q.size());
       V go(dout.begin() + (b * T + s) * H * D, dout.begin() + (b * T + s + n) * H * D);
       rope_forward(q.data(), table.data(), 1, n, H, KV, D);
       attention_forward(o.data(), p.data(), q.data(), 1, n, H, KV, D);
       attention_backward(dq.data(), go.data(), q.data(), o.data(), p.data(), 1, n, H, KV, D);
       rope_backward(dq.data(), table.data(), 1, n, H, KV, D);
       for (int64_t i = 0; i < n * H * D; ++i)
-        ASSERT_NEAR(out[size_t((b * T + s) * H * D + i)], o[size_t(i)], 1e-12) << "output, sequence " << b << " doc " << k;
+        ASSERT_NEAR(out[size_t((b * T + s) * H * D + i)], o[size_t(i)], 1e-12)
+            << "output, sequence " << b << " doc " << k;
       for (int64_t i = 0; i < n * W; ++i)
         ASSERT_NEAR(dqkv[size_t((b * T + s) * W + i)], dq[size_t(i)], 1e-12) << "dqkv, sequence " << b << " doc " << k;
       V px(x.begin() + (b * T + s) * C, x.begin() + (b * T + s + n) * C), pp(px.size());
@@ -472,7 +475,7 @@ TEST(Kernels, DocumentMaskEqualsEachDocumentAlone) {
   }
   for (size_t i = 0; i < dwpe.size(); ++i) ASSERT_NEAR(dwpe[i], dwpe_alone[i], 1e-12) << "position gradient " << i;
   // and the mask matters: without it the outputs differ
-  V plain(out.size()), pprobs(probs.size());
+  V plain(out.size()), pprobs(lse.size());
   attention_forward(plain.data(), pprobs.data(), qkv.data(), B, T, H, KV, D);
   EXPECT_GT(std::abs(plain[size_t(6 * H * D)] - out[size_t(6 * H * D)]), 1e-6);
 }

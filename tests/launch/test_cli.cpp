@@ -63,18 +63,25 @@ struct ReadOnlyDir {
 TEST(Cli, EveryKindOfBadWordIsOneLineInTheDocumentedForm) {
   const std::string demo = src("configs/demo.yaml");
   // an option the command does not take, and a second positional argument
-  expect_refused("train " + demo + " --steps 3", "trident train: --steps: expected one of --help, --resume, --set, found '--steps 3'");
+  expect_refused("train " + demo + " --steps 3",
+                 "trident train: --steps: expected one of --help, --resume, --set, found '--steps 3'");
   expect_refused("train " + demo + " other.yaml", "trident train: other.yaml: expected no more arguments");
   // a repeated option, a value of the wrong type, out of range, missing
-  expect_refused("sample x --tokens 5 --tokens 6", "trident sample: --tokens: expected one value (the option given once), found 2");
+  expect_refused("sample x --tokens 5 --tokens 6",
+                 "trident sample: --tokens: expected one value (the option given once), found 2");
   expect_refused("sample x --tokens 2.5", "trident sample: --tokens: expected an integer in [0, 1048576], found '2.5'");
-  expect_refused("prepare --workers 2147483648", "trident prepare: --workers: expected an integer in [1, 1024], found '2147483648'");
+  expect_refused("prepare --workers 2147483648",
+                 "trident prepare: --workers: expected an integer in [1, 1024], found '2147483648'");
   expect_refused("sample x --tokens", "trident sample: --tokens: expected a value (INT:[0, 1048576]), found none");
-  expect_refused("sample x --temperature warm", "trident sample: --temperature: expected a number in [0, 1000000], found 'warm'");
-  expect_refused("prepare --valid-fraction 1", "trident prepare: --valid-fraction: expected a number in [0, 1), found '1'");
+  expect_refused("sample x --temperature warm",
+                 "trident sample: --temperature: expected a number in [0, 1000000], found 'warm'");
+  expect_refused("prepare --valid-fraction 1",
+                 "trident prepare: --valid-fraction: expected a number in [0, 1), found '1'");
   // a required option missing, two that exclude each other, a bad choice, an unknown command
-  expect_refused("plan " + demo, "trident plan: --cluster: expected a value (CLUSTER.yaml), found none (a required option)");
-  expect_refused("sample x --prompt a --prompt-ids 1", "trident sample: --prompt: expected --prompt or --prompt-ids, not both, found both");
+  expect_refused("plan " + demo,
+                 "trident plan: --cluster: expected a value (CLUSTER.yaml), found none (a required option)");
+  expect_refused("sample x --prompt a --prompt-ids 1",
+                 "trident sample: --prompt: expected --prompt or --prompt-ids, not both, found both");
   expect_refused("schedule --pipeline 2 --micro-batches 4 --schedule fast",
                  "trident schedule: --schedule: expected gpipe | 1f1b | interleaved_1f1b | zero_bubble, found 'fast'");
   expect_refused("trian " + demo, "trident: trian: expected a command (train | prepare");
@@ -93,16 +100,19 @@ TEST(Cli, CountsPastTheirBoundsAreRefusedAtOnce) {
                  "trident sample: --tokens: expected an integer in [0, 1048576], found '99999999999'");
   expect_refused("sweep " + demo + " --cluster " + cluster + " --warmup 1099511627776",
                  "trident sweep: --warmup: expected an integer in [0, 1048576], found '1099511627776'");
-  expect_refused("submit " + demo + " --nodes 0", "trident submit: --nodes: expected an integer in [1, 1048576], found '0'");
+  expect_refused("submit " + demo + " --nodes 0",
+                 "trident submit: --nodes: expected an integer in [1, 1048576], found '0'");
   expect_refused("schedule --pipeline 5000 --micro-batches 8 --schedule 1f1b",
                  "schedule: pipeline(5000) x virtual stages(1) x micro-batches(8) = 40000 stage-chunk-micro-batches; "
                  "the simulator takes at most 1048576 (pipeline <= 4096");
-  expect_refused("schedule --pipeline 4 --micro-batches 99999999999999 --schedule 1f1b",
-                 "trident schedule: --micro-batches: expected an integer in [1, 1099511627776], found '99999999999999'");
+  expect_refused(
+      "schedule --pipeline 4 --micro-batches 99999999999999 --schedule 1f1b",
+      "trident schedule: --micro-batches: expected an integer in [1, 1099511627776], found '99999999999999'");
   // at the bound the answer still comes at once: every rank of a 2^20 world
   // (the group lists of a long evenly spaced group abbreviated), and the
   // meshes that would fit it
-  test::CliRun r = trident("topology " + demo + " --world 1048576 --set parallel.data=1048576 --set "
+  test::CliRun r = trident("topology " + demo +
+                           " --world 1048576 --set parallel.data=1048576 --set "
                            "train.global_batch=1048576 --set train.micro_batch=1 | tail -1");
   EXPECT_EQ(r.code, 0) << r.out.substr(0, 2000);
   EXPECT_TRUE(has(r, "1048575     0 1048575    0    0  [1048575]")) << r.out.substr(0, 2000);
@@ -120,8 +130,8 @@ TEST(Cli, SweepWithNoValidMeshFailsAndWritesNothing) {
   Scratch s("cli_sweep");
   const std::string demo = src("configs/demo.yaml"), cluster = src("configs/clusters/dgx-h100.yaml");
   // a stage split for two stages: no mesh of one rank can take it
-  test::CliRun r = trident(fmt::format("sweep {} --cluster {} --meshes 1,1,1 --set 'parallel.stage_layers=[1,3]' --out {}",
-                                       demo, cluster, s / "out"));
+  test::CliRun r = trident(fmt::format(
+      "sweep {} --cluster {} --meshes 1,1,1 --set 'parallel.stage_layers=[1,3]' --out {}", demo, cluster, s / "out"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(has(r, "sweep: no mesh ran: all 1 meshes are not valid")) << r.out;
   EXPECT_FALSE(fs::exists(s / "out")) << "nothing written";
@@ -140,7 +150,8 @@ TEST(Cli, UnusableOutputPlacesAreBadInputEverywhere) {
   // prepare into a directory, or under a file
   test::CliRun r = trident(fmt::format("prepare --input {} --out {}/ --valid-fraction 0", s / "in.txt", s.dir));
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_TRUE(has(r, "expected a dataset prefix (a directory and a name, like data/corpus), found a directory")) << r.out;
+  EXPECT_TRUE(has(r, "expected a dataset prefix (a directory and a name, like data/corpus), found a directory"))
+      << r.out;
   EXPECT_EQ(std::distance(fs::directory_iterator(s.dir), fs::directory_iterator{}), 2) << "nothing written";
   r = trident(fmt::format("prepare --input {} --out {}/x --valid-fraction 0", s / "in.txt", s / "file"));
   EXPECT_EQ(r.code, 2) << r.out;
@@ -148,13 +159,14 @@ TEST(Cli, UnusableOutputPlacesAreBadInputEverywhere) {
   for (const std::string& dir : {s / "missing", s / "file"}) {
     r = trident(fmt::format("prepare --input {} --out {} --valid-fraction 0 --force", s / "in.txt", s / "ds"));
     ASSERT_EQ(r.code, 0) << r.out;
-    r = trident(fmt::format("train {} --set data.synthetic=null --set data.train={} --set model.vocab=256 --set "
+    r =
+        trident(fmt::format("train {} --set data.synthetic=null --set data.train={} --set model.vocab=256 --set "
                             "model.seq_len=4 --set train.global_batch=1 --set train.micro_batch=1 --set "
                             "train.steps=1 --set eval.every=0 --set log.metrics= --set data.cache_dir={}",
                             src("configs/demo.yaml"), s / "ds_train", dir));
     EXPECT_EQ(r.code, 2) << r.out;
-    EXPECT_TRUE(has(r, "key 'data.cache_dir': expected a directory this run can write the sample index to, found '" +
-                           dir))
+    EXPECT_TRUE(
+        has(r, "key 'data.cache_dir': expected a directory this run can write the sample index to, found '" + dir))
         << r.out;
   }
   // read-only file systems (where this process may mount one)
@@ -172,7 +184,8 @@ TEST(Cli, UnusableOutputPlacesAreBadInputEverywhere) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(has(r, "sweep: --out: expected a directory it can write, found '" + ro.dir + "/sweep'")) << r.out;
   EXPECT_FALSE(has(r, "filesystem error")) << r.out;
-  r = trident(fmt::format("train {} --set data.synthetic=null --set data.train={} --set model.vocab=256 --set "
+  r =
+      trident(fmt::format("train {} --set data.synthetic=null --set data.train={} --set model.vocab=256 --set "
                           "model.seq_len=4 --set train.global_batch=1 --set train.micro_batch=1 --set train.steps=1 "
                           "--set eval.every=0 --set log.metrics= --set data.cache_dir={}",
                           src("configs/demo.yaml"), s / "ds_train", ro.dir));

@@ -190,10 +190,11 @@ TEST_F(Interop, PrepareTrainSample) {
   ASSERT_EQ(run("prepare --input " + path("story.txt") + " --out " + path("story") + " --tokenizer char --force").code,
             0);
   EXPECT_EQ(run("sample " + path("text_ck") + " --prompt 'the quick' --tokens 40 --temperature 0").out, k1.out);
-  const CliRun again = run("train " + src("configs/demo.yaml") + " --set data.synthetic=null --set data.train=" +
-                           path("story_train") + " --set data.valid=" + path("story_valid") +
-                           " --set train.steps=151 --set eval.batches=2 --set log.metrics= --set checkpoint.dir=" +
-                           path("text_ck") + " --resume");
+  const CliRun again =
+      run("train " + src("configs/demo.yaml") + " --set data.synthetic=null --set data.train=" + path("story_train") +
+          " --set data.valid=" + path("story_valid") +
+          " --set train.steps=151 --set eval.batches=2 --set log.metrics= --set checkpoint.dir=" + path("text_ck") +
+          " --resume");
   EXPECT_EQ(again.code, 2) << again.out;
   EXPECT_TRUE(has(again, "key 'tokenizer': the checkpoint was trained on data made by a char tokenizer (CRC-32C"))
       << again.out;

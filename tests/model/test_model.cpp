@@ -303,10 +303,28 @@ TEST(Memory, ActivationFormulaOneRank) {
                               before.current[size_t(MemCategory::activations)] - grew;
         EXPECT_EQ(grew2, int64_t(sizeof(float)) * got) << arch;
         if (rc != model::Recompute::none && !split) {
-          EXPECT_EQ(ctx->layers[0].probs, ctx2->layers[0].probs) << arch;
+          EXPECT_EQ(ctx->layers[0].lse, ctx2->layers[0].lse) << arch;
           EXPECT_GE(grew, int64_t(sizeof(float)) * (got + model::shared_recompute_elements(m, shape, m.layers)));
         }
       }
   }
 }
+TEST(Model, DecayRangesSkipNormsBiasesEmbeddings) {
+  ModelConfig m;
+  m.arch = Arch::gpt2, m.layers = 1, m.hidden = 8, m.heads = 2, m.kv_heads = 2, m.ffn_hidden = 16, m.seq_len = 4,
+  m.vocab = 10;
+  ParamRegistry reg(m);
+  OptimConfig o;
+  o.weight_decay = 0.1;
+  auto ranges = decay_ranges(reg, o);
+  int64_t decayed = 0, covered = 0;
+  for (auto& r : ranges) covered += r.size, decayed += r.weight_decay > 0 ? r.size : 0;
+  EXPECT_EQ(covered, reg.total());
+  EXPECT_EQ(decayed, 3 * 64 + 64 + 16 * 8 + 8 * 16);  // the four matmul weights only
+  o.decay_embeddings = o.decay_norms_and_biases = true;
+  auto all = decay_ranges(reg, o);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].weight_decay, 0.1);
+}
+
 }  // namespace trident::model

@@ -41,23 +41,6 @@ TEST(LrSchedule, ConstantAndWsd) {
   EXPECT_NEAR(learning_rate(o, 99, 100), 0.145, 1e-12);
 }
 
-TEST(Optim, DecayRangesSkipNormsBiasesEmbeddings) {
-  ModelConfig m;
-  m.arch = Arch::gpt2, m.layers = 1, m.hidden = 8, m.heads = 2, m.kv_heads = 2, m.ffn_hidden = 16, m.seq_len = 4,
-  m.vocab = 10;
-  model::ParamRegistry reg(m);
-  OptimConfig o;
-  auto ranges = decay_ranges(reg, o);
-  int64_t decayed = 0, covered = 0;
-  for (auto& r : ranges) covered += r.size, decayed += r.decay ? r.size : 0;
-  EXPECT_EQ(covered, reg.total());
-  EXPECT_EQ(decayed, 3 * 64 + 64 + 16 * 8 + 8 * 16);  // the four matmul weights only
-  o.decay_embeddings = o.decay_norms_and_biases = true;
-  auto all = decay_ranges(reg, o);
-  ASSERT_EQ(all.size(), 1u);
-  EXPECT_TRUE(all[0].decay);
-}
-
 TEST(Optim, ClipToGlobalNorm) {
   std::vector<float> g = {3, 4, 0, 0};
   EXPECT_NEAR(clip_grad_norm(g.data(), 4, 1.0), 5.0, 1e-6);

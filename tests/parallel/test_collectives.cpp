@@ -162,10 +162,10 @@ TEST(Collectives, GroupsOfA2x2x2Mesh) {
   for (GroupKind k : kAllGroupKinds) {
     auto& g = groups.get(k);
     auto members = topo.members(k, w.rank());
-    ASSERT_EQ(g.size(), int(members.size())) << group_name(k);
+    ASSERT_EQ(g.size(), int(members.size())) << enum_name(k);
     Tensor t = filled(3, DType::i32, [&](int64_t) { return double(w.rank()); });
     g.all_reduce(t)->wait();
-    EXPECT_EQ(at(t, 2), double(std::accumulate(members.begin(), members.end(), 0))) << group_name(k);
+    EXPECT_EQ(at(t, 2), double(std::accumulate(members.begin(), members.end(), 0))) << enum_name(k);
   }
 }
 

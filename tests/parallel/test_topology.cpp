@@ -1,7 +1,7 @@
 // Topology arithmetic: rank <-> coordinates for several meshes and orders,
 // every group kind, and validation messages of the recipe loader for meshes.
 #include "core/error.hpp"
-#include "core/recipe.hpp"
+#include "core/recipe/recipe.hpp"
 #include "parallel/topology.hpp"
 #include "tests/test_util.hpp"
 
@@ -48,7 +48,7 @@ TEST(Topology, EveryRankInExactlyOneGroupOfEachKind) {
       std::vector<int> seen(12, 0);
       for (auto& g : t.groups(k))
         for (int r : g) seen[size_t(r)]++;
-      for (int s : seen) EXPECT_EQ(s, 1) << group_name(k);
+      for (int s : seen) EXPECT_EQ(s, 1) << enum_name(k);
     }
     // group sizes
     EXPECT_EQ(t.members(GroupKind::data, 7).size(), 3u);
@@ -118,7 +118,7 @@ TEST(Topology, ContextAxis) {
     std::vector<int> seen(16, 0);
     for (auto& g : t.groups(k))
       for (int r : g) seen[size_t(r)]++;
-    for (int n : seen) EXPECT_EQ(n, 1) << group_name(k);
+    for (int n : seen) EXPECT_EQ(n, 1) << enum_name(k);
   }
   // context outermost when the order says so
   Topology o(2, 1, 2, {MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline, MeshAxis::context}, 2);

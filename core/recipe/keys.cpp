@@ -1,0 +1,396 @@
+// Every recipe key, declared once: path, type and range, default, and the
+// line docs/recipes.md shows. The loader reads the keys in this order (a
+// derived default may use the keys above it), the unknown-key check takes
+// its lists of known keys from here, and `trident keys` prints the tables of
+// docs/recipes.md from here (a test keeps the two equal).
+#include <fmt/format.h>
+
+#include <functional>
+#include <sstream>
+
+#include "core/recipe/recipe.hpp"
+#include "core/recipe/yaml_reader.hpp"
+
+namespace trident::recipe_detail {
+
+namespace {
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+// A default: none (the key is required), a value, or a function of the keys
+// read before it (with the text the docs show).
+template <typename T>
+struct Default {
+  std::optional<T> value;
+  std::function<T(const Recipe&)> derived;
+  std::string text;
+  std::optional<T> of(const Recipe& r) const { return derived ? std::optional<T>(derived(r)) : value; }
+};
+template <typename T>
+Default<T> required() {
+  return {std::nullopt, nullptr, "*required*"};
+}
+template <typename T>
+Default<T> value(T v) {
+  if constexpr (std::is_same_v<T, bool>)
+    return {v, nullptr, v ? "`true`" : "`false`"};
+  else if constexpr (std::is_enum_v<T>)
+    return {v, nullptr, fmt::format("`{}`", enum_name(v))};
+  else
+    return {v, nullptr, fmt::format("`{}`", v)};
+}
+template <typename F>
+auto derived(std::string text, F f) {
+  using T = std::decay_t<decltype(f(std::declval<const Recipe&>()))>;
+  return Default<T>{std::nullopt, std::function<T(const Recipe&)>(f), std::move(text)};
+}
+
+enum class Open { none, low };
+
+std::string bound(int64_t v) {
+  if (v == (int64_t(1) << 40)) return "2^40";
+  if (v == (int64_t(1) << 30)) return "2^30";
+  if (v == (int64_t(1) << 24)) return "2^24";
+  if (v == (int64_t(1) << 20)) return "2^20";
+  if (v == (int64_t(1) << 16)) return "2^16";
+  return fmt::format("{}", v);
+}
+std::string int_type(int64_t lo, int64_t hi) {
+  return hi == kMax ? fmt::format("int >= {}", lo) : fmt::format("int in [{}, {}]", lo, bound(hi));
+}
+
+#define FIELD(member) \
+  [](Recipe & r) -> auto& { return r.member; }
+
+template <typename F>
+Key integer(const char* path, F field, int64_t lo, int64_t hi, Default<int64_t> def, const char* doc) {
+  return {{path, int_type(lo, hi), def.text, doc},
+          [=](Reader& in, Recipe& r) { field(r) = in.integer(path, lo, hi, def.of(r)); }};
+}
+template <typename F>
+Key real(const char* path, F field, double lo, double hi, Open open, Default<double> def, const char* doc) {
+  const std::string type = fmt::format("number in {}{}, {:g}]", open == Open::low ? "(" : "[", lo, hi);
+  return {{path, type, def.text, doc},
+          [=](Reader& in, Recipe& r) { field(r) = in.real(path, lo, hi, def.of(r), open == Open::low); }};
+}
+template <typename F>
+Key boolean(const char* path, F field, Default<bool> def, const char* doc) {
+  return {{path, "bool", def.text, doc}, [=](Reader& in, Recipe& r) { field(r) = in.boolean(path, *def.of(r)); }};
+}
+template <typename E, typename F>
+Key choice(const char* path, F field, Default<E> def, const char* doc) {
+  return {{path, "`" + enum_choices<E>("` \\| `") + "`", def.text, doc},
+          [=](Reader& in, Recipe& r) { field(r) = in.enumerated<E>(path, def.of(r)); }};
+}
+template <typename F>
+Key text(const char* path, F field, const char* default_text, const char* doc) {
+  return {{path, "string", default_text, doc}, [=](Reader& in, Recipe& r) { field(r) = in.text(path, ""); }};
+}
+template <typename F>
+Key integers(const char* path, F field, int64_t lo, int64_t hi, const char* default_text, const char* doc) {
+  return {{path, "list of " + int_type(lo, hi).replace(0, 3, "ints"), default_text, doc},
+          [=](Reader& in, Recipe& r) { field(r) = in.integers(path, lo, hi); }};
+}
+template <typename F>
+Key mesh_size(const char* path, F field, const char* doc) {
+  return {{path, "int >= 1 or `auto`", "`1`", doc}, [=](Reader& in, Recipe& r) { field(r) = in.mesh_size(path); }};
+}
+template <typename F>
+Key axes(const char* path, F field, const char* doc) {
+  return {{path, "list: a permutation of `tensor`, `context`, `data`, `pipeline` (`context` may be left out)",
+           "`[tensor, context, data, pipeline]`", doc},
+          [=](Reader& in, Recipe& r) {
+            const std::string expected = "a permutation of [" + enum_choices<MeshAxis>(", ") +
+                                         "], or of [tensor, data, pipeline] (context then goes just inside data)";
+            std::vector<MeshAxis> out;
+            for (const auto& name : in.texts(path, {"tensor", "data", "pipeline"})) {
+              const auto axis = parse_enum<MeshAxis>(name);
+              if (!axis || std::count(out.begin(), out.end(), *axis)) in.bad(path, expected);
+              out.push_back(*axis);
+            }
+            const bool named = std::count(out.begin(), out.end(), MeshAxis::context) > 0;
+            if (out.size() != EnumNames<MeshAxis>::table.size() - (named ? 0 : 1)) in.bad(path, expected);
+            field(r) = out;
+          }};
+}
+template <typename F>
+Key betas(const char* path, F field, const char* doc) {
+  return {{path, "[b1, b2], each in [0, 1)", "`[0.9, 0.95]`", doc}, [=](Reader& in, Recipe& r) {
+            const auto b = in.reals(path, 2, 0, 1, {0.9, 0.95});
+            field(r) = {b[0], b[1]};
+          }};
+}
+template <typename F>
+Key blend(const char* path, F field, const char* doc) {
+  return {{path, "prefix, or list of `{path, weight}`", "—", doc},
+          [=](Reader& in, Recipe& r) { field(r) = in.blend(path); }};
+}
+Key section(const char* path, const char* doc) { return {{path, "map", "present", doc}, nullptr}; }
+
+int64_t default_ffn_hidden(const Recipe& r) {
+  const int64_t C = r.model.hidden;
+  return r.model.arch == Arch::gpt2 ? 4 * C : (8 * C / 3 + 63) / 64 * 64;
+}
+
+const std::vector<Key>& table() {
+  static const std::vector<Key> keys = {
+      choice<Arch>("model.arch", FIELD(model.arch), required<Arch>(),
+                   "GPT-2: LayerNorm, GELU (tanh), learned positions, biases, tied embeddings. LLaMA: RMSNorm, SwiGLU, "
+                   "RoPE, grouped-query attention, no biases, untied head"),
+      integer("model.layers", FIELD(model.layers), 1, 100000, required<int64_t>(), "transformer blocks"),
+      integer("model.hidden", FIELD(model.hidden), 1, 1 << 20, required<int64_t>(),
+              "model width C; must be divisible by `heads`"),
+      integer("model.heads", FIELD(model.heads), 1, 1 << 16, required<int64_t>(), "query heads H"),
+      integer("model.kv_heads", FIELD(model.kv_heads), 1, 1 << 16,
+              derived("`heads`", [](const Recipe& r) { return r.model.heads; }),
+              "key/value heads (grouped-query attention); `heads % kv_heads == 0`; gpt2 requires `kv_heads == heads`"),
+      integer("model.ffn_hidden", FIELD(model.ffn_hidden), 1, 1 << 24,
+              derived("gpt2: `4 * hidden`; llama: `8/3 * hidden` rounded up to 64", default_ffn_hidden), "MLP width F"),
+      integer("model.seq_len", FIELD(model.seq_len), 1, 1 << 24, required<int64_t>(),
+              "context length T (also the size of GPT-2's position table)"),
+      integer("model.vocab", FIELD(model.vocab), 2, 1 << 30, required<int64_t>(),
+              "vocabulary V; must cover every token id of the data"),
+      real("model.rope_theta", FIELD(model.rope_theta), 0, 1e12, Open::low, value<double>(10000.0),
+           "RoPE base (llama)"),
+      real("model.norm_eps", FIELD(model.norm_eps), 0, 1, Open::low, value<double>(1e-5),
+           "LayerNorm / RMSNorm epsilon"),
+      real("model.init_std", FIELD(model.init_std), 0, 10, Open::low, value<double>(0.02),
+           "std of the normal initialisation of weights and embeddings; GPT-2's residual projections (`attn.c_proj`, "
+           "`mlp.c_proj`) use `init_std / sqrt(2 * layers)`"),
+      boolean("model.tie_embeddings", FIELD(model.tie_embeddings),
+              derived("gpt2: `true`, llama: `false`", [](const Recipe& r) { return r.model.arch == Arch::gpt2; }),
+              "LM head shares the token embedding"),
+      integer(
+          "model.vocab_multiple", FIELD(model.vocab_multiple), 1, 1 << 16, value<int64_t>(64),
+          "the token table and LM head get `vocab` rounded up to a multiple of `vocab_multiple x parallel.tensor` rows "
+          "(Megatron's `make-vocab-size-divisible-by`); padded logits are masked (never win, never take probability), "
+          "their rows get no gradient, and export strips them. `1`: pad only to a multiple of the tensor size"),
+      mesh_size("parallel.data", FIELD(parallel.data), "data-parallel size"),
+      mesh_size(
+          "parallel.tensor", FIELD(parallel.tensor),
+          "tensor-parallel size (docs/parallelism.md); `heads % tensor == 0`, `ffn_hidden % tensor == 0`; `kv_heads % "
+          "tensor == 0` when `kv_heads >= tensor`, else `tensor % kv_heads == 0` (KV heads replicated)"),
+      mesh_size("parallel.pipeline", FIELD(parallel.pipeline),
+                "pipeline stages; `layers % (pipeline * virtual_stages) == 0`"),
+      integer(
+          "parallel.context", FIELD(parallel.context), 1, 65536, value<int64_t>(1),
+          "context-parallel size ([parallelism.md](parallelism.md#context-parallelism)): each sequence is split "
+          "over this many ranks, each holding chunks `i` and `2 x context - 1 - i` of `2 x context`; `seq_len % (2 x "
+          "context) == 0`; gradients are reduced and ZeRO shards over `data x context`"),
+      choice<ContextMode>(
+          "parallel.context_mode", FIELD(parallel.context_mode), value<ContextMode>(ContextMode::ring),
+          "how attention sees the other ranks' keys: `ring` passes key/value blocks around the context "
+          "group (asynchronous send/receive overlapped with the block in hand, merged by log-sum-exp); "
+          "`all_to_all` (Ulysses) re-shards heads for attention and back, which needs this rank's heads "
+          "(`heads / tensor`) and KV heads divisible by `context`"),
+      axes("parallel.order", FIELD(parallel.order),
+           "mesh dimensions from innermost (adjacent ranks) to outermost; a list without `context` gets it just "
+           "inside `data`"),
+      choice<ScheduleKind>(
+          "parallel.schedule", FIELD(parallel.schedule), value<ScheduleKind>(ScheduleKind::one_f_one_b),
+          "pipeline schedule ([parallelism.md](parallelism.md#pipeline-parallelism)); `interleaved_1f1b` needs "
+          "`virtual_stages >= 2` and micro-batches per step (`global_batch / (micro_batch x data)`) a multiple of "
+          "`pipeline`; the others need `virtual_stages: 1`; `zero_bubble` needs `train.recompute` none or selective"),
+      integer("parallel.virtual_stages", FIELD(parallel.virtual_stages), 1, 1024, value<int64_t>(1),
+              "model chunks per pipeline rank (interleaved schedule)"),
+      integer("parallel.zero", FIELD(parallel.zero), 0, 3, value<int64_t>(0),
+              "ZeRO stage of the data-parallel group: 0 replicate, 1 shard optimizer state, 2 also gradients, 3 also "
+              "parameters"),
+      boolean("parallel.sequence_parallel", FIELD(parallel.sequence_parallel), value<bool>(false),
+              "Megatron sequence parallelism: with `tensor > 1`, norms, residual adds and the other token-wise work "
+              "run on `1/tensor` of the micro-batch's token rows, and the tensor-parallel regions all-gather before / "
+              "reduce-scatter after instead of all-reducing. Needs `micro_batch x seq_len` divisible by `tensor`; no "
+              "effect with `tensor: 1`"),
+      integer("parallel.bucket_bytes", FIELD(parallel.bucket_bytes), 1024, kMax, value<int64_t>(int64_t(25) << 20),
+              "gradient bucket size for ZeRO 0 and 1 (stages 2 and 3 reduce per model segment)"),
+      integers("parallel.stage_layers", FIELD(parallel.stage_layers), 0, 100000, "even split",
+               "layers of each of the `pipeline x virtual_stages` chunks in global chunk order (chunk `v x pipeline + "
+               "p` is on stage `p`); must have that many entries and sum to `model.layers`. Without it `layers % "
+               "(pipeline x virtual_stages) == 0` is required"),
+      real("parallel.timeout_s", FIELD(parallel.timeout_s), 0, 1e7, Open::low, value<double>(600.0),
+           "a hang is an error: a pipeline transfer (naming the transfer, chunk, micro-batch and peer) or any other "
+           "collective or point-to-point operation (naming the operation, its size, the group, this rank's place in "
+           "it, and for transfers the peer's world rank and tag) that does not complete within this many seconds stops "
+           "the job ([slurm.md](slurm.md#when-something-goes-wrong))"),
+      integer("train.global_batch", FIELD(train.global_batch), 1, int64_t(1) << 24, required<int64_t>(),
+              "sequences per optimizer step; divisible by `micro_batch * data`"),
+      integer("train.micro_batch", FIELD(train.micro_batch), 1, int64_t(1) << 24, required<int64_t>(),
+              "sequences per forward/backward; `global_batch / (micro_batch * data)` micro-batches are accumulated per "
+              "step"),
+      integer("train.steps", FIELD(train.steps), 1, int64_t(1) << 40, required<int64_t>(),
+              "optimizer steps; `steps * global_batch` (the samples of the run) at most 2^48"),
+      choice<Precision>("train.precision", FIELD(train.precision), value<Precision>(Precision::fp32),
+                        "`bf16`/`fp16`: mixed precision — activations, activation gradients and the parameters the "
+                        "model computes with are stored in the 16-bit format; math, parameter-gradient accumulation, "
+                        "fp32 master weights and Adam moments stay fp32 (docs/precision.md). On CPU the 16-bit values "
+                        "are held in fp32 buffers, rounded at every store"),
+      real("train.loss_scale", FIELD(train.loss_scale), 0, 1e38, Open::low,
+           derived("`65536` for `fp16`, else `1`",
+                   [](const Recipe& r) { return r.train.precision == Precision::fp16 ? 65536.0 : 1.0; }),
+           "fp16's initial dynamic loss scale (only fp16 may set it)"),
+      integer("train.loss_scale_window", FIELD(train.loss_scale_window), 1, kMax, value<int64_t>(1000),
+              "fp16: clean steps after which the scale doubles"),
+      real("train.min_loss_scale", FIELD(train.min_loss_scale), 0, 1e38, Open::low, value<double>(1.0),
+           "fp16: the scale never halves below this; `<= loss_scale`"),
+      choice<Recompute>("train.recompute", FIELD(train.recompute), value<Recompute>(Recompute::none),
+                        "activation recomputation: `selective` drops the attention log-sum-exp and recomputes it "
+                        "in backward; `full` keeps only each layer's input and reruns the layer's forward in backward. "
+                        "Gradients are bitwise identical in all three modes"),
+      choice<NonFinite>(
+          "train.nonfinite", FIELD(train.nonfinite), value<NonFinite>(NonFinite::stop),
+          "a step whose loss or gradient norm is inf/NaN (fp16: whose loss is; gradient overflows are the "
+          "loss scaler's): `stop` ends the run with an error before the update, naming the first "
+          "parameter with a non-finite gradient; `skip` drops the step's update, logs and counts it, and "
+          "stops after `nonfinite_limit` in a row. No checkpoint is ever written from a non-finite state"),
+      integer("train.nonfinite_limit", FIELD(train.nonfinite_limit), 1, kMax, value<int64_t>(5),
+              "`nonfinite: skip`: consecutive skipped steps after which the run stops"),
+      integer("train.threads", FIELD(train.threads), 0, 4096, value<int64_t>(0),
+              "CPU threads per rank; 0 = `OMP_NUM_THREADS` when set, else the node's cores divided by its ranks"),
+      real("optim.lr", FIELD(optim.lr), 0, 10, Open::low, required<double>(), "peak learning rate"),
+      real("optim.min_lr", FIELD(optim.min_lr), 0, 10, Open::none, value<double>(0.0),
+           "final learning rate of the decay; `min_lr <= lr`"),
+      integer("optim.warmup", FIELD(optim.warmup), 0, kMax, value<int64_t>(0),
+              "linear warmup steps: `lr * (s + 1) / warmup`"),
+      choice<LrDecay>("optim.decay", FIELD(optim.decay), value<LrDecay>(LrDecay::cosine),
+                      "schedule after warmup (formulas in `optim/lr_schedule.hpp`)"),
+      real("optim.wsd_decay_fraction", FIELD(optim.wsd_decay_fraction), 0, 1, Open::low, value<double>(0.2),
+           "`wsd` (warmup-stable-decay): fraction of all steps spent in the final linear decay"),
+      betas("optim.betas", FIELD(optim.betas), "Adam betas"),
+      real("optim.eps", FIELD(optim.eps), 0, 1, Open::low, value<double>(1e-8), "Adam epsilon"),
+      real("optim.weight_decay", FIELD(optim.weight_decay), 0, 10, Open::none, value<double>(0.0),
+           "decoupled weight decay (AdamW)"),
+      real("optim.grad_clip", FIELD(optim.grad_clip), 0, 1e9, Open::none, value<double>(1.0),
+           "clip the global gradient norm to this; 0 disables"),
+      boolean("optim.decay_norms_and_biases", FIELD(optim.decay_norms_and_biases), value<bool>(false),
+              "apply weight decay to norm weights and biases too"),
+      boolean("optim.decay_embeddings", FIELD(optim.decay_embeddings), value<bool>(false),
+              "apply weight decay to embeddings (a tied LM head follows this)"),
+      blend(
+          "data.train", FIELD(data.train),
+          "Megatron indexed dataset `PREFIX` (`PREFIX.bin` / `PREFIX.idx`, see [data.md](data.md)), or a weighted "
+          "blend: a list of `{path: PREFIX, weight: W}`; each sample comes from the dataset furthest below its share"),
+      blend("data.valid", FIELD(data.valid),
+            "validation split(s), same forms; a blend reports a validation loss per dataset; without it no "
+            "evaluation runs"),
+      boolean("data.document_mask", FIELD(data.document_mask), value(false),
+              "attention stays inside each document of a sample (documents end at the dataset's EOD token) and "
+              "positions (learned and rotary) restart at each document"),
+      boolean("data.mask_eod_loss", FIELD(data.mask_eod_loss), value(false),
+              "no loss on targets that are the EOD token; the mean loss is over the other targets of the global "
+              "batch"),
+      text("data.cache_dir", FIELD(data.cache_dir), "next to each dataset",
+           "directory for the cached sample indexes (for datasets on read-only storage); when set it must be a "
+           "writable directory (else exit 2 at start-up); the default falls back to an index in memory, with a "
+           "warning, where the data's directory is read-only"),
+      section("data.synthetic", "seeded Markov source (below)"),
+      integer("data.synthetic.vocab", FIELD(data.syn.vocab), 2, 1 << 30,
+              derived("`model.vocab`", [](const Recipe& r) { return r.model.vocab; }),
+              "tokens the source emits; `<= model.vocab`"),
+      integer("data.synthetic.order", FIELD(data.syn.order), 1, 8, value<int64_t>(2), "context length of the chain"),
+      integer("data.synthetic.branching", FIELD(data.syn.branching), 1, 1024, value<int64_t>(4),
+              "successors per context"),
+      real("data.synthetic.skew", FIELD(data.syn.skew), 0, 100, Open::none, value<double>(0.7),
+           "successor j has probability proportional to `exp(-skew * j)`"),
+      integer("data.synthetic.seed", FIELD(data.syn.seed), 0, kMax, value<int64_t>(1),
+              "seed of the chain's transition structure"),
+      integer("eval.every", FIELD(eval.every), 0, kMax, value<int64_t>(0),
+              "evaluate every N steps (0: only after the last step)"),
+      integer("eval.batches", FIELD(eval.batches), 0, kMax, value<int64_t>(8),
+              "micro-batches of the valid split per evaluation (0 disables)"),
+      text("checkpoint.dir", FIELD(checkpoint.dir), "— (no checkpoints)",
+           "directory of checkpoints: `step_NNNNNNNN/` per saved step and a `latest` pointer"),
+      integer("checkpoint.every", FIELD(checkpoint.every), 0, kMax, value<int64_t>(0),
+              "save after every N steps (0: only after the last step); with a `dir`, the last step is always saved"),
+      integer("checkpoint.keep", FIELD(checkpoint.keep), 1, kMax, value<int64_t>(3),
+              "complete checkpoints kept; older ones are removed after a new one is complete"),
+      boolean("checkpoint.async", FIELD(checkpoint.async), value<bool>(true),
+              "write the files from a background thread (the step pays only a copy to host buffers of 12 bytes per "
+              "element of the rank's shard, kept for the run); `false`: write inside the step"),
+      integer("log.every", FIELD(log.every), 1, kMax, value<int64_t>(10),
+              "stdout line every N steps (and the first and last)"),
+      real("log.straggler", FIELD(log.straggler), 0, 1e6, Open::none, value<double>(0.1),
+           "on a progress line, name the slowest rank when its busy time (the step less its waits for other ranks: "
+           "data-parallel reductions, pipeline transfers, tensor-parallel collectives) exceeds the median rank's by "
+           "more than this fraction ([metrics.md](metrics.md#the-progress-line))"),
+      text("log.metrics", FIELD(log.metrics), "—",
+           "JSON-lines metrics file ([metrics.md](metrics.md)); missing directories are created"),
+      text("log.tensorboard", FIELD(log.tensorboard), "none",
+           "directory for TensorBoard event files (rank 0): every number of the metrics records as a scalar "
+           "tagged `train/loss`, `train/peak_bytes/activations`, `eval/val_loss`, ..., and the resolved recipe as "
+           "text; a resumed run adds a file and TensorBoard joins them by step ([metrics.md](metrics.md#tensorboard))"),
+      real("log.peak_flops", FIELD(log.peak_flops), 0, 1e20, Open::none, value<double>(0.0),
+           "FLOP/s per rank that MFU is relative to; 0 = the GPU's dense peak, or on CPU this machine's sgemm peak "
+           "for the run's thread count, measured once and cached ([metrics.md](metrics.md#the-mfu-reference))"),
+      text("log.trace", FIELD(log.trace), "none",
+           "write a Chrome trace (JSON; open in Perfetto or `chrome://tracing`): one track per rank, spans for "
+           "forward, backward (or input / weight passes), pipeline sends (copy and post) and time waiting on pipeline "
+           "receives, gradient sync (data, embedding and replicated-parameter reductions) and the optimizer step"),
+      integers("log.trace_steps", FIELD(log.trace_steps), 1, kMax, "`[2]`",
+               "steps (1-based) written to `log.trace`; the file is written after the last of them"),
+      text("log.flight_recorder", FIELD(log.flight_recorder),
+           "`checkpoint.dir/flight_recorder`, else `/tmp/trident-flight-PID` (rank 0's PID)",
+           "directory where, on a timeout (`parallel.timeout_s`), each rank writes its last 1024 communication "
+           "operations (`rank_R.json`) and reads the other ranks' to name the one that is behind ([slurm.md]"
+           "(slurm.md#when-something-goes-wrong)); on several nodes it must be on a shared file system"),
+      integer("seed", FIELD(seed), 0, kMax, value<int64_t>(1234),
+              "seeds initialisation (Philox keyed by parameter name) and data sampling"),
+      choice<DeviceType>("device", FIELD(device), value<DeviceType>(DeviceType::cpu),
+                         "compute device; `cuda`: each rank binds to GPU `local_rank % devices`, NCCL for every group "
+                         "with one GPU per rank, host staging over MPI when ranks share a GPU ([cuda.md](cuda.md)); "
+                         "refused (exit 2) by a build without CUDA or where no GPU is visible"),
+  };
+  return keys;
+}
+
+}  // namespace
+
+const std::vector<Key>& keys() { return table(); }
+
+}  // namespace trident::recipe_detail
+
+namespace trident {
+
+const std::vector<RecipeKey>& recipe_keys() {
+  static const std::vector<RecipeKey> docs = [] {
+    std::vector<RecipeKey> out;
+    for (const auto& k : recipe_detail::keys()) out.push_back(k.doc);
+    return out;
+  }();
+  return docs;
+}
+
+std::string recipe_section(const std::string& path) {
+  const auto dot = path.find('.');
+  return dot == std::string::npos ? "" : path.substr(0, dot);
+}
+
+std::string recipe_keys_markdown(const std::string& section) {
+  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& k : recipe_keys())
+    if (recipe_section(k.path) == section)
+      out += fmt::format("| `{}` | {} | {} | {} |\n", k.path, k.type, k.default_text, k.doc);
+  return out;
+}
+
+std::string recipe_doc_with_tables(const std::string& doc) {
+  std::istringstream in(doc);
+  std::string out, line, section;
+  bool in_table = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("## ", 0) == 0) {
+      const auto a = line.find('`'), b = line.rfind('`');
+      section = a != std::string::npos && b > a ? line.substr(a + 1, b - a - 1) : "";
+    }
+    if (line.rfind("| key | type | default | meaning |", 0) == 0) {
+      out += recipe_keys_markdown(section);
+      in_table = true;
+      continue;
+    }
+    if (in_table && line.rfind("|", 0) == 0) continue;
+    in_table = false;
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace trident

@@ -1,0 +1,411 @@
+// Strict recipe loader over yaml-cpp. See recipe.hpp for the contract and
+// docs/recipes.md for every key.
+#include "core/recipe/recipe.hpp"
+
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/recipe/yaml_reader.hpp"
+
+namespace trident {
+namespace {
+
+using recipe_detail::describe;
+using recipe_detail::Reader;
+
+// Applies --set overrides onto the parsed tree, creating maps as needed.
+std::map<std::string, std::string> apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides) {
+  std::map<std::string, std::string> origin;
+  for (const auto& o : overrides) {
+    auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) fail_input("--set {}: expected key.path=value, found no '='", o);
+    std::string path = o.substr(0, eq), value = o.substr(eq + 1);
+    YAML::Node parsed;
+    try {
+      parsed = YAML::Load(value);
+    } catch (const YAML::Exception& e) {
+      fail_input("--set {}: value is not valid YAML: {}", o, e.msg);
+    }
+    std::vector<std::string> parts;
+    std::stringstream ss(path);
+    for (std::string p; std::getline(ss, p, '.');) {
+      if (p.empty()) fail_input("--set {}: empty component in key path '{}'", o, path);
+      parts.push_back(p);
+    }
+    std::vector<YAML::Node> chain{root};
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      YAML::Node next = chain.back()[parts[i]];
+      if (next.IsDefined() && !next.IsNull() && !next.IsMap())
+        fail_input("--set {}: '{}' is not a section", o, parts[i]);
+      if (!next.IsDefined() || next.IsNull()) {
+        chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
+        next.reset(chain.back()[parts[i]]);
+      }
+      chain.push_back(next);
+    }
+    chain.back()[parts.back()] = parsed;
+    origin[path] = o;
+  }
+  return origin;
+}
+
+std::string mesh_fits(int64_t world) {
+  std::vector<std::string> fits;
+  for (int64_t t = 1; t <= world; ++t)  // divisors only: linear in the world size
+    if (world % t == 0)
+      for (int64_t p = 1; p <= world / t; ++p)
+        if ((world / t) % p == 0) fits.push_back(fmt::format("{}x{}x{}", world / (t * p), t, p));
+  return fmt::format("meshes (data x tensor x pipeline) that fit world size {}: {}", world, fmt::join(fits, ", "));
+}
+
+// The known keys of a section ("" = top level, "data.synthetic", ...): the
+// next path component of every table key under it.
+std::vector<std::string> known_keys(const std::string& section) {
+  std::vector<std::string> out;
+  const std::string prefix = section.empty() ? "" : section + ".";
+  for (const auto& k : recipe_detail::keys()) {
+    if (k.doc.path.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string rest = k.doc.path.substr(prefix.size());
+    rest = rest.substr(0, rest.find('.'));
+    if (std::find(out.begin(), out.end(), rest) == out.end()) out.push_back(rest);
+  }
+  return out;
+}
+
+// The one `auto` mesh size becomes the world size over the others.
+void resolve_auto_mesh(Reader& r, ParallelConfig& p, int64_t world) {
+  const int autos = (p.data == 0) + (p.tensor == 0) + (p.pipeline == 0);
+  if (autos > 1) r.inconsistent("parallel.data", "at most one of data, tensor, pipeline may be 'auto'");
+  if (autos == 0) return;
+  const int64_t known =
+      std::max<int64_t>(p.data, 1) * std::max<int64_t>(p.tensor, 1) * std::max<int64_t>(p.pipeline, 1) * p.context;
+  if (world % known != 0)
+    r.inconsistent("parallel.data", fmt::format("world size {} is not divisible by the fixed mesh sizes ({}); {}",
+                                                world, known, mesh_fits(world)));
+  (p.data == 0 ? p.data : p.tensor == 0 ? p.tensor : p.pipeline) = world / known;
+}
+
+void validate_model(Reader& r, const ModelConfig& m) {
+  if (m.hidden % m.heads != 0)
+    r.inconsistent("model.heads",
+                   fmt::format("hidden({}) % heads({}) = {} != 0", m.hidden, m.heads, m.hidden % m.heads));
+  if (m.heads % m.kv_heads != 0)
+    r.inconsistent("model.kv_heads",
+                   fmt::format("heads({}) % kv_heads({}) = {} != 0", m.heads, m.kv_heads, m.heads % m.kv_heads));
+  if (m.arch == Arch::gpt2 && m.kv_heads != m.heads)
+    r.inconsistent("model.kv_heads",
+                   fmt::format("gpt2 uses multi-head attention: kv_heads({}) != heads({})", m.kv_heads, m.heads));
+  if (m.arch == Arch::llama && m.head_dim() % 2 != 0)
+    r.inconsistent("model.heads", fmt::format("rotary embedding needs an even head size, hidden({}) / heads({}) = {}",
+                                              m.hidden, m.heads, m.head_dim()));
+}
+
+// "data(2) x tensor(1) x pipeline(1)", with " x context(C)" when context > 1
+std::string mesh_product(const ParallelConfig& p) {
+  std::string s = fmt::format("data({}) x tensor({}) x pipeline({})", p.data, p.tensor, p.pipeline);
+  if (p.context > 1) s += fmt::format(" x context({})", p.context);
+  return s;
+}
+
+void validate_mesh(Reader& r, const ModelConfig& m, const ParallelConfig& p, int64_t world) {
+  const int64_t mesh = p.data * p.tensor * p.pipeline * p.context;
+  if (mesh != world && world == 1)  // the usual mistake: a multi-rank recipe started without a launcher
+    r.inconsistent("parallel.data",
+                   fmt::format("{} = {} ranks, but this is one process (started "
+                               "without a launcher, or with one rank): run it under `mpirun -np {} trident ...`, "
+                               "`srun -n {} --mpi=pmix trident ...` or `trident submit` (docs/slurm.md)",
+                               mesh_product(p), mesh, mesh, mesh));
+  if (mesh != world)
+    r.inconsistent("parallel.data",
+                   fmt::format("{} = {} != world size {}; {}", mesh_product(p), mesh, world,
+                               p.context > 1 && world % p.context == 0
+                                   ? mesh_fits(world / p.context) + fmt::format(" (x context {})", p.context)
+                                   : mesh_fits(world)));
+  if (m.heads % p.tensor != 0)
+    r.inconsistent("parallel.tensor", fmt::format("heads({}) % tensor({}) != 0", m.heads, p.tensor));
+  // KV heads are split when there are at least `tensor` of them, replicated otherwise
+  if (m.kv_heads >= p.tensor && m.kv_heads % p.tensor != 0)
+    r.inconsistent("parallel.tensor", fmt::format("kv_heads({}) % tensor({}) != 0", m.kv_heads, p.tensor));
+  if (m.kv_heads < p.tensor && p.tensor % m.kv_heads != 0)
+    r.inconsistent("parallel.tensor", fmt::format("tensor({}) % kv_heads({}) != 0 (fewer KV heads than tensor ranks "
+                                                  "are replicated, which needs tensor to be a multiple)",
+                                                  p.tensor, m.kv_heads));
+  if (m.ffn_hidden % p.tensor != 0)
+    r.inconsistent("parallel.tensor", fmt::format("ffn_hidden({}) % tensor({}) != 0", m.ffn_hidden, p.tensor));
+  if (!p.stage_layers.empty()) {
+    const int64_t chunks = p.pipeline * p.virtual_stages;
+    const int64_t sum = std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), int64_t(0));
+    if (int64_t(p.stage_layers.size()) != chunks)
+      r.inconsistent("parallel.stage_layers",
+                     fmt::format("{} entries for pipeline({}) x virtual_stages({}) = {} chunks", p.stage_layers.size(),
+                                 p.pipeline, p.virtual_stages, chunks));
+    if (sum != m.layers)
+      r.inconsistent("parallel.stage_layers",
+                     fmt::format("the per-chunk layers sum to {} != model.layers({})", sum, m.layers));
+  } else if (m.layers % (p.pipeline * p.virtual_stages) != 0) {
+    r.inconsistent("parallel.pipeline", fmt::format("layers({}) % (pipeline({}) x virtual_stages({})) != 0 (or list "
+                                                    "the layers per chunk in parallel.stage_layers)",
+                                                    m.layers, p.pipeline, p.virtual_stages));
+  }
+}
+
+// Context parallelism: the sequence in 2 x context chunks; all_to_all's head split.
+void validate_context(Reader& r, const Recipe& rc) {
+  const auto& p = rc.parallel;
+  const auto& m = rc.model;
+  if (p.context == 1) return;
+  if (m.seq_len % (2 * p.context) != 0)
+    r.inconsistent("parallel.context",
+                   fmt::format("seq_len({}) % (2 x context({})) = {} != 0: each context rank holds two chunks of "
+                               "seq_len / (2 x context) tokens (chunks i and 2 x context - 1 - i, for causal balance)",
+                               m.seq_len, p.context, m.seq_len % (2 * p.context)));
+  if (rc.device == DeviceType::cuda)
+    r.inconsistent("parallel.context",
+                   fmt::format("context({}) with device: cuda: context parallelism runs on the CPU in this version "
+                               "(its ring and all-to-all move host buffers, not device ones); use device: cpu or "
+                               "context: 1",
+                               p.context));
+  if (p.context_mode != ContextMode::all_to_all) return;
+  const int64_t heads = m.heads / p.tensor, kv = m.kv_heads >= p.tensor ? m.kv_heads / p.tensor : 1;
+  if (heads % p.context != 0)
+    r.inconsistent("parallel.context_mode",
+                   fmt::format("all_to_all re-shards this rank's heads over context: heads({}) / tensor({}) = {}, and "
+                               "{} % context({}) = {} != 0 (use context_mode: ring)",
+                               m.heads, p.tensor, heads, heads, p.context, heads % p.context));
+  if (kv % p.context != 0)
+    r.inconsistent("parallel.context_mode",
+                   fmt::format("all_to_all re-shards this rank's KV heads over context: {} KV head(s) per tensor rank "
+                               "(kv_heads({}), tensor({})), and {} % context({}) = {} != 0 (use context_mode: ring)",
+                               kv, m.kv_heads, p.tensor, kv, p.context, kv % p.context));
+}
+
+// placed: the mesh is the run's (false: the planner's and the sweep's
+// recipe before they choose a mesh; what depends on it is checked then).
+void validate_train(Reader& r, const Recipe& rc, bool placed) {
+  const auto& t = rc.train;
+  const auto& p = rc.parallel;
+  // products the run computes with (sample indexes, tokens per step): no overflow
+  int64_t samples = 0, tokens = 0;
+  if (__builtin_mul_overflow(t.steps, t.global_batch, &samples) || samples > (int64_t(1) << 48))
+    r.inconsistent("train.steps", fmt::format("steps({}) x global_batch({}) = {:.3g} samples > 2^48", t.steps,
+                                              t.global_batch, double(t.steps) * double(t.global_batch)));
+  if (__builtin_mul_overflow(t.global_batch, rc.model.seq_len, &tokens) || tokens > (int64_t(1) << 40))
+    r.inconsistent("train.global_batch",
+                   fmt::format("global_batch({}) x seq_len({}) = {:.3g} tokens per step > 2^40", t.global_batch,
+                               rc.model.seq_len, double(t.global_batch) * double(rc.model.seq_len)));
+  if (t.precision != Precision::fp16 && t.loss_scale != 1.0)
+    r.inconsistent("train.loss_scale", fmt::format("loss scaling is for fp16; precision is {} (expected 1 or no key, "
+                                                   "found {})",
+                                                   enum_name(t.precision), t.loss_scale));
+  if (t.min_loss_scale > t.loss_scale)
+    r.inconsistent("train.min_loss_scale",
+                   fmt::format("min_loss_scale({}) > loss_scale({})", t.min_loss_scale, t.loss_scale));
+  if (!placed) {
+    if (rc.optim.min_lr > rc.optim.lr)
+      r.inconsistent("optim.min_lr", fmt::format("min_lr({}) > lr({})", rc.optim.min_lr, rc.optim.lr));
+    return;
+  }
+  if (t.global_batch % (t.micro_batch * p.data) != 0)
+    r.inconsistent("train.global_batch",
+                   fmt::format("global_batch({}) % (micro_batch({}) x data({})) = {} != 0", t.global_batch,
+                               t.micro_batch, p.data, t.global_batch % (t.micro_batch * p.data)));
+  const int64_t rows = t.micro_batch * rc.model.seq_len / p.context;
+  if (p.sequence_parallel && rows % p.tensor != 0)
+    r.inconsistent("parallel.sequence_parallel",
+                   p.context > 1
+                       ? fmt::format("sequence parallelism splits micro_batch({}) x seq_len({}) / context({}) = {} "
+                                     "token rows over tensor({}): {} % {} != 0",
+                                     t.micro_batch, rc.model.seq_len, p.context, rows, p.tensor, rows, p.tensor)
+                       : fmt::format("sequence parallelism splits micro_batch({}) x seq_len({}) = {} token rows over "
+                                     "tensor({}): {} % {} != 0",
+                                     t.micro_batch, rc.model.seq_len, rows, p.tensor, rows, p.tensor));
+  if (rc.optim.min_lr > rc.optim.lr)
+    r.inconsistent("optim.min_lr", fmt::format("min_lr({}) > lr({})", rc.optim.min_lr, rc.optim.lr));
+}
+
+void validate_data(Reader& r, Recipe& rc) {
+  auto& d = rc.data;
+  const bool has_train = r.has("data.train"), has_syn = r.has("data.synthetic");
+  if (has_train && has_syn)
+    r.inconsistent("data.synthetic", "set either data.train (an indexed dataset) or data.synthetic, not both");
+  if (!has_train && r.has("data.valid")) r.inconsistent("data.valid", "data.valid needs data.train");
+  d.synthetic = !has_train;
+  for (const char* key : {"data.document_mask", "data.mask_eod_loss"})
+    if (d.synthetic && (std::string(key) == "data.document_mask" ? d.document_mask : d.mask_eod_loss))
+      r.inconsistent(key,
+                     "needs data.train (a dataset whose documents end with an EOD token); synthetic data has "
+                     "no documents");
+  if (!d.synthetic) return;
+  if (d.syn.vocab > rc.model.vocab)
+    r.inconsistent("data.synthetic.vocab",
+                   fmt::format("synthetic vocab({}) > model.vocab({})", d.syn.vocab, rc.model.vocab));
+  if (d.syn.branching > d.syn.vocab)
+    r.inconsistent("data.synthetic.branching",
+                   fmt::format("branching({}) > synthetic vocab({})", d.syn.branching, d.syn.vocab));
+}
+
+// Cross-field checks, with the arithmetic in the message.
+// world == kUnplaced: everything but the mesh (load_recipe_unplaced).
+constexpr int64_t kUnplaced = 0;
+void validate(Reader& r, Recipe& rc, int64_t world) {
+  const bool placed = world != kUnplaced;
+  validate_model(r, rc.model);
+  if (placed) {
+    resolve_auto_mesh(r, rc.parallel, world);
+    validate_mesh(r, rc.model, rc.parallel, world);
+    validate_context(r, rc);
+  }
+  validate_train(r, rc, placed);
+  validate_data(r, rc);
+  if (!rc.log.trace.empty() && rc.log.trace_steps.empty()) rc.log.trace_steps = {std::min<int64_t>(2, rc.train.steps)};
+}
+
+Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<std::string>& overrides, int64_t world) {
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) fail_input("{}: expected a map of sections at the top level, found {}", file, describe(root));
+  auto origin = apply_overrides(root, overrides);
+  Reader r(root, file, origin);
+  Recipe rc;
+  rc.source = file;
+  rc.overrides = overrides;
+  // unknown keys first, section by section, then every key in table order
+  r.check_section("", known_keys(""));
+  for (const auto& s : known_keys(""))
+    if (!known_keys(s).empty()) r.check_section(s, known_keys(s));
+  for (const auto& k : recipe_detail::keys())
+    if (!k.read) r.check_section(k.doc.path, known_keys(k.doc.path));
+  for (const auto& k : recipe_detail::keys())
+    if (k.read) k.read(r, rc);
+  rc.keys_read = r.keys;
+  validate(r, rc, world);
+  return rc;
+}
+}  // namespace
+
+namespace {
+
+// A parse error in the user's words: a tab indenting a line (YAML indents
+// with spaces) and nesting too deep are named as such.
+[[noreturn]] void syntax_error(const std::string& text, const std::string& name, const YAML::ParserException& e) {
+  std::istringstream lines(text);
+  int number = 0;
+  for (std::string line; std::getline(lines, line) && number <= e.mark.line;) {
+    ++number;
+    const size_t lead = line.find_first_not_of(" \t");
+    const size_t tab = line.find('\t');
+    if (tab != std::string::npos && (lead == std::string::npos || tab < lead))
+      fail_input("{}:{}:{}: a tab character in the indentation (YAML indents with spaces only)", name, number, tab + 1);
+  }
+  if (dynamic_cast<const YAML::DeepRecursion*>(&e))
+    fail_input("{}:{}:{}: YAML nested too deeply (a recipe nests a few levels)", name, e.mark.line + 1,
+               e.mark.column + 1);
+  fail_input("{}:{}:{}: YAML syntax error: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg);
+}
+
+}  // namespace
+
+Recipe load_recipe_text(const std::string& text, const std::string& name, const std::vector<std::string>& overrides,
+                        int64_t world) {
+  // one document: a '---' (or '...') at the start of a line after content
+  // starts another (yaml-cpp 0.7's LoadAll can loop forever on bad input, so
+  // the markers are found here)
+  {
+    std::istringstream lines(text);
+    bool content = false;
+    int number = 0;
+    for (std::string line; std::getline(lines, line);) {
+      ++number;
+      const bool marker = (line.rfind("---", 0) == 0 || line.rfind("...", 0) == 0) &&
+                          (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
+      if (marker && content)
+        fail_input("{}:{}: a second YAML document ('{}'); a recipe is one document", name, number, line.substr(0, 3));
+      const size_t first = line.find_first_not_of(" \t\r");
+      content = content || (!marker && first != std::string::npos && line[first] != '#');
+    }
+  }
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    syntax_error(text, name, e);
+  }
+  Recipe rc;
+  try {
+    rc = read_recipe(root, name, overrides, world);
+  } catch (const YAML::Exception& e) {  // a shape the reader did not expect: named, never a bare "bad conversion"
+    fail_input("{}:{}:{}: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg);
+  }
+  rc.text = text;
+  return rc;
+}
+
+int64_t recipe_ranks(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return 0;  // load_recipe says what is wrong
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    fail_input("{}: cannot open recipe file", path);
+  } catch (const YAML::ParserException&) {
+    return 0;  // load_recipe names the error
+  }
+  if (!root.IsMap()) return 0;
+  apply_overrides(root, overrides);
+  int64_t n = 1;
+  for (const char* k : {"data", "tensor", "pipeline", "context"}) {
+    const YAML::Node v = root["parallel"] ? root["parallel"][k] : YAML::Node();
+    if (!v) continue;
+    try {
+      const int64_t x = v.as<int64_t>();
+      if (x < 1) return 0;
+      n *= x;
+    } catch (const YAML::Exception&) {
+      return 0;  // auto, or not a number (load_recipe says which)
+    }
+  }
+  return n;
+}
+
+std::vector<std::string> single_process_overrides() {
+  return {
+      "parallel.data=1",           "parallel.context=1", "parallel.tensor=1",      "parallel.pipeline=1",
+      "parallel.virtual_stages=1", "parallel.zero=0",    "parallel.schedule=1f1b", "parallel.sequence_parallel=false",
+      "parallel.stage_layers=[]"};
+}
+
+Recipe load_recipe_unplaced(const std::string& path, const std::vector<std::string>& overrides) {
+  return load_recipe(path, overrides, kUnplaced);
+}
+
+void validate_on_mesh(Recipe& rc, int64_t world) {
+  TRIDENT_CHECK(world >= 1, "validate_on_mesh: world size {}", world);
+  // no YAML: a key is named with the recipe's file (the values were set in code)
+  Reader r(YAML::Node(YAML::NodeType::Map), rc.source, {});
+  validate(r, rc, world);
+}
+
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, int64_t world) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    fail_input("{}: a directory, expected a recipe file (RECIPE.yaml)", path);
+  std::ifstream in(path);
+  if (!in) fail_input("{}: cannot open recipe file", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return load_recipe_text(ss.str(), path, overrides, world);
+}
+
+}  // namespace trident

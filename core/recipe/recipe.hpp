@@ -1,0 +1,183 @@
+// Recipe: the typed, validated form of a YAML training recipe.
+// load_recipe() is strict: unknown keys, wrong types, out-of-range values,
+// missing required keys and inconsistent values are InputErrors that name
+// file:line:column (or the --set override), the key path, what was expected
+// and what was found. Every key and default is documented in docs/recipes.md
+// (generated from the key table, core/recipe/keys.cpp; a test keeps it so).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/enums.hpp"
+
+namespace trident {
+
+struct ModelConfig {
+  Arch arch = Arch::gpt2;
+  int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, seq_len = 0, vocab = 0;
+  double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
+  bool tie_embeddings = true;
+  int64_t vocab_multiple = 64;  // the vocabulary is padded to a multiple of vocab_multiple x tensor
+  int64_t head_dim() const { return hidden / heads; }
+  // Rows of the token table and LM head with `tensor` ranks: vocab rounded up
+  // to a multiple of vocab_multiple x tensor. Padded rows never win nor take
+  // probability (their logits are masked) and are stripped on export.
+  int64_t padded_vocab(int64_t tensor) const {
+    const int64_t m = vocab_multiple * tensor;
+    return (vocab + m - 1) / m * m;
+  }
+};
+
+struct ParallelConfig {
+  int64_t data = 1, tensor = 1, pipeline = 1;  // 0 = auto (at most one of them)
+  int64_t context = 1;                         // sequence split (context parallelism)
+  ContextMode context_mode = ContextMode::ring;
+  std::vector<MeshAxis> order{MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline};  // innermost first; context
+                                                                                      // inside data unless named
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int64_t virtual_stages = 1;
+  int64_t zero = 0;
+  bool sequence_parallel = false;
+  int64_t bucket_bytes = 25 << 20;
+  std::vector<int64_t> stage_layers;  // layers per pipeline chunk (P x V entries); empty: even split
+  double timeout_s = 600;             // a pipeline transfer waiting longer is an error
+};
+
+struct TrainConfig {
+  int64_t global_batch = 0, micro_batch = 0, steps = 0;
+  Precision precision = Precision::fp32;  // bf16 / fp16: mixed precision, fp32 master weights
+  // fp16's dynamic loss scaling: the initial scale; it halves on a step with
+  // inf/NaN gradients (the step is skipped) and doubles after
+  // loss_scale_window clean steps; never below min_loss_scale.
+  double loss_scale = 1.0;
+  int64_t loss_scale_window = 1000;
+  double min_loss_scale = 1.0;
+  Recompute recompute = Recompute::none;
+  // a non-finite loss or gradient norm (fp16: a non-finite loss; its
+  // gradient overflows are the loss scaler's): stop before the update, or
+  // skip the update, stopping after nonfinite_limit in a row
+  NonFinite nonfinite = NonFinite::stop;
+  int64_t nonfinite_limit = 5;
+  int64_t threads = 0;  // 0 = all cores of this process's share
+};
+
+struct OptimConfig {
+  double lr = 0, min_lr = 0;
+  int64_t warmup = 0;
+  LrDecay decay = LrDecay::cosine;
+  double wsd_decay_fraction = 0.2;
+  std::array<double, 2> betas{0.9, 0.95};
+  double eps = 1e-8, weight_decay = 0.0, grad_clip = 1.0;
+  bool decay_norms_and_biases = false, decay_embeddings = false;
+};
+
+struct SyntheticConfig {
+  int64_t vocab = 0, order = 2, branching = 4;
+  double skew = 0.7;
+  int64_t seed = 1;
+};
+
+// One indexed dataset of a split (PREFIX.bin / PREFIX.idx) and its share.
+struct DataSource {
+  std::string path;
+  double weight = 1;
+};
+
+struct DataConfig {
+  bool synthetic = true;
+  SyntheticConfig syn;
+  std::vector<DataSource> train, valid;  // one prefix, or a weighted blend
+  bool document_mask = false;            // attention and positions stay inside each document
+  bool mask_eod_loss = false;            // no loss on targets that are the EOD token
+  std::string cache_dir;                 // sample indexes ("": next to each dataset)
+};
+
+struct EvalConfig {
+  int64_t every = 0;  // 0 = only after the last step
+  int64_t batches = 8;
+};
+
+struct CheckpointConfig {
+  std::string dir;
+  int64_t every = 0, keep = 3;
+  bool async = true;  // write files from a background thread while training goes on
+};
+
+struct LogConfig {
+  int64_t every = 10;
+  double straggler = 0.1;  // the progress line names the slowest rank when its busy time exceeds the median by this
+  std::string metrics;
+  std::string tensorboard;           // TensorBoard event files' directory ("" = none)
+  double peak_flops = 0;             // 0 = measure this machine's GEMM peak at start-up
+  std::string trace;                 // Chrome trace file ("" = none)
+  std::vector<int64_t> trace_steps;  // steps traced (1-based; default [2])
+  std::string flight_recorder;       // where ranks write their records on a timeout ("": derived)
+};
+
+struct Recipe {
+  std::string source;                  // file the recipe came from
+  std::string text;                    // its YAML text, as read
+  std::vector<std::string> overrides;  // the key.path=value overrides applied to it (--set)
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  OptimConfig optim;
+  DataConfig data;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  int64_t seed = 1234;
+  DeviceType device = DeviceType::cpu;
+  std::vector<std::string> keys_read;  // every key path the loader knows, in order
+
+  // The recipe as resolved: its text and --set overrides, '\0'-separated
+  // (ranks compare hashes of it; the planner keys its caches by it).
+  std::string resolved_text() const {
+    std::string key = text;
+    for (const auto& o : overrides) key.append(1, '\0').append(o);
+    return key;
+  }
+
+  int64_t micro_batches_per_step(int64_t data_parallel) const {
+    return train.global_batch / (train.micro_batch * data_parallel);
+  }
+};
+
+// The key table (core/recipe/keys.cpp): every key's path, type and range,
+// default and meaning, in the order the loader reads them.
+struct RecipeKey {
+  std::string path, type, default_text, doc;
+};
+const std::vector<RecipeKey>& recipe_keys();
+// "model" for "model.layers", "" for a top-level key.
+std::string recipe_section(const std::string& path);
+// The markdown table of one section's keys, as docs/recipes.md shows it.
+std::string recipe_keys_markdown(const std::string& section);
+// A reference page (docs/recipes.md) with every key table regenerated: a
+// table starts at its header row and belongs to the section of the "## `name`"
+// heading above it ("## Top level": the top-level keys).
+std::string recipe_doc_with_tables(const std::string& doc);
+
+// Loads and validates a recipe; overrides are "key.path=value" (YAML scalar or
+// flow value). `world` is the number of processes the run has.
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {}, int64_t world = 1);
+// The ranks the recipe's mesh asks for (data x tensor x pipeline, with the
+// overrides), without validating the rest; 0 when a size is auto or invalid.
+int64_t recipe_ranks(const std::string& path, const std::vector<std::string>& overrides = {});
+Recipe load_recipe_text(const std::string& yaml_text, const std::string& name,
+                        const std::vector<std::string>& overrides = {}, int64_t world = 1);
+// The planner's and the sweep's recipe: read and checked like load_recipe's
+// except for its mesh (parallel.data, tensor, pipeline, context and what
+// depends on them), which the caller sets in the typed recipe and checks
+// with validate_on_mesh. (Its text and overrides stay the file's record.)
+Recipe load_recipe_unplaced(const std::string& path, const std::vector<std::string>& overrides = {});
+// The loader's mesh-dependent checks (and the rest) of a typed recipe on
+// `world` ranks: InputError "FILE: key 'K': ..." with the arithmetic.
+void validate_on_mesh(Recipe& rc, int64_t world);
+// --set overrides that put a recipe on one process (a 1x1x1 mesh, ZeRO 0),
+// appended after a run's own: for export, sampling and the sweep's reference.
+std::vector<std::string> single_process_overrides();
+
+}  // namespace trident

@@ -1,0 +1,59 @@
+// CPU AdamW update, over one buffer or over ranges with their weight decay.
+#include "kernels/adamw.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/dispatch.hpp"
+
+namespace trident::kernels {
+
+template <typename T>
+void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& hp) {
+  TRIDENT_ON_CUDA(T, param,
+                  cuda::adamw_update_multi(param, m, v, grad, {{0, n, float(hp.weight_decay)}}, hp.lr, hp.beta1,
+                                           hp.beta2, hp.eps, hp.step, hp.grad_scale));
+  const T b1 = T(hp.beta1), b2 = T(hp.beta2);
+  const T c1 = T(1.0 / (1.0 - std::pow(hp.beta1, double(hp.step))));
+  const T c2 = T(1.0 / (1.0 - std::pow(hp.beta2, double(hp.step))));
+  const T lr = T(hp.lr), eps = T(hp.eps), wd = T(hp.weight_decay), gs = T(hp.grad_scale);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    T g = grad[i] * gs;
+    T mi = b1 * m[i] + (T(1) - b1) * g;
+    T vi = b2 * v[i] + (T(1) - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] -= lr * (mi * c1 / (std::sqrt(vi * c2) + eps) + wd * param[i]);
+  }
+}
+
+template <typename T>
+void adamw_update_multi(T* param, T* m, T* v, const T* grad, const std::vector<AdamWRange>& ranges,
+                        const AdamWParams& hp) {
+#ifdef TRIDENT_HAVE_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (is_device_pointer(param)) {
+      std::vector<cuda::AdamWRangeDevice> dr;
+      for (const auto& r : ranges) dr.push_back({r.offset, r.size, float(r.weight_decay)});
+      return cuda::adamw_update_multi(param, m, v, grad, dr, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.step, hp.grad_scale);
+    }
+#endif
+  for (const auto& r : ranges) {
+    AdamWParams one = hp;
+    one.weight_decay = r.weight_decay;
+    adamw_update(param + r.offset, m + r.offset, v + r.offset, grad + r.offset, r.size, one);
+  }
+}
+
+#define INSTANTIATE(T)                                                              \
+  template void adamw_update<T>(T*, T*, T*, const T*, int64_t, const AdamWParams&); \
+  template void adamw_update_multi<T>(T*, T*, T*, const T*, const std::vector<AdamWRange>&, const AdamWParams&);
+INSTANTIATE(float)
+INSTANTIATE(double)
+#undef INSTANTIATE
+
+}  // namespace trident::kernels

@@ -1,0 +1,304 @@
+// Hugging Face export and import (see hf.hpp).
+#include "launch/checkpoint/hf.hpp"
+#include "launch/checkpoint/hf_config.hpp"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/recipe/recipe.hpp"
+#include "core/safetensors.hpp"
+#include "launch/checkpoint/checkpoint.hpp"
+#include "model/params.hpp"
+
+namespace trident::launch {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Weights transformers stores as Conv1D modules (GPT-2's attention and MLP):
+// [in, out], the transpose of Trident's (and torch.nn.Linear's) [out, in].
+bool conv1d(const ModelConfig& m, const std::string& name) {
+  const model::ParamRow* row = model::architecture(m.arch).find(name);
+  return row && row->hf_transposed;
+}
+
+// The parameter as transformers stores it: valid rows only, Conv1D transposed.
+Shape hf_shape(const ModelConfig& m, const model::ParamSpec& p) {
+  if (p.global_shape.size() == 1) return {p.valid_rows};
+  if (conv1d(m, p.name)) return {p.global_cols(), p.valid_rows};
+  return {p.valid_rows, p.global_cols()};
+}
+
+// Where a new directory goes: it must not exist, or be empty.
+void check_new_dir(const std::string& flag, const std::string& dir) {
+  if (dir.empty()) fail_input("{}: missing", flag);
+  if (fs::exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir)))
+    fail_input("{} {}: exists and is not empty (nothing is overwritten: choose a new directory)", flag, dir);
+}
+
+// DIR.tmp, fresh; renamed to DIR by commit().
+// DIR.tmp.PID, this process's own: nothing of anyone else's is ever removed
+// (a user's DIR.tmp stays as it is).
+struct StagedDir {
+  std::string final_dir, tmp;
+  bool done = false, created = false;
+  explicit StagedDir(std::string dir) : final_dir(std::move(dir)), tmp(final_dir + ".tmp." + std::to_string(getpid())) {
+    if (fs::exists(tmp)) fail_input("{}: exists (left by an earlier process?); remove it and run again", tmp);
+    fs::create_directories(tmp);
+    created = true;
+  }
+  void commit() {
+    if (fs::exists(final_dir)) fs::remove(final_dir);  // checked empty
+    fs::rename(tmp, final_dir);
+    done = true;
+  }
+  ~StagedDir() {
+    if (!done && created) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+    }
+  }
+};
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.flush();
+  if (!f) throw Error(fmt::format("{}: write failed", path));
+}
+
+std::string config_json(const ModelConfig& m) {
+  using Json = nlohmann::ordered_json;
+  Json c;
+  if (m.arch == Arch::gpt2)
+    c = {{"architectures", {model::architecture(m.arch).hf_class}},
+         {"model_type", "gpt2"},
+         {"vocab_size", m.vocab},
+         {"n_positions", m.seq_len},
+         {"n_ctx", m.seq_len},
+         {"n_embd", m.hidden},
+         {"n_layer", m.layers},
+         {"n_head", m.heads},
+         {"n_inner", m.ffn_hidden},
+         {"activation_function", "gelu_new"},
+         {"layer_norm_epsilon", m.norm_eps},
+         {"initializer_range", m.init_std},
+         {"resid_pdrop", 0.0},
+         {"embd_pdrop", 0.0},
+         {"attn_pdrop", 0.0},
+         {"tie_word_embeddings", m.tie_embeddings},
+         {"torch_dtype", "float32"}};
+  else
+    c = {{"architectures", {model::architecture(m.arch).hf_class}},
+         {"model_type", "llama"},
+         {"vocab_size", m.vocab},
+         {"hidden_size", m.hidden},
+         {"intermediate_size", m.ffn_hidden},
+         {"num_hidden_layers", m.layers},
+         {"num_attention_heads", m.heads},
+         {"num_key_value_heads", m.kv_heads},
+         {"head_dim", m.head_dim()},
+         {"max_position_embeddings", m.seq_len},
+         {"rms_norm_eps", m.norm_eps},
+         {"rope_theta", m.rope_theta},
+         {"hidden_act", "silu"},
+         {"attention_bias", false},
+         {"mlp_bias", false},
+         {"initializer_range", m.init_std},
+         {"tie_word_embeddings", m.tie_embeddings},
+         {"torch_dtype", "float32"}};
+  return c.dump(2) + "\n";
+}
+
+}  // namespace
+
+void export_hf(const std::string& checkpoint, const std::string& out_dir) {
+  check_new_dir("--out", out_dir);
+  const WholeModel w = load_whole_model(checkpoint);
+  const ModelConfig& m = w.recipe.model;
+  const model::ParamRegistry reg(m);
+  std::vector<std::vector<float>> transposed;  // keeps the Conv1D copies alive until written
+  std::vector<SafetensorsInput> tensors;
+  int64_t total = 0;
+  for (const auto& p : reg.params()) {
+    const float* src = w.params.data() + p.offset;
+    const Shape shape = hf_shape(m, p);
+    if (conv1d(m, p.name)) {
+      const int64_t rows = p.valid_rows, cols = p.global_cols();
+      auto& t = transposed.emplace_back(static_cast<size_t>(rows * cols));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) t[size_t(c * rows + r)] = src[r * cols + c];
+      src = t.data();
+    }
+    tensors.push_back({p.name, DType::f32, shape, src});  // vocabulary rows: the valid prefix
+    total += shape_numel(shape);
+  }
+  StagedDir out(out_dir);
+  write_safetensors(out.tmp + "/model.safetensors", tensors, {{"format", "pt"}});
+  write_text(out.tmp + "/config.json", config_json(m));
+  write_text(
+      out.tmp + "/trident.json",
+      nlohmann::ordered_json{{"checkpoint", w.dir},
+                             {"step", w.step},
+                             {"recipe_file", w.recipe.source},
+                             {"tokenizer", w.tokenizer ? enum_name(w.tokenizer->kind) : ""},
+                             {"data_train", w.recipe.data.synthetic ? std::string() : w.recipe.data.train[0].path}}
+              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+          "\n");
+  // the checkpoint's tokenizer, where Hugging Face reads one: tokenizer.json
+  // (byte-level BPE) or tokenizer.model (SentencePiece)
+  const bool hf_tokenizer =
+      w.tokenizer && (w.tokenizer->kind == TokenizerKind::hf_bpe || w.tokenizer->kind == TokenizerKind::sentencepiece);
+  if (hf_tokenizer) std::filesystem::copy_file(w.dir + "/" + w.tokenizer->file, out.tmp + "/" + w.tokenizer->file);
+  out.commit();
+  log::info("exported {} (step {}, {} {}, {:.2f}M parameters, vocabulary {}{}) -> {} for transformers' {}", w.dir,
+            w.step, m.arch, fmt::format("{}x{}", m.layers, m.hidden), double(total) / 1e6, m.vocab,
+            hf_tokenizer ? ", " + w.tokenizer->file : "", out_dir, model::architecture(m.arch).hf_class);
+}
+
+namespace {
+
+// transformers' names -> Trident's: the original GPT-2 files lack the
+// "transformer." prefix. "" for buffers that are not parameters.
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input("{}: cannot open", path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("{}: not valid JSON ({})", path, e.what());
+  }
+}
+
+std::string trident_name(const ModelConfig& m, const std::string& name) {
+  auto ends = [&](const std::string& s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), std::string::npos, s) == 0;
+  };
+  if (ends(".attn.bias") || ends(".attn.masked_bias") || ends("rotary_emb.inv_freq")) return "";
+  if (m.arch == Arch::gpt2 && name != "lm_head.weight" && name.rfind("transformer.", 0) != 0)
+    return "transformer." + name;
+  return name;
+}
+
+}  // namespace
+
+void import_hf(const std::string& hf_dir, const std::string& recipe, const std::vector<std::string>& sets,
+               const std::string& out_dir) {
+  check_new_dir("--out", out_dir);
+  std::vector<std::string> all = sets;
+  for (const auto& s : single_process_overrides()) all.push_back(s);
+  Recipe rc = load_recipe(recipe, all, 1);
+  const ModelConfig& m = rc.model;
+  const std::string config_path = (fs::path(hf_dir) / "config.json").string();
+  if (!fs::exists(config_path)) fail_input("{}: missing (import reads a transformers model directory)", config_path);
+  const nlohmann::json config = read_json(config_path);
+  if (!config.is_object()) fail_input("{}: expected a JSON object", config_path);
+  check_hf_config(config_path, config, rc);
+
+  // tensor name -> file holding it
+  std::map<std::string, std::string> where;
+  std::map<std::string, std::unique_ptr<SafetensorsReader>> readers;
+  const fs::path single = fs::path(hf_dir) / "model.safetensors",
+                 index = fs::path(hf_dir) / "model.safetensors.index.json";
+  if (fs::exists(single)) {
+    readers[single.string()] = std::make_unique<SafetensorsReader>(single.string());
+    for (const auto& e : readers[single.string()]->entries()) where[e.name] = single.string();
+  } else if (fs::exists(index)) {
+    const nlohmann::json idx = read_json(index.string());
+    if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
+      fail_input("{}: missing key 'weight_map' (an object: tensor name -> file)", index.string());
+    for (const auto& [tensor, value] : idx["weight_map"].items()) {
+      if (!value.is_string() || value.get<std::string>().find('/') != std::string::npos ||
+          value.get<std::string>() == "..")
+        fail_input("{}: key 'weight_map.{}': expected a file name in {}, found {}", index.string(), tensor, hf_dir,
+                   value.dump());
+      const std::string file = (fs::path(hf_dir) / value.get<std::string>()).string();
+      if (!readers.count(file)) {
+        if (!fs::exists(file)) fail_input("{}: weight_map names {}, which is missing", index.string(), file);
+        readers[file] = std::make_unique<SafetensorsReader>(file);
+      }
+      where[tensor] = file;
+    }
+  } else {
+    fail_input("{}: no model.safetensors or model.safetensors.index.json (only safetensors weights are read)", hf_dir);
+  }
+
+  const model::ParamRegistry reg(m);
+  std::map<std::string, std::string> by_trident;  // Trident name -> transformers name
+  for (const auto& [name, file] : where) {
+    const std::string t = trident_name(m, name);
+    if (t.empty()) continue;
+    if (t == "lm_head.weight" && m.tie_embeddings) continue;  // a copy of the tied embedding
+    bool known = false;
+    for (const auto& p : reg.params()) known |= p.name == t;
+    if (!known)
+      fail_input("{}: tensor '{}' is not a parameter of the recipe's {} model ({} layers)", file, name, m.arch,
+                 m.layers);
+    by_trident[t] = name;
+  }
+  std::vector<float> params(static_cast<size_t>(reg.total()), 0.0f);  // vocabulary padding stays zero
+  for (const auto& p : reg.params()) {
+    auto found = by_trident.find(p.name);
+    if (found == by_trident.end()) fail_input("{}: no tensor '{}' (needed by the recipe's model)", hf_dir, p.name);
+    const SafetensorsReader& r = *readers.at(where.at(found->second));
+    const SafetensorsEntry& e = r.at(found->second);
+    Shape want = hf_shape(m, p);
+    const bool positions = p.name == "transformer.wpe.weight";  // may hold more positions than seq_len
+    if (positions && e.shape.size() == 2 && e.shape[0] >= want[0] && e.shape[1] == want[1]) want[0] = e.shape[0];
+    if (e.shape != want)
+      fail_input("{}: tensor '{}': expected shape [{}], found [{}]", r.path(), found->second, fmt::join(want, ","),
+                 fmt::join(e.shape, ","));
+    const int64_t n = shape_numel(e.shape);
+    std::vector<float> v(static_cast<size_t>(n));
+    std::vector<char> raw(size_t(e.end - e.begin));
+    r.read(found->second, raw.data());
+    switch (e.dtype) {
+      case DType::f32:
+        std::memcpy(v.data(), raw.data(), raw.size());
+        break;
+      case DType::f64:
+        for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(reinterpret_cast<const double*>(raw.data())[i]);
+        break;
+      case DType::bf16:
+        for (int64_t i = 0; i < n; ++i) v[size_t(i)] = bf16_to_f32(reinterpret_cast<const uint16_t*>(raw.data())[i]);
+        break;
+      case DType::f16:
+        for (int64_t i = 0; i < n; ++i) v[size_t(i)] = f16_to_f32(reinterpret_cast<const uint16_t*>(raw.data())[i]);
+        break;
+      default:
+        fail_input("{}: tensor '{}': dtype {} is not a floating-point weight", r.path(), found->second,
+                   safetensors_dtype(e.dtype));
+    }
+    float* dst = params.data() + p.offset;
+    const int64_t rows = p.valid_rows, cols = p.global_cols();
+    if (conv1d(m, p.name)) {
+      for (int64_t r2 = 0; r2 < rows; ++r2)
+        for (int64_t c = 0; c < cols; ++c) dst[r2 * cols + c] = v[size_t(c * rows + r2)];
+    } else {
+      std::copy(v.begin(), v.begin() + rows * cols, dst);  // wpe: the first seq_len positions
+    }
+  }
+  std::vector<float> zeros(params.size(), 0.0f);  // AdamW's moments start at zero
+  rc.checkpoint.async = false;
+  rc.checkpoint.keep = 1;
+  StagedDir out(out_dir);
+  rc.checkpoint.dir = out.tmp;
+  const RankState s{&reg, 0, 0, 0, 0, reg.total(), params.data(), zeros.data(), zeros.data()};
+  if (save_checkpoint(rc, 0, s, nullptr).empty())
+    throw Error(fmt::format("{}: writing the checkpoint failed", out.tmp));
+  out.commit();
+  log::info("imported {} ({} {}x{}, {} tensors) -> {}: train with trident train {} --resume {}", hf_dir, m.arch,
+            m.layers, m.hidden, by_trident.size(), out_dir, recipe, out_dir);
+}
+
+}  // namespace trident::launch

@@ -1,0 +1,65 @@
+// Bytes per device of one plan, by category (see plan_parts.hpp and
+// docs/planner.md: measured against the trainer's per-category peaks).
+#include <algorithm>
+
+#include "launch/plan/plan_parts.hpp"
+#include "model/memory.hpp"
+#include "model/parallel_plan.hpp"
+#include "model/params.hpp"
+#include "parallel/data_parallel.hpp"
+
+namespace trident::launch {
+
+// Model-state bytes per device for the largest pipeline stage (the one
+// formula of parallel/data_parallel.hpp) plus what each ZeRO stage adds, the
+// activations of the contexts the schedule holds, and the transfer buffers.
+void plan_memory(const PlanContext& x, PlanResult& r) {
+  const PlanConfig& c = x.c;
+  const ModelConfig& m = x.q.model;
+  const int T = x.T, P = x.P, V = x.V, CP = x.CP, DC = x.DC;
+  const double pb = x.pb;
+  const auto& flight = x.schedule.in_flight;
+  const double Ps = double(r.stage_params);
+  PlanMemory& mem = r.memory;
+  // As the trainer allocates (measured by its per-category peaks; docs/planner.md):
+  // ZeRO 1 receives its reduced shard into a buffer; ZeRO 2 and 3 accumulate
+  // into a whole gradient buffer when there are several micro-batches, else
+  // hold a few segment windows while they are reduce-scattered; ZeRO 3
+  // gathers parameters a segment at a time, the next one prefetched.
+  const double segment = double(x.sizes.segment);  // the largest gathered unit, on one tensor rank
+  const parallel::ZeroStateBytes state = parallel::zero_state_bytes(int(c.zero), Ps, DC, pb);
+  mem.params = state.params + (c.zero >= 3 && DC > 1 ? 2 * pb * segment : 0);
+  // ZeRO 2/3 gradients beyond the shard: with accumulation (several
+  // micro-batches) a whole accumulation buffer; with one micro-batch the
+  // windows in flight (two reducing, one being written)
+  const double windows = r.micro_batches > 1 ? 4 * Ps : 3 * 4 * segment;
+  mem.grads = state.grads + (c.zero >= 2 && DC > 1 ? windows : 0);
+  mem.optimizer = state.optimizer;
+  if (c.zero == 1 && DC > 1) mem.buffers += 4 * Ps / DC;
+  const model::ActivationShape shape{
+      c.micro_batch, T, c.sequence_parallel, c.recompute, c.schedule == ScheduleKind::zero_bubble, CP};
+  const auto counts = model::chunk_layer_counts(m, P, V, c.stage_layers);
+  double act = 0;
+  for (int pp = 0; pp < P; ++pp) {
+    double a = double(model::scratch_elements(m, shape));
+    for (int v = 0; v < V; ++v) {
+      const int chunk = v * P + pp;
+      a += double(flight[size_t(pp)][size_t(v)]) *
+               double(model::activation_elements(m, shape, counts[size_t(chunk)], chunk == P * V - 1)) +
+           double(model::shared_recompute_elements(m, shape, counts[size_t(chunk)]));
+    }
+    act = std::max(act, a);
+  }
+  mem.activations = pb * act;
+  const double R = double(c.micro_batch * m.seq_len / CP) / (c.sequence_parallel ? T : 1);
+  if (P > 1) mem.buffers += 4.0 * V * R * double(m.hidden) * pb;  // send/receive pools
+  if (CP > 1) {  // the context transfer buffers, fp32 (parallel/context_parallel.hpp): per rank's rows
+    const model::LocalDims local = model::local_dims(m, {0, T});
+    const double rows = double(c.micro_batch * m.seq_len / CP), hd = double(m.head_dim());
+    const double kv = rows * 2 * double(local.kv_heads) * hd, state = rows * double(local.heads);
+    const double qkv = rows * double(local.heads + 2 * local.kv_heads) * hd, out = rows * double(local.heads) * hd;
+    mem.buffers += 4 * (c.context_mode == ContextMode::ring ? 5 * kv + state : 4 * qkv + 3 * out + 4 * state);
+  }
+}
+
+}  // namespace trident::launch

@@ -1,0 +1,329 @@
+// The planner (see planner.hpp and docs/planner.md).
+#include "launch/plan/planner.hpp"
+
+#include "launch/plan/plan_parts.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "core/error.hpp"
+#include "core/safetensors.hpp"
+#include "model/memory.hpp"
+#include "model/parallel_plan.hpp"
+#include "model/params.hpp"
+#include "model/transformer.hpp"
+#include "parallel/data_parallel.hpp"
+#include "parallel/launch_env.hpp"
+#include "parallel/schedule.hpp"
+#include "parallel/topology.hpp"
+
+namespace trident::launch {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string gib(double b) { return fmt::format("{:.1f} GiB", b / kGiB); }
+
+}  // namespace
+
+double optimizer_bytes_per_element(Precision precision) {
+  return 28.0 + (precision == Precision::fp32 ? 0.0 : 2.0);  // p r/w, g r, m r/w, v r/w (+ the 2-byte copy)
+}
+
+Recipe load_plan_recipe(const std::string& path, const std::vector<std::string>& sets) {
+  return load_recipe_unplaced(path, sets);
+}
+
+Recipe on_mesh(const Recipe& rc, const PlanConfig& c) {
+  Recipe q = rc;
+  auto& p = q.parallel;
+  p.data = c.data, p.tensor = c.tensor, p.pipeline = c.pipeline, p.context = c.context;
+  p.context_mode = c.context_mode, p.virtual_stages = c.virtual_stages, p.schedule = c.schedule, p.zero = c.zero;
+  p.sequence_parallel = c.sequence_parallel, p.stage_layers = c.stage_layers;
+  q.train.micro_batch = c.micro_batch, q.train.recompute = c.recompute;
+  validate_on_mesh(q, c.data * c.tensor * c.pipeline * c.context);
+  return q;
+}
+
+PlanConfig mesh_choices(const Recipe& rc, int64_t D, int64_t T, int64_t P, int64_t C) {
+  Recipe q = rc;
+  q.parallel.data = D, q.parallel.tensor = T, q.parallel.pipeline = P, q.parallel.context = C;
+  validate_on_mesh(q, D * T * P * C);
+  return {D,
+          T,
+          P,
+          q.parallel.virtual_stages,
+          q.train.micro_batch,
+          q.parallel.zero,
+          q.train.recompute,
+          q.parallel.schedule,
+          q.parallel.sequence_parallel,
+          q.parallel.stage_layers,
+          C,
+          q.parallel.context_mode};
+}
+
+const ScheduleFacts& PlanMemo::schedule(ScheduleKind kind, int P, int V, int M) {
+  const auto key = std::make_tuple(int(kind), P, V, M);
+  auto it = schedules_.find(key);
+  if (it != schedules_.end()) return it->second;
+  ScheduleFacts f;
+  for (int p = 0; p < P; ++p) {
+    f.in_flight.push_back(parallel::in_flight_per_chunk(parallel::make_schedule(kind, P, V, M, p), V));
+    for (int& n : f.in_flight.back()) n = std::max(n, 1);
+  }
+  f.bubble = P > 1 ? parallel::simulate(kind, P, V, M).bubble_fraction() : 0.0;
+  return schedules_.emplace(key, std::move(f)).first->second;
+}
+
+// The whole model's parameters and the largest pipeline stage's on one
+// tensor rank, from the registries of one layer, the embeddings and the
+// head (every layer of a model has the same parameters); the largest unit
+// ZeRO 3 gathers, a layer or the embeddings.
+StageSizes stage_sizes(const ModelConfig& m, int T, int P, int V, const std::vector<int64_t>& stage_layers) {
+  const int64_t layer = model::ParamRegistry(m, {0, T}, {{0, 1, false, false}}).total();
+  const int64_t embedding = model::ParamRegistry(m, {0, T}, {{0, 0, true, false}}).total();
+  // the head's chunk without the embedding: the head (or a tied embedding's copy) and the final norm
+  const int64_t head = model::ParamRegistry(m, {0, T}, {{0, 0, false, true}}).total();
+  const int64_t both = model::ParamRegistry(m, {0, T}, {{0, 0, true, true}}).total();
+  StageSizes z{model::consolidated_numel(m), 0, std::max(layer, embedding)};
+  for (int pp = 0; pp < P; ++pp) {
+    int64_t stage = 0;
+    for (const auto& ch : model::pipeline_chunks(m, P, V, stage_layers, pp))
+      stage += ch.layers * layer + (ch.embedding && ch.head ? both : ch.embedding ? embedding : ch.head ? head : 0);
+    z.largest_stage = std::max(z.largest_stage, stage);
+  }
+  return z;
+}
+
+const StageSizes& PlanMemo::sizes(const ModelConfig& m, int T, int P, int V, const std::vector<int64_t>& stage_layers) {
+  const auto key = std::make_tuple(T, P, V, stage_layers);
+  auto it = sizes_.find(key);
+  if (it != sizes_.end()) return it->second;
+  return sizes_.emplace(key, stage_sizes(m, T, P, V, stage_layers)).first->second;
+}
+
+const MeshPlacement& PlanMemo::placement(int D, int T, int P, int CP, const std::vector<MeshAxis>& order,
+                                         int devices_per_node) {
+  const auto key = std::make_tuple(D, T, P, CP, order, devices_per_node);
+  auto it = placements_.find(key);
+  if (it != placements_.end()) return it->second;
+  return placements_.emplace(key, place_groups(D, T, P, CP, order, devices_per_node)).first->second;
+}
+
+PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
+  PlanMemo memo;
+  return plan_one(rc, cl, c, memo);
+}
+
+PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c, PlanMemo& memo) {
+  PlanResult r;
+  r.config = c;
+  r.precision = cl.precision;
+  Recipe q;
+  try {
+    q = on_mesh(rc, c);
+  } catch (const InputError& e) {
+    const std::string why = e.what();
+    const size_t key = why.find("key '");  // drop the file: the key says enough
+    r.reason = key == std::string::npos ? why : why.substr(key);
+    return r;
+  }
+  const ModelConfig& m = q.model;
+  const int D = int(c.data), T = int(c.tensor), P = int(c.pipeline), V = int(c.virtual_stages);
+  const int CP = int(c.context);
+  const StageSizes& sizes = memo.sizes(m, T, P, V, c.stage_layers);
+  r.params = sizes.whole, r.stage_params = sizes.largest_stage;
+  r.micro_batches = int(q.train.global_batch / (c.micro_batch * D));
+  const ScheduleFacts* schedule = nullptr;
+  try {  // the schedule's own rules (e.g. interleaving needs micro-batches % pipeline == 0)
+    schedule = &memo.schedule(c.schedule, P, V, r.micro_batches);
+  } catch (const InputError& e) {
+    r.reason = e.what();
+    return r;
+  }
+  r.bubble_fraction = schedule->bubble;
+  r.in_flight = 0;
+  for (int f : schedule->in_flight[0]) r.in_flight += f;
+  const MeshPlacement& where = memo.placement(D, T, P, CP, q.parallel.order, cl.devices_per_node);
+  const PlanContext x{q,     cl,        c,    D, T, P, V, CP, D * CP, cl.precision == Precision::fp32 ? 4.0 : 2.0,
+                      sizes, *schedule, where};
+  plan_memory(x, r);
+  plan_time(x, r);
+  const double tokens = double(q.train.global_batch) * double(m.seq_len);
+  const PlanTime& t = r.time;
+  const PlanMemory& mem = r.memory;
+  const int64_t N = c.data * c.tensor * c.pipeline * c.context;
+  r.tokens_per_s = tokens / t.step();
+  r.tflops_per_device = model::flops_per_token(m) * r.tokens_per_s / double(N) / 1e12;
+  r.mfu = r.tflops_per_device * 1e12 / cl.peak_flops;
+  const double total = mem.total();
+  if (total > cl.memory_bytes) {
+    std::vector<std::pair<double, const char*>> parts = {{mem.params, "parameters"},
+                                                         {mem.grads, "gradients"},
+                                                         {mem.optimizer, "optimizer states"},
+                                                         {mem.activations, "activations"},
+                                                         {mem.buffers, "buffers"}};
+    const auto big = *std::max_element(parts.begin(), parts.end());
+    r.reason = fmt::format("needs {} > {}: {} {}", gib(total), gib(cl.memory_bytes), big.second, gib(big.first));
+    return r;
+  }
+  r.feasible = true;
+  return r;
+}
+
+std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cl, int64_t devices, int64_t max_context) {
+  std::vector<PlanResult> out;
+  PlanMemo memo;  // the many configurations of one schedule shape (ZeRO, recompute, ...) share its facts
+  const ModelConfig& m = rc.model;
+  for (int64_t CP = 1; CP <= std::min(max_context, devices); ++CP) {
+    if (devices % CP || (CP > 1 && m.seq_len % (2 * CP))) continue;
+    const int64_t n = devices / CP;
+    for (ContextMode mode : {ContextMode::ring, ContextMode::all_to_all}) {
+      if (mode == ContextMode::all_to_all && CP == 1) continue;
+      for (int64_t T = 1; T <= n; ++T) {
+        if (n % T) continue;
+        for (int64_t P = 1; P <= n / T; ++P) {
+          if ((n / T) % P) continue;
+          const int64_t D = n / T / P;
+          if (rc.train.global_batch % D) continue;  // the loader would refuse every micro-batch size
+          for (int64_t V = 1; V * P <= m.layers; ++V) {
+            if (V > 1 && P == 1) break;
+            if (m.layers % (P * V)) continue;
+            const ScheduleKind schedule = V > 1 ? ScheduleKind::interleaved_1f1b
+                                          : rc.parallel.schedule == ScheduleKind::interleaved_1f1b
+                                              ? ScheduleKind::one_f_one_b
+                                              : rc.parallel.schedule;
+            for (int64_t mb = 1; mb <= rc.train.global_batch / D; ++mb) {
+              if ((rc.train.global_batch / D) % mb) continue;
+              for (bool sp : {false, true}) {
+                if (sp && T == 1) continue;
+                for (int64_t zero = 0; zero <= 3; ++zero)
+                  for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
+                    out.push_back(
+                        plan_one(rc, cl, {D, T, P, V, mb, zero, recompute, schedule, sp, {}, CP, mode}, memo));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const PlanResult& a, const PlanResult& b) {
+    if (a.feasible != b.feasible) return a.feasible;
+    return a.tokens_per_s > b.tokens_per_s;
+  });
+  return out;
+}
+
+std::string plan_json(const std::vector<PlanResult>& results) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& r : results) {
+    const auto& c = r.config;
+    const auto& m = r.memory;
+    const bool timed = r.feasible || r.memory.total() > 0;  // out of memory: still timed
+    out.push_back({{"data", c.data},
+                   {"tensor", c.tensor},
+                   {"pipeline", c.pipeline},
+                   {"context", c.context},
+                   {"context_mode", enum_name(c.context_mode)},
+                   {"virtual_stages", c.virtual_stages},
+                   {"micro_batch", c.micro_batch},
+                   {"zero", c.zero},
+                   {"recompute", enum_name(c.recompute)},
+                   {"sequence_parallel", c.sequence_parallel},
+                   {"schedule", enum_name(c.schedule)},
+                   {"stage_layers", c.stage_layers},
+                   {"precision", enum_name(r.precision)},
+                   {"params", r.params},
+                   {"memory_bytes",
+                    {{"params", std::round(m.params)},
+                     {"grads", std::round(m.grads)},
+                     {"optimizer", std::round(m.optimizer)},
+                     {"activations", std::round(m.activations)},
+                     {"buffers", std::round(m.buffers)},
+                     {"total", std::round(m.total())}}},
+                   {"step_time_s", timed ? r.time.step() : 0.0},
+                   {"time_s",
+                    {{"gemm", timed ? r.time.gemm : 0.0},
+                     {"attention", timed ? r.time.attention : 0.0},
+                     {"memory_bound", timed ? r.time.memory : 0.0},
+                     {"recompute", timed ? r.time.recompute : 0.0},
+                     {"bubble", timed ? r.time.bubble : 0.0},
+                     {"tensor_comm", timed ? r.time.tensor_comm : 0.0},
+                     {"pipeline_comm", timed ? r.time.pipeline_comm : 0.0},
+                     {"data_comm", timed ? r.time.data_comm : 0.0},
+                     {"data_comm_hidden", timed ? r.time.data_comm_hidden : 0.0},
+                     {"context_comm", timed ? r.time.context_comm : 0.0},
+                     {"context_comm_hidden", timed ? r.time.context_comm_hidden : 0.0},
+                     {"optimizer", timed ? r.time.optimizer : 0.0}}},
+                   {"tokens_per_s", timed ? r.tokens_per_s : 0.0},
+                   {"tflops_per_device", timed ? r.tflops_per_device : 0.0},
+                   {"mfu", timed ? r.mfu : 0.0},
+                   {"bubble", r.bubble_fraction},
+                   {"feasible", r.feasible},
+                   {"reason", r.feasible ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.reason)}});
+  }
+  return out.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::string plan_explain(const PlanResult& r, const Cluster& cl) {
+  const auto& c = r.config;
+  const auto& m = r.memory;
+  const auto& t = r.time;
+  auto link = [&](bool intra) { return intra ? "intra-node" : "inter-node"; };
+  std::string s = fmt::format(
+      "data {} x tensor {} x pipeline {}{} | virtual stages {} | schedule {} | micro-batch {} ({} per step) | ZeRO {} "
+      "| recompute {} | sequence parallel {}\n",
+      c.data, c.tensor, c.pipeline,
+      c.context > 1 ? fmt::format(" x context {} ({})", c.context, enum_name(c.context_mode)) : "", c.virtual_stages,
+      c.schedule, c.micro_batch, r.micro_batches, c.zero, c.recompute, c.sequence_parallel ? "on" : "off");
+  if (!r.feasible && r.memory.total() == 0) return s + "invalid: " + r.reason + "\n";
+  s += fmt::format("parameters {:.3f}B in all, {:.3f}B on the largest stage per tensor rank\n", double(r.params) / 1e9,
+                   double(r.stage_params) / 1e9);
+  s += fmt::format(
+      "memory per device: params {} | grads {} | optimizer {} | activations {} ({} micro-batches in flight on the "
+      "first stage) | buffers {} | total {} of {}{}\n",
+      gib(m.params), gib(m.grads), gib(m.optimizer), gib(m.activations), r.in_flight, gib(m.buffers), gib(m.total()),
+      gib(cl.memory_bytes), r.feasible ? "" : " -> " + r.reason);
+  s += fmt::format(
+      "step time {:.4g} s: gemm {:.4g} | attention {:.4g} | memory-bound {:.4g} | recompute {:.4g} | pipeline bubble "
+      "{:.4g} ({:.1f}% simulated) | tensor comm {:.4g} ({}) | pipeline comm {:.4g} ({}) | data comm {:.4g} ({}, "
+      "{:.4g} hidden behind backward) | optimizer {:.4g}\n",
+      t.step(), t.gemm, t.attention, t.memory, t.recompute, t.bubble, 100 * r.bubble_fraction, t.tensor_comm,
+      link(r.tensor_intra_node), t.pipeline_comm, link(r.pipeline_intra_node), t.data_comm, link(r.data_intra_node),
+      t.data_comm_hidden, t.optimizer);
+  if (c.context > 1)
+    s += fmt::format("context comm {:.4g} ({}), {:.4g} of it hidden behind attention: {:.4g} exposed\n", t.context_comm,
+                     link(r.context_intra_node), t.context_comm_hidden, t.context_comm - t.context_comm_hidden);
+  if (!r.ops.empty()) {
+    s += fmt::format(
+        "operations of one micro-batch on one tensor rank ({} attention, {:.0f} GB/s for memory-bound "
+        "kernels, {:.1f} us floor per kernel):\n",
+        cl.flash_attention ? "flash" : "materialized", cl.memory_bandwidth * cl.memory_fraction / 1e9,
+        cl.kernel_floor * 1e6);
+    s += fmt::format("  {:<26} {:>9} {:>24} {:>11} {:>11} {:>8} {:>11} {:>11}\n", "operation", "per", "shape m x n x k",
+                     "GFLOP", "MB", "eff.", "fwd ms", "bwd ms");
+    for (const auto& op : r.ops) {
+      const std::string shape =
+          op.kind == OpKind::memory || op.m == 0
+              ? "-"
+              : fmt::format("{}{} x {} x {}", op.batch > 1 ? fmt::format("{} x ", op.batch) : "", op.m, op.n, op.k);
+      s += fmt::format("  {:<26} {:>9} {:>24} {:>11.3f} {:>11.2f} {:>7.0f}% {:>11.4f} {:>11.4f}\n", op.name,
+                       op.head ? "head" : "layer", shape, op.flops / 1e9, op.bytes / 1e6, 100 * op.efficiency,
+                       op.forward_s * 1e3, op.backward_s * 1e3);
+    }
+  }
+  s += fmt::format(
+      "predicted {:.4g} tokens/s | {:.1f} TFLOP/s per device (model FLOPs) | MFU {:.1f}% of {:.0f} TFLOP/s\n",
+      r.tokens_per_s, r.tflops_per_device, 100 * r.mfu, cl.peak_flops / 1e12);
+  return s;
+}
+
+}  // namespace trident::launch

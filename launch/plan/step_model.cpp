@@ -1,0 +1,129 @@
+// The per-operation step-time model (see step_model.hpp and docs/planner.md).
+#include "launch/plan/step_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/architecture.hpp"
+#include "model/parallel_plan.hpp"
+
+namespace trident::launch {
+
+double DeviceRates::gemm_efficiency(double dim) const {
+  if (gemm_table.empty()) return gemm_fraction;
+  if (dim <= gemm_table.front().first) return gemm_table.front().second;
+  if (dim >= gemm_table.back().first) return gemm_table.back().second;
+  for (size_t i = 1; i < gemm_table.size(); ++i) {
+    const auto& [d1, f1] = gemm_table[i];
+    if (dim > d1) continue;
+    const auto& [d0, f0] = gemm_table[i - 1];
+    const double t = (std::log2(dim) - std::log2(d0)) / (std::log2(d1) - std::log2(d0));
+    return f0 + t * (f1 - f0);
+  }
+  return gemm_table.back().second;
+}
+
+namespace {
+
+// A GEMM [m, k] x [k, n] (batch of them): the slower of its FLOPs at the
+// shape's efficiency and its operands through memory. Backward: the input
+// and weight gradients, each the forward's size.
+Op gemm(const std::string& name, int64_t m, int64_t n, int64_t k, int64_t batch, const DeviceRates& r) {
+  Op op;
+  op.name = name, op.kind = OpKind::gemm, op.m = m, op.n = n, op.k = k, op.batch = batch;
+  op.flops = 2.0 * double(m) * double(n) * double(k) * double(batch);
+  op.bytes =
+      double(batch) * (double(m) * double(k) + double(k) * double(n) + double(m) * double(n)) * r.bytes_per_value;
+  op.efficiency = r.gemm_efficiency(double(std::min({m, n, k})));
+  const double one =
+      std::max({op.flops / (r.peak_flops * op.efficiency), op.bytes / r.memory_bandwidth, r.kernel_floor});
+  op.forward_s = one;
+  op.backward_s = 2 * one;
+  return op;
+}
+
+// An elementwise or reduction kernel moving `values` values forward;
+// its backward moves `backward_ratio` times as many, in `backward_kernels`.
+Op memory(const std::string& name, double values, double backward_ratio, int backward_kernels, const DeviceRates& r) {
+  Op op;
+  op.name = name, op.kind = OpKind::memory;
+  op.bytes = values * r.bytes_per_value;
+  op.efficiency = 1;
+  op.forward_s = std::max(op.bytes / r.memory_bandwidth, r.kernel_floor);
+  op.backward_s = std::max(backward_ratio * op.bytes / r.memory_bandwidth, backward_kernels * r.kernel_floor);
+  return op;
+}
+
+}  // namespace
+
+std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const DeviceRates& r) {
+  const model::Architecture& arch = model::architecture(m.arch);
+  const model::LocalDims local = model::local_dims(m, {0, shape.tensor});
+  // s: the sequence; M: this rank's rows (seq_len / context of each sequence)
+  const int64_t s = m.seq_len, b = shape.micro_batch, M = b * s / shape.context, C = m.hidden, hd = m.head_dim();
+  const int64_t H = local.heads, KV = local.kv_heads, F = local.ffn;
+  const double R = double(M) / (shape.sequence_parallel ? shape.tensor : 1);  // rows of the residual stream here
+  std::vector<Op> ops;
+  // the norm before attention: read the residual, write the normalised rows
+  ops.push_back(memory("norm (attention)", 2 * R * double(C), 2, 1, r));
+  ops.push_back(gemm("qkv", M, (H + 2 * KV) * hd, C, 1, r));
+  if (arch.positions == model::Positions::rotary)
+    ops.push_back(memory("rotary", 2.0 * double(M) * double(H + KV) * double(hd), 1, 1, r));
+  if (r.flash_attention) {
+    // causal: about half the score blocks; backward recomputes the scores (5 matmuls to the forward's 2);
+    // context parallelism: this rank's rows against the whole sequence (the balanced split gives each an equal share)
+    Op op;
+    op.name = "attention (flash)", op.kind = OpKind::attention;
+    op.flops = 4.0 * double(b) * double(H) * double(s) * double(s) * double(hd) * 0.5 / double(shape.context);
+    op.bytes = 4.0 * double(M) * double(H) * double(hd) * r.bytes_per_value;
+    op.efficiency = r.attention_fraction;
+    op.forward_s = std::max(op.flops / (r.peak_flops * op.efficiency), r.kernel_floor);
+    op.backward_s = std::max(2.5 * op.flops / (r.peak_flops * op.efficiency), 2 * r.kernel_floor);
+    op.recomputed = true;
+    ops.push_back(op);
+  } else {
+    // scores [b H, s, s] = Q K^T, softmax (scale and causal mask fused) and
+    // probabilities x V; the scores and probabilities go through memory
+    const int64_t q = s / shape.context;  // this rank's query rows
+    Op scores = gemm("attention scores", q, s, hd, b * H, r);
+    // softmax: read scores, write probabilities (backward: read both gradients' inputs, write one);
+    // dropout on them: read, write and a one-byte mask (backward the same)
+    const double probs = double(b * H) * double(q) * double(s);
+    Op softmax = memory(r.attention_dropout ? "softmax + dropout" : "softmax",
+                        probs * (2 + (r.attention_dropout ? 2 + 1 / r.bytes_per_value : 0)),
+                        r.attention_dropout ? 1.25 : 1.5, r.attention_dropout ? 2 : 1, r);
+    Op values = gemm("attention values", q, hd, s, b * H, r);
+    for (Op* op : {&scores, &softmax, &values}) op->kind = OpKind::attention, op->recomputed = true;
+    ops.push_back(scores), ops.push_back(softmax), ops.push_back(values);
+  }
+  ops.push_back(gemm("attention output", M, C, H * hd, 1, r));
+  ops.push_back(memory("residual add (attention)", 3 * R * double(C), 1, 1, r));
+  ops.push_back(memory("norm (mlp)", 2 * R * double(C), 2, 1, r));
+  ops.push_back(gemm("mlp in", M, arch.mlp_in_width(F), C, 1, r));
+  // GELU: read and write [M, F]; SwiGLU: read two halves, write one
+  const double act = double(M) * double(F) * (arch.mlp == model::MlpKind::swiglu ? 3 : 2);
+  ops.push_back(memory(arch.mlp == model::MlpKind::swiglu ? "swiglu" : "gelu", act, 1.5, 1, r));
+  ops.push_back(gemm("mlp out", M, C, F, 1, r));
+  ops.push_back(memory("residual add (mlp)", 3 * R * double(C), 1, 1, r));
+  // the head: final norm, the LM head over this rank's vocabulary rows, cross-entropy
+  Op norm = memory("final norm", 2 * R * double(C), 2, 1, r);
+  Op logits = gemm("lm head", M, local.vocab, C, 1, r);
+  Op loss = memory("cross-entropy", 2.0 * double(M) * double(local.vocab), 1.5, 1, r);
+  for (Op* op : {&norm, &logits, &loss}) op->head = true, ops.push_back(*op);
+  return ops;
+}
+
+OpTimes stage_op_times(const std::vector<Op>& ops, double layers, bool head) {
+  OpTimes t;
+  for (const Op& op : ops) {
+    const double times = op.head ? (head ? 1 : 0) : layers;
+    if (times == 0) continue;
+    const double both = times * (op.forward_s + op.backward_s);
+    (op.kind == OpKind::gemm ? t.gemm : op.kind == OpKind::attention ? t.attention : t.memory) += both;
+    if (!op.head) t.forward += times * op.forward_s;  // the head is not recomputed
+    if (op.recomputed) t.selective += times * op.forward_s;
+  }
+  return t;
+}
+
+}  // namespace trident::launch

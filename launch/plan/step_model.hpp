@@ -1,0 +1,77 @@
+// The planner's step-time model, built from the operations of a layer
+// (docs/planner.md): each GEMM at an efficiency that depends on its shape,
+// memory-bound kernels (norms, activations, residual adds, rotary, softmax,
+// cross-entropy) at the device's memory bandwidth, attention by its own
+// roofline (flash-style, as Trident's CPU and CUDA kernels both are, or
+// scores materialized as older GPU stacks do), and a floor per kernel launch. Collectives are costed by
+// the planner (alpha-beta per link level).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/recipe/recipe.hpp"
+
+namespace trident::launch {
+
+// What the device achieves, from the cluster file (launch/plan/planner.hpp).
+struct DeviceRates {
+  double peak_flops = 0;  // per device, in the planned precision
+  // fraction of peak a GEMM reaches by its smallest dimension (ascending
+  // dimensions; interpolated in log2 of the dimension, held at the ends).
+  // Empty: `gemm_fraction` for every shape.
+  std::vector<std::pair<double, double>> gemm_table;
+  double gemm_fraction = 1;
+  double attention_fraction = 1;   // flash attention's FLOP rate as a fraction of peak
+  bool flash_attention = true;     // false: scores and probabilities go through memory
+  bool attention_dropout = false;  // materialized: dropout on the probabilities (one more pass each way)
+  double memory_bandwidth = 0;     // bytes/s the elementwise kernels achieve
+  double kernel_floor = 0;         // s: no kernel takes less (launch and tail)
+  double bytes_per_value = 4;      // activations and parameters (2 for bf16/fp16)
+  // The efficiency of a GEMM whose smallest dimension is `dim`.
+  double gemm_efficiency(double dim) const;
+};
+
+enum class OpKind { gemm, attention, memory };
+
+// One operation of a layer (or of the head), on one tensor rank, for one
+// micro-batch; forward and backward times per occurrence.
+struct Op {
+  std::string name;
+  OpKind kind = OpKind::gemm;
+  int64_t m = 0, n = 0, k = 0, batch = 1;  // GEMM shape of the forward pass
+  double flops = 0;                        // forward
+  double bytes = 0;                        // forward
+  double efficiency = 0;                   // of peak (GEMM, attention) or of bandwidth (memory)
+  double forward_s = 0, backward_s = 0;
+  bool head = false;        // once per micro-batch on the stage with the LM head, else once per layer
+  bool recomputed = false;  // selective recomputation repeats its forward
+};
+
+struct OpShape {
+  int64_t micro_batch = 1;
+  int tensor = 1;
+  bool sequence_parallel = false;
+  int context = 1;  // the sequence split over this many ranks: each holds seq_len / context rows
+};
+
+// The operations of one layer and of the head for a micro-batch.
+std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const DeviceRates& rates);
+
+// Seconds per micro-batch on a stage holding `layers` layers (and the head
+// when `head`), by category.
+struct OpTimes {
+  double gemm = 0, attention = 0, memory = 0;  // forward + backward
+  double forward = 0;                          // of all three: what full recomputation repeats
+  double selective = 0;                        // what selective recomputation repeats
+  double total() const { return gemm + attention + memory; }
+};
+OpTimes stage_op_times(const std::vector<Op>& ops, double layers, bool head);
+
+}  // namespace trident::launch
+
+namespace trident {
+TRIDENT_ENUM_NAMES(launch::OpKind, {launch::OpKind::gemm, "gemm"}, {launch::OpKind::attention, "attention"},
+                   {launch::OpKind::memory, "memory"});
+}  // namespace trident

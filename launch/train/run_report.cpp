@@ -1,0 +1,478 @@
+// The run's log lines, metrics file, trace and summary (see run_report.hpp).
+#include "launch/train/run_report.hpp"
+
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "core/atomic_file.hpp"
+#include "core/device_memory.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "kernels/backends.hpp"
+#include "kernels/gemm.hpp"
+#include "launch/train/stop_signals.hpp"
+#include "parallel/rank_reductions.hpp"
+
+namespace trident::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", double(b) / (1 << 20)); }
+
+using Json = nlohmann::ordered_json;
+
+// 70.6 MiB, 12.0 GiB
+std::string human_bytes(double b) {
+  return b < double(1 << 30) ? fmt::format("{:.1f} MiB", b / double(1 << 20))
+                             : fmt::format("{:.1f} GiB", b / double(1 << 30));
+}
+
+Json peak_bytes_json(const MemStats& s) {
+  Json out = Json::object();
+  for (int i = 0; i < kMemCategories; ++i) out[mem_category_name(MemCategory(i))] = s.peak[size_t(i)];
+  out["total"] = s.total_peak;
+  return out;
+}
+
+// x with `digits` decimals (metrics stay readable); non-finite values become null
+Json rounded(double x, int digits) {
+  if (!std::isfinite(x)) return nullptr;
+  const double scale = std::pow(10.0, digits);
+  return std::round(x * scale) / scale;
+}
+Json finite_or_null(double x) { return std::isfinite(x) ? Json(x) : Json(nullptr); }
+
+void write_record(FILE* f, const Json& record) {
+  std::fprintf(f, "%s\n", record.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
+  std::fflush(f);
+}
+
+}  // namespace
+
+// A Chrome trace (chrome://tracing, Perfetto): every rank's spans of the
+// traced steps, gathered to rank 0. Each span is 6 doubles: step, kind,
+// chunk, micro-batch, start, end (seconds from the step's start, ranks
+// aligned by a barrier at the step's start).
+struct RunReport::Trace {
+  enum Kind { forward, backward, backward_input, backward_weight, recv_wait, send, grad_sync, optimizer, kinds };
+  static const char* name(int k) {
+    static const char* names[kinds] = {"forward",        "backward", "backward_input", "backward_weight",
+                                       "recv (waiting)", "send",     "gradient sync",  "optimizer"};
+    return names[k];
+  }
+  static int kind_of(parallel::ActionType t) {
+    switch (t) {
+      case parallel::ActionType::forward:
+        return forward;
+      case parallel::ActionType::backward:
+        return backward;
+      case parallel::ActionType::backward_input:
+        return backward_input;
+      case parallel::ActionType::backward_weight:
+        return backward_weight;
+      case parallel::ActionType::recv_act:
+      case parallel::ActionType::recv_grad:
+        return recv_wait;
+      case parallel::ActionType::send_act:
+      case parallel::ActionType::send_grad:
+        return send;
+    }
+    return -1;
+  }
+  void add(int64_t step, int kind, int chunk, int micro, double start, double end) {
+    for (double v : {double(step), double(kind), double(chunk), double(micro), start, end}) spans.push_back(v);
+  }
+  void write(const std::string& path, parallel::Communicator* world) {
+    std::vector<int64_t> counts;
+    const std::vector<double> all = parallel::gather_varying(world, spans, &counts);
+    if (world && world->rank() != 0) return;
+    Json events = Json::array();
+    size_t i = 0;
+    for (size_t r = 0; r < counts.size(); ++r)
+      for (int64_t e = 0; e < counts[r] / 6; ++e, i += 6)
+        events.push_back({{"name", name(int(all[i + 1]))},
+                          {"ph", "X"},
+                          {"pid", 0},
+                          {"tid", r},
+                          {"ts", rounded(all[i + 4] * 1e6, 1)},
+                          {"dur", rounded((all[i + 5] - all[i + 4]) * 1e6, 1)},
+                          {"args", {{"step", int(all[i])}, {"chunk", int(all[i + 2])}, {"micro", int(all[i + 3])}}}});
+    try {
+      write_file_atomic(path, Json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n");
+    } catch (const Error& e) {
+      fail_input("log.trace: {}", e.what());
+    }
+  }
+  std::vector<double> spans;
+};
+
+std::string peak_cache_file() {
+  if (const char* dir = std::getenv("TRIDENT_CACHE_DIR"); dir && *dir) return std::string(dir) + "/gemm_peak.json";
+  if (const char* dir = std::getenv("XDG_CACHE_HOME"); dir && *dir) return std::string(dir) + "/trident/gemm_peak.json";
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return std::string(home) + "/.cache/trident/gemm_peak.json";
+  return "";
+}
+
+namespace {
+
+// This machine's CPU, as /proc/cpuinfo names it.
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
+  return "unknown cpu";
+}
+
+// The cached peaks: {"CPU | N threads | backend": {"flops": F, "measured": DATE}}.
+Json read_peak_cache(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) return Json::object();
+  try {
+    Json j = Json::parse(in);
+    return j.is_object() ? j : Json::object();
+  } catch (const Json::exception&) {
+    return Json::object();  // a damaged cache is measured again and rewritten
+  }
+}
+
+}  // namespace
+
+void cache_gemm_peak(const std::string& key, double flops) {
+  const std::string file = peak_cache_file();
+  if (file.empty()) return;
+  try {
+    Json j = read_peak_cache(file);
+    if (j.contains(key) && j[key].value("flops", 0.0) >= flops) return;
+    const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    char when[32];
+    std::strftime(when, sizeof(when), "%Y-%m-%d", std::gmtime(&now));
+    j[key] = {{"flops", flops}, {"measured", when}};
+    std::filesystem::create_directories(std::filesystem::path(file).parent_path());
+    write_file_atomic(file, j.dump(2) + "\n");
+  } catch (const std::exception& e) {
+    log::warn("{}: could not cache the GEMM peak ({})", file, e.what());
+  }
+}
+
+std::pair<double, std::string> mfu_reference(const Recipe& rc, Device device, std::string* cache_key) {
+  if (rc.log.peak_flops > 0) return {rc.log.peak_flops, "log.peak_flops"};
+  const Precision p = rc.train.precision;
+  if (device.type == DeviceType::cuda)
+    return {kernels::cuda_peak_flops(p), fmt::format("dense {} peak of cuda:{}", p, device.index)};
+  // CPU: the best sgemm ever measured on this machine with this many threads
+  // (cached: a figure measured once, not under whatever load start-up meets)
+  const std::string what = p == Precision::bf16 ? "bf16 GEMM" : "sgemm";
+  const std::string key =
+      fmt::format("{} | {} threads | {} | {}", cpu_model(), kernels::num_threads(), kernels::cpu_gemm_backend(), what);
+  if (cache_key) *cache_key = key;
+  const std::string file = peak_cache_file();
+  const Json cache = file.empty() ? Json::object() : read_peak_cache(file);
+  if (cache.contains(key) && cache[key].value("flops", 0.0) > 0)
+    return {cache[key]["flops"].get<double>(),
+            fmt::format("{} measured {}, cached in {}", what, cache[key].value("measured", "?"), file)};
+  const double measured = kernels::measure_gemm_peak();
+  cache_gemm_peak(key, measured);
+  return {measured, "measured " + what};
+}
+
+RunReport::RunReport(const Recipe& rc, parallel::Mesh& mesh, const RunFacts& facts, bool quiet)
+    : rc_(rc), mesh_(mesh), facts_(facts), quiet_(quiet), trace_(std::make_unique<Trace>()) {
+  out_.entropy_floor = facts.entropy_floor;
+  out_.predicted_bubble = facts.predicted_bubble;
+}
+
+RunReport::~RunReport() {
+  if (metrics_) std::fclose(metrics_);
+}
+
+MemStats RunReport::memory() const {  // of the device the model lives on (the host's on CPU)
+  return mesh_.device().type == DeviceType::cuda ? device_memory_stats() : HostAllocator::instance().stats();
+}
+
+void RunReport::start(bool append) {
+  run_start_ = Clock::now();
+  mesh_.device().type == DeviceType::cuda ? device_reset_peaks() : HostAllocator::instance().reset_peaks();
+  if (!mesh_.leader()) return;
+  if (!rc_.log.tensorboard.empty()) {
+    tensorboard_ = std::make_unique<TensorBoardWriter>(rc_.log.tensorboard);
+    tensorboard_->text("recipe", 0, "```yaml\n" + rc_.resolved_text() + "\n```");
+  }
+  const std::string& path = rc_.log.metrics;
+  if (path.empty()) return;
+  std::error_code ec;
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  metrics_ = std::fopen(path.c_str(), append ? "a" : "w");
+  if (!metrics_) fail_input("log.metrics: cannot create '{}' ({})", path, std::strerror(errno));
+  const bool synthetic = rc_.data.synthetic;
+  write_record(metrics_, {{"type", "start"},
+                          {"recipe", rc_.source},
+                          {"params", facts_.params},
+                          {"flops_per_token", facts_.flops_per_token},
+                          {"peak_flops", facts_.peak_flops},
+                          {"entropy_floor", synthetic ? Json(facts_.entropy_floor) : Json(nullptr)},
+                          {"sequence_floor", synthetic ? Json(facts_.sequence_floor) : Json(nullptr)},
+                          {"threads", facts_.threads},
+                          {"precision", enum_name(rc_.train.precision)}});
+}
+
+void RunReport::emit(const Json& record) {
+  if (metrics_) write_record(metrics_, record);
+  if (tensorboard_) tensorboard_->metrics(record);
+}
+
+void RunReport::begin_step(int64_t step) {
+  traced_ = !rc_.log.trace.empty() && std::count(rc_.log.trace_steps.begin(), rc_.log.trace_steps.end(), step + 1);
+  if (traced_ && mesh_.world()) mesh_.world()->barrier()->wait();  // align the ranks' clocks for the trace
+  step_start_ = Clock::now();
+}
+
+double RunReport::seconds() const { return std::chrono::duration<double>(Clock::now() - step_start_).count(); }
+
+void RunReport::schedule_done(const parallel::PipelineExecutor& executor, double tensor_comm_s) {
+  sched_s_ = executor.step_seconds(), idle_s_ = executor.idle_seconds(), tensor_comm_s_ = tensor_comm_s;
+  if (!traced_) return;
+  const int64_t step = int64_t(out_.losses.size()) + 1;  // 1-based, for the trace
+  for (const auto& sp : executor.spans()) {
+    const int k = Trace::kind_of(sp.type);
+    if (k >= 0) trace_->add(step, k, sp.chunk, sp.micro, sp.start, sp.end);
+  }
+}
+
+void RunReport::span(Span kind, double start, double end) {
+  if (traced_)
+    trace_->add(int64_t(out_.losses.size()) + 1, kind == Span::grad_sync ? Trace::grad_sync : Trace::optimizer, 0, 0,
+                start, end);
+}
+
+void RunReport::end_step(const StepFacts& f) {
+  const int64_t step = f.step;
+  if (traced_ && step + 1 == *std::max_element(rc_.log.trace_steps.begin(), rc_.log.trace_steps.end()))
+    trace_->write(rc_.log.trace, mesh_.world());
+  // GPU time of the step's kernels (TRIDENT_KERNEL_TIMES=1 on CUDA): the step
+  // should take little more than their sum
+  const auto kernel_times = kernels::take_kernel_times();
+  double kernel_s = 0;
+  for (const auto& [name, s] : kernel_times) kernel_s += s;
+  if (!kernel_times.empty() && !quiet_ && step + 1 == rc_.train.steps) {
+    auto sorted = kernel_times;
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::string top;
+    for (size_t i = 0; i < std::min<size_t>(sorted.size(), 8); ++i)
+      top += fmt::format("{}{} {:.1f} ms", i ? ", " : "", sorted[i].first, 1e3 * sorted[i].second);
+    log::info("kernels of the last step: {:.1f} ms in all | {}", 1e3 * kernel_s, top);
+  }
+  const double tokens_per_step = double(rc_.train.global_batch * rc_.model.seq_len);
+  const double dt = seconds();
+  if (step > 0 || rc_.train.steps == 1) timed_seconds_ += dt, timed_steps_ += 1;
+  const double tps = tokens_per_step / dt;
+  // the reference is a peak: a step faster than it shows the reference was
+  // measured low (a busy machine); it is raised (and cached) rather than
+  // reporting an MFU above 100%
+  const double achieved = facts_.flops_per_token * tps / mesh_.world_size();  // per rank
+  if (achieved > facts_.peak_flops && step > 0) {
+    if (!quiet_ && facts_.peak_source.rfind("achieved", 0) != 0)
+      log::info(
+          "MFU reference {:.1f} GFLOP/s ({}) is below what step {} achieved ({:.1f} GFLOP/s per rank): "
+          "raised to the best step's throughput from here on",
+          facts_.peak_flops / 1e9, facts_.peak_source, step + 1, achieved / 1e9);
+    facts_.peak_flops = achieved, facts_.peak_source = "achieved by the best step";
+    if (!facts_.peak_cache_key.empty()) cache_gemm_peak(facts_.peak_cache_key, achieved);
+  }
+  const double mfu = std::min(1.0, achieved / facts_.peak_flops);
+  // measured bubble per stage: time blocked on pipeline transfers / schedule time
+  const std::vector<double> bubble = parallel::gather_scalar(mesh_.pipeline(), sched_s_ > 0 ? idle_s_ / sched_s_ : 0);
+  // stragglers: each rank's busy time, the step less what it waited for the
+  // others (data-parallel reductions, pipeline transfers, tensor-parallel
+  // collectives); the slowest against the median rank
+  const std::vector<double> busy =
+      parallel::gather_scalar(mesh_.world(), std::max(0.0, dt - f.comm_wait_s - idle_s_ - tensor_comm_s_));
+  const size_t slowest = size_t(std::max_element(busy.begin(), busy.end()) - busy.begin());
+  std::vector<double> sorted = busy;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[(sorted.size() - 1) / 2];
+  const double excess = median > 0 ? busy[slowest] / median - 1 : 0;
+  out_.losses.push_back(f.loss);
+  out_.grad_norms.push_back(f.grad_norm);
+  out_.loss_scales.push_back(f.loss_scale);
+  out_.skipped.push_back(f.skipped);
+  out_.step_seconds.push_back(dt);
+  out_.bubbles.push_back(bubble);
+  out_.comm_wait_s += f.comm_wait_s;
+  if (!quiet_ && f.skipped)
+    log::info("step {}: inf/NaN gradients at loss scale {:g}; step skipped, scale now {:g}", step + 1, f.loss_scale,
+              f.next_loss_scale);
+  const bool fp16 = rc_.train.precision == Precision::fp16;
+  if (metrics_ || tensorboard_) {
+    Json r = {{"type", "train"},
+              {"step", step + 1},
+              {"loss", finite_or_null(f.loss)},
+              {"lr", f.lr},
+              {"grad_norm", finite_or_null(f.grad_norm)}};
+    if (fp16) r["loss_scale"] = f.loss_scale, r["skipped"] = f.skipped;
+    if (f.nonfinite) r["nonfinite_skipped"] = true;
+    r["tokens_per_s"] = rounded(tps, 1), r["mfu"] = rounded(mfu, 4), r["step_s"] = rounded(dt, 4);
+    r["comm_wait_s"] = rounded(f.comm_wait_s, 4), r["tensor_comm_s"] = rounded(tensor_comm_s_, 4);
+    r["checkpoint_s"] = rounded(f.checkpoint_s, 4);
+    r["busy_s_median"] = rounded(median, 4), r["busy_s_max"] = rounded(busy[slowest], 4);
+    r["slowest_rank"] = int64_t(slowest), r["straggler_excess"] = rounded(excess, 4);
+    if (!kernel_times.empty()) r["kernel_s"] = rounded(kernel_s, 5);
+    Json b = Json::array();
+    for (double x : bubble) b.push_back(rounded(x, 4));
+    r["bubble"] = b, r["bubble_predicted"] = rounded(facts_.predicted_bubble, 4);
+    r["peak_bytes"] = peak_bytes_json(memory());
+    if (f.samples_per_dataset.size() > 1) {  // a blend: tokens consumed per dataset so far
+      Json t = Json::object();
+      for (size_t i = 0; i < f.samples_per_dataset.size(); ++i)
+        t[rc_.data.train[i].path] = f.samples_per_dataset[i] * rc_.model.seq_len;
+      r["tokens_per_dataset"] = t;
+    }
+    emit(r);
+  }
+  const bool last = step + 1 == rc_.train.steps;
+  if ((step + 1) % rc_.log.every == 0 || step == 0 || last) {  // the same steps on every rank
+    // memory headroom: the fullest rank's peak against what one rank has (its
+    // GPU, or its share of the node's RAM)
+    const double peak = parallel::max_over(mesh_.world(), double(memory().total_peak));
+    if (!quiet_) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - run_start_).count();
+      const double eta = elapsed / double(step + 1) * double(rc_.train.steps - step - 1);
+      const double capacity = mesh_.device().type == DeviceType::cuda
+                                  ? double(device_total_bytes())
+                                  : double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE)) /
+                                        double(std::max(1, mesh_.node_size()));
+      std::string extra;
+      if (capacity > 0)
+        extra += fmt::format(" | mem {} of {} ({:.0f}% free)", human_bytes(peak), human_bytes(capacity),
+                             100 * std::max(0.0, 1 - peak / capacity));
+      if (busy.size() > 1 && excess > rc_.log.straggler)
+        extra += fmt::format(" | slowest rank {} +{:.0f}% ({:.0f} ms busy, median {:.0f} ms)", slowest, 100 * excess,
+                             1e3 * busy[slowest], 1e3 * median);
+      log::info("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | mfu {:.1f}% | eta {}{}",
+                step + 1, rc_.train.steps, f.loss, f.lr, f.grad_norm, tps, 100 * mfu, log::format_duration(eta), extra);
+    }
+  }
+}
+
+void RunReport::evaluated(int64_t step, double val, const std::vector<double>& per_dataset) {
+  if (!std::isfinite(val)) return;
+  out_.final_val_loss = val;
+  std::string each;
+  Json per = Json::object();
+  for (size_t i = 0; i < per_dataset.size() && i < rc_.data.valid.size(); ++i) {
+    per[rc_.data.valid[i].path] = finite_or_null(per_dataset[i]);
+    each += fmt::format(" | {} {:.4f}", rc_.data.valid[i].path, per_dataset[i]);
+  }
+  if (metrics_ || tensorboard_) {
+    Json r = {{"type", "eval"}, {"step", step + 1}, {"val_loss", val}};
+    if (!per_dataset.empty()) r["val_loss_per_dataset"] = per;
+    emit(r);
+  }
+  if (!quiet_)
+    log::info("eval   {:>6}/{} | val loss {:.4f}{}{}", step + 1, rc_.train.steps, val,
+              rc_.data.synthetic ? fmt::format(" | floor {:.4f} ({:+.1f}%)", facts_.entropy_floor,
+                                               100 * (val / facts_.entropy_floor - 1))
+                                 : "",
+              each);
+}
+
+void RunReport::stopped(int64_t step, int signal) {
+  if (tensorboard_) tensorboard_->flush();
+  log::info("stopping after step {} of {} on signal {}: saved; resume with --resume", step + 1, rc_.train.steps,
+            signal_name(signal));
+  out_.stopped_by_signal = signal, stopped_after_ = step + 1;
+}
+
+TrainSummary RunReport::finish() {
+  const double tokens_per_step = double(rc_.train.global_batch * rc_.model.seq_len);
+  out_.tokens_per_s = timed_steps_ > 0 ? tokens_per_step * timed_steps_ / timed_seconds_ : 0;
+  const MemStats peak = memory();
+  out_.peak_params = peak.peak[size_t(MemCategory::params)];
+  out_.peak_grads = peak.peak[size_t(MemCategory::grads)];
+  out_.peak_optimizer = peak.peak[size_t(MemCategory::optimizer)];
+  out_.peak_activations = peak.peak[size_t(MemCategory::activations)];
+  out_.peak_comm = peak.peak[size_t(MemCategory::comm)];
+  out_.peak_other = peak.peak[size_t(MemCategory::other)];
+  out_.peak_total = peak.total_peak;
+  out_.mfu = std::min(1.0, facts_.flops_per_token * out_.tokens_per_s / (facts_.peak_flops * mesh_.world_size()));
+  if (!quiet_)
+    log::info("{} in {} | {:.0f} tok/s | mfu {:.1f}% | peak memory {} (activations {})",
+              stopped_after_ > 0 ? fmt::format("stopped: {} of {} steps done ({} in this run)", stopped_after_,
+                                               rc_.train.steps, out_.losses.size())
+                                 : fmt::format("done: {} steps ({} in this run)", rc_.train.steps, out_.losses.size()),
+              log::format_duration(std::chrono::duration<double>(Clock::now() - run_start_).count()), out_.tokens_per_s,
+              100 * out_.mfu, mib(peak.total_peak), mib(peak.peak[size_t(MemCategory::activations)]));
+  // what the run wrote for its user and could not: an error the exit code shows
+  if (metrics_ && (std::fflush(metrics_) != 0 || std::ferror(metrics_)))
+    throw Error(fmt::format("log.metrics: writing '{}' failed (disk full or removed?)", rc_.log.metrics));
+  if (tensorboard_ && !tensorboard_->ok())
+    throw Error(fmt::format("log.tensorboard: writing '{}' failed (disk full or removed?)", tensorboard_->path()));
+  return out_;
+}
+
+void log_run_start(const Recipe& rc, const parallel::Mesh& mesh, const RunFacts& facts, const StartFacts& start) {
+  const auto& m = rc.model;
+  const auto& par = rc.parallel;
+  log::info("trident: {} | {} layers, hidden {}, heads {}/{}, ffn {}, seq {}, vocab {} | {:.2f}M parameters", rc.source,
+            m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.seq_len, m.vocab, double(facts.params) / 1e6);
+  const int64_t Vpad = m.padded_vocab(par.tensor);
+  log::info(
+      "vocabulary padded {} -> {} (+{} rows, a multiple of vocab_multiple {} x tensor {}); padded logits are "
+      "masked and stripped on export",
+      m.vocab, Vpad, Vpad - m.vocab, m.vocab_multiple, par.tensor);
+  if (par.tensor > 1) {
+    const auto& dims = *start.dims;
+    log::info(
+        "tensor parallel {}{} | per rank: heads {}, kv heads {}{}, ffn {}, vocab rows {} | {:.2f}M parameters "
+        "per rank",
+        par.tensor, par.sequence_parallel ? " with sequence parallelism" : "", dims.heads, dims.kv_heads,
+        m.kv_heads < par.tensor ? fmt::format(" (replicated on {} ranks)", par.tensor / m.kv_heads) : "", dims.ffn,
+        dims.vocab, double(start.local_params) / 1e6);
+  }
+  const int64_t micro_steps = rc.micro_batches_per_step(par.data);
+  if (par.pipeline > 1 || par.virtual_stages > 1)
+    log::info(
+        "pipeline {} x virtual stages {} | schedule {} | layers per chunk [{}] | {} micro-batches per step | "
+        "simulated bubble {:.1f}%",
+        par.pipeline, par.virtual_stages, par.schedule, fmt::join(start.chunk_layers, ", "), micro_steps,
+        100 * facts.predicted_bubble);
+  log::info("batch: global {} = micro {} x {} accumulation steps | recompute {} | {} threads | {}",
+            rc.train.global_batch, rc.train.micro_batch, micro_steps, rc.train.recompute, facts.threads,
+            kernels::cpu_gemm_backend());
+  if (rc.train.precision == Precision::bf16 && mesh.device().type == DeviceType::cpu &&
+      !kernels::cpu_has_bf16_instructions())
+    log::warn(
+        "train.precision bf16 on a CPU without bf16 instructions (no AVX512-BF16 or AMX): its GEMMs are emulated "
+        "and this run is slower than fp32 (docs/precision.md)");
+  const MemStats mem0 =
+      mesh.device().type == DeviceType::cuda ? device_memory_stats() : HostAllocator::instance().stats();
+  log::info("data parallel {} x ZeRO {} | per rank: params {} grads {} optimizer {} activations {} | ZeRO formula: {}",
+            par.data, par.zero, mib(mem0.current[0]), mib(mem0.current[1]), mib(mem0.current[2]), mib(mem0.current[3]),
+            start.zero_memory);
+  log::info("model FLOPs/token {:.4g} | MFU reference {:.1f} GFLOP/s ({})", facts.flops_per_token,
+            facts.peak_flops / 1e9, facts.peak_source);
+  if (mesh.device().type == DeviceType::cuda) log::info("{}", mesh.describe_device());
+  if (rc.data.synthetic)
+    log::info(
+        "data: synthetic Markov source (vocab {}, order {}, branching {}) | entropy floor {:.4f} nats/token "
+        "(sequence floor {:.4f}, log(vocab) {:.4f})",
+        rc.data.syn.vocab, rc.data.syn.order, rc.data.syn.branching, facts.entropy_floor, facts.sequence_floor,
+        std::log(double(rc.data.syn.vocab)));
+}
+
+}  // namespace trident::launch

@@ -1,0 +1,110 @@
+// What a run tells its user, in one place: the start-up description, the
+// per-step progress line, the JSON-lines metrics file (docs/metrics.md),
+// the Chrome trace of chosen steps, the measured pipeline bubble, the CUDA
+// kernel times, memory peaks, and the TrainSummary returned to the caller.
+// The loop hands it what it measured (StepFacts); the report gathers what it
+// needs from other ranks itself (traces to rank 0, bubbles over the pipeline
+// group) and writes from rank 0 (metrics, trace).
+// What is not here: any decision about training (the loop makes them).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/allocator.hpp"
+#include "core/recipe/recipe.hpp"
+#include "launch/train/tensorboard.hpp"
+#include "launch/train/trainer.hpp"
+#include "model/parallel_plan.hpp"
+#include "parallel/mesh.hpp"
+#include "parallel/pipeline.hpp"
+
+namespace trident::launch {
+
+// What start-up knows, for the report.
+struct RunFacts {
+  int64_t params = 0;  // the whole model's (consolidated) parameters
+  double flops_per_token = 0;
+  double peak_flops = 0;       // per rank: the MFU reference
+  std::string peak_source;     // where it came from
+  std::string peak_cache_key;  // the cached CPU peak it came from ("" otherwise)
+  double predicted_bubble = 0;
+  double entropy_floor = 0, sequence_floor = 0;  // the synthetic source's; 0 otherwise
+  int64_t eod = -1;                              // the datasets' end-of-document token (-1: none)
+  int threads = 1;
+};
+
+// The MFU reference of this run (and its source, for the log):
+// log.peak_flops, the GPU's dense peak, or this machine's GEMM peak for this
+// many threads, measured once and cached (TRIDENT_CACHE_DIR, else
+// XDG_CACHE_HOME/trident, else ~/.cache/trident: gemm_peak.json), so that
+// start-up neither waits for a measurement nor takes one under load.
+// cache_key: where a higher figure is cached later ("" when not cached).
+std::pair<double, std::string> mfu_reference(const Recipe& rc, Device device, std::string* cache_key = nullptr);
+// Records `flops` for `key` when it beats the cached figure.
+void cache_gemm_peak(const std::string& key, double flops);
+std::string peak_cache_file();  // "" when there is nowhere to cache
+
+// What the loop measured in one step (0-based `step`).
+struct StepFacts {
+  int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1, next_loss_scale = 1;
+  bool skipped = false;    // fp16: the loss scaler skipped the update (gradient overflow)
+  bool nonfinite = false;  // train.nonfinite: skip dropped the update
+  double comm_wait_s = 0, checkpoint_s = 0;
+  std::vector<int64_t> samples_per_dataset;  // a blend: training samples drawn from each dataset so far
+};
+
+class RunReport {
+ public:
+  enum class Span { grad_sync, optimizer };
+  RunReport(const Recipe& rc, parallel::Mesh& mesh, const RunFacts& facts, bool quiet);
+  ~RunReport();
+
+  // Before the first step: peaks and the clock start here; the metrics
+  // file gets its start record (appended to on resume).
+  void start(bool resumed);
+  void begin_step(int64_t step);  // aligns the ranks' clocks on traced steps
+  double seconds() const;         // since begin_step
+  void schedule_done(const parallel::PipelineExecutor& executor, double tensor_comm_s);
+  void span(Span kind, double start, double end);
+  void end_step(const StepFacts& f);
+  // per_dataset: the validation loss of each dataset of a blend (names from
+  // data.valid), empty for one dataset.
+  void evaluated(int64_t step, double val_loss, const std::vector<double>& per_dataset = {});
+  void stopped(int64_t step, int signal);
+  TrainSummary finish();
+
+ private:
+  struct Trace;
+  MemStats memory() const;
+  const Recipe& rc_;
+  parallel::Mesh& mesh_;
+  RunFacts facts_;
+  bool quiet_;
+  FILE* metrics_ = nullptr;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // log.tensorboard, rank 0
+  void emit(const nlohmann::ordered_json& record);  // to the metrics file and TensorBoard
+  std::unique_ptr<Trace> trace_;
+  TrainSummary out_;
+  std::chrono::steady_clock::time_point run_start_, step_start_;
+  bool traced_ = false;
+  double sched_s_ = 0, idle_s_ = 0, tensor_comm_s_ = 0;
+  double timed_seconds_ = 0, timed_steps_ = 0;
+  int64_t stopped_after_ = 0;  // the step a stop signal ended the run after
+};
+
+// One line each: model, vocabulary, tensor / pipeline / data layout, memory,
+// MFU reference, device and data source. Called on every rank (log::info
+// prints on rank 0).
+struct StartFacts {
+  const model::LocalDims* dims = nullptr;
+  int64_t local_params = 0;
+  std::vector<int64_t> chunk_layers;
+  std::string zero_memory;  // parallel::describe_zero_memory
+};
+void log_run_start(const Recipe& rc, const parallel::Mesh& mesh, const RunFacts& facts, const StartFacts& start);
+
+}  // namespace trident::launch

@@ -1,0 +1,408 @@
+// The training loop (see trainer.hpp): build, then one named call per part
+// of a step. Instrumentation is the run report's (run_report.hpp).
+#include "launch/train/trainer.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <tuple>
+
+#include "core/atomic_file.hpp"
+#include "core/crc32c.hpp"
+#include "core/data/dataset_record.hpp"
+#include "core/data/sample_index.hpp"
+#include "core/device_memory.hpp"
+#include "core/error.hpp"
+#include "core/fault.hpp"
+#include "core/log.hpp"
+#include "kernels/backends.hpp"
+#include "kernels/buffer.hpp"
+#include "kernels/gemm.hpp"
+#include "launch/checkpoint/checkpoint.hpp"
+#include "launch/checkpoint/dir_lock.hpp"
+#include "launch/train/nonfinite.hpp"
+#include "launch/train/run_report.hpp"
+#include "launch/train/step.hpp"
+#include "launch/train/stop_signals.hpp"
+#include "model/parallelize.hpp"
+#include "model/transformer.hpp"
+#include "optim/adamw.hpp"
+#include "optim/lr_schedule.hpp"
+#include "optim/mixed_precision.hpp"
+#include "parallel/data_parallel.hpp"
+#include "parallel/mesh.hpp"
+#include "parallel/rank_reductions.hpp"
+#include "parallel/schedule.hpp"
+
+namespace trident::launch {
+namespace {
+
+const char* kind_name(const DatasetRecord& r) { return r.tokenizer ? enum_name(*r.tokenizer) : "none"; }
+
+// Threads: every core for one rank; an even share of the node's cores per
+// rank otherwise; train.threads or OMP_NUM_THREADS override.
+int threads_per_rank(const Recipe& rc, int world) {
+  if (rc.train.threads > 0) return int(rc.train.threads);
+  if (std::getenv("OMP_NUM_THREADS")) return omp_get_max_threads();  // the launcher's word
+  int local = world;
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* v = std::getenv(var)) {
+      local = std::max(1, std::atoi(v));
+      break;
+    }
+  return std::max(1, omp_get_num_procs() / local);
+}
+
+// The token source, and the synthetic source's entropy floors (else 0).
+// Datasets: their records (prepare's PREFIX.meta.json) must name one
+// tokenizer; the sample indexes are built by one rank per node while the
+// others wait.
+std::unique_ptr<TokenSampler> make_sampler(const Recipe& rc, parallel::Mesh& mesh, RunFacts& facts,
+                                           DatasetRecord& first) {
+  if (rc.data.synthetic) {
+    const auto& s = rc.data.syn;
+    const MarkovSource src(s.vocab, s.order, s.branching, s.skew, uint64_t(s.seed));
+    facts.entropy_floor = src.entropy_rate(), facts.sequence_floor = src.sequence_floor(rc.model.seq_len);
+    return make_markov_sampler(s.vocab, s.order, s.branching, s.skew, uint64_t(s.seed));
+  }
+  DatasetSpec spec;
+  spec.sample_len = rc.model.seq_len + 1, spec.seed = uint64_t(rc.seed);
+  spec.train_samples = rc.train.steps * rc.train.global_batch;
+  spec.valid_samples = rc.eval.batches * rc.train.micro_batch;
+  for (const auto* split : {&rc.data.train, &rc.data.valid})
+    for (const DataSource& d : *split) {
+      (split == &rc.data.train ? spec.train : spec.valid).push_back({d.path, d.weight});
+      const DatasetRecord r = read_dataset_record(d.path);
+      spec.max_token.push_back(r.max_id);
+      if (r.max_id >= rc.model.vocab)
+        fail_input("{}: token id {} does not fit model.vocab({}) of {} (the largest id its record {} gives)", d.path,
+                   r.max_id, rc.model.vocab, rc.source, r.path);
+      if (r.path.empty()) continue;
+      if (first.path.empty()) first = r;
+      if (r.tokenizer != first.tokenizer || r.tokenizer_crc32c != first.tokenizer_crc32c || r.eod != first.eod)
+        fail_input("{}: datasets made by different tokenizers: {} ({} {:08x}, eod {}) and {} ({} {:08x}, eod {})",
+                   rc.source, first.path, kind_name(first), first.tokenizer_crc32c, first.eod, r.path, kind_name(r),
+                   r.tokenizer_crc32c, r.eod);
+    }
+  facts.eod = first.eod;
+  if ((rc.data.document_mask || rc.data.mask_eod_loss) && first.eod < 0)
+    fail_input(
+        "{}: key '{}': needs datasets with an end-of-document token; {} records none (prepare with a BPE or "
+        "SentencePiece tokenizer, or --eod-token)",
+        rc.source, rc.data.document_mask ? "data.document_mask" : "data.mask_eod_loss",
+        first.path.empty() ? rc.data.train[0].path : first.path);
+
+  parallel::Communicator* world = mesh.world();
+  // A cache directory the user named is used or the run refuses to start (the
+  // default, next to the data, falls back to an index in memory with a warning).
+  if (!rc.data.cache_dir.empty())
+    parallel::agree_or_fail(
+        world,
+        [&] {
+          const std::string& dir = rc.data.cache_dir;
+          if (const std::string why = unwritable_dir(dir); !why.empty())
+            fail_input(
+                "{}: key 'data.cache_dir': expected a directory this run can write the sample index to, found "
+                "'{}' ({})",
+                rc.source, dir, why);
+        },
+        fmt::format("data.cache_dir {}: rejected by another rank (its error says why)", rc.data.cache_dir));
+  IndexBuild build{mesh.node_rank() == 0,
+                   [world] {
+                     if (world) world->barrier()->wait();
+                   },
+                   rc.data.cache_dir};
+  auto sampler = make_dataset_sampler(spec, build);
+  if (sampler->vocab_needed() > rc.model.vocab)
+    fail_input("{}: token id {} does not fit model.vocab({}) of {}", rc.data.train[0].path, sampler->vocab_needed() - 1,
+               rc.model.vocab, rc.source);
+  return sampler;
+}
+
+// The first parameter whose gradient in this rank's shard is not finite:
+// "layers.3.attn.wqkv[17]", or "" (the shard is clean).
+std::string first_nonfinite_gradient(const model::ParamRegistry& reg, parallel::DataParallel& dp) {
+  std::vector<float> g(size_t(dp.shard_size()));
+  copy_bytes(g.data(), dp.grad_shard(), g.size() * sizeof(float));
+  const auto bad = std::find_if(g.begin(), g.end(), [](float x) { return !std::isfinite(x); });
+  if (bad == g.end()) return "";
+  const int64_t at = dp.shard_begin() + (bad - g.begin());
+  for (const auto& q : reg.params())
+    if (at >= q.offset && at < q.offset + q.numel) return fmt::format("{}[{}] = {}", q.name, at - q.offset, *bad);
+  return fmt::format("element {} of the flat buffer", at);
+}
+
+// Test-only faults (core/fault.hpp): a NaN in this rank's reduced gradients.
+void poison_gradients(parallel::DataParallel& dp) {
+  const float nan = std::nanf("");
+  if (dp.shard_size() > 0) copy_bytes(dp.grad_shard() + dp.shard_size() / 2, &nan, sizeof(float));
+}
+
+// The true global norm of the (scaled) gradients: data x context ranks with
+// a sharded stage hold disjoint reduced shards; tensor and pipeline ranks hold
+// disjoint slices (replicated ones and the tied copy counted once).
+double global_grad_norm(const model::ParamRegistry& reg, parallel::DataParallel& dp, parallel::Mesh& mesh) {
+  double sq =
+      kernels::sum_of_squares_ranges(dp.grad_shard(), model::norm_counted_runs(reg, dp.shard_begin(), dp.shard_end()));
+  if (dp.sharded()) sq = parallel::sum_over(mesh.data_context(), sq);
+  return std::sqrt(parallel::sum_over(mesh.model_parallel(), sq));
+}
+
+// What checkpoints record of the data's tokenizer, and its file's bytes.
+std::pair<checkpoint::IndexTokenizer, std::string> tokenizer_record(const DatasetRecord& r) {
+  checkpoint::IndexTokenizer t{*r.tokenizer, "", "", r.vocab, r.eod};
+  std::string bytes;
+  if (!r.tokenizer_file.empty()) {
+    check_tokenizer_copy(r);
+    for (const char* name : {"tokenizer.json", "tokenizer.model", "vocab.json"})
+      if (r.tokenizer_file.size() > strlen(name) && r.tokenizer_file.ends_with(std::string(".") + name)) t.file = name;
+    if (t.file.empty())
+      fail_input("{}: not a tokenizer copy prepare writes (recorded in {})", r.tokenizer_file, r.path);
+    std::ifstream in(r.tokenizer_file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    t.crc32c = fmt::format("{:08x}", crc32c(bytes.data(), bytes.size()));
+    if (t.crc32c != fmt::format("{:08x}", r.tokenizer_crc32c))
+      fail_input("{}: changed while being read (recorded in {})", r.tokenizer_file, r.path);
+  }
+  return {t, bytes};
+}
+
+// A checkpoint trained on data of another tokenizer is not continued.
+void check_resume_tokenizer(const std::string& from, const DatasetRecord& data) {
+  const std::string index = (std::filesystem::path(from) / "index.json").string();
+  const checkpoint::CheckpointIndex x = checkpoint::read_index(index);
+  if (!x.tokenizer || !data.tokenizer) return;  // older checkpoints or data: nothing recorded
+  const std::string mine = fmt::format("{:08x}", data.tokenizer_crc32c);
+  if (x.tokenizer->kind != *data.tokenizer || (x.tokenizer->crc32c != mine && !x.tokenizer->crc32c.empty()))
+    fail_input(
+        "{}: key 'tokenizer': the checkpoint was trained on data made by a {} tokenizer (CRC-32C {}), this run's data "
+        "({}) by a {} tokenizer (CRC-32C {}); continuing would train on other token ids",
+        index, x.tokenizer->kind, x.tokenizer->crc32c.empty() ? "none" : x.tokenizer->crc32c, data.path,
+        *data.tokenizer, data.tokenizer_file.empty() ? "none" : mine);
+}
+
+// Resume: the checkpoint fills this rank's shard (parameters and optimizer
+// state, from any mesh); returns the step to continue from, or nothing when
+// no checkpoint was loaded (a step-0 checkpoint, e.g. `trident import`'s, is
+// loaded and returns 0).
+std::optional<int64_t> resume(const Recipe& rc, const std::string& arg, const RankState& state, parallel::Mesh& mesh,
+                              const DatasetRecord& data) {
+  if (arg.empty()) {
+    // a fresh run would rotate the checkpoints there away
+    if (const std::string held = existing_checkpoints(rc.checkpoint.dir); !rc.checkpoint.dir.empty() && !held.empty())
+      fail_input(
+          "checkpoint.dir {} already holds checkpoints ({}): continue that run with --resume, or set another "
+          "checkpoint.dir (a fresh run there would replace them)",
+          rc.checkpoint.dir, held);
+    return std::nullopt;
+  }
+  // Every rank reads `latest` and the index itself; they agree before any of
+  // them goes on, so a rank that fails here (or a shared filesystem that
+  // shows the ranks different files) is an error on every rank, never some
+  // ranks training while the others have left.
+  std::string from;
+  parallel::agree_or_fail(
+      mesh.world(),
+      [&] {
+        from = resolve_resume(rc, arg);
+        if (!from.empty()) check_resume_tokenizer(from, data);
+      },
+      fmt::format("--resume {}: rejected by another rank (its error says why)", arg));
+  const double mine = from.empty() ? 1 : 0;
+  const double most = parallel::max_over(mesh.world(), mine), least = -parallel::max_over(mesh.world(), -mine);
+  if (most != least)
+    fail_input("--resume {}: this rank finds {}, another rank {}; is {} the same directory on every node?", arg,
+               from.empty() ? "no checkpoint" : from, from.empty() ? "one" : "none",
+               rc.checkpoint.dir.empty() ? arg : rc.checkpoint.dir);
+  if (from.empty()) {
+    log::info("resume: no checkpoint in {} yet; starting from step 0", rc.checkpoint.dir);
+    return std::nullopt;
+  }
+  const int64_t step = load_checkpoint(rc, from, state, mesh.world());
+  log::info("resumed from {} after step {}", from, step);
+  return step;
+}
+
+// Rank 0 holds the checkpoint directory's lock for the whole run; every rank
+// stops when it cannot.
+std::unique_ptr<CheckpointDirLock> lock_checkpoint_dir(const Recipe& rc, parallel::Mesh& mesh) {
+  if (rc.checkpoint.dir.empty()) return nullptr;
+  std::unique_ptr<CheckpointDirLock> lock;
+  parallel::agree_or_fail(
+      mesh.world(),
+      [&] {
+        if (!mesh.world() || mesh.world()->rank() == 0) lock = std::make_unique<CheckpointDirLock>(rc.checkpoint.dir);
+      },
+      fmt::format("checkpoint.dir {}: rank 0 could not lock it (its message says why)", rc.checkpoint.dir));
+  return lock;
+}
+
+}  // namespace
+
+TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
+  // Process groups, threads, data.
+  parallel::Mesh mesh(parallel::mesh_spec(rc, opts.single_process), rc.source);
+  const parallel::Coords at = mesh.coords();
+  RunFacts facts;
+  facts.threads = threads_per_rank(rc, mesh.world_size());
+  kernels::set_num_threads(facts.threads);
+  kernels::set_matmul_precision(rc.train.precision);
+  fault::configure(mesh.world() ? mesh.world()->rank() : 0);
+  if (!fault::describe().empty()) log::warn("TRIDENT_FAULT (tests only): {}", fault::describe());
+  DatasetRecord data_record;  // the tokenizer the data was made with (none: synthetic)
+  const std::unique_ptr<TokenSampler> sampler = make_sampler(rc, mesh, facts, data_record);
+
+  // Model chunks (this pipeline rank's, its tensor-parallel slices), data
+  // parallelism, optimizer with fp32 master weights, loss scaler.
+  StepShape shape = step_shape(rc, at.pp, at.dp);
+  shape.eod = int32_t(facts.eod);
+  const model::ParallelModel pm = model::parallelize(rc, mesh);
+  model::Transformer<float>& net = *pm.net;
+  const parallel::TensorParallel& tp = *pm.tp;
+  const std::unique_ptr<parallel::DataParallel>& dp = pm.dp;
+  const model::ParamRegistry& reg = net.registry();
+  optim::AdamW<float> opt(model::decay_ranges(reg, rc.optim), rc.optim, dp->shard_begin(), dp->shard_end(),
+                          mesh.device());
+  optim::MasterWeights master(dp->param_shard(), dp->shard_size(), rc.train.precision, mesh.device());
+  optim::LossScaler scaler(rc.train);
+  auto publish = [&] { master.publish(), dp->publish_params(); };
+  if (rc.train.precision != Precision::fp32) publish();
+  StepRunner runner(net, *dp, mesh.pipeline(), mesh.data(), mesh.context(), *sampler, shape);
+
+  // The report, then resume and checkpoints.
+  facts.params = model::consolidated_numel(rc.model);
+  facts.flops_per_token = model::flops_per_token(rc.model);
+  std::tie(facts.peak_flops, facts.peak_source) = mfu_reference(rc, mesh.device(), &facts.peak_cache_key);
+  facts.predicted_bubble =
+      parallel::simulate(shape.schedule, shape.stages, shape.virtual_stages, int(shape.micro_batches))
+          .bubble_fraction();
+  RunReport report(rc, mesh, facts, opts.quiet);
+  log_run_start(
+      rc, mesh, facts,
+      {&net.dims(), reg.total(),
+       model::chunk_layer_counts(rc.model, shape.stages, shape.virtual_stages, rc.parallel.stage_layers),
+       parallel::describe_zero_memory(int(rc.parallel.zero), reg.total(), rc.parallel.data * rc.parallel.context)});
+  // checkpoint files are per replica of a model shard: the rank in data x context
+  const int replica = mesh.data_context() ? mesh.data_context()->rank() : 0;
+  const RankState ckpt{
+      &reg,          replica,          at.pp,          at.tp, dp->shard_begin(), dp->shard_end(), master.params(),
+      opt.exp_avg(), opt.exp_avg_sq(), &scaler.state()};
+  const std::unique_ptr<CheckpointDirLock> dir_lock = lock_checkpoint_dir(rc, mesh);
+  const std::optional<int64_t> resumed = resume(rc, opts.resume, ckpt, mesh, data_record);
+  const int64_t start_step = resumed.value_or(0);
+  // The replicas rebuilt from the loaded shards, whatever the step: a step-0
+  // checkpoint (an imported model) is as much the model as a later one.
+  if (resumed) publish();
+  report.start(/*resumed=*/start_step > 0);
+  CheckpointSaver saver(rc, mesh.world());
+  if (data_record.tokenizer && !rc.checkpoint.dir.empty()) {
+    auto [tokenizer, bytes] = tokenizer_record(data_record);
+    saver.record_tokenizer(tokenizer, std::move(bytes));
+  }
+  saver.prepare(dp->shard_size());
+  const StopWindow stop_window(!rc.checkpoint.dir.empty());
+
+  NonFiniteGuard guard(rc.train, scaler.dynamic());
+  for (int64_t step = start_step; step < rc.train.steps; ++step) {
+    report.begin_step(step);
+    const double tensor_comm0 = tp.traffic().seconds;
+    const bool nan_loss = fault::hit(fault::Phase::forward, step + 1);
+    runner.load_batch(step);
+    const double loss_sum = runner.forward_backward(scaler.scale()) + (nan_loss ? std::nan("") : 0.0);
+    report.schedule_done(runner.executor(), tp.traffic().seconds - tensor_comm0);
+
+    const double sync_start = report.seconds();
+    const bool nan_grads = fault::hit(fault::Phase::backward, step + 1);
+    dp->finish_gradients();
+    if (fault::hit(fault::Phase::reduction, step + 1) || nan_grads) poison_gradients(*dp);
+    report.span(RunReport::Span::grad_sync, sync_start, report.seconds());
+    // the last stage's loss, over the data and context groups (every tensor rank has the same)
+    const double loss =
+        parallel::sum_over(mesh.pipeline(), parallel::sum_over(mesh.data_context(), loss_sum)) / runner.loss_tokens();
+    // unscaled; inf/NaN on any rank makes it non-finite everywhere
+    const double gnorm = global_grad_norm(reg, *dp, mesh) / scaler.scale();
+    if (opts.on_gradients) opts.on_gradients({step, rc, mesh, reg, *dp});
+
+    // A non-finite loss (on any rank) or gradient norm never reaches the
+    // parameters or a checkpoint (launch/train/nonfinite.hpp).
+    const bool bad_loss = parallel::max_over(mesh.world(), std::isfinite(loss) ? 0 : 1) != 0;
+    const bool nonfinite = guard.check(
+        step, loss, bad_loss, gnorm, [&] { return first_nonfinite_gradient(reg, *dp); },
+        [&] {
+          if (saver.pending()) saver.finish();  // the earlier (finite) state's save completes
+        });
+
+    const double lr = optim::learning_rate(rc.optim, step, rc.train.steps);
+    const double opt_start = report.seconds(), used_scale = scaler.scale();
+    const bool skip = nonfinite || scaler.skips(gnorm);
+    if (!skip) {
+      opt.step(master.params(), dp->grad_shard(), lr, scaler.next_update(),
+               optim::clip_scale(gnorm, rc.optim.grad_clip) / used_scale);
+      publish();
+    }
+    if (!nonfinite) scaler.update(skip);
+    report.span(RunReport::Span::optimizer, opt_start, report.seconds());
+
+    // all ranks agree whether any of them was signalled (one number per step)
+    const int stop = rc.checkpoint.dir.empty() ? 0 : int(parallel::max_over(mesh.world(), stop_window.pending()));
+    const double ckpt_start = report.seconds();
+    saver.after_step(step + 1, stop != 0, ckpt, opts.quiet);
+    report.end_step({step, loss, lr, gnorm, used_scale, scaler.scale(), skip && !nonfinite, nonfinite,
+                     dp->take_wait_seconds(), report.seconds() - ckpt_start,
+                     sampler->train_samples_per_source(uint64_t((step + 1) * rc.train.global_batch))});
+
+    if ((rc.eval.every > 0 && (step + 1) % rc.eval.every == 0) || step + 1 == rc.train.steps)
+      report.evaluated(step, runner.evaluate(rc.eval.batches), runner.evaluate_sources(rc.eval.batches));
+    if (stop) {
+      report.stopped(step, stop);
+      saver.mark_stopped(step + 1, signal_name(stop));
+      break;
+    }
+  }
+  return report.finish();
+}
+
+// Every rank's reduced gradients, consolidated into the Hugging Face layout:
+// this rank's shard -> its full buffer over the data x context group -> every tensor
+// and pipeline rank's buffer over the model-parallel group.
+std::vector<float> StepGradients::consolidated() const {
+  const auto& m = recipe.model;
+  const auto& par = recipe.parallel;
+  auto& dp = data_parallel;
+  const int64_t n = registry.total();
+  std::vector<float> mine(size_t(n), 0.0f);
+  copy_bytes(mine.data() + dp.shard_begin(), dp.grad_shard(), size_t(dp.shard_size()) * sizeof(float));
+  if (dp.sharded() && mesh.data_context() && mesh.data_context()->size() > 1) {
+    Tensor t = Tensor::zeros({n}, DType::f32, MemCategory::other);
+    std::copy(mine.begin(), mine.end(), t.data<float>());
+    mesh.data_context()->all_gather(t, {dp.shard_counts()})->wait();
+    mine.assign(t.data<float>(), t.data<float>() + n);
+  }
+  // buffer sizes differ between pipeline stages: gather them as doubles (exact for floats)
+  std::vector<int64_t> counts;
+  const std::vector<double> all = parallel::gather_varying(mesh.model_parallel(), {mine.begin(), mine.end()}, &counts);
+  std::vector<float> values(all.begin(), all.end());
+  std::vector<std::unique_ptr<model::ParamRegistry>> regs;
+  std::vector<std::pair<const model::ParamRegistry*, const float*>> parts;
+  int64_t off = 0;
+  const auto members = mesh.model_parallel_members();
+  for (size_t i = 0; i < members.size(); ++i) {
+    const auto c = members[i];
+    regs.push_back(std::make_unique<model::ParamRegistry>(
+        m, model::TensorShard{c.tp, int(par.tensor)},
+        model::pipeline_chunks(m, int(par.pipeline), int(par.virtual_stages), par.stage_layers, c.pp)));
+    parts.push_back({regs.back().get(), values.data() + off});
+    off += counts[i];
+  }
+  std::vector<float> out(size_t(model::consolidated_numel(m)));
+  model::consolidate(out.data(), m, parts);
+  return out;
+}
+
+}  // namespace trident::launch

@@ -1,0 +1,74 @@
+// The executor's hooks over the model's chunks (see chunk_runner.hpp).
+#include "model/chunk_runner.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+namespace trident::model {
+
+ChunkRunner::ChunkRunner(Transformer<float>& net, const std::vector<parallel::Action>& actions, int64_t micro_batch,
+                         int64_t micro_batches, Recompute recompute, bool split_backward)
+    : net_(net), recompute_(recompute) {
+  const int chunks = net.num_chunks();
+  const std::vector<int> in_flight = parallel::in_flight_per_chunk(actions, chunks);
+  contexts_.resize(size_t(chunks));
+  for (int c = 0; c < chunks; ++c)
+    for (int i = 0; i < std::max(in_flight[size_t(c)], 1); ++i)
+      contexts_[size_t(c)].push_back(net.make_activations(micro_batch, recompute, c, split_backward));
+  free_.resize(size_t(chunks));
+  slot_of_.assign(size_t(chunks), std::vector<int>(size_t(micro_batches), -1));
+  input_started_.assign(size_t(chunks), 0), weight_started_.assign(size_t(chunks), 0);
+}
+
+ChunkRunner::~ChunkRunner() = default;
+
+parallel::PipelineHooks ChunkRunner::hooks(const std::vector<MicroBatchInputs>& inputs, parallel::DataParallel* dp,
+                                           float dscale) {
+  for (size_t c = 0; c < contexts_.size(); ++c) {
+    free_[c].clear();
+    for (int i = int(contexts_[c].size()) - 1; i >= 0; --i) free_[c].push_back(i);
+    input_started_[c] = weight_started_[c] = 0;
+  }
+  loss_sum_ = 0;
+  const bool forward_only = dp == nullptr;
+  parallel::PipelineHooks h;
+  h.forward = [this, &inputs, dscale, forward_only](int c, int micro, const float* input) {
+    int slot = 0;  // forward only: each micro-batch's forward finishes before the next
+    if (!forward_only) {
+      auto& fs = free_[size_t(c)];
+      TRIDENT_CHECK(!fs.empty(), "no free activation context for chunk {}", c);
+      slot = fs.back();
+      fs.pop_back();
+    }
+    slot_of_[size_t(c)][size_t(micro)] = slot;
+    const auto& spec = net_.chunk(c);
+    const MicroBatchInputs& in = inputs[size_t(micro)];
+    Activations<float>& ctx = *contexts_[size_t(c)][size_t(slot)];
+    ctx.doc_start = in.doc_start;
+    ctx.position_origin = in.origin;
+    loss_sum_ +=
+        net_.forward_chunk(ctx, spec.embedding ? in.tokens : nullptr, input, spec.head ? in.targets : nullptr, dscale);
+  };
+  h.output = [this](int c, int micro) {
+    return contexts_[size_t(c)][size_t(slot_of_[size_t(c)][size_t(micro)])]->x_final;
+  };
+  h.input_grad = [this](int, int) { return net_.input_grad(); };
+  h.backward = [this, dp](int c, int micro, const float* d_out, parallel::ActionType type) {
+    TRIDENT_CHECK(dp, "a backward in a forward-only run");
+    const int slot = slot_of_[size_t(c)][size_t(micro)];
+    const bool weight = type == parallel::ActionType::backward_weight;
+    char& started = weight ? weight_started_[size_t(c)] : input_started_[size_t(c)];
+    const bool accumulate = started != 0;  // the step's first backward of a chunk overwrites
+    started = 1;
+    const BackwardPart part = type == parallel::ActionType::backward ? BackwardPart::all
+                              : weight                               ? BackwardPart::weight
+                                                                     : BackwardPart::input;
+    const auto on_ready = dp->begin_backward(micro);
+    net_.backward_chunk(*contexts_[size_t(c)][size_t(slot)], d_out, recompute_, accumulate, part, on_ready);
+    if (type != parallel::ActionType::backward_input) free_[size_t(c)].push_back(slot);
+  };
+  return h;
+}
+
+}  // namespace trident::model

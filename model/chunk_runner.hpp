@@ -1,0 +1,60 @@
+// The model's side of the pipeline executor: the hooks that bind the
+// executor's actions (parallel/pipeline.hpp) to this rank's chunks'
+// forward_chunk / backward_chunk, and the activation contexts they run in.
+// Each chunk has as many contexts as the schedule holds micro-batches in
+// flight on it; a context is taken at a forward and given back after the
+// backward (with a split backward, after the weight pass). The data-parallel
+// state observes the backward: begin_backward(micro) before each, its
+// frontier callback as the layers finish (parallel/data_parallel.hpp).
+// What is not here: the batch (core/data), the schedule (parallel/schedule),
+// the optimizer.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/transformer.hpp"
+#include "parallel/data_parallel.hpp"
+#include "parallel/pipeline.hpp"
+#include "parallel/schedule.hpp"
+
+namespace trident::model {
+
+// One micro-batch's inputs where the model runs (device pointers on cuda);
+// null where this rank reads none.
+struct MicroBatchInputs {
+  const int32_t* tokens = nullptr;     // [B,T], the chunk with the embedding
+  const int32_t* targets = nullptr;    // [B,T], the chunk with the head
+  const int32_t* doc_start = nullptr;  // [B,T], document masking
+  const int32_t* origin = nullptr;     // [B,T], context parallelism
+};
+
+class ChunkRunner {
+ public:
+  // The contexts for `actions` (this rank's schedule of `micro_batches`).
+  // The model's precision and context parallelism must be set before
+  // (contexts decide their packing and rows when they are made).
+  ChunkRunner(Transformer<float>& net, const std::vector<parallel::Action>& actions, int64_t micro_batch,
+              int64_t micro_batches, Recompute recompute, bool split_backward);
+  ~ChunkRunner();
+
+  // Hooks for one run of the executor over `inputs` (one per micro-batch,
+  // kept alive by the caller). dp: the gradients' observer; dscale:
+  // dloss/dlogit of the (scaled) mean loss; dp null and dscale 0: forward
+  // only (evaluation: one context per chunk, each forward finishes before
+  // the next).
+  parallel::PipelineHooks hooks(const std::vector<MicroBatchInputs>& inputs, parallel::DataParallel* dp, float dscale);
+  // The sum of the token losses of the last run (the head chunk's; 0 elsewhere).
+  double loss_sum() const { return loss_sum_; }
+
+ private:
+  Transformer<float>& net_;
+  Recompute recompute_;
+  // per chunk: its contexts, which are free, which micro-batch holds which
+  std::vector<std::vector<std::unique_ptr<Activations<float>>>> contexts_;
+  std::vector<std::vector<int>> free_, slot_of_;
+  std::vector<char> input_started_, weight_started_;
+  double loss_sum_ = 0;
+};
+
+}  // namespace trident::model

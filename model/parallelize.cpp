@@ -1,0 +1,55 @@
+// The model on this rank's mesh, in the documented order (see parallelize.hpp).
+#include "model/parallelize.hpp"
+
+#include <vector>
+
+#include "kernels/buffer.hpp"
+#include "model/params.hpp"
+
+namespace trident::model {
+namespace {
+
+parallel::DataParallelSpec data_parallel_spec(const Recipe& rc, parallel::Mesh& mesh, const ParamRegistry& reg) {
+  const auto& p = rc.parallel;
+  const auto shared = shared_gradient_ranges(reg, rc.model, int(p.pipeline), p.sequence_parallel);
+  // gradients are final only after the whole schedule: chunks exchange activations, or the backward is split
+  const bool pipelined = p.pipeline > 1 || p.virtual_stages > 1 || p.schedule == ScheduleKind::zero_bubble;
+  return {int(p.zero),
+          p.bucket_bytes,
+          mesh.device(),
+          pipelined,
+          rc.micro_batches_per_step(p.data),
+          mesh.data_context(),  // replicas of this model shard: data x context
+          {shared.tied, shared.tensor_replicated, shared.kv_replicated, mesh.embedding(), mesh.tensor(), mesh.kv()}};
+}
+
+}  // namespace
+
+ParallelModel parallelize(const Recipe& rc, parallel::Mesh& mesh) {
+  const auto& p = rc.parallel;
+  ParallelModel m;
+  // 1. tensor parallelism, 2. context parallelism
+  m.tp = std::make_unique<parallel::TensorParallel>(mesh.tensor(), p.sequence_parallel);
+  m.cp = std::make_unique<parallel::ContextParallel>(mesh.context(), p.context_mode, rc.model.seq_len);
+  // 3. the pipeline split: this pipeline rank's chunks, their tensor slices
+  const auto chunks =
+      pipeline_chunks(rc.model, int(p.pipeline), int(p.virtual_stages), p.stage_layers, mesh.coords().pp);
+  m.net = std::make_unique<Transformer<float>>(rc.model, uint64_t(rc.seed), parallel::model_owns_buffers(int(p.zero)),
+                                               m.tp.get(), chunks, mesh.device());
+  m.net->set_context_parallel(m.cp.get());
+  // 4. data parallelism over the model's segments, then the storage it owns
+  const ParamRegistry& reg = m.net->registry();
+  m.dp = parallel::make_data_parallel(data_parallel_spec(rc, mesh, reg), m.net->segments(), reg.total(),
+                                      &m.net->params(), &m.net->grads());
+  m.net->set_storage(m.dp->storage());
+  m.dp->initialize([&](float* dst, int64_t begin, int64_t end) {  // Philox by global index: a shard only its own
+    std::vector<float> host(size_t(end - begin));
+    reg.initialize_range(host.data(), begin, end, uint64_t(rc.seed));
+    kernels::copy(dst, host.data(), end - begin);
+  });
+  // 5. precision (before any activation context is made)
+  m.net->set_precision(rc.train.precision);
+  return m;
+}
+
+}  // namespace trident::model

@@ -1,0 +1,31 @@
+// The model on this rank's place in the mesh, built in the one documented
+// order (torchtitan's parallelize_llama): tensor parallelism (this rank's
+// tensor group and its slice of every parameter), context parallelism (this
+// rank's rows of each sequence), the pipeline split (this pipeline rank's
+// chunks), data parallelism (ZeRO 0-3 over data x context; from stage 2 it
+// owns the parameter and gradient storage), the initial values (Philox by
+// global index: a shard makes only its own elements) and the precision. The
+// trainer asks for it and gets it whole: no setters to call in the right
+// order. What is not here: the optimizer (optim/), the schedule.
+#pragma once
+#include <memory>
+
+#include "core/recipe/recipe.hpp"
+#include "model/transformer.hpp"
+#include "parallel/context_parallel.hpp"
+#include "parallel/data_parallel.hpp"
+#include "parallel/mesh.hpp"
+#include "parallel/tensor_parallel.hpp"
+
+namespace trident::model {
+
+struct ParallelModel {
+  std::unique_ptr<parallel::TensorParallel> tp;
+  std::unique_ptr<parallel::ContextParallel> cp;
+  std::unique_ptr<Transformer<float>> net;
+  std::unique_ptr<parallel::DataParallel> dp;
+};
+
+ParallelModel parallelize(const Recipe& rc, parallel::Mesh& mesh);
+
+}  // namespace trident::model

@@ -1,0 +1,364 @@
+// The planner: memory formulas against hand-computed values, enumeration
+// completeness, rejection messages, the JSON schema, the command line.
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.hpp"
+#include "core/recipe/recipe.hpp"
+#include "launch/plan/planner.hpp"
+#include "launch/train/trainer.hpp"
+#include "tests/test_util.hpp"
+
+namespace trident::launch {
+
+std::string src(const std::string& rel) { return std::string(TRIDENT_SOURCE_DIR) + "/" + rel; }
+
+Recipe recipe(const std::string& name) {
+  Recipe rc = load_recipe(src("configs/" + name), single_process_overrides(), 1);
+  rc.overrides.clear();
+  return rc;
+}
+
+Cluster cpu() { return load_cluster(src("configs/clusters/cpu-local.yaml"), Precision::fp32); }
+
+// The demo (GPT-2, 4 layers, hidden 128, vocabulary 32 padded to 64,
+// sequence 64) by hand: 809,728 parameters with the padding; one micro-batch
+// of 8 in flight.
+TEST(Planner, MemoryByHand) {
+  const Recipe rc = recipe("demo.yaml");
+  const int64_t P = 64 * 128 + 64 * 128 +
+                    4 * (4 * 128 + 3 * 128 * 128 + 384 + 128 * 128 + 128 + 512 * 128 + 512 + 128 * 512 + 128) + 2 * 128;
+  ASSERT_EQ(P, 809728);
+  PlanResult r = plan_one(rc, cpu(), {2, 1, 1, 1, 8, 0, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
+  ASSERT_TRUE(r.feasible) << r.reason;
+  EXPECT_EQ(r.stage_params, P);
+  EXPECT_EQ(r.params, P - 32 * 128);  // the consolidated model: no padding rows
+  EXPECT_DOUBLE_EQ(r.memory.params, 4.0 * P);
+  EXPECT_DOUBLE_EQ(r.memory.grads, 4.0 * P);
+  EXPECT_DOUBLE_EQ(r.memory.optimizer, 8.0 * P);
+  // activations: N = 512 rows, per layer 985,088 elements + 2,048 attention
+  // log-sum-exp (B H T); layer inputs, the output, the head (norm, statistics,
+  // logits [512, 64], losses); the shared scratch 1,179,648
+  const double per_layer = 2 * 65536 + 4 * 512 + 512 * 384 + 512 * 128 + 512 * 128 + 512 * 512 + 512 * 512 + 2048;
+  const double ctx = 4 * per_layer + 4 * 65536 + 65536 + (65536 + 2 * 512 + 512 * 64 + 512);
+  EXPECT_DOUBLE_EQ(r.memory.activations, 4 * (ctx + 1179648));
+  EXPECT_DOUBLE_EQ(r.memory.buffers, 0);  // ZeRO 0 reduces in place
+  // ZeRO shards by the data size; 1 receives its shard into a buffer; 2 and 3
+  // hold every gradient window until the step's reductions finish; 3 gathers
+  // a layer (198,272 parameters) and prefetches the next
+  r = plan_one(rc, cpu(), {2, 1, 1, 1, 8, 1, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
+  EXPECT_DOUBLE_EQ(r.memory.optimizer, 8.0 * P / 2);
+  EXPECT_DOUBLE_EQ(r.memory.grads, 4.0 * P);
+  EXPECT_DOUBLE_EQ(r.memory.buffers, 4.0 * P / 2);
+  r = plan_one(rc, cpu(), {2, 1, 1, 1, 8, 3, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
+  EXPECT_DOUBLE_EQ(r.memory.params, 4.0 * P / 2 + 2 * 4.0 * 198272);
+  EXPECT_DOUBLE_EQ(r.memory.grads, 4.0 * P / 2 + 4.0 * P);  // 2 micro-batches: a whole accumulation buffer
+  // one micro-batch per step: three segment windows instead
+  Recipe one_micro = rc;
+  one_micro.train.global_batch = 16;  // the typed recipe is what the planner reads
+  r = plan_one(one_micro, cpu(), {2, 1, 1, 1, 8, 2, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
+  ASSERT_EQ(r.micro_batches, 1);
+  EXPECT_DOUBLE_EQ(r.memory.grads, 4.0 * P / 2 + 3 * 4.0 * 198272);
+  // full recompute keeps one layer's set and each layer's input
+  r = plan_one(rc, cpu(), {2, 1, 1, 1, 8, 0, Recompute::full, ScheduleKind::one_f_one_b, false, {}});
+  EXPECT_DOUBLE_EQ(r.memory.activations,
+                   4 * (per_layer + 4 * 65536 + 65536 + (65536 + 2 * 512 + 512 * 64 + 512) + 1179648));
+  // bf16: 2-byte parameters, fp32 master weights in the optimizer
+  r = plan_one(rc, load_cluster(src("configs/clusters/dgx-h100.yaml"), Precision::bf16),
+               {2, 1, 1, 1, 8, 0, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
+  EXPECT_DOUBLE_EQ(r.memory.params, 2.0 * P);
+  EXPECT_DOUBLE_EQ(r.memory.optimizer, 12.0 * P);
+  // mixed precision, 2 + 4 + 12 bytes per parameter, each ZeRO stage
+  // sharding its part over the 2 data ranks (ZeRO 3 also holds the gathered
+  // layer and the prefetched next one, ZeRO 2 and 3 the accumulation buffer)
+  const Cluster h100 = load_cluster(src("configs/clusters/dgx-h100.yaml"), Precision::bf16);
+  for (int64_t zero = 0; zero <= 3; ++zero) {
+    r = plan_one(rc, h100, {2, 1, 1, 1, 8, zero, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
+    EXPECT_DOUBLE_EQ(r.memory.params, zero >= 3 ? 2.0 * P / 2 + 2 * 2.0 * 198272 : 2.0 * P) << "ZeRO " << zero;
+    EXPECT_DOUBLE_EQ(r.memory.grads, zero >= 2 ? 4.0 * P / 2 + 4.0 * P : 4.0 * P) << "ZeRO " << zero;
+    EXPECT_DOUBLE_EQ(r.memory.optimizer, zero >= 1 ? 12.0 * P / 2 : 12.0 * P) << "ZeRO " << zero;
+  }
+}
+
+// Every configuration of 2 devices for the demo (4 layers, global batch 32):
+// 2x1x1: 5 micro-batch sizes x 4 ZeRO x 3 recompute = 60; 1x2x1: 6 x 2
+// (sequence parallel) x 12 = 144; 1x1x2: 2 virtual stage counts x 6 x 12 = 144.
+// One activation layout for the allocator and the planner: the planner's
+// activation bytes equal the peak the trainer's allocator measures, for every
+// recompute mode and with the split backward of zero-bubble schedules (the
+// CPU layout; the CUDA layout, B·H·T attention state, runs in test_cuda on a GPU).
+TEST(Planner, ActivationBytesEqualTheMeasuredPeak) {
+  for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
+    for (const char* file : {"demo.yaml", "llama-tiny.yaml"}) {
+      std::vector<std::string> sets = single_process_overrides();
+      for (const char* s : {"train.steps=2", "train.global_batch=4", "train.micro_batch=2", "eval.batches=0",
+                            "log.metrics=", "train.threads=1"})
+        sets.push_back(s);
+      sets.push_back(fmt::format("train.recompute={}", rc));
+      const Recipe run = load_recipe(src(std::string("configs/") + file), sets, 1);
+      const TrainSummary measured = train(run, {.quiet = true, .single_process = true});
+      const PlanResult plan = plan_one(run, cpu(), {1, 1, 1, 1, 2, 0, rc, ScheduleKind::one_f_one_b, false, {}});
+      ASSERT_TRUE(plan.feasible) << plan.reason;
+      EXPECT_EQ(int64_t(plan.memory.activations), measured.peak_activations) << file << " recompute " << rc;
+    }
+}
+
+// Context parallelism in the plan: activations and attention per rank
+// divided by the context size (exactly: the allocator's layout; measured
+// against runs in docs/performance.md and by SweepOnTwoRanks), the ring's
+// transfers partly hidden behind attention, all_to_all refused where the KV
+// heads do not divide, --max-context enumerating context meshes.
+TEST(Planner, ContextParallelism) {
+  Recipe rc = load_plan_recipe(src("configs/llama-tiny.yaml"),
+                               {"model.seq_len=8192", "train.global_batch=4", "train.micro_batch=1"});
+  PlanConfig one{1, 1, 1, 1, 1, 0, Recompute::none, ScheduleKind::one_f_one_b, false, {}};
+  PlanConfig two = one, four = one;
+  two.context = 2, four.context = 4;
+  const PlanResult r1 = plan_one(rc, cpu(), one), r2 = plan_one(rc, cpu(), two), r4 = plan_one(rc, cpu(), four);
+  ASSERT_TRUE(r1.feasible && r2.feasible && r4.feasible) << r1.reason << r2.reason << r4.reason;
+  EXPECT_EQ(r1.memory.activations, 211386368.0);  // the allocator's peak at context 1, 2, 4 (docs/performance.md)
+  EXPECT_EQ(r2.memory.activations, 105693184.0);
+  EXPECT_EQ(r4.memory.activations, 52846592.0);
+  EXPECT_EQ(r2.memory.buffers, 10551296.0);  // the ring's five key/value blocks and the row dot products
+  EXPECT_NEAR(r2.time.attention, r1.time.attention / 2, 1e-12 * r1.time.attention);
+  EXPECT_GT(r2.time.context_comm, 0);
+  EXPECT_GT(r2.time.context_comm_hidden, 0);
+  EXPECT_LE(r2.time.context_comm_hidden, r2.time.context_comm);
+  EXPECT_EQ(r1.time.context_comm, 0);
+  // all_to_all: 2 KV heads over tensor 2 leave one per rank, which context 2 cannot split
+  PlanConfig a2a = two;
+  a2a.tensor = 2, a2a.context_mode = ContextMode::all_to_all;
+  const PlanResult bad = plan_one(rc, cpu(), a2a);
+  EXPECT_FALSE(bad.feasible);
+  EXPECT_NE(bad.reason.find("all_to_all re-shards this rank's KV heads"), std::string::npos) << bad.reason;
+  a2a.tensor = 1;
+  const PlanResult good = plan_one(rc, cpu(), a2a);
+  EXPECT_TRUE(good.feasible) << good.reason;
+  EXPECT_EQ(good.time.context_comm_hidden, 0);  // nothing overlaps an all-to-all
+  // enumeration: context meshes only when asked for
+  for (const auto& r : plan_all(rc, cpu(), 4)) EXPECT_EQ(r.config.context, 1);
+  int contexts = 0;
+  for (const auto& r : plan_all(rc, cpu(), 4, 4)) contexts += r.config.context > 1;
+  EXPECT_GT(contexts, 0);
+}
+
+TEST(Planner, EnumerationIsComplete) {
+  const Recipe rc = recipe("demo.yaml");
+  const auto all = plan_all(rc, cpu(), 2);
+  EXPECT_EQ(all.size(), 348u);
+  int64_t feasible = 0, interleave_refused = 0;
+  for (const auto& r : all) {
+    feasible += r.feasible;
+    if (!r.feasible) EXPECT_FALSE(r.reason.empty());
+    if (r.config.virtual_stages == 2 && r.config.micro_batch == 32) {  // one micro-batch cannot interleave 2 stages
+      EXPECT_FALSE(r.feasible);
+      EXPECT_NE(r.reason.find("micro-batches(1) % pipeline(2)"), std::string::npos) << r.reason;
+      ++interleave_refused;
+    }
+  }
+  EXPECT_EQ(interleave_refused, 12);
+  EXPECT_GT(feasible, 300);
+  // ranked: feasible first, by predicted tokens/s
+  for (size_t i = 1; i < all.size(); ++i)
+    if (all[i].feasible) EXPECT_GE(all[i - 1].tokens_per_s, all[i].tokens_per_s);
+}
+
+TEST(Planner, RejectionsSayWhy) {
+  const auto all = plan_all(recipe("llama3-70b.yaml"), cpu(), 2);
+  ASSERT_FALSE(all.empty());
+  for (const auto& r : all) EXPECT_FALSE(r.feasible);
+  const PlanResult r = plan_one(recipe("llama3-70b.yaml"), cpu(),
+                                {1, 2, 1, 1, 1, 0, Recompute::full, ScheduleKind::one_f_one_b, true, {}});
+  EXPECT_NE(r.reason.find("needs "), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find(" > 12.0 GiB: optimizer states "), std::string::npos) << r.reason;
+  const PlanResult bad =
+      plan_one(recipe("demo.yaml"), cpu(), {1, 3, 1, 1, 8, 0, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
+  EXPECT_NE(bad.reason.find("heads(4) % tensor(3) != 0"), std::string::npos) << bad.reason;
+}
+
+TEST(Planner, JsonSchema) {
+  const auto all = plan_all(recipe("demo.yaml"), cpu(), 2);
+  const YAML::Node j = YAML::Load(plan_json(all));
+  ASSERT_TRUE(j.IsSequence());
+  ASSERT_EQ(j.size(), all.size());
+  for (const auto& item : j) {
+    for (const char* k : {"data", "tensor", "pipeline", "virtual_stages", "micro_batch", "zero", "recompute",
+                          "sequence_parallel", "stage_layers", "precision", "params", "memory_bytes", "step_time_s",
+                          "time_s", "tokens_per_s", "tflops_per_device", "mfu", "feasible", "reason"})
+      ASSERT_TRUE(item[k].IsDefined()) << k;
+    for (const char* k : {"params", "grads", "optimizer", "activations", "buffers", "total"})
+      ASSERT_TRUE(item["memory_bytes"][k].IsDefined()) << k;
+    // the categories add up to the step time (the hidden data communication subtracted)
+    double sum = 0;
+    for (const char* k : {"gemm", "attention", "memory_bound", "recompute", "bubble", "tensor_comm", "pipeline_comm",
+                          "data_comm", "optimizer"})
+      sum += item["time_s"][k].as<double>();
+    sum -= item["time_s"]["data_comm_hidden"].as<double>();
+    EXPECT_NEAR(sum, item["step_time_s"].as<double>(), 1e-9 * (1 + sum));
+    if (item["feasible"].as<bool>()) {
+      EXPECT_TRUE(item["reason"].IsNull());
+      EXPECT_GT(item["tokens_per_s"].as<double>(), 0);
+    }
+  }
+}
+
+TEST(Planner, CommandLine) {
+  auto run = [](const std::string& args) { return test::run_cli(TRIDENT_BINARY, args); };
+  test::CliRun r = run("plan " + src("configs/demo.yaml") + " --cluster " + src("configs/clusters/cpu-local.yaml") +
+                       " --gpus 2 --explain");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("348 configurations"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("memory per device: params"), std::string::npos) << r.out;
+  r = run("plan " + src("configs/demo.yaml") + " --cluster " + src("configs/clusters/cpu-local.yaml") +
+          " --gpus 4 --mesh 2,2,1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("1 configurations"), std::string::npos) << r.out;
+  const std::string bad = (std::filesystem::temp_directory_path() / "trident_bad_cluster.yaml").string();
+  std::ofstream(bad) << "name: x\ndevices_per_node: 8\nmemory_gib: 80\npeak_tflops: {fp32: 10}\ngemm_fraction: 2\n";
+  r = run("plan " + src("configs/demo.yaml") + " --cluster " + bad + " --gpus 2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("key 'gemm_fraction': expected at most 1, found 2"), std::string::npos) << r.out;
+  r = run("plan " + src("configs/demo.yaml") + " --cluster " + src("configs/clusters/cpu-local.yaml") +
+          " --gpus 4 --mesh 2,2,2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("2 x 2 x 2 x 1 = 8 != --gpus 4"), std::string::npos) << r.out;
+}
+
+// `--mesh` plans the recipe's own choices and --set's, key by key; without
+// --mesh the recipe's schedule is kept too.
+TEST(Planner, MeshKeepsEveryRecipeChoice) {
+  auto plan = [](const std::string& mesh, int gpus, const std::string& sets) {
+    const test::CliRun r =
+        test::run_cli(TRIDENT_BINARY, "plan " + src("configs/demo.yaml") + " --cluster " +
+                                          src("configs/clusters/cpu-local.yaml") + fmt::format(" --gpus {} ", gpus) +
+                                          (mesh.empty() ? "" : " --mesh " + mesh) + " --json " + sets);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return YAML::Load(r.out);
+  };
+  YAML::Node j = plan("2,1,1", 2, "--set parallel.zero=3");
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["zero"].as<int>(), 3);
+  j = plan("1,1,2", 2, "--set parallel.schedule=interleaved_1f1b --set parallel.virtual_stages=2");
+  EXPECT_EQ(j[0]["schedule"].as<std::string>(), "interleaved_1f1b");
+  EXPECT_EQ(j[0]["virtual_stages"].as<int>(), 2);
+  j = plan("1,1,2", 2, "--set parallel.schedule=gpipe --set parallel.stage_layers=[1,3]");
+  EXPECT_EQ(j[0]["schedule"].as<std::string>(), "gpipe");
+  EXPECT_EQ(j[0]["stage_layers"].as<std::vector<int>>(), (std::vector<int>{1, 3}));
+  j = plan("1,2,1", 2, "--set parallel.sequence_parallel=true");
+  EXPECT_TRUE(j[0]["sequence_parallel"].as<bool>());
+  j = plan("2,1,1", 2, "--set train.micro_batch=4 --set train.recompute=selective");
+  EXPECT_EQ(j[0]["micro_batch"].as<int>(), 4);
+  EXPECT_EQ(j[0]["recompute"].as<std::string>(), "selective");
+  const double fp32_params = j[0]["memory_bytes"]["params"].as<double>();
+  j = plan("2,1,1", 2, "--set train.precision=bf16");
+  EXPECT_EQ(j[0]["precision"].as<std::string>(), "bf16");
+  EXPECT_DOUBLE_EQ(j[0]["memory_bytes"]["params"].as<double>(), fp32_params / 2);
+  // without --mesh: every configuration with one virtual stage runs the recipe's schedule
+  j = plan("", 2, "--set parallel.schedule=gpipe");
+  int pipelined = 0;
+  for (const auto& r : j)
+    if (r["pipeline"].as<int>() == 2 && r["virtual_stages"].as<int>() == 1) {
+      EXPECT_EQ(r["schedule"].as<std::string>(), "gpipe");
+      ++pipelined;
+    }
+  EXPECT_GT(pipelined, 0);
+  // a mesh the recipe's choices do not fit is refused, naming the key
+  const test::CliRun bad = test::run_cli(TRIDENT_BINARY, "plan " + src("configs/demo.yaml") + " --cluster " +
+                                                             src("configs/clusters/cpu-local.yaml") +
+                                                             " --gpus 2 --mesh 1,1,2 --set parallel.stage_layers=[4]");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("plan --mesh 1,1,2: "), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("parallel.stage_layers"), std::string::npos) << bad.out;
+}
+
+// The step-time model against published measurements (docs/planner.md has
+// the table and the sources): every row within 15%, at least 80% within 10%.
+TEST(Planner, PublishedStepTimes) {
+  struct Row {
+    std::string recipe, cluster;
+    int64_t D, T, P;
+    double measured_s;
+    std::vector<std::string> sets;
+  };
+  // SC21 Table 1: step time = 96 B s l h^2 (1 + s/6h + V/16lh) / (GPUs x TFLOP/s per GPU)
+  auto sc21 = [](const std::string& name, int64_t D, int64_t T, int64_t P, double gbs, double l, double h,
+                 double tflops) {
+    const double s = 2048, flops = 96 * gbs * s * l * h * h * (1 + s / (6 * h) + 51200 / (16 * l * h));
+    return Row{"configs/published/" + name + ".yaml",
+               "configs/clusters/selene-a100-2021.yaml",
+               D,
+               T,
+               P,
+               flops / (double(D * T * P) * tflops * 1e12),
+               {}};
+  };
+  std::vector<Row> rows = {
+      sc21("gpt-1.7b", 32, 1, 1, 512, 24, 2304, 137),    sc21("gpt-3.6b", 32, 2, 1, 512, 30, 3072, 138),
+      sc21("gpt-7.5b", 32, 4, 1, 512, 36, 4096, 142),    sc21("gpt-18b", 32, 8, 1, 1024, 40, 6144, 135),
+      sc21("gpt-39b", 32, 8, 2, 1536, 48, 8192, 138),    sc21("gpt-76b", 32, 8, 4, 1792, 60, 10240, 140),
+      sc21("gpt-145b", 24, 8, 8, 2304, 80, 12288, 148),  sc21("gpt-310b", 15, 8, 16, 2160, 96, 16384, 155),
+      sc21("gpt-530b", 9, 8, 35, 2520, 105, 20480, 163), sc21("gpt-1t", 6, 8, 64, 3072, 128, 25600, 163)};
+  // GPT-3 175B, bf16, H100 (NeMo, dgxc-benchmarking): seconds per step at 128 ... 2048 GPUs
+  const std::vector<std::pair<int64_t, double>> h100 = {
+      {128, 8.309}, {256, 8.408}, {512, 8.42}, {1024, 8.453}, {2048, 8.49}};
+  for (const auto& [gpus, step] : h100)
+    rows.push_back({"configs/published/gpt3-175b-h100.yaml",
+                    "configs/clusters/dgx-h100.yaml",
+                    gpus / 32,
+                    4,
+                    8,
+                    step,
+                    {fmt::format("parallel.data={}", gpus / 32), fmt::format("train.global_batch={}", 2 * gpus)}});
+  int within10 = 0;
+  for (const Row& row : rows) {
+    const Recipe rc = load_plan_recipe(src(row.recipe), row.sets);
+    const Cluster cl = load_cluster(src(row.cluster), rc.train.precision);
+    const PlanResult r = plan_one(rc, cl, mesh_choices(rc, row.D, row.T, row.P));
+    ASSERT_GT(r.memory.total(), 0) << row.recipe << ": " << r.reason;
+    const double error = r.time.step() / row.measured_s - 1;
+    EXPECT_LE(std::abs(error), 0.15) << row.recipe << " on " << row.D * row.T * row.P << ": predicted " << r.time.step()
+                                     << " s, measured " << row.measured_s << " s";
+    within10 += std::abs(error) <= 0.10;
+  }
+  EXPECT_GE(within10, int(0.8 * double(rows.size()) + 0.999)) << within10 << " of " << rows.size() << " within 10%";
+}
+
+// A sweep over 2 ranks: every mesh runs (context 2 among them), each with
+// its measurement and the plan; the predicted peak memory is within 10% of
+// the measured one and the activations are exact.
+TEST(Planner, SweepOnTwoRanks) {
+  const std::string out = (std::filesystem::temp_directory_path() / "trident_sweep_test").string();
+  std::filesystem::remove_all(out);
+  const test::CliRun r = test::run_cli(
+      "OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "
+      "2 " +
+          std::string(TRIDENT_BINARY),
+      "sweep " + src("configs/demo.yaml") + " --cluster " + src("configs/clusters/cpu-local.yaml") +
+          " --warmup 1 --steps 2 --out " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("fastest measured: "), std::string::npos) << r.out;
+  const YAML::Node j = YAML::LoadFile(out + "/sweep.json");
+  ASSERT_EQ(j.size(), 4u);  // 2x1x1, 1x1x2, 1x2x1, 1x1x1 x context 2
+  int contexts = 0;
+  for (const auto& m : j) {
+    ASSERT_TRUE(m["valid"].as<bool>());
+    EXPECT_GT(m["measured"]["tokens_per_s"].as<double>(), 0);
+    EXPECT_GT(m["predicted"]["tokens_per_s"].as<double>(), 0);
+    const double meas = m["measured"]["memory_bytes"]["total"].as<double>();
+    const double pred = m["predicted"]["memory_bytes"]["total"].as<double>();
+    EXPECT_NEAR(pred / meas, 1.0, 0.10) << m["data"] << "x" << m["tensor"] << "x" << m["pipeline"] << "x"
+                                        << m["context"];
+    EXPECT_EQ(m["predicted"]["memory_bytes"]["activations"].as<double>(),
+              m["measured"]["memory_bytes"]["activations"].as<double>())
+        << m["data"] << "x" << m["tensor"] << "x" << m["pipeline"] << "x" << m["context"];
+    contexts += m["context"].as<int>() == 2;
+  }
+  EXPECT_EQ(contexts, 1);
+  EXPECT_TRUE(std::filesystem::exists(out + "/sweep.csv"));
+  std::filesystem::remove_all(out);
+}
+
+}  // namespace trident::launch

@@ -1,0 +1,84 @@
+// The equivalence harness (STYLE 8, the centre of the suite): a run under
+// some mesh, schedule and ZeRO stage against the single-rank run of the same
+// recipe. The data, tensor and pipeline suites share it: the reference run
+// (one process, cached per key), the capture of step 1's reduced gradients
+// consolidated into the Hugging Face layout (through the trainer's
+// on_gradients observer), and one comparison with its failure output.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/recipe/recipe.hpp"
+#include "launch/train/trainer.hpp"
+
+namespace trident::test {
+
+struct EquivalenceRun : launch::TrainSummary {
+  std::vector<float> step1_grads;  // consolidated, the same on every rank
+};
+
+inline EquivalenceRun train_with_step1_gradients(const Recipe& rc, launch::TrainOptions opts) {
+  EquivalenceRun run;
+  opts.on_gradients = [&](const launch::StepGradients& g) {
+    if (g.step == 0) run.step1_grads = g.consolidated();
+  };
+  static_cast<launch::TrainSummary&>(run) = launch::train(rc, opts);
+  return run;
+}
+
+// The single-rank run of a recipe, once per key for the whole test program.
+inline const EquivalenceRun& single_rank_reference(const std::string& key, const std::function<Recipe()>& recipe) {
+  static std::map<std::string, EquivalenceRun> cache;
+  auto it = cache.find(key);
+  if (it == cache.end())
+    it = cache.emplace(key, train_with_step1_gradients(recipe(), {.quiet = true, .single_process = true})).first;
+  return it->second;
+}
+
+inline double relative_l2(const std::vector<float>& ref, const std::vector<float>& run) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double a = ref[i], b = run[i];
+    diff += (a - b) * (a - b), norm += a * a;
+  }
+  return std::sqrt(diff / norm);
+}
+
+struct Tolerance {
+  double grads = 1e-5;      // relative L2 of the step-1 gradients
+  double loss = 1e-4;       // relative, every step
+  double grad_norm = 1e-4;  // relative, every step (< 0: not compared)
+};
+
+// Step-1 gradients, then every step's loss and gradient norm. On failure the
+// message names the case, the worst gradient element and the step.
+inline void expect_equivalent(const EquivalenceRun& ref, const EquivalenceRun& run, const std::string& what,
+                              const Tolerance& tol = {}) {
+  ASSERT_EQ(run.step1_grads.size(), ref.step1_grads.size()) << what << ": consolidated gradient sizes";
+  const double rel = relative_l2(ref.step1_grads, run.step1_grads);
+  if (!(rel <= tol.grads)) {
+    size_t worst = 0;
+    for (size_t i = 0; i < ref.step1_grads.size(); ++i)
+      if (std::abs(ref.step1_grads[i] - run.step1_grads[i]) > std::abs(ref.step1_grads[worst] - run.step1_grads[worst]))
+        worst = i;
+    ADD_FAILURE() << what << ": step-1 gradients differ from the single-rank run: relative L2 " << rel << " > "
+                  << tol.grads << "; worst element " << worst << " of " << ref.step1_grads.size() << ": "
+                  << run.step1_grads[worst] << " vs single-rank " << ref.step1_grads[worst];
+  }
+  ASSERT_EQ(run.losses.size(), ref.losses.size()) << what << ": steps";
+  for (size_t s = 0; s < ref.losses.size(); ++s) {
+    EXPECT_LE(std::abs(run.losses[s] / ref.losses[s] - 1), tol.loss)
+        << what << ", step " << s + 1 << ": loss " << run.losses[s] << " vs single-rank " << ref.losses[s];
+    if (tol.grad_norm >= 0)
+      EXPECT_LE(std::abs(run.grad_norms[s] / ref.grad_norms[s] - 1), tol.grad_norm)
+          << what << ", step " << s + 1 << ": grad norm " << run.grad_norms[s] << " vs single-rank "
+          << ref.grad_norms[s];
+  }
+}
+
+}  // namespace trident::test

@@ -31,16 +31,15 @@ StepRunner::StepRunner(model::Transformer<float>& net, parallel::DataParallel& d
                                                            rows * net.config().hidden, shape.timeout_s,
                                                            /*lookahead=*/2, net.device());
   runner_ = std::make_unique<model::ChunkRunner>(net, actions_, B, M, shape.recompute, shape.split_backward());
-  bool reads_tokens = false;
   for (int c = 0; c < net.num_chunks(); ++c)
-    reads_tokens |= net.chunk(c).embedding, reads_targets_ |= net.chunk(c).head;
+    reads_tokens_ |= net.chunk(c).embedding, reads_targets_ |= net.chunk(c).head;
   // with document masking every stage's attention needs the boundaries: every rank reads the batch
   spec_ = {.micro_batch = B,
            .seq_len = shape.seq_len,
            .eod = shape.eod,
            .document_mask = shape.document_mask,
            .mask_eod_loss = shape.mask_eod_loss && reads_targets_,
-           .read = reads_tokens || reads_targets_ || shape.document_mask};
+           .read = reads_tokens_ || reads_targets_ || shape.document_mask};
   on_device_ = net.device().type == DeviceType::cuda;
   batches_.resize(size_t(M)), device_.resize(size_t(M)), inputs_.resize(size_t(M));
 }
@@ -63,7 +62,10 @@ void StepRunner::load(int64_t micro, uint64_t first_index, bool valid) {
     kernels::copy(dev[i].data<int32_t>(), host.data(), int64_t(host.size()));
     return dev[i].data<int32_t>();
   };
-  in.tokens = place(b.tokens, 0), in.targets = place(b.targets, 1), in.doc_start = place(b.doc_start, 2);
+  // device copies of what this rank's chunks read only (a middle stage reads the batch for its documents alone)
+  in.tokens = reads_tokens_ ? place(b.tokens, 0) : nullptr;
+  in.targets = reads_targets_ ? place(b.targets, 1) : nullptr;
+  in.doc_start = place(b.doc_start, 2);
   in.origin = b.origin.empty() ? nullptr : b.origin.data();  // read on the host (positions, rotary tables)
 }
 

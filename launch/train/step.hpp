@@ -85,7 +85,7 @@ class StepRunner {
   std::vector<parallel::Action> actions_;
   std::unique_ptr<parallel::PipelineExecutor> executor_;
   std::unique_ptr<model::ChunkRunner> runner_;
-  bool reads_targets_ = false, on_device_ = false;
+  bool reads_tokens_ = false, reads_targets_ = false, on_device_ = false;
   // per micro-batch of the step: its batch (this rank's rows under context
   // parallelism), the device copies, and what the chunk runner reads
   std::vector<Batch> batches_;

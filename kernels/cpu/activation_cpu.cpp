@@ -4,15 +4,14 @@
 #include "kernels/cpu/vmath.hpp"
 
 #include "kernels/activation.hpp"
-#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace trident::kernels {
 
 constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2/pi)
 
 template <typename T>
-void gelu_forward(T* out, const T* inp, int64_t n) {
-  TRIDENT_ON_CUDA(T, out, cuda::gelu_forward(out, inp, n));
+void cpu::gelu_forward(T* out, const T* inp, int64_t n) {
 #pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
     T x = inp[i];
@@ -22,8 +21,7 @@ void gelu_forward(T* out, const T* inp, int64_t n) {
 }
 
 template <typename T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
-  TRIDENT_ON_CUDA(T, dinp, cuda::gelu_backward(dinp, inp, dout, n));
+void cpu::gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
 #pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
     T x = inp[i];
@@ -36,8 +34,7 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
 }
 
 template <typename T>
-void swiglu_forward(T* out, const T* inp, int64_t N, int64_t F) {
-  TRIDENT_ON_CUDA(T, out, cuda::swiglu_forward(out, inp, N, F));
+void cpu::swiglu_forward(T* out, const T* inp, int64_t N, int64_t F) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* g = inp + n * 2 * F;
@@ -49,8 +46,7 @@ void swiglu_forward(T* out, const T* inp, int64_t N, int64_t F) {
 }
 
 template <typename T>
-void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F) {
-  TRIDENT_ON_CUDA(T, dinp, cuda::swiglu_backward(dinp, inp, dout, N, F));
+void cpu::swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* g = inp + n * 2 * F;
@@ -68,11 +64,11 @@ void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F)
   }
 }
 
-#define INSTANTIATE(T)                                             \
-  template void gelu_forward<T>(T*, const T*, int64_t);            \
-  template void gelu_backward<T>(T*, const T*, const T*, int64_t); \
-  template void swiglu_forward<T>(T*, const T*, int64_t, int64_t); \
-  template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t);
+#define INSTANTIATE(T)                                                  \
+  template void cpu::gelu_forward<T>(T*, const T*, int64_t);            \
+  template void cpu::gelu_backward<T>(T*, const T*, const T*, int64_t); \
+  template void cpu::swiglu_forward<T>(T*, const T*, int64_t, int64_t); \
+  template void cpu::swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t);
 INSTANTIATE(float)
 INSTANTIATE(double)
 

@@ -7,15 +7,12 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace trident::kernels {
 
 template <typename T>
-void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& hp) {
-  TRIDENT_ON_CUDA(T, param,
-                  cuda::adamw_update_multi(param, m, v, grad, {{0, n, float(hp.weight_decay)}}, hp.lr, hp.beta1,
-                                           hp.beta2, hp.eps, hp.step, hp.grad_scale));
+void cpu::adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& hp) {
   const T b1 = T(hp.beta1), b2 = T(hp.beta2);
   const T c1 = T(1.0 / (1.0 - std::pow(hp.beta1, double(hp.step))));
   const T c2 = T(1.0 / (1.0 - std::pow(hp.beta2, double(hp.step))));
@@ -32,26 +29,18 @@ void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWPar
 }
 
 template <typename T>
-void adamw_update_multi(T* param, T* m, T* v, const T* grad, const std::vector<AdamWRange>& ranges,
-                        const AdamWParams& hp) {
-#ifdef TRIDENT_HAVE_CUDA
-  if constexpr (std::is_same_v<T, float>)
-    if (is_device_pointer(param)) {
-      std::vector<cuda::AdamWRangeDevice> dr;
-      for (const auto& r : ranges) dr.push_back({r.offset, r.size, float(r.weight_decay)});
-      return cuda::adamw_update_multi(param, m, v, grad, dr, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.step, hp.grad_scale);
-    }
-#endif
+void cpu::adamw_update_multi(T* param, T* m, T* v, const T* grad, const std::vector<AdamWRange>& ranges,
+                             const AdamWParams& hp) {
   for (const auto& r : ranges) {
     AdamWParams one = hp;
     one.weight_decay = r.weight_decay;
-    adamw_update(param + r.offset, m + r.offset, v + r.offset, grad + r.offset, r.size, one);
+    cpu::adamw_update(param + r.offset, m + r.offset, v + r.offset, grad + r.offset, r.size, one);
   }
 }
 
-#define INSTANTIATE(T)                                                              \
-  template void adamw_update<T>(T*, T*, T*, const T*, int64_t, const AdamWParams&); \
-  template void adamw_update_multi<T>(T*, T*, T*, const T*, const std::vector<AdamWRange>&, const AdamWParams&);
+#define INSTANTIATE(T)                                                                   \
+  template void cpu::adamw_update<T>(T*, T*, T*, const T*, int64_t, const AdamWParams&); \
+  template void cpu::adamw_update_multi<T>(T*, T*, T*, const T*, const std::vector<AdamWRange>&, const AdamWParams&);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

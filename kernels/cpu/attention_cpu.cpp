@@ -18,7 +18,7 @@
 
 #include "core/error.hpp"
 #include "kernels/attention.hpp"
-#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/vmath.hpp"
 #include "kernels/gemm.hpp"
 
@@ -236,22 +236,20 @@ AttentionBlock<T> self_block(const T* qkv, int64_t B, int64_t T_, int64_t H, int
 int64_t attention_state_elements(int64_t B, int64_t T_, int64_t H) { return B * H * T_; }
 
 template <typename T>
-void attention_lse(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                   const int32_t* doc_start) {
-  TRIDENT_ON_CUDA(T, qkv, cuda::attention_lse(lse, qkv, B, T_, H, KV, D, doc_start));
+void cpu::attention_lse(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                        const int32_t* doc_start) {
   block_forward<T>(nullptr, 0, lse, self_block(qkv, B, T_, H, KV, D, doc_start), false);
 }
 
 template <typename T>
-void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                       const int32_t* doc_start) {
-  TRIDENT_ON_CUDA(T, qkv, cuda::attention_forward(out, lse, qkv, B, T_, H, KV, D, doc_start));
+void cpu::attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                            const int32_t* doc_start) {
   block_forward(out, H * D, lse, self_block(qkv, B, T_, H, KV, D, doc_start), false);
 }
 
 template <typename T>
-void attention_delta(T* delta, const T* dout, const T* out, int64_t ldo, int64_t B, int64_t Tq, int64_t H, int64_t D) {
-  TRIDENT_ON_CUDA(T, out, cuda::attention_delta(delta, dout, out, ldo, B, Tq, H, D));
+void cpu::attention_delta(T* delta, const T* dout, const T* out, int64_t ldo, int64_t B, int64_t Tq, int64_t H,
+                          int64_t D) {
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < Tq; ++t)
@@ -266,9 +264,8 @@ void attention_delta(T* delta, const T* dout, const T* out, int64_t ldo, int64_t
 }
 
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t T_,
-                        int64_t H, int64_t KV, int64_t D, const int32_t* doc_start) {
-  TRIDENT_ON_CUDA(T, qkv, cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T_, H, KV, D, doc_start));
+void cpu::attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t T_,
+                             int64_t H, int64_t KV, int64_t D, const int32_t* doc_start) {
   const int64_t W = (H + 2 * KV) * D;
   std::memset(dqkv, 0, sizeof(T) * size_t(B * T_ * W));
   std::vector<T> delta(size_t(B * H * T_));
@@ -278,28 +275,27 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
 }
 
 template <typename T>
-void attention_block_forward(T* out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool merge) {
-  TRIDENT_ON_CUDA(T, a.q, cuda::attention_block_forward(out, ldo, lse, a, merge));
+void cpu::attention_block_forward(T* out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool merge) {
   TRIDENT_CHECK(a.KV > 0 && a.H % a.KV == 0, "attention block: {} heads over {} KV heads", a.H, a.KV);
   block_forward(out, ldo, lse, a, merge);
 }
 
 template <typename T>
-void attention_block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* dout, int64_t lddo,
-                              const T* lse, const T* delta, const AttentionBlock<T>& a) {
-  TRIDENT_ON_CUDA(T, a.q, cuda::attention_block_backward(dq, lddq, dk, dv, lddkv, dout, lddo, lse, delta, a));
+void cpu::attention_block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* dout, int64_t lddo,
+                                   const T* lse, const T* delta, const AttentionBlock<T>& a) {
   block_backward(dq, lddq, dk, dv, lddkv, dout, lddo, lse, delta, a);
 }
 
 #define INSTANTIATE(T)                                                                                                \
-  template void attention_lse<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);          \
-  template void attention_block_forward<T>(T*, int64_t, T*, const AttentionBlock<T>&, bool);                          \
-  template void attention_delta<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);              \
-  template void attention_block_backward<T>(T*, int64_t, T*, T*, int64_t, const T*, int64_t, const T*, const T*,      \
-                                            const AttentionBlock<T>&);                                                \
-  template void attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);  \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, \
-                                      int64_t, const int32_t*);
+  template void cpu::attention_lse<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);     \
+  template void cpu::attention_block_forward<T>(T*, int64_t, T*, const AttentionBlock<T>&, bool);                     \
+  template void cpu::attention_delta<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);         \
+  template void cpu::attention_block_backward<T>(T*, int64_t, T*, T*, int64_t, const T*, int64_t, const T*, const T*, \
+                                                 const AttentionBlock<T>&);                                           \
+  template void cpu::attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t,              \
+                                          const int32_t*);                                                            \
+  template void cpu::attention_backward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \
+                                           int64_t, int64_t, const int32_t*);
 INSTANTIATE(float)
 INSTANTIATE(double)
 

@@ -1,12 +1,12 @@
-// Buffer operations (see kernels/buffer.hpp): the CPU versions and the
-// dispatch to the CUDA ones.
+// Buffer operations (see kernels/buffer.hpp) on the CPU; copy and
+// synchronize serve every device (core/device_memory.hpp).
 #include "kernels/buffer.hpp"
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/device_memory.hpp"
-#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace trident::kernels {
 
@@ -43,27 +43,18 @@ void copy(T* dst, const T* src, int64_t n) {
 }
 
 template <typename T>
-void fill_zero(T* x, int64_t n) {
+void cpu::fill_zero(T* x, int64_t n) {
   if (n <= 0) return;
-  TRIDENT_ON_CUDA(T, x, cuda::fill_zero(x, n));
   std::fill(x, x + n, T(0));
 }
 
 template <typename T>
-double sum(const T* x, int64_t n) {
-#ifdef TRIDENT_HAVE_CUDA
-  if constexpr (std::is_same_v<T, float>)
-    if (is_device_pointer(x)) return cuda::sum(x, n);
-#endif
+double cpu::sum(const T* x, int64_t n) {
   return chunked(x, n, false);
 }
 
 template <typename T>
-double sum_of_squares_ranges(const T* x, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
-#ifdef TRIDENT_HAVE_CUDA
-  if constexpr (std::is_same_v<T, float>)
-    if (is_device_pointer(x)) return cuda::sum_of_squares_ranges(x, ranges);
-#endif
+double cpu::sum_of_squares_ranges(const T* x, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
   double total = 0;
   for (auto [b, e] : ranges) total += chunked(x + b, e - b, true);
   return total;
@@ -71,11 +62,11 @@ double sum_of_squares_ranges(const T* x, const std::vector<std::pair<int64_t, in
 
 void synchronize() { device_synchronize(); }
 
-#define INSTANTIATE(T)                          \
-  template void copy<T>(T*, const T*, int64_t); \
-  template void fill_zero<T>(T*, int64_t);      \
-  template double sum<T>(const T*, int64_t);    \
-  template double sum_of_squares_ranges<T>(const T*, const std::vector<std::pair<int64_t, int64_t>>&);
+#define INSTANTIATE(T)                            \
+  template void copy<T>(T*, const T*, int64_t);   \
+  template void cpu::fill_zero<T>(T*, int64_t);   \
+  template double cpu::sum<T>(const T*, int64_t); \
+  template double cpu::sum_of_squares_ranges<T>(const T*, const std::vector<std::pair<int64_t, int64_t>>&);
 INSTANTIATE(float)
 INSTANTIATE(double)
 template void copy<int32_t>(int32_t*, const int32_t*, int64_t);

@@ -6,15 +6,14 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/vmath.hpp"
 
 namespace trident::kernels {
 
 template <typename T>
-void softmax_cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
-                           T dscale) {
-  TRIDENT_ON_CUDA(T, logits, cuda::softmax_cross_entropy(losses, logits, targets, N, V, Vvalid, dscale));
+void cpu::softmax_cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
+                                T dscale) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     T* row = logits + n * V;
@@ -42,8 +41,7 @@ void softmax_cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t
 }
 
 template <typename T>
-void cross_entropy_local_max(T* row_max, const T* logits, int64_t N, int64_t V, int64_t Vvalid) {
-  TRIDENT_ON_CUDA(T, logits, cuda::cross_entropy_local_max(row_max, logits, N, V, Vvalid));
+void cpu::cross_entropy_local_max(T* row_max, const T* logits, int64_t N, int64_t V, int64_t Vvalid) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* row = logits + n * V;
@@ -55,9 +53,8 @@ void cross_entropy_local_max(T* row_max, const T* logits, int64_t N, int64_t V, 
 }
 
 template <typename T>
-void cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t N, int64_t V,
-                              int64_t Vvalid, int64_t vocab_begin) {
-  TRIDENT_ON_CUDA(T, logits, cuda::cross_entropy_local_sums(sums, logits, row_max, targets, N, V, Vvalid, vocab_begin));
+void cpu::cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t N,
+                                   int64_t V, int64_t Vvalid, int64_t vocab_begin) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* row = logits + n * V;
@@ -72,10 +69,8 @@ void cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const 
 }
 
 template <typename T>
-void cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums, const int32_t* targets, int64_t N,
-                          int64_t V, int64_t Vvalid, int64_t vocab_begin, T dscale) {
-  TRIDENT_ON_CUDA(
-      T, logits, cuda::cross_entropy_finish(losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, dscale));
+void cpu::cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums, const int32_t* targets, int64_t N,
+                               int64_t V, int64_t Vvalid, int64_t vocab_begin, T dscale) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T lse = row_max[n] + std::log(sums[n]);
@@ -95,13 +90,13 @@ void cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums,
   }
 }
 
-#define INSTANTIATE(T)                                                                                         \
-  template void softmax_cross_entropy<T>(T*, T*, const int32_t*, int64_t, int64_t, int64_t, T);                \
-  template void cross_entropy_local_max<T>(T*, const T*, int64_t, int64_t, int64_t);                           \
-  template void cross_entropy_local_sums<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
-                                            int64_t);                                                          \
-  template void cross_entropy_finish<T>(T*, T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
-                                        int64_t, T);
+#define INSTANTIATE(T)                                                                                              \
+  template void cpu::softmax_cross_entropy<T>(T*, T*, const int32_t*, int64_t, int64_t, int64_t, T);                \
+  template void cpu::cross_entropy_local_max<T>(T*, const T*, int64_t, int64_t, int64_t);                           \
+  template void cpu::cross_entropy_local_sums<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
+                                                 int64_t);                                                          \
+  template void cpu::cross_entropy_finish<T>(T*, T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
+                                             int64_t, T);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

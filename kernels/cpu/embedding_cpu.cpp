@@ -6,14 +6,13 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace trident::kernels {
 
 template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int64_t C, int64_t vocab_begin,
-                       int64_t V) {
-  TRIDENT_ON_CUDA(T, out, cuda::embedding_forward(out, tokens, wte, N, C, vocab_begin, V));
+void cpu::embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int64_t C, int64_t vocab_begin,
+                            int64_t V) {
 #pragma omp parallel for
   for (int64_t i = 0; i < N; ++i) {
     const int64_t row = int64_t(tokens[i]) - vocab_begin;
@@ -29,9 +28,8 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, i
 
 // Threads own disjoint channel ranges, so rows sharing a token never race.
 template <typename T>
-void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N, int64_t C, int64_t vocab_begin,
-                        int64_t V) {
-  TRIDENT_ON_CUDA(T, dwte, cuda::embedding_backward(dwte, dout, tokens, N, C, vocab_begin, V));
+void cpu::embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N, int64_t C, int64_t vocab_begin,
+                             int64_t V) {
 #pragma omp parallel
   {
     int nt = omp_get_num_threads(), tid = omp_get_thread_num();
@@ -47,9 +45,8 @@ void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N
 }
 
 template <typename T>
-void position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin, int64_t rows, int64_t T_, int64_t C,
-                      const int32_t* doc_start) {
-  TRIDENT_ON_CUDA(T, out, cuda::position_forward(out, inp, wpe, row_begin, rows, T_, C, doc_start));
+void cpu::position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin, int64_t rows, int64_t T_, int64_t C,
+                           const int32_t* doc_start) {
 #pragma omp parallel for
   for (int64_t i = 0; i < rows; ++i) {
     const T* x = inp + i * C;
@@ -66,9 +63,8 @@ void position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin, int
 }
 
 template <typename T>
-void position_backward(T* dwpe, const T* dout, int64_t row_begin, int64_t rows, int64_t T_, int64_t C,
-                       const int32_t* doc_start) {
-  TRIDENT_ON_CUDA(T, dwpe, cuda::position_backward(dwpe, dout, row_begin, rows, T_, C, doc_start));
+void cpu::position_backward(T* dwpe, const T* dout, int64_t row_begin, int64_t rows, int64_t T_, int64_t C,
+                            const int32_t* doc_start) {
 #pragma omp parallel
   {
     int nt = omp_get_num_threads(), tid = omp_get_thread_num();
@@ -82,11 +78,11 @@ void position_backward(T* dwpe, const T* dout, int64_t row_begin, int64_t rows, 
   }
 }
 
-#define INSTANTIATE(T)                                                                                           \
-  template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t, int64_t);          \
-  template void embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);         \
-  template void position_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, const int32_t*); \
-  template void position_backward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, const int32_t*);
+#define INSTANTIATE(T)                                                                                                \
+  template void cpu::embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t, int64_t);          \
+  template void cpu::embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t);         \
+  template void cpu::position_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, const int32_t*); \
+  template void cpu::position_backward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, const int32_t*);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

@@ -11,7 +11,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/precision.hpp"
 
@@ -180,9 +180,8 @@ const float* f32_of(In16 x, int64_t n, std::vector<float>& scratch) {
 void set_cpu_matmul_precision(Precision p) { g_matmul = p; }
 
 template <>
-void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  TRIDENT_ON_CUDA(float, C, cuda::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
+void cpu::gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                      const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (g_matmul == Precision::bf16 && M > 0 && N > 0 && K > 0 &&
       gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
     return;
@@ -190,8 +189,8 @@ void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 }
 
 template <>
-void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
-                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+void cpu::gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+                       const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
 #pragma omp parallel for collapse(2)
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
@@ -229,27 +228,26 @@ static void column_sums(T* dbias, const T* dout, int64_t N, int64_t OC, bool acc
 }
 
 template <typename T>
-void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC) {
-  TRIDENT_ON_CUDA(T, out, cuda::linear_forward(out, inp, weight, bias, N, C, OC));
+void cpu::linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC) {
   if (bias) bias_rows(out, bias, N, OC);
   gemm<T>(false, true, N, OC, C, T(1), inp, C, weight, C, bias ? T(1) : T(0), out, OC);
 }
 
 template <typename T>
-void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int64_t C,
-                     int64_t OC, bool accumulate) {
-  TRIDENT_ON_CUDA(T, dout, cuda::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate));
+void cpu::linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
+                          int64_t C, int64_t OC, bool accumulate) {
   if (dinp) gemm<T>(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
   if (dweight) gemm<T>(true, false, OC, C, N, T(1), dout, OC, inp, C, accumulate ? T(1) : T(0), dweight, C);
   if (dbias) column_sums(dbias, dout, N, OC, accumulate);
 }
 
-template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
-template void linear_forward<double>(double*, const double*, const double*, const double*, int64_t, int64_t, int64_t);
-template void linear_backward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t,
-                                     int64_t, bool);
-template void linear_backward<double>(double*, double*, double*, const double*, const double*, const double*, int64_t,
-                                      int64_t, int64_t, bool);
+template void cpu::linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
+template void cpu::linear_forward<double>(double*, const double*, const double*, const double*, int64_t, int64_t,
+                                          int64_t);
+template void cpu::linear_backward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t,
+                                          int64_t, int64_t, bool);
+template void cpu::linear_backward<double>(double*, double*, double*, const double*, const double*, const double*,
+                                           int64_t, int64_t, int64_t, bool);
 
 void gemm16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, In16 A, In16 B, float beta, float* C,
             int64_t ldc) {

@@ -6,15 +6,14 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/norm.hpp"
 
 namespace trident::kernels {
 
 template <typename T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C,
-                       double eps) {
-  TRIDENT_ON_CUDA(T, out, cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps));
+void cpu::layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
+                            int64_t C, double eps) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
@@ -44,10 +43,8 @@ static void reduce_partials(const T* part, int threads, int64_t stride, int64_t 
 }
 
 template <typename T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
-                        const T* rstd, int64_t N, int64_t C, bool accumulate) {
-  TRIDENT_ON_CUDA(T, dout,
-                  cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate));
+void cpu::layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
+                             const T* rstd, int64_t N, int64_t C, bool accumulate) {
   int threads = omp_get_max_threads();
   std::vector<T> part(size_t(threads) * 2 * C, T(0));
 #pragma omp parallel
@@ -83,8 +80,7 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 }
 
 template <typename T>
-void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int64_t C, double eps) {
-  TRIDENT_ON_CUDA(T, out, cuda::rmsnorm_forward(out, rstd, inp, weight, N, C, eps));
+void cpu::rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int64_t C, double eps) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
@@ -98,9 +94,8 @@ void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, 
 }
 
 template <typename T>
-void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
-                      int64_t C, bool accumulate) {
-  TRIDENT_ON_CUDA(T, dout, cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, accumulate));
+void cpu::rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
+                           int64_t C, bool accumulate) {
   int threads = omp_get_max_threads();
   std::vector<T> part(size_t(threads) * C, T(0));
 #pragma omp parallel
@@ -124,12 +119,12 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
   reduce_partials(part.data(), threads, C, C, dweight, accumulate);
 }
 
-#define INSTANTIATE(T)                                                                                                \
-  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, double);             \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int64_t, \
-                                      bool);                                                                          \
-  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);                             \
-  template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t, bool);
+#define INSTANTIATE(T)                                                                                            \
+  template void cpu::layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, double);    \
+  template void cpu::layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, \
+                                           int64_t, bool);                                                        \
+  template void cpu::rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);                    \
+  template void cpu::rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t, bool);
 INSTANTIATE(float)
 INSTANTIATE(double)
 

@@ -9,7 +9,7 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
-#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace trident::kernels {
 
@@ -17,9 +17,8 @@ float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 float round_fp16(float x) { return float(static_cast<_Float16>(x)); }
 
 template <typename T>
-void round_to_storage(T* x, int64_t n, Precision p) {
+void cpu::round_to_storage(T* x, int64_t n, Precision p) {
   if (p == Precision::fp32) return;
-  TRIDENT_ON_CUDA(T, x, cuda::round_to_storage(x, n, p == Precision::bf16 ? 1 : 2));
   if (p == Precision::bf16) {
 #pragma omp parallel for simd
     for (int64_t i = 0; i < n; ++i) x[i] = T(round_bf16(float(x[i])));
@@ -30,11 +29,7 @@ void round_to_storage(T* x, int64_t n, Precision p) {
 }
 
 template <typename T>
-int64_t count_nonfinite(const T* x, int64_t n) {
-#ifdef TRIDENT_HAVE_CUDA
-  if constexpr (std::is_same_v<T, float>)
-    if (is_device_pointer(x)) return cuda::count_nonfinite(x, n);
-#endif
+int64_t cpu::count_nonfinite(const T* x, int64_t n) {
   int64_t bad = 0;
 #pragma omp parallel for reduction(+ : bad)
   for (int64_t i = 0; i < n; ++i) bad += std::isfinite(x[i]) ? 0 : 1;
@@ -42,9 +37,8 @@ int64_t count_nonfinite(const T* x, int64_t n) {
 }
 
 template <typename T>
-void pack_16(uint16_t* dst, const T* src, int64_t n, Precision p) {
+void cpu::pack_16(uint16_t* dst, const T* src, int64_t n, Precision p) {
   TRIDENT_CHECK(p != Precision::fp32, "pack_16 needs a 16-bit format");
-  TRIDENT_ON_CUDA(T, src, cuda::pack_16(dst, src, n, p == Precision::bf16 ? 1 : 2));
   if (p == Precision::bf16) {
 #pragma omp parallel for simd
     for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(float(src[i]));
@@ -58,11 +52,8 @@ void pack_16(uint16_t* dst, const T* src, int64_t n, Precision p) {
 }
 
 template <typename T>
-void store_16(T* x, uint16_t* dst, int64_t n, Precision p) {
+void cpu::store_16(T* x, uint16_t* dst, int64_t n, Precision p) {
   TRIDENT_CHECK(p != Precision::fp32, "store_16 needs a 16-bit format");
-  TRIDENT_ON_CUDA(T, x,
-                  (cuda::round_to_storage(x, n, p == Precision::bf16 ? 1 : 2),
-                   cuda::pack_16(dst, x, n, p == Precision::bf16 ? 1 : 2)));
   if (p == Precision::bf16) {
 #pragma omp parallel for simd
     for (int64_t i = 0; i < n; ++i) {
@@ -81,9 +72,8 @@ void store_16(T* x, uint16_t* dst, int64_t n, Precision p) {
 }
 
 template <typename T>
-void unpack_16(T* dst, const uint16_t* src, int64_t n, Precision p) {
+void cpu::unpack_16(T* dst, const uint16_t* src, int64_t n, Precision p) {
   TRIDENT_CHECK(p != Precision::fp32, "unpack_16 needs a 16-bit format");
-  TRIDENT_ON_CUDA(T, dst, cuda::unpack_16(dst, src, n, p == Precision::bf16 ? 1 : 2));
   if (p == Precision::bf16) {
 #pragma omp parallel for simd
     for (int64_t i = 0; i < n; ++i) dst[i] = T(bf16_to_f32(src[i]));
@@ -93,15 +83,15 @@ void unpack_16(T* dst, const uint16_t* src, int64_t n, Precision p) {
   }
 }
 
-template void pack_16<float>(uint16_t*, const float*, int64_t, Precision);
-template void pack_16<double>(uint16_t*, const double*, int64_t, Precision);
-template void store_16<float>(float*, uint16_t*, int64_t, Precision);
-template void store_16<double>(double*, uint16_t*, int64_t, Precision);
-template void unpack_16<float>(float*, const uint16_t*, int64_t, Precision);
-template void unpack_16<double>(double*, const uint16_t*, int64_t, Precision);
-template void round_to_storage<float>(float*, int64_t, Precision);
-template void round_to_storage<double>(double*, int64_t, Precision);
-template int64_t count_nonfinite<float>(const float*, int64_t);
-template int64_t count_nonfinite<double>(const double*, int64_t);
+template void cpu::pack_16<float>(uint16_t*, const float*, int64_t, Precision);
+template void cpu::pack_16<double>(uint16_t*, const double*, int64_t, Precision);
+template void cpu::store_16<float>(float*, uint16_t*, int64_t, Precision);
+template void cpu::store_16<double>(double*, uint16_t*, int64_t, Precision);
+template void cpu::unpack_16<float>(float*, const uint16_t*, int64_t, Precision);
+template void cpu::unpack_16<double>(double*, const uint16_t*, int64_t, Precision);
+template void cpu::round_to_storage<float>(float*, int64_t, Precision);
+template void cpu::round_to_storage<double>(double*, int64_t, Precision);
+template int64_t cpu::count_nonfinite<float>(const float*, int64_t);
+template int64_t cpu::count_nonfinite<double>(const double*, int64_t);
 
 }  // namespace trident::kernels

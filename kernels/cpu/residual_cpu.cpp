@@ -6,13 +6,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace trident::kernels {
 
 template <typename T>
-void residual_forward(T* out, const T* a, const T* b, const T* bias, int64_t N, int64_t C) {
-  TRIDENT_ON_CUDA(T, out, cuda::residual_forward(out, a, b, bias, N, C));
+void cpu::residual_forward(T* out, const T* a, const T* b, const T* bias, int64_t N, int64_t C) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T *x = a + n * C, *y = b + n * C;
@@ -29,8 +28,7 @@ void residual_forward(T* out, const T* a, const T* b, const T* bias, int64_t N, 
 
 // Threads own disjoint channel ranges; each channel sums its rows in order.
 template <typename T>
-void bias_backward(T* dbias, const T* dout, int64_t N, int64_t C, bool accumulate) {
-  TRIDENT_ON_CUDA(T, dout, cuda::bias_backward(dbias, dout, N, C, accumulate));
+void cpu::bias_backward(T* dbias, const T* dout, int64_t N, int64_t C, bool accumulate) {
   if (!dbias) return;
 #pragma omp parallel
   {
@@ -44,9 +42,9 @@ void bias_backward(T* dbias, const T* dout, int64_t N, int64_t C, bool accumulat
   }
 }
 
-#define INSTANTIATE(T)                                                                   \
-  template void residual_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t); \
-  template void bias_backward<T>(T*, const T*, int64_t, int64_t, bool);
+#define INSTANTIATE(T)                                                                        \
+  template void cpu::residual_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t); \
+  template void cpu::bias_backward<T>(T*, const T*, int64_t, int64_t, bool);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace trident::kernels {
 
@@ -46,21 +46,19 @@ void rope_apply(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, i
 }  // namespace
 
 template <typename T>
-void rope_forward(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                  const int32_t* doc_start) {
-  TRIDENT_ON_CUDA(T, qkv, cuda::rope_forward(qkv, table, B, T_, H, KV, D, doc_start));
+void cpu::rope_forward(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                       const int32_t* doc_start) {
   rope_apply(qkv, table, B, T_, H, KV, D, 1.0, doc_start);
 }
 template <typename T>
-void rope_backward(T* dqkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                   const int32_t* doc_start) {
-  TRIDENT_ON_CUDA(T, dqkv, cuda::rope_backward(dqkv, table, B, T_, H, KV, D, doc_start));
+void cpu::rope_backward(T* dqkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                        const int32_t* doc_start) {
   rope_apply(dqkv, table, B, T_, H, KV, D, -1.0, doc_start);
 }
 
-#define INSTANTIATE(T)                                                                                           \
-  template void rope_forward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*); \
-  template void rope_backward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);
+#define INSTANTIATE(T)                                                                                                \
+  template void cpu::rope_forward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*); \
+  template void cpu::rope_backward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

@@ -1,7 +1,7 @@
 // The CUDA twins of the CPU kernels: float buffers in device memory, work
 // queued on the rank's compute stream (core/device_memory.hpp). The public
-// headers (kernels/*.hpp) dispatch here when their first buffer is device
-// memory; tests call these directly against the CPU versions. No CUDA
+// entry points (kernels/*.hpp) come here from kernels/routing.cpp when their
+// buffers are device memory; tests call these directly against the CPU versions. No CUDA
 // headers, so C++ files may include it; in a build without CUDA none of
 // these exist and nothing calls them.
 // Shapes and accumulate/overwrite rules are those of the public headers.

@@ -22,7 +22,7 @@
 namespace trident {
 namespace {
 
-using recipe_detail::describe;
+using yaml_detail::describe;
 using recipe_detail::Reader;
 
 // Applies --set overrides onto the parsed tree, creating maps as needed.
@@ -298,7 +298,8 @@ namespace {
 
 // A parse error in the user's words: a tab indenting a line (YAML indents
 // with spaces) and nesting too deep are named as such.
-[[noreturn]] void syntax_error(const std::string& text, const std::string& name, const YAML::ParserException& e) {
+[[noreturn]] void syntax_error(const std::string& text, const std::string& name, const std::string& what,
+                               const YAML::ParserException& e) {
   std::istringstream lines(text);
   int number = 0;
   for (std::string line; std::getline(lines, line) && number <= e.mark.line;) {
@@ -309,38 +310,49 @@ namespace {
       fail_input("{}:{}:{}: a tab character in the indentation (YAML indents with spaces only)", name, number, tab + 1);
   }
   if (dynamic_cast<const YAML::DeepRecursion*>(&e))
-    fail_input("{}:{}:{}: YAML nested too deeply (a recipe nests a few levels)", name, e.mark.line + 1,
-               e.mark.column + 1);
+    fail_input("{}:{}:{}: YAML nested too deeply ({} nests a few levels)", name, e.mark.line + 1, e.mark.column + 1,
+               what);
   fail_input("{}:{}:{}: YAML syntax error: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg);
 }
 
 }  // namespace
 
-Recipe load_recipe_text(const std::string& text, const std::string& name, const std::vector<std::string>& overrides,
-                        int64_t world) {
+YAML::Node parse_yaml(const std::string& text, const std::string& name, const std::string& what) {
   // one document: a '---' (or '...') at the start of a line after content
   // starts another (yaml-cpp 0.7's LoadAll can loop forever on bad input, so
   // the markers are found here)
-  {
-    std::istringstream lines(text);
-    bool content = false;
-    int number = 0;
-    for (std::string line; std::getline(lines, line);) {
-      ++number;
-      const bool marker = (line.rfind("---", 0) == 0 || line.rfind("...", 0) == 0) &&
-                          (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
-      if (marker && content)
-        fail_input("{}:{}: a second YAML document ('{}'); a recipe is one document", name, number, line.substr(0, 3));
-      const size_t first = line.find_first_not_of(" \t\r");
-      content = content || (!marker && first != std::string::npos && line[first] != '#');
-    }
+  std::istringstream lines(text);
+  bool content = false;
+  int number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    const bool marker = (line.rfind("---", 0) == 0 || line.rfind("...", 0) == 0) &&
+                        (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
+    if (marker && content)
+      fail_input("{}:{}: a second YAML document ('{}'); {} is one document", name, number, line.substr(0, 3), what);
+    const size_t first = line.find_first_not_of(" \t\r");
+    content = content || (!marker && first != std::string::npos && line[first] != '#');
   }
-  YAML::Node root;
   try {
-    root = YAML::Load(text);
+    return YAML::Load(text);
   } catch (const YAML::ParserException& e) {
-    syntax_error(text, name, e);
+    syntax_error(text, name, what, e);
   }
+}
+
+YAML::Node read_yaml_file(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail_input("{}: a directory, expected {}", path, what);
+  std::ifstream in(path);
+  if (!in) fail_input("{}: cannot open {}", path, what);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_yaml(ss.str(), path, what);
+}
+
+Recipe load_recipe_text(const std::string& text, const std::string& name, const std::vector<std::string>& overrides,
+                        int64_t world) {
+  const YAML::Node root = parse_yaml(text, name, "a recipe");
   Recipe rc;
   try {
     rc = read_recipe(root, name, overrides, world);

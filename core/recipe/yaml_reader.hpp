@@ -1,7 +1,8 @@
-// The recipe loader's YAML reader (internal to core/): typed getters that
-// name file:line:column (or the --set override), the key, what was expected
-// and what was found. The keys themselves are declared once, in the table of
-// core/recipe/keys.cpp.
+// The YAML reader of recipes and cluster files: one document parsed with
+// file:line:column syntax errors, typed getters that name file:line:column
+// (or the --set override), the key, what was expected and what was found,
+// unknown keys refused with the nearest known one. The recipe's keys are
+// declared once, in the table of core/recipe/keys.cpp.
 #pragma once
 #include <yaml-cpp/yaml.h>
 
@@ -19,7 +20,16 @@
 #include "core/error.hpp"
 #include "core/recipe/recipe.hpp"
 
-namespace trident::recipe_detail {
+namespace trident {
+
+// The single YAML document of `text` (what: "a recipe", "a cluster file"):
+// InputError "NAME:LINE:COLUMN: ..." for a syntax error, a tab in the
+// indentation, deep nesting or a second document.
+YAML::Node parse_yaml(const std::string& text, const std::string& name, const std::string& what);
+// The file at `path` through parse_yaml; InputError when it is a directory or cannot be read.
+YAML::Node read_yaml_file(const std::string& path, const std::string& what);
+
+namespace yaml_detail {
 
 inline int edit_distance(const std::string& a, const std::string& b) {
   std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
@@ -78,9 +88,11 @@ inline std::optional<double> plain_number(const YAML::Node& n) {
   }
 }
 
-class Reader {
+}  // namespace yaml_detail
+
+class YamlReader {
  public:
-  Reader(YAML::Node root, std::string file, std::map<std::string, std::string> set_origin)
+  YamlReader(YAML::Node root, std::string file, std::map<std::string, std::string> set_origin)
       : root_(std::move(root)), file_(std::move(file)), set_origin_(std::move(set_origin)) {}
 
   std::vector<std::string> keys;
@@ -120,7 +132,7 @@ class Reader {
   }
 
   [[noreturn]] void bad(const std::string& path, const std::string& expected) const {
-    fail_input("{}: key '{}': expected {}, found {}", where(path), path, expected, describe(find(path)));
+    fail_input("{}: key '{}': expected {}, found {}", where(path), path, expected, yaml_detail::describe(find(path)));
   }
   [[noreturn]] void inconsistent(const std::string& path, const std::string& what) const {
     fail_input("{}: key '{}': {}", where(path), path, what);
@@ -136,7 +148,7 @@ class Reader {
     for (auto it = n.begin(); it != n.end(); ++it) {
       if (!it->first.IsScalar())
         fail_input("{}: a key in {} is {}, expected a name", key_location(section, it->first.Mark()), label,
-                   describe(it->first));
+                   yaml_detail::describe(it->first));
       std::string key = it->first.Scalar();
       std::string full = section.empty() ? key : section + "." + key;
       auto mk = it->first.Mark();
@@ -149,7 +161,7 @@ class Reader {
       std::string best;
       int best_d = 3;
       for (const auto& a : allowed) {
-        int d = edit_distance(key, a);
+        int d = yaml_detail::edit_distance(key, a);
         if (d < best_d) best_d = d, best = a;
       }
       std::string hint = best.empty() ? fmt::format("known keys in {}: {}", label, fmt::join(allowed, ", "))
@@ -160,6 +172,18 @@ class Reader {
 
   void note(const std::string& path) { keys.push_back(path); }
 
+  // A number > 0 (the cluster files' rates and sizes).
+  double positive(const std::string& path, std::optional<double> def) {
+    note(path);
+    if (!has(path)) {
+      if (def) return *def;
+      fail_input("{}: missing required key '{}' (a number > 0)", file_, path);
+    }
+    const std::optional<double> v = yaml_detail::plain_number(find(path));
+    if (!v || !std::isfinite(*v) || !(*v > 0)) bad(path, "a number > 0");
+    return *v;
+  }
+
   int64_t integer(const std::string& path, int64_t lo, int64_t hi, std::optional<int64_t> def) {
     note(path);
     std::string expected = hi == std::numeric_limits<int64_t>::max() ? fmt::format("an integer >= {}", lo)
@@ -168,7 +192,7 @@ class Reader {
       if (def) return *def;
       fail_input("{}: missing required key '{}' ({})", file_, path, expected);
     }
-    const std::optional<int64_t> v = plain_integer(find(path));
+    const std::optional<int64_t> v = yaml_detail::plain_integer(find(path));
     if (!v || *v < lo || *v > hi) bad(path, expected);
     return *v;
   }
@@ -180,7 +204,7 @@ class Reader {
       if (def) return *def;
       fail_input("{}: missing required key '{}' ({})", file_, path, expected);
     }
-    const std::optional<double> o = plain_number(find(path));
+    const std::optional<double> o = yaml_detail::plain_number(find(path));
     if (!o) bad(path, expected);
     const double v = *o;
     if (!std::isfinite(v) || v < lo || v > hi || (lo_open && v == lo)) bad(path, expected);
@@ -191,7 +215,7 @@ class Reader {
     note(path);
     if (!has(path)) return def;
     YAML::Node n = find(path);
-    if (!n.IsScalar() || quoted(n)) bad(path, "true or false");
+    if (!n.IsScalar() || yaml_detail::quoted(n)) bad(path, "true or false");
     try {
       return n.as<bool>();
     } catch (const YAML::Exception&) {
@@ -233,7 +257,7 @@ class Reader {
     if (!n.IsSequence() || n.size() != count) bad(path, expected);
     std::vector<double> out;
     for (auto v : n) {
-      const std::optional<double> x = plain_number(v);
+      const std::optional<double> x = yaml_detail::plain_number(v);
       if (!x || !(*x >= lo && *x < hi)) bad(path, expected);
       out.push_back(*x);
     }
@@ -249,7 +273,7 @@ class Reader {
     if (!n.IsSequence()) bad(path, expected);
     std::vector<int64_t> out;
     for (auto v : n) {
-      const std::optional<int64_t> x = plain_integer(v);
+      const std::optional<int64_t> x = yaml_detail::plain_integer(v);
       if (!x || *x < lo || *x > hi) bad(path, expected);
       out.push_back(*x);
     }
@@ -288,18 +312,20 @@ class Reader {
         d.path = e.Scalar();
       } else if (e.IsMap()) {
         for (auto it = e.begin(); it != e.end(); ++it) {
-          const std::string k = it->first.IsScalar() ? it->first.Scalar() : describe(it->first);
+          const std::string k = it->first.IsScalar() ? it->first.Scalar() : yaml_detail::describe(it->first);
           if (k != "path" && k != "weight")
             fail_input("{}: key '{}': unknown key '{}' in a blend entry (known: path, weight)", where(path), at, k);
         }
         if (!e["path"] || !e["path"].IsScalar())
-          fail_input("{}: key '{}.path': expected a dataset prefix, found {}", where(path), at, describe(e["path"]));
+          fail_input("{}: key '{}.path': expected a dataset prefix, found {}", where(path), at,
+                     yaml_detail::describe(e["path"]));
         d.path = e["path"].Scalar();
         if (e["weight"]) {
           try {
             d.weight = e["weight"].as<double>();
           } catch (const YAML::Exception&) {
-            fail_input("{}: key '{}.weight': expected a number >= 0, found {}", where(path), at, describe(e["weight"]));
+            fail_input("{}: key '{}.weight': expected a number >= 0, found {}", where(path), at,
+                       yaml_detail::describe(e["weight"]));
           }
         }
       } else {
@@ -329,6 +355,10 @@ class Reader {
   std::map<std::string, std::string> set_origin_;
 };
 
+namespace recipe_detail {
+
+using Reader = YamlReader;
+
 // One key of the table: its documentation and how to read it into a Recipe
 // (no reader: a section that only holds keys).
 struct Key {
@@ -338,4 +368,5 @@ struct Key {
 // The key table, in reading order (core/recipe/keys.cpp).
 const std::vector<Key>& keys();
 
-}  // namespace trident::recipe_detail
+}  // namespace recipe_detail
+}  // namespace trident

@@ -220,11 +220,57 @@ TEST(Planner, CommandLine) {
   std::ofstream(bad) << "name: x\ndevices_per_node: 8\nmemory_gib: 80\npeak_tflops: {fp32: 10}\ngemm_fraction: 2\n";
   r = run("plan " + src("configs/demo.yaml") + " --cluster " + bad + " --gpus 2");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.out.find("key 'gemm_fraction': expected at most 1, found 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(bad + ":5:16: key 'gemm_fraction': expected a number in (0, 1], found '2'"), std::string::npos)
+      << r.out;
   r = run("plan " + src("configs/demo.yaml") + " --cluster " + src("configs/clusters/cpu-local.yaml") +
           " --gpus 4 --mesh 2,2,2");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("2 x 2 x 2 x 1 = 8 != --gpus 4"), std::string::npos) << r.out;
+}
+
+// Cluster files are read like recipes: every error names file:line:column,
+// the key, what was expected and what was found; a typo gets a suggestion.
+TEST(Planner, ClusterFileErrorsNameTheLineAndKey) {
+  std::ifstream in(src("configs/clusters/cpu-local.yaml"));
+  const std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string path = (std::filesystem::temp_directory_path() / "trident_cluster_errors.yaml").string();
+  auto error_of = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    try {
+      load_cluster(path, Precision::fp32);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    const size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return t.replace(at, from.size(), to);
+  };
+  EXPECT_EQ(error_of(good), "no error");
+  EXPECT_NE(error_of(replaced("memory_gib: 12", "memory_gb: 12"))
+                .find(path + ":8:1: unknown key 'memory_gb' (did you mean 'memory_gib'?)"),
+            std::string::npos)
+      << error_of(replaced("memory_gib: 12", "memory_gb: 12"));
+  const std::string latency = error_of(replaced("latency_us: 2}", "latency_us: fast}"));
+  EXPECT_NE(latency.find(path + ":18:"), std::string::npos) << latency;
+  EXPECT_NE(latency.find("key 'intra_node.latency_us': expected a number > 0, found 'fast'"), std::string::npos)
+      << latency;
+  const std::string table = error_of(replaced("[64, 0.42]", "[64, 1.5]"));
+  EXPECT_NE(table.find(path + ":12:31:"), std::string::npos) << table;
+  EXPECT_NE(
+      table.find(
+          "key 'gemm_efficiency[1]': expected [dimension > 0, fraction in (0, 1]], found a list of 2 ([64, 1.5])"),
+      std::string::npos)
+      << table;
+  const std::string peak = error_of(replaced("bf16: 0.2425", "bf61: 0.2425"));
+  EXPECT_NE(peak.find("unknown key 'peak_tflops.bf61' (did you mean 'bf16'?)"), std::string::npos) << peak;
+  const std::string tab = error_of(replaced("memory_gib: 12", "\tmemory_gib: 12"));
+  EXPECT_NE(tab.find(path + ":8:1: a tab character in the indentation"), std::string::npos) << tab;
+  EXPECT_NE(error_of("- a\n- b\n").find(path + ": expected a map of cluster keys"), std::string::npos);
+  std::filesystem::remove(path);
 }
 
 // `--mesh` plans the recipe's own choices and --set's, key by key; without

@@ -22,8 +22,8 @@
 namespace trident {
 namespace {
 
-using yaml_detail::describe;
 using recipe_detail::Reader;
+using yaml_detail::describe;
 
 // Applies --set overrides onto the parsed tree, creating maps as needed.
 std::map<std::string, std::string> apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides) {
@@ -237,10 +237,11 @@ void validate_train(Reader& r, const Recipe& rc, bool placed) {
 
 void validate_data(Reader& r, Recipe& rc) {
   auto& d = rc.data;
-  const bool has_train = r.has("data.train"), has_syn = r.has("data.synthetic");
-  if (has_train && has_syn)
+  // from the typed recipe (validate_on_mesh has no YAML); the YAML only adds the conflict
+  const bool has_train = !d.train.empty();
+  if (has_train && r.has("data.synthetic"))
     r.inconsistent("data.synthetic", "set either data.train (an indexed dataset) or data.synthetic, not both");
-  if (!has_train && r.has("data.valid")) r.inconsistent("data.valid", "data.valid needs data.train");
+  if (!has_train && !d.valid.empty()) r.inconsistent("data.valid", "data.valid needs data.train");
   d.synthetic = !has_train;
   for (const char* key : {"data.document_mask", "data.mask_eod_loss"})
     if (d.synthetic && (std::string(key) == "data.document_mask" ? d.document_mask : d.mask_eod_loss))
@@ -391,11 +392,28 @@ int64_t recipe_ranks(const std::string& path, const std::vector<std::string>& ov
   return n;
 }
 
-std::vector<std::string> single_process_overrides() {
-  return {
-      "parallel.data=1",           "parallel.context=1", "parallel.tensor=1",      "parallel.pipeline=1",
-      "parallel.virtual_stages=1", "parallel.zero=0",    "parallel.schedule=1f1b", "parallel.sequence_parallel=false",
-      "parallel.stage_layers=[]"};
+void place_on_one_process(Recipe& rc) {
+  ParallelConfig& p = rc.parallel;
+  p.data = p.tensor = p.pipeline = p.context = 1;
+  p.virtual_stages = 1;
+  p.zero = 0;
+  p.schedule = ScheduleKind::one_f_one_b;
+  p.sequence_parallel = false;
+  p.stage_layers.clear();
+  validate_on_mesh(rc, 1);
+}
+
+Recipe load_recipe_on_one_process(const std::string& path, const std::vector<std::string>& overrides) {
+  Recipe rc = load_recipe_unplaced(path, overrides);
+  place_on_one_process(rc);
+  return rc;
+}
+
+Recipe load_recipe_text_on_one_process(const std::string& yaml_text, const std::string& name,
+                                       const std::vector<std::string>& overrides) {
+  Recipe rc = load_recipe_text(yaml_text, name, overrides, kUnplaced);
+  place_on_one_process(rc);
+  return rc;
 }
 
 Recipe load_recipe_unplaced(const std::string& path, const std::vector<std::string>& overrides) {

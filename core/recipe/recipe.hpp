@@ -176,8 +176,14 @@ Recipe load_recipe_unplaced(const std::string& path, const std::vector<std::stri
 // The loader's mesh-dependent checks (and the rest) of a typed recipe on
 // `world` ranks: InputError "FILE: key 'K': ..." with the arithmetic.
 void validate_on_mesh(Recipe& rc, int64_t world);
-// --set overrides that put a recipe on one process (a 1x1x1 mesh, ZeRO 0),
-// appended after a run's own: for export, sampling and the sweep's reference.
-std::vector<std::string> single_process_overrides();
+// A recipe on one process (a 1x1x1x1 mesh, ZeRO 0, 1F1B, no sequence
+// parallelism, an even split), set in the typed recipe and checked with
+// validate_on_mesh: export, import, sampling, calibration, the resume
+// report and the tests' single-rank references. The *_on_one_process loaders
+// read the recipe unplaced (load_recipe_unplaced) and place it so.
+void place_on_one_process(Recipe& rc);
+Recipe load_recipe_on_one_process(const std::string& path, const std::vector<std::string>& overrides = {});
+Recipe load_recipe_text_on_one_process(const std::string& yaml_text, const std::string& name,
+                                       const std::vector<std::string>& overrides = {});
 
 }  // namespace trident

@@ -195,9 +195,7 @@ std::string trident_name(const ModelConfig& m, const std::string& name) {
 void import_hf(const std::string& hf_dir, const std::string& recipe, const std::vector<std::string>& sets,
                const std::string& out_dir) {
   check_new_dir("--out", out_dir);
-  std::vector<std::string> all = sets;
-  for (const auto& s : single_process_overrides()) all.push_back(s);
-  Recipe rc = load_recipe(recipe, all, 1);
+  Recipe rc = load_recipe_on_one_process(recipe, sets);
   const ModelConfig& m = rc.model;
   const std::string config_path = (fs::path(hf_dir) / "config.json").string();
   if (!fs::exists(config_path)) fail_input("{}: missing (import reads a transformers model directory)", config_path);

@@ -68,9 +68,7 @@ void describe_changes(const CheckpointIndex& x, const std::string& index_path, c
   if (x.step > 0 && x.consumed_samples != x.step * rc.train.global_batch)
     changes.push_back(fmt::format("train.global_batch {} -> {}", x.consumed_samples / x.step, rc.train.global_batch));
   if (!x.recipe_text.empty()) try {
-      std::vector<std::string> sets = x.recipe_overrides;
-      for (const auto& o : single_process_overrides()) sets.push_back(o);
-      const Recipe before = load_recipe_text(x.recipe_text, index_path, sets, 1);
+      const Recipe before = load_recipe_text_on_one_process(x.recipe_text, index_path, x.recipe_overrides);
       auto changed = [&](const char* key, auto a, auto b) {
         if (a != b) changes.push_back(fmt::format("{} {} -> {}", key, a, b));
       };
@@ -262,10 +260,8 @@ WholeModel load_whole_model(const std::string& path) {
   const CheckpointIndex x = checkpoint::read_index(index_path);
   if (x.recipe_text.empty()) fail_input("{}: no key 'recipe_text'", index_path);
   // the recipe the run was trained with, on one process
-  std::vector<std::string> sets = x.recipe_overrides;
-  for (const auto& s : single_process_overrides()) sets.push_back(s);
   const std::string name = x.recipe_file.empty() ? index_path : x.recipe_file + " (from " + index_path + ")";
-  w.recipe = load_recipe_text(x.recipe_text, name, sets, 1);
+  w.recipe = load_recipe_text_on_one_process(x.recipe_text, name, x.recipe_overrides);
   const model::ParamRegistry reg(w.recipe.model);
   w.params.assign(static_cast<size_t>(reg.total()), 0.0f);
   const RankState s{&reg, 0, 0, 0, 0, reg.total(), w.params.data(), nullptr, nullptr};

@@ -254,9 +254,7 @@ std::vector<std::pair<double, double>> measure_gemm_table(const Recipe& rc, cons
 
 void calibrate(const CalibrateOptions& o, parallel::MpiCommunicator& world) {
   if (o.base_cluster.empty()) fail_input("plan --calibrate: missing --cluster BASE.yaml (the file to calibrate)");
-  std::vector<std::string> single = o.sets;
-  for (const auto& s : single_process_overrides()) single.push_back(s);
-  const Recipe rc = load_recipe(o.recipe, single, 1);
+  const Recipe rc = load_recipe_on_one_process(o.recipe, o.sets);
   Cluster cal = load_cluster(o.base_cluster, rc.train.precision);
   // the memory bandwidth each rank sees, all ranks at once (an AdamW-like sweep over 4 arrays)
   const int64_t len = int64_t(16) << 20;
@@ -283,10 +281,14 @@ void calibrate(const CalibrateOptions& o, parallel::MpiCommunicator& world) {
   // every rank at once trains the recipe alone; what the GEMMs and the
   // optimizer do not explain is the memory-bound kernels' share: their
   // achieved fraction of the measured bandwidth
-  std::vector<std::string> sets = single;
-  for (const char* s : {"train.steps=6", "eval.batches=0", "log.metrics=", "checkpoint.dir=", "log.trace="})
-    sets.push_back(s);
-  const Recipe alone_rc = load_recipe(o.recipe, sets, 1);
+  Recipe alone_rc = rc;  // 6 steps, nothing written
+  alone_rc.train.steps = 6;
+  alone_rc.eval.batches = 0;
+  alone_rc.log.metrics.clear();
+  alone_rc.checkpoint.dir.clear();
+  alone_rc.log.trace.clear();
+  alone_rc.log.trace_steps.clear();
+  validate_on_mesh(alone_rc, 1);
   TrainOptions alone;
   alone.quiet = true;
   alone.single_process = true;

@@ -281,4 +281,31 @@ TEST(Recipe, NoIntegerOverflow) {
 }
 
 }  // namespace
+// Placing a recipe on one process sets the mesh in the typed recipe and
+// re-checks it with no YAML: what the file said about the data survives (a
+// dataset recipe stays one, it does not fall back to the synthetic source).
+TEST(Recipe, OneProcessPlacementKeepsEverythingButTheMesh) {
+  const std::string text = std::string(kGood) +
+                           "parallel: {data: 2, tensor: 2, zero: 2, sequence_parallel: true}\n"
+                           "data: {train: ds_train, valid: ds_valid}\n";
+  const Recipe r = load_recipe_text_on_one_process(text, "r.yaml", {"train.steps=3"});
+  EXPECT_EQ(r.parallel.data * r.parallel.tensor * r.parallel.pipeline * r.parallel.context, 1);
+  EXPECT_EQ(r.parallel.zero, 0);
+  EXPECT_FALSE(r.parallel.sequence_parallel);
+  EXPECT_FALSE(r.data.synthetic);
+  ASSERT_EQ(r.data.train.size(), 1u);
+  EXPECT_EQ(r.data.train[0].path, "ds_train");
+  ASSERT_EQ(r.data.valid.size(), 1u);
+  EXPECT_EQ(r.train.steps, 3);
+  EXPECT_EQ(r.overrides, std::vector<std::string>{"train.steps=3"});  // the file's record: the user's own --set
+  // the mesh is the only thing placed: a recipe that cannot run on one rank still says why
+  try {
+    load_recipe_text_on_one_process(text, "r.yaml", {"train.micro_batch=3"});
+    ADD_FAILURE() << "micro_batch 3 of a global batch of 8 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("global_batch(8) % (micro_batch(3) x data(1)) = 2 != 0"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace trident

@@ -45,12 +45,10 @@ TEST(Cuda, PlannerActivationBytesEqualTheDevicePeak) {
   const std::string root = TRIDENT_SOURCE_DIR;
   const launch::Cluster gpu = launch::load_cluster(root + "/configs/clusters/dgx-h100.yaml", Precision::fp32);
   for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
-    std::vector<std::string> sets = single_process_overrides();
-    for (const char* s : {"train.steps=2", "train.global_batch=4", "train.micro_batch=2", "eval.batches=0",
-                          "log.metrics=", "device=cuda"})
-      sets.push_back(s);
+    std::vector<std::string> sets = {"train.steps=2",  "train.global_batch=4", "train.micro_batch=2",
+                                     "eval.batches=0", "log.metrics=",         "device=cuda"};
     sets.push_back(fmt::format("train.recompute={}", rc));
-    const Recipe run = load_recipe(root + "/configs/demo.yaml", sets, 1);
+    const Recipe run = load_recipe_on_one_process(root + "/configs/demo.yaml", sets);
     const auto measured = launch::train(run, {.quiet = true, .single_process = true});
     const auto plan = launch::plan_one(run, gpu, {1, 1, 1, 1, 2, 0, rc, ScheduleKind::one_f_one_b, false, {}});
     EXPECT_EQ(int64_t(plan.memory.activations), measured.peak_activations) << "recompute " << rc;

@@ -17,7 +17,7 @@ namespace trident::launch {
 std::string src(const std::string& rel) { return std::string(TRIDENT_SOURCE_DIR) + "/" + rel; }
 
 Recipe recipe(const std::string& name) {
-  Recipe rc = load_recipe(src("configs/" + name), single_process_overrides(), 1);
+  Recipe rc = load_recipe_on_one_process(src("configs/" + name));
   rc.overrides.clear();
   return rc;
 }
@@ -93,12 +93,10 @@ TEST(Planner, MemoryByHand) {
 TEST(Planner, ActivationBytesEqualTheMeasuredPeak) {
   for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
     for (const char* file : {"demo.yaml", "llama-tiny.yaml"}) {
-      std::vector<std::string> sets = single_process_overrides();
-      for (const char* s : {"train.steps=2", "train.global_batch=4", "train.micro_batch=2", "eval.batches=0",
-                            "log.metrics=", "train.threads=1"})
-        sets.push_back(s);
+      std::vector<std::string> sets = {"train.steps=2",  "train.global_batch=4", "train.micro_batch=2",
+                                       "eval.batches=0", "log.metrics=",         "train.threads=1"};
       sets.push_back(fmt::format("train.recompute={}", rc));
-      const Recipe run = load_recipe(src(std::string("configs/") + file), sets, 1);
+      const Recipe run = load_recipe_on_one_process(src(std::string("configs/") + file), sets);
       const TrainSummary measured = train(run, {.quiet = true, .single_process = true});
       const PlanResult plan = plan_one(run, cpu(), {1, 1, 1, 1, 2, 0, rc, ScheduleKind::one_f_one_b, false, {}});
       ASSERT_TRUE(plan.feasible) << plan.reason;

@@ -34,7 +34,7 @@ struct Cost {
 static Cost measure(ModelConfig m, int64_t layers, int64_t B, bool sp, parallel::MpiCommunicator& world, int reps) {
   m.layers = layers;
   parallel::TensorParallel tp(&world, sp);
-  model::Transformer<float> net(m, 1, true, &tp);
+  model::Transformer<float> net(m, 1, {.tp = &tp});
   auto ctx = net.make_activations(B, model::Recompute::none);
   const int64_t N = B * m.seq_len;
   std::vector<int32_t> tokens(static_cast<size_t>(N)), targets(static_cast<size_t>(N));

@@ -32,8 +32,7 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
   // storage rounding (the master-weight copy is left out: one pass over the
   // parameters per step)
   kernels::set_matmul_precision(rc.train.precision);
-  model::Transformer<float> net(rc.model, uint64_t(rc.seed));
-  net.set_precision(rc.train.precision);
+  model::Transformer<float> net(rc.model, uint64_t(rc.seed), {.precision = rc.train.precision});
   auto recompute = rc.train.recompute;
   auto ctx = net.make_activations(B, recompute);
   optim::AdamW<float> opt(model::decay_ranges(net.registry(), rc.optim), rc.optim);

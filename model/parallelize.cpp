@@ -34,10 +34,15 @@ ParallelModel parallelize(const Recipe& rc, parallel::Mesh& mesh) {
   // 3. the pipeline split: this pipeline rank's chunks, their tensor slices
   const auto chunks =
       pipeline_chunks(rc.model, int(p.pipeline), int(p.virtual_stages), p.stage_layers, mesh.coords().pp);
-  m.net = std::make_unique<Transformer<float>>(rc.model, uint64_t(rc.seed), parallel::model_owns_buffers(int(p.zero)),
-                                               m.tp.get(), chunks, mesh.device());
-  m.net->set_context_parallel(m.cp.get());
-  // 4. data parallelism over the model's segments, then the storage it owns
+  // 4. the model of those chunks, placed (its precision decides every activation context it makes)
+  m.net = std::make_unique<Transformer<float>>(rc.model, uint64_t(rc.seed),
+                                               Placement{.full_buffers = parallel::model_owns_buffers(int(p.zero)),
+                                                         .tp = m.tp.get(),
+                                                         .cp = m.cp.get(),
+                                                         .chunks = chunks,
+                                                         .device = mesh.device(),
+                                                         .precision = rc.train.precision});
+  // 5. data parallelism over the model's segments, then the storage it owns, then the initial values
   const ParamRegistry& reg = m.net->registry();
   m.dp = parallel::make_data_parallel(data_parallel_spec(rc, mesh, reg), m.net->segments(), reg.total(),
                                       &m.net->params(), &m.net->grads());
@@ -47,8 +52,6 @@ ParallelModel parallelize(const Recipe& rc, parallel::Mesh& mesh) {
     reg.initialize_range(host.data(), begin, end, uint64_t(rc.seed));
     kernels::copy(dst, host.data(), end - begin);
   });
-  // 5. precision (before any activation context is made)
-  m.net->set_precision(rc.train.precision);
   return m;
 }
 

@@ -2,11 +2,13 @@
 // order (torchtitan's parallelize_llama): tensor parallelism (this rank's
 // tensor group and its slice of every parameter), context parallelism (this
 // rank's rows of each sequence), the pipeline split (this pipeline rank's
-// chunks), data parallelism (ZeRO 0-3 over data x context; from stage 2 it
-// owns the parameter and gradient storage), the initial values (Philox by
-// global index: a shard makes only its own elements) and the precision. The
-// trainer asks for it and gets it whole: no setters to call in the right
-// order. What is not here: the optimizer (optim/), the schedule.
+// chunks), the model of those chunks with its Placement (the regions,
+// device and precision, fixed at construction), data parallelism (ZeRO 0-3
+// over data x context; from stage 2 it owns the parameter and gradient
+// storage, bound to the model with set_storage, the one late binding: it is
+// made from the model's segments), the initial values (Philox by global
+// index: a shard makes only its own elements). The trainer asks for it and
+// gets it whole: no setters to call in the right order. What is not here: the optimizer (optim/), the schedule.
 #pragma once
 #include <memory>
 

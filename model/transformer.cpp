@@ -29,13 +29,14 @@ double flops_per_token(const ModelConfig& m) {
 }
 
 template <typename T>
-Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers, parallel::TensorParallel* tp,
-                            std::vector<ChunkSpec> chunks, Device device)
+Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement where)
     : cfg_(cfg),
-      device_(device),
-      tp_(tp ? tp : &single_),
+      device_(where.device),
+      precision_(where.precision),
+      tp_(where.tp ? where.tp : &single_),
       single_cp_(nullptr, ContextMode::ring, cfg.seq_len),
-      reg_(cfg, {tp_->rank(), tp_->size()}, std::move(chunks)),
+      cp_(where.cp ? where.cp : &single_cp_),
+      reg_(cfg, {tp_->rank(), tp_->size()}, std::move(where.chunks)),
       dims_(local_dims(cfg, {tp_->rank(), tp_->size()})),
       arch_(architecture(cfg.arch)) {
   const int64_t D = cfg.head_dim();
@@ -83,7 +84,9 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buf
     chunks_.push_back(ch);
   }
   TRIDENT_CHECK(i == params.size(), "segments cover {} of {} parameters", i, params.size());
-  if (!full_buffers) return;
+  TRIDENT_CHECK(cp_->local_len() * cp_->size() == cfg_.seq_len, "context split of {} rows x {} ranks, seq_len {}",
+                cp_->local_len(), cp_->size(), cfg_.seq_len);
+  if (!where.full_buffers) return;
   params_ = Tensor::empty({reg_.total()}, dtype_of<T>(), MemCategory::params, device_);
   grads_ = Tensor::zeros({reg_.total()}, dtype_of<T>(), MemCategory::grads, device_);
   if (device_.type == DeviceType::cpu) {
@@ -95,14 +98,6 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buf
   }
   for (int s = 0; s < int(segments_.size()); ++s)
     bind(s, params_.data<T>() + segments_[size_t(s)].begin, grads_.data<T>() + segments_[size_t(s)].begin);
-}
-
-template <typename T>
-void Transformer<T>::set_context_parallel(parallel::ContextParallel* cp) {
-  TRIDENT_CHECK(shared_recompute_.empty() && scratch_B_ == 0, "set_context_parallel after activations were made");
-  TRIDENT_CHECK(cp->local_len() * cp->size() == cfg_.seq_len, "context split of {} rows x {} ranks, seq_len {}",
-                cp->local_len(), cp->size(), cfg_.seq_len);
-  cp_ = cp;
 }
 
 // Points the parameter (pbase) and/or gradient (gbase) pointers of segment s

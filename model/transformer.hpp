@@ -97,23 +97,33 @@ struct Activations {
   const int32_t* position_origin = nullptr;
 };
 
+// Where a model runs and what it holds, fixed when it is built (no setter
+// can come too late): model/parallelize.cpp fills it from the recipe and the
+// mesh; the defaults are one rank, the whole model, the CPU, fp32.
+struct Placement {
+  // false: no flat parameter/gradient buffers of the whole model (ZeRO 3
+  // keeps shards): the data-parallel storage is bound with set_storage.
+  bool full_buffers = true;
+  parallel::TensorParallel* tp = nullptr;   // this rank's tensor-parallel region (null: one rank); outlives the model
+  parallel::ContextParallel* cp = nullptr;  // this rank's rows of each sequence (null: all of them); outlives the model
+  std::vector<ChunkSpec> chunks;            // the pipeline chunks held (empty: all)
+  Device device;  // where every buffer lives and every kernel runs (cuda: the bound device, core/device_memory.hpp)
+  // train.precision: activations stored rounded to it (see Transformer::precision)
+  kernels::Precision precision = kernels::Precision::fp32;
+};
+
 template <typename T>
 class Transformer {
  public:
-  // full_buffers = false: no flat parameter/gradient buffers of the whole
-  // model (ZeRO 3 keeps shards); a SegmentStorage must then be set.
-  // tp: this rank's tensor-parallel region (nullptr: one rank); it must
-  // outlive the model. chunks: the pipeline chunks held (empty: all).
-  // device: where every buffer lives and every kernel runs (cuda: the
-  // process's bound device, core/device_memory.hpp).
-  Transformer(const ModelConfig& cfg, uint64_t seed, bool full_buffers = true, parallel::TensorParallel* tp = nullptr,
-              std::vector<ChunkSpec> chunks = {}, Device device = {});
+  Transformer(const ModelConfig& cfg, uint64_t seed, Placement where = {});
 
   // Segments of the flat buffer, in order: per chunk its embedding, each
   // layer, its head (final norm, untied or copied LM head). See
   // core/segment_storage.hpp.
   const std::vector<Segment>& segments() const { return segments_; }
-  // nullptr: use the model's own full buffers.
+  // The data-parallel storage (ZeRO 3 shards and their gathers), made from
+  // these segments after the model, so bound afterwards, before the first
+  // forward; nullptr: the model's own full buffers.
   void set_storage(SegmentStorage<T>* store) { store_ = store; }
 
   const ModelConfig& config() const { return cfg_; }
@@ -123,9 +133,7 @@ class Transformer {
   const ChunkSpec& chunk(int c) const { return chunks_[size_t(c)].spec; }
   parallel::TensorParallel& tensor_parallel() { return *tp_; }
   // Context parallelism: each micro-batch holds this rank's rows of every
-  // sequence (cp->local_len() of them). Set before any activations are made;
-  // cp must outlive the model. Without it: the whole sequence.
-  void set_context_parallel(parallel::ContextParallel* cp);
+  // sequence (cp->local_len() of them; Placement::cp).
   parallel::ContextParallel& context_parallel() { return *cp_; }
   int64_t seq() const { return cp_->local_len(); }  // rows of each sequence on this rank
   const ParamRegistry& registry() const { return reg_; }
@@ -172,9 +180,7 @@ class Transformer {
   // Under bf16 / fp16 the activations saved for backward are kept as 2-byte
   // values (Activations::packed), and under bf16 in host memory the GEMMs
   // read 2-byte copies (the saved activations', the output gradients')
-  // instead of converting those fp32 inputs at every call. A context made
-  // after set_precision decides.
-  void set_precision(kernels::Precision p) { precision_ = p; }
+  // instead of converting those fp32 inputs at every call (Placement::precision).
   kernels::Precision precision() const { return precision_; }
 
  protected:

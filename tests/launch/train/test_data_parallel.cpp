@@ -72,7 +72,7 @@ TEST_P(ZeroMemory, PeaksMatchFormulas) {
   const std::vector<std::string> deep = {"model.layers=16", "model.hidden=64", "train.steps=2"};
   Recipe rc = recipe(g_world, zero, 4 * g_world, deep);
   launch::TrainSummary run = launch::train(rc, {.quiet = true});
-  model::Transformer<float> shape(rc.model, 1, /*full_buffers=*/false);
+  model::Transformer<float> shape(rc.model, 1, {.full_buffers = false});
   const double P = double(shape.registry().total()), d = g_world;
   int64_t max_seg = 0;
   for (auto& s : shape.segments()) max_seg = std::max(max_seg, s.size());

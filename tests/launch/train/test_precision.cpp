@@ -127,13 +127,12 @@ TEST(Precision, RecipeKeysAreValidated) {
 TEST(Precision, ModelStoresRoundedActivationsAndFp32Gradients) {
   for (const char* file : {"configs/demo.yaml", "configs/llama-tiny.yaml"}) {
     Recipe r = load_recipe(src(file), {"model.layers=2"});
-    model::Transformer<float> net(r.model, 7);
+    model::Transformer<float> net32(r.model, 7), net16(r.model, 7, {.precision = Precision::bf16});  // the same weights
     const int64_t B = 2, T = r.model.seq_len, N = B * T;
     std::vector<int32_t> tokens(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
     for (int64_t i = 0; i < N; ++i)
       tokens[size_t(i)] = int32_t((i * 7 + 3) % 31), targets[size_t(i)] = int32_t((i * 5 + 1) % 31);
-    auto pass = [&](Precision p, std::vector<float>& grads) {
-      net.set_precision(p);
+    auto pass = [&](model::Transformer<float>& net, std::vector<float>& grads) {
       auto ctx = net.make_activations(B, model::Recompute::none);
       const double loss = net.forward(*ctx, tokens.data(), targets.data(), 1.0f / float(N));
       net.backward(*ctx, model::Recompute::none, /*accumulate=*/false);
@@ -141,8 +140,8 @@ TEST(Precision, ModelStoresRoundedActivationsAndFp32Gradients) {
       return std::make_pair(loss, std::move(ctx));
     };
     std::vector<float> g32, g16;
-    auto [loss32, ctx32] = pass(Precision::fp32, g32);
-    auto [loss16, ctx16] = pass(Precision::bf16, g16);
+    auto [loss32, ctx32] = pass(net32, g32);
+    auto [loss16, ctx16] = pass(net16, g16);
     const auto& a = ctx16->layers[1];
     const int64_t C = r.model.hidden;
     int64_t checked = 0;
@@ -158,10 +157,10 @@ TEST(Precision, ModelStoresRoundedActivationsAndFp32Gradients) {
     all_bf16(a.ln1, N * C, "ln1");
     all_bf16(a.x_mid, N * C, "x_mid");
     all_bf16(a.ln2, N * C, "ln2");
-    all_bf16(a.act, N * net.dims().ffn, "mlp activation");
+    all_bf16(a.act, N * net16.dims().ffn, "mlp activation");
     all_bf16(a.atty, N * C, "attention output");
     all_bf16(ctx16->x_final, N * C, "chunk output");
-    all_bf16(ctx16->logits, N * net.dims().vocab, "dlogits");
+    all_bf16(ctx16->logits, N * net16.dims().vocab, "dlogits");
     EXPECT_GT(checked, 0);
     EXPECT_NE(loss16, loss32) << file;
     int64_t not_bf16 = 0, differ = 0;
@@ -183,8 +182,7 @@ TEST(Precision, PackedActivationsAreExactAndSmaller) {
         for (bool split : {false, true}) {
           if (split && rc == model::Recompute::full) continue;
           Recipe r = load_recipe(src(file), {"model.layers=3"});
-          PlainPathTransformer net(r.model, 11);
-          net.set_precision(prec);
+          PlainPathTransformer net(r.model, 11, {.precision = prec});
           const int64_t B = 2, N = B * r.model.seq_len;
           std::vector<int32_t> tokens(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
           for (int64_t i = 0; i < N; ++i)
@@ -240,8 +238,7 @@ TEST(Precision, Bf16GemmCopiesMatchConvertingEveryGemm) {
             tokens[size_t(i)] = int32_t((i * 7 + 3) % 31), targets[size_t(i)] = int32_t((i * 5 + 1) % 31);
           // two steps' forward and backward, the weights moved in between
           auto run_two = [&](bool copies) {
-            PlainPathTransformer net(r.model, 5);
-            net.set_precision(Precision::bf16);
+            PlainPathTransformer net(r.model, 5, {.precision = Precision::bf16});
             net.set_pack_activations(packed);
             net.set_gemm_copies(copies);
             auto ctx = net.make_activations(B, rc, 0, split);

@@ -236,7 +236,7 @@ TEST(TensorParallelInit, SameWeightsAsSingleRank) {
     m.arch = *parse_enum<Arch>(arch), m.layers = 2, m.hidden = 16, m.heads = 4, m.kv_heads = arch == "gpt2" ? 4 : 2;
     m.ffn_hidden = 24, m.seq_len = 8, m.vocab = 37, m.tie_embeddings = arch == "gpt2", m.vocab_multiple = 3;
     parallel::TensorParallel tp(g_comm, false);
-    model::Transformer<float> split(m, 99, true, &tp), whole(m, 99);
+    model::Transformer<float> split(m, 99, {.tp = &tp}), whole(m, 99);
     const int64_t n = split.registry().total();
     Tensor all = Tensor::zeros({g_world * n}, DType::f32, MemCategory::other);
     std::copy_n(split.params().data<float>(), n, all.data<float>() + g_comm->rank() * n);
@@ -321,7 +321,7 @@ TEST(Memory, ActivationFormulaMatchesTheModelsAllocation) {
     for (bool sp : {false, true}) {
       ModelConfig cfg{*parse_enum<Arch>(arch), 2, 32, 4, std::string(arch) == "llama" ? 2 : 4, 64, 8, 37};
       parallel::TensorParallel tp(g_comm, sp);
-      model::Transformer<float> net(cfg, 1, true, &tp);
+      model::Transformer<float> net(cfg, 1, {.tp = &tp});
       for (auto rc : {model::Recompute::none, model::Recompute::selective, model::Recompute::full})
         for (bool split : {false, true}) {
           const int64_t B = 2;

@@ -205,8 +205,19 @@ TEST(Faults, LatestAndIndexAreChecked) {
   } catch (const InputError& e) {
     EXPECT_TRUE(contains(e.what(), "expected the name of a step directory inside")) << e.what();
   }
-  // an index without its checksum (as before checksums) missing `files`: named
+  // an index without its checksum (as before checksums) with a tokenizer kind this build does not know
   const size_t sum = text.rfind(",\"index_crc32c\"");
+  std::ofstream(index) << text.substr(0, sum)
+                       << R"(,"tokenizer":{"kind":"wordpiece","file":"t.json","crc32c":"00000000","vocab":32,"eod":0}})"
+                       << "\n";
+  try {
+    launch::checkpoint::read_index(index);
+    ADD_FAILURE() << "an unknown tokenizer kind was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              index + ": key 'tokenizer.kind': expected " + enum_choices<TokenizerKind>() + ", found 'wordpiece'");
+  }
+  // ... and one missing `files`: named
   std::string old = text.substr(0, sum) + "}\n";
   const size_t files = old.find(",\"files\":");
   const size_t tensors = old.find(",\"tensors\":");

@@ -29,7 +29,7 @@ std::string prefix() {
   std::filesystem::create_directories(d);
   const std::string p = d + "/docs10m";
   if (!std::filesystem::exists(p + ".idx")) {
-    trident::IndexedDatasetWriter w(p, trident::TokenDType::u16);
+    trident::data::IndexedDatasetWriter w(p, trident::data::TokenDType::u16);
     std::vector<int32_t> doc(64);
     uint64_t x = 1;
     for (int64_t i = 0; i < kDocs; ++i) {
@@ -45,12 +45,12 @@ std::string prefix() {
 }
 
 void BM_SampleIndexBuild(benchmark::State& state) {
-  trident::IndexedDataset data(prefix());
+  trident::data::IndexedDataset data(prefix());
   for (auto _ : state) {
     state.PauseTiming();
-    std::filesystem::remove(trident::SampleIndex(data, 1, kSeq, 1, {}).path());
+    std::filesystem::remove(trident::data::SampleIndex(data, 1, kSeq, 1, {}).path());
     state.ResumeTiming();
-    trident::SampleIndex idx(data, 1, kSeq, 1, {});
+    trident::data::SampleIndex idx(data, 1, kSeq, 1, {});
     benchmark::DoNotOptimize(idx.samples_per_epoch());
     state.counters["build_s"] = idx.build_seconds();
   }
@@ -60,10 +60,10 @@ void BM_SampleIndexBuild(benchmark::State& state) {
 BENCHMARK(BM_SampleIndexBuild)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 
 void BM_SampleIndexCachedLoad(benchmark::State& state) {
-  trident::IndexedDataset data(prefix());
-  { trident::SampleIndex warm(data, 1, kSeq, 1, {}); }
+  trident::data::IndexedDataset data(prefix());
+  { trident::data::SampleIndex warm(data, 1, kSeq, 1, {}); }
   for (auto _ : state) {
-    trident::SampleIndex idx(data, 1, kSeq, 1, {});
+    trident::data::SampleIndex idx(data, 1, kSeq, 1, {});
     if (!idx.loaded_from_cache()) state.SkipWithError("the cache was not used");
     benchmark::DoNotOptimize(idx.samples_per_epoch());
   }
@@ -73,15 +73,15 @@ BENCHMARK(BM_SampleIndexCachedLoad)->Unit(benchmark::kMillisecond)->UseRealTime(
 void BM_DatasetOpen(benchmark::State& state) {
   const std::string p = prefix();
   for (auto _ : state) {
-    trident::IndexedDataset data(p);
+    trident::data::IndexedDataset data(p);
     benchmark::DoNotOptimize(data.index_crc32c());
   }
 }
 BENCHMARK(BM_DatasetOpen)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_SampleRead(benchmark::State& state) {
-  trident::IndexedDataset data(prefix());
-  trident::SampleIndex idx(data, 1, kSeq, 1, {});
+  trident::data::IndexedDataset data(prefix());
+  trident::data::SampleIndex idx(data, 1, kSeq, 1, {});
   std::vector<int32_t> out(kSeq + 1);
   uint64_t k = 0;
   for (auto _ : state) {

@@ -69,7 +69,7 @@ CLI::Option* add_choice(CLI::App& c, const std::string& name, std::string& value
 struct Options {
   TrainCommand train;
   bool train_resume = false;
-  PrepareOptions prepare;
+  data::PrepareOptions prepare;
   TopologyCommand topology;
   ScheduleCommand schedule;
   std::string schedule_kind;
@@ -141,10 +141,10 @@ std::vector<Command> commands() {
        },
        [](Options& o) {
          if (!o.inspect.empty()) {
-           inspect_dataset(o.inspect);
+           data::inspect_dataset(o.inspect);
            return 0;
          }
-         prepare(o.prepare);
+         data::prepare(o.prepare);
          return 0;
        }},
       {"topology", "print the rank layout and process groups of a recipe's mesh",

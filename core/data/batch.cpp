@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-namespace trident::launch {
+namespace trident::data {
 
 Batch read_batch(const TokenSampler& sampler, const BatchSpec& spec, uint64_t first_index, bool valid,
                  int valid_source) {
@@ -37,4 +37,4 @@ Batch read_batch(const TokenSampler& sampler, const BatchSpec& spec, uint64_t fi
   return batch;
 }
 
-}  // namespace trident::launch
+}  // namespace trident::data

@@ -11,7 +11,7 @@
 #include "core/batch.hpp"
 #include "core/data/dataset.hpp"
 
-namespace trident::launch {
+namespace trident::data {
 
 struct BatchSpec {
   int64_t micro_batch = 1, seq_len = 1;
@@ -26,4 +26,4 @@ struct BatchSpec {
 Batch read_batch(const TokenSampler& sampler, const BatchSpec& spec, uint64_t first_index, bool valid,
                  int valid_source = -1);
 
-}  // namespace trident::launch
+}  // namespace trident::data

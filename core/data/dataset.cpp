@@ -18,7 +18,7 @@
 #include "core/error.hpp"
 #include "core/philox.hpp"
 
-namespace trident {
+namespace trident::data {
 namespace {
 
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
@@ -512,4 +512,4 @@ std::unique_ptr<TokenSampler> make_dataset_sampler(const DatasetSpec& spec, cons
   return std::make_unique<DatasetSampler>(spec, build);
 }
 
-}  // namespace trident
+}  // namespace trident::data

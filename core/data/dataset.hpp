@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-namespace trident {
+namespace trident::data {
 
 enum class TokenDType : uint8_t { u8 = 1, i8 = 2, i16 = 3, i32 = 4, i64 = 5, f64 = 6, f32 = 7, u16 = 8 };
 
@@ -147,4 +147,4 @@ std::unique_ptr<TokenSampler> make_dataset_sampler(const DatasetSpec& spec, cons
 // The blend order: which source each of samples [0, n) comes from.
 std::vector<uint8_t> blend_order(const std::vector<double>& weights, int64_t n);
 
-}  // namespace trident
+}  // namespace trident::data

@@ -10,7 +10,7 @@
 #include "core/data/tokenizers/tokenizer.hpp"
 #include "core/error.hpp"
 
-namespace trident::launch {
+namespace trident::data {
 
 DatasetRecord read_dataset_record(const std::string& prefix) {
   DatasetRecord r;
@@ -53,4 +53,4 @@ void check_tokenizer_copy(const DatasetRecord& r) {
         r.tokenizer_file, crc, r.tokenizer_crc32c, r.path);
 }
 
-}  // namespace trident::launch
+}  // namespace trident::data

@@ -10,7 +10,7 @@
 
 #include "core/enums.hpp"
 
-namespace trident::launch {
+namespace trident::data {
 
 struct DatasetRecord {
   std::string path;                        // the record file; empty when the dataset has none (older data)
@@ -27,4 +27,4 @@ DatasetRecord read_dataset_record(const std::string& prefix);
 // checksum prepare recorded.
 void check_tokenizer_copy(const DatasetRecord& r);
 
-}  // namespace trident::launch
+}  // namespace trident::data

@@ -15,7 +15,7 @@
 
 #include "core/error.hpp"
 
-namespace trident::launch {
+namespace trident::data {
 
 class ByteSource {
  public:
@@ -276,4 +276,4 @@ bool DocumentReader::next(Document& doc) {
   }
 }
 
-}  // namespace trident::launch
+}  // namespace trident::data

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace trident::launch {
+namespace trident::data {
 
 enum class DocumentFormat { text, lines, jsonl };
 
@@ -61,4 +61,4 @@ class DocumentReader {
   bool eof_ = false;
 };
 
-}  // namespace trident::launch
+}  // namespace trident::data

@@ -38,7 +38,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 
-namespace trident::launch {
+namespace trident::data {
 using trident::Error;
 using trident::fail_input;
 namespace {
@@ -372,4 +372,4 @@ void inspect_dataset(const std::string& prefix) {
   }
 }
 
-}  // namespace trident::launch
+}  // namespace trident::data

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace trident::launch {
+namespace trident::data {
 
 struct PrepareOptions {
   std::vector<std::string> inputs;  // files or globs
@@ -30,4 +30,4 @@ void prepare(const PrepareOptions& opts);
 // the first document decoded, for PREFIX or PREFIX_train and PREFIX_valid.
 void inspect_dataset(const std::string& prefix);
 
-}  // namespace trident::launch
+}  // namespace trident::data

@@ -17,7 +17,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 
-namespace trident {
+namespace trident::data {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'R', 'D', 'S', 'I', 'D', 'X', 0};
@@ -216,4 +216,4 @@ void SampleIndex::sample(uint64_t k, int32_t* out) const {
   }
 }
 
-}  // namespace trident
+}  // namespace trident::data

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-namespace trident {
+namespace trident::data {
 
 class IndexedDataset;
 
@@ -74,4 +74,4 @@ class SampleIndex {
   const int32_t *doc_order_ = nullptr, *starts_ = nullptr, *order_ = nullptr;
 };
 
-}  // namespace trident
+}  // namespace trident::data

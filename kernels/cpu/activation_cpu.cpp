@@ -4,14 +4,14 @@
 #include "kernels/cpu/vmath.hpp"
 
 #include "kernels/activation.hpp"
-#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace trident::kernels {
 
 constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2/pi)
 
+namespace cpu {
 template <typename T>
-void cpu::gelu_forward(T* out, const T* inp, int64_t n) {
+void gelu_forward(T* out, const T* inp, int64_t n) {
 #pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
     T x = inp[i];
@@ -21,7 +21,7 @@ void cpu::gelu_forward(T* out, const T* inp, int64_t n) {
 }
 
 template <typename T>
-void cpu::gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
 #pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
     T x = inp[i];
@@ -34,7 +34,7 @@ void cpu::gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
 }
 
 template <typename T>
-void cpu::swiglu_forward(T* out, const T* inp, int64_t N, int64_t F) {
+void swiglu_forward(T* out, const T* inp, int64_t N, int64_t F) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* g = inp + n * 2 * F;
@@ -46,7 +46,7 @@ void cpu::swiglu_forward(T* out, const T* inp, int64_t N, int64_t F) {
 }
 
 template <typename T>
-void cpu::swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F) {
+void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* g = inp + n * 2 * F;
@@ -63,6 +63,7 @@ void cpu::swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64
     }
   }
 }
+}  // namespace cpu
 
 #define INSTANTIATE(T)                                                  \
   template void cpu::gelu_forward<T>(T*, const T*, int64_t);            \

@@ -7,12 +7,11 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.hpp"
-
 namespace trident::kernels {
 
+namespace cpu {
 template <typename T>
-void cpu::adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& hp) {
+void adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& hp) {
   const T b1 = T(hp.beta1), b2 = T(hp.beta2);
   const T c1 = T(1.0 / (1.0 - std::pow(hp.beta1, double(hp.step))));
   const T c2 = T(1.0 / (1.0 - std::pow(hp.beta2, double(hp.step))));
@@ -29,14 +28,15 @@ void cpu::adamw_update(T* param, T* m, T* v, const T* grad, int64_t n, const Ada
 }
 
 template <typename T>
-void cpu::adamw_update_multi(T* param, T* m, T* v, const T* grad, const std::vector<AdamWRange>& ranges,
-                             const AdamWParams& hp) {
+void adamw_update_multi(T* param, T* m, T* v, const T* grad, const std::vector<AdamWRange>& ranges,
+                        const AdamWParams& hp) {
   for (const auto& r : ranges) {
     AdamWParams one = hp;
     one.weight_decay = r.weight_decay;
     cpu::adamw_update(param + r.offset, m + r.offset, v + r.offset, grad + r.offset, r.size, one);
   }
 }
+}  // namespace cpu
 
 #define INSTANTIATE(T)                                                                   \
   template void cpu::adamw_update<T>(T*, T*, T*, const T*, int64_t, const AdamWParams&); \

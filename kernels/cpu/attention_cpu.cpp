@@ -18,7 +18,6 @@
 
 #include "core/error.hpp"
 #include "kernels/attention.hpp"
-#include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/vmath.hpp"
 #include "kernels/gemm.hpp"
 
@@ -235,21 +234,21 @@ AttentionBlock<T> self_block(const T* qkv, int64_t B, int64_t T_, int64_t H, int
 
 int64_t attention_state_elements(int64_t B, int64_t T_, int64_t H) { return B * H * T_; }
 
+namespace cpu {
 template <typename T>
-void cpu::attention_lse(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                        const int32_t* doc_start) {
+void attention_lse(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                   const int32_t* doc_start) {
   block_forward<T>(nullptr, 0, lse, self_block(qkv, B, T_, H, KV, D, doc_start), false);
 }
 
 template <typename T>
-void cpu::attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                            const int32_t* doc_start) {
+void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                       const int32_t* doc_start) {
   block_forward(out, H * D, lse, self_block(qkv, B, T_, H, KV, D, doc_start), false);
 }
 
 template <typename T>
-void cpu::attention_delta(T* delta, const T* dout, const T* out, int64_t ldo, int64_t B, int64_t Tq, int64_t H,
-                          int64_t D) {
+void attention_delta(T* delta, const T* dout, const T* out, int64_t ldo, int64_t B, int64_t Tq, int64_t H, int64_t D) {
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < Tq; ++t)
@@ -264,8 +263,8 @@ void cpu::attention_delta(T* delta, const T* dout, const T* out, int64_t ldo, in
 }
 
 template <typename T>
-void cpu::attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t T_,
-                             int64_t H, int64_t KV, int64_t D, const int32_t* doc_start) {
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t T_,
+                        int64_t H, int64_t KV, int64_t D, const int32_t* doc_start) {
   const int64_t W = (H + 2 * KV) * D;
   std::memset(dqkv, 0, sizeof(T) * size_t(B * T_ * W));
   std::vector<T> delta(size_t(B * H * T_));
@@ -275,16 +274,17 @@ void cpu::attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out,
 }
 
 template <typename T>
-void cpu::attention_block_forward(T* out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool merge) {
+void attention_block_forward(T* out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool merge) {
   TRIDENT_CHECK(a.KV > 0 && a.H % a.KV == 0, "attention block: {} heads over {} KV heads", a.H, a.KV);
   block_forward(out, ldo, lse, a, merge);
 }
 
 template <typename T>
-void cpu::attention_block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* dout, int64_t lddo,
-                                   const T* lse, const T* delta, const AttentionBlock<T>& a) {
+void attention_block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* dout, int64_t lddo,
+                              const T* lse, const T* delta, const AttentionBlock<T>& a) {
   block_backward(dq, lddq, dk, dv, lddkv, dout, lddo, lse, delta, a);
 }
+}  // namespace cpu
 
 #define INSTANTIATE(T)                                                                                                \
   template void cpu::attention_lse<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);     \

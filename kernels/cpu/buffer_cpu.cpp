@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "core/device_memory.hpp"
-#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace trident::kernels {
 
@@ -42,23 +41,25 @@ void copy(T* dst, const T* src, int64_t n) {
   copy_bytes(dst, src, size_t(n) * sizeof(T));  // host-only: memmove
 }
 
+namespace cpu {
 template <typename T>
-void cpu::fill_zero(T* x, int64_t n) {
+void fill_zero(T* x, int64_t n) {
   if (n <= 0) return;
   std::fill(x, x + n, T(0));
 }
 
 template <typename T>
-double cpu::sum(const T* x, int64_t n) {
+double sum(const T* x, int64_t n) {
   return chunked(x, n, false);
 }
 
 template <typename T>
-double cpu::sum_of_squares_ranges(const T* x, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+double sum_of_squares_ranges(const T* x, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
   double total = 0;
   for (auto [b, e] : ranges) total += chunked(x + b, e - b, true);
   return total;
 }
+}  // namespace cpu
 
 void synchronize() { device_synchronize(); }
 

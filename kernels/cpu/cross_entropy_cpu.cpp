@@ -6,14 +6,14 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/vmath.hpp"
 
 namespace trident::kernels {
 
+namespace cpu {
 template <typename T>
-void cpu::softmax_cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
-                                T dscale) {
+void softmax_cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
+                           T dscale) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     T* row = logits + n * V;
@@ -41,7 +41,7 @@ void cpu::softmax_cross_entropy(T* losses, T* logits, const int32_t* targets, in
 }
 
 template <typename T>
-void cpu::cross_entropy_local_max(T* row_max, const T* logits, int64_t N, int64_t V, int64_t Vvalid) {
+void cross_entropy_local_max(T* row_max, const T* logits, int64_t N, int64_t V, int64_t Vvalid) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* row = logits + n * V;
@@ -53,8 +53,8 @@ void cpu::cross_entropy_local_max(T* row_max, const T* logits, int64_t N, int64_
 }
 
 template <typename T>
-void cpu::cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t N,
-                                   int64_t V, int64_t Vvalid, int64_t vocab_begin) {
+void cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const int32_t* targets, int64_t N, int64_t V,
+                              int64_t Vvalid, int64_t vocab_begin) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* row = logits + n * V;
@@ -69,8 +69,8 @@ void cpu::cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, c
 }
 
 template <typename T>
-void cpu::cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums, const int32_t* targets, int64_t N,
-                               int64_t V, int64_t Vvalid, int64_t vocab_begin, T dscale) {
+void cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums, const int32_t* targets, int64_t N,
+                          int64_t V, int64_t Vvalid, int64_t vocab_begin, T dscale) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T lse = row_max[n] + std::log(sums[n]);
@@ -89,6 +89,7 @@ void cpu::cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* 
     if (tgt >= 0 && tgt < Vvalid) row[tgt] -= dscale;
   }
 }
+}  // namespace cpu
 
 #define INSTANTIATE(T)                                                                                              \
   template void cpu::softmax_cross_entropy<T>(T*, T*, const int32_t*, int64_t, int64_t, int64_t, T);                \

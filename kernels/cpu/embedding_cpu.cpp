@@ -6,13 +6,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/cpu_kernels.hpp"
-
 namespace trident::kernels {
 
+namespace cpu {
 template <typename T>
-void cpu::embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int64_t C, int64_t vocab_begin,
-                            int64_t V) {
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int64_t C, int64_t vocab_begin,
+                       int64_t V) {
 #pragma omp parallel for
   for (int64_t i = 0; i < N; ++i) {
     const int64_t row = int64_t(tokens[i]) - vocab_begin;
@@ -28,8 +27,8 @@ void cpu::embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t
 
 // Threads own disjoint channel ranges, so rows sharing a token never race.
 template <typename T>
-void cpu::embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N, int64_t C, int64_t vocab_begin,
-                             int64_t V) {
+void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N, int64_t C, int64_t vocab_begin,
+                        int64_t V) {
 #pragma omp parallel
   {
     int nt = omp_get_num_threads(), tid = omp_get_thread_num();
@@ -45,8 +44,8 @@ void cpu::embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int6
 }
 
 template <typename T>
-void cpu::position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin, int64_t rows, int64_t T_, int64_t C,
-                           const int32_t* doc_start) {
+void position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin, int64_t rows, int64_t T_, int64_t C,
+                      const int32_t* doc_start) {
 #pragma omp parallel for
   for (int64_t i = 0; i < rows; ++i) {
     const T* x = inp + i * C;
@@ -63,8 +62,8 @@ void cpu::position_forward(T* out, const T* inp, const T* wpe, int64_t row_begin
 }
 
 template <typename T>
-void cpu::position_backward(T* dwpe, const T* dout, int64_t row_begin, int64_t rows, int64_t T_, int64_t C,
-                            const int32_t* doc_start) {
+void position_backward(T* dwpe, const T* dout, int64_t row_begin, int64_t rows, int64_t T_, int64_t C,
+                       const int32_t* doc_start) {
 #pragma omp parallel
   {
     int nt = omp_get_num_threads(), tid = omp_get_thread_num();
@@ -77,6 +76,7 @@ void cpu::position_backward(T* dwpe, const T* dout, int64_t row_begin, int64_t r
     }
   }
 }
+}  // namespace cpu
 
 #define INSTANTIATE(T)                                                                                                \
   template void cpu::embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t, int64_t);          \

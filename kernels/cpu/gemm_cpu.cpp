@@ -11,7 +11,6 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/precision.hpp"
 
@@ -179,9 +178,15 @@ const float* f32_of(In16 x, int64_t n, std::vector<float>& scratch) {
 
 void set_cpu_matmul_precision(Precision p) { g_matmul = p; }
 
+namespace cpu {
+// the CPU GEMM: oneDNN for float (or its bf16 path), a plain loop for double
+template <typename T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
+          T beta, T* C, int64_t ldc);
+
 template <>
-void cpu::gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                      const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (g_matmul == Precision::bf16 && M > 0 && N > 0 && K > 0 &&
       gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
     return;
@@ -189,8 +194,8 @@ void cpu::gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
 }
 
 template <>
-void cpu::gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
-                       const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
 #pragma omp parallel for collapse(2)
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
@@ -200,6 +205,7 @@ void cpu::gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double
       C[i * ldc + j] = alpha * s + (beta == 0 ? 0 : beta * C[i * ldc + j]);
     }
 }
+}  // namespace cpu
 
 // out[n, o] = bias[o]: the linear's output before its GEMM adds (beta = 1)
 template <typename T>
@@ -227,19 +233,21 @@ static void column_sums(T* dbias, const T* dout, int64_t N, int64_t OC, bool acc
   }
 }
 
+namespace cpu {
 template <typename T>
-void cpu::linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC) {
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC) {
   if (bias) bias_rows(out, bias, N, OC);
   gemm<T>(false, true, N, OC, C, T(1), inp, C, weight, C, bias ? T(1) : T(0), out, OC);
 }
 
 template <typename T>
-void cpu::linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
-                          int64_t C, int64_t OC, bool accumulate) {
+void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int64_t C,
+                     int64_t OC, bool accumulate) {
   if (dinp) gemm<T>(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
   if (dweight) gemm<T>(true, false, OC, C, N, T(1), dout, OC, inp, C, accumulate ? T(1) : T(0), dweight, C);
   if (dbias) column_sums(dbias, dout, N, OC, accumulate);
 }
+}  // namespace cpu
 
 template void cpu::linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
 template void cpu::linear_forward<double>(double*, const double*, const double*, const double*, int64_t, int64_t,

@@ -6,14 +6,14 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/norm.hpp"
 
 namespace trident::kernels {
 
+namespace cpu {
 template <typename T>
-void cpu::layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
-                            int64_t C, double eps) {
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C,
+                       double eps) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
@@ -30,6 +30,7 @@ void cpu::layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* wei
     rstd[n] = s;
   }
 }
+}  // namespace cpu
 
 // Per-thread partial sums for a parameter gradient, combined in thread order
 // (row stride `stride` in part), added to dst or written over it.
@@ -42,9 +43,10 @@ static void reduce_partials(const T* part, int threads, int64_t stride, int64_t 
   }
 }
 
+namespace cpu {
 template <typename T>
-void cpu::layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
-                             const T* rstd, int64_t N, int64_t C, bool accumulate) {
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
+                        const T* rstd, int64_t N, int64_t C, bool accumulate) {
   int threads = omp_get_max_threads();
   std::vector<T> part(size_t(threads) * 2 * C, T(0));
 #pragma omp parallel
@@ -80,7 +82,7 @@ void cpu::layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const
 }
 
 template <typename T>
-void cpu::rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int64_t C, double eps) {
+void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int64_t C, double eps) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
@@ -94,8 +96,8 @@ void cpu::rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_
 }
 
 template <typename T>
-void cpu::rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
-                           int64_t C, bool accumulate) {
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
+                      int64_t C, bool accumulate) {
   int threads = omp_get_max_threads();
   std::vector<T> part(size_t(threads) * C, T(0));
 #pragma omp parallel
@@ -118,6 +120,7 @@ void cpu::rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, con
   }
   reduce_partials(part.data(), threads, C, C, dweight, accumulate);
 }
+}  // namespace cpu
 
 #define INSTANTIATE(T)                                                                                            \
   template void cpu::layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, double);    \

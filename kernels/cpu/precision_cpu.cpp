@@ -9,15 +9,15 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
-#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace trident::kernels {
 
 float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 float round_fp16(float x) { return float(static_cast<_Float16>(x)); }
 
+namespace cpu {
 template <typename T>
-void cpu::round_to_storage(T* x, int64_t n, Precision p) {
+void round_to_storage(T* x, int64_t n, Precision p) {
   if (p == Precision::fp32) return;
   if (p == Precision::bf16) {
 #pragma omp parallel for simd
@@ -29,7 +29,7 @@ void cpu::round_to_storage(T* x, int64_t n, Precision p) {
 }
 
 template <typename T>
-int64_t cpu::count_nonfinite(const T* x, int64_t n) {
+int64_t count_nonfinite(const T* x, int64_t n) {
   int64_t bad = 0;
 #pragma omp parallel for reduction(+ : bad)
   for (int64_t i = 0; i < n; ++i) bad += std::isfinite(x[i]) ? 0 : 1;
@@ -37,7 +37,7 @@ int64_t cpu::count_nonfinite(const T* x, int64_t n) {
 }
 
 template <typename T>
-void cpu::pack_16(uint16_t* dst, const T* src, int64_t n, Precision p) {
+void pack_16(uint16_t* dst, const T* src, int64_t n, Precision p) {
   TRIDENT_CHECK(p != Precision::fp32, "pack_16 needs a 16-bit format");
   if (p == Precision::bf16) {
 #pragma omp parallel for simd
@@ -52,7 +52,7 @@ void cpu::pack_16(uint16_t* dst, const T* src, int64_t n, Precision p) {
 }
 
 template <typename T>
-void cpu::store_16(T* x, uint16_t* dst, int64_t n, Precision p) {
+void store_16(T* x, uint16_t* dst, int64_t n, Precision p) {
   TRIDENT_CHECK(p != Precision::fp32, "store_16 needs a 16-bit format");
   if (p == Precision::bf16) {
 #pragma omp parallel for simd
@@ -72,7 +72,7 @@ void cpu::store_16(T* x, uint16_t* dst, int64_t n, Precision p) {
 }
 
 template <typename T>
-void cpu::unpack_16(T* dst, const uint16_t* src, int64_t n, Precision p) {
+void unpack_16(T* dst, const uint16_t* src, int64_t n, Precision p) {
   TRIDENT_CHECK(p != Precision::fp32, "unpack_16 needs a 16-bit format");
   if (p == Precision::bf16) {
 #pragma omp parallel for simd
@@ -82,6 +82,7 @@ void cpu::unpack_16(T* dst, const uint16_t* src, int64_t n, Precision p) {
     for (int64_t i = 0; i < n; ++i) dst[i] = T(f16_to_f32(src[i]));
   }
 }
+}  // namespace cpu
 
 template void cpu::pack_16<float>(uint16_t*, const float*, int64_t, Precision);
 template void cpu::pack_16<double>(uint16_t*, const double*, int64_t, Precision);

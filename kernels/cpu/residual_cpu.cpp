@@ -6,12 +6,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/cpu_kernels.hpp"
-
 namespace trident::kernels {
 
+namespace cpu {
 template <typename T>
-void cpu::residual_forward(T* out, const T* a, const T* b, const T* bias, int64_t N, int64_t C) {
+void residual_forward(T* out, const T* a, const T* b, const T* bias, int64_t N, int64_t C) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T *x = a + n * C, *y = b + n * C;
@@ -28,7 +27,7 @@ void cpu::residual_forward(T* out, const T* a, const T* b, const T* bias, int64_
 
 // Threads own disjoint channel ranges; each channel sums its rows in order.
 template <typename T>
-void cpu::bias_backward(T* dbias, const T* dout, int64_t N, int64_t C, bool accumulate) {
+void bias_backward(T* dbias, const T* dout, int64_t N, int64_t C, bool accumulate) {
   if (!dbias) return;
 #pragma omp parallel
   {
@@ -41,6 +40,7 @@ void cpu::bias_backward(T* dbias, const T* dout, int64_t N, int64_t C, bool accu
     }
   }
 }
+}  // namespace cpu
 
 #define INSTANTIATE(T)                                                                        \
   template void cpu::residual_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t); \

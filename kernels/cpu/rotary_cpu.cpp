@@ -5,8 +5,6 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.hpp"
-
 namespace trident::kernels {
 
 std::vector<double> rope_table(int64_t T_, int64_t D, double theta) {
@@ -45,16 +43,18 @@ void rope_apply(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, i
 
 }  // namespace
 
+namespace cpu {
 template <typename T>
-void cpu::rope_forward(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                       const int32_t* doc_start) {
+void rope_forward(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                  const int32_t* doc_start) {
   rope_apply(qkv, table, B, T_, H, KV, D, 1.0, doc_start);
 }
 template <typename T>
-void cpu::rope_backward(T* dqkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                        const int32_t* doc_start) {
+void rope_backward(T* dqkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                   const int32_t* doc_start) {
   rope_apply(dqkv, table, B, T_, H, KV, D, -1.0, doc_start);
 }
+}  // namespace cpu
 
 #define INSTANTIATE(T)                                                                                                \
   template void cpu::rope_forward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*); \

@@ -21,18 +21,18 @@ namespace trident::launch {
 // The tokenizer the checkpoint records (its own copy, checked on load);
 // checkpoints from before tokenizers were recorded: the copy next to the
 // training data, checked against the data's record.
-std::unique_ptr<Tokenizer> checkpoint_tokenizer(const WholeModel& w) {
+std::unique_ptr<data::Tokenizer> checkpoint_tokenizer(const WholeModel& w) {
   if (w.tokenizer) {
     const auto& t = *w.tokenizer;
-    if (t.file.empty()) return Tokenizer::byte();
+    if (t.file.empty()) return data::Tokenizer::byte();
     const std::string file = (std::filesystem::path(w.dir) / t.file).string();
-    return t.kind == TokenizerKind::chars ? Tokenizer::chars(file) : Tokenizer::from_file(file);
+    return t.kind == TokenizerKind::chars ? data::Tokenizer::chars(file) : data::Tokenizer::from_file(file);
   }
-  if (w.recipe.data.synthetic) return Tokenizer::byte();
+  if (w.recipe.data.synthetic) return data::Tokenizer::byte();
   const std::string& data = w.recipe.data.train[0].path;
   log::info("sample: {} records no tokenizer (an older checkpoint); using the one next to {}", w.dir, data);
-  check_tokenizer_copy(read_dataset_record(data));
-  return Tokenizer::for_dataset(data);
+  data::check_tokenizer_copy(data::read_dataset_record(data));
+  return data::Tokenizer::for_dataset(data);
 }
 
 std::vector<int32_t> sample(const SampleOptions& o) {
@@ -43,8 +43,8 @@ std::vector<int32_t> sample(const SampleOptions& o) {
   const WholeModel w = load_whole_model(o.checkpoint);
   const ModelConfig& m = w.recipe.model;
   const bool have_text = !o.prompt.empty();
-  const std::unique_ptr<Tokenizer> tokp = checkpoint_tokenizer(w);
-  const Tokenizer& tok = *tokp;
+  const std::unique_ptr<data::Tokenizer> tokp = checkpoint_tokenizer(w);
+  const data::Tokenizer& tok = *tokp;
   if (have_text && w.recipe.data.synthetic)
     fail_input(
         "sample: --prompt: the checkpoint's recipe {} trains on synthetic data, which has no tokenizer; give "

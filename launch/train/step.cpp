@@ -21,8 +21,8 @@ StepShape step_shape(const Recipe& rc, int stage_rank, int data_rank) {
 }
 
 StepRunner::StepRunner(model::Transformer<float>& net, parallel::DataParallel& dp, parallel::Communicator* pipeline,
-                       parallel::Communicator* data, parallel::Communicator* context, const TokenSampler& sampler,
-                       const StepShape& shape)
+                       parallel::Communicator* data, parallel::Communicator* context,
+                       const trident::data::TokenSampler& sampler, const StepShape& shape)
     : net_(net), dp_(dp), pipeline_(pipeline), data_(data), context_(context), sampler_(sampler), shape_(shape) {
   const int64_t B = shape.micro_batch, M = shape.micro_batches;
   actions_ = parallel::make_schedule(shape.schedule, shape.stages, shape.virtual_stages, int(M), shape.stage_rank);

@@ -46,7 +46,7 @@ class StepRunner {
   // the context group, whose ranks each hold their rows of every sequence
   // (model/transformer.hpp, parallel/context_parallel.hpp).
   StepRunner(model::Transformer<float>& net, parallel::DataParallel& dp, parallel::Communicator* pipeline,
-             parallel::Communicator* data, parallel::Communicator* context, const TokenSampler& sampler,
+             parallel::Communicator* data, parallel::Communicator* context, const data::TokenSampler& sampler,
              const StepShape& shape);
   ~StepRunner();
 
@@ -79,9 +79,9 @@ class StepRunner {
   parallel::Communicator* pipeline_;
   parallel::Communicator* data_;
   parallel::Communicator* context_;
-  const TokenSampler& sampler_;
+  const data::TokenSampler& sampler_;
   StepShape shape_;
-  BatchSpec spec_;
+  data::BatchSpec spec_;
   std::vector<parallel::Action> actions_;
   std::unique_ptr<parallel::PipelineExecutor> executor_;
   std::unique_ptr<model::ChunkRunner> runner_;

@@ -43,7 +43,7 @@
 namespace trident::launch {
 namespace {
 
-const char* kind_name(const DatasetRecord& r) { return r.tokenizer ? enum_name(*r.tokenizer) : "none"; }
+const char* kind_name(const data::DatasetRecord& r) { return r.tokenizer ? enum_name(*r.tokenizer) : "none"; }
 
 // Threads: every core for one rank; an even share of the node's cores per
 // rank otherwise; train.threads or OMP_NUM_THREADS override.
@@ -63,22 +63,22 @@ int threads_per_rank(const Recipe& rc, int world) {
 // Datasets: their records (prepare's PREFIX.meta.json) must name one
 // tokenizer; the sample indexes are built by one rank per node while the
 // others wait.
-std::unique_ptr<TokenSampler> make_sampler(const Recipe& rc, parallel::Mesh& mesh, RunFacts& facts,
-                                           DatasetRecord& first) {
+std::unique_ptr<data::TokenSampler> make_sampler(const Recipe& rc, parallel::Mesh& mesh, RunFacts& facts,
+                                                 data::DatasetRecord& first) {
   if (rc.data.synthetic) {
     const auto& s = rc.data.syn;
-    const MarkovSource src(s.vocab, s.order, s.branching, s.skew, uint64_t(s.seed));
+    const data::MarkovSource src(s.vocab, s.order, s.branching, s.skew, uint64_t(s.seed));
     facts.entropy_floor = src.entropy_rate(), facts.sequence_floor = src.sequence_floor(rc.model.seq_len);
-    return make_markov_sampler(s.vocab, s.order, s.branching, s.skew, uint64_t(s.seed));
+    return data::make_markov_sampler(s.vocab, s.order, s.branching, s.skew, uint64_t(s.seed));
   }
-  DatasetSpec spec;
+  data::DatasetSpec spec;
   spec.sample_len = rc.model.seq_len + 1, spec.seed = uint64_t(rc.seed);
   spec.train_samples = rc.train.steps * rc.train.global_batch;
   spec.valid_samples = rc.eval.batches * rc.train.micro_batch;
   for (const auto* split : {&rc.data.train, &rc.data.valid})
     for (const DataSource& d : *split) {
       (split == &rc.data.train ? spec.train : spec.valid).push_back({d.path, d.weight});
-      const DatasetRecord r = read_dataset_record(d.path);
+      const data::DatasetRecord r = data::read_dataset_record(d.path);
       spec.max_token.push_back(r.max_id);
       if (r.max_id >= rc.model.vocab)
         fail_input("{}: token id {} does not fit model.vocab({}) of {} (the largest id its record {} gives)", d.path,
@@ -113,12 +113,12 @@ std::unique_ptr<TokenSampler> make_sampler(const Recipe& rc, parallel::Mesh& mes
                 rc.source, dir, why);
         },
         fmt::format("data.cache_dir {}: rejected by another rank (its error says why)", rc.data.cache_dir));
-  IndexBuild build{mesh.node_rank() == 0,
-                   [world] {
-                     if (world) world->barrier()->wait();
-                   },
-                   rc.data.cache_dir};
-  auto sampler = make_dataset_sampler(spec, build);
+  data::IndexBuild build{mesh.node_rank() == 0,
+                         [world] {
+                           if (world) world->barrier()->wait();
+                         },
+                         rc.data.cache_dir};
+  auto sampler = data::make_dataset_sampler(spec, build);
   if (sampler->vocab_needed() > rc.model.vocab)
     fail_input("{}: token id {} does not fit model.vocab({}) of {}", rc.data.train[0].path, sampler->vocab_needed() - 1,
                rc.model.vocab, rc.source);
@@ -155,11 +155,11 @@ double global_grad_norm(const model::ParamRegistry& reg, parallel::DataParallel&
 }
 
 // What checkpoints record of the data's tokenizer, and its file's bytes.
-std::pair<checkpoint::IndexTokenizer, std::string> tokenizer_record(const DatasetRecord& r) {
+std::pair<checkpoint::IndexTokenizer, std::string> tokenizer_record(const data::DatasetRecord& r) {
   checkpoint::IndexTokenizer t{*r.tokenizer, "", "", r.vocab, r.eod};
   std::string bytes;
   if (!r.tokenizer_file.empty()) {
-    check_tokenizer_copy(r);
+    data::check_tokenizer_copy(r);
     for (const char* name : {"tokenizer.json", "tokenizer.model", "vocab.json"})
       if (r.tokenizer_file.size() > strlen(name) && r.tokenizer_file.ends_with(std::string(".") + name)) t.file = name;
     if (t.file.empty())
@@ -174,7 +174,7 @@ std::pair<checkpoint::IndexTokenizer, std::string> tokenizer_record(const Datase
 }
 
 // A checkpoint trained on data of another tokenizer is not continued.
-void check_resume_tokenizer(const std::string& from, const DatasetRecord& data) {
+void check_resume_tokenizer(const std::string& from, const data::DatasetRecord& data) {
   const std::string index = (std::filesystem::path(from) / "index.json").string();
   const checkpoint::CheckpointIndex x = checkpoint::read_index(index);
   if (!x.tokenizer || !data.tokenizer) return;  // older checkpoints or data: nothing recorded
@@ -192,7 +192,7 @@ void check_resume_tokenizer(const std::string& from, const DatasetRecord& data) 
 // no checkpoint was loaded (a step-0 checkpoint, e.g. `trident import`'s, is
 // loaded and returns 0).
 std::optional<int64_t> resume(const Recipe& rc, const std::string& arg, const RankState& state, parallel::Mesh& mesh,
-                              const DatasetRecord& data) {
+                              const data::DatasetRecord& data) {
   if (arg.empty()) {
     // a fresh run would rotate the checkpoints there away
     if (const std::string held = existing_checkpoints(rc.checkpoint.dir); !rc.checkpoint.dir.empty() && !held.empty())
@@ -255,8 +255,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   kernels::set_matmul_precision(rc.train.precision);
   fault::configure(mesh.world() ? mesh.world()->rank() : 0);
   if (!fault::describe().empty()) log::warn("TRIDENT_FAULT (tests only): {}", fault::describe());
-  DatasetRecord data_record;  // the tokenizer the data was made with (none: synthetic)
-  const std::unique_ptr<TokenSampler> sampler = make_sampler(rc, mesh, facts, data_record);
+  data::DatasetRecord data_record;  // the tokenizer the data was made with (none: synthetic)
+  const std::unique_ptr<data::TokenSampler> sampler = make_sampler(rc, mesh, facts, data_record);
 
   // Model chunks (this pipeline rank's, its tensor-parallel slices), data
   // parallelism, optimizer with fp32 master weights, loss scaler.

@@ -5,7 +5,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = trident::fuzz::write_input("x.vocab.json", data, size);
   trident::fuzz::refuses_or_reads([&] {
-    const auto tok = trident::launch::Tokenizer::chars(path);
+    const auto tok = trident::data::Tokenizer::chars(path);
     const auto ids = tok->encode("the quick brown fox", "text");
     (void)tok->decode(ids);
   });

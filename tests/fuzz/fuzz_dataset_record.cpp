@@ -6,8 +6,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   trident::fuzz::write_input("r.meta.json", data, size);
   trident::fuzz::refuses_or_reads([&] {
     for (const char* split : {"/r_train", "/r_valid", "/r"}) {
-      const auto rec = trident::launch::read_dataset_record(trident::fuzz::scratch() + split);
-      trident::launch::check_tokenizer_copy(rec);
+      const auto rec = trident::data::read_dataset_record(trident::fuzz::scratch() + split);
+      trident::data::check_tokenizer_copy(rec);
     }
   });
   return 0;

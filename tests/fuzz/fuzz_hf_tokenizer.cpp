@@ -6,7 +6,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string json(reinterpret_cast<const char*>(data), size);
   trident::fuzz::refuses_or_reads([&] {
-    const auto tok = trident::launch::load_hf_tokenizer("tokenizer.json", json);
+    const auto tok = trident::data::load_hf_tokenizer("tokenizer.json", json);
     const auto ids = tok->encode("Hello, world! 123 ünïcödé\n\t<|endoftext|>  x", "text");
     (void)tok->decode(ids);
   });

@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)bin;
   trident::fuzz::write_input("d.idx", data, size);
   trident::fuzz::refuses_or_reads([&] {
-    const trident::IndexedDataset ds(trident::fuzz::scratch() + "/d");
+    const trident::data::IndexedDataset ds(trident::fuzz::scratch() + "/d");
     std::vector<int32_t> out;
     for (int64_t d = 0; d < ds.num_documents() && d < 64; ++d) {
       out.resize(size_t(ds.doc_tokens(d)));

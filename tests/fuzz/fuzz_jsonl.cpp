@@ -7,8 +7,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = trident::fuzz::write_input("x.jsonl", data, size);
   for (bool skip : {false, true})
     trident::fuzz::refuses_or_reads([&] {
-      trident::launch::DocumentReader reader({path}, trident::launch::DocumentFormat::jsonl, "text", skip);
-      trident::launch::Document doc;
+      trident::data::DocumentReader reader({path}, trident::data::DocumentFormat::jsonl, "text", skip);
+      trident::data::Document doc;
       while (reader.next(doc)) {}
     });
   return 0;

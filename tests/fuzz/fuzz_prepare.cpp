@@ -29,14 +29,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text = where == 0 ? big + body : where == 1 ? body + "\n\n" + big : big;
   const std::string input = trident::fuzz::write_input(jsonl ? "in.jsonl" : "in.txt",
                                                        reinterpret_cast<const uint8_t*>(text.data()), text.size());
-  trident::launch::PrepareOptions o;
+  trident::data::PrepareOptions o;
   o.inputs = {input}, o.out = trident::fuzz::scratch() + "/ds", o.tokenizer = "byte", o.force = true;
   o.eod_token = (flags & 32) ? "none" : "", o.valid_fraction = (flags & 64) ? 0.25 : 0;
   o.workers = 1 + ((flags >> 3) & 1), o.doc_per_line = lines, o.skip_bad_lines = flags & 128;
   o.buffer_bytes = buffer;
   bool written = false;
   trident::fuzz::refuses_or_reads([&] {
-    trident::launch::prepare(o);
+    trident::data::prepare(o);
     written = true;
   });
   if (!written) return 0;

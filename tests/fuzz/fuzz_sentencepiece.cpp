@@ -6,7 +6,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   trident::fuzz::refuses_or_reads([&] {
-    const auto tok = trident::launch::load_sentencepiece("tokenizer.model", bytes);
+    const auto tok = trident::data::load_sentencepiece("tokenizer.model", bytes);
     const auto ids = tok->encode("Hello, world! 123 ünïcödé", "text");
     (void)tok->decode(ids);
   });

@@ -31,7 +31,7 @@
 #include "core/data/tokenizers/tokenizer.hpp"
 #include "core/error.hpp"
 
-namespace trident::launch {
+namespace trident::data {
 namespace {
 
 using json = nlohmann::json;
@@ -564,4 +564,4 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path, const std:
   }
 }
 
-}  // namespace trident::launch
+}  // namespace trident::data

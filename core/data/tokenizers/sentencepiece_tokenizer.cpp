@@ -7,7 +7,7 @@
 #include "core/data/tokenizers/tokenizer.hpp"
 #include "core/error.hpp"
 
-namespace trident::launch {
+namespace trident::data {
 namespace {
 
 class SentencePieceTokenizer : public Tokenizer {
@@ -57,4 +57,4 @@ std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& path, const std
   return std::make_unique<SentencePieceTokenizer>(path, bytes);
 }
 
-}  // namespace trident::launch
+}  // namespace trident::data

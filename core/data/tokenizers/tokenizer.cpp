@@ -13,7 +13,7 @@
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 
-namespace trident::launch {
+namespace trident::data {
 
 size_t invalid_utf8_at(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
@@ -206,4 +206,4 @@ std::unique_ptr<Tokenizer> Tokenizer::for_dataset(const std::string& prefix) {
   return byte();
 }
 
-}  // namespace trident::launch
+}  // namespace trident::data

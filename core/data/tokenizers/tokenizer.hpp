@@ -18,7 +18,7 @@
 
 #include "core/enums.hpp"
 
-namespace trident::launch {
+namespace trident::data {
 
 // UTF-8 <-> code points; `what` names the text in errors (a file, an option).
 std::vector<uint32_t> decode_utf8(const std::string& s, const std::string& what);
@@ -93,4 +93,4 @@ class CharTokenizer : public Tokenizer {
 // Where a dataset's tokenizer copy lives: PREFIX with _train/_valid stripped.
 std::string dataset_base(const std::string& prefix);
 
-}  // namespace trident::launch
+}  // namespace trident::data

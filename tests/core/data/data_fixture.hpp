@@ -31,9 +31,9 @@ class Data : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) { return (dir_ / name).string(); }
 
-  std::string write_sample(TokenDType dt = TokenDType::u16) {
+  std::string write_sample(data::TokenDType dt = data::TokenDType::u16) {
     std::string prefix = path("ds");
-    IndexedDatasetWriter w(prefix, dt);
+    data::IndexedDatasetWriter w(prefix, dt);
     std::vector<int32_t> a = {1, 2, 3, 4, 5}, b = {6, 7}, c = {250, 9, 10};
     w.add_sequence(a.data(), 5);
     w.end_document();
@@ -45,7 +45,7 @@ class Data : public ::testing::Test {
   }
   std::string error_opening(const std::string& prefix) {
     try {
-      IndexedDataset d(prefix);
+      data::IndexedDataset d(prefix);
     } catch (const InputError& e) {
       return e.what();
     }

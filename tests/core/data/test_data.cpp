@@ -27,14 +27,15 @@ namespace trident {
 
 // Which dataset blend sample k of weights {3, 1} comes from: a (true) or b.
 bool order_of_two(uint64_t k) {
-  static const auto order = blend_order({0.75, 0.25}, 400);
+  static const auto order = data::blend_order({0.75, 0.25}, 400);
   return order[k] == 0;
 }
 
 TEST_F(Data, RoundTrip) {
-  for (TokenDType dt : {TokenDType::u8, TokenDType::u16, TokenDType::i32, TokenDType::i64}) {
+  for (data::TokenDType dt :
+       {data::TokenDType::u8, data::TokenDType::u16, data::TokenDType::i32, data::TokenDType::i64}) {
     std::string p = write_sample(dt);
-    IndexedDataset d(p);
+    data::IndexedDataset d(p);
     EXPECT_EQ(d.num_sequences(), 3);
     EXPECT_EQ(d.num_documents(), 2);
     EXPECT_EQ(d.num_tokens(), 10);
@@ -105,7 +106,7 @@ TEST_F(Data, MissingFiles) { EXPECT_NE(error_opening(path("nope")).find("nope.id
 
 TEST_F(Data, UnfinishedWriterLeavesNothing) {
   {
-    IndexedDatasetWriter w(path("partial"), TokenDType::u16);
+    data::IndexedDatasetWriter w(path("partial"), data::TokenDType::u16);
     std::vector<int32_t> a = {1, 2};
     w.add_sequence(a.data(), 2);
   }  // destroyed without finish(), as after an exception
@@ -117,8 +118,8 @@ TEST_F(Data, UnfinishedWriterLeavesNothing) {
 TEST_F(Data, ARecordOfAnUnknownTokenizerKindIsRefused) {
   const std::string txt = path("in.txt");
   std::ofstream(txt) << "One paragraph.\n\nAnother one.\n\nA third.\n\nAnd a fourth.\n";
-  launch::prepare({{txt}, path("k"), "char", 0.25});
-  const launch::DatasetRecord rec = launch::read_dataset_record(path("k_train"));
+  data::prepare({{txt}, path("k"), "char", 0.25});
+  const data::DatasetRecord rec = data::read_dataset_record(path("k_train"));
   ASSERT_TRUE(rec.tokenizer.has_value());
   EXPECT_EQ(*rec.tokenizer, TokenizerKind::chars);
   std::string meta = slurp(path("k.meta.json"));
@@ -127,7 +128,7 @@ TEST_F(Data, ARecordOfAnUnknownTokenizerKindIsRefused) {
   meta.replace(at, 6, "\"wordpiece\"");
   std::ofstream(path("k.meta.json")) << meta;
   try {
-    launch::read_dataset_record(path("k_train"));
+    data::read_dataset_record(path("k_train"));
     ADD_FAILURE() << "a record of an unknown tokenizer kind was read";
   } catch (const InputError& e) {
     const std::string what = e.what();
@@ -141,7 +142,7 @@ TEST_F(Data, ARecordOfAnUnknownTokenizerKindIsRefused) {
 // A dataset whose tokens are their own positions in the concatenated stream
 // (i32), in documents of 1..49 tokens: a sample's tokens say where it came from.
 std::string write_positions(const std::string& prefix, int64_t docs, uint64_t seed) {
-  IndexedDatasetWriter w(prefix, TokenDType::i32);
+  data::IndexedDatasetWriter w(prefix, data::TokenDType::i32);
   int32_t next = 0;
   uint64_t x = seed;
   for (int64_t d = 0; d < docs; ++d) {
@@ -161,9 +162,9 @@ std::string write_positions(const std::string& prefix, int64_t docs, uint64_t se
 // epoch has its own order.
 TEST_F(Data, SampleIndexUsesEveryTokenOncePerEpoch) {
   const std::string p = write_positions(path("pos"), 300, 7);
-  IndexedDataset d(p);
+  data::IndexedDataset d(p);
   const int64_t seq = 16;
-  SampleIndex idx(d, 1234, seq, 3 * ((d.num_tokens() - 1) / seq), IndexBuild{});
+  data::SampleIndex idx(d, 1234, seq, 3 * ((d.num_tokens() - 1) / seq), data::IndexBuild{});
   const int64_t S = idx.samples_per_epoch();
   ASSERT_EQ(S, (d.num_tokens() - 1) / seq);
   ASSERT_EQ(idx.epochs(), 3);
@@ -204,15 +205,15 @@ TEST_F(Data, SampleIndexIsCachedPureAndRebuiltOnChange) {
   std::vector<int32_t> a(17), b(17);
   std::vector<std::vector<int32_t>> first;
   {
-    IndexedDataset d(p);
-    SampleIndex built(d, 5, 16, 50, IndexBuild{});
+    data::IndexedDataset d(p);
+    data::SampleIndex built(d, 5, 16, 50, data::IndexBuild{});
     EXPECT_FALSE(built.loaded_from_cache());
     ASSERT_TRUE(fs::exists(built.path())) << built.path();
-    SampleIndex cached(d, 5, 16, 50, IndexBuild{});
+    data::SampleIndex cached(d, 5, 16, 50, data::IndexBuild{});
     EXPECT_TRUE(cached.loaded_from_cache());
-    SampleIndex longer(d, 5, 16, 5 * built.samples_per_epoch(), IndexBuild{});
+    data::SampleIndex longer(d, 5, 16, 5 * built.samples_per_epoch(), data::IndexBuild{});
     EXPECT_NE(longer.path(), built.path());
-    SampleIndex other_seed(d, 6, 16, 50, IndexBuild{});
+    data::SampleIndex other_seed(d, 6, 16, 50, data::IndexBuild{});
     int differ = 0;
     for (uint64_t k = 0; k < uint64_t(built.samples_per_epoch()); ++k) {
       built.sample(k, a.data()), cached.sample(k, b.data());
@@ -227,10 +228,10 @@ TEST_F(Data, SampleIndexIsCachedPureAndRebuiltOnChange) {
   }
   // new data under the same prefix: the cache is stale
   write_positions(p, 200, 12);
-  IndexedDataset d2(p);
+  data::IndexedDataset d2(p);
   testing::internal::CaptureStdout();
   testing::internal::CaptureStderr();
-  SampleIndex rebuilt(d2, 5, 16, 50, IndexBuild{});
+  data::SampleIndex rebuilt(d2, 5, 16, 50, data::IndexBuild{});
   const std::string log = testing::internal::GetCapturedStdout() + testing::internal::GetCapturedStderr();
   EXPECT_FALSE(rebuilt.loaded_from_cache());
   EXPECT_NE(log.find("rebuilding"), std::string::npos) << log;
@@ -243,7 +244,7 @@ TEST_F(Data, SampleIndexIsCachedPureAndRebuiltOnChange) {
 // that order and counts them.
 TEST_F(Data, BlendSharesMatchWeightsAtEveryPrefix) {
   const std::vector<double> w = {0.5, 0.3, 0.2};
-  const auto order = blend_order(w, 10000);
+  const auto order = data::blend_order(w, 10000);
   std::vector<int64_t> c(3, 0);
   for (size_t k = 0; k < order.size(); ++k) {
     ++c[order[k]];
@@ -252,14 +253,14 @@ TEST_F(Data, BlendSharesMatchWeightsAtEveryPrefix) {
   }
   // through the sampler: tokens say which dataset a sample came from
   const std::string a = write_positions(path("a"), 100, 1), b = write_positions(path("b"), 100, 2);
-  DatasetSpec spec;
+  data::DatasetSpec spec;
   spec.train = {{a, 3}, {b, 1}};
   spec.sample_len = 9, spec.seed = 3, spec.train_samples = 400;
-  auto sampler = make_dataset_sampler(spec, IndexBuild{});
+  auto sampler = data::make_dataset_sampler(spec, data::IndexBuild{});
   EXPECT_EQ(sampler->train_samples_per_source(400), (std::vector<int64_t>{300, 100}));
   EXPECT_EQ(sampler->train_samples_per_source(4), (std::vector<int64_t>{3, 1}));
-  IndexedDataset da(a);
-  SampleIndex ia(da, 3, 8, 300, IndexBuild{});
+  data::IndexedDataset da(a);
+  data::SampleIndex ia(da, 3, 8, 300, data::IndexBuild{});
   std::vector<int32_t> s(9), t(9);
   int64_t from_a = 0;
   for (uint64_t k = 0; k < 400; ++k) {
@@ -273,7 +274,7 @@ TEST_F(Data, BlendSharesMatchWeightsAtEveryPrefix) {
 }
 
 TEST(Markov, EntropyAndDeterminism) {
-  MarkovSource src(32, 2, 4, 0.7, 1);
+  data::MarkovSource src(32, 2, 4, 0.7, 1);
   double z = 1 + std::exp(-0.7) + std::exp(-1.4) + std::exp(-2.1), h = 0;
   for (int j = 0; j < 4; ++j) h -= std::exp(-0.7 * j) / z * std::log(std::exp(-0.7 * j) / z);
   EXPECT_NEAR(src.entropy_rate(), h, 1e-12);

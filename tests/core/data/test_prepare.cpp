@@ -28,32 +28,32 @@ TEST_F(Data, PrepareByteAndChar) {
   std::string txt = path("in.txt");
   std::ofstream(txt) << "First Citizen:\nBefore we proceed.\n\nAll:\nSpeak, speak.\n\nFirst:\nYou are all resolved.\n\n"
                         "Second:\nWe know't.\n";
-  launch::PrepareOptions o{{txt}, path("sh"), "byte", 0.25};
-  launch::prepare(o);
+  data::PrepareOptions o{{txt}, path("sh"), "byte", 0.25};
+  data::prepare(o);
   // an existing dataset is not replaced without --force
   const std::string before = slurp(path("sh_train.bin"));
   std::ofstream(txt) << "Other text.\n\nMore.\n\nAnd more.\n\nEnd.\n";
   try {
-    launch::prepare(o);
+    data::prepare(o);
     ADD_FAILURE() << "an existing dataset was replaced";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("pass --force to replace it"), std::string::npos) << e.what();
   }
   EXPECT_EQ(slurp(path("sh_train.bin")), before);
   o.force = true;
-  launch::prepare(o);
+  data::prepare(o);
   EXPECT_NE(slurp(path("sh_train.bin")), before);
   std::ofstream(txt) << "First Citizen:\nBefore we proceed.\n\nAll:\nSpeak, speak.\n\nFirst:\nYou are all resolved.\n\n"
                         "Second:\nWe know't.\n";
-  launch::prepare(o);
-  IndexedDataset tr(path("sh_train")), va(path("sh_valid"));
+  data::prepare(o);
+  data::IndexedDataset tr(path("sh_train")), va(path("sh_valid"));
   EXPECT_EQ(tr.num_documents(), 3);
   EXPECT_EQ(va.num_documents(), 1);
   EXPECT_EQ(tr.token(0), 'F');
   EXPECT_EQ(tr.num_tokens() + va.num_tokens(), int64_t(fs::file_size(txt)));
   o.tokenizer = "char", o.out = path("shc");
-  launch::prepare(o);
-  IndexedDataset trc(path("shc_train"));
+  data::prepare(o);
+  data::IndexedDataset trc(path("shc_train"));
   std::ifstream v(path("shc.vocab.json"));
   std::string vocab((std::istreambuf_iterator<char>(v)), std::istreambuf_iterator<char>());
   // a JSON list of one-character strings; newline is the smallest code point
@@ -66,17 +66,17 @@ TEST_F(Data, PrepareByteAndChar) {
 TEST_F(Data, PrepareRejectsBadInput) {
   std::string bad = path("bad.txt");
   std::ofstream(bad, std::ios::binary) << "ok\n\xff\xfe";
-  launch::PrepareOptions o{{bad}, path("x"), "char", 0.1};
+  data::PrepareOptions o{{bad}, path("x"), "char", 0.1};
   try {
-    launch::prepare(o);
+    data::prepare(o);
     FAIL();
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("byte offset 3: invalid UTF-8"), std::string::npos) << e.what();
   }
   o.inputs = {path("missing.txt")};
-  EXPECT_THROW(launch::prepare(o), InputError);
+  EXPECT_THROW(data::prepare(o), InputError);
   o.inputs = {bad}, o.tokenizer = "bpe";
-  EXPECT_THROW(launch::prepare(o), InputError);
+  EXPECT_THROW(data::prepare(o), InputError);
   // nothing was left behind
   for (auto& e : fs::directory_iterator(dir_)) EXPECT_EQ(e.path().filename(), "bad.txt");
 }
@@ -95,19 +95,19 @@ TEST_F(Data, PrepareJsonlCompressedGlobsAndBadLines) {
       std::system(
           ("gzip -k " + path("a.jsonl") + " && zstd -q " + path("b.jsonl") + " -o " + path("b.jsonl.zst")).c_str()),
       0);
-  launch::PrepareOptions o;
+  data::PrepareOptions o;
   o.inputs = {path("a.jsonl"), path("b.jsonl")}, o.out = path("plain"), o.tokenizer = "byte", o.valid_fraction = 0.1;
-  launch::prepare(o);
+  data::prepare(o);
   o.inputs = {path("a.jsonl.gz"), path("b.jsonl.zst")}, o.out = path("packed"), o.workers = 3;
-  launch::prepare(o);
+  data::prepare(o);
   o.inputs = {path("*.jsonl")}, o.out = path("globbed"), o.workers = 2;
-  launch::prepare(o);
+  data::prepare(o);
   for (const char* split : {"_train", "_valid"})
     for (const char* ext : {".bin", ".idx"}) {
       EXPECT_EQ(slurp(path("plain") + split + ext), slurp(path("packed") + split + ext)) << split << ext;
       EXPECT_EQ(slurp(path("plain") + split + ext), slurp(path("globbed") + split + ext)) << split << ext;
     }
-  IndexedDataset tr(path("plain_train")), va(path("plain_valid"));
+  data::IndexedDataset tr(path("plain_train")), va(path("plain_valid"));
   EXPECT_EQ(tr.num_documents() + va.num_documents(), 6000);
   EXPECT_EQ(va.num_documents(), 600);
   const auto meta = nlohmann::json::parse(slurp(path("plain.meta.json")));
@@ -118,7 +118,7 @@ TEST_F(Data, PrepareJsonlCompressedGlobsAndBadLines) {
       << "{\"text\": \"ok\"}\n{\"text\": 3}\nnot json\n{\"body\": \"x\"}\n{\"text\": \"fine\"}\n";
   o.inputs = {path("bad.jsonl")}, o.out = path("bad"), o.valid_fraction = 0;
   try {
-    launch::prepare(o);
+    data::prepare(o);
     FAIL() << "a bad line was accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("bad.jsonl:2: 'text' is number, expected a string"), std::string::npos)
@@ -128,8 +128,8 @@ TEST_F(Data, PrepareJsonlCompressedGlobsAndBadLines) {
     EXPECT_EQ(f.path().filename().string().rfind("bad", 0) == 0 && f.path().filename() != "bad.jsonl", false)
         << f.path() << " left behind";
   o.skip_bad_lines = true;
-  launch::prepare(o);
-  EXPECT_EQ(IndexedDataset(path("bad_train")).num_documents(), 2);
+  data::prepare(o);
+  EXPECT_EQ(data::IndexedDataset(path("bad_train")).num_documents(), 2);
   EXPECT_EQ(nlohmann::json::parse(slurp(path("bad.meta.json")))["bad_lines_skipped"], 3);
 }
 
@@ -187,10 +187,10 @@ TEST_F(Data, PrepareAccountsForEveryDocumentAndToken) {
       for (int workers = 1; workers <= 3; ++workers) {
         const std::string what =
             fmt::format("{} {}{} {}, {} worker(s)", layout, f.ext, f.lines ? " (lines)" : "", f.compress, workers);
-        launch::PrepareOptions o;
+        data::PrepareOptions o;
         o.inputs = {input}, o.out = path("acc"), o.tokenizer = "byte", o.eod_token = "none", o.force = true;
         o.valid_fraction = want.size() > 2 ? 0.25 : 0, o.workers = workers, o.doc_per_line = f.lines;
-        launch::prepare(o);
+        data::prepare(o);
         const auto meta = nlohmann::json::parse(slurp(path("acc.meta.json")));
         const auto& sp = meta["splits"];
         EXPECT_EQ(meta["documents_read"], int64_t(want.size())) << what;
@@ -202,14 +202,14 @@ TEST_F(Data, PrepareAccountsForEveryDocumentAndToken) {
             << what;
         EXPECT_EQ(sp["train"]["tokens"].get<int64_t>() + sp["valid"]["tokens"].get<int64_t>(), want_tokens) << what;
         // byte for byte, each document in the split its index puts it in
-        IndexedDataset tr(path("acc_train"));
-        std::optional<IndexedDataset> va;
+        data::IndexedDataset tr(path("acc_train"));
+        std::optional<data::IndexedDataset> va;
         if (o.valid_fraction > 0) va.emplace(path("acc_valid"));
         int64_t next[2] = {0, 0};
         for (size_t i = 0; i < want.size(); ++i) {
           const bool valid = std::floor(double(i + 1) * o.valid_fraction) > std::floor(double(i) * o.valid_fraction);
           if (want[i].empty()) continue;
-          const IndexedDataset& d = valid ? *va : tr;
+          const data::IndexedDataset& d = valid ? *va : tr;
           const int64_t k = next[valid]++;
           ASSERT_LT(k, d.num_documents()) << what << ": document " << i << " is missing";
           std::vector<int32_t> ids(size_t(d.doc_tokens(k)));
@@ -234,7 +234,7 @@ TEST_F(Data, TokenizerIdsAreBoundedAndUnique) {
     nlohmann::json vocab = nlohmann::json::object();
     for (int b = 0, extra = 0; b < 256; ++b) {
       const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-      vocab[launch::encode_utf8(printable ? uint32_t(b) : uint32_t(256 + extra++))] = b;
+      vocab[data::encode_utf8(printable ? uint32_t(b) : uint32_t(256 + extra++))] = b;
     }
     nlohmann::json t = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
                         {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
@@ -242,7 +242,7 @@ TEST_F(Data, TokenizerIdsAreBoundedAndUnique) {
     edit(t);
     std::ofstream(path("tok.json")) << t.dump();
     try {
-      launch::Tokenizer::from_file(path("tok.json"));
+      data::Tokenizer::from_file(path("tok.json"));
     } catch (const InputError& e) {
       return std::string(e.what());
     }
@@ -273,7 +273,7 @@ TEST_F(Data, PrepareStoresLargeVocabulariesAsInt32) {
   for (int b = 0, extra = 0; b < 256; ++b) {  // GPT-2's byte -> character mapping
     const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
     const uint32_t cp = printable ? uint32_t(b) : uint32_t(256 + extra++);
-    vocab[launch::encode_utf8(cp)] = b;
+    vocab[data::encode_utf8(cp)] = b;
   }
   for (int i = 256; i < 70000; ++i) vocab["<extra_" + std::to_string(i) + ">"] = i;
   nlohmann::json tok = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
@@ -282,11 +282,11 @@ TEST_F(Data, PrepareStoresLargeVocabulariesAsInt32) {
                         {"added_tokens", {{{"id", 69999}, {"content", "<|endoftext|>"}, {"special", true}}}}};
   std::ofstream(path("big.json")) << tok.dump();
   std::ofstream(path("in.txt")) << "Hi there.\n\nAgain!\n";
-  launch::PrepareOptions o;
+  data::PrepareOptions o;
   o.inputs = {path("in.txt")}, o.out = path("big"), o.tokenizer = path("big.json"), o.valid_fraction = 0;
-  launch::prepare(o);
-  IndexedDataset d(path("big_train"));
-  EXPECT_EQ(d.dtype(), TokenDType::i32);
+  data::prepare(o);
+  data::IndexedDataset d(path("big_train"));
+  EXPECT_EQ(d.dtype(), data::TokenDType::i32);
   EXPECT_EQ(d.token(0), 'H');
   EXPECT_EQ(d.token(d.doc_offset(1) - 1), 69999) << "EOD after the first document";
   EXPECT_EQ(nlohmann::json::parse(slurp(path("big.meta.json")))["dtype"], "i32");

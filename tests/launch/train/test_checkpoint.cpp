@@ -288,7 +288,7 @@ std::vector<std::string> blend_with_documents(const std::string& dir) {
   if (leader()) {
     fs::create_directories(dir);
     for (int k = 0; k < 2; ++k) {
-      IndexedDatasetWriter w(dir + "/d" + std::to_string(k) + "_train", TokenDType::u16);
+      data::IndexedDatasetWriter w(dir + "/d" + std::to_string(k) + "_train", data::TokenDType::u16);
       uint64_t x = 99 + uint64_t(k);
       for (int d = 0; d < 300; ++d) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;

@@ -74,7 +74,7 @@ void write_document_dataset(int rank) {
   if (rank == 0) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
-    IndexedDatasetWriter w(g_documents, TokenDType::u16);
+    data::IndexedDatasetWriter w(g_documents, data::TokenDType::u16);
     uint64_t x = 12345;
     for (int d = 0; d < 400; ++d) {
       x = x * 6364136223846793005ull + 1442695040888963407ull;

@@ -28,6 +28,7 @@ enum class LrDecay { constant, cosine, linear, wsd };
 enum class NonFinite { stop, skip };
 enum class ContextMode { ring, all_to_all };
 enum class TokenizerKind { byte, chars, hf_bpe, sentencepiece };
+enum class RouterScore { softmax, sigmoid };  // a mixture-of-experts router's scores (model.moe.router.score)
 
 template <typename E>
 struct EnumNames;
@@ -54,6 +55,7 @@ TRIDENT_ENUM_NAMES(LrDecay, {LrDecay::constant, "constant"}, {LrDecay::cosine, "
 TRIDENT_ENUM_NAMES(NonFinite, {NonFinite::stop, "stop"}, {NonFinite::skip, "skip"});
 TRIDENT_ENUM_NAMES(TokenizerKind, {TokenizerKind::byte, "byte"}, {TokenizerKind::chars, "char"},
                    {TokenizerKind::hf_bpe, "hf-bpe"}, {TokenizerKind::sentencepiece, "sentencepiece"});
+TRIDENT_ENUM_NAMES(RouterScore, {RouterScore::softmax, "softmax"}, {RouterScore::sigmoid, "sigmoid"});
 TRIDENT_ENUM_NAMES(DeviceType, {DeviceType::cpu, "cpu"}, {DeviceType::cuda, "cuda"});
 
 template <typename E>

@@ -1,6 +1,6 @@
 // The CUDA twins of the CPU kernels: float buffers in device memory, work
 // queued on the rank's compute stream (core/device_memory.hpp). The public
-// entry points (kernels/*.hpp) come here from kernels/routing.cpp when their
+// entry points (kernels/*.hpp) come here from kernels/device_choice.cpp when their
 // buffers are device memory; tests call these directly against the CPU versions. No CUDA
 // headers, so C++ files may include it; in a build without CUDA none of
 // these exist and nothing calls them.

@@ -1,0 +1,225 @@
+// The CPU/CUDA choice, made once per op: every public kernel entry point
+// with a CUDA twin runs the twin (kernels/cuda/cuda_kernels.hpp, timed when
+// kernel timing is on) when the buffer named in its KERNEL_OP line lies in
+// device memory, and its CPU implementation (kernels::cpu, in
+// cpu/X_cpu.cpp) otherwise. Only float buffers reach the GPU; double (the
+// tests' reference precision) always runs on the CPU. A build without CUDA
+// compiles the choice away. The CPU and CUDA files hold no choice.
+#include <type_traits>
+
+#include "core/error.hpp"
+#include "kernels/activation.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/buffer.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/norm.hpp"
+#include "kernels/precision.hpp"
+#include "kernels/residual.hpp"
+#include "kernels/rotary.hpp"
+
+#ifdef TRIDENT_HAVE_CUDA
+#include "core/device_memory.hpp"
+#include "kernels/cuda/cuda_kernels.hpp"
+#define CHOOSE(T, ptr, cuda_call, cpu_call)                             \
+  do {                                                                  \
+    if constexpr (std::is_same_v<T, float>) {                           \
+      if (::trident::is_device_pointer(ptr)) {                          \
+        ::trident::kernels::cuda::KernelTimer trident_timer_(__func__); \
+        return cuda_call;                                               \
+      }                                                                 \
+    }                                                                   \
+    return cpu_call;                                                    \
+  } while (0)
+#else
+#define CHOOSE(T, ptr, cuda_call, cpu_call) return cpu_call
+#endif
+
+// One op with a CUDA twin: declares its CPU implementation cpu::name (defined and
+// instantiated in cpu/X_cpu.cpp), defines the public kernels::name (declared
+// in X.hpp) and instantiates it for float and double. params: the
+// parenthesised parameter list; args: the parenthesised argument list.
+#define KERNEL_OP(ret, name, params, args, ptr, cuda_call) \
+  namespace cpu {                                          \
+  template <typename T>                                    \
+  ret name params;                                         \
+  }                                                        \
+  template <typename T>                                    \
+  ret name params {                                        \
+    CHOOSE(T, ptr, cuda_call, cpu::name args);             \
+  }                                                        \
+  template decltype(name<float>) name<float>;              \
+  template decltype(name<double>) name<double>
+
+namespace trident::kernels {
+
+#ifdef TRIDENT_HAVE_CUDA
+namespace {
+
+std::vector<cuda::AdamWRangeDevice> device_ranges(const std::vector<AdamWRange>& ranges) {
+  std::vector<cuda::AdamWRangeDevice> dr;
+  for (const auto& r : ranges) dr.push_back({r.offset, r.size, float(r.weight_decay)});
+  return dr;
+}
+
+// The CUDA kernels' 16-bit format code: 1 bf16, 2 fp16.
+int cuda_format(Precision p) {
+  TRIDENT_CHECK(p != Precision::fp32, "a 16-bit conversion needs a 16-bit format");
+  return p == Precision::bf16 ? 1 : 2;
+}
+
+}  // namespace
+#endif
+
+// kernels/activation.hpp
+KERNEL_OP(void, gelu_forward, (T * out, const T* inp, int64_t n), (out, inp, n), out, cuda::gelu_forward(out, inp, n));
+KERNEL_OP(void, gelu_backward, (T * dinp, const T* inp, const T* dout, int64_t n), (dinp, inp, dout, n), dinp,
+          cuda::gelu_backward(dinp, inp, dout, n));
+KERNEL_OP(void, swiglu_forward, (T * out, const T* inp, int64_t N, int64_t F), (out, inp, N, F), out,
+          cuda::swiglu_forward(out, inp, N, F));
+KERNEL_OP(void, swiglu_backward, (T * dinp, const T* inp, const T* dout, int64_t N, int64_t F), (dinp, inp, dout, N, F),
+          dinp, cuda::swiglu_backward(dinp, inp, dout, N, F));
+
+// kernels/adamw.hpp
+KERNEL_OP(void, adamw_update, (T * param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& hp),
+          (param, m, v, grad, n, hp), param,
+          cuda::adamw_update_multi(param, m, v, grad, {{0, n, float(hp.weight_decay)}}, hp.lr, hp.beta1, hp.beta2,
+                                   hp.eps, hp.step, hp.grad_scale));
+KERNEL_OP(void, adamw_update_multi,
+          (T * param, T* m, T* v, const T* grad, const std::vector<AdamWRange>& ranges, const AdamWParams& hp),
+          (param, m, v, grad, ranges, hp), param,
+          cuda::adamw_update_multi(param, m, v, grad, device_ranges(ranges), hp.lr, hp.beta1, hp.beta2, hp.eps, hp.step,
+                                   hp.grad_scale));
+
+// kernels/attention.hpp
+KERNEL_OP(void, attention_lse,
+          (T * lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D, const int32_t* doc_start),
+          (lse, qkv, B, T_, H, KV, D, doc_start), qkv, cuda::attention_lse(lse, qkv, B, T_, H, KV, D, doc_start));
+KERNEL_OP(void, attention_forward,
+          (T * out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+           const int32_t* doc_start),
+          (out, lse, qkv, B, T_, H, KV, D, doc_start), qkv,
+          cuda::attention_forward(out, lse, qkv, B, T_, H, KV, D, doc_start));
+KERNEL_OP(void, attention_delta,
+          (T * delta, const T* dout, const T* out, int64_t ldo, int64_t B, int64_t Tq, int64_t H, int64_t D),
+          (delta, dout, out, ldo, B, Tq, H, D), out, cuda::attention_delta(delta, dout, out, ldo, B, Tq, H, D));
+KERNEL_OP(void, attention_backward,
+          (T * dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t T_, int64_t H,
+           int64_t KV, int64_t D, const int32_t* doc_start),
+          (dqkv, dout, qkv, out, lse, B, T_, H, KV, D, doc_start), qkv,
+          cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T_, H, KV, D, doc_start));
+KERNEL_OP(void, attention_block_forward, (T * out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool merge),
+          (out, ldo, lse, a, merge), a.q, cuda::attention_block_forward(out, ldo, lse, a, merge));
+KERNEL_OP(void, attention_block_backward,
+          (T * dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* dout, int64_t lddo, const T* lse, const T* delta,
+           const AttentionBlock<T>& a),
+          (dq, lddq, dk, dv, lddkv, dout, lddo, lse, delta, a), a.q,
+          cuda::attention_block_backward(dq, lddq, dk, dv, lddkv, dout, lddo, lse, delta, a));
+
+// kernels/buffer.hpp
+KERNEL_OP(void, fill_zero, (T * x, int64_t n), (x, n), x, cuda::fill_zero(x, n));
+KERNEL_OP(double, sum, (const T* x, int64_t n), (x, n), x, cuda::sum(x, n));
+KERNEL_OP(double, sum_of_squares_ranges, (const T* x, const std::vector<std::pair<int64_t, int64_t>>& ranges),
+          (x, ranges), x, cuda::sum_of_squares_ranges(x, ranges));
+
+// kernels/cross_entropy.hpp
+KERNEL_OP(void, softmax_cross_entropy,
+          (T * losses, T* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid, T dscale),
+          (losses, logits, targets, N, V, Vvalid, dscale), logits,
+          cuda::softmax_cross_entropy(losses, logits, targets, N, V, Vvalid, dscale));
+KERNEL_OP(void, cross_entropy_local_max, (T * row_max, const T* logits, int64_t N, int64_t V, int64_t Vvalid),
+          (row_max, logits, N, V, Vvalid), logits, cuda::cross_entropy_local_max(row_max, logits, N, V, Vvalid));
+KERNEL_OP(void, cross_entropy_local_sums,
+          (T * sums, const T* logits, const T* row_max, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
+           int64_t vocab_begin),
+          (sums, logits, row_max, targets, N, V, Vvalid, vocab_begin), logits,
+          cuda::cross_entropy_local_sums(sums, logits, row_max, targets, N, V, Vvalid, vocab_begin));
+KERNEL_OP(void, cross_entropy_finish,
+          (T * losses, T* logits, const T* row_max, const T* sums, const int32_t* targets, int64_t N, int64_t V,
+           int64_t Vvalid, int64_t vocab_begin, T dscale),
+          (losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, dscale), logits,
+          cuda::cross_entropy_finish(losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, dscale));
+
+// kernels/embedding.hpp
+KERNEL_OP(void, embedding_forward,
+          (T * out, const int32_t* tokens, const T* wte, int64_t N, int64_t C, int64_t vocab_begin, int64_t V),
+          (out, tokens, wte, N, C, vocab_begin, V), out,
+          cuda::embedding_forward(out, tokens, wte, N, C, vocab_begin, V));
+KERNEL_OP(void, embedding_backward,
+          (T * dwte, const T* dout, const int32_t* tokens, int64_t N, int64_t C, int64_t vocab_begin, int64_t V),
+          (dwte, dout, tokens, N, C, vocab_begin, V), dwte,
+          cuda::embedding_backward(dwte, dout, tokens, N, C, vocab_begin, V));
+KERNEL_OP(void, position_forward,
+          (T * out, const T* inp, const T* wpe, int64_t row_begin, int64_t rows, int64_t T_, int64_t C,
+           const int32_t* doc_start),
+          (out, inp, wpe, row_begin, rows, T_, C, doc_start), out,
+          cuda::position_forward(out, inp, wpe, row_begin, rows, T_, C, doc_start));
+KERNEL_OP(void, position_backward,
+          (T * dwpe, const T* dout, int64_t row_begin, int64_t rows, int64_t T_, int64_t C, const int32_t* doc_start),
+          (dwpe, dout, row_begin, rows, T_, C, doc_start), dwpe,
+          cuda::position_backward(dwpe, dout, row_begin, rows, T_, C, doc_start));
+
+// kernels/gemm.hpp
+KERNEL_OP(void, gemm,
+          (bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+           int64_t ldb, T beta, T* C, int64_t ldc),
+          (trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), C,
+          cuda::gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
+KERNEL_OP(void, linear_forward,
+          (T * out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC),
+          (out, inp, weight, bias, N, C, OC), out, cuda::linear_forward(out, inp, weight, bias, N, C, OC));
+KERNEL_OP(void, linear_backward,
+          (T * dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int64_t C,
+           int64_t OC, bool accumulate),
+          (dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate), dout,
+          cuda::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate));
+
+// kernels/norm.hpp
+KERNEL_OP(void, layernorm_forward,
+          (T * out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, double eps),
+          (out, mean, rstd, inp, weight, bias, N, C, eps), out,
+          cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps));
+KERNEL_OP(void, layernorm_backward,
+          (T * dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean, const T* rstd,
+           int64_t N, int64_t C, bool accumulate),
+          (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate), dout,
+          cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate));
+KERNEL_OP(void, rmsnorm_forward, (T * out, T* rstd, const T* inp, const T* weight, int64_t N, int64_t C, double eps),
+          (out, rstd, inp, weight, N, C, eps), out, cuda::rmsnorm_forward(out, rstd, inp, weight, N, C, eps));
+KERNEL_OP(void, rmsnorm_backward,
+          (T * dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N, int64_t C,
+           bool accumulate),
+          (dinp, dweight, dout, inp, weight, rstd, N, C, accumulate), dout,
+          cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, accumulate));
+
+// kernels/precision.hpp
+KERNEL_OP(void, round_to_storage, (T * x, int64_t n, Precision p), (x, n, p), x,
+          p == Precision::fp32 ? void() : cuda::round_to_storage(x, n, cuda_format(p)));
+KERNEL_OP(int64_t, count_nonfinite, (const T* x, int64_t n), (x, n), x, cuda::count_nonfinite(x, n));
+KERNEL_OP(void, pack_16, (uint16_t * dst, const T* src, int64_t n, Precision p), (dst, src, n, p), src,
+          cuda::pack_16(dst, src, n, cuda_format(p)));
+KERNEL_OP(void, store_16, (T * x, uint16_t* dst, int64_t n, Precision p), (x, dst, n, p), x,
+          (cuda::round_to_storage(x, n, cuda_format(p)), cuda::pack_16(dst, x, n, cuda_format(p))));
+KERNEL_OP(void, unpack_16, (T * dst, const uint16_t* src, int64_t n, Precision p), (dst, src, n, p), dst,
+          cuda::unpack_16(dst, src, n, cuda_format(p)));
+
+// kernels/residual.hpp
+KERNEL_OP(void, residual_forward, (T * out, const T* a, const T* b, const T* bias, int64_t N, int64_t C),
+          (out, a, b, bias, N, C), out, cuda::residual_forward(out, a, b, bias, N, C));
+KERNEL_OP(void, bias_backward, (T * dbias, const T* dout, int64_t N, int64_t C, bool accumulate),
+          (dbias, dout, N, C, accumulate), dout, cuda::bias_backward(dbias, dout, N, C, accumulate));
+
+// kernels/rotary.hpp
+KERNEL_OP(void, rope_forward,
+          (T * qkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+           const int32_t* doc_start),
+          (qkv, table, B, T_, H, KV, D, doc_start), qkv, cuda::rope_forward(qkv, table, B, T_, H, KV, D, doc_start));
+KERNEL_OP(void, rope_backward,
+          (T * dqkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+           const int32_t* doc_start),
+          (dqkv, table, B, T_, H, KV, D, doc_start), dqkv,
+          cuda::rope_backward(dqkv, table, B, T_, H, KV, D, doc_start));
+
+}  // namespace trident::kernels

@@ -29,6 +29,8 @@ enum class NonFinite { stop, skip };
 enum class ContextMode { ring, all_to_all };
 enum class TokenizerKind { byte, chars, hf_bpe, sentencepiece };
 enum class RouterScore { softmax, sigmoid };  // a mixture-of-experts router's scores (model.moe.router.score)
+// a mixture-of-experts model's load-balancing loss (model.moe.balance.kind)
+enum class Balance { aux_loss, seq_aux_loss, hf, none };
 
 template <typename E>
 struct EnumNames;
@@ -56,6 +58,8 @@ TRIDENT_ENUM_NAMES(NonFinite, {NonFinite::stop, "stop"}, {NonFinite::skip, "skip
 TRIDENT_ENUM_NAMES(TokenizerKind, {TokenizerKind::byte, "byte"}, {TokenizerKind::chars, "char"},
                    {TokenizerKind::hf_bpe, "hf-bpe"}, {TokenizerKind::sentencepiece, "sentencepiece"});
 TRIDENT_ENUM_NAMES(RouterScore, {RouterScore::softmax, "softmax"}, {RouterScore::sigmoid, "sigmoid"});
+TRIDENT_ENUM_NAMES(Balance, {Balance::aux_loss, "aux_loss"}, {Balance::seq_aux_loss, "seq_aux_loss"},
+                   {Balance::hf, "hf"}, {Balance::none, "none"});
 TRIDENT_ENUM_NAMES(DeviceType, {DeviceType::cpu, "cpu"}, {DeviceType::cuda, "cuda"});
 
 template <typename E>

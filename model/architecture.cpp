@@ -10,6 +10,7 @@ using S = ShardStyle;
 using P = Part;
 using K = ParamKind;
 using I = InitKind;
+using U = LayerUse;
 
 const Architecture kGpt2{
     Arch::gpt2,
@@ -203,9 +204,134 @@ const Architecture kLlama{
          K::weight,
          I::normal,
          false,
-         {S::column}},
-        {P::layer, "mlp.up_proj.weight", Slot::fused, Dim::F, Dim::C, K::weight, I::normal, false, {S::column}},
-        {P::layer, "mlp.down_proj.weight", Slot::mlp_out_weight, Dim::C, Dim::F, K::weight, I::normal, false, {S::row}},
+         {S::column},
+         false,
+         false,
+         U::dense},
+        {P::layer,
+         "mlp.up_proj.weight",
+         Slot::fused,
+         Dim::F,
+         Dim::C,
+         K::weight,
+         I::normal,
+         false,
+         {S::column},
+         false,
+         false,
+         U::dense},
+        {P::layer,
+         "mlp.down_proj.weight",
+         Slot::mlp_out_weight,
+         Dim::C,
+         Dim::F,
+         K::weight,
+         I::normal,
+         false,
+         {S::row},
+         false,
+         false,
+         U::dense},
+        // MoE layers (transformers 5's runtime names; docs/moe.md)
+        {P::layer,
+         "mlp.gate.weight",
+         Slot::router_weight,
+         Dim::E,
+         Dim::C,
+         K::weight,
+         I::normal,
+         false,
+         {S::replicate},
+         false,
+         false,
+         U::moe,
+         true},
+        {P::layer,
+         "mlp.gate.e_score_correction_bias",
+         Slot::router_bias,
+         Dim::E,
+         Dim::one,
+         K::buffer,
+         I::zeros,
+         false,
+         {S::replicate},
+         false,
+         false,
+         U::moe_bias,
+         true},
+        {P::layer,
+         "mlp.experts.gate_up_proj",
+         Slot::experts_in_weight,
+         Dim::two_EI,
+         Dim::C,
+         K::weight,
+         I::normal,
+         false,
+         {S::column, 2, true},
+         false,
+         false,
+         U::moe},
+        {P::layer,
+         "mlp.experts.down_proj",
+         Slot::experts_out_weight,
+         Dim::EC,
+         Dim::I,
+         K::weight,
+         I::normal,
+         false,
+         {S::row},
+         false,
+         false,
+         U::moe},
+        {P::layer,
+         "mlp.shared_experts.gate_proj.weight",
+         Slot::mlp_in_weight,
+         Dim::S,
+         Dim::C,
+         K::weight,
+         I::normal,
+         false,
+         {S::column},
+         false,
+         false,
+         U::moe_shared},
+        {P::layer,
+         "mlp.shared_experts.up_proj.weight",
+         Slot::fused,
+         Dim::S,
+         Dim::C,
+         K::weight,
+         I::normal,
+         false,
+         {S::column},
+         false,
+         false,
+         U::moe_shared},
+        {P::layer,
+         "mlp.shared_experts.down_proj.weight",
+         Slot::mlp_out_weight,
+         Dim::C,
+         Dim::S,
+         K::weight,
+         I::normal,
+         false,
+         {S::row},
+         false,
+         false,
+         U::moe_shared},
+        {P::layer,
+         "mlp.shared_expert_gate.weight",
+         Slot::shared_gate_weight,
+         Dim::one,
+         Dim::C,
+         K::weight,
+         I::normal,
+         false,
+         {S::replicate},
+         false,
+         false,
+         U::moe_shared_gate,
+         true},
         {P::head,
          "model.norm.weight",
          Slot::final_norm_weight,
@@ -250,6 +376,16 @@ int64_t size_of(Dim d, const ModelConfig& m, int64_t V) {
       return m.kv_heads * m.head_dim();
     case Dim::three_C:
       return 3 * m.hidden;
+    case Dim::E:
+      return m.moe.experts;
+    case Dim::I:
+      return m.moe.ffn_hidden;
+    case Dim::EC:
+      return m.moe.experts * m.hidden;
+    case Dim::two_EI:
+      return 2 * m.moe.experts * m.moe.ffn_hidden;
+    case Dim::S:
+      return m.moe.shared_width();
   }
   return 0;
 }
@@ -275,6 +411,38 @@ const ParamRow* Architecture::find(const std::string& name) const {
   for (const auto& r : rows)
     if (r.part == Part::layer ? ends_with(name, std::string(".") + r.name) : name == r.name) return &r;
   return nullptr;
+}
+
+std::vector<const ParamRow*> Architecture::layer_rows(const ModelConfig& cfg, int64_t layer) const {
+  const MoeConfig& e = cfg.moe;
+  const bool moe = e.is_moe(layer);
+  std::vector<const ParamRow*> out;
+  for (const auto& r : rows) {
+    if (r.part != Part::layer) continue;
+    bool held = false;
+    switch (r.use) {
+      case LayerUse::all:
+        held = true;
+        break;
+      case LayerUse::dense:
+        held = !moe;
+        break;
+      case LayerUse::moe:
+        held = moe;
+        break;
+      case LayerUse::moe_shared:
+        held = moe && e.shared_experts > 0;
+        break;
+      case LayerUse::moe_shared_gate:
+        held = moe && e.shared_expert_gate;
+        break;
+      case LayerUse::moe_bias:
+        held = moe && e.has_bias();
+        break;
+    }
+    if (held) out.push_back(&r);
+  }
+  return out;
 }
 
 Shape row_shape(const ParamRow& row, const ModelConfig& cfg, int64_t padded_vocab) {

@@ -23,13 +23,15 @@
 
 namespace trident::model {
 
-enum class ParamKind { weight, bias, norm, embedding };
+// buffer: state the optimizer leaves alone (no gradient, no decay): the MoE
+// router's correction bias, moved by counts (docs/moe.md).
+enum class ParamKind { weight, bias, norm, embedding, buffer };
 enum class InitKind { normal, zeros, ones };
 
 enum class Part { embedding, layer, head };
 
-// The pointer the transformer reads a parameter through. The first twelve
-// are a layer's, in LayerParams order; `fused` continues the previous row's
+// The pointer the transformer reads a parameter through. The first
+// kLayerSlots are a layer's, in LayerParams order; `fused` continues the previous row's
 // storage (LLaMA's k_proj and v_proj after q_proj form the fused QKV weight,
 // up_proj after gate_proj the SwiGLU input weight).
 enum class Slot {
@@ -45,6 +47,11 @@ enum class Slot {
   mlp_in_bias,
   mlp_out_weight,
   mlp_out_bias,
+  router_weight,       // MoE: mlp.gate.weight [E, C]
+  router_bias,         // MoE: the correction bias [E]
+  experts_in_weight,   // MoE: [E, 2I, C], each expert's gate | up
+  experts_out_weight,  // MoE: [E, C, I]
+  shared_gate_weight,  // MoE: Qwen2-MoE's shared-expert gate [1, C]
   token_table,
   positions,
   final_norm_weight,
@@ -52,10 +59,16 @@ enum class Slot {
   lm_head,
   fused
 };
-inline constexpr int kLayerSlots = 12;
+inline constexpr int kLayerSlots = 17;
 
 // A shape term: the product of the model sizes it names.
-enum class Dim { one, C, F, V, T, HD, KVD, three_C };
+// MoE: E experts, I each one's width, S the shared experts' width.
+enum class Dim { one, C, F, V, T, HD, KVD, three_C, E, I, EC, two_EI, S };
+
+// Which layers hold a layer row: all, the dense ones, or the MoE ones (all
+// of them, or those with shared experts, the shared-expert gate, the
+// router's correction bias), by ModelConfig::moe.
+enum class LayerUse { all, dense, moe, moe_shared, moe_shared_gate, moe_bias };
 
 enum class NormKind { layer_norm, rms_norm };
 enum class MlpKind { gelu, swiglu };  // swiglu: the input weight is [2F, C] (gate | up)
@@ -72,6 +85,11 @@ struct ParamRow {
   PlanEntry plan;
   bool hf_transposed = false;  // transformers' Conv1D: stored [in, out]
   bool untied_only = false;    // the LM head: only without tied embeddings
+  LayerUse use = LayerUse::all;
+  // Computed from the full rows on every tensor rank (the MoE router and
+  // shared-expert gate read the gathered input): its gradient is complete on
+  // each rank, never summed over the tensor group.
+  bool all_rows = false;
 };
 
 struct Architecture {
@@ -87,6 +105,8 @@ struct Architecture {
   const ParamRow& token_table() const;  // the embedding row of the vocabulary
   // The row of a global parameter name (a layer's by its suffix); nullptr if none.
   const ParamRow* find(const std::string& name) const;
+  // The layer rows global layer `layer` holds (dense or MoE, by cfg.moe).
+  std::vector<const ParamRow*> layer_rows(const ModelConfig& cfg, int64_t layer) const;
   int64_t mlp_in_width(int64_t ffn) const { return mlp == MlpKind::swiglu ? 2 * ffn : ffn; }
 };
 

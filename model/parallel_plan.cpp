@@ -9,7 +9,11 @@
 namespace trident::model {
 
 PlanEntry tensor_plan(const ModelConfig& cfg, const std::string& name) {
-  if (const ParamRow* row = architecture(cfg.arch).find(name)) return row->plan;
+  if (const ParamRow* row = architecture(cfg.arch).find(name)) {
+    PlanEntry e = row->plan;
+    if (e.per_expert) e.parts *= int(cfg.moe.experts), e.per_expert = false;
+    return e;
+  }
   throw Error(fmt::format("tensor-parallel plan: no entry for parameter '{}'", name));
 }
 

@@ -7,12 +7,13 @@
 // Styles (weights are [out, in]):
 //   column     rows split: each rank computes a slice of the outputs
 //              (QKV, MLP up / gate); `parts` > 1 splits each of that many
-//              equal row blocks (GPT-2's fused c_attn: q, k and v)
+//              equal row blocks (GPT-2's fused c_attn: q, k and v; an MoE
+//              layer's [E, 2I, C] experts: gate and up of each expert)
 //   column_kv  the key/value heads of grouped-query attention: split when
 //              there are at least `tensor` of them, replicated over groups
 //              of tensor / kv_heads ranks otherwise
 //   row        columns split: each rank holds a partial sum of the outputs
-//              (attention output, MLP down)
+//              (attention output, MLP down, the experts' [E, C, I] down)
 //   vocab      rows of the padded vocabulary split (embedding, LM head)
 //   replicate  every rank holds all of it (norms, biases of row-parallel
 //              layers, position embeddings)
@@ -34,6 +35,7 @@ struct TensorShard {
 struct PlanEntry {
   ShardStyle style = ShardStyle::replicate;
   int parts = 1;
+  bool per_expert = false;  // `parts` row blocks in each of the MoE layer's experts (tensor_plan multiplies)
 };
 
 // The plan entry of a parameter (by its global name); every parameter of

@@ -15,7 +15,8 @@ SharedGradientRanges shared_gradient_ranges(const ParamRegistry& reg, const Mode
   for (const auto& p : reg.params()) {
     const std::pair<int64_t, int64_t> range{p.offset, p.offset + p.numel};
     if (p.token_table && cfg.tie_embeddings && pipeline_stages > 1) out.tied.push_back(range);
-    if (p.replication == Replication::tensor && sequence_parallel) out.tensor_replicated.push_back(range);
+    if (p.replication == Replication::tensor && sequence_parallel && !p.all_rows)
+      out.tensor_replicated.push_back(range);
     if (p.replication == Replication::kv_group) out.kv_replicated.push_back(range);
   }
   return out;
@@ -35,6 +36,7 @@ void ParamRegistry::add(std::string name, const ParamRow& row, const ModelConfig
     p.init_std = row.residual_std ? m.init_std / std::sqrt(2.0 * double(m.layers)) : m.init_std;
   p.token_table = row.slot == Slot::token_table;
   p.vocab_rows = row.rows == Dim::V;
+  p.all_rows = row.all_rows;
   p.numel = shape_numel(p.shape);
   total_ += p.numel;
   params_.push_back(std::move(p));
@@ -53,7 +55,7 @@ ParamRegistry::ParamRegistry(const ModelConfig& m, TensorShard shard, std::vecto
     if (chunk.embedding)
       for (const ParamRow* row : arch.part(Part::embedding)) add(row->name, *row, m);
     for (int64_t l = chunk.first_layer; l < chunk.first_layer + chunk.layers; ++l)
-      for (const ParamRow* row : arch.part(Part::layer)) add(layer_prefix(m, l) + row->name, *row, m);
+      for (const ParamRow* row : arch.layer_rows(m, l)) add(layer_prefix(m, l) + row->name, *row, m);
     if (!chunk.head) continue;
     for (const ParamRow* row : arch.part(Part::head))
       if (!row->untied_only || !m.tie_embeddings) add(row->name, *row, m);

@@ -51,6 +51,7 @@ struct ParamSpec {
   bool tied_copy = false;      // the last pipeline stage's copy of the tied token embedding
   bool token_table = false;    // the token embedding (or its tied copy)
   bool vocab_rows = false;     // rows are the (padded) vocabulary: the token table, the LM head
+  bool all_rows = false;       // computed from every token row on each tensor rank (ParamRow::all_rows)
   int64_t rows() const { return shape[0]; }
   int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
   int64_t global_cols() const { return global_shape.size() > 1 ? global_shape[1] : 1; }

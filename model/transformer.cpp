@@ -23,8 +23,12 @@ double flops_per_token(const ModelConfig& m) {
   const double C = double(m.hidden), F = double(m.ffn_hidden), D = double(m.head_dim());
   const double H = double(m.heads), KV = double(m.kv_heads), L = double(m.layers);
   const double mlp = C * F * double(1 + architecture(m.arch).mlp_in_width(1));  // in and out weights
+  const MoeConfig& e = m.moe;
+  const double moe = C * double(e.experts) + 3 * C * double(e.top_k * e.ffn_hidden + e.shared_width()) +
+                     (e.shared_expert_gate ? C : 0);
   double attn = C * (H + 2 * KV) * D + H * D * C;
-  double matmul_params = L * (attn + mlp) + double(m.vocab) * C;
+  double matmul_params = L * attn + double(m.vocab) * C;
+  for (int64_t l = 0; l < m.layers; ++l) matmul_params += e.is_moe(l) ? moe : mlp;
   return 6 * matmul_params + 12 * L * C * double(m.seq_len);
 }
 
@@ -43,6 +47,9 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
   qkv_width_ = (dims_.heads + 2 * dims_.kv_heads) * D;
   fc_width_ = arch_.mlp_in_width(dims_.ffn);
   if (arch_.positions == Positions::rotary) rope_ = k::rope_table(cfg.seq_len, D, cfg.rope_theta);
+  if (cfg.moe.enabled)
+    moe_ = std::make_unique<MoeMlp<T>>(cfg.moe, cfg.hidden, cfg.moe.ffn_hidden / tp_->size(),
+                                       cfg.moe.shared_width() / tp_->size(), tp_);
   // Segments, in registry order: each chunk's embedding, its layers, its
   // head, as many parameters each as the architecture's table gives them.
   const auto& params = reg_.params();
@@ -61,7 +68,7 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
   bool has_embedding = false, has_head = false;
   for (const auto& c : reg_.chunks()) has_embedding |= c.embedding, has_head |= c.head;
   tied_local_ = cfg.tie_embeddings && has_embedding && has_head;
-  const size_t embedding_rows = arch_.part(Part::embedding).size(), layer_rows = arch_.part(Part::layer).size();
+  const size_t embedding_rows = arch_.part(Part::embedding).size();
   size_t head_rows = cfg.tie_embeddings && !has_embedding ? 1 : 0;  // the tied copy
   for (const ParamRow* row : arch_.part(Part::head)) head_rows += !row->untied_only || !cfg.tie_embeddings;
   for (const ChunkSpec& spec : reg_.chunks()) {
@@ -74,7 +81,8 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
     ch.first_layer_seg = int(segments_.size());
     ch.first_local = int64_t(layers_.size());
     for (int64_t l = 0; l < spec.layers; ++l) {
-      take(layer_rows, SegKind::layer, int64_t(layers_.size()), spec.first_layer + l);
+      take(arch_.layer_rows(cfg, spec.first_layer + l).size(), SegKind::layer, int64_t(layers_.size()),
+           spec.first_layer + l);
       layers_.emplace_back();
     }
     if (spec.head) {
@@ -185,7 +193,8 @@ void Transformer<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T
 
 // x_out = x_mid + exit(MLP(norm2(x_mid))), x_mid = x_in + exit(attention(norm1(x_in)))
 template <typename T>
-void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B) {
+void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B,
+                                   MoeActs<T>* m) {
   const int64_t Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), F = dims_.ffn;
   ensure_scratch(B);
@@ -205,14 +214,18 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.n2w, p.n2b, R);
   store(a.ln2, R * C);
   h = tp_->enter(a.ln2_full, a.ln2, N, C);
-  linear_fwd(a.fc, {h}, {p.fcw}, p.fcb, N, C, fc_width_);
-  store(a.fc, N * fc_width_);
-  if (arch_.mlp == MlpKind::swiglu)
-    k::swiglu_forward(a.act, a.fc, N, F);
-  else
-    k::gelu_forward(a.act, a.fc, N * F);
-  store(a.act, N * F);
-  linear_fwd(partial_, {a.act}, {p.pw}, nullptr, N, F, C);
+  if (m) {
+    moe_->forward(partial_, h, *m, p.moe(), N, B);
+  } else {
+    linear_fwd(a.fc, {h}, {p.fcw}, p.fcb, N, C, fc_width_);
+    store(a.fc, N * fc_width_);
+    if (arch_.mlp == MlpKind::swiglu)
+      k::swiglu_forward(a.act, a.fc, N, F);
+    else
+      k::gelu_forward(a.act, a.fc, N * F);
+    store(a.act, N * F);
+    linear_fwd(partial_, {a.act}, {p.pw}, nullptr, N, F, C);
+  }
   store(partial_, N * C);
   y = tp_->exit(reduced_, partial_, N, C);
   k::residual_forward(x_out, a.x_mid, y, p.pb, R, C);
@@ -228,6 +241,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   ensure_scratch(B);
   doc_start_ = ctx.doc_start;
   origin_ = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
+  ctx.aux_scale = dscale * T(B * cfg_.seq_len);  // the loss's weight of this micro-batch's tokens
   T* first_in = L > 0 ? ctx.layers[0].x_in : ctx.x_final;
   // the segment after s in this chunk's forward order (-1: none)
   auto next_seg = [&](int s) { return s + 1 < ch.first_layer_seg + L + (ch.head_seg >= 0 ? 1 : 0) ? s + 1 : -1; };
@@ -248,7 +262,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     T* x_out = l + 1 < L ? ctx.layers[size_t(l + 1)].x_in : ctx.x_final;
     // packed: the input first (the output may go to the same working buffer), the rest after
     if (ctx.is_packed()) pack(ctx, l, 0, 1);
-    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], B);
+    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], B, moe_acts(ctx, l));
     if (ctx.is_packed()) pack(ctx, l, 1, SIZE_MAX);
     done_params(s);
   }
@@ -346,28 +360,39 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     if (recompute == Recompute::full) {
       // Rerun this layer's forward from its saved input; the output goes to a
       // scratch row nobody reads (d_ln_ is overwritten below before use).
-      layer_forward(a, d_ln_, p, B);
+      layer_forward(a, d_ln_, p, B, moe_acts(ctx, l));
     } else if (recompute == Recompute::selective) {
       cp_->attention_state(a.lse, d_atty_, a.qkv, B, H, KV, D, doc_start_);
     }
     // MLP: d_res_ is the gradient of x_out = x_mid + exit(act pw^T) + pb
     k::bias_backward(p.dpb, d_res_, R, C, acc);
     const T* dy = tp_->exit_backward(d_full_, d_res_, N, C);
-    if (split) k::copy(ctx.saved[size_t(l)].d_mlp_out, dy, N * C);
-    if (gemm_reads_16bit()) k::pack_16(dy16_, dy, N * C, precision_);  // d_res_ is rounded: exact
-    linear_bwd(d_act_, dpw, nullptr, {dy, dy16_}, saved_in(ctx, l, 7, a.act), {p.pw}, N, F, C, acc);
-    store(d_act_, N * F);
-    if (arch_.mlp == MlpKind::swiglu)
-      k::swiglu_backward(d_fc, a.fc, d_act_, N, F);
-    else
-      k::gelu_backward(d_fc, a.fc, d_act_, N * F);
-    if (gemm_reads_16bit())
-      k::store_16(d_fc, dfc16_, N * fc_width_, precision_);
-    else
-      store(d_fc, N * fc_width_);
-    linear_bwd(d_ln_, dfcw, p.dfcb, {d_fc, dfc16_}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw}, N, C, fc_width_, acc);
+    MoeActs<T>* m = moe_acts(ctx, l);
+    if (m) {  // its weight gradients too, in a split backward (docs/moe.md)
+      moe_->backward(d_ln_, dy, a.ln2_full, *m, p.moe(), p.moe_grads(), N, B, ctx.aux_scale, acc);
+    } else {
+      if (split) k::copy(ctx.saved[size_t(l)].d_mlp_out, dy, N * C);
+      if (gemm_reads_16bit()) k::pack_16(dy16_, dy, N * C, precision_);  // d_res_ is rounded: exact
+      linear_bwd(d_act_, dpw, nullptr, {dy, dy16_}, saved_in(ctx, l, 7, a.act), {p.pw}, N, F, C, acc);
+      store(d_act_, N * F);
+      if (arch_.mlp == MlpKind::swiglu)
+        k::swiglu_backward(d_fc, a.fc, d_act_, N, F);
+      else
+        k::gelu_backward(d_fc, a.fc, d_act_, N * F);
+      if (gemm_reads_16bit())
+        k::store_16(d_fc, dfc16_, N * fc_width_, precision_);
+      else
+        store(d_fc, N * fc_width_);
+      linear_bwd(d_ln_, dfcw, p.dfcb, {d_fc, dfc16_}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw}, N, C, fc_width_,
+                 acc);
+    }
     store(d_ln_, N * C);
     const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
+    if (m) {  // the router's and gate's part, complete on every rank: this rank's rows
+      k::residual_forward(d_local_, d, moe_->router_input_grad() + tp_->row_begin(N) * C, static_cast<T*>(nullptr),
+                          R, C);
+      d = d_local_;
+    }
     norm_backward(d_res_, p.dn2w, p.dn2b, d, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, R, acc);
     store(d_res_, R * C);
     // attention: d_res_ is now the gradient of x_mid = x_in + exit(atty ow^T) + ob
@@ -416,10 +441,19 @@ void Transformer<T>::layer_weight_grads(const Activations<T>& ctx, int l, const 
   const LayerActs<T>& a = ctx.layers[size_t(l)];
   const SavedGrads<T>& g = ctx.saved[size_t(l)];
   const int64_t N = ctx.B * seq(), C = cfg_.hidden, F = dims_.ffn, HD = dims_.heads * cfg_.head_dim();
-  linear_bwd(nullptr, p.dpw, nullptr, {g.d_mlp_out}, saved_in(ctx, l, 7, a.act), {p.pw}, N, F, C, acc);
-  linear_bwd(nullptr, p.dfcw, nullptr, {g.d_fc}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw}, N, C, fc_width_, acc);
+  if (ctx.moe.empty() || !ctx.moe[size_t(l)].logits) {  // an MoE layer's came with its input pass
+    linear_bwd(nullptr, p.dpw, nullptr, {g.d_mlp_out}, saved_in(ctx, l, 7, a.act), {p.pw}, N, F, C, acc);
+    linear_bwd(nullptr, p.dfcw, nullptr, {g.d_fc}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw}, N, C, fc_width_, acc);
+  }
   linear_bwd(nullptr, p.dow, nullptr, {g.d_attn_out}, saved_in(ctx, l, 3, a.atty), {p.ow}, N, HD, C, acc);
   linear_bwd(nullptr, p.dqkvw, nullptr, {g.d_qkv}, saved_in(ctx, l, 1, a.ln1_full), {p.qkvw}, N, C, qkv_width_, acc);
+}
+
+template <typename T>
+std::pair<double, double> Transformer<T>::balance_losses(const Activations<T>& ctx) const {
+  double aux = 0, z = 0;
+  for (const auto& m : ctx.moe) aux += m.aux_loss, z += m.z_loss;
+  return {aux, z};
 }
 
 template class Transformer<float>;

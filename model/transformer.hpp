@@ -34,6 +34,7 @@
 #include "core/tensor.hpp"
 #include "kernels/precision.hpp"
 #include "model/architecture.hpp"
+#include "model/moe.hpp"
 #include "model/parallel_plan.hpp"
 #include "model/params.hpp"
 #include "parallel/context_parallel.hpp"
@@ -45,6 +46,8 @@ using trident::Recompute;  // train.recompute (core/enums.hpp)
 
 // Model FLOPs per token, forward + backward (3x forward), attention included,
 // recomputation excluded: 6 * (matmul weights incl. the LM head) + 12 L C T.
+// An MoE layer counts its active weights: the router, top_k experts, the
+// shared experts and their gate.
 double flops_per_token(const ModelConfig& cfg);
 
 // What a backward pass computes: everything, or (zero-bubble pipelines) the
@@ -82,6 +85,11 @@ struct Activations {
   std::vector<Tensor> storage;  // owns the buffers the pointers below see
   std::vector<LayerActs<T>> layers;
   std::vector<SavedGrads<T>> saved;                                                 // split backward only
+  // MoE layers (model/moe.hpp): each local layer's buffers (empty for a dense
+  // layer), and the scale of the balancing losses' gradients (the loss's of
+  // the micro-batch's tokens, set by forward_chunk).
+  std::vector<MoeActs<T>> moe;
+  T aux_scale = 0;
   T* x_final = nullptr;                                                             // [R,C] the chunk's output
   T *lnf = nullptr, *lnf_full = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // head chunk
   T* logits = nullptr;  // [N, V]: this rank's vocabulary columns (head chunk)
@@ -163,6 +171,10 @@ class Transformer {
                       BackwardPart part = BackwardPart::all, const std::function<void(int64_t)>& on_ready = {});
   const T* input_grad() const { return d_res_; }
 
+  // The balancing losses of the context's last forward (coefficients
+  // applied, summed over its MoE layers): the aux loss, the z-loss.
+  std::pair<double, double> balance_losses(const Activations<T>& ctx) const;
+
   // The whole model on one pipeline rank (one chunk with embedding and head).
   double forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale) {
     return forward_chunk(ctx, tokens, nullptr, targets, dscale);
@@ -191,9 +203,13 @@ class Transformer {
   bool copies_ = true;  // the CPU's bf16 GEMMs read 2-byte copies
 
  private:
-  struct LayerParams {  // each half in Slot order (model/architecture.hpp)
-    T *n1w, *n1b, *qkvw, *qkvb, *ow, *ob, *n2w, *n2b, *fcw, *fcb, *pw, *pb;
-    T *dn1w, *dn1b, *dqkvw, *dqkvb, *dow, *dob, *dn2w, *dn2b, *dfcw, *dfcb, *dpw, *dpb;
+  // each half in Slot order (model/architecture.hpp); an MoE layer's
+  // fcw / pw are its shared experts' (null without them)
+  struct LayerParams {
+    T *n1w, *n1b, *qkvw, *qkvb, *ow, *ob, *n2w, *n2b, *fcw, *fcb, *pw, *pb, *rw, *rb, *xw, *xpw, *sgw;
+    T *dn1w, *dn1b, *dqkvw, *dqkvb, *dow, *dob, *dn2w, *dn2b, *dfcw, *dfcb, *dpw, *dpb, *drw, *drb, *dxw, *dxpw, *dsgw;
+    MoeWeights<T> moe() const { return {rw, rb, xw, xpw, fcw, pw, sgw}; }
+    MoeGrads<T> moe_grads() const { return {drw, drb, dxw, dxpw, dfcw, dpw, dsgw}; }
   };
   enum class SegKind { embedding, layer, head };
   struct SegInfo {
@@ -235,7 +251,12 @@ class Transformer {
   // Buffers [first, last) of layer l to its packed copy, and all of them back.
   void pack(Activations<T>& ctx, int l, size_t first, size_t last) const;
   void unpack(Activations<T>& ctx, int l) const;
-  void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B);
+  // local layer l's MoE buffers in ctx (null: a dense layer)
+  static MoeActs<T>* moe_acts(Activations<T>& ctx, int l) {
+    return size_t(l) < ctx.moe.size() && ctx.moe[size_t(l)].logits ? &ctx.moe[size_t(l)] : nullptr;
+  }
+  // m: the layer's MoE buffers (null: a dense layer)
+  void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B, MoeActs<T>* m);
   void layer_weight_grads(const Activations<T>& ctx, int l, const LayerParams& p, bool acc);
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N);
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,
@@ -255,6 +276,7 @@ class Transformer {
   Tensor params_, grads_;
   std::vector<Chunk> chunks_;
   std::vector<LayerParams> layers_;  // every local layer, in order
+  std::unique_ptr<MoeMlp<T>> moe_;   // the MoE layers' MLP (null: a dense model)
   std::vector<Segment> segments_;
   std::vector<SegInfo> seg_info_;
   int emb_seg_ = -1;         // this rank's embedding segment, if any

@@ -54,6 +54,14 @@ const T* TensorParallel::exit(T* local, T* partial, int64_t N, int64_t C) {
 }
 
 template <typename T>
+void TensorParallel::sum_partials(T* values, int64_t n) {
+  if (!group_ || n == 0) return;
+  Timed timed{traffic_.seconds};
+  group_->all_reduce(Tensor::borrow(values, n))->wait();
+  traffic_.all_reduce += n, traffic_.calls += 1;
+}
+
+template <typename T>
 const T* TensorParallel::exit_backward(T* dfull, const T* dlocal, int64_t N, int64_t C) {
   return enter(dfull, dlocal, N, C);  // the same collective: every rank needs every row
 }
@@ -102,6 +110,7 @@ void all_reduce_ranges(Communicator* group, float* base, const std::vector<std::
   template const T* TensorParallel::enter_backward<T>(T*, T*, int64_t, int64_t);      \
   template const T* TensorParallel::exit<T>(T*, T*, int64_t, int64_t);                \
   template const T* TensorParallel::exit_backward<T>(T*, const T*, int64_t, int64_t); \
+  template void TensorParallel::sum_partials<T>(T*, int64_t);                         \
   template void TensorParallel::cross_entropy<T>(T*, T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, T);
 INSTANTIATE(float)
 INSTANTIATE(double)

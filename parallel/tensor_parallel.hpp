@@ -72,6 +72,12 @@ class TensorParallel {
   template <typename T>
   const T* exit_backward(T* dfull, const T* dlocal, int64_t N, int64_t C);
 
+  // values [n]: numbers each rank computed from its partial sums (the MoE
+  // layer's gradients of its routing weights and shared-expert gate, dot
+  // products with a row-parallel output) -> their sum over the group, in place.
+  template <typename T>
+  void sum_partials(T* values, int64_t n);
+
   // Vocab-parallel softmax cross-entropy (kernels/cross_entropy.hpp): this
   // rank holds logits [N, V] for vocabulary columns [vocab_begin, vocab_begin
   // + V), the first Vvalid of them real. Every rank gets all N losses.

@@ -165,6 +165,60 @@ const std::vector<Key>& table() {
           "the token table and LM head get `vocab` rounded up to a multiple of `vocab_multiple x parallel.tensor` rows "
           "(Megatron's `make-vocab-size-divisible-by`); padded logits are masked (never win, never take probability), "
           "their rows get no gradient, and export strips them. `1`: pad only to a multiple of the tensor size"),
+      section("model.moe",
+              "mixture-of-experts MLPs (llama; [moe.md](moe.md)); without it every layer is dense"),
+      integer("model.moe.experts", FIELD(model.moe.experts), 2, 1 << 16,
+              Default<int64_t>{0, nullptr, "*required with `model.moe`*"},
+              "routed experts E per MoE layer (`num_local_experts`, `n_routed_experts`); required with `model.moe`"),
+      integer("model.moe.top_k", FIELD(model.moe.top_k), 1, 1 << 16, value<int64_t>(2),
+              "experts each token is routed to (`num_experts_per_tok`); `<= experts`"),
+      integer("model.moe.ffn_hidden", FIELD(model.moe.ffn_hidden), 1, 1 << 24,
+              derived("`model.ffn_hidden`", [](const Recipe& r) { return r.model.ffn_hidden; }),
+              "each routed expert's SwiGLU width I (`moe_intermediate_size`; Mixtral's `intermediate_size`)"),
+      integer("model.moe.shared_experts", FIELD(model.moe.shared_experts), 0, 1 << 16, value<int64_t>(0),
+              "always-on experts every token passes through (`n_shared_experts`; Qwen2-MoE: 1), run as one SwiGLU "
+              "MLP of width `shared_experts x shared_ffn_hidden` whose output is added to the routed one"),
+      integer("model.moe.shared_ffn_hidden", FIELD(model.moe.shared_ffn_hidden), 1, 1 << 24,
+              derived("`model.moe.ffn_hidden`", [](const Recipe& r) { return r.model.moe.ffn_hidden; }),
+              "each shared expert's width (Qwen2-MoE's `shared_expert_intermediate_size` with `shared_experts: 1`)"),
+      boolean("model.moe.shared_expert_gate", FIELD(model.moe.shared_expert_gate), value(false),
+              "Qwen2-MoE's gate: the shared output is multiplied by `sigmoid(x . w_g)`, `w_g` of shape [1, hidden] "
+              "(`mlp.shared_expert_gate.weight`); needs `shared_experts >= 1`"),
+      integer("model.moe.first_dense", FIELD(model.moe.first_dense), 0, 100000, value<int64_t>(0),
+              "layers `[0, first_dense)` keep the dense MLP (`first_k_dense_replace`)"),
+      integer("model.moe.every", FIELD(model.moe.every), 1, 100000, value<int64_t>(1),
+              "layer `l` is an MoE layer when `(l + 1) % every == 0` (Qwen's `decoder_sparse_step`; 1: every layer)"),
+      integers("model.moe.dense_layers", FIELD(model.moe.dense_layers), 0, 100000, "`[]`",
+               "layers that keep the dense MLP whatever `first_dense` and `every` say (Qwen's `mlp_only_layers`)"),
+      section("model.moe.router", "how each token's experts are chosen and weighted ([moe.md](moe.md#the-router))"),
+      choice<RouterScore>("model.moe.router.score", FIELD(model.moe.score), value(RouterScore::softmax),
+                          "`softmax` over all experts (Mixtral, Qwen-MoE) or a `sigmoid` per expert (DeepSeek-V3, "
+                          "GLM-4-MoE, which also holds the correction bias `mlp.gate.e_score_correction_bias`)"),
+      boolean("model.moe.router.norm_topk", FIELD(model.moe.norm_topk), value(true),
+              "divide the chosen experts' weights by their sum (`norm_topk_prob`; Mixtral always does)"),
+      integer("model.moe.router.groups", FIELD(model.moe.groups), 1, 1 << 16, value<int64_t>(1),
+              "expert groups for group-limited choice (`n_group`); `experts % groups == 0`; 1: none"),
+      integer("model.moe.router.group_topk", FIELD(model.moe.group_topk), 1, 1 << 16,
+              derived("`groups`", [](const Recipe& r) { return r.model.moe.groups; }),
+              "groups a token may choose from, those whose two best (biased) scores sum highest (`topk_group`); "
+              "`top_k <= group_topk x experts / groups`"),
+      real("model.moe.router.scaling", FIELD(model.moe.scaling), 0, 1e6, Open::low, value(1.0),
+           "the routed weights are multiplied by this (`routed_scaling_factor`)"),
+      section("model.moe.balance", "load balancing ([moe.md](moe.md#load-balancing))"),
+      choice<Balance>(
+          "model.moe.balance.kind", FIELD(model.moe.balance), value(Balance::aux_loss),
+          "`aux_loss`: Switch-style, per micro-batch and layer, `coef x E / (k N^2) x sum_e count_e sum_n p_ne`; "
+          "`seq_aux_loss`: DeepSeek-V3's per-sequence form; `hf`: transformers' cross-layer form "
+          "(`load_balancing_loss_func`); `none`"),
+      real("model.moe.balance.coef", FIELD(model.moe.balance_coef), 0, 1e6, Open::none, value(0.01),
+           "weight of the balancing loss in the training loss (`router_aux_loss_coef`)"),
+      real("model.moe.balance.z_loss", FIELD(model.moe.z_loss), 0, 1e6, Open::none, value(0.0),
+           "weight of the router z-loss, `mean_n logsumexp(logits_n)^2` per layer; 0: none"),
+      real("model.moe.balance.bias_rate", FIELD(model.moe.bias_rate), 0, 1e6, Open::none, value(0.0),
+           "aux-loss-free balancing (DeepSeek-V3): after each optimizer step the correction bias moves by "
+           "`bias_rate x sign(mean - count)` from the step's counts over every rank; 0: the bias stays as loaded"),
+      real("model.moe.capacity_factor", FIELD(model.moe.capacity_factor), 0, 1e6, Open::none, value(0.0),
+           "0: dropless (every routed token is computed); token dropping is not supported yet"),
       mesh_size("parallel.data", FIELD(parallel.data), "data-parallel size"),
       mesh_size(
           "parallel.tensor", FIELD(parallel.tensor),

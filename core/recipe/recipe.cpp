@@ -2,6 +2,7 @@
 // docs/recipes.md for every key.
 #include "core/recipe/recipe.hpp"
 
+#include <fmt/ranges.h>
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
@@ -112,6 +113,56 @@ void validate_model(Reader& r, const ModelConfig& m) {
                                               m.hidden, m.heads, m.head_dim()));
 }
 
+// model.moe: what the layer needs of its keys, and what is not built yet.
+void validate_moe(Reader& r, Recipe& rc) {
+  MoeConfig& e = rc.model.moe;
+  e.enabled = r.has("model.moe");
+  if (!e.enabled) return;
+  const ModelConfig& m = rc.model;
+  if (m.arch != Arch::llama)
+    r.inconsistent("model.moe", fmt::format("mixture-of-experts layers are built for arch llama, found arch {}",
+                                            enum_name(m.arch)));
+  if (!r.has("model.moe.experts"))
+    r.inconsistent("model.moe", "model.moe.experts is required (the number of routed experts, >= 2)");
+  if (e.top_k > e.experts)
+    r.inconsistent("model.moe.top_k", fmt::format("top_k({}) > experts({})", e.top_k, e.experts));
+  if (e.experts % e.groups != 0)
+    r.inconsistent("model.moe.router.groups",
+                   fmt::format("experts({}) % groups({}) = {} != 0", e.experts, e.groups, e.experts % e.groups));
+  if (e.group_topk > e.groups)
+    r.inconsistent("model.moe.router.group_topk", fmt::format("group_topk({}) > groups({})", e.group_topk, e.groups));
+  if (e.top_k > e.group_topk * (e.experts / e.groups))
+    r.inconsistent("model.moe.top_k", fmt::format("top_k({}) > group_topk({}) x experts({}) / groups({}) = {}: the "
+                                                  "chosen groups hold too few experts",
+                                                  e.top_k, e.group_topk, e.experts, e.groups,
+                                                  e.group_topk * (e.experts / e.groups)));
+  if (e.shared_expert_gate && e.shared_experts == 0)
+    r.inconsistent("model.moe.shared_expert_gate", "the shared-expert gate needs model.moe.shared_experts >= 1");
+  for (int64_t l : e.dense_layers)
+    if (l >= m.layers)
+      r.inconsistent("model.moe.dense_layers", fmt::format("layer {} >= model.layers({})", l, m.layers));
+  bool any = false;
+  for (int64_t l = 0; l < m.layers; ++l) any |= e.is_moe(l);
+  if (!any)
+    r.inconsistent("model.moe", fmt::format("no layer of {} is an MoE layer (first_dense {}, every {}, dense_layers "
+                                            "[{}])",
+                                            m.layers, e.first_dense, e.every, fmt::join(e.dense_layers, ", ")));
+  if (e.balance == Balance::hf)
+    r.inconsistent("model.moe.balance.kind",
+                   "kind hf (transformers' cross-layer product) is not built yet; use aux_loss, seq_aux_loss or none");
+  if (e.bias_rate > 0)
+    r.inconsistent("model.moe.balance.bias_rate", "aux-loss-free bias updates are not built yet; use bias_rate: 0");
+  if (rc.device == DeviceType::cuda)
+    r.inconsistent("device", "model.moe with device: cuda: MoE layers run on the CPU in this version; use device: cpu");
+  if (rc.train.precision != Precision::fp32)
+    r.inconsistent("train.precision", fmt::format("model.moe with precision {}: MoE layers train in fp32 in this "
+                                                  "version; use precision: fp32",
+                                                  enum_name(rc.train.precision)));
+  if (e.capacity_factor > 0)
+    r.inconsistent("model.moe.capacity_factor",
+                   "token dropping is not built yet: MoE layers are dropless; use capacity_factor: 0");
+}
+
 // "data(2) x tensor(1) x pipeline(1)", with " x context(C)" when context > 1
 std::string mesh_product(const ParallelConfig& p) {
   std::string s = fmt::format("data({}) x tensor({}) x pipeline({})", p.data, p.tensor, p.pipeline);
@@ -144,6 +195,18 @@ void validate_mesh(Reader& r, const ModelConfig& m, const ParallelConfig& p, int
                                                   p.tensor, m.kv_heads));
   if (m.ffn_hidden % p.tensor != 0)
     r.inconsistent("parallel.tensor", fmt::format("ffn_hidden({}) % tensor({}) != 0", m.ffn_hidden, p.tensor));
+  if (m.moe.enabled && m.moe.ffn_hidden % p.tensor != 0)
+    r.inconsistent("parallel.tensor", fmt::format("each expert's FFN is split over the tensor group: "
+                                                  "moe.ffn_hidden({}) % tensor({}) != 0",
+                                                  m.moe.ffn_hidden, p.tensor));
+  if (m.moe.enabled && m.moe.shared_width() % p.tensor != 0)
+    r.inconsistent("parallel.tensor", fmt::format("the shared experts' FFN is split over the tensor group: "
+                                                  "shared_experts({}) x shared_ffn_hidden({}) % tensor({}) != 0",
+                                                  m.moe.shared_experts, m.moe.shared_ffn_hidden, p.tensor));
+  if (m.moe.enabled && p.context > 1)
+    r.inconsistent("parallel.context", fmt::format("context({}) with model.moe: the balancing counts are not yet "
+                                                   "summed over the context group; use context: 1",
+                                                   p.context));
   if (!p.stage_layers.empty()) {
     const int64_t chunks = p.pipeline * p.virtual_stages;
     const int64_t sum = std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), int64_t(0));
@@ -263,6 +326,7 @@ constexpr int64_t kUnplaced = 0;
 void validate(Reader& r, Recipe& rc, int64_t world) {
   const bool placed = world != kUnplaced;
   validate_model(r, rc.model);
+  validate_moe(r, rc);
   if (placed) {
     resolve_auto_mesh(r, rc.parallel, world);
     validate_mesh(r, rc.model, rc.parallel, world);

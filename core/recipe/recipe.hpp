@@ -14,12 +14,44 @@
 
 namespace trident {
 
+// model.moe (docs/moe.md): mixture-of-experts MLPs on the layers it selects.
+struct MoeConfig {
+  bool enabled = false;  // the recipe has a model.moe section
+  int64_t experts = 0, top_k = 0;
+  int64_t ffn_hidden = 0;         // I: each routed expert's SwiGLU width
+  int64_t shared_experts = 0;     // always-on experts, run as one SwiGLU MLP of shared_experts x shared_ffn_hidden
+  int64_t shared_ffn_hidden = 0;  // each shared expert's width
+  bool shared_expert_gate = false;  // Qwen2-MoE: the shared output times sigmoid(x . w_g), w_g [1, hidden]
+  int64_t first_dense = 0;          // layers [0, first_dense) are dense (first_k_dense_replace)
+  int64_t every = 1;                // layer l is MoE when (l + 1) % every == 0 (decoder_sparse_step)
+  std::vector<int64_t> dense_layers;  // and not listed here (mlp_only_layers)
+  RouterScore score = RouterScore::softmax;
+  bool norm_topk = true;
+  int64_t groups = 1, group_topk = 1;
+  double scaling = 1.0;
+  Balance balance = Balance::aux_loss;
+  double balance_coef = 0.01, z_loss = 0.0, bias_rate = 0.0;
+  double capacity_factor = 0.0;  // 0: dropless
+  // Whether global layer l has the MoE MLP (false for every layer without model.moe).
+  bool is_moe(int64_t layer) const {
+    if (!enabled || layer < first_dense || (layer + 1) % every != 0) return false;
+    for (int64_t d : dense_layers)
+      if (d == layer) return false;
+    return true;
+  }
+  int64_t shared_width() const { return shared_experts * shared_ffn_hidden; }
+  // The per-expert correction bias (e_score_correction_bias): with sigmoid
+  // scores (as DeepSeek-V3 and GLM-4-MoE hold it) or aux-loss-free balancing.
+  bool has_bias() const { return score == RouterScore::sigmoid || bias_rate > 0; }
+};
+
 struct ModelConfig {
   Arch arch = Arch::gpt2;
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, seq_len = 0, vocab = 0;
   double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
   bool tie_embeddings = true;
   int64_t vocab_multiple = 64;  // the vocabulary is padded to a multiple of vocab_multiple x tensor
+  MoeConfig moe;
   int64_t head_dim() const { return hidden / heads; }
   // Rows of the token table and LM head with `tensor` ranks: vocab rounded up
   // to a multiple of vocab_multiple x tensor. Padded rows never win nor take

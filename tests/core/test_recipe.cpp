@@ -308,4 +308,52 @@ TEST(Recipe, OneProcessPlacementKeepsEverythingButTheMesh) {
   }
 }
 
+// model.moe: the keys, their defaults, the layers they select, and the
+// combinations refused with the key named.
+TEST(Recipe, MoeKeys) {
+  const std::string llama = R"(model: {arch: llama, layers: 4, hidden: 64, heads: 4, seq_len: 32, vocab: 50,
+        moe: {experts: 8, top_k: 2, ffn_hidden: 32, first_dense: 1, dense_layers: [2],
+              router: {score: sigmoid, groups: 4, group_topk: 2, scaling: 2.5},
+              balance: {kind: seq_aux_loss, coef: 0.001, z_loss: 0.0001}}}
+train: {global_batch: 8, micro_batch: 2, steps: 10}
+optim: {lr: 1.0e-3}
+)";
+  const Recipe r = load_recipe_text(llama, "r.yaml", {}, 1);
+  const MoeConfig& e = r.model.moe;
+  EXPECT_TRUE(e.enabled);
+  EXPECT_EQ(e.experts, 8);
+  EXPECT_EQ(e.score, RouterScore::sigmoid);
+  EXPECT_EQ(e.balance, Balance::seq_aux_loss);
+  EXPECT_TRUE(e.norm_topk);
+  EXPECT_EQ(e.shared_ffn_hidden, 32);  // defaults to the expert width
+  EXPECT_FALSE(e.is_moe(0));
+  EXPECT_TRUE(e.is_moe(1));
+  EXPECT_FALSE(e.is_moe(2));
+  EXPECT_TRUE(e.is_moe(3));
+  EXPECT_FALSE(load_recipe_text(kGood, "r.yaml", {}, 1).model.moe.enabled);
+  // every second layer, the Qwen way: (l + 1) % every == 0
+  const Recipe q = load_recipe_text(llama, "r.yaml", {"model.moe.every=2", "model.moe.first_dense=0"}, 1);
+  EXPECT_FALSE(q.model.moe.is_moe(0));
+  EXPECT_TRUE(q.model.moe.is_moe(1));
+  EXPECT_FALSE(q.model.moe.is_moe(2));  // listed dense
+  expect_error(llama, {"model.moe.top_k", "top_k(9) > experts(8)"}, {"model.moe.top_k=9"});
+  expect_error(llama, {"model.moe.router.groups", "experts(8) % groups(3)"}, {"model.moe.router.groups=3"});
+  expect_error(llama, {"model.moe.top_k", "top_k(5) > group_topk(2) x experts(8) / groups(4) = 4"},
+               {"model.moe.top_k=5"});
+  expect_error(llama, {"model.moe.shared_expert_gate", "shared_experts >= 1"}, {"model.moe.shared_expert_gate=true"});
+  expect_error(llama, {"model.moe.dense_layers", "layer 7 >= model.layers(4)"}, {"model.moe.dense_layers=[7]"});
+  expect_error(llama, {"model.moe", "no layer of 4 is an MoE layer"}, {"model.moe.first_dense=4"});
+  expect_error(llama, {"model.moe", "model.moe.experts is required"}, {"model.moe={top_k: 2}"});
+  expect_error(llama, {"unknown key 'model.moe.router.scroe'", "did you mean 'score'"},
+               {"model.moe.router.scroe=softmax"});
+  expect_error(llama, {"model.moe.balance.kind", "expected one of"}, {"model.moe.balance.kind=switch"});
+  expect_error(llama, {"model.moe.balance.kind", "not built yet"}, {"model.moe.balance.kind=hf"});
+  expect_error(llama, {"model.moe.capacity_factor", "dropless"}, {"model.moe.capacity_factor=1.25"});
+  expect_error(llama, {"train.precision", "fp32"}, {"train.precision=bf16"});
+  expect_error(llama, {"model.moe", "arch llama, found arch gpt2"}, {"model.arch=gpt2"});
+  expect_error(llama, {"parallel.tensor", "moe.ffn_hidden(32) % tensor(3)"},
+               {"parallel.tensor=3", "model.heads=3", "model.hidden=48", "model.kv_heads=3", "model.ffn_hidden=48"}, 3);
+  expect_error(llama, {"parallel.context", "context(2) with model.moe"}, {"parallel.context=2"}, 2);
+}
+
 }  // namespace trident

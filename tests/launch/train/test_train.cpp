@@ -247,6 +247,14 @@ TEST(Train, LlamaLearns) {
   EXPECT_LT(s.losses.back(), s.losses.front() - 0.3);
 }
 
+TEST(Train, MoeTinyReachesEntropyFloor) {
+  Recipe r = load_recipe(src("configs/moe-tiny.yaml"), {"log.metrics="});
+  launch::TrainSummary s = launch::train(r, {.quiet = true});
+  ASSERT_GT(s.entropy_floor, 0);
+  EXPECT_LT(s.final_val_loss, 1.10 * s.entropy_floor)
+      << "val loss " << s.final_val_loss << " floor " << s.entropy_floor;
+}
+
 TEST(Train, MetricsSchemaAndDeterminism) {
   std::string path =
       std::filesystem::temp_directory_path() / ("trident_metrics_" + std::to_string(getpid()) + ".jsonl");

@@ -1,0 +1,258 @@
+// The mixture-of-experts MLP (see moe.hpp).
+#include "model/moe.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "kernels/activation.hpp"
+#include "kernels/buffer.hpp"
+#include "kernels/gemm.hpp"
+
+namespace trident::model {
+
+namespace k = trident::kernels;
+
+template <typename T>
+MoeMlp<T>::MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t shared, parallel::TensorParallel* tp)
+    : cfg_(cfg), C_(hidden), I_(ffn), S_(shared), tp_(tp) {
+  spec_.experts = cfg.experts, spec_.top_k = cfg.top_k, spec_.score = cfg.score, spec_.norm_topk = cfg.norm_topk;
+  spec_.groups = cfg.groups, spec_.group_topk = cfg.group_topk, spec_.scaling = cfg.scaling;
+  k::check_router(spec_);
+}
+
+template <typename T>
+MoeActs<T> MoeMlp<T>::make_acts(int64_t N, std::vector<Tensor>& storage, Device device) const {
+  TRIDENT_CHECK(device.type == DeviceType::cpu, "MoE layers run in host memory in this version");
+  const int64_t E = spec_.experts, K = spec_.top_k, M = N * K;
+  auto alloc = [&](int64_t n) {
+    storage.push_back(Tensor::empty({std::max<int64_t>(n, 1)}, dtype_of<T>(), MemCategory::activations, device));
+    return storage.back().template data<T>();
+  };
+  auto ints = [&](int64_t n) {
+    storage.push_back(Tensor::empty({n}, DType::i32, MemCategory::activations, device));
+    return storage.back().template data<int32_t>();
+  };
+  MoeActs<T> a;
+  a.logits = alloc(N * E), a.scores = alloc(N * E), a.weight = alloc(M);
+  a.expert = ints(M), a.row = ints(M), a.token = ints(M);
+  a.fc = alloc(M * 2 * I_), a.act = alloc(M * I_), a.y = alloc(M * C_);
+  if (S_ > 0) {
+    a.shared_fc = alloc(N * 2 * S_), a.shared_act = alloc(N * S_);
+    if (cfg_.shared_expert_gate) a.shared_out = alloc(N * C_), a.gate = alloc(N);
+  }
+  a.offsets.assign(size_t(E + 1), 0);
+  return a;
+}
+
+template <typename T>
+void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& w, int64_t N, int64_t B) {
+  const int64_t E = spec_.experts, K = spec_.top_k, M = N * K, C = C_, I = I_, S = S_;
+  ensure_scratch(N);
+  // router, in T (fp32 in every precision: the model's T is the master type)
+  k::linear_forward(a.logits, h, w.router, static_cast<const T*>(nullptr), N, C, E);
+  k::router_forward(a.expert, a.weight, a.scores, a.logits, w.bias, N, spec_);
+  // permute: expert-major, tokens in increasing index within an expert
+  std::vector<int64_t>& off = a.offsets;
+  std::fill(off.begin(), off.end(), 0);
+  for (int64_t i = 0; i < M; ++i) ++off[size_t(a.expert[i]) + 1];
+  for (int64_t e = 0; e < E; ++e) off[size_t(e + 1)] += off[size_t(e)];
+  std::vector<int64_t> cursor(off.begin(), off.end() - 1);
+  for (int64_t i = 0; i < M; ++i) {
+    const int64_t r = cursor[size_t(a.expert[i])]++;
+    a.row[i] = int32_t(r), a.token[r] = int32_t(i / K);
+  }
+  for (int64_t r = 0; r < M; ++r) std::memcpy(x_ + r * C, h + int64_t(a.token[r]) * C, size_t(C) * sizeof(T));
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = off[size_t(e)], rows = off[size_t(e + 1)] - r0;
+    if (rows == 0) continue;
+    k::linear_forward(a.fc + r0 * 2 * I, x_ + r0 * C, w.w_in + e * 2 * I * C, static_cast<const T*>(nullptr), rows,
+                      C, 2 * I);
+    k::swiglu_forward(a.act + r0 * I, a.fc + r0 * 2 * I, rows, I);
+    k::linear_forward(a.y + r0 * C, a.act + r0 * I, w.w_out + e * C * I, static_cast<const T*>(nullptr), rows, I, C);
+  }
+  // combine, each token's experts in increasing id
+  for (int64_t n = 0; n < N; ++n) {
+    T* o = out + n * C;
+    std::fill(o, o + C, T(0));
+    for (int64_t j = 0; j < K; ++j) {
+      const T wt = a.weight[n * K + j], *y = a.y + int64_t(a.row[n * K + j]) * C;
+      for (int64_t c = 0; c < C; ++c) o[c] += wt * y[c];
+    }
+  }
+  if (S > 0) {
+    k::linear_forward(a.shared_fc, h, w.s_in, static_cast<const T*>(nullptr), N, C, 2 * S);
+    k::swiglu_forward(a.shared_act, a.shared_fc, N, S);
+    T* so = a.shared_out ? a.shared_out : dx_;  // the ungated output is only added
+    k::linear_forward(so, a.shared_act, w.s_out, static_cast<const T*>(nullptr), N, S, C);
+    if (a.gate) k::linear_forward(a.gate, h, w.s_gate, static_cast<const T*>(nullptr), N, C, 1);
+    for (int64_t n = 0; n < N; ++n) {
+      T g = T(1);
+      if (a.gate) g = a.gate[n] = T(1) / (T(1) + std::exp(-a.gate[n]));
+      for (int64_t c = 0; c < C; ++c) out[n * C + c] += g * so[n * C + c];
+    }
+  }
+  // the balancing losses' values (their gradients: balance_grad)
+  a.aux_loss = a.z_loss = 0;
+  if (cfg_.balance != Balance::none && cfg_.balance_coef > 0) {
+    std::fill(dscores_, dscores_ + N * E, T(0));
+    balance_grad(dscores_, a, N, B, 1.0, true);
+    // the loss is linear in q for fixed counts: loss = sum_ne q_ne dloss/dq_ne
+    for (int64_t n = 0; n < N; ++n) {
+      double sum = 0, dot = 0;
+      for (int64_t e = 0; e < E; ++e) sum += double(a.scores[n * E + e]);
+      for (int64_t e = 0; e < E; ++e) {
+        const double q = spec_.score == RouterScore::softmax ? double(a.scores[n * E + e]) : a.scores[n * E + e] / sum;
+        dot += q * double(dscores_[n * E + e]);
+      }
+      a.aux_loss += dot;
+    }
+  }
+  if (cfg_.z_loss > 0) {
+    for (int64_t n = 0; n < N; ++n) {
+      double mx = -INFINITY, s = 0;
+      for (int64_t e = 0; e < E; ++e) mx = std::max(mx, double(a.logits[n * E + e]));
+      for (int64_t e = 0; e < E; ++e) s += std::exp(double(a.logits[n * E + e]) - mx);
+      const double lse = mx + std::log(s);
+      a.z_loss += cfg_.z_loss * lse * lse / double(N);
+    }
+  }
+}
+
+// dscores [N,E] += scale x the gradient of the balancing loss, counts held
+// fixed (the choice is a step), with respect to the normalised scores q
+// (wrt_q) or to the router's scores p.
+template <typename T>
+void MoeMlp<T>::balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t B, double scale, bool wrt_q) const {
+  const int64_t E = spec_.experts, K = spec_.top_k;
+  if (cfg_.balance == Balance::none || cfg_.balance_coef == 0) return;
+  const bool per_sequence = cfg_.balance == Balance::seq_aux_loss;
+  const int64_t groups = per_sequence ? B : 1, rows = N / groups;  // sequences, or the whole micro-batch
+  const double factor = cfg_.balance_coef / double(groups) * double(E) / (double(K) * double(rows) * double(rows));
+  std::vector<double> counts(static_cast<size_t>(E)), dq(static_cast<size_t>(E));
+  for (int64_t b = 0; b < groups; ++b) {
+    std::fill(counts.begin(), counts.end(), 0.0);
+    for (int64_t i = b * rows * K; i < (b + 1) * rows * K; ++i) counts[size_t(a.expert[i])] += 1;
+    for (int64_t n = b * rows; n < (b + 1) * rows; ++n) {
+      const T* p = a.scores + n * E;
+      for (int64_t e = 0; e < E; ++e) dq[size_t(e)] = scale * factor * counts[size_t(e)];
+      if (wrt_q || spec_.score == RouterScore::softmax) {  // softmax: q = p
+        for (int64_t e = 0; e < E; ++e) dscores[n * E + e] += T(dq[size_t(e)]);
+        continue;
+      }
+      // sigmoid: q = p / sum p, so dp_j = (dq_j - sum_i dq_i q_i) / sum p
+      double sum = 0, dot = 0;
+      for (int64_t e = 0; e < E; ++e) sum += double(p[e]);
+      for (int64_t e = 0; e < E; ++e) dot += dq[size_t(e)] * double(p[e]) / sum;
+      for (int64_t e = 0; e < E; ++e) dscores[n * E + e] += T((dq[size_t(e)] - dot) / sum);
+    }
+  }
+}
+
+template <typename T>
+void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, const MoeWeights<T>& w,
+                         const MoeGrads<T>& g, int64_t N, int64_t B, T aux_scale, bool acc) {
+  const int64_t E = spec_.experts, K = spec_.top_k, M = N * K, C = C_, I = I_, S = S_;
+  ensure_scratch(N);
+  T* dgate = dweight_ + M;  // [N], after the weights' [N,k]: one sum over the group for both
+  // the routing weights' and the gate's gradients: dot products with partial outputs
+  for (int64_t n = 0; n < N; ++n) {
+    const T* d = dy + n * C;
+    for (int64_t j = 0; j < K; ++j) {
+      const T* y = a.y + int64_t(a.row[n * K + j]) * C;
+      T s = 0;
+      for (int64_t c = 0; c < C; ++c) s += d[c] * y[c];
+      dweight_[n * K + j] = s;
+    }
+    T s = 0;
+    if (a.gate)
+      for (int64_t c = 0; c < C; ++c) s += d[c] * a.shared_out[n * C + c];
+    dgate[n] = s;
+  }
+  tp_->sum_partials(dweight_, M + (a.gate ? N : 0));
+  // experts: the permuted output gradients, weighted
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < K; ++j) {
+      const T wt = a.weight[n * K + j];
+      T* o = dys_ + int64_t(a.row[n * K + j]) * C;
+      for (int64_t c = 0; c < C; ++c) o[c] = wt * dy[n * C + c];
+    }
+  for (int64_t r = 0; r < M; ++r) std::memcpy(x_ + r * C, h + int64_t(a.token[r]) * C, size_t(C) * sizeof(T));
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = a.offsets[size_t(e)], rows = a.offsets[size_t(e + 1)] - r0;
+    T* dw_in = g.w_in + e * 2 * I * C;
+    T* dw_out = g.w_out + e * C * I;
+    if (rows == 0) {  // no token: the gradient is zero
+      if (!acc) k::fill_zero(dw_in, 2 * I * C), k::fill_zero(dw_out, C * I);
+      continue;
+    }
+    k::linear_backward(dact_ + r0 * I, dw_out, static_cast<T*>(nullptr), dys_ + r0 * C, a.act + r0 * I,
+                       w.w_out + e * C * I, rows, I, C, acc);
+    k::swiglu_backward(dfc_ + r0 * 2 * I, a.fc + r0 * 2 * I, dact_ + r0 * I, rows, I);
+    k::linear_backward(dx_ + r0 * C, dw_in, static_cast<T*>(nullptr), dfc_ + r0 * 2 * I, x_ + r0 * C,
+                       w.w_in + e * 2 * I * C, rows, C, 2 * I, acc);
+  }
+  // unpermute: each token's rows added in increasing expert id
+  for (int64_t n = 0; n < N; ++n) {
+    T* o = dh + n * C;
+    std::fill(o, o + C, T(0));
+    for (int64_t j = 0; j < K; ++j) {
+      const T* d = dx_ + int64_t(a.row[n * K + j]) * C;
+      for (int64_t c = 0; c < C; ++c) o[c] += d[c];
+    }
+  }
+  if (S > 0) {
+    const T* dso = dy;
+    if (a.gate) {
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C; ++c) d_shared_[n * C + c] = a.gate[n] * dy[n * C + c];
+      dso = d_shared_;
+    }
+    k::linear_backward(sdact_, g.s_out, static_cast<T*>(nullptr), dso, a.shared_act, w.s_out, N, S, C, acc);
+    k::swiglu_backward(sdfc_, a.shared_fc, sdact_, N, S);
+    k::linear_backward(dx_, g.s_in, static_cast<T*>(nullptr), sdfc_, h, w.s_in, N, C, 2 * S, acc);
+    for (int64_t i = 0; i < N * C; ++i) dh[i] += dx_[i];
+  }
+  // router: from the weights' gradient and the balancing losses'
+  std::fill(dscores_, dscores_ + N * E, T(0));
+  balance_grad(dscores_, a, N, B, double(aux_scale), false);
+  k::router_backward(dlogits_, dweight_, dscores_, a.scores, a.expert, N, spec_);
+  if (cfg_.z_loss > 0)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* l = a.logits + n * E;
+      double mx = -INFINITY, s = 0;
+      for (int64_t e = 0; e < E; ++e) mx = std::max(mx, double(l[e]));
+      for (int64_t e = 0; e < E; ++e) s += std::exp(double(l[e]) - mx);
+      const double lse = mx + std::log(s), f = double(aux_scale) * cfg_.z_loss * 2 * lse / double(N);
+      for (int64_t e = 0; e < E; ++e) dlogits_[n * E + e] += T(f * std::exp(double(l[e]) - mx) / s);
+    }
+  k::linear_backward(d_router_h_, g.router, static_cast<T*>(nullptr), dlogits_, h, w.router, N, C, E, acc);
+  if (a.gate) {
+    for (int64_t n = 0; n < N; ++n) dgate[n] *= a.gate[n] * (T(1) - a.gate[n]);  // through the sigmoid
+    k::linear_backward(d_shared_, g.s_gate, static_cast<T*>(nullptr), dgate, h, w.s_gate, N, C, 1, acc);
+    for (int64_t i = 0; i < N * C; ++i) d_router_h_[i] += d_shared_[i];
+  }
+  if (g.bias && !acc) k::fill_zero(g.bias, E);  // moved by counts, never by gradient
+}
+
+template <typename T>
+void MoeMlp<T>::ensure_scratch(int64_t N) {
+  if (N <= scratch_N_) return;
+  const int64_t E = spec_.experts, M = N * spec_.top_k, C = C_, I = I_, S = S_;
+  const int64_t sizes[12] = {M * C, std::max(M, N) * C, M * C, M * 2 * I, M * I, N * E, N * E, M + N, N * C, N * C,
+                             N * 2 * S, N * S};
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, Device{});
+  T* p = scratch_.data<T>();
+  T** outs[12] = {&x_, &dx_, &dys_, &dfc_, &dact_, &dscores_, &dlogits_, &dweight_, &d_router_h_, &d_shared_, &sdfc_,
+                  &sdact_};
+  for (int i = 0; i < 12; ++i) *outs[i] = p, p += sizes[i];
+  scratch_N_ = N;
+}
+
+template class MoeMlp<float>;
+template class MoeMlp<double>;
+
+}  // namespace trident::model

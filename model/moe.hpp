@@ -1,0 +1,109 @@
+// The mixture-of-experts MLP of a transformer layer (docs/moe.md), written
+// like the dense MLP it replaces: the single-device computation over this
+// rank's share (each expert's FFN split over the tensor group as a dense MLP
+// is), with the tensor-parallel region ops as its only parallel code.
+//
+// Forward, for the N token rows h [N,C] of the layer's column-parallel input
+// (every tensor rank holds all of them):
+//   router   logits [N,E] = h Wr^T (Wr replicated), kernels/router.hpp:
+//            each row's k experts (increasing id) and weights
+//   permute  the N k routed rows in expert order, tokens in increasing index
+//            within an expert (Megatron-Core's order): a total order fixed by
+//            the routes alone, so it is the same on every rank and every run
+//   experts  for each expert e with rows: fc = x W1[e]^T [rows, 2I],
+//            act = silu(gate) * up [rows, I], y = act W2[e]^T [rows, C]
+//   combine  out[n] = sum_j w[n,j] y[n,j], j in increasing expert id
+//   shared   out[n] += g[n] * S(h[n]), S the shared experts' SwiGLU MLP, g =
+//            sigmoid(h w_g) with the shared-expert gate, else 1
+// out [N,C] is a partial sum over the tensor group (each rank holds I / t of
+// every expert's columns), reduced by the caller's exit().
+//
+// Backward: the weights' and the gate's gradients are dot products of the
+// output gradient with partial outputs: summed over the tensor group
+// (TensorParallel::sum_partials) before the router's backward. The router
+// and the gate see every row on every rank, so their input gradient
+// (router_input_grad(), [N,C]) is complete on each rank: the caller adds this
+// rank's rows after the column-parallel input gradient is reduced; their
+// weights' gradients are complete too (ParamRow::all_rows).
+//
+// Load balancing (model.moe.balance), per micro-batch and layer, from the
+// scores p [N,E] and the routes; q are the scores normalised over the
+// experts (softmax: p itself; sigmoid: p / sum p):
+//   aux_loss      coef E / (k N^2) sum_e count_e sum_n q_ne
+//   seq_aux_loss  coef / B sum_b E / (k T^2) sum_e count_be sum_{n in b} q_ne
+//   z_loss        z / N sum_n logsumexp(logits_n)^2
+// Their gradients enter the router's backward scaled by `aux_scale`, which
+// the caller makes the language-model loss's scale of the micro-batch's
+// tokens (Transformer: dscale x B x T), so accumulation, data parallelism
+// and every pipeline schedule weigh them as they weigh the loss.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/recipe/recipe.hpp"
+#include "core/tensor.hpp"
+#include "kernels/router.hpp"
+#include "parallel/tensor_parallel.hpp"
+
+namespace trident::model {
+
+// One MoE layer's pointers into the flat parameter (or gradient) buffer:
+// router [E,C], bias [E] (or null), experts' in [E, 2I, C] and out [E, C, I]
+// (I: this rank's share), shared in [2S, C] and out [C, S], gate [1, C].
+template <typename T>
+struct MoeWeights {
+  const T *router, *bias, *w_in, *w_out, *s_in, *s_out, *s_gate;
+};
+template <typename T>
+struct MoeGrads {
+  T *router, *bias, *w_in, *w_out, *s_in, *s_out, *s_gate;
+};
+
+// What one MoE layer keeps of one micro-batch for its backward.
+template <typename T>
+struct MoeActs {
+  T *logits = nullptr, *scores = nullptr, *weight = nullptr;  // [N,E], [N,E], [N,k]
+  int32_t *expert = nullptr, *row = nullptr, *token = nullptr;  // [N,k] ids, [N,k] permuted row, [N k] its token
+  T *fc = nullptr, *act = nullptr, *y = nullptr;                // [Nk, 2I], [Nk, I], [Nk, C]
+  T *shared_fc = nullptr, *shared_act = nullptr, *shared_out = nullptr, *gate = nullptr;  // [N,2S], [N,S], [N,C], [N]
+  std::vector<int64_t> offsets;  // [E+1]: expert e's permuted rows are [offsets[e], offsets[e+1])
+  double aux_loss = 0, z_loss = 0;  // this micro-batch's balancing losses (coefficients applied)
+};
+
+template <typename T>
+class MoeMlp {
+ public:
+  // ffn / shared: this rank's share of I and of S.
+  MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t shared, parallel::TensorParallel* tp);
+
+  const kernels::RouterSpec& router() const { return spec_; }
+  // Buffers of one micro-batch of N rows in B sequences; `storage` owns them.
+  MoeActs<T> make_acts(int64_t N, std::vector<Tensor>& storage, Device device) const;
+
+  // out [N,C] (overwritten): this rank's partial MoE output for h [N,C].
+  void forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& w, int64_t N, int64_t B);
+  // dh [N,C] (overwritten): the partial gradient of h through the experts
+  // (to be summed over the tensor group like a column-parallel input's);
+  // router_input_grad() then holds the complete part through the router and
+  // gate. dy [N,C]: the gradient of out (every row). acc: add to the
+  // gradients (else overwrite).
+  void backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, const MoeWeights<T>& w, const MoeGrads<T>& g,
+                int64_t N, int64_t B, T aux_scale, bool acc);
+  const T* router_input_grad() const { return d_router_h_; }
+
+ private:
+  MoeConfig cfg_;
+  kernels::RouterSpec spec_;
+  int64_t C_, I_, S_;
+  parallel::TensorParallel* tp_;
+  // backward scratch, sized for the largest N seen
+  int64_t scratch_N_ = 0;
+  Tensor scratch_;
+  T *x_ = nullptr, *dx_ = nullptr, *dys_ = nullptr, *dfc_ = nullptr, *dact_ = nullptr, *dscores_ = nullptr,
+    *dlogits_ = nullptr, *dweight_ = nullptr, *d_router_h_ = nullptr, *d_shared_ = nullptr, *sdfc_ = nullptr,
+    *sdact_ = nullptr;
+  void ensure_scratch(int64_t N);
+  void balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t B, double scale, bool wrt_q) const;
+};
+
+}  // namespace trident::model

@@ -120,8 +120,8 @@ void validate_moe(Reader& r, Recipe& rc) {
   if (!e.enabled) return;
   const ModelConfig& m = rc.model;
   if (m.arch != Arch::llama)
-    r.inconsistent("model.moe", fmt::format("mixture-of-experts layers are built for arch llama, found arch {}",
-                                            enum_name(m.arch)));
+    r.inconsistent("model.moe",
+                   fmt::format("mixture-of-experts layers are built for arch llama, found arch {}", enum_name(m.arch)));
   if (!r.has("model.moe.experts"))
     r.inconsistent("model.moe", "model.moe.experts is required (the number of routed experts, >= 2)");
   if (e.top_k > e.experts)
@@ -132,10 +132,10 @@ void validate_moe(Reader& r, Recipe& rc) {
   if (e.group_topk > e.groups)
     r.inconsistent("model.moe.router.group_topk", fmt::format("group_topk({}) > groups({})", e.group_topk, e.groups));
   if (e.top_k > e.group_topk * (e.experts / e.groups))
-    r.inconsistent("model.moe.top_k", fmt::format("top_k({}) > group_topk({}) x experts({}) / groups({}) = {}: the "
-                                                  "chosen groups hold too few experts",
-                                                  e.top_k, e.group_topk, e.experts, e.groups,
-                                                  e.group_topk * (e.experts / e.groups)));
+    r.inconsistent("model.moe.top_k",
+                   fmt::format("top_k({}) > group_topk({}) x experts({}) / groups({}) = {}: the "
+                               "chosen groups hold too few experts",
+                               e.top_k, e.group_topk, e.experts, e.groups, e.group_topk * (e.experts / e.groups)));
   if (e.shared_expert_gate && e.shared_experts == 0)
     r.inconsistent("model.moe.shared_expert_gate", "the shared-expert gate needs model.moe.shared_experts >= 1");
   for (int64_t l : e.dense_layers)
@@ -259,6 +259,11 @@ void validate_context(Reader& r, const Recipe& rc) {
 void validate_train(Reader& r, const Recipe& rc, bool placed) {
   const auto& t = rc.train;
   const auto& p = rc.parallel;
+  if (p.schedule == ScheduleKind::zero_bubble && t.recompute == Recompute::full)
+    r.inconsistent("train.recompute",
+                   "schedule zero_bubble runs each layer's weight pass after its input pass, from "
+                   "the activations the input pass kept; full recompute keeps none: use "
+                   "recompute none or selective");
   // products the run computes with (sample indexes, tokens per step): no overflow
   int64_t samples = 0, tokens = 0;
   if (__builtin_mul_overflow(t.steps, t.global_batch, &samples) || samples > (int64_t(1) << 48))

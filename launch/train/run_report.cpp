@@ -430,6 +430,18 @@ void log_run_start(const Recipe& rc, const parallel::Mesh& mesh, const RunFacts&
   const auto& par = rc.parallel;
   log::info("trident: {} | {} layers, hidden {}, heads {}/{}, ffn {}, seq {}, vocab {} | {:.2f}M parameters", rc.source,
             m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.seq_len, m.vocab, double(facts.params) / 1e6);
+  if (m.moe.enabled) {  // active: what a token passes through (top_k of the routed experts)
+    int64_t layers = 0, idle = 0;
+    for (int64_t l = 0; l < m.layers; ++l)
+      if (m.moe.is_moe(l)) ++layers, idle += (m.moe.experts - m.moe.top_k) * 3 * m.moe.ffn_hidden * m.hidden;
+    log::info(
+        "mixture of experts: {} MoE layers of {} experts (top {}, width {}){} | {:.2f}M parameters, {:.2f}M "
+        "active per token",
+        layers, m.moe.experts, m.moe.top_k, m.moe.ffn_hidden,
+        m.moe.shared_experts ? fmt::format(", {} shared of width {}", m.moe.shared_experts, m.moe.shared_ffn_hidden)
+                             : "",
+        double(facts.params) / 1e6, double(facts.params - idle) / 1e6);
+  }
   const int64_t Vpad = m.padded_vocab(par.tensor);
   log::info(
       "vocabulary padded {} -> {} (+{} rows, a multiple of vocab_multiple {} x tensor {}); padded logits are "

@@ -99,12 +99,16 @@ Recipe recipe(const Case& c, int world) {
                                    "train.threads=1",       "parallel.bucket_bytes=65536",
                                    "parallel.timeout_s=60"};
   std::string file = "demo.yaml";
-  if (c.arch == "llama") {
-    file = "llama-tiny.yaml";
+  if (c.arch == "llama" || c.arch == "moe") {
+    file = c.arch == "moe" ? "moe-tiny.yaml" : "llama-tiny.yaml";
     for (const char* s : {"model.kv_heads=2", "model.ffn_hidden=176", "model.vocab=31", "data.synthetic.vocab=31",
                           "model.vocab_multiple=1"})
       sets.push_back(s);
   }
+  if (c.arch == "moe")  // 8 experts of 48, a gated shared expert, layer 0 dense
+    for (const char* s : {"model.moe.ffn_hidden=48", "model.moe.shared_experts=1", "model.moe.shared_ffn_hidden=32",
+                          "model.moe.shared_expert_gate=true"})
+      sets.push_back(s);
   sets.push_back("model.layers=" + std::to_string(c.layers));
   sets.push_back("parallel.data=" + std::to_string(c.data));
   sets.push_back("parallel.tensor=" + std::to_string(c.tensor));
@@ -199,6 +203,28 @@ TEST(Pipeline, EveryMeshMatchesSingleRank) {
   for (const char* k : {"schedule gpipe", "schedule 1f1b", "schedule interleaved_1f1b", "schedule zero_bubble",
                         "zero 0", "zero 1", "zero 3", "gpt2", "llama"})
     EXPECT_GT(seen[k], 0) << k;
+}
+
+// Mixture-of-experts models (a dense first layer, then MoE layers with a
+// gated shared expert) under data, tensor +- sequence and pipeline
+// parallelism: every schedule, ZeRO 0 to 3, 8-rank combinations.
+TEST(Pipeline, MoeMatchesSingleRank) {
+  if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
+  std::vector<Case> list = {{2, 2, 2, "1f1b", 1, "moe", true},
+                            {1, 2, 4, "zero_bubble", 3, "moe"},
+                            {2, 1, 4, "gpipe", 0, "moe"},
+                            {1, 4, 2, "interleaved_1f1b", 1, "moe", true},
+                            {8, 1, 1, "1f1b", 3, "moe"},
+                            {4, 1, 2, "gpipe", 2, "moe"},
+                            {2, 2, 2, "zero_bubble", 0, "moe", true}};
+  list.back().recompute = "selective";
+  list[0].recompute = "full";
+  for (const Case& c : list) {
+    if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
+    const auto& ref = single_rank(c);
+    const test::EquivalenceRun run = test::train_with_step1_gradients(recipe(c, g_world), {.quiet = true});
+    test::expect_equivalent(ref, run, c.name());
+  }
 }
 
 // Mixed precision under every parallel dimension: bf16/fp16 runs match the

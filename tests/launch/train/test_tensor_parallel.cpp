@@ -267,10 +267,15 @@ Recipe model_recipe(const Mesh& c) {
       "train.steps=10", "train.micro_batch=4", "train.global_batch=16",      "log.metrics=",
       "eval.batches=0", "train.threads=1",     "parallel.bucket_bytes=65536"};
   std::string file = "demo.yaml";
-  if (c.arch == "llama") {  // kv_heads 2: replicated at tensor 4; vocabulary 31, padded only to the tensor size
-    file = "llama-tiny.yaml";
+  if (c.arch == "llama" || c.arch == "moe") {  // kv_heads 2: replicated at tensor 4; vocabulary 31, padded only to
+                                               // the tensor size
+    file = c.arch == "moe" ? "moe-tiny.yaml" : "llama-tiny.yaml";
     for (const char* s : {"model.vocab=31", "data.synthetic.vocab=31", "model.vocab_multiple=1"}) sets.push_back(s);
   }
+  if (c.arch == "moe")  // experts split over the tensor group, and a gated shared expert
+    for (const char* s :
+         {"model.moe.shared_experts=1", "model.moe.shared_ffn_hidden=64", "model.moe.shared_expert_gate=true"})
+      sets.push_back(s);
   sets.push_back("parallel.tensor=" + std::to_string(c.tensor));
   sets.push_back("parallel.data=" + std::to_string(c.data));
   sets.push_back("parallel.zero=" + std::to_string(c.zero));
@@ -295,6 +300,10 @@ std::vector<Mesh> meshes() {
         for (bool sp : {false, true})
           // ZeRO 1 and 3 everywhere; 0 and 2 with sequence parallelism on the data-2 mesh
           if ((!sp || t > 1) && (zero % 2 == 1 || (sp && d == 2))) out.push_back({t, d, zero, sp, arch});
+  // mixture of experts: experts split over the tensor group, router and gate on every row
+  for (auto [t, d] : td)
+    for (bool sp : {false, true})
+      if (!sp || t > 1) out.push_back({t, d, sp ? 3 : 1, sp, "moe"});
   // full recompute reruns each layer's forward, collectives included, inside backward
   const auto [t, d] = td.front();
   if (t > 1) out.push_back({t, d, 1, true, "llama", "full"});

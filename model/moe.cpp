@@ -15,8 +15,9 @@ namespace trident::model {
 namespace k = trident::kernels;
 
 template <typename T>
-MoeMlp<T>::MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t shared, parallel::TensorParallel* tp)
-    : cfg_(cfg), C_(hidden), I_(ffn), S_(shared), tp_(tp) {
+MoeMlp<T>::MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t shared, parallel::TensorParallel* tp,
+                  parallel::ContextParallel* cp)
+    : cfg_(cfg), C_(hidden), I_(ffn), S_(shared), tp_(tp), cp_(cp) {
   spec_.experts = cfg.experts, spec_.top_k = cfg.top_k, spec_.score = cfg.score, spec_.norm_topk = cfg.norm_topk;
   spec_.groups = cfg.groups, spec_.group_topk = cfg.group_topk, spec_.scaling = cfg.scaling;
   k::check_router(spec_);
@@ -67,8 +68,8 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = off[size_t(e)], rows = off[size_t(e + 1)] - r0;
     if (rows == 0) continue;
-    k::linear_forward(a.fc + r0 * 2 * I, x_ + r0 * C, w.w_in + e * 2 * I * C, static_cast<const T*>(nullptr), rows,
-                      C, 2 * I);
+    k::linear_forward(a.fc + r0 * 2 * I, x_ + r0 * C, w.w_in + e * 2 * I * C, static_cast<const T*>(nullptr), rows, C,
+                      2 * I);
     k::swiglu_forward(a.act + r0 * I, a.fc + r0 * 2 * I, rows, I);
     k::linear_forward(a.y + r0 * C, a.act + r0 * I, w.w_out + e * C * I, static_cast<const T*>(nullptr), rows, I, C);
   }
@@ -93,6 +94,11 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
       for (int64_t c = 0; c < C; ++c) out[n * C + c] += g * so[n * C + c];
     }
   }
+  // the balancing counts, over the context group
+  const int64_t groups = cfg_.balance == Balance::seq_aux_loss ? B : 1, rows = N / groups;
+  a.counts.assign(size_t(groups * E), T(0));
+  for (int64_t i = 0; i < M; ++i) a.counts[size_t(i / (rows * K) * E + a.expert[i])] += T(1);
+  cp_->sum(a.counts.data(), groups * E);
   // the balancing losses' values (their gradients: balance_grad)
   a.aux_loss = a.z_loss = 0;
   if (cfg_.balance != Balance::none && cfg_.balance_coef > 0) {
@@ -115,7 +121,7 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
       for (int64_t e = 0; e < E; ++e) mx = std::max(mx, double(a.logits[n * E + e]));
       for (int64_t e = 0; e < E; ++e) s += std::exp(double(a.logits[n * E + e]) - mx);
       const double lse = mx + std::log(s);
-      a.z_loss += cfg_.z_loss * lse * lse / double(N);
+      a.z_loss += cfg_.z_loss * lse * lse / double(N * cp_->size());
     }
   }
 }
@@ -128,15 +134,15 @@ void MoeMlp<T>::balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t
   const int64_t E = spec_.experts, K = spec_.top_k;
   if (cfg_.balance == Balance::none || cfg_.balance_coef == 0) return;
   const bool per_sequence = cfg_.balance == Balance::seq_aux_loss;
-  const int64_t groups = per_sequence ? B : 1, rows = N / groups;  // sequences, or the whole micro-batch
-  const double factor = cfg_.balance_coef / double(groups) * double(E) / (double(K) * double(rows) * double(rows));
-  std::vector<double> counts(static_cast<size_t>(E)), dq(static_cast<size_t>(E));
+  const int64_t groups = per_sequence ? B : 1, rows = N / groups;  // sequences, or the whole micro-batch (local rows)
+  const double whole = double(rows * cp_->size());                 // ... and their tokens over the context group
+  const double factor = cfg_.balance_coef / double(groups) * double(E) / (double(K) * whole * whole);
+  std::vector<double> dq(static_cast<size_t>(E));
   for (int64_t b = 0; b < groups; ++b) {
-    std::fill(counts.begin(), counts.end(), 0.0);
-    for (int64_t i = b * rows * K; i < (b + 1) * rows * K; ++i) counts[size_t(a.expert[i])] += 1;
+    const T* counts = a.counts.data() + b * E;
     for (int64_t n = b * rows; n < (b + 1) * rows; ++n) {
       const T* p = a.scores + n * E;
-      for (int64_t e = 0; e < E; ++e) dq[size_t(e)] = scale * factor * counts[size_t(e)];
+      for (int64_t e = 0; e < E; ++e) dq[size_t(e)] = scale * factor * double(counts[e]);
       if (wrt_q || spec_.score == RouterScore::softmax) {  // softmax: q = p
         for (int64_t e = 0; e < E; ++e) dscores[n * E + e] += T(dq[size_t(e)]);
         continue;
@@ -224,7 +230,7 @@ void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, co
       double mx = -INFINITY, s = 0;
       for (int64_t e = 0; e < E; ++e) mx = std::max(mx, double(l[e]));
       for (int64_t e = 0; e < E; ++e) s += std::exp(double(l[e]) - mx);
-      const double lse = mx + std::log(s), f = double(aux_scale) * cfg_.z_loss * 2 * lse / double(N);
+      const double lse = mx + std::log(s), f = double(aux_scale) * cfg_.z_loss * 2 * lse / double(N * cp_->size());
       for (int64_t e = 0; e < E; ++e) dlogits_[n * E + e] += T(f * std::exp(double(l[e]) - mx) / s);
     }
   k::linear_backward(d_router_h_, g.router, static_cast<T*>(nullptr), dlogits_, h, w.router, N, C, E, acc);
@@ -240,14 +246,14 @@ template <typename T>
 void MoeMlp<T>::ensure_scratch(int64_t N) {
   if (N <= scratch_N_) return;
   const int64_t E = spec_.experts, M = N * spec_.top_k, C = C_, I = I_, S = S_;
-  const int64_t sizes[12] = {M * C, std::max(M, N) * C, M * C, M * 2 * I, M * I, N * E, N * E, M + N, N * C, N * C,
-                             N * 2 * S, N * S};
+  const int64_t sizes[12] = {M * C, std::max(M, N) * C, M * C, M * 2 * I, M * I, N * E, N * E, M + N, N * C,
+                             N * C, N * 2 * S,          N * S};
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
   scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, Device{});
   T* p = scratch_.data<T>();
-  T** outs[12] = {&x_, &dx_, &dys_, &dfc_, &dact_, &dscores_, &dlogits_, &dweight_, &d_router_h_, &d_shared_, &sdfc_,
-                  &sdact_};
+  T** outs[12] = {&x_,       &dx_,      &dys_,        &dfc_,      &dact_, &dscores_,
+                  &dlogits_, &dweight_, &d_router_h_, &d_shared_, &sdfc_, &sdact_};
   for (int i = 0; i < 12; ++i) *outs[i] = p, p += sizes[i];
   scratch_N_ = N;
 }

@@ -28,7 +28,10 @@
 //
 // Load balancing (model.moe.balance), per micro-batch and layer, from the
 // scores p [N,E] and the routes; q are the scores normalised over the
-// experts (softmax: p itself; sigmoid: p / sum p):
+// experts (softmax: p itself; sigmoid: p / sum p). N and T count the whole
+// micro-batch's tokens and sequence: with context parallelism the counts are
+// summed over the context group, and each rank's loss value is its rows'
+// share of the whole (their sum over the group is the loss):
 //   aux_loss      coef E / (k N^2) sum_e count_e sum_n q_ne
 //   seq_aux_loss  coef / B sum_b E / (k T^2) sum_e count_be sum_{n in b} q_ne
 //   z_loss        z / N sum_n logsumexp(logits_n)^2
@@ -43,6 +46,7 @@
 #include "core/recipe/recipe.hpp"
 #include "core/tensor.hpp"
 #include "kernels/router.hpp"
+#include "parallel/context_parallel.hpp"
 #include "parallel/tensor_parallel.hpp"
 
 namespace trident::model {
@@ -62,19 +66,25 @@ struct MoeGrads {
 // What one MoE layer keeps of one micro-batch for its backward.
 template <typename T>
 struct MoeActs {
-  T *logits = nullptr, *scores = nullptr, *weight = nullptr;  // [N,E], [N,E], [N,k]
+  T *logits = nullptr, *scores = nullptr, *weight = nullptr;    // [N,E], [N,E], [N,k]
   int32_t *expert = nullptr, *row = nullptr, *token = nullptr;  // [N,k] ids, [N,k] permuted row, [N k] its token
   T *fc = nullptr, *act = nullptr, *y = nullptr;                // [Nk, 2I], [Nk, I], [Nk, C]
   T *shared_fc = nullptr, *shared_act = nullptr, *shared_out = nullptr, *gate = nullptr;  // [N,2S], [N,S], [N,C], [N]
   std::vector<int64_t> offsets;  // [E+1]: expert e's permuted rows are [offsets[e], offsets[e+1])
+  // tokens routed to each expert, over the context group: [E] for the
+  // micro-batch, [B,E] per sequence with seq_aux_loss (what the balancing
+  // loss counts)
+  std::vector<T> counts;
   double aux_loss = 0, z_loss = 0;  // this micro-batch's balancing losses (coefficients applied)
 };
 
 template <typename T>
 class MoeMlp {
  public:
-  // ffn / shared: this rank's share of I and of S.
-  MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t shared, parallel::TensorParallel* tp);
+  // ffn / shared: this rank's share of I and of S. cp: the context group
+  // (each rank holds its rows of every sequence; the counts are summed over it).
+  MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t shared, parallel::TensorParallel* tp,
+         parallel::ContextParallel* cp);
 
   const kernels::RouterSpec& router() const { return spec_; }
   // Buffers of one micro-batch of N rows in B sequences; `storage` owns them.
@@ -96,6 +106,7 @@ class MoeMlp {
   kernels::RouterSpec spec_;
   int64_t C_, I_, S_;
   parallel::TensorParallel* tp_;
+  parallel::ContextParallel* cp_;
   // backward scratch, sized for the largest N seen
   int64_t scratch_N_ = 0;
   Tensor scratch_;

@@ -49,7 +49,7 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
   if (arch_.positions == Positions::rotary) rope_ = k::rope_table(cfg.seq_len, D, cfg.rope_theta);
   if (cfg.moe.enabled)
     moe_ = std::make_unique<MoeMlp<T>>(cfg.moe, cfg.hidden, cfg.moe.ffn_hidden / tp_->size(),
-                                       cfg.moe.shared_width() / tp_->size(), tp_);
+                                       cfg.moe.shared_width() / tp_->size(), tp_, cp_);
   // Segments, in registry order: each chunk's embedding, its layers, its
   // head, as many parameters each as the architecture's table gives them.
   const auto& params = reg_.params();
@@ -193,8 +193,7 @@ void Transformer<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T
 
 // x_out = x_mid + exit(MLP(norm2(x_mid))), x_mid = x_in + exit(attention(norm1(x_in)))
 template <typename T>
-void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B,
-                                   MoeActs<T>* m) {
+void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B, MoeActs<T>* m) {
   const int64_t Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), F = dims_.ffn;
   ensure_scratch(B);
@@ -383,14 +382,13 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
         k::store_16(d_fc, dfc16_, N * fc_width_, precision_);
       else
         store(d_fc, N * fc_width_);
-      linear_bwd(d_ln_, dfcw, p.dfcb, {d_fc, dfc16_}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw}, N, C, fc_width_,
-                 acc);
+      linear_bwd(d_ln_, dfcw, p.dfcb, {d_fc, dfc16_}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw}, N, C, fc_width_, acc);
     }
     store(d_ln_, N * C);
     const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
     if (m) {  // the router's and gate's part, complete on every rank: this rank's rows
-      k::residual_forward(d_local_, d, moe_->router_input_grad() + tp_->row_begin(N) * C, static_cast<T*>(nullptr),
-                          R, C);
+      k::residual_forward(d_local_, d, moe_->router_input_grad() + tp_->row_begin(N) * C, static_cast<T*>(nullptr), R,
+                          C);
       d = d_local_;
     }
     norm_backward(d_res_, p.dn2w, p.dn2b, d, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, R, acc);

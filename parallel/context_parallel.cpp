@@ -326,7 +326,14 @@ void ContextParallel::attention_state(T* state, T* scratch_out, const T* qkv, in
   attention_forward(scratch_out, state, qkv, B, H, KV, D, doc_start);
 }
 
+template <typename T>
+void ContextParallel::sum(T* values, int64_t n) {
+  if (!group_ || n == 0) return;
+  group_->all_reduce(Tensor::borrow(values, n))->wait();
+}
+
 #define INSTANTIATE(T)                                                                                               \
+  template void ContextParallel::sum<T>(T*, int64_t);                                                                \
   template void ContextParallel::attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t,          \
                                                       const int32_t*);                                               \
   template void ContextParallel::attention_backward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, \

@@ -85,6 +85,11 @@ class ContextParallel {
   void attention_state(T* state, T* scratch_out, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
                        const int32_t* doc_start);
 
+  // values [n] -> their sum over the context group, in place (the MoE
+  // layer's expert counts of the whole micro-batch, or of each sequence).
+  template <typename T>
+  void sum(T* values, int64_t n);
+
   const ContextTraffic& traffic() const { return traffic_; }
 
  private:

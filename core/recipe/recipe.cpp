@@ -203,10 +203,6 @@ void validate_mesh(Reader& r, const ModelConfig& m, const ParallelConfig& p, int
     r.inconsistent("parallel.tensor", fmt::format("the shared experts' FFN is split over the tensor group: "
                                                   "shared_experts({}) x shared_ffn_hidden({}) % tensor({}) != 0",
                                                   m.moe.shared_experts, m.moe.shared_ffn_hidden, p.tensor));
-  if (m.moe.enabled && p.context > 1)
-    r.inconsistent("parallel.context", fmt::format("context({}) with model.moe: the balancing counts are not yet "
-                                                   "summed over the context group; use context: 1",
-                                                   p.context));
   if (!p.stage_layers.empty()) {
     const int64_t chunks = p.pipeline * p.virtual_stages;
     const int64_t sum = std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), int64_t(0));

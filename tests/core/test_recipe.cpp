@@ -353,7 +353,6 @@ optim: {lr: 1.0e-3}
   expect_error(llama, {"model.moe", "arch llama, found arch gpt2"}, {"model.arch=gpt2"});
   expect_error(llama, {"parallel.tensor", "moe.ffn_hidden(32) % tensor(3)"},
                {"parallel.tensor=3", "model.heads=3", "model.hidden=48", "model.kv_heads=3", "model.ffn_hidden=48"}, 3);
-  expect_error(llama, {"parallel.context", "context(2) with model.moe"}, {"parallel.context=2"}, 2);
   expect_error(kGood, {"train.recompute", "zero_bubble", "none or selective"},
                {"parallel.schedule=zero_bubble", "train.recompute=full"});
 }

@@ -16,6 +16,7 @@
 // `full`): the whole matrix, every mesh x schedule x ZeRO 0, 1, 3 x arch
 // (interleaved_1f1b with 2 virtual stages; at pipeline 8 the model gets 16
 // layers so that its 16 chunks divide).
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,13 +56,14 @@ struct Case {
   bool eod_loss = false;   // ... and data.mask_eod_loss
   int context = 1;         // parallel.context
   std::string context_mode = "ring";
+  std::vector<std::string> sets = {};  // more --set overrides (named in the case)
   std::string name() const {
     return fmt::format("{} data {} x tensor {} x pipeline {}{} {} zero {}{}{}{}", arch, data, tensor, pipeline,
                        context > 1 ? fmt::format(" x context {} {}", context, context_mode) : "", schedule, zero,
                        sp ? " sequence parallel" : "", recompute == "none" ? "" : " recompute " + recompute,
                        precision == "fp32" ? "" : " " + precision) +
            (device == "cpu" ? "" : " on " + device) + (documents ? " document mask" : "") +
-           (eod_loss ? " no EOD loss" : "");
+           (eod_loss ? " no EOD loss" : "") + (sets.empty() ? "" : " " + fmt::format("{}", fmt::join(sets, " ")));
   }
 };
 
@@ -127,16 +129,20 @@ Recipe recipe(const Case& c, int world) {
          {std::string("data.synthetic=null"), "data.train=" + g_documents, std::string("data.document_mask=true")})
       sets.push_back(d);
   if (c.eod_loss) sets.push_back("data.mask_eod_loss=true");
+  for (const std::string& s : c.sets) sets.push_back(s);
   return load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + file, sets, world);
 }
 
 const test::EquivalenceRun& single_rank(const Case& c) {
-  return test::single_rank_reference(
-      c.arch + std::to_string(c.layers) + c.precision + (c.documents ? "docs" : "") + (c.eod_loss ? "eod" : ""), [&] {
-        Case one{1, 1, 1, "1f1b", 0, c.arch};
-        one.layers = c.layers, one.precision = c.precision, one.documents = c.documents, one.eod_loss = c.eod_loss;
-        return recipe(one, 1);
-      });
+  return test::single_rank_reference(c.arch + std::to_string(c.layers) + c.precision + (c.documents ? "docs" : "") +
+                                         (c.eod_loss ? "eod" : "") + fmt::format("{}", fmt::join(c.sets, " ")),
+                                     [&] {
+                                       Case one{1, 1, 1, "1f1b", 0, c.arch};
+                                       one.layers = c.layers, one.precision = c.precision, one.documents = c.documents,
+                                       one.eod_loss = c.eod_loss;
+                                       one.sets = c.sets;
+                                       return recipe(one, 1);
+                                     });
 }
 
 std::vector<std::array<int, 3>> meshes(int world) {  // data, tensor, pipeline
@@ -219,6 +225,17 @@ TEST(Pipeline, MoeMatchesSingleRank) {
                             {2, 2, 2, "zero_bubble", 0, "moe", true}};
   list.back().recompute = "selective";
   list[0].recompute = "full";
+  // context parallelism: the balancing counts summed over the context group
+  // (per micro-batch, and per sequence), with a sigmoid router over groups
+  Case ring{2, 2, 1, "1f1b", 1, "moe", true};
+  ring.context = 2;
+  Case a2a{2, 1, 2, "zero_bubble", 0, "moe"};
+  a2a.context = 2, a2a.context_mode = "all_to_all", a2a.sets = {"model.moe.balance.kind=seq_aux_loss"};
+  Case four{1, 1, 2, "gpipe", 3, "moe"};
+  four.context = 4;
+  four.sets = {"model.moe.router.score=sigmoid", "model.moe.router.groups=4", "model.moe.router.group_topk=2",
+               "model.moe.balance.kind=seq_aux_loss"};
+  for (const Case& c : {ring, a2a, four}) list.push_back(c);
   for (const Case& c : list) {
     if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
     const auto& ref = single_rank(c);

@@ -25,6 +25,18 @@ struct AdamWRange {
   int64_t offset, size;
   double weight_decay;
 };
+// Aux-loss-free balancing (DeepSeek-V3; docs/moe.md): an MoE layer's
+// correction bias [offset, offset + size) of the flat buffer, whose gradient
+// slot holds the step's tokens per expert summed over the data and context
+// groups; after the step each bias moves by rate x sign(mean - count), mean
+// the tokens an expert would get under a perfect balance. Not AdamW: no
+// moments, no decay, no clipping; each element needs only its own count, so
+// any ZeRO shard steps its part (optim::AdamW applies it).
+struct BiasRange {
+  int64_t offset, size;
+  double rate, mean;
+};
+
 template <typename T>
 void adamw_update_multi(T* param, T* m, T* v, const T* grad, const std::vector<AdamWRange>& ranges,
                         const AdamWParams& hp);

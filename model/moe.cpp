@@ -239,7 +239,11 @@ void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, co
     k::linear_backward(d_shared_, g.s_gate, static_cast<T*>(nullptr), dgate, h, w.s_gate, N, C, 1, acc);
     for (int64_t i = 0; i < N * C; ++i) d_router_h_[i] += d_shared_[i];
   }
-  if (g.bias && !acc) k::fill_zero(g.bias, E);  // moved by counts, never by gradient
+  if (g.bias)  // the bias moves by counts, never by gradient: its slot takes this micro-batch's (kernels::BiasRange)
+    for (int64_t e = 0; e < E; ++e) {
+      const T count = T(a.offsets[size_t(e + 1)] - a.offsets[size_t(e)]);
+      g.bias[e] = acc ? g.bias[e] + count : count;
+    }
 }
 
 template <typename T>

@@ -117,8 +117,8 @@ void ParamRegistry::apply_plan(const ModelConfig& m) {
     p.numel = local_rows * local_cols;
     p.offset = total_;
     total_ += p.numel;
-    p.counts_in_norm =
-        !p.tied_copy && (p.replication == Replication::none || (p.replication == Replication::tensor && r == 0) ||
+    p.counts_in_norm =  // a buffer's gradient slot holds counts (bias_ranges), not a gradient
+        !p.tied_copy && p.kind != ParamKind::buffer && (p.replication == Replication::none || (p.replication == Replication::tensor && r == 0) ||
                          (p.replication == Replication::kv_group && r % (t / m.kv_heads) == 0));
   }
 }
@@ -222,6 +222,7 @@ std::vector<kernels::AdamWRange> decay_ranges(const ParamRegistry& reg, const Op
   std::vector<kernels::AdamWRange> out;
   bool last = false;
   for (const auto& p : reg.params()) {
+    if (p.kind == ParamKind::buffer) continue;
     const bool decay = p.kind == ParamKind::weight ||
                        ((p.kind == ParamKind::bias || p.kind == ParamKind::norm) && cfg.decay_norms_and_biases) ||
                        (p.kind == ParamKind::embedding && cfg.decay_embeddings);
@@ -231,6 +232,16 @@ std::vector<kernels::AdamWRange> decay_ranges(const ParamRegistry& reg, const Op
       out.push_back({p.offset, p.numel, decay ? cfg.weight_decay : 0.0});
     last = decay;
   }
+  return out;
+}
+
+std::vector<kernels::BiasRange> bias_ranges(const ParamRegistry& reg, const Recipe& rc) {
+  std::vector<kernels::BiasRange> out;
+  const MoeConfig& e = rc.model.moe;
+  if (e.bias_rate <= 0) return out;
+  const double mean = double(rc.train.global_batch * rc.model.seq_len * e.top_k) / double(e.experts);
+  for (const auto& p : reg.params())
+    if (p.kind == ParamKind::buffer) out.push_back({p.offset, p.numel, e.bias_rate, mean});
   return out;
 }
 

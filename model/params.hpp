@@ -122,7 +122,14 @@ std::string layer_prefix(const ModelConfig& cfg, int64_t layer);
 // weight decay (Megatron-LM and nanoGPT practice);
 // optim.decay_norms_and_biases / decay_embeddings turn it on. A tied
 // embedding follows the embedding rule.
+// The MoE correction biases (ParamKind::buffer) are left out: AdamW never
+// touches them (bias_ranges).
 std::vector<kernels::AdamWRange> decay_ranges(const ParamRegistry& reg, const OptimConfig& cfg);
+
+// The MoE layers' correction biases and their update (kernels::BiasRange):
+// moved by model.moe.balance.bias_rate from the step's counts, whose mean is
+// global_batch x seq_len x top_k / experts. Empty when bias_rate is 0.
+std::vector<kernels::BiasRange> bias_ranges(const ParamRegistry& reg, const Recipe& rc);
 
 // The runs of elements of [begin, end) that count in the gradient norm,
 // relative to begin: parameters replicated over the tensor group (or a KV

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/buffer.hpp"
 
@@ -29,7 +30,7 @@ double clip_grad_norm(T* grads, int64_t n, double max_norm) {
 
 template <typename T>
 AdamW<T>::AdamW(const std::vector<kernels::AdamWRange>& ranges, const OptimConfig& cfg, int64_t begin, int64_t end,
-                Device dev)
+                Device dev, const std::vector<kernels::BiasRange>& biases)
     : cfg_(cfg),
       begin_(begin),
       end_(end >= 0         ? end
@@ -39,6 +40,11 @@ AdamW<T>::AdamW(const std::vector<kernels::AdamWRange>& ranges, const OptimConfi
     int64_t lo = std::max(r.offset, begin_), hi = std::min(r.offset + r.size, end_);
     if (hi > lo) ranges_.push_back({lo - begin_, hi - lo, r.weight_decay});
   }
+  for (const auto& b : biases) {
+    int64_t lo = std::max(b.offset, begin_), hi = std::min(b.offset + b.size, end_);
+    if (hi > lo) biases_.push_back({lo - begin_, hi - lo, b.rate, b.mean});
+  }
+  TRIDENT_CHECK(biases_.empty() || dev.type == DeviceType::cpu, "MoE bias updates run in host memory");
   m_ = Tensor::zeros({end_ - begin_}, dtype_of<T>(), MemCategory::optimizer, dev);
   v_ = Tensor::zeros({end_ - begin_}, dtype_of<T>(), MemCategory::optimizer, dev);
 }
@@ -47,6 +53,11 @@ template <typename T>
 void AdamW<T>::step(T* params, const T* grads, double lr, int64_t step, double grad_scale) {
   kernels::AdamWParams hp{lr, cfg_.betas[0], cfg_.betas[1], cfg_.eps, 0.0, step, grad_scale};
   kernels::adamw_update_multi(params, m_.data<T>(), v_.data<T>(), grads, ranges_, hp);
+  for (const auto& b : biases_)  // the gradient slot holds counts: never scaled
+    for (int64_t i = b.offset; i < b.offset + b.size; ++i) {
+      const double gap = b.mean - double(grads[i]);
+      params[i] += T(b.rate * double((gap > 0) - (gap < 0)));
+    }
 }
 
 template class AdamW<float>;

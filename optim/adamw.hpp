@@ -25,7 +25,7 @@ class AdamW {
   // The moments live on `dev`, the update runs where they are (one
   // multi-tensor launch on CUDA).
   AdamW(const std::vector<kernels::AdamWRange>& ranges, const OptimConfig& cfg, int64_t begin = 0, int64_t end = -1,
-        Device dev = {});
+        Device dev = {}, const std::vector<kernels::BiasRange>& biases = {});
   // One step over elements [begin, end): params and grads point at element
   // `begin` (a shard's own buffers, or full buffers + begin). `step` counts
   // from 1. Gradients are read as grad_scale * grads (clipping without a
@@ -40,6 +40,7 @@ class AdamW {
  private:
   OptimConfig cfg_;
   std::vector<kernels::AdamWRange> ranges_;  // intersected with [begin_, end_), relative to begin_
+  std::vector<kernels::BiasRange> biases_;   // likewise
   int64_t begin_, end_;
   Tensor m_, v_;  // end_ - begin_ elements each
 };

@@ -150,8 +150,6 @@ void validate_moe(Reader& r, Recipe& rc) {
   if (e.balance == Balance::hf)
     r.inconsistent("model.moe.balance.kind",
                    "kind hf (transformers' cross-layer product) is not built yet; use aux_loss, seq_aux_loss or none");
-  if (e.bias_rate > 0)
-    r.inconsistent("model.moe.balance.bias_rate", "aux-loss-free bias updates are not built yet; use bias_rate: 0");
   if (rc.device == DeviceType::cuda)
     r.inconsistent("device", "model.moe with device: cuda: MoE layers run on the CPU in this version; use device: cpu");
   if (rc.train.precision != Precision::fp32)

@@ -268,7 +268,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   const std::unique_ptr<parallel::DataParallel>& dp = pm.dp;
   const model::ParamRegistry& reg = net.registry();
   optim::AdamW<float> opt(model::decay_ranges(reg, rc.optim), rc.optim, dp->shard_begin(), dp->shard_end(),
-                          mesh.device());
+                          mesh.device(), model::bias_ranges(reg, rc));
   optim::MasterWeights master(dp->param_shard(), dp->shard_size(), rc.train.precision, mesh.device());
   optim::LossScaler scaler(rc.train);
   auto publish = [&] { master.publish(), dp->publish_params(); };

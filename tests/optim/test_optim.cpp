@@ -55,4 +55,30 @@ TEST(Optim, ClipToGlobalNorm) {
   EXPECT_NEAR(sum_of_squares(big.data(), 300000), 0.3, 1e-12);
 }
 
+// Aux-loss-free balancing: a bias range moves by rate x sign(mean - count)
+// from the counts in its gradient slot, whatever the gradient scale, and a
+// ZeRO shard steps its part only; AdamW's ranges around it are unaffected.
+TEST(Optim, BiasRangesMoveBySignOfTheLoadGap) {
+  OptimConfig cfg;
+  cfg.lr = 0.1;
+  const std::vector<kernels::AdamWRange> adam = {{0, 2, 0.0}, {6, 2, 0.0}};
+  const std::vector<kernels::BiasRange> bias = {{2, 4, 0.01, 3.0}};
+  std::vector<float> p = {1, 1, 0.5f, 0.5f, 0.5f, 0.5f, 1, 1};
+  const std::vector<float> g = {0.1f, 0.1f, 1, 3, 5, 0, 0.1f, 0.1f};  // counts 1, 3, 5, 0 against a mean of 3
+  AdamW<float> whole(adam, cfg, 0, 8, {}, bias);
+  whole.step(p.data(), g.data(), 0.1, 1, /*grad_scale=*/0.25);
+  EXPECT_FLOAT_EQ(p[2], 0.51f);  // under-loaded: up
+  EXPECT_FLOAT_EQ(p[3], 0.5f);   // balanced: stays
+  EXPECT_FLOAT_EQ(p[4], 0.49f);  // over-loaded: down
+  EXPECT_FLOAT_EQ(p[5], 0.51f);
+  EXPECT_LT(p[0], 1.0f);  // AdamW stepped the rest
+  EXPECT_LT(p[7], 1.0f);
+  // a shard [3, 8): its part of the bias only, the same numbers
+  std::vector<float> q = {1, 1, 0.5f, 0.5f, 0.5f, 0.5f, 1, 1};
+  AdamW<float> shard(adam, cfg, 3, 8, {}, bias);
+  shard.step(q.data() + 3, g.data() + 3, 0.1, 1, 0.25);
+  EXPECT_EQ(q[2], 0.5f);
+  for (int i = 3; i < 8; ++i) EXPECT_EQ(q[size_t(i)], p[size_t(i)]) << i;
+}
+
 }  // namespace trident::optim

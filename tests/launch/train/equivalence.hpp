@@ -15,17 +15,38 @@
 
 #include "core/recipe/recipe.hpp"
 #include "launch/train/trainer.hpp"
+#include "model/params.hpp"
 
 namespace trident::test {
 
 struct EquivalenceRun : launch::TrainSummary {
-  std::vector<float> step1_grads;  // consolidated, the same on every rank
+  std::vector<float> step1_grads;  // consolidated, the same on every rank; MoE correction biases' slots zeroed
+  // MoE models with a correction bias: what its slots hold after each step's
+  // reduction, the tokens per expert over every rank (exact integers)
+  std::vector<std::vector<float>> expert_counts;
 };
 
 inline EquivalenceRun train_with_step1_gradients(const Recipe& rc, launch::TrainOptions opts) {
   EquivalenceRun run;
+  // the buffers' places in the consolidated layout: counts, compared exactly apart from the gradients
+  std::vector<std::pair<int64_t, int64_t>> buffers;
+  int64_t at = 0;
+  const model::ParamRegistry whole(rc.model);
+  for (const auto& p : whole.params()) {
+    const int64_t n = p.valid_rows * p.global_cols();
+    if (p.kind == model::ParamKind::buffer) buffers.push_back({at, n});
+    at += n;
+  }
   opts.on_gradients = [&](const launch::StepGradients& g) {
-    if (g.step == 0) run.step1_grads = g.consolidated();
+    if (g.step > 0 && buffers.empty()) return;
+    std::vector<float> all = g.consolidated();
+    std::vector<float> counts;
+    for (auto [b, n] : buffers) {
+      counts.insert(counts.end(), all.begin() + b, all.begin() + b + n);
+      std::fill(all.begin() + b, all.begin() + b + n, 0.0f);
+    }
+    if (g.step == 0) run.step1_grads = std::move(all);
+    if (!buffers.empty()) run.expert_counts.push_back(std::move(counts));
   };
   static_cast<launch::TrainSummary&>(run) = launch::train(rc, opts);
   return run;
@@ -70,6 +91,9 @@ inline void expect_equivalent(const EquivalenceRun& ref, const EquivalenceRun& r
                   << tol.grads << "; worst element " << worst << " of " << ref.step1_grads.size() << ": "
                   << run.step1_grads[worst] << " vs single-rank " << ref.step1_grads[worst];
   }
+  ASSERT_EQ(run.expert_counts.size(), ref.expert_counts.size()) << what << ": steps with expert counts";
+  for (size_t s = 0; s < ref.expert_counts.size(); ++s)
+    EXPECT_EQ(run.expert_counts[s], ref.expert_counts[s]) << what << ", step " << s + 1 << ": tokens per expert";
   ASSERT_EQ(run.losses.size(), ref.losses.size()) << what << ": steps";
   for (size_t s = 0; s < ref.losses.size(); ++s) {
     EXPECT_LE(std::abs(run.losses[s] / ref.losses[s] - 1), tol.loss)

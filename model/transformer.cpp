@@ -261,7 +261,17 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     T* x_out = l + 1 < L ? ctx.layers[size_t(l + 1)].x_in : ctx.x_final;
     // packed: the input first (the output may go to the same working buffer), the rest after
     if (ctx.is_packed()) pack(ctx, l, 0, 1);
-    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], B, moe_acts(ctx, l));
+    MoeActs<T>* m = moe_acts(ctx, l);
+    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], B, m);
+    if (m && dscale != T(0)) {  // a training forward: its routes count
+      const int64_t global = ch.spec.first_layer + l, E = cfg_.moe.experts;
+      const auto at = std::find(moe_step_.layers.begin(), moe_step_.layers.end(), global) - moe_step_.layers.begin();
+      if (size_t(at) == moe_step_.layers.size())
+        moe_step_.layers.push_back(global), moe_step_.counts.resize(moe_step_.counts.size() + size_t(E), 0.0);
+      for (int64_t e = 0; e < E; ++e)
+        moe_step_.counts[size_t(at * E + e)] += double(m->offsets[size_t(e + 1)] - m->offsets[size_t(e)]);
+      moe_step_.aux_loss += m->aux_loss, moe_step_.z_loss += m->z_loss;
+    }
     if (ctx.is_packed()) pack(ctx, l, 1, SIZE_MAX);
     done_params(s);
   }
@@ -445,6 +455,12 @@ void Transformer<T>::layer_weight_grads(const Activations<T>& ctx, int l, const 
   }
   linear_bwd(nullptr, p.dow, nullptr, {g.d_attn_out}, saved_in(ctx, l, 3, a.atty), {p.ow}, N, HD, C, acc);
   linear_bwd(nullptr, p.dqkvw, nullptr, {g.d_qkv}, saved_in(ctx, l, 1, a.ln1_full), {p.qkvw}, N, C, qkv_width_, acc);
+}
+
+template <typename T>
+void Transformer<T>::reset_moe_step() {
+  std::fill(moe_step_.counts.begin(), moe_step_.counts.end(), 0.0);
+  moe_step_.aux_loss = moe_step_.z_loss = 0;
 }
 
 template <typename T>

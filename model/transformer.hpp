@@ -84,7 +84,7 @@ struct Activations {
   bool is_packed() const { return !packed.empty(); }
   std::vector<Tensor> storage;  // owns the buffers the pointers below see
   std::vector<LayerActs<T>> layers;
-  std::vector<SavedGrads<T>> saved;                                                 // split backward only
+  std::vector<SavedGrads<T>> saved;  // split backward only
   // MoE layers (model/moe.hpp): each local layer's buffers (empty for a dense
   // layer), and the scale of the balancing losses' gradients (the loss's of
   // the micro-batch's tokens, set by forward_chunk).
@@ -174,6 +174,19 @@ class Transformer {
   // The balancing losses of the context's last forward (coefficients
   // applied, summed over its MoE layers): the aux loss, the z-loss.
   std::pair<double, double> balance_losses(const Activations<T>& ctx) const;
+
+  // This rank's MoE statistics since reset_moe_step(), over its training
+  // forwards (dscale != 0; recomputation reruns are not counted): the
+  // global ids of its MoE layers, the tokens routed to each expert of each
+  // ([layers x E], this rank's rows), the balancing losses summed over
+  // micro-batches and layers (this rank's share under context parallelism).
+  struct MoeStep {
+    std::vector<int64_t> layers;
+    std::vector<double> counts;
+    double aux_loss = 0, z_loss = 0;
+  };
+  void reset_moe_step();
+  const MoeStep& moe_step() const { return moe_step_; }
 
   // The whole model on one pipeline rank (one chunk with embedding and head).
   double forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale) {
@@ -277,6 +290,7 @@ class Transformer {
   std::vector<Chunk> chunks_;
   std::vector<LayerParams> layers_;  // every local layer, in order
   std::unique_ptr<MoeMlp<T>> moe_;   // the MoE layers' MLP (null: a dense model)
+  MoeStep moe_step_;
   std::vector<Segment> segments_;
   std::vector<SegInfo> seg_info_;
   int emb_seg_ = -1;         // this rank's embedding segment, if any

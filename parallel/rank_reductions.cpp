@@ -23,6 +23,14 @@ double reduce_scalar(Communicator* group, double local, ReduceOp op) {
 double sum_over(Communicator* group, double local) { return reduce_scalar(group, local, ReduceOp::sum); }
 double max_over(Communicator* group, double local) { return reduce_scalar(group, local, ReduceOp::max); }
 
+std::vector<double> sum_over(Communicator* group, std::vector<double> local) {
+  if (alone(group) || local.empty()) return local;
+  Tensor t = Tensor::empty({int64_t(local.size())}, DType::f64, MemCategory::comm);
+  std::copy(local.begin(), local.end(), t.data<double>());
+  group->all_reduce(t)->wait();
+  return {t.data<double>(), t.data<double>() + local.size()};
+}
+
 void agree_or_fail(Communicator* group, const std::function<void()>& check, const std::string& elsewhere) {
   std::string problem;
   try {

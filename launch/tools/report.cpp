@@ -385,8 +385,26 @@ std::vector<Chart> make_charts(const std::vector<Run>& runs, const std::vector<S
                  false};
     Chart memory{"memory", "Peak memory by category (rank 0)", "run", "bytes", {}, {}, {}, {}, true};
     memory.stacks = {"params", "grads", "optimizer", "activations", "comm", "other"};
-    bool piped = false;
+    Chart load{"expert_load",
+               "MoE expert load: the most-loaded expert against the mean (worst layer)",
+               "step",
+               "max / mean tokens per expert",
+               {},
+               {},
+               {},
+               {},
+               false};
+    bool piped = false, moe = false;
     for (const Run& r : runs) {
+      Series lm{r.name, {}, false};
+      for (const Json& x : r.train)
+        if (x.contains("expert_load") && x["expert_load"].is_array() && !x["expert_load"].empty()) {
+          double worst = 0;
+          for (const auto& layer : x["expert_load"]) worst = std::max(worst, number_at(layer, "imbalance"));
+          lm.points.push_back({x["step"].get<double>(), worst});
+        }
+      moe |= !lm.points.empty();
+      load.series.push_back(lm);
       Series l{r.name + " train", {}, false}, v{r.name + " valid", {}, true}, t{r.name, {}, false},
           m{r.name, {}, false};
       Series bm{r.name + " measured", {}, false}, bp{r.name + " simulated", {}, true};
@@ -419,6 +437,7 @@ std::vector<Chart> make_charts(const std::vector<Run>& runs, const std::vector<S
     }
     out.push_back(loss), out.push_back(speed), out.push_back(mfu);
     if (piped) out.push_back(bubble);
+    if (moe) out.push_back(load);
     out.push_back(memory);
   }
   for (const Sweep& s : sweeps) {

@@ -336,6 +336,17 @@ void RunReport::end_step(const StepFacts& f) {
     for (double x : bubble) b.push_back(rounded(x, 4));
     r["bubble"] = b, r["bubble_predicted"] = rounded(facts_.predicted_bubble, 4);
     r["peak_bytes"] = peak_bytes_json(memory());
+    if (f.moe) {
+      r["aux_loss"] = rounded(f.moe->aux_loss, 8), r["z_loss"] = rounded(f.moe->z_loss, 8);
+      Json load = Json::array();
+      for (size_t i = 0; i < f.moe->layers.size(); ++i)
+        load.push_back({{"layer", f.moe->layers[i]},
+                        {"tokens", f.moe->tokens[i]},
+                        {"min", f.moe->min[i]},
+                        {"max", f.moe->max[i]},
+                        {"imbalance", rounded(f.moe->imbalance[i], 4)}});
+      r["expert_load"] = load;
+    }
     if (f.samples_per_dataset.size() > 1) {  // a blend: tokens consumed per dataset so far
       Json t = Json::object();
       for (size_t i = 0; i < f.samples_per_dataset.size(); ++i)
@@ -360,6 +371,9 @@ void RunReport::end_step(const StepFacts& f) {
       if (capacity > 0)
         extra += fmt::format(" | mem {} of {} ({:.0f}% free)", human_bytes(peak), human_bytes(capacity),
                              100 * std::max(0.0, 1 - peak / capacity));
+      if (f.moe && !f.moe->imbalance.empty())
+        extra += fmt::format(" | aux {:.4f} | expert load max/mean {:.2f}", f.moe->aux_loss,
+                             *std::max_element(f.moe->imbalance.begin(), f.moe->imbalance.end()));
       if (busy.size() > 1 && excess > rc_.log.straggler)
         extra += fmt::format(" | slowest rank {} +{:.0f}% ({:.0f} ms busy, median {:.0f} ms)", slowest, 100 * excess,
                              1e3 * busy[slowest], 1e3 * median);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,16 @@ std::pair<double, std::string> mfu_reference(const Recipe& rc, Device device, st
 void cache_gemm_peak(const std::string& key, double flops);
 std::string peak_cache_file();  // "" when there is nowhere to cache
 
+// An MoE model's step (docs/metrics.md): per MoE layer (global ids, in
+// order) the tokens of the fewest- and most-loaded experts and max / mean;
+// the balancing losses, each the mean over the step's micro-batches of
+// their sum over the layers (coefficients applied).
+struct MoeLoad {
+  std::vector<int64_t> layers;
+  std::vector<double> min, max, imbalance, tokens;  // tokens: routed to the layer's experts (batch x seq x top_k)
+  double aux_loss = 0, z_loss = 0;
+};
+
 // What the loop measured in one step (0-based `step`).
 struct StepFacts {
   int64_t step = 0;
@@ -55,6 +66,7 @@ struct StepFacts {
   bool nonfinite = false;  // train.nonfinite: skip dropped the update
   double comm_wait_s = 0, checkpoint_s = 0;
   std::vector<int64_t> samples_per_dataset;  // a blend: training samples drawn from each dataset so far
+  std::optional<MoeLoad> moe;                // MoE models only
 };
 
 class RunReport {

@@ -1,7 +1,9 @@
 // One step's batch, schedule and evaluation on this rank (see step.hpp).
 #include "launch/train/step.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "core/error.hpp"
 #include "kernels/buffer.hpp"
@@ -91,8 +93,41 @@ double StepRunner::counted_targets(int64_t micro_batches) const {
 
 double StepRunner::forward_backward(double loss_scale) {
   const float dscale = float(loss_scale / std::max(loss_tokens_, 1.0));  // of the mean loss over the counted targets
+  net_.reset_moe_step();
   executor_->run(actions_, runner_->hooks(inputs_, &dp_, dscale));
   return runner_->loss_sum();
+}
+
+MoeLoad StepRunner::moe_load() const {
+  const auto& mine = net_.moe_step();
+  const int64_t E = net_.config().moe.experts;
+  // [layer, counts...] per local MoE layer, counts over the data and context groups
+  const std::vector<double> counts = parallel::sum_over(data_, parallel::sum_over(context_, mine.counts));
+  std::vector<double> packed;
+  for (size_t i = 0; i < mine.layers.size(); ++i) {
+    packed.push_back(double(mine.layers[i]));
+    packed.insert(packed.end(), counts.begin() + int64_t(i) * E, counts.begin() + int64_t(i + 1) * E);
+  }
+  const std::vector<double> all = parallel::gather_varying(pipeline_, packed);
+  MoeLoad out;
+  std::vector<std::pair<int64_t, size_t>> order;  // layer, where its counts start
+  for (size_t at = 0; at < all.size(); at += size_t(E) + 1) order.push_back({int64_t(all[at]), at + 1});
+  std::sort(order.begin(), order.end());
+  for (auto [layer, at] : order) {
+    const auto first = all.begin() + int64_t(at), last = first + E;
+    const double total = std::accumulate(first, last, 0.0);
+    out.layers.push_back(layer);
+    out.min.push_back(*std::min_element(first, last));
+    out.max.push_back(*std::max_element(first, last));
+    out.imbalance.push_back(total > 0 ? out.max.back() / (total / double(E)) : 0);
+    out.tokens.push_back(total);
+  }
+  const double micro = double(shape_.micro_batches) * double(data_ ? data_->size() : 1);
+  auto mean = [&](double x) {
+    return parallel::sum_over(pipeline_, parallel::sum_over(data_, parallel::sum_over(context_, x))) / micro;
+  };
+  out.aux_loss = mean(mine.aux_loss), out.z_loss = mean(mine.z_loss);
+  return out;
 }
 
 double StepRunner::evaluate(int64_t batches) {

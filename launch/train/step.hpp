@@ -15,6 +15,7 @@
 #include "core/data/batch.hpp"
 #include "core/data/dataset.hpp"
 #include "core/recipe/recipe.hpp"
+#include "launch/train/run_report.hpp"
 #include "model/chunk_runner.hpp"
 #include "model/transformer.hpp"
 #include "parallel/data_parallel.hpp"
@@ -56,6 +57,11 @@ class StepRunner {
   // the loss gradient is multiplied by loss_scale. Returns the sum of the
   // token losses this rank computed (the last stage's; 0 elsewhere).
   double forward_backward(double loss_scale);
+  // An MoE model's statistics of the last forward_backward (collective over
+  // the pipeline, data and context groups; every rank gets them): counts
+  // summed over the data and context groups (the tensor group's ranks route
+  // the same rows), layers gathered from the pipeline stages.
+  MoeLoad moe_load() const;
   // Mean validation loss per token over `batches` micro-batches (every
   // stage gets it); NaN without a validation split or with batches = 0.
   double evaluate(int64_t batches);

@@ -355,7 +355,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     saver.after_step(step + 1, stop != 0, ckpt, opts.quiet);
     report.end_step({step, loss, lr, gnorm, used_scale, scaler.scale(), skip && !nonfinite, nonfinite,
                      dp->take_wait_seconds(), report.seconds() - ckpt_start,
-                     sampler->train_samples_per_source(uint64_t((step + 1) * rc.train.global_batch))});
+                     sampler->train_samples_per_source(uint64_t((step + 1) * rc.train.global_batch)),
+                     rc.model.moe.enabled ? std::optional<MoeLoad>(runner.moe_load()) : std::nullopt});
 
     if ((rc.eval.every > 0 && (step + 1) % rc.eval.every == 0) || step + 1 == rc.train.steps)
       report.evaluated(step, runner.evaluate(rc.eval.batches), runner.evaluate_sources(rc.eval.batches));

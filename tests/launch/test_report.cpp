@@ -148,6 +148,42 @@ TEST(Report, ChartsHoldTheRunsSeries) {
   EXPECT_FALSE(fs::exists(s / "out/sweep_sw.png"));
 }
 
+// An MoE run's metrics: the balancing losses and each MoE layer's expert
+// load, the same under full recomputation (whose reruns must not count
+// twice), every token routed k times; the report charts the worst layer.
+TEST(Report, MoeRunsRecordAndChartTheExpertLoad) {
+  Scratch s("report_moe");
+  const std::string common = "--set train.steps=4 --set log.every=4 --set eval.batches=0 --set train.threads=1";
+  for (const char* r : {"none", "full"})
+    ASSERT_EQ(trident(fmt::format("train {} {} --set train.recompute={} --set log.metrics={}",
+                                  src("configs/moe-tiny.yaml"), common, r, s / (std::string(r) + ".jsonl")))
+                  .code,
+              0);
+  const auto none = records(s / "none.jsonl", "train"), full = records(s / "full.jsonl", "train");
+  ASSERT_EQ(none.size(), 4u);
+  for (size_t i = 0; i < none.size(); ++i) {
+    ASSERT_TRUE(none[i].contains("expert_load") && none[i].contains("aux_loss") && none[i].contains("z_loss"));
+    EXPECT_GT(none[i]["aux_loss"].get<double>(), 0);
+    ASSERT_EQ(none[i]["expert_load"].size(), 2u);  // layers 1 and 2 (layer 0 is dense)
+    EXPECT_EQ(none[i]["expert_load"][0]["layer"], 1);
+    for (const Json& layer : none[i]["expert_load"]) {
+      EXPECT_EQ(layer["tokens"].get<double>(), 32.0 * 64 * 2);  // global_batch x seq_len x top_k
+      EXPECT_LE(layer["min"].get<double>(), 32.0 * 64 * 2 / 8);
+      EXPECT_GE(layer["max"].get<double>(), 32.0 * 64 * 2 / 8);
+    }
+    EXPECT_EQ(none[i]["expert_load"], full[i]["expert_load"]) << "step " << i + 1;
+    EXPECT_EQ(none[i]["aux_loss"], full[i]["aux_loss"]) << "step " << i + 1;
+  }
+  ASSERT_EQ(trident(fmt::format("report {} --out {}", s / "none.jsonl", s / "out")).code, 0);
+  std::ifstream page(s / "out/index.html");
+  const Json data = page_data(std::string((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>()));
+  const Json& pts = series(chart(data, "expert_load"), "none")["points"];
+  ASSERT_EQ(pts.size(), 4u);
+  const Json& last = none.back()["expert_load"];
+  EXPECT_EQ(pts[3][1].get<double>(), std::max(last[0]["imbalance"].get<double>(), last[1]["imbalance"].get<double>()));
+  EXPECT_TRUE(fs::exists(s / "out/expert_load.png"));
+}
+
 TEST(Report, BadInputIsExitTwoAndLeavesNothing) {
   Scratch s("report_bad");
   auto refused = [&](const std::string& args, const std::string& message) {

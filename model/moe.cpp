@@ -9,6 +9,7 @@
 #include "kernels/activation.hpp"
 #include "kernels/buffer.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/grouped_gemm.hpp"
 
 namespace trident::model {
 
@@ -65,14 +66,10 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
     a.row[i] = int32_t(r), a.token[r] = int32_t(i / K);
   }
   for (int64_t r = 0; r < M; ++r) std::memcpy(x_ + r * C, h + int64_t(a.token[r]) * C, size_t(C) * sizeof(T));
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = off[size_t(e)], rows = off[size_t(e + 1)] - r0;
-    if (rows == 0) continue;
-    k::linear_forward(a.fc + r0 * 2 * I, x_ + r0 * C, w.w_in + e * 2 * I * C, static_cast<const T*>(nullptr), rows, C,
-                      2 * I);
-    k::swiglu_forward(a.act + r0 * I, a.fc + r0 * 2 * I, rows, I);
-    k::linear_forward(a.y + r0 * C, a.act + r0 * I, w.w_out + e * C * I, static_cast<const T*>(nullptr), rows, I, C);
-  }
+  // the experts: one grouped GEMM each way, the activation over all rows
+  k::grouped_linear_forward(a.fc, x_, w.w_in, off.data(), E, C, 2 * I);
+  k::swiglu_forward(a.act, a.fc, M, I);
+  k::grouped_linear_forward(a.y, a.act, w.w_out, off.data(), E, I, C);
   // combine, each token's experts in increasing id
   for (int64_t n = 0; n < N; ++n) {
     T* o = out + n * C;
@@ -185,20 +182,10 @@ void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, co
       for (int64_t c = 0; c < C; ++c) o[c] = wt * dy[n * C + c];
     }
   for (int64_t r = 0; r < M; ++r) std::memcpy(x_ + r * C, h + int64_t(a.token[r]) * C, size_t(C) * sizeof(T));
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = a.offsets[size_t(e)], rows = a.offsets[size_t(e + 1)] - r0;
-    T* dw_in = g.w_in + e * 2 * I * C;
-    T* dw_out = g.w_out + e * C * I;
-    if (rows == 0) {  // no token: the gradient is zero
-      if (!acc) k::fill_zero(dw_in, 2 * I * C), k::fill_zero(dw_out, C * I);
-      continue;
-    }
-    k::linear_backward(dact_ + r0 * I, dw_out, static_cast<T*>(nullptr), dys_ + r0 * C, a.act + r0 * I,
-                       w.w_out + e * C * I, rows, I, C, acc);
-    k::swiglu_backward(dfc_ + r0 * 2 * I, a.fc + r0 * 2 * I, dact_ + r0 * I, rows, I);
-    k::linear_backward(dx_ + r0 * C, dw_in, static_cast<T*>(nullptr), dfc_ + r0 * 2 * I, x_ + r0 * C,
-                       w.w_in + e * 2 * I * C, rows, C, 2 * I, acc);
-  }
+  // an expert without tokens gets a zero (not a stale) gradient
+  k::grouped_linear_backward(dact_, g.w_out, dys_, a.act, w.w_out, a.offsets.data(), E, I, C, acc);
+  k::swiglu_backward(dfc_, a.fc, dact_, M, I);
+  k::grouped_linear_backward(dx_, g.w_in, dfc_, x_, w.w_in, a.offsets.data(), E, C, 2 * I, acc);
   // unpermute: each token's rows added in increasing expert id
   for (int64_t n = 0; n < N; ++n) {
     T* o = dh + n * C;

@@ -116,14 +116,12 @@ void validate_model(Reader& r, const ModelConfig& m) {
 // model.moe: what the layer needs of its keys, and what is not built yet.
 void validate_moe(Reader& r, Recipe& rc) {
   MoeConfig& e = rc.model.moe;
-  e.enabled = r.has("model.moe");
+  // enabled: set where the YAML is read (read_recipe), kept by validate_on_mesh
   if (!e.enabled) return;
   const ModelConfig& m = rc.model;
   if (m.arch != Arch::llama)
     r.inconsistent("model.moe",
                    fmt::format("mixture-of-experts layers are built for arch llama, found arch {}", enum_name(m.arch)));
-  if (!r.has("model.moe.experts"))
-    r.inconsistent("model.moe", "model.moe.experts is required (the number of routed experts, >= 2)");
   if (e.top_k > e.experts)
     r.inconsistent("model.moe.top_k", fmt::format("top_k({}) > experts({})", e.top_k, e.experts));
   if (e.experts % e.groups != 0)
@@ -353,6 +351,9 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
   for (const auto& k : recipe_detail::keys())
     if (k.read) k.read(r, rc);
   rc.keys_read = r.keys;
+  rc.model.moe.enabled = r.has("model.moe");
+  if (rc.model.moe.enabled && !r.has("model.moe.experts"))
+    r.inconsistent("model.moe", "model.moe.experts is required (the number of routed experts, >= 2)");
   validate(r, rc, world);
   return rc;
 }

@@ -1,6 +1,7 @@
 // Hugging Face export and import (see hf.hpp).
 #include "launch/checkpoint/hf.hpp"
 #include "launch/checkpoint/hf_config.hpp"
+#include "launch/checkpoint/hf_names.hpp"
 
 #include <unistd.h>
 
@@ -77,11 +78,11 @@ void write_text(const std::string& path, const std::string& text) {
   if (!f) throw Error(fmt::format("{}: write failed", path));
 }
 
-std::string config_json(const ModelConfig& m) {
+std::string config_json(const ModelConfig& m, HfFamily f) {
   using Json = nlohmann::ordered_json;
   Json c;
-  if (m.arch == Arch::gpt2)
-    c = {{"architectures", {model::architecture(m.arch).hf_class}},
+  if (m.arch == Arch::gpt2) {
+    c = {{"architectures", {hf_class(f)}},
          {"model_type", "gpt2"},
          {"vocab_size", m.vocab},
          {"n_positions", m.seq_len},
@@ -98,25 +99,49 @@ std::string config_json(const ModelConfig& m) {
          {"attn_pdrop", 0.0},
          {"tie_word_embeddings", m.tie_embeddings},
          {"torch_dtype", "float32"}};
-  else
-    c = {{"architectures", {model::architecture(m.arch).hf_class}},
-         {"model_type", "llama"},
-         {"vocab_size", m.vocab},
-         {"hidden_size", m.hidden},
-         {"intermediate_size", m.ffn_hidden},
-         {"num_hidden_layers", m.layers},
-         {"num_attention_heads", m.heads},
-         {"num_key_value_heads", m.kv_heads},
-         {"head_dim", m.head_dim()},
-         {"max_position_embeddings", m.seq_len},
-         {"rms_norm_eps", m.norm_eps},
-         {"rope_theta", m.rope_theta},
-         {"hidden_act", "silu"},
-         {"attention_bias", false},
-         {"mlp_bias", false},
-         {"initializer_range", m.init_std},
-         {"tie_word_embeddings", m.tie_embeddings},
-         {"torch_dtype", "float32"}};
+    return c.dump(2) + "\n";
+  }
+  c = {{"architectures", {hf_class(f)}},
+       {"model_type", hf_model_type(f)},
+       {"vocab_size", m.vocab},
+       {"hidden_size", m.hidden},
+       {"intermediate_size", m.ffn_hidden},
+       {"num_hidden_layers", m.layers},
+       {"num_attention_heads", m.heads},
+       {"num_key_value_heads", m.kv_heads},
+       {"head_dim", m.head_dim()},
+       {"max_position_embeddings", m.seq_len},
+       {"rms_norm_eps", m.norm_eps},
+       {"rope_theta", m.rope_theta},
+       {"hidden_act", "silu"},
+       {"attention_bias", false},
+       {"initializer_range", m.init_std},
+       {"tie_word_embeddings", m.tie_embeddings},
+       {"torch_dtype", "float32"}};
+  const MoeConfig& e = m.moe;
+  switch (f) {
+    case HfFamily::gpt2:
+    case HfFamily::llama:
+      c["mlp_bias"] = false;
+      break;
+    case HfFamily::mixtral:
+      c["num_local_experts"] = e.experts, c["num_experts_per_tok"] = e.top_k;
+      c["intermediate_size"] = e.ffn_hidden;  // Mixtral's experts' width
+      c["router_aux_loss_coef"] = e.balance_coef, c["router_jitter_noise"] = 0.0, c["sliding_window"] = nullptr;
+      break;
+    case HfFamily::qwen2_moe:
+      c["num_experts"] = e.experts, c["num_experts_per_tok"] = e.top_k, c["moe_intermediate_size"] = e.ffn_hidden;
+      c["shared_expert_intermediate_size"] = e.shared_ffn_hidden, c["norm_topk_prob"] = e.norm_topk;
+      c["decoder_sparse_step"] = e.every, c["mlp_only_layers"] = e.dense_layers;
+      c["router_aux_loss_coef"] = e.balance_coef, c["use_sliding_window"] = false, c["qkv_bias"] = true;
+      break;
+    case HfFamily::glm4_moe:
+      c["n_routed_experts"] = e.experts, c["num_experts_per_tok"] = e.top_k, c["moe_intermediate_size"] = e.ffn_hidden;
+      c["n_shared_experts"] = e.shared_experts, c["first_k_dense_replace"] = e.first_dense;
+      c["n_group"] = e.groups, c["topk_group"] = e.group_topk, c["routed_scaling_factor"] = e.scaling;
+      c["norm_topk_prob"] = e.norm_topk, c["partial_rotary_factor"] = 1.0, c["use_qk_norm"] = false;
+      break;
+  }
   return c.dump(2) + "\n";
 }
 
@@ -126,6 +151,7 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir) {
   check_new_dir("--out", out_dir);
   const WholeModel w = load_whole_model(checkpoint);
   const ModelConfig& m = w.recipe.model;
+  const HfFamily family = hf_family(w.recipe);
   const model::ParamRegistry reg(m);
   std::vector<std::vector<float>> transposed;  // keeps the Conv1D copies alive until written
   std::vector<SafetensorsInput> tensors;
@@ -140,12 +166,18 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir) {
         for (int64_t c = 0; c < cols; ++c) t[size_t(c * rows + r)] = src[r * cols + c];
       src = t.data();
     }
-    tensors.push_back({p.name, DType::f32, shape, src});  // vocabulary rows: the valid prefix
+    for (const HfPiece& piece : hf_pieces(m, family, p, shape))  // vocabulary rows: the valid prefix
+      tensors.push_back({piece.name, DType::f32, piece.shape, src + piece.offset});
     total += shape_numel(shape);
   }
+  const std::vector<HfPiece> zero = hf_zero_tensors(m, family);
+  int64_t zeros = 0;
+  for (const auto& z : zero) zeros = std::max(zeros, shape_numel(z.shape));
+  const std::vector<float> zero_values(static_cast<size_t>(zeros), 0.0f);
+  for (const auto& z : zero) tensors.push_back({z.name, DType::f32, z.shape, zero_values.data()});
   StagedDir out(out_dir);
   write_safetensors(out.tmp + "/model.safetensors", tensors, {{"format", "pt"}});
-  write_text(out.tmp + "/config.json", config_json(m));
+  write_text(out.tmp + "/config.json", config_json(m, family));
   write_text(
       out.tmp + "/trident.json",
       nlohmann::ordered_json{{"checkpoint", w.dir},
@@ -163,7 +195,7 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir) {
   out.commit();
   log::info("exported {} (step {}, {} {}, {:.2f}M parameters, vocabulary {}{}) -> {} for transformers' {}", w.dir,
             w.step, m.arch, fmt::format("{}x{}", m.layers, m.hidden), double(total) / 1e6, m.vocab,
-            hf_tokenizer ? ", " + w.tokenizer->file : "", out_dir, model::architecture(m.arch).hf_class);
+            hf_tokenizer ? ", " + w.tokenizer->file : "", out_dir, hf_class(family));
 }
 
 namespace {
@@ -188,6 +220,32 @@ std::string trident_name(const ModelConfig& m, const std::string& name) {
   if (m.arch == Arch::gpt2 && name != "lm_head.weight" && name.rfind("transformer.", 0) != 0)
     return "transformer." + name;
   return name;
+}
+
+// A tensor's values as floats (F32, F64, BF16, F16).
+std::vector<float> read_floats(const SafetensorsReader& r, const std::string& name, const SafetensorsEntry& e) {
+  const int64_t n = shape_numel(e.shape);
+  std::vector<float> v(static_cast<size_t>(n));
+  std::vector<char> raw(size_t(e.end - e.begin));
+  r.read(name, raw.data());
+  switch (e.dtype) {
+    case DType::f32:
+      std::memcpy(v.data(), raw.data(), raw.size());
+      break;
+    case DType::f64:
+      for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(reinterpret_cast<const double*>(raw.data())[i]);
+      break;
+    case DType::bf16:
+      for (int64_t i = 0; i < n; ++i) v[size_t(i)] = bf16_to_f32(reinterpret_cast<const uint16_t*>(raw.data())[i]);
+      break;
+    case DType::f16:
+      for (int64_t i = 0; i < n; ++i) v[size_t(i)] = f16_to_f32(reinterpret_cast<const uint16_t*>(raw.data())[i]);
+      break;
+    default:
+      fail_input("{}: tensor '{}': dtype {} is not a floating-point weight", r.path(), name,
+                 safetensors_dtype(e.dtype));
+  }
+  return v;
 }
 
 }  // namespace
@@ -232,60 +290,72 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
   }
 
   const model::ParamRegistry reg(m);
-  std::map<std::string, std::string> by_trident;  // Trident name -> transformers name
+  const HfFamily family = hf_family(rc);
+  // the file's tensors by the names the pieces use (GPT-2's with the "transformer." prefix)
+  std::map<std::string, std::string> by_name;  // lookup name -> tensor name in the file
   for (const auto& [name, file] : where) {
     const std::string t = trident_name(m, name);
     if (t.empty()) continue;
     if (t == "lm_head.weight" && m.tie_embeddings) continue;  // a copy of the tied embedding
-    bool known = false;
-    for (const auto& p : reg.params()) known |= p.name == t;
-    if (!known)
-      fail_input("{}: tensor '{}' is not a parameter of the recipe's {} model ({} layers)", file, name, m.arch,
-                 m.layers);
-    by_trident[t] = name;
+    by_name[t] = name;
   }
+  std::set<std::string> used;
+  // one tensor of the file -> v (floats), checked against its expected shape
+  auto read = [&](const HfPiece& piece) {
+    const std::string& name = by_name.at(piece.name);
+    const SafetensorsReader& r = *readers.at(where.at(name));
+    const SafetensorsEntry& e = r.at(name);
+    if (e.shape != piece.shape)
+      fail_input("{}: tensor '{}': expected shape [{}], found [{}]", r.path(), name, fmt::join(piece.shape, ","),
+                 fmt::join(e.shape, ","));
+    used.insert(piece.name);
+    return read_floats(r, name, e);
+  };
   std::vector<float> params(static_cast<size_t>(reg.total()), 0.0f);  // vocabulary padding stays zero
   for (const auto& p : reg.params()) {
-    auto found = by_trident.find(p.name);
-    if (found == by_trident.end()) fail_input("{}: no tensor '{}' (needed by the recipe's model)", hf_dir, p.name);
-    const SafetensorsReader& r = *readers.at(where.at(found->second));
-    const SafetensorsEntry& e = r.at(found->second);
     Shape want = hf_shape(m, p);
     const bool positions = p.name == "transformer.wpe.weight";  // may hold more positions than seq_len
-    if (positions && e.shape.size() == 2 && e.shape[0] >= want[0] && e.shape[1] == want[1]) want[0] = e.shape[0];
-    if (e.shape != want)
-      fail_input("{}: tensor '{}': expected shape [{}], found [{}]", r.path(), found->second, fmt::join(want, ","),
-                 fmt::join(e.shape, ","));
-    const int64_t n = shape_numel(e.shape);
-    std::vector<float> v(static_cast<size_t>(n));
-    std::vector<char> raw(size_t(e.end - e.begin));
-    r.read(found->second, raw.data());
-    switch (e.dtype) {
-      case DType::f32:
-        std::memcpy(v.data(), raw.data(), raw.size());
-        break;
-      case DType::f64:
-        for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(reinterpret_cast<const double*>(raw.data())[i]);
-        break;
-      case DType::bf16:
-        for (int64_t i = 0; i < n; ++i) v[size_t(i)] = bf16_to_f32(reinterpret_cast<const uint16_t*>(raw.data())[i]);
-        break;
-      case DType::f16:
-        for (int64_t i = 0; i < n; ++i) v[size_t(i)] = f16_to_f32(reinterpret_cast<const uint16_t*>(raw.data())[i]);
-        break;
-      default:
-        fail_input("{}: tensor '{}': dtype {} is not a floating-point weight", r.path(), found->second,
-                   safetensors_dtype(e.dtype));
+    if (positions && by_name.count(p.name)) {
+      const auto& e = readers.at(where.at(by_name.at(p.name)))->at(by_name.at(p.name));
+      if (e.shape.size() == 2 && e.shape[0] >= want[0] && e.shape[1] == want[1]) want[0] = e.shape[0];
     }
+    auto present = [&](const std::vector<HfPiece>& pieces) {
+      if (pieces.empty()) return false;
+      for (const auto& x : pieces)
+        if (!by_name.count(x.name)) return false;
+      return true;
+    };
+    std::vector<HfPiece> pieces = hf_pieces(m, family, p, want);
+    if (!present(pieces) && present(hf_fused_pieces(m, family, p, want))) pieces = hf_fused_pieces(m, family, p, want);
+    for (const auto& x : pieces)
+      if (!by_name.count(x.name)) fail_input("{}: no tensor '{}' (needed by the recipe's model)", hf_dir, x.name);
     float* dst = params.data() + p.offset;
     const int64_t rows = p.valid_rows, cols = p.global_cols();
-    if (conv1d(m, p.name)) {
-      for (int64_t r2 = 0; r2 < rows; ++r2)
-        for (int64_t c = 0; c < cols; ++c) dst[r2 * cols + c] = v[size_t(c * rows + r2)];
-    } else {
-      std::copy(v.begin(), v.begin() + rows * cols, dst);  // wpe: the first seq_len positions
+    for (const auto& x : pieces) {
+      const std::vector<float> v = read(x);
+      if (conv1d(m, p.name)) {
+        for (int64_t r2 = 0; r2 < rows; ++r2)
+          for (int64_t c = 0; c < cols; ++c) dst[r2 * cols + c] = v[size_t(c * rows + r2)];
+      } else if (pieces.size() == 1 && x.offset == 0) {
+        std::copy(v.begin(), v.begin() + rows * cols, dst);  // wpe: the first seq_len positions
+      } else {
+        std::copy(v.begin(), v.end(), dst + x.offset);
+      }
     }
   }
+  for (const HfPiece& z : hf_zero_tensors(m, family)) {  // Qwen2-MoE's q/k/v biases: Trident has none
+    if (!by_name.count(z.name)) continue;
+    for (float x : read(z))
+      if (x != 0.0f)
+        fail_input(
+            "{}: tensor '{}' is not zero: Trident's {} model has no q/k/v bias (a qkv bias is not "
+            "supported; only zero biases import)",
+            where.at(by_name.at(z.name)), z.name, hf_model_type(family));
+  }
+  for (const auto& [t, name] : by_name)
+    if (!used.count(t))
+      fail_input("{}: tensor '{}' is not a parameter of the recipe's {} model ({} layers)", where.at(name), name,
+                 hf_model_type(family), m.layers);
   std::vector<float> zeros(params.size(), 0.0f);  // AdamW's moments start at zero
   rc.checkpoint.async = false;
   rc.checkpoint.keep = 1;
@@ -296,7 +366,7 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
     throw Error(fmt::format("{}: writing the checkpoint failed", out.tmp));
   out.commit();
   log::info("imported {} ({} {}x{}, {} tensors) -> {}: train with trident train {} --resume {}", hf_dir, m.arch,
-            m.layers, m.hidden, by_trident.size(), out_dir, recipe, out_dir);
+            m.layers, m.hidden, used.size(), out_dir, recipe, out_dir);
 }
 
 }  // namespace trident::launch

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/error.hpp"
+#include "launch/checkpoint/hf_names.hpp"
 
 namespace trident::launch {
 
@@ -17,10 +18,14 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
     if (!ok) fail_input("{}: key '{}': expected {}, found {}", path, key, expected, c[key].dump());
   };
   const std::string type = given("model_type") && c["model_type"].is_string() ? c["model_type"].get<std::string>() : "";
-  const std::optional<Arch> arch = parse_enum<Arch>(type);
-  if (!arch) fail_input("{}: key 'model_type': expected {}, found '{}'", path, enum_choices<Arch>(" or "), type);
-  if (*arch != m.arch)
-    fail_input("{}: key 'model_type' is '{}', the recipe {} has model.arch {}", path, type, rc.source, m.arch);
+  const std::optional<HfFamily> family = hf_family_of(type);
+  if (!family)
+    fail_input("{}: key 'model_type': expected gpt2, llama, mixtral, qwen2_moe or glm4_moe, found '{}'", path, type);
+  const HfFamily want = hf_family(rc);
+  if (*family != want)
+    fail_input("{}: key 'model_type' is '{}', the recipe {} describes a {} model (model.arch {}{})", path, type,
+               rc.source, hf_model_type(want), m.arch, m.moe.enabled ? ", model.moe" : "");
+  const std::optional<Arch> arch = *family == HfFamily::gpt2 ? Arch::gpt2 : Arch::llama;
   auto num = [&](const char* key, int64_t def) -> int64_t {
     if (!given(key)) {
       if (def >= 0) return def;
@@ -72,14 +77,79 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
     same("num_key_value_heads", num("num_key_value_heads", num("num_attention_heads", -1)), "model.kv_heads",
          m.kv_heads);
     same("head_dim", num("head_dim", m.head_dim()), "model.hidden / model.heads", m.head_dim());
-    same("intermediate_size", num("intermediate_size", -1), "model.ffn_hidden", m.ffn_hidden);
+    if (*family == HfFamily::mixtral)  // the experts' width (every layer is MoE)
+      same("intermediate_size", num("intermediate_size", -1), "model.moe.ffn_hidden", m.moe.ffn_hidden);
+    else
+      same("intermediate_size", num("intermediate_size", -1), "model.ffn_hidden", m.ffn_hidden);
     same("vocab_size", num("vocab_size", -1), "model.vocab", m.vocab);
     close("rms_norm_eps", real("rms_norm_eps", 1e-6), "model.norm_eps", m.norm_eps);
-    close("rope_theta", real("rope_theta", 10000.0), "model.rope_theta", m.rope_theta);
+    // rope_theta at the top level, or (transformers 5) in rope_parameters
+    double theta = real("rope_theta", 10000.0);
+    double partial = real("partial_rotary_factor", *family == HfFamily::glm4_moe ? 0.5 : 1.0);  // GLM's default
+    if (given("rope_parameters") && c["rope_parameters"].is_object()) {
+      const auto& rp = c["rope_parameters"];
+      if (rp.contains("rope_theta") && rp["rope_theta"].is_number()) theta = rp["rope_theta"].get<double>();
+      if (rp.contains("partial_rotary_factor") && rp["partial_rotary_factor"].is_number())
+        partial = rp["partial_rotary_factor"].get<double>();
+      if (rp.contains("rope_type") && rp["rope_type"] != "default")
+        fail_input("{}: key 'rope_parameters.rope_type': expected default (plain RoPE), found {}", path,
+                   rp["rope_type"].dump());
+    }
+    close("rope_theta", theta, "model.rope_theta", m.rope_theta);
+    if (partial != 1.0)
+      fail_input("{}: key 'partial_rotary_factor' is {}: Trident rotates the whole head (1.0)", path, partial);
     if (text("hidden_act", "silu") != "silu")
       fail_input("{}: key 'hidden_act': expected silu (SwiGLU, as Trident), found '{}'", path, text("hidden_act", ""));
     if (flag("attention_bias", false) || flag("mlp_bias", false))
       fail_input("{}: attention_bias / mlp_bias: Trident's LLaMA has no linear biases", path);
+    if (flag("use_qk_norm", false)) fail_input("{}: key 'use_qk_norm': QK-norm is not supported", path);
+    const MoeConfig& e = m.moe;
+    auto dense_list = [&](const char* key) {
+      std::vector<int64_t> v;
+      if (!given(key)) return v;
+      typed(key, c[key].is_array(), "a list of layer indices");
+      for (const auto& x : c[key]) {
+        typed(key, x.is_number_integer(), "a list of layer indices");
+        v.push_back(x.get<int64_t>());
+      }
+      return v;
+    };
+    switch (*family) {
+      case HfFamily::mixtral:
+        same("num_local_experts", num("num_local_experts", -1), "model.moe.experts", e.experts);
+        same("num_experts_per_tok", num("num_experts_per_tok", -1), "model.moe.top_k", e.top_k);
+        if (real("router_jitter_noise", 0.0) != 0.0)
+          fail_input("{}: key 'router_jitter_noise': router jitter is not supported (0 only)", path);
+        break;
+      case HfFamily::qwen2_moe:
+        same("num_experts", num("num_experts", -1), "model.moe.experts", e.experts);
+        same("num_experts_per_tok", num("num_experts_per_tok", -1), "model.moe.top_k", e.top_k);
+        same("moe_intermediate_size", num("moe_intermediate_size", -1), "model.moe.ffn_hidden", e.ffn_hidden);
+        same("shared_expert_intermediate_size", num("shared_expert_intermediate_size", -1),
+             "model.moe.shared_ffn_hidden", e.shared_ffn_hidden);
+        same("norm_topk_prob", flag("norm_topk_prob", false), "model.moe.router.norm_topk", e.norm_topk);
+        same("decoder_sparse_step", num("decoder_sparse_step", 1), "model.moe.every", e.every);
+        if (dense_list("mlp_only_layers") != e.dense_layers)
+          fail_input("{}: key 'mlp_only_layers' is {}, the recipe {} has model.moe.dense_layers [{}]", path,
+                     c.value("mlp_only_layers", nlohmann::json::array()).dump(), rc.source,
+                     fmt::join(e.dense_layers, ", "));
+        if (flag("use_sliding_window", false))
+          fail_input("{}: key 'use_sliding_window': sliding-window attention is not supported", path);
+        break;
+      case HfFamily::glm4_moe:
+        same("n_routed_experts", num("n_routed_experts", -1), "model.moe.experts", e.experts);
+        same("num_experts_per_tok", num("num_experts_per_tok", -1), "model.moe.top_k", e.top_k);
+        same("moe_intermediate_size", num("moe_intermediate_size", -1), "model.moe.ffn_hidden", e.ffn_hidden);
+        same("n_shared_experts", num("n_shared_experts", 1), "model.moe.shared_experts", e.shared_experts);
+        same("first_k_dense_replace", num("first_k_dense_replace", 1), "model.moe.first_dense", e.first_dense);
+        same("n_group", num("n_group", 1), "model.moe.router.groups", e.groups);
+        same("topk_group", num("topk_group", 1), "model.moe.router.group_topk", e.group_topk);
+        close("routed_scaling_factor", real("routed_scaling_factor", 1.0), "model.moe.router.scaling", e.scaling);
+        same("norm_topk_prob", flag("norm_topk_prob", true), "model.moe.router.norm_topk", e.norm_topk);
+        break;
+      default:
+        break;
+    }
     if (given("rope_scaling"))
       fail_input("{}: key 'rope_scaling': scaled RoPE is not supported (plain RoPE with rope_theta only)", path);
     positions = num("max_position_embeddings", -1);

@@ -331,6 +331,8 @@ optim: {lr: 1.0e-3}
   EXPECT_FALSE(e.is_moe(2));
   EXPECT_TRUE(e.is_moe(3));
   EXPECT_FALSE(load_recipe_text(kGood, "r.yaml", {}, 1).model.moe.enabled);
+  // placed again without its YAML (the planner, import, export): still MoE
+  EXPECT_TRUE(load_recipe_text_on_one_process(llama, "r.yaml", {}).model.moe.enabled);
   // every second layer, the Qwen way: (l + 1) % every == 0
   const Recipe q = load_recipe_text(llama, "r.yaml", {"model.moe.every=2", "model.moe.first_dense=0"}, 1);
   EXPECT_FALSE(q.model.moe.is_moe(0));

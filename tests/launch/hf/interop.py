@@ -1,4 +1,7 @@
-"""Hugging Face interoperability, both directions, GPT-2 and LLaMA.
+"""Hugging Face interoperability, both directions, GPT-2, LLaMA and the
+mixture-of-experts families (Mixtral, Qwen2-MoE with both norm_topk_prob
+values and mlp_only_layers, GLM-4-MoE with a non-zero correction bias, groups,
+scaling, shared experts and a dense first layer).
 
 Export: Trident trains a small model on a tensor- or pipeline-parallel mesh
 (real MPI ranks) and saves a checkpoint; `trident export --format hf` writes
@@ -19,6 +22,17 @@ tensor, sequence, pipeline with each schedule, context, and their 4- and
 1's loss is transformers' own loss on that epoch (within 1e-5), and every
 step's loss is the single-rank run's (within 1e-4, the equivalence
 tolerance).
+
+MoE: transformers builds each family at configs/moe-tiny.yaml's sizes (the
+first seed whose routes on the test batch are all far from a tie: the gap
+between the k-th and (k+1)-th choice, and between kept and dropped groups, is
+asserted above 1e-4 of the row's largest score, so a rounding difference
+cannot flip a route unnoticed); `trident import` reads its fused 5.x layout;
+the logits must match within 1e-4; exporting writes the hub layout (a tensor
+per expert), which transformers loads back to the same weights bit for bit
+and which imports to the same logits bit for bit. Trained by Trident on a
+mesh (tensor 2; data 2 with ZeRO 3 and a moving correction bias), exported,
+loaded by transformers: the same logits.
 
 Usage: interop.py --trident BUILD/launch/trident --root SOURCE_DIR --work DIR
 """
@@ -222,6 +236,174 @@ def import_then_train(a):
     return {"first_vs_transformers": worst_first, "steps_vs_one_rank": worst_after}
 
 
+# Mixture of experts: transformers' families of configs/moe-tiny.yaml's sizes,
+# each with the recipe overrides that make Trident's model the same one.
+def moe_families():
+    from transformers import Glm4MoeConfig, MixtralConfig, Qwen2MoeConfig
+    common = dict(vocab_size=32, hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=False, initializer_range=0.1)
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    qwen = dict(common, intermediate_size=352, moe_intermediate_size=96, shared_expert_intermediate_size=64,
+                num_experts=8, num_experts_per_tok=2, mlp_only_layers=[1], decoder_sparse_step=1,
+                use_sliding_window=False, rope_parameters=rope)
+    qwen_sets = ["model.moe.first_dense=0", "model.moe.shared_experts=1", "model.moe.shared_ffn_hidden=64",
+                 "model.moe.shared_expert_gate=true", "model.moe.dense_layers=[1]"]
+    return [
+        ("mixtral", MixtralConfig(**common, intermediate_size=96, num_local_experts=8, num_experts_per_tok=2,
+                                  router_jitter_noise=0.0, sliding_window=None, rope_parameters=rope),
+         ["model.moe.first_dense=0"], dict(score="softmax", k=2, groups=1, group_topk=1)),
+        ("qwen2_moe", Qwen2MoeConfig(**qwen, norm_topk_prob=False),
+         qwen_sets + ["model.moe.router.norm_topk=false"], dict(score="softmax", k=2, groups=1, group_topk=1)),
+        ("qwen2_moe_norm_topk", Qwen2MoeConfig(**qwen, norm_topk_prob=True),
+         qwen_sets + ["model.moe.router.norm_topk=true"], dict(score="softmax", k=2, groups=1, group_topk=1)),
+        ("glm4_moe", Glm4MoeConfig(**common, intermediate_size=352, moe_intermediate_size=96, num_experts_per_tok=2,
+                                   n_shared_experts=2, n_routed_experts=8, routed_scaling_factor=2.5, n_group=4,
+                                   topk_group=2, first_k_dense_replace=1, norm_topk_prob=True, attention_bias=False,
+                                   use_qk_norm=False, rope_parameters=dict(rope, partial_rotary_factor=1.0)),
+         ["model.moe.shared_experts=2", "model.moe.router.score=sigmoid", "model.moe.router.groups=4",
+          "model.moe.router.group_topk=2", "model.moe.router.scaling=2.5"],
+         dict(score="sigmoid", k=2, groups=4, group_topk=2)),
+    ]
+
+
+def routing_margin(logits, bias, r):
+    """The smallest gap, relative to the row's largest score (softmax: its
+    largest logit), between the k-th and (k+1)-th choice of the kept groups
+    and between the last kept and first dropped group: far above rounding, no
+    route can flip between two implementations."""
+    logits = logits.double()
+    # softmax is monotone: its choice is the logits', whose rounding is what could flip it
+    s = logits if r["score"] == "softmax" else logits.sigmoid()
+    c = s + (bias.double() if bias is not None else 0)
+    n, e = c.shape
+    worst = float("inf")
+    if r["groups"] > 1:
+        g = c.view(n, r["groups"], e // r["groups"]).topk(2, dim=-1)[0].sum(-1).sort(-1, descending=True)[0]
+        gap = (g[:, r["group_topk"] - 1] - g[:, r["group_topk"]]) / s.abs().max(-1)[0]
+        worst = min(worst, gap.min().item())
+        keep = c.view(n, r["groups"], e // r["groups"]).topk(2, dim=-1)[0].sum(-1).topk(r["group_topk"], -1)[1]
+        mask = torch.zeros(n, r["groups"], dtype=torch.bool)
+        mask.scatter_(1, keep, True)
+        c = c.masked_fill(~mask.repeat_interleave(e // r["groups"], dim=1), float("-inf"))
+    top = c.sort(-1, descending=True)[0]
+    worst = min(worst, ((top[:, r["k"] - 1] - top[:, r["k"]]) / s.abs().max(-1)[0]).min().item())
+    return worst
+
+
+def moe_direction(a):
+    out = {}
+    recipe = os.path.join(a.root, "configs", "moe-tiny.yaml")
+    def margin_on_batch(model, route):
+        captured = []
+        hooks = [m.register_forward_hook(lambda mod, inp, outp: captured.append(
+            (outp[0].detach(), getattr(mod, "e_score_correction_bias", None))))
+            for mn, m in model.named_modules() if mn.endswith("mlp.gate")]
+        for ids in BATCH:
+            hf_logits(model, ids)
+        for h in hooks:
+            h.remove()
+        assert captured, "no router ran"
+        return min(routing_margin(lg.view(-1, lg.shape[-1]), b, route) for lg, b in captured)
+
+    for name, cfg, sets, route in moe_families():
+        # the first seed whose routes on the test batch are all far from a tie
+        for seed in range(5, 45):
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+            with torch.no_grad():
+                for pname, p in model.named_parameters():
+                    if p.dim() == 1:  # norms away from 1
+                        p.add_(0.3 * torch.randn_like(p))
+                    if pname.endswith("mlp.gate.weight"):  # routers with decisive scores
+                        p.normal_(0.0, 0.5)
+                    if pname.endswith("_proj.bias"):  # Qwen2-MoE's q/k/v biases: Trident has none, zero imports
+                        p.zero_()
+                for mname, m in model.named_modules():
+                    if hasattr(m, "e_score_correction_bias"):  # a loaded, non-zero correction bias
+                        m.e_score_correction_bias.copy_(0.1 * torch.randn_like(m.e_score_correction_bias))
+            model.eval()
+            margin = margin_on_batch(model, route)
+            if margin > 1e-4:
+                break
+        print(f"import {name}: seed {seed}, routing margin {margin:.3e} (relative to each row's largest score)",
+              flush=True)
+        assert margin > 1e-4, f"{name}: no seed gives routes far from a tie"
+        src = os.path.join(a.work, f"hf_src_{name}")
+        model.save_pretrained(src, safe_serialization=True)
+        ckpt = os.path.join(a.work, f"imported_{name}")
+        cmd = [a.trident, "import", src, "--recipe", recipe, "--out", ckpt]
+        for x in sets:
+            cmd += ["--set", x]
+        run(cmd)
+        worst = 0.0
+        for i, ids in enumerate(BATCH):
+            worst = max(worst, compare(f"import {name} sequence {i}", trident_logits(a, ckpt, ids, f"imp_{name}_{i}"),
+                                       hf_logits(model, ids)))
+        # export: transformers loads back the same weights, exactly
+        back = os.path.join(a.work, f"hf_back_{name}")
+        run([a.trident, "export", ckpt, "--format", "hf", "--out", back])
+        again = AutoModelForCausalLM.from_pretrained(back, dtype=torch.float32)
+        assert type(again) is type(model), f"{name}: exported as {type(again).__name__}"
+        mine, theirs = model.state_dict(), again.state_dict()
+        assert set(mine) == set(theirs), f"{name}: names differ: {sorted(set(mine) ^ set(theirs))}"
+        for k, v in mine.items():
+            assert torch.equal(v, theirs[k]), f"{name}: round trip changed {k}"
+        print(f"import {name}: import -> export loads back all {len(mine)} tensors bit for bit", flush=True)
+        # the exported directory has the hub layout (one tensor per expert); transformers saved the fused one:
+        # importing it gives the same model, logits bit for bit
+        ckpt_hub = os.path.join(a.work, f"imported_hub_{name}")
+        run(cmd[:2] + [back] + cmd[3:5] + ["--out", ckpt_hub] + cmd[7:])
+        for i, ids in enumerate(BATCH):
+            assert torch.equal(trident_logits(a, ckpt, ids, f"fused_{name}_{i}"),
+                               trident_logits(a, ckpt_hub, ids, f"hub_{name}_{i}")), f"{name}: hub layout differs"
+        out[name] = {"logits": worst, "margin": margin}
+    # bad input: exit 2 naming the key or tensor, no checkpoint left behind
+    def refused(what, src, sets, fragment):
+        bad = os.path.join(a.work, f"refused_{what}")
+        cmd = [a.trident, "import", src, "--recipe", recipe, "--out", bad]
+        for x in sets:
+            cmd += ["--set", x]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        assert r.returncode == 2 and fragment in r.stderr + r.stdout, f"{what}: exit {r.returncode}: {r.stderr}"
+        assert not os.path.exists(bad), f"{what}: left {bad}"
+        print(f"import refused ({what}): {fragment}", flush=True)
+    refused("experts", os.path.join(a.work, "hf_src_mixtral"), ["model.moe.first_dense=0", "model.moe.experts=4"],
+            "num_local_experts")
+    refused("family", os.path.join(a.work, "hf_src_mixtral"), moe_families()[1][2],
+            "key 'model_type' is 'mixtral', the recipe")
+    refused("no family", os.path.join(a.work, "hf_src_mixtral"), [], "no transformers family holds this model")
+    biased = os.path.join(a.work, "hf_src_qwen2_bias")
+    _, cfg, sets, _ = moe_families()[1]
+    torch.manual_seed(5)
+    with_bias = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    with torch.no_grad():
+        with_bias.model.layers[0].self_attn.q_proj.bias.fill_(0.1)
+    with_bias.save_pretrained(biased, safe_serialization=True)
+    refused("qkv bias", biased, sets + ["model.moe.router.norm_topk=false"], "q_proj.bias' is not zero")
+
+    # trained by Trident on a mesh, exported, loaded by transformers: the same logits
+    for name, sets, mesh in [("mixtral", ["model.moe.first_dense=0"], ["parallel.tensor=2"]),
+                             ("glm4_moe", ["model.moe.shared_experts=2", "model.moe.router.score=sigmoid",
+                                           "model.moe.router.groups=4", "model.moe.router.group_topk=2",
+                                           "model.moe.router.scaling=2.5", "model.moe.balance.bias_rate=0.05"],
+                              ["parallel.data=2", "parallel.zero=3"])]:
+        ckpt = os.path.join(a.work, f"train_{name}")
+        cmd = mpirun(2) + [a.trident, "train", recipe]
+        for x in sets + mesh + ["train.steps=30", "eval.batches=0", "log.metrics=", f"checkpoint.dir={ckpt}"]:
+            cmd += ["--set", x]
+        run(cmd)
+        hf = os.path.join(a.work, f"hf_{name}")
+        run([a.trident, "export", ckpt, "--format", "hf", "--out", hf])
+        model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
+        assert type(model).__name__.lower().startswith(name.split("_")[0]), type(model).__name__
+        worst = 0.0
+        for i, ids in enumerate(BATCH):
+            worst = max(worst, compare(f"export {name} ({' '.join(mesh)}) sequence {i}",
+                                       trident_logits(a, ckpt, ids, f"exp_{name}_{i}"), hf_logits(model, ids)))
+        out[f"export_{name}"] = worst
+    return out
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--trident", required=True)
@@ -235,6 +417,7 @@ def main():
         "import_gpt2": import_direction(a, "gpt2", "demo.yaml"),
         "import_llama": import_direction(a, "llama", "llama-tiny.yaml"),
         "import_then_train_gpt2": import_then_train(a),
+        "moe": moe_direction(a),
     }
     print(json.dumps({"max_abs_logit_diff": results, "tolerance": TOL}))
 

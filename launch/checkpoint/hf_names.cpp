@@ -1,0 +1,145 @@
+// The transformers families and their tensor names (see hf_names.hpp).
+#include "launch/checkpoint/hf_names.hpp"
+
+#include "core/error.hpp"
+
+namespace trident::launch {
+
+namespace {
+
+// "model.layers.N." of a layer parameter's name, and the rest
+std::pair<std::string, std::string> split_layer(const std::string& name) {
+  const size_t at = name.find('.', std::string("model.layers.").size());
+  return {name.substr(0, at + 1), name.substr(at + 1)};
+}
+
+[[noreturn]] void no_family(const std::string& key, const std::string& why) {
+  fail_input(
+      "model.moe: no transformers family holds this model: {} ({}); the families: mixtral (softmax, "
+      "renormalised, no shared experts, every layer MoE), qwen2_moe (softmax, one gated shared expert), "
+      "glm4_moe (sigmoid, ungated shared experts)",
+      key, why);
+}
+
+}  // namespace
+
+HfFamily hf_family(const Recipe& rc) {
+  const ModelConfig& m = rc.model;
+  if (m.arch == Arch::gpt2) return HfFamily::gpt2;
+  const MoeConfig& e = m.moe;
+  if (!e.enabled) return HfFamily::llama;
+  if (e.score == RouterScore::sigmoid) {
+    if (e.shared_experts == 0) no_family("model.moe.shared_experts", "glm4_moe always has shared experts");
+    if (e.shared_expert_gate) no_family("model.moe.shared_expert_gate", "glm4_moe's shared experts are ungated");
+    if (e.shared_ffn_hidden != e.ffn_hidden)
+      no_family("model.moe.shared_ffn_hidden", "glm4_moe's shared experts have the routed experts' width");
+    if (e.every != 1 || !e.dense_layers.empty())
+      no_family("model.moe.every / dense_layers", "glm4_moe's MoE layers are all those from first_k_dense_replace");
+    return HfFamily::glm4_moe;
+  }
+  if (e.groups != 1 || e.scaling != 1.0)
+    no_family("model.moe.router.groups / scaling", "softmax families have neither groups nor a scaling factor");
+  if (e.shared_experts > 0) {
+    if (e.shared_experts != 1 || !e.shared_expert_gate)
+      no_family("model.moe.shared_experts", "qwen2_moe has one shared expert, gated");
+    if (e.first_dense != 0) no_family("model.moe.first_dense", "qwen2_moe chooses dense layers by mlp_only_layers");
+    return HfFamily::qwen2_moe;
+  }
+  if (!e.norm_topk) no_family("model.moe.router.norm_topk", "mixtral always renormalises");
+  if (e.first_dense != 0 || e.every != 1 || !e.dense_layers.empty())
+    no_family("model.moe.first_dense / every / dense_layers", "every mixtral layer is an MoE layer");
+  return HfFamily::mixtral;
+}
+
+const char* hf_model_type(HfFamily f) {
+  switch (f) {
+    case HfFamily::gpt2:
+      return "gpt2";
+    case HfFamily::llama:
+      return "llama";
+    case HfFamily::mixtral:
+      return "mixtral";
+    case HfFamily::qwen2_moe:
+      return "qwen2_moe";
+    case HfFamily::glm4_moe:
+      return "glm4_moe";
+  }
+  return "";
+}
+
+const char* hf_class(HfFamily f) {
+  switch (f) {
+    case HfFamily::gpt2:
+      return "GPT2LMHeadModel";
+    case HfFamily::llama:
+      return "LlamaForCausalLM";
+    case HfFamily::mixtral:
+      return "MixtralForCausalLM";
+    case HfFamily::qwen2_moe:
+      return "Qwen2MoeForCausalLM";
+    case HfFamily::glm4_moe:
+      return "Glm4MoeForCausalLM";
+  }
+  return "";
+}
+
+std::optional<HfFamily> hf_family_of(const std::string& model_type) {
+  for (HfFamily f : {HfFamily::gpt2, HfFamily::llama, HfFamily::mixtral, HfFamily::qwen2_moe, HfFamily::glm4_moe})
+    if (model_type == hf_model_type(f)) return f;
+  return std::nullopt;
+}
+
+std::vector<HfPiece> hf_pieces(const ModelConfig& m, HfFamily f, const model::ParamSpec& p, const Shape& hf_shape) {
+  const MoeConfig& e = m.moe;
+  const int64_t C = m.hidden, I = e.ffn_hidden, E = e.experts;
+  if (p.name.rfind("model.layers.", 0) != 0 || !e.enabled) return {{p.name, hf_shape, 0}};
+  const auto [prefix, rest] = split_layer(p.name);
+  const bool mixtral = f == HfFamily::mixtral;
+  std::vector<HfPiece> out;
+  if (rest == "mlp.experts.gate_up_proj") {
+    for (int64_t x = 0; x < E; ++x) {
+      const std::string base = prefix + (mixtral ? "block_sparse_moe.experts." : "mlp.experts.") + std::to_string(x);
+      out.push_back({base + (mixtral ? ".w1.weight" : ".gate_proj.weight"), {I, C}, x * 2 * I * C});
+      out.push_back({base + (mixtral ? ".w3.weight" : ".up_proj.weight"), {I, C}, x * 2 * I * C + I * C});
+    }
+    return out;
+  }
+  if (rest == "mlp.experts.down_proj") {
+    for (int64_t x = 0; x < E; ++x)
+      out.push_back({prefix + (mixtral ? "block_sparse_moe.experts." : "mlp.experts.") + std::to_string(x) +
+                         (mixtral ? ".w2.weight" : ".down_proj.weight"),
+                     {C, I},
+                     x * C * I});
+    return out;
+  }
+  if (mixtral && rest == "mlp.gate.weight") return {{prefix + "block_sparse_moe.gate.weight", hf_shape, 0}};
+  if (f == HfFamily::qwen2_moe && rest.rfind("mlp.shared_experts.", 0) == 0)
+    return {{prefix + "mlp.shared_expert." + rest.substr(std::string("mlp.shared_experts.").size()), hf_shape, 0}};
+  return {{p.name, hf_shape, 0}};
+}
+
+std::vector<HfPiece> hf_fused_pieces(const ModelConfig& m, HfFamily f, const model::ParamSpec& p,
+                                     const Shape& hf_shape) {
+  const MoeConfig& e = m.moe;
+  if (!e.enabled || p.name.rfind("model.layers.", 0) != 0) return {};
+  const auto rest = split_layer(p.name).second;
+  if (rest == "mlp.experts.gate_up_proj") return {{p.name, {e.experts, 2 * e.ffn_hidden, m.hidden}, 0}};
+  if (rest == "mlp.experts.down_proj") return {{p.name, {e.experts, m.hidden, e.ffn_hidden}, 0}};
+  if (f == HfFamily::mixtral && rest == "mlp.gate.weight") return {{p.name, hf_shape, 0}};
+  return {};
+}
+
+std::vector<HfPiece> hf_zero_tensors(const ModelConfig& m, HfFamily f) {
+  std::vector<HfPiece> out;
+  if (f != HfFamily::qwen2_moe) return out;
+  const int64_t D = m.head_dim();
+  for (int64_t l = 0; l < m.layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.self_attn.", l);
+    out.push_back({p + "q_proj.bias", {m.heads * D}, 0});
+    out.push_back({p + "k_proj.bias", {m.kv_heads * D}, 0});
+    out.push_back({p + "v_proj.bias", {m.kv_heads * D}, 0});
+  }
+  return out;
+}
+
+}  // namespace trident::launch

@@ -1,6 +1,8 @@
 // Activation memory formulas (see memory.hpp), mirroring make_activations.
 #include "model/memory.hpp"
 
+#include <algorithm>
+
 #include "kernels/attention.hpp"
 #include "model/architecture.hpp"
 
@@ -33,9 +35,26 @@ int64_t layer_set_elements(const ActivationSizes& z) {
 }
 }  // namespace
 
-int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers, bool head) {
-  const ActivationSizes z = activation_sizes(cfg, s);
+int64_t moe_layer_elements(const ModelConfig& cfg, const ActivationShape& s) {
+  const MoeConfig& e = cfg.moe;
+  if (!e.enabled) return 0;
+  const int64_t N = s.micro_batch * cfg.seq_len / s.context, M = N * e.top_k, C = cfg.hidden;
+  const int64_t I = e.ffn_hidden / s.tensor, S = e.shared_width() / s.tensor;
+  int64_t n = 2 * N * e.experts + M + 3 * M + M * 2 * I + M * I + M * C;
+  if (S > 0) n += N * 2 * S + N * S + (e.shared_expert_gate ? N * C + N : 0);
+  return n;
+}
+
+int64_t moe_layers_in(const ModelConfig& cfg, int64_t first, int64_t layers) {
   int64_t n = 0;
+  for (int64_t l = first; l < first + layers; ++l) n += cfg.moe.is_moe(l);
+  return n;
+}
+
+int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers, bool head,
+                            int64_t moe_layers) {
+  const ActivationSizes z = activation_sizes(cfg, s);
+  int64_t n = moe_layers * moe_layer_elements(cfg, s);
   if (layers > 0 && s.recompute != Recompute::full)
     n += layers * (layer_set_elements(z) + (s.recompute == Recompute::none ? z.attention_state : 0));
   n += layers * z.R * z.C;  // each layer's input
@@ -54,7 +73,14 @@ int64_t shared_recompute_elements(const ModelConfig& cfg, const ActivationShape&
 
 int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s) {
   const ActivationSizes z = activation_sizes(cfg, s);
-  return 3 * z.N * z.C + 3 * z.R * z.C + z.qkv + z.atty + z.fc + z.act;
+  int64_t n = 3 * z.N * z.C + 3 * z.R * z.C + z.qkv + z.atty + z.fc + z.act;
+  const MoeConfig& e = cfg.moe;
+  if (e.enabled) {  // MoeMlp's: gathered rows and their gradients, router gradients, the shared experts'
+    const int64_t N = z.N, M = N * e.top_k, C = z.C, I = e.ffn_hidden / s.tensor, S = e.shared_width() / s.tensor;
+    n += M * C + std::max(M, N) * C + M * C + M * 2 * I + M * I + 2 * N * e.experts + (M + N) + 2 * N * C + N * 2 * S +
+         N * S;
+  }
+  return n;
 }
 
 }  // namespace trident::model

@@ -36,8 +36,16 @@ struct ActivationSizes {
 };
 ActivationSizes activation_sizes(const ModelConfig& cfg, const ActivationShape& s);
 
-// One Activations context of a chunk with `layers` layers (and the head).
-int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers, bool head);
+// One Activations context of a chunk with `layers` layers, `moe_layers` of
+// them MoE layers (and the head).
+int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers, bool head,
+                            int64_t moe_layers = 0);
+// What one MoE layer keeps of a micro-batch (model/moe.hpp's MoeActs: router
+// logits and scores, routes, the permuted rows' gate|up, activation and
+// output, the shared experts'), in elements of 4 bytes (routes are int32).
+int64_t moe_layer_elements(const ModelConfig& cfg, const ActivationShape& s);
+// MoE layers of the chunk with layers [first, first + layers).
+int64_t moe_layers_in(const ModelConfig& cfg, int64_t first, int64_t layers);
 // What recomputation rebuilds before each use, one set per chunk shared by
 // all its contexts: a layer's intermediates (full) or the attention
 // log-sum-exp (selective); 0 without recomputation.

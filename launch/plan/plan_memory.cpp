@@ -38,15 +38,16 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
   if (c.zero == 1 && DC > 1) mem.buffers += 4 * Ps / DC;
   const model::ActivationShape shape{
       c.micro_batch, T, c.sequence_parallel, c.recompute, c.schedule == ScheduleKind::zero_bubble, CP};
-  const auto counts = model::chunk_layer_counts(m, P, V, c.stage_layers);
   double act = 0;
   for (int pp = 0; pp < P; ++pp) {
     double a = double(model::scratch_elements(m, shape));
+    const auto chunks = model::pipeline_chunks(m, P, V, c.stage_layers, pp);
     for (int v = 0; v < V; ++v) {
-      const int chunk = v * P + pp;
+      const auto& ch = chunks[size_t(v)];
+      const int64_t moe = model::moe_layers_in(m, ch.first_layer, ch.layers);
       a += double(flight[size_t(pp)][size_t(v)]) *
-               double(model::activation_elements(m, shape, counts[size_t(chunk)], chunk == P * V - 1)) +
-           double(model::shared_recompute_elements(m, shape, counts[size_t(chunk)]));
+               double(model::activation_elements(m, shape, ch.layers, ch.head, moe)) +
+           double(model::shared_recompute_elements(m, shape, ch.layers));
     }
     act = std::max(act, a);
   }

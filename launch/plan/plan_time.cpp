@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "launch/plan/plan_parts.hpp"
+#include "model/memory.hpp"
 #include "model/parallel_plan.hpp"
 #include "parallel/topology.hpp"
 
@@ -142,12 +143,12 @@ void plan_time(const PlanContext& x, PlanResult& r) {
   const double mbs = r.micro_batches;
   double slowest = -1, most_layers = 0;
   for (int pp = 0; pp < P; ++pp) {
-    double layers = 0;
+    double layers = 0, moe = 0;
     bool head = false;
     for (const auto& ch : model::pipeline_chunks(m, P, V, c.stage_layers, pp))
-      layers += double(ch.layers), head |= ch.head;
+      layers += double(ch.layers), head |= ch.head, moe += double(model::moe_layers_in(m, ch.first_layer, ch.layers));
     most_layers = std::max(most_layers, layers);
-    const OpTimes ot = stage_op_times(r.ops, layers, head);
+    const OpTimes ot = stage_op_times(r.ops, layers - moe, moe, head);
     const double again = c.recompute == Recompute::full        ? ot.forward
                          : c.recompute == Recompute::selective ? ot.selective
                                                                : 0;

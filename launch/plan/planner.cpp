@@ -83,11 +83,17 @@ const ScheduleFacts& PlanMemo::schedule(ScheduleKind kind, int P, int V, int M) 
 }
 
 // The whole model's parameters and the largest pipeline stage's on one
-// tensor rank, from the registries of one layer, the embeddings and the
-// head (every layer of a model has the same parameters); the largest unit
-// ZeRO 3 gathers, a layer or the embeddings.
+// tensor rank, from the registries of one dense and one MoE layer, the
+// embeddings and the head; the largest unit ZeRO 3 gathers, a layer or the
+// embeddings.
 StageSizes stage_sizes(const ModelConfig& m, int T, int P, int V, const std::vector<int64_t>& stage_layers) {
-  const int64_t layer = model::ParamRegistry(m, {0, T}, {{0, 1, false, false}}).total();
+  int64_t dense_at = -1, moe_at = -1;  // a layer of each kind
+  for (int64_t l = 0; l < m.layers; ++l) (m.moe.is_moe(l) ? moe_at : dense_at) = l;
+  auto layer_size = [&](int64_t l) {
+    return l < 0 ? 0 : model::ParamRegistry(m, {0, T}, {{l, 1, false, false}}).total();
+  };
+  const int64_t dense_layer = layer_size(dense_at), moe_layer = layer_size(moe_at);
+  const int64_t layer = std::max(dense_layer, moe_layer);
   const int64_t embedding = model::ParamRegistry(m, {0, T}, {{0, 0, true, false}}).total();
   // the head's chunk without the embedding: the head (or a tied embedding's copy) and the final norm
   const int64_t head = model::ParamRegistry(m, {0, T}, {{0, 0, false, true}}).total();
@@ -96,7 +102,12 @@ StageSizes stage_sizes(const ModelConfig& m, int T, int P, int V, const std::vec
   for (int pp = 0; pp < P; ++pp) {
     int64_t stage = 0;
     for (const auto& ch : model::pipeline_chunks(m, P, V, stage_layers, pp))
-      stage += ch.layers * layer + (ch.embedding && ch.head ? both : ch.embedding ? embedding : ch.head ? head : 0);
+      stage += (ch.layers - model::moe_layers_in(m, ch.first_layer, ch.layers)) * dense_layer +
+               model::moe_layers_in(m, ch.first_layer, ch.layers) * moe_layer +
+               (ch.embedding && ch.head ? both
+                : ch.embedding          ? embedding
+                : ch.head               ? head
+                                        : 0);
     z.largest_stage = std::max(z.largest_stage, stage);
   }
   return z;

@@ -99,11 +99,31 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
   ops.push_back(gemm("attention output", M, C, H * hd, 1, r));
   ops.push_back(memory("residual add (attention)", 3 * R * double(C), 1, 1, r));
   ops.push_back(memory("norm (mlp)", 2 * R * double(C), 2, 1, r));
+  const size_t dense_first = ops.size();
   ops.push_back(gemm("mlp in", M, arch.mlp_in_width(F), C, 1, r));
   // GELU: read and write [M, F]; SwiGLU: read two halves, write one
   const double act = double(M) * double(F) * (arch.mlp == model::MlpKind::swiglu ? 3 : 2);
   ops.push_back(memory(arch.mlp == model::MlpKind::swiglu ? "swiglu" : "gelu", act, 1.5, 1, r));
   ops.push_back(gemm("mlp out", M, C, F, 1, r));
+  const MoeConfig& e = m.moe;
+  if (e.enabled) {
+    for (size_t i = dense_first; i < ops.size(); ++i) ops[i].layers = OpLayers::dense;
+    // the router sees every row (after the gather): its GEMM, the scores and routes
+    const int64_t E = e.experts, K = e.top_k, I = e.ffn_hidden / shape.tensor, S = e.shared_width() / shape.tensor;
+    const int64_t routed = M * K, per = std::max<int64_t>(routed / E, 1);
+    std::vector<Op> moe = {
+        gemm("router", M, E, C, 1, r), memory("routing", 3.0 * double(M) * double(E), 1, 1, r),
+        // permute: gather the routed rows; combine: read them weighted, write the tokens
+        memory("permute", 2.0 * double(routed) * double(C), 1, 1, r), gemm("experts in", per, 2 * I, C, E, r),
+        memory("swiglu (experts)", 3.0 * double(routed) * double(I), 1.5, 1, r), gemm("experts out", per, C, I, E, r),
+        memory("combine", double(routed + M) * double(C), 1, 1, r)};
+    if (S > 0) {
+      moe.push_back(gemm("shared experts in", M, 2 * S, C, 1, r));
+      moe.push_back(memory("swiglu (shared)", 3.0 * double(M) * double(S), 1.5, 1, r));
+      moe.push_back(gemm("shared experts out", M, C, S, 1, r));
+    }
+    for (Op& op : moe) op.layers = OpLayers::moe, ops.push_back(op);
+  }
   ops.push_back(memory("residual add (mlp)", 3 * R * double(C), 1, 1, r));
   // the head: final norm, the LM head over this rank's vocabulary rows, cross-entropy
   Op norm = memory("final norm", 2 * R * double(C), 2, 1, r);
@@ -113,9 +133,10 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
   return ops;
 }
 
-OpTimes stage_op_times(const std::vector<Op>& ops, double layers, bool head) {
+OpTimes stage_op_times(const std::vector<Op>& ops, double dense, double moe, bool head) {
   OpTimes t;
   for (const Op& op : ops) {
+    const double layers = op.layers == OpLayers::all ? dense + moe : op.layers == OpLayers::dense ? dense : moe;
     const double times = op.head ? (head ? 1 : 0) : layers;
     if (times == 0) continue;
     const double both = times * (op.forward_s + op.backward_s);

@@ -34,6 +34,9 @@ struct DeviceRates {
 };
 
 enum class OpKind { gemm, attention, memory };
+// Which layers run an operation: every one, the dense ones (their MLP), the
+// MoE ones (router, permutation, experts, shared experts).
+enum class OpLayers { all, dense, moe };
 
 // One operation of a layer (or of the head), on one tensor rank, for one
 // micro-batch; forward and backward times per occurrence.
@@ -47,6 +50,7 @@ struct Op {
   double forward_s = 0, backward_s = 0;
   bool head = false;        // once per micro-batch on the stage with the LM head, else once per layer
   bool recomputed = false;  // selective recomputation repeats its forward
+  OpLayers layers = OpLayers::all;
 };
 
 struct OpShape {
@@ -56,18 +60,20 @@ struct OpShape {
   int context = 1;  // the sequence split over this many ranks: each holds seq_len / context rows
 };
 
-// The operations of one layer and of the head for a micro-batch.
+// The operations of one layer and of the head for a micro-batch. An MoE
+// layer's experts are a batch of E GEMMs of the routed rows split evenly
+// (N top_k / E each: the balanced load the balancing aims at).
 std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const DeviceRates& rates);
 
-// Seconds per micro-batch on a stage holding `layers` layers (and the head
-// when `head`), by category.
+// Seconds per micro-batch on a stage holding `dense` dense and `moe` MoE
+// layers (and the head when `head`), by category.
 struct OpTimes {
   double gemm = 0, attention = 0, memory = 0;  // forward + backward
   double forward = 0;                          // of all three: what full recomputation repeats
   double selective = 0;                        // what selective recomputation repeats
   double total() const { return gemm + attention + memory; }
 };
-OpTimes stage_op_times(const std::vector<Op>& ops, double layers, bool head);
+OpTimes stage_op_times(const std::vector<Op>& ops, double dense, double moe, bool head);
 
 }  // namespace trident::launch
 

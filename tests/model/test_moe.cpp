@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/router.hpp"
+#include "model/memory.hpp"
 #include "model/transformer.hpp"
 #include "tests/test_util.hpp"
 
@@ -271,6 +272,20 @@ TEST(Moe, PipelineChunksMatchWholeModel) {
   double diff = 0, norm = 0;
   for (size_t i = 0; i < ref.size(); ++i) diff += (got[i] - ref[i]) * (got[i] - ref[i]), norm += ref[i] * ref[i];
   EXPECT_LE(std::sqrt(diff / norm), 1e-12);
+}
+
+// The planner's activation formula counts what an MoE model allocates.
+TEST(Moe, ActivationFormulaMatchesTheAllocation) {
+  for (auto [name, m] : variants())
+    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+      Transformer<float> net(m, 1);
+      auto ctx = net.make_activations(3, r);
+      int64_t got = 0;
+      for (const auto& t : ctx->storage) got += t.numel();
+      const ActivationShape shape{3, 1, false, r, false};
+      EXPECT_EQ(got, activation_elements(m, shape, m.layers, true, moe_layers_in(m, 0, m.layers)))
+          << name << " recompute " << enum_name(r);
+    }
 }
 
 TEST(Moe, FlopsCountActiveParameters) {

@@ -10,6 +10,8 @@
 #include "core/recipe/recipe.hpp"
 #include "launch/plan/planner.hpp"
 #include "launch/train/trainer.hpp"
+#include "model/params.hpp"
+#include "model/transformer.hpp"
 #include "tests/test_util.hpp"
 
 namespace trident::launch {
@@ -90,6 +92,45 @@ TEST(Planner, MemoryByHand) {
 // activation bytes equal the peak the trainer's allocator measures, for every
 // recompute mode and with the split backward of zero-bubble schedules (the
 // CPU layout; the CUDA layout, B·H·T attention state, runs in test_cuda on a GPU).
+// MoE models: every expert's weights in the memory, the stage's layers of
+// each kind (moe-tiny's layer 0 is dense), the active FLOPs, and the experts'
+// batched GEMMs over the routed rows in the step time.
+TEST(Planner, MoeModels) {
+  const Recipe tiny = recipe("moe-tiny.yaml");
+  const int64_t P = model::ParamRegistry(tiny.model, {0, 1}).total();
+  for (int pipeline : {1, 3}) {  // 3 stages: one layer each, the first dense
+    const PlanResult r =
+        plan_one(tiny, cpu(), {1, 1, pipeline, 1, 8, 0, Recompute::none, ScheduleKind::one_f_one_b, false, {}});
+    ASSERT_TRUE(r.feasible) << r.reason;
+    if (pipeline == 1) EXPECT_EQ(r.stage_params, P);
+    if (pipeline == 3) {  // the largest stage: an MoE layer and the head (the embedding's stage has a dense layer)
+      const int64_t moe_layer = model::ParamRegistry(tiny.model, {0, 1}, {{1, 1, false, false}}).total();
+      const int64_t head = model::ParamRegistry(tiny.model, {0, 1}, {{0, 0, false, true}}).total();
+      EXPECT_EQ(r.stage_params, moe_layer + head);
+    }
+    bool experts = false;
+    for (const Op& op : r.ops)
+      if (op.name == "experts in") {
+        experts = true;
+        EXPECT_EQ(op.batch, 8);           // one GEMM per expert
+        EXPECT_EQ(op.m, 8 * 64 * 2 / 8);  // the routed rows, evenly: N top_k / E
+        EXPECT_EQ(op.n, 2 * 96);          // gate | up
+        EXPECT_EQ(op.layers, OpLayers::moe);
+      }
+    EXPECT_TRUE(experts);
+  }
+  // Mixtral 8x7B: 46.7B parameters, 12.9B active per token
+  const Recipe mixtral = recipe("mixtral-8x7b.yaml");
+  const PlanResult r = plan_one(mixtral, load_cluster(src("configs/clusters/dgx-h100.yaml"), Precision::fp32),
+                                {8, 8, 1, 1, 1, 3, Recompute::full, ScheduleKind::one_f_one_b, true, {}});
+  EXPECT_NEAR(double(r.params) / 1e9, 46.70, 0.01);
+  const ModelConfig& m = mixtral.model;
+  // the FLOPs' matmul weights, and the embedding table (12.9B counts it; it is no matmul)
+  const double active = (model::flops_per_token(m) - 12.0 * double(m.layers * m.hidden * m.seq_len)) / 6;
+  EXPECT_NEAR((active + double(m.vocab * m.hidden)) / 1e9, 12.88, 0.01);
+  EXPECT_TRUE(r.feasible) << r.reason;
+}
+
 TEST(Planner, ActivationBytesEqualTheMeasuredPeak) {
   for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
     for (const char* file : {"demo.yaml", "llama-tiny.yaml"}) {

@@ -91,6 +91,15 @@ inline void expect_equivalent(const EquivalenceRun& ref, const EquivalenceRun& r
                   << tol.grads << "; worst element " << worst << " of " << ref.step1_grads.size() << ": "
                   << run.step1_grads[worst] << " vs single-rank " << ref.step1_grads[worst];
   }
+  // the reported step-1 gradient norm is the norm of every gradient, experts included, each counted once
+  // (the consolidated gradients hold each parameter once; fp16's are scaled by the loss scale)
+  if (!run.grad_norms.empty() && !run.loss_scales.empty()) {
+    double sq = 0;
+    for (float g : run.step1_grads) sq += double(g) * double(g);
+    const double norm = std::sqrt(sq) / run.loss_scales[0];
+    EXPECT_LE(std::abs(run.grad_norms[0] / norm - 1), 1e-4)
+        << what << ": step-1 gradient norm " << run.grad_norms[0] << ", but the gradients' norm is " << norm;
+  }
   ASSERT_EQ(run.expert_counts.size(), ref.expert_counts.size()) << what << ": steps with expert counts";
   for (size_t s = 0; s < ref.expert_counts.size(); ++s)
     EXPECT_EQ(run.expert_counts[s], ref.expert_counts[s]) << what << ", step " << s + 1 << ": tokens per expert";

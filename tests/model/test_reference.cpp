@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "kernels/router.hpp"
 #include "model/transformer.hpp"
 #include "tests/test_util.hpp"
 
@@ -50,7 +51,7 @@ std::map<std::string, RefModel> load_reference() {
     ls >> kind >> name;
     if (kind == "model") {
       cur = &models[name];
-      cur->cfg.arch = *parse_enum<Arch>(name);
+      cur->cfg.arch = name == "gpt2" ? Arch::gpt2 : Arch::llama;  // the MoE families are LLaMA with model.moe
       std::map<std::string, std::string> kv;
       for (std::string tok; ls >> tok;) kv[tok.substr(0, tok.find('='))] = tok.substr(tok.find('=') + 1);
       auto& m = cur->cfg;
@@ -59,6 +60,18 @@ std::map<std::string, RefModel> load_reference() {
       m.seq_len = std::stol(kv["seq_len"]), m.vocab = std::stol(kv["vocab"]), m.norm_eps = std::stod(kv["norm_eps"]);
       if (kv.count("rope_theta")) m.rope_theta = std::stod(kv["rope_theta"]);
       m.tie_embeddings = name == "gpt2";
+      if (kv.count("experts")) {  // an MoE family
+        MoeConfig& e = m.moe;
+        auto num = [&](const char* k, int64_t def) { return kv.count(k) ? std::stol(kv[k]) : def; };
+        e.enabled = true, e.experts = num("experts", 0), e.top_k = num("top_k", 0), e.ffn_hidden = num("moe_ffn", 0);
+        e.shared_experts = num("shared", 0), e.shared_ffn_hidden = num("shared_ffn", e.ffn_hidden);
+        e.shared_expert_gate = num("gate", 0) != 0, e.first_dense = num("first_dense", 0);
+        if (kv.count("dense_layers")) e.dense_layers = {std::stol(kv["dense_layers"])};
+        e.score = kv["score"] == "sigmoid" ? RouterScore::sigmoid : RouterScore::softmax;
+        e.norm_topk = num("norm_topk", 0) != 0, e.groups = num("groups", 1), e.group_topk = num("group_topk", 1);
+        e.scaling = kv.count("scaling") ? std::stod(kv["scaling"]) : 1.0;
+        e.balance = Balance::none, e.z_loss = 0;  // the reference's loss is the language-model loss alone
+      }
       m.vocab_multiple = 1;  // Hugging Face's shapes: no vocabulary padding
       continue;
     }
@@ -79,6 +92,14 @@ bool is_conv1d(const std::string& name) {
   for (const char* s : {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"})
     if (name.size() > std::string(s).size() && name.ends_with(s) && name.rfind("transformer.h.", 0) == 0) return true;
   return false;
+}
+
+// Trident's name of a transformers parameter: Qwen2-MoE's one shared expert
+// is `mlp.shared_expert.*`, Trident's `mlp.shared_experts.*`.
+std::string hf_name(const std::string& trident) {
+  const std::string ours = ".mlp.shared_experts.", theirs = ".mlp.shared_expert.";
+  const size_t at = trident.find(ours);
+  return at == std::string::npos ? trident : trident.substr(0, at) + theirs + trident.substr(at + ours.size());
 }
 
 std::vector<double> to_trident_layout(const std::string& name, const RefTensor& t) {
@@ -104,12 +125,17 @@ void check_against_reference(const std::string& arch) {
   const int64_t B = tok.shape[0], T = tok.shape[1], N = B * T;
   // Hugging Face's LLaMA is not float64 throughout even when cast: RMSNorm
   // normalises in float32 and the rotary cos/sin tables are float32. GPT-2 is.
-  const double tol = arch == "llama" ? 2e-6 : 1e-9;
+  // The MoE families' routers run in float32 (transformers casts them), and
+  // the routes must not flip: the margin is asserted below.
+  const double tol = arch == "gpt2" ? 1e-9 : arch == "llama" ? 2e-6 : 1e-5;
   ASSERT_EQ(T, ref.cfg.seq_len);
   Transformer<double> net(ref.cfg, 1);
   // every Trident parameter comes from the reference, by name and shape
+  auto name_in = [&](const std::string& trident) {
+    return ref.tensors.count("param " + trident) ? trident : hf_name(trident);
+  };
   for (const auto& p : net.registry().params()) {
-    const RefTensor& t = ref.at("param", p.name);
+    const RefTensor& t = ref.at("param", name_in(p.name));
     ASSERT_EQ(shape_numel(t.shape), p.numel) << p.name;
     auto v = to_trident_layout(p.name, t);
     std::copy(v.begin(), v.end(), net.param(p.name));
@@ -121,20 +147,47 @@ void check_against_reference(const std::string& arch) {
   net.forward(*ctx, tokens.data(), targets.data(), 0.0);
   EXPECT_LT(rel_diff(ctx->logits, ref.at("logits", "logits").values), tol)
       << arch << " logits; first: trident " << ctx->logits[0] << " reference " << ref.at("logits", "logits").values[0];
+  double worst = rel_diff(ctx->logits, ref.at("logits", "logits").values);
   double loss = net.forward(*ctx, tokens.data(), targets.data(), 1.0 / double(N)) / double(N);
   EXPECT_NEAR(loss, ref.at("loss", "loss").values[0], tol) << arch;
+  // no route may be near a tie (a one-ulp difference would flip it): every token of every MoE layer
+  for (size_t l = 0; l < ctx->moe.size(); ++l) {
+    const MoeActs<double>& a = ctx->moe[l];
+    if (!a.logits) continue;
+    const double* bias = nullptr;
+    const std::string bias_name = layer_prefix(ref.cfg, int64_t(l)) + "mlp.gate.e_score_correction_bias";
+    for (const auto& p : net.registry().params())
+      if (p.name == bias_name) bias = net.param(p.name);
+    kernels::RouterSpec spec{ref.cfg.moe.experts, ref.cfg.moe.top_k,      ref.cfg.moe.score,  ref.cfg.moe.norm_topk,
+                             ref.cfg.moe.groups,  ref.cfg.moe.group_topk, ref.cfg.moe.scaling};
+    const double margin = kernels::router_margin(a.logits, bias, N, spec);
+    EXPECT_GT(margin, 1e-3) << arch << " layer " << l;
+    if (std::getenv("TRIDENT_TEST_VERBOSE"))
+      std::fprintf(stderr, "%s layer %zu: margin %.3e\n", arch.c_str(), l, margin);
+  }
   net.backward(*ctx, Recompute::none);
   int checked = 0;
   for (const auto& p : net.registry().params()) {
-    auto g = to_trident_layout(p.name, ref.at("grad", p.name));
+    auto g = to_trident_layout(p.name, ref.at("grad", name_in(p.name)));
+    if (p.kind == ParamKind::buffer) {  // the correction bias: its slot holds counts (docs/moe.md)
+      ++checked;
+      continue;
+    }
+    worst = std::max(worst, rel_diff(net.grad(p.name), g));
     EXPECT_LT(rel_diff(net.grad(p.name), g), tol)
         << arch << " gradient of " << p.name << ": trident " << net.grad(p.name)[0] << " reference " << g[0];
     ++checked;
   }
   EXPECT_EQ(checked, int(ref.tensors.size() - 4) / 2) << "parameter sets differ";
+  if (std::getenv("TRIDENT_TEST_VERBOSE"))
+    std::fprintf(stderr, "%s: worst relative difference %.3e\n", arch.c_str(), worst);
 }
 
 TEST(Reference, Gpt2MatchesHuggingFace) { check_against_reference("gpt2"); }
 TEST(Reference, LlamaMatchesHuggingFace) { check_against_reference("llama"); }
+TEST(Reference, MixtralMatchesHuggingFace) { check_against_reference("mixtral"); }
+TEST(Reference, Qwen2MoeMatchesHuggingFace) { check_against_reference("qwen2_moe"); }
+TEST(Reference, Qwen2MoeNormTopkMatchesHuggingFace) { check_against_reference("qwen2_moe_norm"); }
+TEST(Reference, Glm4MoeMatchesHuggingFace) { check_against_reference("glm4_moe"); }
 
 }  // namespace trident::model

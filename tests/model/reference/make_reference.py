@@ -1,5 +1,6 @@
 """Writes tests/model/reference/reference.txt: logits, loss and every parameter and
-gradient of tiny Hugging Face GPT2LMHeadModel and LlamaForCausalLM models, in
+gradient of tiny Hugging Face GPT2LMHeadModel, LlamaForCausalLM, and the MoE
+families MixtralForCausalLM, Qwen2MoeForCausalLM and Glm4MoeForCausalLM, in
 float64, for tests/model/test_reference.cpp.
 
 The models are the `transformers` library's own (an outside reference: names,
@@ -38,6 +39,9 @@ def run(out, arch, model, cfg_line, vocab):
     with torch.no_grad():  # non-trivial norm weights and biases too
         for p in model.parameters():
             p.add_(0.1 * torch.randn(p.shape, dtype=p.dtype))
+        for name, b in model.named_buffers():  # a non-zero MoE correction bias
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.05 * torch.randn(b.shape, dtype=b.dtype))
     g = torch.Generator().manual_seed(11)
     tokens = torch.randint(0, vocab, (B, T), generator=g)
     targets = torch.randint(0, vocab, (B, T), generator=g)
@@ -52,6 +56,44 @@ def run(out, arch, model, cfg_line, vocab):
     for name, p in model.named_parameters():
         line(out, "param", name, p)
         line(out, "grad", name, p.grad)
+    for name, b in model.named_buffers():  # the MoE correction bias: loaded, never trained by gradient
+        if name.endswith("e_score_correction_bias"):
+            line(out, "param", name, b)
+            line(out, "grad", name, torch.zeros_like(b))
+
+
+def moe_families(out):
+    """Mixture of experts: Mixtral, Qwen2-MoE (a gated shared expert, a dense
+    layer by mlp_only_layers, both norm_topk_prob values) and GLM-4-MoE
+    (sigmoid routing with a non-zero correction bias, groups, scaling, shared
+    experts, a dense first layer). The loss is the language-model loss alone
+    (no aux loss: output_router_logits off); the router's gradients come
+    through the routing weights."""
+    from transformers import Glm4MoeConfig, Glm4MoeForCausalLM, MixtralConfig, MixtralForCausalLM
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+    base = dict(vocab_size=13, hidden_size=16, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                max_position_embeddings=T, rms_norm_eps=1e-5, tie_word_embeddings=False, initializer_range=0.3,
+                bos_token_id=0, eos_token_id=0, attn_implementation="eager", experts_implementation="eager")
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    common = "layers=3 hidden=16 heads=4 kv_heads=2 seq_len=7 vocab=13 norm_eps=1e-5 rope_theta=10000"
+    mixtral = MixtralConfig(**base, intermediate_size=12, num_local_experts=4, num_experts_per_tok=2,
+                            router_jitter_noise=0.0, sliding_window=None, rope_parameters=rope)
+    run(out, "mixtral", MixtralForCausalLM(mixtral),
+        common + " ffn_hidden=12 experts=4 top_k=2 moe_ffn=12 score=softmax norm_topk=1", 13)
+    for norm in (False, True):
+        q = Qwen2MoeConfig(**base, intermediate_size=24, moe_intermediate_size=12, shared_expert_intermediate_size=10,
+                           num_experts=4, num_experts_per_tok=2, norm_topk_prob=norm, mlp_only_layers=[1],
+                           decoder_sparse_step=1, qkv_bias=False, use_sliding_window=False, rope_parameters=rope)
+        run(out, "qwen2_moe" + ("_norm" if norm else ""), Qwen2MoeForCausalLM(q),
+            common + f" ffn_hidden=24 experts=4 top_k=2 moe_ffn=12 shared=1 shared_ffn=10 gate=1 dense_layers=1 "
+                     f"score=softmax norm_topk={int(norm)}", 13)
+    g = Glm4MoeConfig(**base, intermediate_size=24, moe_intermediate_size=6, num_experts_per_tok=2, n_shared_experts=2,
+                      n_routed_experts=8, routed_scaling_factor=2.5, n_group=4, topk_group=2, first_k_dense_replace=1,
+                      norm_topk_prob=True, attention_bias=False, use_qk_norm=False,
+                      rope_parameters=dict(rope, partial_rotary_factor=1.0))
+    run(out, "glm4_moe", Glm4MoeForCausalLM(g),
+        common + " ffn_hidden=24 experts=8 top_k=2 moe_ffn=6 shared=2 shared_ffn=6 first_dense=1 score=sigmoid "
+                 "norm_topk=1 groups=4 group_topk=2 scaling=2.5", 13)
 
 
 def main():
@@ -73,6 +115,7 @@ def main():
         run(out, "llama", LlamaForCausalLM(lc),
             "layers=2 hidden=16 heads=4 kv_heads=2 ffn_hidden=24 seq_len=7 vocab=13 norm_eps=1e-5 rope_theta=10000",
             13)
+        moe_families(out)
     os.replace(path + ".tmp", path)
     print(f"wrote {path}")
 

@@ -98,7 +98,7 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
   cp_->sum(a.counts.data(), groups * E);
   // the balancing losses' values (their gradients: balance_grad)
   a.aux_loss = a.z_loss = 0;
-  if (cfg_.balance != Balance::none && cfg_.balance_coef > 0) {
+  if (cfg_.balance != Balance::none && cfg_.balance != Balance::hf && cfg_.balance_coef > 0) {
     std::fill(dscores_, dscores_ + N * E, T(0));
     balance_grad(dscores_, a, N, B, 1.0, true);
     // the loss is linear in q for fixed counts: loss = sum_ne q_ne dloss/dq_ne
@@ -130,13 +130,15 @@ template <typename T>
 void MoeMlp<T>::balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t B, double scale, bool wrt_q) const {
   const int64_t E = spec_.experts, K = spec_.top_k;
   if (cfg_.balance == Balance::none || cfg_.balance_coef == 0) return;
-  const bool per_sequence = cfg_.balance == Balance::seq_aux_loss;
+  const bool per_sequence = cfg_.balance == Balance::seq_aux_loss, hf = cfg_.balance == Balance::hf;
   const int64_t groups = per_sequence ? B : 1, rows = N / groups;  // sequences, or the whole micro-batch (local rows)
   const double whole = double(rows * cp_->size());                 // ... and their tokens over the context group
-  const double factor = cfg_.balance_coef / double(groups) * double(E) / (double(K) * whole * whole);
+  const double factor = hf ? cfg_.balance_coef * double(E) / (a.hf_rows * a.hf_rows)
+                           : cfg_.balance_coef / double(groups) * double(E) / (double(K) * whole * whole);
+  TRIDENT_CHECK(!hf || a.hf_counts.size() == size_t(E), "balance hf: finish_hf was not called");
   std::vector<double> dq(static_cast<size_t>(E));
   for (int64_t b = 0; b < groups; ++b) {
-    const T* counts = a.counts.data() + b * E;
+    const T* counts = hf ? a.hf_counts.data() : a.counts.data() + b * E;
     for (int64_t n = b * rows; n < (b + 1) * rows; ++n) {
       const T* p = a.scores + n * E;
       for (int64_t e = 0; e < E; ++e) dq[size_t(e)] = scale * factor * double(counts[e]);
@@ -150,6 +152,22 @@ void MoeMlp<T>::balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t
       for (int64_t e = 0; e < E; ++e) dot += dq[size_t(e)] * double(p[e]) / sum;
       for (int64_t e = 0; e < E; ++e) dscores[n * E + e] += T((dq[size_t(e)] - dot) / sum);
     }
+  }
+}
+
+template <typename T>
+void MoeMlp<T>::finish_hf(const std::vector<MoeActs<T>*>& layers, int64_t N) const {
+  const int64_t E = spec_.experts;
+  std::vector<T> total(static_cast<size_t>(E), T(0));
+  for (const MoeActs<T>* a : layers)
+    for (int64_t e = 0; e < E; ++e) total[size_t(e)] += a->counts[size_t(e)];
+  const double R = double(layers.size()) * double(N * cp_->size());
+  for (MoeActs<T>* a : layers) {
+    a->hf_counts = total, a->hf_rows = R;
+    double loss = 0;  // this layer's share: coef E sum_e c_e sum_n p_ne / R^2 (this rank's rows)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t e = 0; e < E; ++e) loss += double(a->scores[n * E + e]) * double(total[size_t(e)]);
+    a->aux_loss = cfg_.balance_coef * double(E) * loss / (R * R);
   }
 }
 

@@ -34,6 +34,9 @@
 // share of the whole (their sum over the group is the loss):
 //   aux_loss      coef E / (k N^2) sum_e count_e sum_n q_ne
 //   seq_aux_loss  coef / B sum_b E / (k T^2) sum_e count_be sum_{n in b} q_ne
+//   hf            coef E sum_e (c_e / R) (sum_l sum_n p_lne / R), c_e the
+//                 tokens routed to e summed over the L MoE layers, R = L N
+//                 (transformers' Mixtral / Qwen-MoE loss; finish_hf)
 //   z_loss        z / N sum_n logsumexp(logits_n)^2
 // Their gradients enter the router's backward scaled by `aux_scale`, which
 // the caller makes the language-model loss's scale of the micro-batch's
@@ -75,6 +78,10 @@ struct MoeActs {
   // micro-batch, [B,E] per sequence with seq_aux_loss (what the balancing
   // loss counts)
   std::vector<T> counts;
+  // balance kind hf: the counts summed over the micro-batch's MoE layers and
+  // the rows they are over (layers x tokens), set by finish_hf
+  std::vector<T> hf_counts;
+  double hf_rows = 0;
   double aux_loss = 0, z_loss = 0;  // this micro-batch's balancing losses (coefficients applied)
 };
 
@@ -100,6 +107,10 @@ class MoeMlp {
   void backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, const MoeWeights<T>& w, const MoeGrads<T>& g,
                 int64_t N, int64_t B, T aux_scale, bool acc);
   const T* router_input_grad() const { return d_router_h_; }
+  // balance kind hf (transformers' load_balancing_loss_func, one cross-layer
+  // product): after the forward of every MoE layer of the micro-batch (all
+  // on this rank), their counts summed; sets each layer's share of the loss.
+  void finish_hf(const std::vector<MoeActs<T>*>& layers, int64_t N) const;
 
  private:
   MoeConfig cfg_;

@@ -270,10 +270,19 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
         moe_step_.layers.push_back(global), moe_step_.counts.resize(moe_step_.counts.size() + size_t(E), 0.0);
       for (int64_t e = 0; e < E; ++e)
         moe_step_.counts[size_t(at * E + e)] += double(m->offsets[size_t(e + 1)] - m->offsets[size_t(e)]);
-      moe_step_.aux_loss += m->aux_loss, moe_step_.z_loss += m->z_loss;
     }
     if (ctx.is_packed()) pack(ctx, l, 1, SIZE_MAX);
     done_params(s);
+  }
+  if (moe_ && cfg_.moe.balance == Balance::hf) {  // the cross-layer form, once every layer has routed
+    std::vector<MoeActs<T>*> layers;
+    for (int l = 0; l < L; ++l)
+      if (MoeActs<T>* m = moe_acts(ctx, l)) layers.push_back(m);
+    moe_->finish_hf(layers, N);
+  }
+  if (moe_ && dscale != T(0)) {
+    const auto [aux, z] = balance_losses(ctx);
+    moe_step_.aux_loss += aux, moe_step_.z_loss += z;
   }
   if (!ch.spec.head) return 0;
   const int head = ch.head_seg;

@@ -165,8 +165,7 @@ const std::vector<Key>& table() {
           "the token table and LM head get `vocab` rounded up to a multiple of `vocab_multiple x parallel.tensor` rows "
           "(Megatron's `make-vocab-size-divisible-by`); padded logits are masked (never win, never take probability), "
           "their rows get no gradient, and export strips them. `1`: pad only to a multiple of the tensor size"),
-      section("model.moe",
-              "mixture-of-experts MLPs (llama; [moe.md](moe.md)); without it every layer is dense"),
+      section("model.moe", "mixture-of-experts MLPs (llama; [moe.md](moe.md)); without it every layer is dense"),
       integer("model.moe.experts", FIELD(model.moe.experts), 2, 1 << 16,
               Default<int64_t>{0, nullptr, "*required with `model.moe`*"},
               "routed experts E per MoE layer (`num_local_experts`, `n_routed_experts`); required with `model.moe`"),
@@ -209,7 +208,7 @@ const std::vector<Key>& table() {
           "model.moe.balance.kind", FIELD(model.moe.balance), value(Balance::aux_loss),
           "`aux_loss`: Switch-style, per micro-batch and layer, `coef x E / (k N^2) x sum_e count_e sum_n p_ne`; "
           "`seq_aux_loss`: DeepSeek-V3's per-sequence form; `hf`: transformers' cross-layer form "
-          "(`load_balancing_loss_func`); `none`"),
+          "(`load_balancing_loss_func`: softmax routers without groups, one pipeline stage); `none`"),
       real("model.moe.balance.coef", FIELD(model.moe.balance_coef), 0, 1e6, Open::none, value(0.01),
            "weight of the balancing loss in the training loss (`router_aux_loss_coef`)"),
       real("model.moe.balance.z_loss", FIELD(model.moe.z_loss), 0, 1e6, Open::none, value(0.0),

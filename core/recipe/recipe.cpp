@@ -145,9 +145,10 @@ void validate_moe(Reader& r, Recipe& rc) {
     r.inconsistent("model.moe", fmt::format("no layer of {} is an MoE layer (first_dense {}, every {}, dense_layers "
                                             "[{}])",
                                             m.layers, e.first_dense, e.every, fmt::join(e.dense_layers, ", ")));
-  if (e.balance == Balance::hf)
+  if (e.balance == Balance::hf && (e.score != RouterScore::softmax || e.groups != 1))
     r.inconsistent("model.moe.balance.kind",
-                   "kind hf (transformers' cross-layer product) is not built yet; use aux_loss, seq_aux_loss or none");
+                   "kind hf is transformers' Mixtral / Qwen-MoE loss, for softmax routers "
+                   "without groups (router.score softmax, router.groups 1)");
   if (rc.device == DeviceType::cuda)
     r.inconsistent("device", "model.moe with device: cuda: MoE layers run on the CPU in this version; use device: cpu");
   if (rc.train.precision != Precision::fp32)
@@ -195,6 +196,11 @@ void validate_mesh(Reader& r, const ModelConfig& m, const ParallelConfig& p, int
     r.inconsistent("parallel.tensor", fmt::format("each expert's FFN is split over the tensor group: "
                                                   "moe.ffn_hidden({}) % tensor({}) != 0",
                                                   m.moe.ffn_hidden, p.tensor));
+  if (m.moe.enabled && m.moe.balance == Balance::hf && (p.pipeline > 1 || p.virtual_stages > 1))
+    r.inconsistent("parallel.pipeline", fmt::format("model.moe.balance.kind hf sums the counts of every MoE layer of "
+                                                    "a micro-batch, which needs them on one pipeline stage: "
+                                                    "pipeline({}) x virtual_stages({}) (use aux_loss, or pipeline 1)",
+                                                    p.pipeline, p.virtual_stages));
   if (m.moe.enabled && m.moe.shared_width() % p.tensor != 0)
     r.inconsistent("parallel.tensor", fmt::format("the shared experts' FFN is split over the tensor group: "
                                                   "shared_experts({}) x shared_ffn_hidden({}) % tensor({}) != 0",

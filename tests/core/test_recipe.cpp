@@ -349,7 +349,11 @@ optim: {lr: 1.0e-3}
   expect_error(llama, {"unknown key 'model.moe.router.scroe'", "did you mean 'score'"},
                {"model.moe.router.scroe=softmax"});
   expect_error(llama, {"model.moe.balance.kind", "expected one of"}, {"model.moe.balance.kind=switch"});
-  expect_error(llama, {"model.moe.balance.kind", "not built yet"}, {"model.moe.balance.kind=hf"});
+  expect_error(llama, {"model.moe.balance.kind", "softmax routers without groups"}, {"model.moe.balance.kind=hf"});
+  expect_error(llama, {"parallel.pipeline", "one pipeline stage"},
+               {"model.moe.balance.kind=hf", "model.moe.router.score=softmax", "model.moe.router.groups=1",
+                "model.moe.router.group_topk=1", "parallel.pipeline=2"},
+               2);
   expect_error(llama, {"model.moe.capacity_factor", "dropless"}, {"model.moe.capacity_factor=1.25"});
   expect_error(llama, {"train.precision", "fp32"}, {"train.precision=bf16"});
   expect_error(llama, {"model.moe", "arch llama, found arch gpt2"}, {"model.arch=gpt2"});

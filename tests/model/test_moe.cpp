@@ -28,7 +28,8 @@ ModelConfig tiny_moe() {
 
 // Mixtral-like: softmax, renormalised. Qwen2-like: softmax without it, a gated
 // shared expert, a dense layer listed. DeepSeek-like: sigmoid, groups, bias,
-// scaling, two ungated shared experts, per-sequence balancing.
+// scaling, two ungated shared experts, per-sequence balancing. hf: Mixtral-like
+// with transformers' cross-layer balancing loss.
 std::vector<std::pair<std::string, ModelConfig>> variants() {
   std::vector<std::pair<std::string, ModelConfig>> out;
   ModelConfig a = tiny_moe();
@@ -41,6 +42,9 @@ std::vector<std::pair<std::string, ModelConfig>> variants() {
   c.moe.experts = 8, c.moe.score = RouterScore::sigmoid, c.moe.groups = 4, c.moe.group_topk = 2, c.moe.scaling = 2.5;
   c.moe.shared_experts = 2, c.moe.shared_ffn_hidden = 4, c.moe.balance = Balance::seq_aux_loss;
   out.push_back({"sigmoid", c});
+  ModelConfig d = tiny_moe();  // transformers' cross-layer form: one product over both MoE layers
+  d.moe.balance = Balance::hf;
+  out.push_back({"hf", d});
   return out;
 }
 

@@ -70,7 +70,9 @@ std::map<std::string, RefModel> load_reference() {
         e.score = kv["score"] == "sigmoid" ? RouterScore::sigmoid : RouterScore::softmax;
         e.norm_topk = num("norm_topk", 0) != 0, e.groups = num("groups", 1), e.group_topk = num("group_topk", 1);
         e.scaling = kv.count("scaling") ? std::stod(kv["scaling"]) : 1.0;
-        e.balance = Balance::none, e.z_loss = 0;  // the reference's loss is the language-model loss alone
+        // the reference's loss: the language-model loss, + transformers' aux loss where named
+        e.balance = kv["balance"] == "hf" ? Balance::hf : Balance::none, e.z_loss = 0;
+        e.balance_coef = kv.count("coef") ? std::stod(kv["coef"]) : 0.0;
       }
       m.vocab_multiple = 1;  // Hugging Face's shapes: no vocabulary padding
       continue;
@@ -148,7 +150,9 @@ void check_against_reference(const std::string& arch) {
   EXPECT_LT(rel_diff(ctx->logits, ref.at("logits", "logits").values), tol)
       << arch << " logits; first: trident " << ctx->logits[0] << " reference " << ref.at("logits", "logits").values[0];
   double worst = rel_diff(ctx->logits, ref.at("logits", "logits").values);
+  // dscale 1/N: the balancing loss's scale is dscale x B x T = 1, as in the reference's sum
   double loss = net.forward(*ctx, tokens.data(), targets.data(), 1.0 / double(N)) / double(N);
+  loss += net.balance_losses(*ctx).first;
   EXPECT_NEAR(loss, ref.at("loss", "loss").values[0], tol) << arch;
   // no route may be near a tie (a one-ulp difference would flip it): every token of every MoE layer
   for (size_t l = 0; l < ctx->moe.size(); ++l) {
@@ -189,5 +193,8 @@ TEST(Reference, MixtralMatchesHuggingFace) { check_against_reference("mixtral");
 TEST(Reference, Qwen2MoeMatchesHuggingFace) { check_against_reference("qwen2_moe"); }
 TEST(Reference, Qwen2MoeNormTopkMatchesHuggingFace) { check_against_reference("qwen2_moe_norm"); }
 TEST(Reference, Glm4MoeMatchesHuggingFace) { check_against_reference("glm4_moe"); }
+// with transformers' aux loss (balance.kind hf, output_router_logits=True): loss and every gradient
+TEST(Reference, MixtralWithAuxLossMatchesHuggingFace) { check_against_reference("mixtral_aux"); }
+TEST(Reference, Qwen2MoeWithAuxLossMatchesHuggingFace) { check_against_reference("qwen2_moe_aux"); }
 
 }  // namespace trident::model

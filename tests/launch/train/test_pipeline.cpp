@@ -238,13 +238,19 @@ TEST(Pipeline, MoeMatchesSingleRank) {
   for (const Case& c : {ring, a2a, four}) list.push_back(c);
   // aux-loss-free balancing: the bias moves by the counts of every rank, the
   // same numbers on every mesh (ZeRO 3 shards it, tensor 2 replicates it)
-  const std::vector<std::string> deepseek = {"model.moe.router.score=sigmoid", "model.moe.router.groups=4",
-                                             "model.moe.router.group_topk=2", "model.moe.router.scaling=2.5",
+  const std::vector<std::string> deepseek = {"model.moe.router.score=sigmoid",   "model.moe.router.groups=4",
+                                             "model.moe.router.group_topk=2",    "model.moe.router.scaling=2.5",
                                              "model.moe.balance.bias_rate=0.05", "model.moe.balance.kind=none"};
   Case biased{2, 2, 2, "1f1b", 3, "moe", true};
   Case biased_data{8, 1, 1, "1f1b", 1, "moe"};
   biased.sets = biased_data.sets = deepseek;
   for (const Case& c : {biased, biased_data}) list.push_back(c);
+  // transformers' cross-layer balancing loss (kind hf): one stage, counts over data, tensor and context
+  Case hf_data{8, 1, 1, "1f1b", 1, "moe"};
+  Case hf_context{2, 2, 1, "1f1b", 3, "moe", true};
+  hf_context.context = 2;
+  hf_data.sets = hf_context.sets = {"model.moe.balance.kind=hf"};
+  for (const Case& c : {hf_data, hf_context}) list.push_back(c);
   for (const Case& c : list) {
     if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
     const auto& ref = single_rank(c);

@@ -32,7 +32,7 @@ def line(out, kind, name, t):
     out.write(f"{kind} {name} {len(dims)} {' '.join(map(str, dims))} {vals}\n")
 
 
-def run(out, arch, model, cfg_line, vocab):
+def run(out, arch, model, cfg_line, vocab, aux_coef=0.0):
     torch.manual_seed(7)
     model = model.to(torch.float64)
     model.eval()  # dropout off (all dropout probabilities are 0 anyway)
@@ -45,8 +45,14 @@ def run(out, arch, model, cfg_line, vocab):
     g = torch.Generator().manual_seed(11)
     tokens = torch.randint(0, vocab, (B, T), generator=g)
     targets = torch.randint(0, vocab, (B, T), generator=g)
-    logits = model(input_ids=tokens).logits
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+    if aux_coef:  # the MoE balancing loss as transformers adds it (load_balancing_loss_func)
+        result = model(input_ids=tokens, output_router_logits=True)
+        logits = result.logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+        loss = loss + aux_coef * result.aux_loss
+    else:
+        logits = model(input_ids=tokens).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
     loss.backward()
     out.write(f"model {arch} {cfg_line}\n")
     line(out, "tokens", "tokens", tokens)
@@ -80,13 +86,19 @@ def moe_families(out):
                             router_jitter_noise=0.0, sliding_window=None, rope_parameters=rope)
     run(out, "mixtral", MixtralForCausalLM(mixtral),
         common + " ffn_hidden=12 experts=4 top_k=2 moe_ffn=12 score=softmax norm_topk=1", 13)
+    # with transformers' aux loss (output_router_logits=True): one cross-layer product
+    run(out, "mixtral_aux", MixtralForCausalLM(mixtral),
+        common + " ffn_hidden=12 experts=4 top_k=2 moe_ffn=12 score=softmax norm_topk=1 balance=hf coef=0.05", 13,
+        aux_coef=0.05)
     for norm in (False, True):
         q = Qwen2MoeConfig(**base, intermediate_size=24, moe_intermediate_size=12, shared_expert_intermediate_size=10,
                            num_experts=4, num_experts_per_tok=2, norm_topk_prob=norm, mlp_only_layers=[1],
                            decoder_sparse_step=1, qkv_bias=False, use_sliding_window=False, rope_parameters=rope)
-        run(out, "qwen2_moe" + ("_norm" if norm else ""), Qwen2MoeForCausalLM(q),
-            common + f" ffn_hidden=24 experts=4 top_k=2 moe_ffn=12 shared=1 shared_ffn=10 gate=1 dense_layers=1 "
-                     f"score=softmax norm_topk={int(norm)}", 13)
+        qwen = (common + f" ffn_hidden=24 experts=4 top_k=2 moe_ffn=12 shared=1 shared_ffn=10 gate=1 dense_layers=1 "
+                         f"score=softmax norm_topk={int(norm)}")
+        run(out, "qwen2_moe" + ("_norm" if norm else ""), Qwen2MoeForCausalLM(q), qwen, 13)
+        if norm:
+            run(out, "qwen2_moe_aux", Qwen2MoeForCausalLM(q), qwen + " balance=hf coef=0.05", 13, aux_coef=0.05)
     g = Glm4MoeConfig(**base, intermediate_size=24, moe_intermediate_size=6, num_experts_per_tok=2, n_shared_experts=2,
                       n_routed_experts=8, routed_scaling_factor=2.5, n_group=4, topk_group=2, first_k_dense_replace=1,
                       norm_topk_prob=True, attention_bias=False, use_qk_norm=False,

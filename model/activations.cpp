@@ -98,6 +98,11 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
       ctx->packed.push_back(static_cast<uint16_t*>(ctx->storage.back().raw()));
     }
   }
+  if (cfg_.qk_norm)  // the heads before QK-norm and their statistics, per layer in every mode
+    for (auto& a : ctx->layers) {
+      const int64_t rows = N * (dims_.heads + dims_.kv_heads);
+      a.qk_pre = alloc(rows * cfg_.head_dim()), a.qk_rstd = alloc(rows);
+    }
   if (moe_) {
     ctx->moe.resize(size_t(L));
     for (int64_t l = 0; l < L; ++l)

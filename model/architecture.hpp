@@ -52,6 +52,8 @@ enum class Slot {
   experts_in_weight,   // MoE: [E, 2I, C], each expert's gate | up
   experts_out_weight,  // MoE: [E, C, I]
   shared_gate_weight,  // MoE: Qwen2-MoE's shared-expert gate [1, C]
+  q_norm_weight,       // QK-norm (Qwen3): [D]
+  k_norm_weight,       // [D]
   token_table,
   positions,
   final_norm_weight,
@@ -59,16 +61,16 @@ enum class Slot {
   lm_head,
   fused
 };
-inline constexpr int kLayerSlots = 17;
+inline constexpr int kLayerSlots = 19;
 
 // A shape term: the product of the model sizes it names.
 // MoE: E experts, I each one's width, S the shared experts' width.
-enum class Dim { one, C, F, V, T, HD, KVD, three_C, E, I, EC, two_EI, S };
+enum class Dim { one, C, F, V, T, HD, KVD, three_C, E, I, EC, two_EI, S, D };
 
 // Which layers hold a layer row: all, the dense ones, or the MoE ones (all
 // of them, or those with shared experts, the shared-expert gate, the
 // router's correction bias), by ModelConfig::moe.
-enum class LayerUse { all, dense, moe, moe_shared, moe_shared_gate, moe_bias };
+enum class LayerUse { all, dense, moe, moe_shared, moe_shared_gate, moe_bias, qk_norm };
 
 enum class NormKind { layer_norm, rms_norm };
 enum class MlpKind { gelu, swiglu };  // swiglu: the input weight is [2F, C] (gate | up)

@@ -55,6 +55,10 @@ int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, in
                             int64_t moe_layers) {
   const ActivationSizes z = activation_sizes(cfg, s);
   int64_t n = moe_layers * moe_layer_elements(cfg, s);
+  if (cfg.qk_norm) {  // the heads before QK-norm, and their statistics
+    const LocalDims d = local_dims(cfg, {0, s.tensor});
+    n += layers * z.N * (d.heads + d.kv_heads) * (cfg.head_dim() + 1);
+  }
   if (layers > 0 && s.recompute != Recompute::full)
     n += layers * (layer_set_elements(z) + (s.recompute == Recompute::none ? z.attention_state : 0));
   n += layers * z.R * z.C;  // each layer's input

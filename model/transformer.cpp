@@ -191,6 +191,46 @@ void Transformer<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T
     k::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, cfg_.hidden, accumulate);
 }
 
+// QK-norm: the query heads' rows [N H, D] and the key heads' [N KV, D] of
+// qkv, gathered into pre (kept), RMS-normalised with their weights, back.
+template <typename T>
+void Transformer<T>::qk_norm_forward(T* qkv, T* pre, T* rstd, const LayerParams& p, int64_t N) {
+  const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), W = qkv_width_, heads = H + KV;
+  qk_scratch_.resize(static_cast<size_t>(2 * N * heads * D));
+  T* out = qk_scratch_.data();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t row = h < H ? n * H + h : N * H + n * KV + (h - H);
+      std::copy(qkv + n * W + h * D, qkv + n * W + (h + 1) * D, pre + row * D);
+    }
+  k::rmsnorm_forward(out, rstd, pre, p.qnw, N * H, D, cfg_.norm_eps);
+  k::rmsnorm_forward(out + N * H * D, rstd + N * H, pre + N * H * D, p.knw, N * KV, D, cfg_.norm_eps);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t row = h < H ? n * H + h : N * H + n * KV + (h - H);
+      std::copy(out + row * D, out + (row + 1) * D, qkv + n * W + h * D);
+    }
+}
+
+template <typename T>
+void Transformer<T>::qk_norm_backward(T* dqkv, const T* pre, const T* rstd, const LayerParams& p, int64_t N, bool acc) {
+  const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), W = qkv_width_, heads = H + KV;
+  qk_scratch_.resize(static_cast<size_t>(2 * N * heads * D));
+  T *g = qk_scratch_.data(), *din = g + N * heads * D;
+  auto row_of = [&](int64_t n, int64_t h) { return h < H ? n * H + h : N * H + n * KV + (h - H); };
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < heads; ++h)
+      std::copy(dqkv + n * W + h * D, dqkv + n * W + (h + 1) * D, g + row_of(n, h) * D);
+  std::fill(din, din + N * heads * D, T(0));  // the backward adds to its input gradient
+  T* dw_q = p.dqnw;
+  T* dw_k = p.dknw;
+  k::rmsnorm_backward(din, dw_q, g, pre, p.qnw, rstd, N * H, D, acc);
+  k::rmsnorm_backward(din + N * H * D, dw_k, g + N * H * D, pre + N * H * D, p.knw, rstd + N * H, N * KV, D, acc);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < heads; ++h)
+      std::copy(din + row_of(n, h) * D, din + (row_of(n, h) + 1) * D, dqkv + n * W + h * D);
+}
+
 // x_out = x_mid + exit(MLP(norm2(x_mid))), x_mid = x_in + exit(attention(norm1(x_in)))
 template <typename T>
 void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B, MoeActs<T>* m) {
@@ -201,6 +241,7 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
   store(a.ln1, R * C);
   const T* h = tp_->enter(a.ln1_full, a.ln1, N, C);
   linear_fwd(a.qkv, {h}, {p.qkvw}, p.qkvb, N, C, qkv_width_);
+  if (a.qk_pre) qk_norm_forward(a.qkv, a.qk_pre, a.qk_rstd, p, N);
   if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D, origin_);
   store(a.qkv, N * qkv_width_);
   cp_->attention_forward(a.atty, a.lse, a.qkv, B, H, KV, D, doc_start_);
@@ -421,6 +462,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     store(d_atty_, N * H * D);
     cp_->attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.lse, B, H, KV, D, doc_start_);
     if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D, origin_);
+    if (a.qk_pre) qk_norm_backward(d_qkv, a.qk_pre, a.qk_rstd, p, N, acc);
     if (gemm_reads_16bit())
       k::store_16(d_qkv, dqkv16_, N * qkv_width_, precision_);
     else

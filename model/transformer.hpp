@@ -57,10 +57,12 @@ enum class BackwardPart { all, input, weight };
 // [R,C]: x_in, ln1, x_mid, ln2 (means, rstds [R]); [N, ...]: the rest.
 // ln1_full / ln2_full [N,C] are the inputs of the column-parallel linears
 // (the same buffers as ln1 / ln2 unless the region gathers them).
+// qk_pre [N (H + KV), D] / qk_rstd [N (H + KV)]: the query and key heads
+// before QK-norm and their statistics (model.qk_norm; null without it).
 template <typename T>
 struct LayerActs {
   T *x_in, *ln1, *ln1_full, *ln1_mean, *ln1_rstd, *qkv, *lse, *atty, *x_mid, *ln2, *ln2_full, *ln2_mean, *ln2_rstd, *fc,
-      *act;
+      *act, *qk_pre = nullptr, *qk_rstd = nullptr;
 };
 
 // Output gradients of a layer's four linears, kept from the input pass for
@@ -219,8 +221,9 @@ class Transformer {
   // each half in Slot order (model/architecture.hpp); an MoE layer's
   // fcw / pw are its shared experts' (null without them)
   struct LayerParams {
-    T *n1w, *n1b, *qkvw, *qkvb, *ow, *ob, *n2w, *n2b, *fcw, *fcb, *pw, *pb, *rw, *rb, *xw, *xpw, *sgw;
-    T *dn1w, *dn1b, *dqkvw, *dqkvb, *dow, *dob, *dn2w, *dn2b, *dfcw, *dfcb, *dpw, *dpb, *drw, *drb, *dxw, *dxpw, *dsgw;
+    T *n1w, *n1b, *qkvw, *qkvb, *ow, *ob, *n2w, *n2b, *fcw, *fcb, *pw, *pb, *rw, *rb, *xw, *xpw, *sgw, *qnw, *knw;
+    T *dn1w, *dn1b, *dqkvw, *dqkvb, *dow, *dob, *dn2w, *dn2b, *dfcw, *dfcb, *dpw, *dpb, *drw, *drb, *dxw, *dxpw, *dsgw,
+        *dqnw, *dknw;
     MoeWeights<T> moe() const { return {rw, rb, xw, xpw, fcw, pw, sgw}; }
     MoeGrads<T> moe_grads() const { return {drw, drb, dxw, dxpw, dfcw, dpw, dsgw}; }
   };
@@ -272,6 +275,11 @@ class Transformer {
   void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B, MoeActs<T>* m);
   void layer_weight_grads(const Activations<T>& ctx, int l, const LayerParams& p, bool acc);
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N);
+  // QK-norm of the query and key heads in qkv [N, (H + 2 KV) D], in place
+  // (pre: the heads before it, kept for backward), and its backward on dqkv.
+  void qk_norm_forward(T* qkv, T* pre, T* rstd, const LayerParams& p, int64_t N);
+  void qk_norm_backward(T* dqkv, const T* pre, const T* rstd, const LayerParams& p, int64_t N, bool acc);
+  std::vector<T> qk_scratch_;
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,
                      int64_t N, bool accumulate);
 

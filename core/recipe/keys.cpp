@@ -165,6 +165,9 @@ const std::vector<Key>& table() {
           "the token table and LM head get `vocab` rounded up to a multiple of `vocab_multiple x parallel.tensor` rows "
           "(Megatron's `make-vocab-size-divisible-by`); padded logits are masked (never win, never take probability), "
           "their rows get no gradient, and export strips them. `1`: pad only to a multiple of the tensor size"),
+      boolean("model.qk_norm", FIELD(model.qk_norm), value(false),
+              "RMSNorm over each query and key head (weights `self_attn.q_norm.weight`, `k_norm.weight` of size "
+              "hidden / heads) after the projection and before rotary, as Qwen3 (llama; tensor 1; cpu)"),
       section("model.moe", "mixture-of-experts MLPs (llama; [moe.md](moe.md)); without it every layer is dense"),
       integer("model.moe.experts", FIELD(model.moe.experts), 2, 1 << 16,
               Default<int64_t>{0, nullptr, "*required with `model.moe`*"},

@@ -18,12 +18,12 @@ namespace trident {
 struct MoeConfig {
   bool enabled = false;  // the recipe has a model.moe section
   int64_t experts = 0, top_k = 0;
-  int64_t ffn_hidden = 0;         // I: each routed expert's SwiGLU width
-  int64_t shared_experts = 0;     // always-on experts, run as one SwiGLU MLP of shared_experts x shared_ffn_hidden
-  int64_t shared_ffn_hidden = 0;  // each shared expert's width
-  bool shared_expert_gate = false;  // Qwen2-MoE: the shared output times sigmoid(x . w_g), w_g [1, hidden]
-  int64_t first_dense = 0;          // layers [0, first_dense) are dense (first_k_dense_replace)
-  int64_t every = 1;                // layer l is MoE when (l + 1) % every == 0 (decoder_sparse_step)
+  int64_t ffn_hidden = 0;             // I: each routed expert's SwiGLU width
+  int64_t shared_experts = 0;         // always-on experts, run as one SwiGLU MLP of shared_experts x shared_ffn_hidden
+  int64_t shared_ffn_hidden = 0;      // each shared expert's width
+  bool shared_expert_gate = false;    // Qwen2-MoE: the shared output times sigmoid(x . w_g), w_g [1, hidden]
+  int64_t first_dense = 0;            // layers [0, first_dense) are dense (first_k_dense_replace)
+  int64_t every = 1;                  // layer l is MoE when (l + 1) % every == 0 (decoder_sparse_step)
   std::vector<int64_t> dense_layers;  // and not listed here (mlp_only_layers)
   RouterScore score = RouterScore::softmax;
   bool norm_topk = true;
@@ -50,6 +50,7 @@ struct ModelConfig {
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, seq_len = 0, vocab = 0;
   double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
   bool tie_embeddings = true;
+  bool qk_norm = false;         // RMSNorm of each query and key head before rotary (Qwen3), weights [head_dim]
   int64_t vocab_multiple = 64;  // the vocabulary is padded to a multiple of vocab_multiple x tensor
   MoeConfig moe;
   int64_t head_dim() const { return hidden / heads; }

@@ -124,6 +124,14 @@ std::string config_json(const ModelConfig& m, HfFamily f) {
     case HfFamily::llama:
       c["mlp_bias"] = false;
       break;
+    case HfFamily::qwen3:
+      c["use_sliding_window"] = false;
+      break;
+    case HfFamily::qwen3_moe:
+      c["num_experts"] = e.experts, c["num_experts_per_tok"] = e.top_k, c["moe_intermediate_size"] = e.ffn_hidden;
+      c["norm_topk_prob"] = e.norm_topk, c["decoder_sparse_step"] = e.every, c["mlp_only_layers"] = e.dense_layers;
+      c["router_aux_loss_coef"] = e.balance_coef, c["use_sliding_window"] = false;
+      break;
     case HfFamily::mixtral:
       c["num_local_experts"] = e.experts, c["num_experts_per_tok"] = e.top_k;
       c["intermediate_size"] = e.ffn_hidden;  // Mixtral's experts' width
@@ -139,7 +147,7 @@ std::string config_json(const ModelConfig& m, HfFamily f) {
       c["n_routed_experts"] = e.experts, c["num_experts_per_tok"] = e.top_k, c["moe_intermediate_size"] = e.ffn_hidden;
       c["n_shared_experts"] = e.shared_experts, c["first_k_dense_replace"] = e.first_dense;
       c["n_group"] = e.groups, c["topk_group"] = e.group_topk, c["routed_scaling_factor"] = e.scaling;
-      c["norm_topk_prob"] = e.norm_topk, c["partial_rotary_factor"] = 1.0, c["use_qk_norm"] = false;
+      c["norm_topk_prob"] = e.norm_topk, c["partial_rotary_factor"] = 1.0, c["use_qk_norm"] = m.qk_norm;
       break;
   }
   return c.dump(2) + "\n";

@@ -102,7 +102,7 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
       fail_input("{}: key 'hidden_act': expected silu (SwiGLU, as Trident), found '{}'", path, text("hidden_act", ""));
     if (flag("attention_bias", false) || flag("mlp_bias", false))
       fail_input("{}: attention_bias / mlp_bias: Trident's LLaMA has no linear biases", path);
-    if (flag("use_qk_norm", false)) fail_input("{}: key 'use_qk_norm': QK-norm is not supported", path);
+    if (*family == HfFamily::glm4_moe) same("use_qk_norm", flag("use_qk_norm", false), "model.qk_norm", m.qk_norm);
     const MoeConfig& e = m.moe;
     auto dense_list = [&](const char* key) {
       std::vector<int64_t> v;
@@ -121,12 +121,17 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
         if (real("router_jitter_noise", 0.0) != 0.0)
           fail_input("{}: key 'router_jitter_noise': router jitter is not supported (0 only)", path);
         break;
+      case HfFamily::qwen3_moe:
       case HfFamily::qwen2_moe:
-        same("num_experts", num("num_experts", -1), "model.moe.experts", e.experts);
+        if (given("num_local_experts") && !given("num_experts"))  // how transformers 5 saves it
+          same("num_local_experts", num("num_local_experts", -1), "model.moe.experts", e.experts);
+        else
+          same("num_experts", num("num_experts", -1), "model.moe.experts", e.experts);
         same("num_experts_per_tok", num("num_experts_per_tok", -1), "model.moe.top_k", e.top_k);
         same("moe_intermediate_size", num("moe_intermediate_size", -1), "model.moe.ffn_hidden", e.ffn_hidden);
-        same("shared_expert_intermediate_size", num("shared_expert_intermediate_size", -1),
-             "model.moe.shared_ffn_hidden", e.shared_ffn_hidden);
+        if (*family == HfFamily::qwen2_moe)
+          same("shared_expert_intermediate_size", num("shared_expert_intermediate_size", -1),
+               "model.moe.shared_ffn_hidden", e.shared_ffn_hidden);
         same("norm_topk_prob", flag("norm_topk_prob", false), "model.moe.router.norm_topk", e.norm_topk);
         same("decoder_sparse_step", num("decoder_sparse_step", 1), "model.moe.every", e.every);
         if (dense_list("mlp_only_layers") != e.dense_layers)
@@ -137,7 +142,10 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
           fail_input("{}: key 'use_sliding_window': sliding-window attention is not supported", path);
         break;
       case HfFamily::glm4_moe:
-        same("n_routed_experts", num("n_routed_experts", -1), "model.moe.experts", e.experts);
+        if (given("num_local_experts") && !given("n_routed_experts"))
+          same("num_local_experts", num("num_local_experts", -1), "model.moe.experts", e.experts);
+        else
+          same("n_routed_experts", num("n_routed_experts", -1), "model.moe.experts", e.experts);
         same("num_experts_per_tok", num("num_experts_per_tok", -1), "model.moe.top_k", e.top_k);
         same("moe_intermediate_size", num("moe_intermediate_size", -1), "model.moe.ffn_hidden", e.ffn_hidden);
         same("n_shared_experts", num("n_shared_experts", 1), "model.moe.shared_experts", e.shared_experts);

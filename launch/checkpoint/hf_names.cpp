@@ -17,7 +17,7 @@ std::pair<std::string, std::string> split_layer(const std::string& name) {
   fail_input(
       "model.moe: no transformers family holds this model: {} ({}); the families: mixtral (softmax, "
       "renormalised, no shared experts, every layer MoE), qwen2_moe (softmax, one gated shared expert), "
-      "glm4_moe (sigmoid, ungated shared experts)",
+      "qwen3_moe (softmax with QK-norm, no shared experts), glm4_moe (sigmoid, ungated shared experts)",
       key, why);
 }
 
@@ -27,7 +27,7 @@ HfFamily hf_family(const Recipe& rc) {
   const ModelConfig& m = rc.model;
   if (m.arch == Arch::gpt2) return HfFamily::gpt2;
   const MoeConfig& e = m.moe;
-  if (!e.enabled) return HfFamily::llama;
+  if (!e.enabled) return m.qk_norm ? HfFamily::qwen3 : HfFamily::llama;
   if (e.score == RouterScore::sigmoid) {
     if (e.shared_experts == 0) no_family("model.moe.shared_experts", "glm4_moe always has shared experts");
     if (e.shared_expert_gate) no_family("model.moe.shared_expert_gate", "glm4_moe's shared experts are ungated");
@@ -39,6 +39,11 @@ HfFamily hf_family(const Recipe& rc) {
   }
   if (e.groups != 1 || e.scaling != 1.0)
     no_family("model.moe.router.groups / scaling", "softmax families have neither groups nor a scaling factor");
+  if (m.qk_norm) {
+    if (e.shared_experts > 0) no_family("model.moe.shared_experts", "qwen3_moe (QK-norm) has no shared experts");
+    if (e.first_dense != 0) no_family("model.moe.first_dense", "qwen3_moe chooses dense layers by mlp_only_layers");
+    return HfFamily::qwen3_moe;
+  }
   if (e.shared_experts > 0) {
     if (e.shared_experts != 1 || !e.shared_expert_gate)
       no_family("model.moe.shared_experts", "qwen2_moe has one shared expert, gated");
@@ -57,8 +62,12 @@ const char* hf_model_type(HfFamily f) {
       return "gpt2";
     case HfFamily::llama:
       return "llama";
+    case HfFamily::qwen3:
+      return "qwen3";
     case HfFamily::mixtral:
       return "mixtral";
+    case HfFamily::qwen3_moe:
+      return "qwen3_moe";
     case HfFamily::qwen2_moe:
       return "qwen2_moe";
     case HfFamily::glm4_moe:
@@ -73,8 +82,12 @@ const char* hf_class(HfFamily f) {
       return "GPT2LMHeadModel";
     case HfFamily::llama:
       return "LlamaForCausalLM";
+    case HfFamily::qwen3:
+      return "Qwen3ForCausalLM";
     case HfFamily::mixtral:
       return "MixtralForCausalLM";
+    case HfFamily::qwen3_moe:
+      return "Qwen3MoeForCausalLM";
     case HfFamily::qwen2_moe:
       return "Qwen2MoeForCausalLM";
     case HfFamily::glm4_moe:
@@ -84,7 +97,8 @@ const char* hf_class(HfFamily f) {
 }
 
 std::optional<HfFamily> hf_family_of(const std::string& model_type) {
-  for (HfFamily f : {HfFamily::gpt2, HfFamily::llama, HfFamily::mixtral, HfFamily::qwen2_moe, HfFamily::glm4_moe})
+  for (HfFamily f : {HfFamily::gpt2, HfFamily::llama, HfFamily::qwen3, HfFamily::mixtral, HfFamily::qwen2_moe,
+                     HfFamily::qwen3_moe, HfFamily::glm4_moe})
     if (model_type == hf_model_type(f)) return f;
   return std::nullopt;
 }

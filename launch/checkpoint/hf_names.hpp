@@ -4,12 +4,16 @@
 //   family     model_type  transformers class       which models
 //   gpt2       gpt2        GPT2LMHeadModel          arch gpt2
 //   llama      llama       LlamaForCausalLM         arch llama, dense
+//   qwen3      qwen3       Qwen3ForCausalLM         dense with model.qk_norm
 //   mixtral    mixtral     MixtralForCausalLM       every layer MoE, softmax top-k renormalised, no shared experts
 //   qwen2_moe  qwen2_moe   Qwen2MoeForCausalLM      softmax, one gated shared expert, decoder_sparse_step /
 //                                                   mlp_only_layers
+//   qwen3_moe  qwen3_moe   Qwen3MoeForCausalLM      softmax with QK-norm, no shared experts, decoder_sparse_step /
+//                                                   mlp_only_layers
 //   glm4_moe   glm4_moe    Glm4MoeForCausalLM       sigmoid routing with the correction bias, groups, scaling,
 //                                                   ungated shared experts, first_k_dense_replace (DeepSeek-V3
-//                                                   routing on standard attention, full rotary)
+//                                                   routing on standard attention, full rotary; QK-norm
+//                                                   optional: use_qk_norm)
 //
 // Export writes the hub layout (one tensor per expert: Mixtral's
 // block_sparse_moe.experts.N.w1 / w3 / w2, the others' mlp.experts.N.gate_proj
@@ -28,7 +32,7 @@
 
 namespace trident::launch {
 
-enum class HfFamily { gpt2, llama, mixtral, qwen2_moe, glm4_moe };
+enum class HfFamily { gpt2, llama, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe };
 
 // The family of the recipe's model; an MoE model no family can hold is an
 // InputError naming the model.moe key that rules each out.

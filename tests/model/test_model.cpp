@@ -29,8 +29,9 @@ struct Batch {
   }
 };
 
-void check_model_fd(const std::string& arch) {
+void check_model_fd(const std::string& arch, bool qk_norm = false) {
   ModelConfig m = tiny(arch);
+  m.qk_norm = qk_norm;
   const int64_t B = 2, N = B * m.seq_len;
   Transformer<double> net(m, 7);
   auto ctx = net.make_activations(B, Recompute::none);
@@ -54,6 +55,7 @@ void check_model_fd(const std::string& arch) {
 
 TEST(Model, Gpt2GradientsMatchFiniteDifferences) { check_model_fd("gpt2"); }
 TEST(Model, LlamaGradientsMatchFiniteDifferences) { check_model_fd("llama"); }
+TEST(Model, QkNormGradientsMatchFiniteDifferences) { check_model_fd("llama", true); }
 
 TEST(Model, FloatMatchesDouble) {
   for (std::string arch : {"gpt2", "llama"}) {

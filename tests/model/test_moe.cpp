@@ -45,6 +45,9 @@ std::vector<std::pair<std::string, ModelConfig>> variants() {
   ModelConfig d = tiny_moe();  // transformers' cross-layer form: one product over both MoE layers
   d.moe.balance = Balance::hf;
   out.push_back({"hf", d});
+  ModelConfig q = tiny_moe();  // Qwen3-MoE: QK-norm, no renormalisation
+  q.qk_norm = true, q.moe.norm_topk = false;
+  out.push_back({"qk_norm", q});
   return out;
 }
 

@@ -60,6 +60,7 @@ std::map<std::string, RefModel> load_reference() {
       m.seq_len = std::stol(kv["seq_len"]), m.vocab = std::stol(kv["vocab"]), m.norm_eps = std::stod(kv["norm_eps"]);
       if (kv.count("rope_theta")) m.rope_theta = std::stod(kv["rope_theta"]);
       m.tie_embeddings = name == "gpt2";
+      m.qk_norm = kv.count("qk_norm") && kv["qk_norm"] == "1";
       if (kv.count("experts")) {  // an MoE family
         MoeConfig& e = m.moe;
         auto num = [&](const char* k, int64_t def) { return kv.count(k) ? std::stol(kv[k]) : def; };
@@ -193,6 +194,9 @@ TEST(Reference, MixtralMatchesHuggingFace) { check_against_reference("mixtral");
 TEST(Reference, Qwen2MoeMatchesHuggingFace) { check_against_reference("qwen2_moe"); }
 TEST(Reference, Qwen2MoeNormTopkMatchesHuggingFace) { check_against_reference("qwen2_moe_norm"); }
 TEST(Reference, Glm4MoeMatchesHuggingFace) { check_against_reference("glm4_moe"); }
+TEST(Reference, Qwen3MatchesHuggingFace) { check_against_reference("qwen3"); }
+TEST(Reference, Qwen3MoeMatchesHuggingFace) { check_against_reference("qwen3_moe"); }
+TEST(Reference, Qwen3MoeNormTopkMatchesHuggingFace) { check_against_reference("qwen3_moe_norm"); }
 // with transformers' aux loss (balance.kind hf, output_router_logits=True): loss and every gradient
 TEST(Reference, MixtralWithAuxLossMatchesHuggingFace) { check_against_reference("mixtral_aux"); }
 TEST(Reference, Qwen2MoeWithAuxLossMatchesHuggingFace) { check_against_reference("qwen2_moe_aux"); }

@@ -1,6 +1,6 @@
 """Hugging Face interoperability, both directions, GPT-2, LLaMA and the
-mixture-of-experts families (Mixtral, Qwen2-MoE with both norm_topk_prob
-values and mlp_only_layers, GLM-4-MoE with a non-zero correction bias, groups,
+mixture-of-experts families (Mixtral, Qwen2-MoE and Qwen3-MoE (QK-norm) with
+both norm_topk_prob values and mlp_only_layers, GLM-4-MoE with a non-zero correction bias, groups,
 scaling, shared experts and a dense first layer).
 
 Export: Trident trains a small model on a tensor- or pipeline-parallel mesh
@@ -239,7 +239,7 @@ def import_then_train(a):
 # Mixture of experts: transformers' families of configs/moe-tiny.yaml's sizes,
 # each with the recipe overrides that make Trident's model the same one.
 def moe_families():
-    from transformers import Glm4MoeConfig, MixtralConfig, Qwen2MoeConfig
+    from transformers import Glm4MoeConfig, MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
     common = dict(vocab_size=32, hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=False, initializer_range=0.1)
     rope = {"rope_type": "default", "rope_theta": 10000.0}
@@ -256,6 +256,17 @@ def moe_families():
          qwen_sets + ["model.moe.router.norm_topk=false"], dict(score="softmax", k=2, groups=1, group_topk=1)),
         ("qwen2_moe_norm_topk", Qwen2MoeConfig(**qwen, norm_topk_prob=True),
          qwen_sets + ["model.moe.router.norm_topk=true"], dict(score="softmax", k=2, groups=1, group_topk=1)),
+        ("qwen3_moe", Qwen3MoeConfig(**common, intermediate_size=352, moe_intermediate_size=96, num_experts=8,
+                                     num_experts_per_tok=2, norm_topk_prob=False, mlp_only_layers=[1],
+                                     decoder_sparse_step=1, head_dim=32, attention_bias=False,
+                                     use_sliding_window=False, rope_parameters=rope),
+         ["model.moe.first_dense=0", "model.qk_norm=true", "model.moe.dense_layers=[1]",
+          "model.moe.router.norm_topk=false"], dict(score="softmax", k=2, groups=1, group_topk=1)),
+        ("qwen3_moe_norm_topk", Qwen3MoeConfig(**common, intermediate_size=352, moe_intermediate_size=96,
+                                               num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+                                               head_dim=32, attention_bias=False, use_sliding_window=False,
+                                               rope_parameters=rope),
+         ["model.moe.first_dense=0", "model.qk_norm=true"], dict(score="softmax", k=2, groups=1, group_topk=1)),
         ("glm4_moe", Glm4MoeConfig(**common, intermediate_size=352, moe_intermediate_size=96, num_experts_per_tok=2,
                                    n_shared_experts=2, n_routed_experts=8, routed_scaling_factor=2.5, n_group=4,
                                    topk_group=2, first_k_dense_replace=1, norm_topk_prob=True, attention_bias=False,

@@ -99,6 +99,17 @@ def moe_families(out):
         run(out, "qwen2_moe" + ("_norm" if norm else ""), Qwen2MoeForCausalLM(q), qwen, 13)
         if norm:
             run(out, "qwen2_moe_aux", Qwen2MoeForCausalLM(q), qwen + " balance=hf coef=0.05", 13, aux_coef=0.05)
+    from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    q3 = Qwen3Config(**base, intermediate_size=24, head_dim=4, attention_bias=False, use_sliding_window=False,
+                     rope_parameters=rope)
+    run(out, "qwen3", Qwen3ForCausalLM(q3), common + " ffn_hidden=24 qk_norm=1", 13)
+    for norm in (False, True):
+        q = Qwen3MoeConfig(**base, intermediate_size=24, moe_intermediate_size=12, num_experts=4, num_experts_per_tok=2,
+                           norm_topk_prob=norm, mlp_only_layers=[1], decoder_sparse_step=1, head_dim=4,
+                           attention_bias=False, use_sliding_window=False, rope_parameters=rope)
+        run(out, "qwen3_moe" + ("_norm" if norm else ""), Qwen3MoeForCausalLM(q),
+            common + f" ffn_hidden=24 qk_norm=1 experts=4 top_k=2 moe_ffn=12 dense_layers=1 score=softmax "
+                     f"norm_topk={int(norm)}", 13)
     g = Glm4MoeConfig(**base, intermediate_size=24, moe_intermediate_size=6, num_experts_per_tok=2, n_shared_experts=2,
                       n_routed_experts=8, routed_scaling_factor=2.5, n_group=4, topk_group=2, first_k_dense_replace=1,
                       norm_topk_prob=True, attention_bias=False, use_qk_norm=False,

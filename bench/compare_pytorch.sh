@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Trident vs PyTorch, same model, same machine, same run: a full training step
 # (micro-batch 4 x sequence 64) of configs/demo.yaml and configs/gpt2-124m.yaml
-# at 1 and 2 threads, in fp32 and in bf16 (Trident's train.precision: bf16
+# (and, with RECIPES=moe-124m PRECISIONS=fp32, the 120M-active MoE model
+# against bench/reference/moe_pytorch.py) at 1 and 2 threads, in fp32 and in bf16 (Trident's train.precision: bf16
 # against PyTorch's bf16 autocast; PRECISIONS="fp32 bf16", RECIPES and
 # THREADS select). Installs the current PyTorch (CPU use) into a virtual
 # environment when missing (TRIDENT_BENCH_VENV, default build/bench-venv).
@@ -30,7 +31,9 @@ for recipe in ${RECIPES:-demo gpt2-124m}; do
   for threads in ${THREADS:-1 2}; do
     for _ in $(seq "$REPS"); do
       for precision in $PRECISIONS; do
-        "$VENV/bin/python" "$ROOT/bench/reference/gpt_pytorch.py" --recipe "$ROOT/configs/$recipe.yaml" \
+        reference=gpt_pytorch.py
+        case $recipe in moe*) reference=moe_pytorch.py ;; esac  # the MoE model's own PyTorch twin
+        "$VENV/bin/python" "$ROOT/bench/reference/$reference" --recipe "$ROOT/configs/$recipe.yaml" \
             --threads "$threads" --steps 10 --precision "$precision" | tail -1 >> "$RUNS/ref_$precision"
         "$BUILD_DIR/bench/bench_train_step" --recipe "$ROOT/configs/$recipe.yaml" --precision "$precision" \
             --benchmark_filter="threads:$threads/" --benchmark_format=json 2>/dev/null | grep -v '^bf16 GEMM' \

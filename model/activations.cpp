@@ -143,8 +143,10 @@ template <typename T>
 void Transformer<T>::unpack(Activations<T>& ctx, int l) const {
   const uint16_t* src = ctx.packed[size_t(l)];
   const auto bufs = saved_buffers(ctx.layers[size_t(l)], ctx.B, ctx.recompute);
+  // an MoE layer's backward reads its MLP input (ln2_full) itself, not only through GEMMs
+  const bool moe = size_t(l) < ctx.moe.size() && ctx.moe[size_t(l)].logits;
   for (size_t i = 0; i < bufs.size(); ++i) {
-    if (!gemm_only(ctx, i)) k::unpack_16(bufs[i].first, src, bufs[i].second, precision_);
+    if (!gemm_only(ctx, i) || (moe && i == 5)) k::unpack_16(bufs[i].first, src, bufs[i].second, precision_);
     src += bufs[i].second;
   }
 }

@@ -165,10 +165,6 @@ void validate_moe(Reader& r, Recipe& rc) {
                    "without groups (router.score softmax, router.groups 1)");
   if (rc.device == DeviceType::cuda)
     r.inconsistent("device", "model.moe with device: cuda: MoE layers run on the CPU in this version; use device: cpu");
-  if (rc.train.precision != Precision::fp32)
-    r.inconsistent("train.precision", fmt::format("model.moe with precision {}: MoE layers train in fp32 in this "
-                                                  "version; use precision: fp32",
-                                                  enum_name(rc.train.precision)));
   if (e.capacity_factor > 0)
     r.inconsistent("model.moe.capacity_factor",
                    "token dropping is not built yet: MoE layers are dropless; use capacity_factor: 0");

@@ -355,7 +355,6 @@ optim: {lr: 1.0e-3}
                 "model.moe.router.group_topk=1", "parallel.pipeline=2"},
                2);
   expect_error(llama, {"model.moe.capacity_factor", "dropless"}, {"model.moe.capacity_factor=1.25"});
-  expect_error(llama, {"train.precision", "fp32"}, {"train.precision=bf16"});
   expect_error(llama, {"model.moe", "arch llama, found arch gpt2"}, {"model.arch=gpt2"});
   expect_error(llama, {"parallel.tensor", "moe.ffn_hidden(32) % tensor(3)"},
                {"parallel.tensor=3", "model.heads=3", "model.hidden=48", "model.kv_heads=3", "model.ffn_hidden=48"}, 3);

@@ -271,8 +271,10 @@ TEST(Pipeline, MixedPrecisionMatchesSingleRank) {
                             {8, 1, 1, "1f1b", 3, "llama"},
                             {1, 4, 2, "interleaved_1f1b", 0, "llama"},
                             {2, 1, 4, "zero_bubble", 1, "gpt2"}};
-  list[0].precision = list[1].precision = list[2].precision = "bf16";
-  list[3].precision = "fp16";
+  list.push_back({2, 2, 2, "interleaved_1f1b", 1, "moe", true});  // MoE in bf16 and fp16
+  list.push_back({4, 1, 2, "zero_bubble", 3, "moe"});
+  list[0].precision = list[1].precision = list[2].precision = list[4].precision = "bf16";
+  list[3].precision = list[5].precision = "fp16";
   for (const Case& c : list) {
     if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
     const auto& ref = single_rank(c);

@@ -125,7 +125,7 @@ TEST(Precision, RecipeKeysAreValidated) {
 // gradients are accumulated in fp32 (not bf16 values); the results differ
 // from the fp32 model's on the same weights.
 TEST(Precision, ModelStoresRoundedActivationsAndFp32Gradients) {
-  for (const char* file : {"configs/demo.yaml", "configs/llama-tiny.yaml"}) {
+  for (const char* file : {"configs/demo.yaml", "configs/llama-tiny.yaml", "configs/moe-tiny.yaml"}) {
     Recipe r = load_recipe(src(file), {"model.layers=2"});
     model::Transformer<float> net32(r.model, 7), net16(r.model, 7, {.precision = Precision::bf16});  // the same weights
     const int64_t B = 2, T = r.model.seq_len, N = B * T;
@@ -176,7 +176,7 @@ TEST(Precision, ModelStoresRoundedActivationsAndFp32Gradients) {
 // every recompute mode and with the split (zero-bubble) backward, and take
 // less activation memory.
 TEST(Precision, PackedActivationsAreExactAndSmaller) {
-  for (const char* file : {"configs/demo.yaml", "configs/llama-tiny.yaml"})
+  for (const char* file : {"configs/demo.yaml", "configs/llama-tiny.yaml", "configs/moe-tiny.yaml"})
     for (Precision prec : {Precision::bf16, Precision::fp16})
       for (auto rc : {model::Recompute::none, model::Recompute::selective, model::Recompute::full})
         for (bool split : {false, true}) {

@@ -339,12 +339,16 @@ void RunReport::end_step(const StepFacts& f) {
     if (f.moe) {
       r["aux_loss"] = rounded(f.moe->aux_loss, 8), r["z_loss"] = rounded(f.moe->z_loss, 8);
       Json load = Json::array();
-      for (size_t i = 0; i < f.moe->layers.size(); ++i)
-        load.push_back({{"layer", f.moe->layers[i]},
-                        {"tokens", f.moe->tokens[i]},
-                        {"min", f.moe->min[i]},
-                        {"max", f.moe->max[i]},
-                        {"imbalance", rounded(f.moe->imbalance[i], 4)}});
+      for (size_t i = 0; i < f.moe->layers.size(); ++i) {
+        Json layer = {{"layer", f.moe->layers[i]},
+                      {"tokens", f.moe->tokens[i]},
+                      {"min", f.moe->min[i]},
+                      {"max", f.moe->max[i]},
+                      {"imbalance", rounded(f.moe->imbalance[i], 4)}};
+        if (std::isfinite(f.moe->bias_min[i]))
+          layer["bias_min"] = rounded(f.moe->bias_min[i], 6), layer["bias_max"] = rounded(f.moe->bias_max[i], 6);
+        load.push_back(layer);
+      }
       r["expert_load"] = load;
     }
     if (f.samples_per_dataset.size() > 1) {  // a blend: tokens consumed per dataset so far

@@ -55,6 +55,7 @@ std::string peak_cache_file();  // "" when there is nowhere to cache
 struct MoeLoad {
   std::vector<int64_t> layers;
   std::vector<double> min, max, imbalance, tokens;  // tokens: routed to the layer's experts (batch x seq x top_k)
+  std::vector<double> bias_min, bias_max;           // the correction bias's range (NaN: none, or sharded by ZeRO 3)
   double aux_loss = 0, z_loss = 0;
 };
 

@@ -103,15 +103,25 @@ MoeLoad StepRunner::moe_load() const {
   const int64_t E = net_.config().moe.experts;
   // [layer, counts...] per local MoE layer, counts over the data and context groups
   const std::vector<double> counts = parallel::sum_over(data_, parallel::sum_over(context_, mine.counts));
+  // ... and the layer's correction bias range where this rank holds it whole (NaN otherwise: ZeRO 3 shards it)
   std::vector<double> packed;
+  const bool whole = net_.params().defined() && net_.device().type == DeviceType::cpu;
   for (size_t i = 0; i < mine.layers.size(); ++i) {
     packed.push_back(double(mine.layers[i]));
     packed.insert(packed.end(), counts.begin() + int64_t(i) * E, counts.begin() + int64_t(i + 1) * E);
+    double lo = NAN, hi = NAN;
+    const std::string bias = model::layer_prefix(net_.config(), mine.layers[i]) + "mlp.gate.e_score_correction_bias";
+    for (const auto& p : net_.registry().params())
+      if (whole && p.name == bias) {
+        const float* b = net_.params().data<float>() + p.offset;
+        lo = *std::min_element(b, b + p.numel), hi = *std::max_element(b, b + p.numel);
+      }
+    packed.push_back(lo), packed.push_back(hi);
   }
   const std::vector<double> all = parallel::gather_varying(pipeline_, packed);
   MoeLoad out;
   std::vector<std::pair<int64_t, size_t>> order;  // layer, where its counts start
-  for (size_t at = 0; at < all.size(); at += size_t(E) + 1) order.push_back({int64_t(all[at]), at + 1});
+  for (size_t at = 0; at < all.size(); at += size_t(E) + 3) order.push_back({int64_t(all[at]), at + 1});
   std::sort(order.begin(), order.end());
   for (auto [layer, at] : order) {
     const auto first = all.begin() + int64_t(at), last = first + E;
@@ -121,6 +131,7 @@ MoeLoad StepRunner::moe_load() const {
     out.max.push_back(*std::max_element(first, last));
     out.imbalance.push_back(total > 0 ? out.max.back() / (total / double(E)) : 0);
     out.tokens.push_back(total);
+    out.bias_min.push_back(all[at + size_t(E)]), out.bias_max.push_back(all[at + size_t(E) + 1]);
   }
   const double micro = double(shape_.micro_batches) * double(data_ ? data_->size() : 1);
   auto mean = [&](double x) {

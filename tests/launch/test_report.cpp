@@ -174,6 +174,23 @@ TEST(Report, MoeRunsRecordAndChartTheExpertLoad) {
     EXPECT_EQ(none[i]["expert_load"], full[i]["expert_load"]) << "step " << i + 1;
     EXPECT_EQ(none[i]["aux_loss"], full[i]["aux_loss"]) << "step " << i + 1;
   }
+  // aux-loss-free balancing: the bias range moves by bias_rate a step, up for some experts, down for others
+  ASSERT_EQ(
+      trident(fmt::format("train {} {} --set model.moe.router.score=sigmoid --set model.moe.balance.bias_rate=0.05 "
+                          "--set log.metrics={}",
+                          src("configs/moe-tiny.yaml"), common, s / "bias.jsonl"))
+          .code,
+      0);
+  const auto biased = records(s / "bias.jsonl", "train");
+  ASSERT_EQ(biased.size(), 4u);
+  for (size_t i = 0; i < biased.size(); ++i)
+    for (const Json& layer : biased[i]["expert_load"]) {
+      ASSERT_TRUE(layer.contains("bias_min") && layer.contains("bias_max")) << layer;
+      EXPECT_LE(layer["bias_max"].get<double>(), 0.05 * double(i + 1) + 1e-6);
+      EXPECT_GE(layer["bias_min"].get<double>(), -0.05 * double(i + 1) - 1e-6);
+      EXPECT_LT(layer["bias_min"].get<double>(), layer["bias_max"].get<double>()) << "step " << i + 1;
+    }
+  EXPECT_FALSE(none[0]["expert_load"][0].contains("bias_min"));  // a softmax router has no bias
   ASSERT_EQ(trident(fmt::format("report {} --out {}", s / "none.jsonl", s / "out")).code, 0);
   std::ifstream page(s / "out/index.html");
   const Json data = page_data(std::string((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>()));

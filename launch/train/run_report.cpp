@@ -313,6 +313,7 @@ void RunReport::end_step(const StepFacts& f) {
   out_.skipped.push_back(f.skipped);
   out_.step_seconds.push_back(dt);
   out_.bubbles.push_back(bubble);
+  if (f.moe) out_.expert_tokens.push_back(f.moe->counts);
   out_.comm_wait_s += f.comm_wait_s;
   if (!quiet_ && f.skipped)
     log::info("step {}: inf/NaN gradients at loss scale {:g}; step skipped, scale now {:g}", step + 1, f.loss_scale,

@@ -56,6 +56,7 @@ struct MoeLoad {
   std::vector<int64_t> layers;
   std::vector<double> min, max, imbalance, tokens;  // tokens: routed to the layer's experts (batch x seq x top_k)
   std::vector<double> bias_min, bias_max;           // the correction bias's range (NaN: none, or sharded by ZeRO 3)
+  std::vector<double> counts;                       // [layers x E]: the tokens routed to each expert
   double aux_loss = 0, z_loss = 0;
 };
 

@@ -131,6 +131,7 @@ MoeLoad StepRunner::moe_load() const {
     out.max.push_back(*std::max_element(first, last));
     out.imbalance.push_back(total > 0 ? out.max.back() / (total / double(E)) : 0);
     out.tokens.push_back(total);
+    out.counts.insert(out.counts.end(), first, last);
     out.bias_min.push_back(all[at + size_t(E)]), out.bias_max.push_back(all[at + size_t(E) + 1]);
   }
   const double micro = double(shape_.micro_batches) * double(data_ ? data_->size() : 1);

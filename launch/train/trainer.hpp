@@ -37,6 +37,9 @@ struct TrainSummary {
   std::vector<std::vector<double>> bubbles;  // per step: measured bubble fraction of each pipeline stage
   double predicted_bubble = 0;               // the simulator's, unit costs
   int stopped_by_signal = 0;                 // SIGTERM / SIGUSR1 stopped the run early (after saving)
+  // MoE models, per step: the tokens routed to each expert of each MoE layer
+  // (layers in order, E each), over every rank
+  std::vector<std::vector<double>> expert_tokens;
   int64_t peak_params = 0, peak_grads = 0, peak_optimizer = 0;  // this rank's allocator peaks
   int64_t peak_activations = 0, peak_comm = 0, peak_other = 0, peak_total = 0;
 };

@@ -74,6 +74,11 @@ struct Tolerance {
   double grads = 1e-5;      // relative L2 of the step-1 gradients
   double loss = 1e-4;       // relative, every step
   double grad_norm = 1e-4;  // relative, every step (< 0: not compared)
+  // MoE: step 1's tokens per expert exactly, later steps' within this fraction
+  // of the routed tokens (rounding differences between meshes grow with
+  // training and can flip a route that sits near a tie); < 0: not compared
+  // (16-bit runs round the router's input differently)
+  double routes = 0.01;
 };
 
 // Step-1 gradients, then every step's loss and gradient norm. On failure the
@@ -99,6 +104,20 @@ inline void expect_equivalent(const EquivalenceRun& ref, const EquivalenceRun& r
     const double norm = std::sqrt(sq) / run.loss_scales[0];
     EXPECT_LE(std::abs(run.grad_norms[0] / norm - 1), 1e-4)
         << what << ": step-1 gradient norm " << run.grad_norms[0] << ", but the gradients' norm is " << norm;
+  }
+  // every MoE layer's tokens per expert: step 1's exactly (the same weights route the same), later steps'
+  // up to the few routes that rounding differences can flip near a tie
+  ASSERT_EQ(run.expert_tokens.size(), ref.expert_tokens.size()) << what << ": steps with MoE statistics";
+  for (size_t s = 0; s < ref.expert_tokens.size() && tol.routes >= 0; ++s) {
+    if (s == 0) {
+      EXPECT_EQ(run.expert_tokens[s], ref.expert_tokens[s]) << what << ", step 1: tokens per expert";
+      continue;
+    }
+    double moved = 0, total = 0;
+    for (size_t i = 0; i < ref.expert_tokens[s].size(); ++i)
+      moved += std::abs(run.expert_tokens[s][i] - ref.expert_tokens[s][i]), total += ref.expert_tokens[s][i];
+    EXPECT_LE(moved, tol.routes * total) << what << ", step " << s + 1 << ": " << moved / 2
+                                         << " routes differ from the single-rank run's, of " << total;
   }
   ASSERT_EQ(run.expert_counts.size(), ref.expert_counts.size()) << what << ": steps with expert counts";
   for (size_t s = 0; s < ref.expert_counts.size(); ++s)

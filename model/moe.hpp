@@ -93,7 +93,6 @@ class MoeMlp {
   MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t shared, parallel::TensorParallel* tp,
          parallel::ContextParallel* cp);
 
-  const kernels::RouterSpec& router() const { return spec_; }
   // Buffers of one micro-batch of N rows in B sequences; `storage` owns them.
   MoeActs<T> make_acts(int64_t N, std::vector<Tensor>& storage, Device device) const;
 

@@ -88,6 +88,16 @@ std::vector<std::vector<std::string>> meshes() {
       {"parallel.data=2", "parallel.pipeline=2", "parallel.zero=1"}};
 }
 
+// A run resumed from its step-3 checkpoint gives steps 4-6 of the whole run, bit for bit.
+void expect_resumed_steps_4_to_6(const launch::TrainSummary& full, const launch::TrainSummary& resumed,
+                                 const std::vector<std::string>& mesh) {
+  ASSERT_EQ(resumed.losses.size(), 3u);
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(resumed.losses[s], full.losses[s + 3]) << "step " << s + 4 << ", mesh " << ::testing::PrintToString(mesh);
+    EXPECT_EQ(resumed.grad_norms[s], full.grad_norms[s + 3]) << "step " << s + 4;
+  }
+}
+
 TEST(Checkpoint, ResumeIsExact) {
   int i = 0;
   for (const auto& mesh : meshes()) {
@@ -97,12 +107,7 @@ TEST(Checkpoint, ResumeIsExact) {
     ASSERT_TRUE(fs::exists(dir + "/step_00000003/index.json"));
     ASSERT_TRUE(fs::exists(dir + "/step_00000006/index.json"));
     const launch::TrainSummary resumed = launch::train(rc, {.quiet = true, .resume = dir + "/step_00000003"});
-    ASSERT_EQ(resumed.losses.size(), 3u);
-    for (size_t s = 0; s < 3; ++s) {
-      EXPECT_EQ(resumed.losses[s], full.losses[s + 3])
-          << "step " << s + 4 << ", mesh " << ::testing::PrintToString(mesh);
-      EXPECT_EQ(resumed.grad_norms[s], full.grad_norms[s + 3]) << "step " << s + 4;
-    }
+    expect_resumed_steps_4_to_6(full, resumed, mesh);
     // --resume auto picks `latest` (step 6, the end): nothing left to train
     EXPECT_EQ(launch::train(rc, {.quiet = true, .resume = "auto"}).losses.size(), 0u);
   }
@@ -116,12 +121,7 @@ TEST(Checkpoint, MoeResumesExactlyAndReshards) {
     const Recipe rc = recipe(dir, moe_mesh(mesh), 6, 3, "moe-tiny.yaml");
     const launch::TrainSummary full = launch::train(rc, {.quiet = true});
     const launch::TrainSummary resumed = launch::train(rc, {.quiet = true, .resume = dir + "/step_00000003"});
-    ASSERT_EQ(resumed.losses.size(), 3u);
-    for (size_t s = 0; s < 3; ++s) {
-      EXPECT_EQ(resumed.losses[s], full.losses[s + 3])
-          << "step " << s + 4 << ", mesh " << ::testing::PrintToString(mesh);
-      EXPECT_EQ(resumed.grad_norms[s], full.grad_norms[s + 3]) << "step " << s + 4;
-    }
+    expect_resumed_steps_4_to_6(full, resumed, mesh);
     saved.push_back(dir + "/step_00000003");
   }
   if (g_world == 1) return;

@@ -61,6 +61,27 @@ submit() {  # prints the job id
     grep -o "job [0-9]* submitted" | grep -o "[0-9]*"
 }
 log_of() { echo "$W/logs/$(field "$1" JobName)-$1.out"; }
+# submit_two_nodes ARGS...: submit, wait, print the job id. Open MPI 4.1's
+# TCP transport can take a peer's first message while this process still
+# waits in MPI_Init's PMIx fence, before its PML has registered the handler
+# (upstream open-mpi/ompi#13559); the process then dies of SIGSEGV inside
+# ompi_mpi_init, before Trident runs a line. On simulated nodes sharing one
+# loaded machine about 1 two-node job in 50 hits it. Only a job whose log
+# shows that crash is submitted again (at most twice), and the test says so.
+submit_two_nodes() {
+  local job st try
+  for try in 1 2 3; do
+    job=$(submit --nodes 2 --tasks-per-node 2 "$@")
+    st=$(wait_job "$job" 300)
+    if [ "$st" != COMPLETED ] && grep -q "Segmentation fault" "$(log_of "$job")" &&
+      grep -Eq "ompi_mpi_init|PMPI_Init" "$(log_of "$job")" && [ $try -lt 3 ]; then
+      echo "note: job $job died in Open MPI's MPI_Init (a segfault inside ompi_mpi_init); submitting again" >&2
+      continue
+    fi
+    break
+  done
+  echo "$job"
+}
 COMMON=(--set train.steps=150 --set log.every=25 --set eval.batches=2)
 
 # 1. submit and complete
@@ -108,17 +129,16 @@ sys.exit(0 if len(ref) == 150 and not bad else 1)
 PY
 
 # 3. two nodes: tensor groups inside a node; the log names each rank's node
-job=$(submit --nodes 2 --tasks-per-node 2 --set parallel.tensor=2 --set parallel.data=2 --set train.steps=5 \
+job=$(submit_two_nodes --set parallel.tensor=2 --set parallel.data=2 --set train.steps=5 \
       --set eval.batches=0 --set log.metrics= --set checkpoint.dir="$W/ck_two")
-st=$(wait_job "$job" 300)
+st=$(field "$job" JobState)
 log=$(log_of "$job")
 [ "$st" = COMPLETED ] && grep -q "4 ranks on 2 nodes" "$log" && grep -Eq "node 0 \(.*\): ranks 0-1" "$log" &&
   grep -Eq "node 1 \(.*\): ranks 2-3" "$log" && ! grep -q "span nodes" "$log" &&
   ok "two nodes: ranks 0-1 and 2-3, tensor groups inside a node" || { fail "two-node job"; cat "$log"; }
-job=$(submit --nodes 2 --tasks-per-node 2 --set parallel.tensor=2 --set parallel.data=2 --set train.steps=2 \
+job=$(submit_two_nodes --set parallel.tensor=2 --set parallel.data=2 --set train.steps=2 \
       --set eval.batches=0 --set log.metrics= --set checkpoint.dir="$W/ck_span" \
       --set "parallel.order=[data, tensor, pipeline]")
-st=$(wait_job "$job" 300)
 grep -q "tensor groups \[0,2\] \[1,3\] span nodes" "$(log_of "$job")" && ok "warns when tensor groups span nodes" ||
   { fail "no span warning"; cat "$(log_of "$job")"; }
 

@@ -15,6 +15,8 @@
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/grouped_gemm.hpp"
+#include "kernels/moe_permute.hpp"
 #include "kernels/norm.hpp"
 #include "kernels/precision.hpp"
 #include "kernels/residual.hpp"
@@ -193,6 +195,45 @@ KERNEL_OP(void, rmsnorm_backward,
            bool accumulate),
           (dinp, dweight, dout, inp, weight, rstd, N, C, accumulate), dout,
           cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, accumulate));
+
+// kernels/grouped_gemm.hpp (on CUDA one grouped cuBLAS call; the schedule is the CPU's)
+KERNEL_OP(void, grouped_linear_forward,
+          (T * y, const T* x, const T* w, const int64_t* offsets, int64_t G, int64_t C, int64_t OC,
+           GroupedSchedule schedule),
+          (y, x, w, offsets, G, C, OC, schedule), y, cuda::grouped_linear_forward(y, x, w, offsets, G, C, OC));
+KERNEL_OP(void, grouped_linear_backward,
+          (T * dx, T* dw, const T* dy, const T* x, const T* w, const int64_t* offsets, int64_t G, int64_t C, int64_t OC,
+           bool accumulate, GroupedSchedule schedule),
+          (dx, dw, dy, x, w, offsets, G, C, OC, accumulate, schedule), dw,
+          cuda::grouped_linear_backward(dx, dw, dy, x, w, offsets, G, C, OC, accumulate));
+
+// kernels/moe_permute.hpp (the routes are integers: the choice by hand)
+namespace cpu {
+void moe_route_index(int32_t* row, int32_t* token, int64_t* offsets, const int32_t* expert, int64_t N, int64_t K,
+                     int64_t E);
+}
+void moe_route_index(int32_t* row, int32_t* token, int64_t* offsets, const int32_t* expert, int64_t N, int64_t K,
+                     int64_t E) {
+#ifdef TRIDENT_HAVE_CUDA
+  if (::trident::is_device_pointer(expert)) {
+    ::trident::kernels::cuda::KernelTimer trident_timer_(__func__);
+    return cuda::moe_route_index(row, token, offsets, expert, N, K, E);
+  }
+#endif
+  cpu::moe_route_index(row, token, offsets, expert, N, K, E);
+}
+KERNEL_OP(void, moe_permute, (T * x, const T* h, const int32_t* token, int64_t M, int64_t C), (x, h, token, M, C), x,
+          cuda::moe_permute(x, h, token, M, C));
+KERNEL_OP(void, moe_combine,
+          (T * out, const T* y, const T* weight, const int32_t* row, int64_t N, int64_t K, int64_t C),
+          (out, y, weight, row, N, K, C), out, cuda::moe_combine(out, y, weight, row, N, K, C));
+KERNEL_OP(void, moe_combine_backward,
+          (T * dys, T* dweight, const T* dy, const T* y, const T* weight, const int32_t* row, int64_t N, int64_t K,
+           int64_t C),
+          (dys, dweight, dy, y, weight, row, N, K, C), dys,
+          cuda::moe_combine_backward(dys, dweight, dy, y, weight, row, N, K, C));
+KERNEL_OP(void, moe_unpermute, (T * dh, const T* dx, const int32_t* row, int64_t N, int64_t K, int64_t C),
+          (dh, dx, row, N, K, C), dh, cuda::moe_unpermute(dh, dx, row, N, K, C));
 
 // kernels/precision.hpp
 KERNEL_OP(void, round_to_storage, (T * x, int64_t n, Precision p), (x, n, p), x,

@@ -3,13 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "core/error.hpp"
 #include "kernels/activation.hpp"
 #include "kernels/buffer.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/grouped_gemm.hpp"
+#include "kernels/moe_permute.hpp"
 
 namespace trident::model {
 
@@ -56,29 +56,15 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
   k::linear_forward(a.logits, h, w.router, static_cast<const T*>(nullptr), N, C, E);
   k::router_forward(a.expert, a.weight, a.scores, a.logits, w.bias, N, spec_);
   // permute: expert-major, tokens in increasing index within an expert
-  std::vector<int64_t>& off = a.offsets;
-  std::fill(off.begin(), off.end(), 0);
-  for (int64_t i = 0; i < M; ++i) ++off[size_t(a.expert[i]) + 1];
-  for (int64_t e = 0; e < E; ++e) off[size_t(e + 1)] += off[size_t(e)];
-  std::vector<int64_t> cursor(off.begin(), off.end() - 1);
-  for (int64_t i = 0; i < M; ++i) {
-    const int64_t r = cursor[size_t(a.expert[i])]++;
-    a.row[i] = int32_t(r), a.token[r] = int32_t(i / K);
-  }
-  for (int64_t r = 0; r < M; ++r) std::memcpy(x_ + r * C, h + int64_t(a.token[r]) * C, size_t(C) * sizeof(T));
+  const int64_t* off = a.offsets.data();
+  k::moe_route_index(a.row, a.token, a.offsets.data(), a.expert, N, K, E);
+  k::moe_permute(x_, h, a.token, M, C);
   // the experts: one grouped GEMM each way, the activation over all rows
-  k::grouped_linear_forward(a.fc, x_, w.w_in, off.data(), E, C, 2 * I);
+  k::grouped_linear_forward(a.fc, x_, w.w_in, off, E, C, 2 * I);
   k::swiglu_forward(a.act, a.fc, M, I);
-  k::grouped_linear_forward(a.y, a.act, w.w_out, off.data(), E, I, C);
+  k::grouped_linear_forward(a.y, a.act, w.w_out, off, E, I, C);
   // combine, each token's experts in increasing id
-  for (int64_t n = 0; n < N; ++n) {
-    T* o = out + n * C;
-    std::fill(o, o + C, T(0));
-    for (int64_t j = 0; j < K; ++j) {
-      const T wt = a.weight[n * K + j], *y = a.y + int64_t(a.row[n * K + j]) * C;
-      for (int64_t c = 0; c < C; ++c) o[c] += wt * y[c];
-    }
-  }
+  k::moe_combine(out, a.y, a.weight, a.row, N, K, C);
   if (S > 0) {
     k::linear_forward(a.shared_fc, h, w.s_in, static_cast<const T*>(nullptr), N, C, 2 * S);
     k::swiglu_forward(a.shared_act, a.shared_fc, N, S);
@@ -177,42 +163,23 @@ void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, co
   const int64_t E = spec_.experts, K = spec_.top_k, M = N * K, C = C_, I = I_, S = S_;
   ensure_scratch(N);
   T* dgate = dweight_ + M;  // [N], after the weights' [N,k]: one sum over the group for both
-  // the routing weights' and the gate's gradients: dot products with partial outputs
-  for (int64_t n = 0; n < N; ++n) {
-    const T* d = dy + n * C;
-    for (int64_t j = 0; j < K; ++j) {
-      const T* y = a.y + int64_t(a.row[n * K + j]) * C;
+  // the experts' permuted output gradients (weighted), and the routing
+  // weights' and the gate's gradients: dot products with partial outputs
+  k::moe_combine_backward(dys_, dweight_, dy, a.y, a.weight, a.row, N, K, C);
+  if (a.gate)
+    for (int64_t n = 0; n < N; ++n) {
       T s = 0;
-      for (int64_t c = 0; c < C; ++c) s += d[c] * y[c];
-      dweight_[n * K + j] = s;
+      for (int64_t c = 0; c < C; ++c) s += dy[n * C + c] * a.shared_out[n * C + c];
+      dgate[n] = s;
     }
-    T s = 0;
-    if (a.gate)
-      for (int64_t c = 0; c < C; ++c) s += d[c] * a.shared_out[n * C + c];
-    dgate[n] = s;
-  }
   tp_->sum_partials(dweight_, M + (a.gate ? N : 0));
-  // experts: the permuted output gradients, weighted
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t j = 0; j < K; ++j) {
-      const T wt = a.weight[n * K + j];
-      T* o = dys_ + int64_t(a.row[n * K + j]) * C;
-      for (int64_t c = 0; c < C; ++c) o[c] = wt * dy[n * C + c];
-    }
-  for (int64_t r = 0; r < M; ++r) std::memcpy(x_ + r * C, h + int64_t(a.token[r]) * C, size_t(C) * sizeof(T));
+  k::moe_permute(x_, h, a.token, M, C);
   // an expert without tokens gets a zero (not a stale) gradient
   k::grouped_linear_backward(dact_, g.w_out, dys_, a.act, w.w_out, a.offsets.data(), E, I, C, acc);
   k::swiglu_backward(dfc_, a.fc, dact_, M, I);
   k::grouped_linear_backward(dx_, g.w_in, dfc_, x_, w.w_in, a.offsets.data(), E, C, 2 * I, acc);
   // unpermute: each token's rows added in increasing expert id
-  for (int64_t n = 0; n < N; ++n) {
-    T* o = dh + n * C;
-    std::fill(o, o + C, T(0));
-    for (int64_t j = 0; j < K; ++j) {
-      const T* d = dx_ + int64_t(a.row[n * K + j]) * C;
-      for (int64_t c = 0; c < C; ++c) o[c] += d[c];
-    }
-  }
+  k::moe_unpermute(dh, dx_, a.row, N, K, C);
   if (S > 0) {
     const T* dso = dy;
     if (a.gate) {

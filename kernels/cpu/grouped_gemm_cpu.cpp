@@ -43,12 +43,15 @@ void for_groups(bool spread, const int64_t* offsets, int64_t G, F fn) {
 
 }  // namespace
 
+namespace cpu {
+
 template <typename T>
 void grouped_linear_forward(T* y, const T* x, const T* w, const int64_t* offsets, int64_t G, int64_t C, int64_t OC,
                             GroupedSchedule schedule) {
   for_groups(across(schedule, G), offsets, G, [&](int64_t g) {
     const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
-    if (rows > 0) gemm<T>(false, true, rows, OC, C, T(1), x + r0 * C, C, w + g * OC * C, C, T(0), y + r0 * OC, OC);
+    if (rows > 0)
+      kernels::gemm<T>(false, true, rows, OC, C, T(1), x + r0 * C, C, w + g * OC * C, C, T(0), y + r0 * OC, OC);
   });
 }
 
@@ -62,8 +65,9 @@ void grouped_linear_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, 
       if (!accumulate) std::fill(dwg, dwg + OC * C, T(0));
       return;
     }
-    if (dx) gemm<T>(false, false, rows, C, OC, T(1), dy + r0 * OC, OC, w + g * OC * C, C, T(0), dx + r0 * C, C);
-    gemm<T>(true, false, OC, C, rows, T(1), dy + r0 * OC, OC, x + r0 * C, C, accumulate ? T(1) : T(0), dwg, C);
+    if (dx)
+      kernels::gemm<T>(false, false, rows, C, OC, T(1), dy + r0 * OC, OC, w + g * OC * C, C, T(0), dx + r0 * C, C);
+    kernels::gemm<T>(true, false, OC, C, rows, T(1), dy + r0 * OC, OC, x + r0 * C, C, accumulate ? T(1) : T(0), dwg, C);
   });
 }
 
@@ -76,4 +80,5 @@ template void grouped_linear_backward<float>(float*, float*, const float*, const
 template void grouped_linear_backward<double>(double*, double*, const double*, const double*, const double*,
                                               const int64_t*, int64_t, int64_t, int64_t, bool, GroupedSchedule);
 
+}  // namespace cpu
 }  // namespace trident::kernels

@@ -36,6 +36,23 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t C, int64_t OC, bool accumulate);
 
+// As kernels/grouped_gemm.hpp: host offsets, device operands; one
+// cublasGemmGroupedBatchedEx call per direction (a group per expert with
+// rows, in the matmul mode's compute type).
+void grouped_linear_forward(float* y, const float* x, const float* w, const int64_t* offsets, int64_t G, int64_t C,
+                            int64_t OC);
+void grouped_linear_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                             const int64_t* offsets, int64_t G, int64_t C, int64_t OC, bool accumulate);
+
+// As kernels/moe_permute.hpp (offsets: host memory).
+void moe_route_index(int32_t* row, int32_t* token, int64_t* offsets, const int32_t* expert, int64_t N, int64_t K,
+                     int64_t E);
+void moe_permute(float* x, const float* h, const int32_t* token, int64_t M, int64_t C);
+void moe_combine(float* out, const float* y, const float* weight, const int32_t* row, int64_t N, int64_t K, int64_t C);
+void moe_combine_backward(float* dys, float* dweight, const float* dy, const float* y, const float* weight,
+                          const int32_t* row, int64_t N, int64_t K, int64_t C);
+void moe_unpermute(float* dh, const float* dx, const int32_t* row, int64_t N, int64_t K, int64_t C);
+
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int64_t N, int64_t C, double eps);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -31,6 +32,20 @@ inline F randn_f(int64_t n, uint32_t seed, float scale = 1.f) {
   F v(static_cast<size_t>(n));
   for (auto& x : v) x = d(gen);
   return v;
+}
+
+// Mixture-of-experts routes expert[N,k]: k distinct experts per token in
+// increasing id, drawn from the first E - 2 so the last two get no rows.
+inline std::vector<int32_t> moe_routes(int64_t N, int64_t K, int64_t E, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(E - 2)), expert;
+  for (int64_t n = 0; n < N; ++n) {
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::sort(ids.begin(), ids.begin() + K);
+    expert.insert(expert.end(), ids.begin(), ids.begin() + K);
+  }
+  return expert;
 }
 
 // max |cpu - other| <= atol + rtol * max |cpu| over the buffer

@@ -22,6 +22,8 @@
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/grouped_gemm.hpp"
+#include "kernels/moe_permute.hpp"
 #include "kernels/norm.hpp"
 #include "kernels/precision.hpp"
 #include "kernels/residual.hpp"
@@ -339,6 +341,55 @@ TEST(Cuda, EmbeddingsOverAVocabularyRange) {
   position_backward(dwpe.data(), inp.data(), row0, rows, T, C);
   position_backward(gdwpe.f(), ginp.f(), row0, rows, T, C);
   expect_close("position backward", dwpe, gdwpe.host(T * C), 1e-6, 1e-6);
+}
+
+// The MoE layer's device path: the routes' permutation equals the CPU's
+// exactly; the gather, the experts' grouped GEMMs both ways (experts without
+// rows: zeroed, then accumulated weight gradients), the combine and their
+// backwards match the CPU.
+TEST(Cuda, MoePermutationAndGroupedLinear) {
+  REQUIRE_GPU();
+  const int64_t N = 300, K = 2, E = 8, C = 40, OC = 24, M = N * K;
+  const std::vector<int32_t> expert = test::moe_routes(N, K, E, 7);
+  std::vector<int32_t> row(static_cast<size_t>(M)), token(row.size());
+  std::vector<int64_t> off(static_cast<size_t>(E + 1)), goff(off.size(), -1);
+  moe_route_index(row.data(), token.data(), off.data(), expert.data(), N, K, E);
+  Dev gexpert(expert), grow(row), gtoken(token);  // row and token overwritten below
+  moe_route_index(grow.i(), gtoken.i(), goff.data(), gexpert.i(), N, K, E);
+  std::vector<int32_t> hrow(row.size()), htoken(row.size());
+  copy_to_host(hrow.data(), grow.t.raw(), hrow.size() * sizeof(int32_t), 0);
+  copy_to_host(htoken.data(), gtoken.t.raw(), htoken.size() * sizeof(int32_t), 0);
+  EXPECT_EQ(row, hrow);
+  EXPECT_EQ(token, htoken);
+  EXPECT_EQ(off, goff);
+  F h = randn(N * C, 1), x(M * C);
+  Dev gh(h), gx(x);
+  moe_permute(x.data(), h.data(), token.data(), M, C), moe_permute(gx.f(), gh.f(), gtoken.i(), M, C);
+  expect_close("moe permute", x, gx.host(M * C), 0, 0);
+  F w = randn(E * OC * C, 2, 0.2f), y(M * OC), dy = randn(M * OC, 3), dx(M * C), dw = randn(E * OC * C, 4);
+  Dev gw(w), gy(y), gdy(dy), gdx(dx), gdw(dw);
+  grouped_linear_forward(y.data(), x.data(), w.data(), off.data(), E, C, OC);
+  grouped_linear_forward(gy.f(), gx.f(), gw.f(), off.data(), E, C, OC);
+  expect_close("grouped linear forward", y, gy.host(M * OC), 2e-5, 1e-5);
+  for (bool acc : {false, true}) {
+    grouped_linear_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), off.data(), E, C, OC, acc);
+    grouped_linear_backward(gdx.f(), gdw.f(), gdy.f(), gx.f(), gw.f(), off.data(), E, C, OC, acc);
+    expect_close("grouped linear dx", dx, gdx.host(M * C), 2e-5, 1e-5);
+    expect_close(std::string("grouped linear dw, accumulate ") + (acc ? "on" : "off"), dw, gdw.host(E * OC * C), 2e-5,
+                 1e-5);
+  }
+  F yc = randn(M * C, 5), wt = randn(M, 6), out(N * C), dout = randn(N * C, 7), dys(M * C), dwt(M), dh(N * C);
+  Dev gyc(yc), gwt(wt), gout(out), gdout(dout), gdys(dys), gdwt(dwt), gdh(dh);
+  moe_combine(out.data(), yc.data(), wt.data(), row.data(), N, K, C);
+  moe_combine(gout.f(), gyc.f(), gwt.f(), grow.i(), N, K, C);
+  expect_close("moe combine", out, gout.host(N * C), 1e-6, 1e-6);
+  moe_combine_backward(dys.data(), dwt.data(), dout.data(), yc.data(), wt.data(), row.data(), N, K, C);
+  moe_combine_backward(gdys.f(), gdwt.f(), gdout.f(), gyc.f(), gwt.f(), grow.i(), N, K, C);
+  expect_close("moe combine backward (rows)", dys, gdys.host(M * C), 0, 0);
+  expect_close("moe combine backward (weights)", dwt, gdwt.host(M), 1e-5, 1e-5);
+  moe_unpermute(dh.data(), yc.data(), row.data(), N, K, C);
+  moe_unpermute(gdh.f(), gyc.f(), grow.i(), N, K, C);
+  expect_close("moe unpermute", dh, gdh.host(N * C), 0, 0);
 }
 
 TEST(Cuda, CrossEntropyFusedAndVocabParallel) {

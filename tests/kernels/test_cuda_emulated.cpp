@@ -18,6 +18,7 @@
 #include "kernels/buffer.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/moe_permute.hpp"
 #include "kernels/norm.hpp"
 #include "kernels/precision.hpp"
 #include "kernels/residual.hpp"
@@ -311,6 +312,50 @@ TEST(CudaEmulated, MultiTensorAdamWRoundingAndSums) {
   EXPECT_NEAR(emu::sum(x.data(), int64_t(x.size())) / sum(x.data(), int64_t(x.size())), 1.0, 1e-12);
   const std::vector<std::pair<int64_t, int64_t>> r = {{0, 100}, {200, 20001}};
   EXPECT_NEAR(emu::sum_of_squares_ranges(x.data(), r) / sum_of_squares_ranges(x.data(), r), 1.0, 1e-12);
+}
+
+// The MoE permutation: the CUDA counting sort (a block per expert, a block
+// scan over chunks of routes) gives the CPU's rows, tokens and offsets
+// exactly, with more routes than a block's threads, experts without rows
+// and k = 1; the gather, combine and their backwards agree.
+TEST(CudaEmulated, MoePermutationGatherAndCombine) {
+  struct Shape {
+    int64_t N, K, E, C;
+  };
+  for (Shape s : {Shape{150, 2, 8, 9}, Shape{7, 1, 5, 3}, Shape{70, 4, 12, 17}}) {
+    const int64_t N = s.N, K = s.K, E = s.E, C = s.C, M = N * K;
+    const std::string name = "moe N" + std::to_string(N) + " k" + std::to_string(K) + " E" + std::to_string(E);
+    const std::vector<int32_t> expert = test::moe_routes(N, K, E, uint32_t(N));
+    std::vector<int32_t> row(static_cast<size_t>(M)), token(row.size()), erow(row.size(), -1), etoken(row.size(), -1);
+    std::vector<int64_t> off(static_cast<size_t>(E + 1)), eoff(off.size(), -1);
+    moe_route_index(row.data(), token.data(), off.data(), expert.data(), N, K, E);
+    emu::moe_route_index(erow.data(), etoken.data(), eoff.data(), expert.data(), N, K, E);
+    EXPECT_EQ(row, erow) << name;
+    EXPECT_EQ(token, etoken) << name;
+    EXPECT_EQ(off, eoff) << name;
+    EXPECT_EQ(off[size_t(E - 1)], off[size_t(E)]) << name << ": the last expert has no rows";
+    for (int64_t r = 1; r < M; ++r) {  // expert-major, tokens increasing within an expert
+      const int64_t a = std::upper_bound(off.begin(), off.end(), r - 1) - off.begin(),
+                    b = std::upper_bound(off.begin(), off.end(), r) - off.begin();
+      if (a == b) ASSERT_LT(token[size_t(r - 1)], token[size_t(r)]) << name << " row " << r;
+    }
+    F h = randn(N * C, 31), x(M * C), ex(M * C, -7.f);
+    moe_permute(x.data(), h.data(), token.data(), M, C), emu::moe_permute(ex.data(), h.data(), token.data(), M, C);
+    expect_close(name + " permute", x, ex, 0, 0);
+    F y = randn(M * C, 32), w = randn(M, 33), out(N * C), eout(N * C, -7.f);
+    moe_combine(out.data(), y.data(), w.data(), row.data(), N, K, C);
+    emu::moe_combine(eout.data(), y.data(), w.data(), row.data(), N, K, C);
+    expect_close(name + " combine", out, eout, 1e-6, 1e-6);
+    F dy = randn(N * C, 34), dys(M * C), edys(M * C, -7.f), dw(M), edw(M, -7.f);
+    moe_combine_backward(dys.data(), dw.data(), dy.data(), y.data(), w.data(), row.data(), N, K, C);
+    emu::moe_combine_backward(edys.data(), edw.data(), dy.data(), y.data(), w.data(), row.data(), N, K, C);
+    expect_close(name + " combine backward (rows)", dys, edys, 0, 0);
+    expect_close(name + " combine backward (weights)", dw, edw, 1e-5, 1e-5);
+    F dx = randn(M * C, 35), dh(N * C), edh(N * C, -7.f);
+    moe_unpermute(dh.data(), dx.data(), row.data(), N, K, C);
+    emu::moe_unpermute(edh.data(), dx.data(), row.data(), N, K, C);
+    expect_close(name + " unpermute", dh, edh, 0, 0);
+  }
 }
 
 }  // namespace

@@ -92,6 +92,10 @@ struct ParamRow {
   // shared-expert gate read the gathered input): its gradient is complete on
   // each rank, never summed over the tensor group.
   bool all_rows = false;
+  // Read by this rank's heads only (QK-norm's weights, shared by every
+  // head): each tensor rank's gradient covers its heads, so it is summed over
+  // the tensor group with or without sequence parallelism.
+  bool head_partial = false;
 };
 
 struct Architecture {

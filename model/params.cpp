@@ -15,7 +15,7 @@ SharedGradientRanges shared_gradient_ranges(const ParamRegistry& reg, const Mode
   for (const auto& p : reg.params()) {
     const std::pair<int64_t, int64_t> range{p.offset, p.offset + p.numel};
     if (p.token_table && cfg.tie_embeddings && pipeline_stages > 1) out.tied.push_back(range);
-    if (p.replication == Replication::tensor && sequence_parallel && !p.all_rows)
+    if (p.replication == Replication::tensor && (sequence_parallel || p.head_partial) && !p.all_rows)
       out.tensor_replicated.push_back(range);
     if (p.replication == Replication::kv_group) out.kv_replicated.push_back(range);
   }
@@ -37,6 +37,7 @@ void ParamRegistry::add(std::string name, const ParamRow& row, const ModelConfig
   p.token_table = row.slot == Slot::token_table;
   p.vocab_rows = row.rows == Dim::V;
   p.all_rows = row.all_rows;
+  p.head_partial = row.head_partial;
   p.numel = shape_numel(p.shape);
   total_ += p.numel;
   params_.push_back(std::move(p));
@@ -118,8 +119,9 @@ void ParamRegistry::apply_plan(const ModelConfig& m) {
     p.offset = total_;
     total_ += p.numel;
     p.counts_in_norm =  // a buffer's gradient slot holds counts (bias_ranges), not a gradient
-        !p.tied_copy && p.kind != ParamKind::buffer && (p.replication == Replication::none || (p.replication == Replication::tensor && r == 0) ||
-                         (p.replication == Replication::kv_group && r % (t / m.kv_heads) == 0));
+        !p.tied_copy && p.kind != ParamKind::buffer &&
+        (p.replication == Replication::none || (p.replication == Replication::tensor && r == 0) ||
+         (p.replication == Replication::kv_group && r % (t / m.kv_heads) == 0));
   }
 }
 

@@ -52,6 +52,7 @@ struct ParamSpec {
   bool token_table = false;    // the token embedding (or its tied copy)
   bool vocab_rows = false;     // rows are the (padded) vocabulary: the token table, the LM head
   bool all_rows = false;       // computed from every token row on each tensor rank (ParamRow::all_rows)
+  bool head_partial = false;   // each tensor rank's gradient covers its heads (ParamRow::head_partial)
   int64_t rows() const { return shape[0]; }
   int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
   int64_t global_cols() const { return global_shape.size() > 1 ? global_shape[1] : 1; }
@@ -106,7 +107,8 @@ void consolidate(T* out, const ModelConfig& cfg, const std::vector<const T*>& ra
 // share (parallel/data_parallel.hpp): the tied token table when the first and
 // last pipeline stage each hold a copy; slices replicated over the tensor
 // group (norms, row-parallel biases: only under sequence parallelism do the
-// ranks see different rows); replicated KV heads.
+// ranks see different rows; QK-norm's weights always, each rank holding its
+// heads); replicated KV heads.
 struct SharedGradientRanges {
   std::vector<std::pair<int64_t, int64_t>> tied, tensor_replicated, kv_replicated;
 };

@@ -167,7 +167,8 @@ const std::vector<Key>& table() {
           "their rows get no gradient, and export strips them. `1`: pad only to a multiple of the tensor size"),
       boolean("model.qk_norm", FIELD(model.qk_norm), value(false),
               "RMSNorm over each query and key head (weights `self_attn.q_norm.weight`, `k_norm.weight` of size "
-              "hidden / heads) after the projection and before rotary, as Qwen3 (llama; tensor 1; cpu)"),
+              "hidden / heads) after the projection and before rotary, as Qwen3 (llama; cpu; under tensor parallelism "
+              "its weights' gradients, each rank's over its heads, are summed over the tensor group)"),
       section("model.moe", "mixture-of-experts MLPs (llama; [moe.md](moe.md)); without it every layer is dense"),
       integer("model.moe.experts", FIELD(model.moe.experts), 2, 1 << 16,
               Default<int64_t>{0, nullptr, "*required with `model.moe`*"},

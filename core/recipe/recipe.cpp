@@ -113,16 +113,12 @@ void validate_model(Reader& r, const ModelConfig& m) {
                                               m.hidden, m.heads, m.head_dim()));
 }
 
-// model.qk_norm: the LLaMA family; its weights' gradient is not yet summed over the tensor group.
+// model.qk_norm: the LLaMA family, on the CPU.
 void validate_qk_norm(Reader& r, const Recipe& rc) {
   if (!rc.model.qk_norm) return;
   if (rc.model.arch != Arch::llama)
     r.inconsistent("model.qk_norm",
                    fmt::format("QK-norm is built for arch llama, found arch {}", enum_name(rc.model.arch)));
-  if (rc.parallel.tensor > 1)
-    r.inconsistent("parallel.tensor", fmt::format("tensor({}) with model.qk_norm: the norms' gradients are not yet "
-                                                  "summed over the tensor group; use tensor 1",
-                                                  rc.parallel.tensor));
   if (rc.device == DeviceType::cuda)
     r.inconsistent("device", "model.qk_norm with device: cuda: QK-norm runs on the CPU in this version");
 }

@@ -267,15 +267,16 @@ Recipe model_recipe(const Mesh& c) {
       "train.steps=10", "train.micro_batch=4", "train.global_batch=16",      "log.metrics=",
       "eval.batches=0", "train.threads=1",     "parallel.bucket_bytes=65536"};
   std::string file = "demo.yaml";
-  if (c.arch == "llama" || c.arch == "moe") {  // kv_heads 2: replicated at tensor 4; vocabulary 31, padded only to
-                                               // the tensor size
-    file = c.arch == "moe" ? "moe-tiny.yaml" : "llama-tiny.yaml";
+  const bool moe = c.arch == "moe" || c.arch == "moe-qk";
+  if (c.arch == "llama" || moe) {  // kv_heads 2: replicated at tensor 4; vocabulary 31, padded only to the tensor size
+    file = moe ? "moe-tiny.yaml" : "llama-tiny.yaml";
     for (const char* s : {"model.vocab=31", "data.synthetic.vocab=31", "model.vocab_multiple=1"}) sets.push_back(s);
   }
-  if (c.arch == "moe")  // experts split over the tensor group, and a gated shared expert
+  if (moe)  // experts split over the tensor group, and a gated shared expert
     for (const char* s :
          {"model.moe.shared_experts=1", "model.moe.shared_ffn_hidden=64", "model.moe.shared_expert_gate=true"})
       sets.push_back(s);
+  if (c.arch == "moe-qk") sets.push_back("model.qk_norm=true");  // Qwen3-MoE: QK-norm's weights shared by every head
   sets.push_back("parallel.tensor=" + std::to_string(c.tensor));
   sets.push_back("parallel.data=" + std::to_string(c.data));
   sets.push_back("parallel.zero=" + std::to_string(c.zero));
@@ -304,6 +305,10 @@ std::vector<Mesh> meshes() {
   for (auto [t, d] : td)
     for (bool sp : {false, true})
       if (!sp || t > 1) out.push_back({t, d, sp ? 3 : 1, sp, "moe"});
+  // QK-norm: each rank's weight gradients cover its heads, summed over the
+  // tensor group with and without sequence parallelism
+  for (auto [t, d] : td) out.push_back({t, d, 1, false, "moe-qk"});
+  if (td.front().first > 1) out.push_back({td.front().first, td.front().second, 2, true, "moe-qk"});
   // full recompute reruns each layer's forward, collectives included, inside backward
   const auto [t, d] = td.front();
   if (t > 1) out.push_back({t, d, 1, true, "llama", "full"});

@@ -38,6 +38,10 @@ struct AllGatherOptions {
 struct BroadcastOptions {
   int root = 0;
 };
+struct AllToAllOptions {
+  std::vector<int64_t> send_counts;  // elements for each rank, sum = in numel
+  std::vector<int64_t> recv_counts;  // elements from each rank, sum = out numel
+};
 struct PointToPointOptions {
   int peer = 0;  // rank within the group
   int tag = 0;
@@ -70,10 +74,19 @@ class Communicator {
   // the input, the others are filled in.
   virtual WorkPtr all_gather(Tensor buf, const AllGatherOptions& opts = {}) = 0;
   virtual WorkPtr broadcast(Tensor buf, const BroadcastOptions& opts = {}) = 0;
+  // in = the chunks for every rank back to back (send_counts[r] elements for
+  // rank r); out = the chunks from every rank back to back in source-rank
+  // order (recv_counts[r] from rank r), never in arrival order. Rank q's
+  // send_counts[r] must equal rank r's recv_counts[q] (exchange the counts
+  // first: an all_to_all of one element per rank).
+  virtual WorkPtr all_to_all(Tensor out, Tensor in, const AllToAllOptions& opts) = 0;
   virtual WorkPtr send(Tensor buf, const PointToPointOptions& opts) = 0;
   virtual WorkPtr recv(Tensor buf, const PointToPointOptions& opts) = 0;
   virtual WorkPtr barrier() = 0;
 };
+
+// Checks an all_to_all's counts against its buffers and the group size.
+void check_all_to_all(const Tensor& out, const Tensor& in, const AllToAllOptions& opts, int size);
 
 // counts, or the equal split of n over `size` ranks (the first n % size get one more).
 std::vector<int64_t> split_counts(int64_t n, int size, const std::vector<int64_t>& counts);

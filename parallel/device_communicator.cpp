@@ -91,6 +91,14 @@ WorkPtr DeviceCommunicator::broadcast(Tensor buf, const BroadcastOptions& opts) 
   return std::make_unique<StagedWork>(mpi_.broadcast(h, opts), [buf, h] { stage_in(buf, h); });
 }
 
+WorkPtr DeviceCommunicator::all_to_all(Tensor out, Tensor in, const AllToAllOptions& opts) {
+  if (!on_device(in)) return mpi_.all_to_all(out, in, opts);
+  if (nccl_) return nccl_->all_to_all(out, in, opts);
+  Tensor hin = stage_out(in);
+  Tensor hout = Tensor::empty({out.numel()}, out.dtype(), MemCategory::comm);
+  return std::make_unique<StagedWork>(mpi_.all_to_all(hout, hin, opts), [out, hout, hin] { stage_in(out, hout); });
+}
+
 WorkPtr DeviceCommunicator::send(Tensor buf, const PointToPointOptions& opts) {
   if (!on_device(buf)) return mpi_.send(buf, opts);
   if (nccl_) return nccl_->send(buf, opts);

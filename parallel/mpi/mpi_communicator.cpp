@@ -33,6 +33,18 @@ std::vector<int64_t> split_counts(int64_t n, int size, const std::vector<int64_t
   return out;
 }
 
+void check_all_to_all(const Tensor& out, const Tensor& in, const AllToAllOptions& opts, int size) {
+  TRIDENT_CHECK(out.dtype() == in.dtype(), "all_to_all dtypes differ");
+  TRIDENT_CHECK(int(opts.send_counts.size()) == size && int(opts.recv_counts.size()) == size,
+                "all_to_all: {} send and {} receive counts for a group of {}", opts.send_counts.size(),
+                opts.recv_counts.size(), size);
+  const int64_t s = std::accumulate(opts.send_counts.begin(), opts.send_counts.end(), int64_t(0)),
+                r = std::accumulate(opts.recv_counts.begin(), opts.recv_counts.end(), int64_t(0));
+  TRIDENT_CHECK(s == in.numel() && r == out.numel(),
+                "all_to_all: counts send {} and receive {} elements, the buffers hold {} and {}", s, r, in.numel(),
+                out.numel());
+}
+
 namespace {
 
 MPI_Op g_bf16_sum = MPI_OP_NULL;
@@ -145,7 +157,7 @@ class MpiWork : public Work {
         waited, op_, numel_, peer, comm_->name(), comm_->rank(), comm_->size());
   }
   MPI_Request request_ = MPI_REQUEST_NULL;
-  std::vector<int> counts_, displs_;  // must outlive the request (v-collectives)
+  std::vector<int> counts_, displs_, recv_counts_, recv_displs_;  // must outlive the request (v-collectives)
 
  private:
   std::vector<Tensor> keep_;
@@ -262,6 +274,20 @@ WorkPtr MpiCommunicator::all_gather(Tensor buf, const AllGatherOptions& opts) {
 WorkPtr MpiCommunicator::broadcast(Tensor buf, const BroadcastOptions& opts) {
   auto w = std::make_unique<MpiWork>(std::vector<Tensor>{buf}, "broadcast", this, buf.numel());
   MPI_CHECK(MPI_Ibcast(buf.raw(), as_int(buf.numel()), mpi_type(buf.dtype()), opts.root, comm_, &w->request_));
+  return w;
+}
+
+WorkPtr MpiCommunicator::all_to_all(Tensor out, Tensor in, const AllToAllOptions& opts) {
+  check_all_to_all(out, in, opts, size_);
+  auto w = std::make_unique<MpiWork>(std::vector<Tensor>{out, in}, "all_to_all", this, in.numel());
+  int64_t so = 0, ro = 0;
+  for (int q = 0; q < size_; ++q) {
+    w->counts_.push_back(as_int(opts.send_counts[size_t(q)])), w->displs_.push_back(as_int(so));
+    w->recv_counts_.push_back(as_int(opts.recv_counts[size_t(q)])), w->recv_displs_.push_back(as_int(ro));
+    so += opts.send_counts[size_t(q)], ro += opts.recv_counts[size_t(q)];
+  }
+  MPI_CHECK(MPI_Ialltoallv(in.raw(), w->counts_.data(), w->displs_.data(), mpi_type(in.dtype()), out.raw(),
+                           w->recv_counts_.data(), w->recv_displs_.data(), mpi_type(out.dtype()), comm_, &w->request_));
   return w;
 }
 

@@ -64,6 +64,7 @@ class MpiCommunicator : public Communicator {
   WorkPtr reduce_scatter(Tensor out, Tensor in, const ReduceScatterOptions& opts = {}) override;
   WorkPtr all_gather(Tensor buf, const AllGatherOptions& opts = {}) override;
   WorkPtr broadcast(Tensor buf, const BroadcastOptions& opts = {}) override;
+  WorkPtr all_to_all(Tensor out, Tensor in, const AllToAllOptions& opts) override;
   WorkPtr send(Tensor buf, const PointToPointOptions& opts) override;
   WorkPtr recv(Tensor buf, const PointToPointOptions& opts) override;
   WorkPtr barrier() override;

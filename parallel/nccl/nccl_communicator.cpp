@@ -182,6 +182,29 @@ WorkPtr NcclCommunicator::broadcast(Tensor buf, const BroadcastOptions& opts) {
   return record({buf}, "broadcast");
 }
 
+WorkPtr NcclCommunicator::all_to_all(Tensor out, Tensor in, const AllToAllOptions& opts) {
+  check_device(out, device_);
+  check_device(in, device_);
+  check_all_to_all(out, in, opts, size_);
+  after_compute();
+  const size_t esize = dtype_size(in.dtype());
+  const ncclDataType_t type = nccl_type(in.dtype());
+  NCCL_CHECK(ncclGroupStart());
+  int64_t so = 0, ro = 0;
+  for (int q = 0; q < size_; ++q) {
+    const int64_t s = opts.send_counts[size_t(q)], r = opts.recv_counts[size_t(q)];
+    if (s > 0)
+      NCCL_CHECK(ncclSend(static_cast<const char*>(in.raw()) + so * int64_t(esize), size_t(s), type, q, impl_->comm,
+                          impl_->stream));
+    if (r > 0)
+      NCCL_CHECK(ncclRecv(static_cast<char*>(out.raw()) + ro * int64_t(esize), size_t(r), type, q, impl_->comm,
+                          impl_->stream));
+    so += s, ro += r;
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  return record({out, in}, "all_to_all");
+}
+
 WorkPtr NcclCommunicator::send(Tensor buf, const PointToPointOptions& opts) {
   check_device(buf, device_);
   after_compute();

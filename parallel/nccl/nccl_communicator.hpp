@@ -7,7 +7,8 @@
 // the work queued on the rank's compute stream, so it reads what the
 // kernels before it wrote, and overlaps the kernels after it.
 // Uneven reduce_scatter / all_gather counts are grouped ncclReduce /
-// ncclBroadcast calls (NCCL's own collectives need equal counts).
+// ncclBroadcast calls (NCCL's own collectives need equal counts); all_to_all
+// is one group of ncclSend / ncclRecv per peer.
 // One rank per GPU: NCCL refuses two ranks of a communicator on one device.
 #pragma once
 #include <memory>
@@ -30,6 +31,7 @@ class NcclCommunicator : public Communicator {
   WorkPtr reduce_scatter(Tensor out, Tensor in, const ReduceScatterOptions& opts = {}) override;
   WorkPtr all_gather(Tensor buf, const AllGatherOptions& opts = {}) override;
   WorkPtr broadcast(Tensor buf, const BroadcastOptions& opts = {}) override;
+  WorkPtr all_to_all(Tensor out, Tensor in, const AllToAllOptions& opts) override;
   WorkPtr send(Tensor buf, const PointToPointOptions& opts) override;
   WorkPtr recv(Tensor buf, const PointToPointOptions& opts) override;
   WorkPtr barrier() override;

@@ -19,6 +19,7 @@ WorkPtr NcclCommunicator::all_reduce(Tensor, const AllReduceOptions&) { return n
 WorkPtr NcclCommunicator::reduce_scatter(Tensor, Tensor, const ReduceScatterOptions&) { return nullptr; }
 WorkPtr NcclCommunicator::all_gather(Tensor, const AllGatherOptions&) { return nullptr; }
 WorkPtr NcclCommunicator::broadcast(Tensor, const BroadcastOptions&) { return nullptr; }
+WorkPtr NcclCommunicator::all_to_all(Tensor, Tensor, const AllToAllOptions&) { return nullptr; }
 WorkPtr NcclCommunicator::send(Tensor, const PointToPointOptions&) { return nullptr; }
 WorkPtr NcclCommunicator::recv(Tensor, const PointToPointOptions&) { return nullptr; }
 WorkPtr NcclCommunicator::barrier() { return nullptr; }

@@ -29,6 +29,7 @@ class ProcessGroups;
 struct MeshSpec {
   int data = 1, tensor = 1, pipeline = 1, context = 1;
   std::vector<MeshAxis> order{MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline};
+  int expert = 1;        // the expert group, carved out of data x context (topology.hpp)
   int64_t kv_heads = 1;  // the model's; fewer than tensor: a KV group
   DeviceType device = DeviceType::cpu;
   double timeout_s = 600;       // every collective and transfer (parallel.timeout_s)
@@ -63,6 +64,10 @@ class Mesh {
   // data x context: the replicas of this rank's model shard (gradient
   // reduction, ZeRO shards); the data group when context is 1.
   Communicator* data_context() { return group(GroupKind::data_context); }
+  // The ranks that exchange an MoE layer's tokens, and the replicas of this
+  // rank's experts (topology.hpp).
+  Communicator* expert() { return group(GroupKind::expert); }
+  Communicator* expert_data() { return group(GroupKind::expert_data); }
   Communicator* kv() { return kv_; }
   Coords coords() const;
   const Topology& topology() const { return topology_; }

@@ -21,8 +21,11 @@ std::vector<MeshAxis> full_order(const std::vector<MeshAxis>& order) {
   return out;
 }
 
-Topology::Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order, int context) {
+Topology::Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order, int context, int expert)
+    : expert_(expert) {
   TRIDENT_CHECK(data >= 1 && pipeline >= 1 && tensor >= 1 && context >= 1, "mesh sizes must be >= 1");
+  TRIDENT_CHECK(expert >= 1 && (data * context) % expert == 0, "expert({}) does not divide data x context = {}", expert,
+                data * context);
   size_[size_t(Dim::data)] = data, size_[size_t(Dim::pipeline)] = pipeline, size_[size_t(Dim::tensor)] = tensor;
   size_[size_t(Dim::context)] = context;
   const std::vector<MeshAxis> full = full_order(order);
@@ -67,6 +70,8 @@ std::vector<Dim> varied_axes(GroupKind kind) {
     case GroupKind::context:
       return {Dim::context};
     case GroupKind::data_context:
+    case GroupKind::expert:
+    case GroupKind::expert_data:
       return {Dim::data, Dim::context};
     case GroupKind::model_parallel:
       return {Dim::tensor, Dim::pipeline};
@@ -78,9 +83,22 @@ std::vector<Dim> varied_axes(GroupKind kind) {
 
 }  // namespace
 
+std::pair<int, std::vector<int>> Topology::replica_place(int rank) const {
+  std::vector<int> dc = members(GroupKind::data_context, rank);
+  const int place = int(std::lower_bound(dc.begin(), dc.end(), rank) - dc.begin());
+  return {place, std::move(dc)};
+}
+
 std::vector<int> Topology::members(GroupKind kind, int rank) const {
   const Coords me = coords(rank);
   std::vector<int> out;
+  if (kind == GroupKind::expert || kind == GroupKind::expert_data) {
+    const auto [place, dc] = replica_place(rank);
+    for (int i = 0; i < int(dc.size()); ++i)
+      if (kind == GroupKind::expert ? i / expert_ == place / expert_ : i % expert_ == place % expert_)
+        out.push_back(dc[size_t(i)]);
+    return out;
+  }
   if (kind != GroupKind::embedding) {
     // the ranks whose coordinates equal mine off the varied axes, ascending:
     // work in the group's size, not the world's
@@ -129,21 +147,27 @@ std::string group_text(const std::vector<int>& m) {
 }  // namespace
 
 std::string Topology::describe(int ranks_per_node) const {
-  const bool cp = size(Dim::context) > 1;
+  const bool cp = size(Dim::context) > 1, ep = expert_ > 1;
   std::string s =
       cp ? fmt::format("mesh data {} x context {} x pipeline {} x tensor {} = world {} | {} ranks per node\n",
                        size(Dim::data), size(Dim::context), size(Dim::pipeline), size(Dim::tensor), world(),
                        ranks_per_node)
          : fmt::format("mesh data {} x pipeline {} x tensor {} = world {} | {} ranks per node\n", size(Dim::data),
                        size(Dim::pipeline), size(Dim::tensor), world(), ranks_per_node);
+  if (ep)
+    s += fmt::format("experts: expert {} x expert_data {} (data x context = {}) x pipeline {} x tensor {}\n", expert_,
+                     size(Dim::data) * size(Dim::context) / expert_, size(Dim::data) * size(Dim::context),
+                     size(Dim::pipeline), size(Dim::tensor));
   s += fmt::format("{:>5} {:>5} {:>4} ", "rank", "node", "dp");
   if (cp) s += fmt::format("{:>4} ", "cp");
   s += fmt::format("{:>4} {:>4}  {:<14} ", "pp", "tp", "tensor");
   if (cp) s += fmt::format("{:<14} ", "context");
   s += fmt::format("{:<14} {:<14} ", "pipeline", "data");
   if (cp) s += fmt::format("{:<16} ", "data_context");
+  if (ep) s += fmt::format("{:<14} {:<14} ", "expert", "expert_data");
   s += fmt::format("{:<16} {}\n", "model_parallel", "embedding");
   std::map<std::pair<int, int>, std::string> texts;  // (group kind, lowest member) -> text
+  std::map<int, std::vector<int>> replicas;          // data_context groups by lowest member
   for (int r = 0; r < world(); ++r) {
     Coords c = coords(r);
     auto g = [&](GroupKind k) -> const std::string& {  // each group's text made once
@@ -154,12 +178,24 @@ std::string Topology::describe(int ranks_per_node) const {
       if (it == texts.end()) it = texts.emplace(key, group_text(members(k, r))).first;
       return it->second;
     };
+    auto expert_g = [&](GroupKind k) -> const std::string& {  // keyed by the group's lowest member
+      Coords low = c;
+      low.dp = low.cp = 0;
+      std::vector<int>& dc = replicas[rank_of(low)];
+      if (dc.empty()) dc = members(GroupKind::data_context, r);
+      const int place = int(std::lower_bound(dc.begin(), dc.end(), r) - dc.begin());
+      const int first = dc[size_t(k == GroupKind::expert ? place / expert_ * expert_ : place % expert_)];
+      auto it = texts.find({int(k), first});
+      if (it == texts.end()) it = texts.emplace(std::pair<int, int>{int(k), first}, group_text(members(k, r))).first;
+      return it->second;
+    };
     s += fmt::format("{:>5} {:>5} {:>4} ", r, r / ranks_per_node, c.dp);
     if (cp) s += fmt::format("{:>4} ", c.cp);
     s += fmt::format("{:>4} {:>4}  {:<14} ", c.pp, c.tp, g(GroupKind::tensor));
     if (cp) s += fmt::format("{:<14} ", g(GroupKind::context));
     s += fmt::format("{:<14} {:<14} ", g(GroupKind::pipeline), g(GroupKind::data));
     if (cp) s += fmt::format("{:<16} ", g(GroupKind::data_context));
+    if (ep) s += fmt::format("{:<14} {:<14} ", expert_g(GroupKind::expert), expert_g(GroupKind::expert_data));
     s += fmt::format("{:<16} {}\n", g(GroupKind::model_parallel), g(GroupKind::embedding));
   }
   return s;

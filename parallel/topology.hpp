@@ -16,6 +16,13 @@
 // shards), model_parallel (same dp, cp: tensor x pipeline), embedding (first
 // and last pipeline stage of each (dp, cp, tp) slice; one member when
 // pipeline = 1; a middle stage's group is itself alone).
+// The expert grid is folded over the same ranks (Megatron-Core's folding):
+// each data_context group, its members in ascending rank, is cut into runs
+// of `expert` ranks. expert: this rank's run (the ranks that exchange
+// tokens, each holding experts / expert of a layer's experts; adjacent ranks
+// under the default order); expert_data: the members at this rank's place
+// in every run (the replicas of its experts, over which their gradients are
+// reduced). expert = 1: each rank alone, and expert_data = data_context.
 #pragma once
 #include <array>
 #include <string>
@@ -26,10 +33,10 @@
 namespace trident::parallel {
 
 using Dim = MeshAxis;  // core/enums.hpp
-enum class GroupKind { tensor, pipeline, data, model_parallel, embedding, context, data_context };
-inline constexpr std::array<GroupKind, 7> kAllGroupKinds = {
-    GroupKind::tensor,    GroupKind::pipeline, GroupKind::data,        GroupKind::model_parallel,
-    GroupKind::embedding, GroupKind::context,  GroupKind::data_context};
+enum class GroupKind { tensor, pipeline, data, model_parallel, embedding, context, data_context, expert, expert_data };
+inline constexpr std::array<GroupKind, 9> kAllGroupKinds = {
+    GroupKind::tensor,  GroupKind::pipeline,     GroupKind::data,   GroupKind::model_parallel, GroupKind::embedding,
+    GroupKind::context, GroupKind::data_context, GroupKind::expert, GroupKind::expert_data};
 
 struct Coords {
   int dp = 0, pp = 0, tp = 0, cp = 0;
@@ -43,10 +50,12 @@ class Topology {
   // Sizes must be >= 1 and order a permutation of the axes (context may be
   // left out); the recipe loader validates both with messages, here it is a
   // check.
-  Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order, int context = 1);
+  // expert must divide data x context (the recipe loader says so with the arithmetic).
+  Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order, int context = 1, int expert = 1);
 
   int world() const { return size(Dim::data) * size(Dim::context) * size(Dim::pipeline) * size(Dim::tensor); }
   int size(Dim d) const { return size_[size_t(d)]; }
+  int expert() const { return expert_; }
   Coords coords(int rank) const;
   int rank_of(const Coords& c) const;
   // Members (ascending ranks) of `rank`'s group of this kind.
@@ -59,6 +68,9 @@ class Topology {
  private:
   std::array<int, 4> size_{};  // by Dim
   std::array<Dim, 4> order_;   // innermost first
+  int expert_ = 1;
+  // rank's place in its data_context group and that group's members
+  std::pair<int, std::vector<int>> replica_place(int rank) const;
 };
 
 // A recipe's order with `context` inserted just inside `data` when it is not named.
@@ -71,5 +83,6 @@ TRIDENT_ENUM_NAMES(parallel::GroupKind, {parallel::GroupKind::tensor, "tensor"},
                    {parallel::GroupKind::pipeline, "pipeline"}, {parallel::GroupKind::data, "data"},
                    {parallel::GroupKind::model_parallel, "model_parallel"},
                    {parallel::GroupKind::embedding, "embedding"}, {parallel::GroupKind::context, "context"},
-                   {parallel::GroupKind::data_context, "data_context"});
+                   {parallel::GroupKind::data_context, "data_context"}, {parallel::GroupKind::expert, "expert"},
+                   {parallel::GroupKind::expert_data, "expert_data"});
 }  // namespace trident

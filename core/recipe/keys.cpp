@@ -234,6 +234,14 @@ const std::vector<Key>& table() {
           "context-parallel size ([parallelism.md](parallelism.md#context-parallelism)): each sequence is split "
           "over this many ranks, each holding chunks `i` and `2 x context - 1 - i` of `2 x context`; `seq_len % (2 x "
           "context) == 0`; gradients are reduced and ZeRO shards over `data x context`"),
+      integer("parallel.expert", FIELD(parallel.expert), 1, 65536, value<int64_t>(1),
+              "expert-parallel size ([parallelism.md](parallelism.md#expert-parallelism)): each MoE layer's experts "
+              "are split over this many ranks, carved out of `data x context` as Megatron-Core folds its expert "
+              "grid; `model.moe.experts % expert == 0` and `expert` divides `data x context`; the rest of `data x "
+              "context` is the expert-data group. The groups are built and shown by `trident topology`; training "
+              "with `expert > 1` is not built yet"),
+      integer("parallel.expert_tensor", FIELD(parallel.expert_tensor), 0, 65536, value<int64_t>(0),
+              "how many ranks split each expert's FFN; 0: `tensor` (the dense layers' split, the only one built)"),
       choice<ContextMode>(
           "parallel.context_mode", FIELD(parallel.context_mode), value<ContextMode>(ContextMode::ring),
           "how attention sees the other ranks' keys: `ring` passes key/value blocks around the context "

@@ -173,6 +173,27 @@ std::string mesh_product(const ParallelConfig& p) {
   return s;
 }
 
+// The expert grid: expert x expert_tensor carved out of data x context x tensor.
+void validate_expert(Reader& r, const ModelConfig& m, const ParallelConfig& p) {
+  const int64_t et = p.expert_tensor_size();
+  if (p.expert_tensor > 0 && p.expert_tensor != p.tensor)
+    r.inconsistent("parallel.expert_tensor",
+                   fmt::format("expert_tensor({}) != tensor({}): experts split differently from the dense layers are "
+                               "not built yet (leave expert_tensor at 0, or set it to tensor)",
+                               p.expert_tensor, p.tensor));
+  if (p.expert == 1) return;
+  if (!m.moe.enabled)
+    r.inconsistent("parallel.expert",
+                   fmt::format("expert({}) needs model.moe: a dense model has no experts to split", p.expert));
+  else if (m.moe.experts % p.expert != 0)
+    r.inconsistent("parallel.expert", fmt::format("experts({}) % expert({}) != 0", m.moe.experts, p.expert));
+  const int64_t grid = p.data * p.context * p.tensor;
+  if (grid % (p.expert * et) != 0)
+    r.inconsistent("parallel.expert", fmt::format("expert({}) x expert_tensor({}) = {} does not divide data x context "
+                                                  "x tensor = {}",
+                                                  p.expert, et, p.expert * et, grid));
+}
+
 void validate_mesh(Reader& r, const ModelConfig& m, const ParallelConfig& p, int64_t world) {
   const int64_t mesh = p.data * p.tensor * p.pipeline * p.context;
   if (mesh != world && world == 1)  // the usual mistake: a multi-rank recipe started without a launcher
@@ -211,6 +232,7 @@ void validate_mesh(Reader& r, const ModelConfig& m, const ParallelConfig& p, int
     r.inconsistent("parallel.tensor", fmt::format("the shared experts' FFN is split over the tensor group: "
                                                   "shared_experts({}) x shared_ffn_hidden({}) % tensor({}) != 0",
                                                   m.moe.shared_experts, m.moe.shared_ffn_hidden, p.tensor));
+  validate_expert(r, m, p);
   if (!p.stage_layers.empty()) {
     const int64_t chunks = p.pipeline * p.virtual_stages;
     const int64_t sum = std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), int64_t(0));

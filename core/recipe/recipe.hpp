@@ -66,6 +66,9 @@ struct ModelConfig {
 struct ParallelConfig {
   int64_t data = 1, tensor = 1, pipeline = 1;  // 0 = auto (at most one of them)
   int64_t context = 1;                         // sequence split (context parallelism)
+  int64_t expert = 1;                          // expert parallelism: the expert group, carved out of data x context
+  int64_t expert_tensor = 0;                   // each expert's FFN split; 0: = tensor
+  int64_t expert_tensor_size() const { return expert_tensor > 0 ? expert_tensor : tensor; }
   ContextMode context_mode = ContextMode::ring;
   std::vector<MeshAxis> order{MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline};  // innermost first; context
                                                                                       // inside data unless named

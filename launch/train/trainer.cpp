@@ -246,6 +246,11 @@ std::unique_ptr<CheckpointDirLock> lock_checkpoint_dir(const Recipe& rc, paralle
 }  // namespace
 
 TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
+  if (rc.parallel.expert > 1)
+    fail_input(
+        "{}: parallel.expert({}): training with experts split over ranks is not built yet (the expert and "
+        "expert_data groups are: `trident topology` shows them); use expert 1",
+        rc.source, rc.parallel.expert);
   // Process groups, threads, data.
   parallel::Mesh mesh(parallel::mesh_spec(rc, opts.single_process), rc.source);
   const parallel::Coords at = mesh.coords();

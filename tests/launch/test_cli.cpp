@@ -124,6 +124,26 @@ TEST(Cli, CountsPastTheirBoundsAreRefusedAtOnce) {
   EXPECT_NE(r.code, 1) << r.out.substr(0, 2000);
 }
 
+// parallel.expert: `trident topology` shows the expert and expert-data
+// groups; training with it is refused on every rank (exit 2, naming the
+// key) until the dispatch exists.
+TEST(Cli, ExpertGroupsShownAndTrainingRefused) {
+  const std::string moe = src("configs/moe-tiny.yaml");
+  test::CliRun r = trident("topology " + moe + " --world 4 --set parallel.data=4 --set parallel.expert=2");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r, "experts: expert 2 x expert_data 2 (data x context = 4) x pipeline 1 x tensor 1")) << r.out;
+  EXPECT_TRUE(has(r, "expert_data")) << r.out;
+  r = trident("topology " + moe + " --world 4 --set parallel.data=4 --set parallel.expert=3");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(has(r, "expert(3)")) << r.out;
+  r = test::run_cli(
+      "OMPI_MCA_mpi_yield_when_idle=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 " +
+          std::string(TRIDENT_BINARY),
+      "train " + moe + " --set parallel.data=2 --set parallel.expert=2 --set log.metrics= --set checkpoint.dir=");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(has(r, "parallel.expert(2): training with experts split over ranks is not built yet")) << r.out;
+}
+
 // A sweep in which no mesh ran is a failure, with no results written; an
 // unusable --out is refused before any mesh runs.
 TEST(Cli, SweepWithNoValidMeshFailsAndWritesNothing) {

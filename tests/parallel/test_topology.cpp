@@ -161,4 +161,59 @@ TEST(Topology, ContextRecipeValidationMessages) {
             std::string::npos);
 }
 
+// The expert grid folded over data x context: expert groups are runs of
+// adjacent replicas, expert_data the same place in every run; every rank in
+// exactly one group of each; the drawing shows both.
+TEST(Topology, ExpertGroupsFoldedOverDataAndContext) {
+  Topology t(4, 1, 2, {MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline}, 1, 2);  // data 4 x tensor 2, expert 2
+  EXPECT_EQ(t.members(GroupKind::data_context, 5), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(t.members(GroupKind::expert, 5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(t.members(GroupKind::expert, 2), (std::vector<int>{0, 2}));
+  EXPECT_EQ(t.members(GroupKind::expert_data, 5), (std::vector<int>{1, 5}));
+  EXPECT_EQ(t.members(GroupKind::expert_data, 7), (std::vector<int>{3, 7}));
+  // with context: the data x context replicas, context innermost, cut into runs of 4
+  Topology c(2, 1, 1, {MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline}, 2, 4);
+  EXPECT_EQ(c.members(GroupKind::expert, 1), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(c.members(GroupKind::expert_data, 1), (std::vector<int>{1}));
+  for (const Topology* m : {&t, &c})
+    for (GroupKind k : {GroupKind::expert, GroupKind::expert_data}) {
+      std::vector<int> seen(size_t(m->world()), 0);
+      for (auto& g : m->groups(k))
+        for (int r : g) seen[size_t(r)]++;
+      for (int n : seen) EXPECT_EQ(n, 1) << enum_name(k);
+    }
+  // expert 1: each rank alone, expert_data = data_context
+  Topology one(4, 1, 2, {MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline});
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(one.members(GroupKind::expert, r), (std::vector<int>{r}));
+    EXPECT_EQ(one.members(GroupKind::expert_data, r), one.members(GroupKind::data_context, r));
+  }
+  const std::string s = t.describe(8);
+  EXPECT_NE(s.find("experts: expert 2 x expert_data 2 (data x context = 4) x pipeline 1 x tensor 2"), std::string::npos)
+      << s;
+  EXPECT_NE(s.find("[5,7]          [1,5]"), std::string::npos) << s;
+  EXPECT_EQ(one.describe(8).find("expert"), std::string::npos);
+}
+
+TEST(Topology, ExpertRecipeValidationMessages) {
+  const char* base =
+      "model: {arch: llama, layers: 2, hidden: 64, heads: 4, kv_heads: 2, seq_len: 8, vocab: 16,\n"
+      "        moe: {experts: 6, top_k: 2, ffn_hidden: 32}}\n"
+      "train: {global_batch: 8, micro_batch: 1, steps: 1}\noptim: {lr: 1.0e-3}\n";
+  auto err = [&](std::vector<std::string> sets, int64_t world) { return recipe_error(base, sets, world); };
+  EXPECT_EQ(err({"parallel.data=4", "parallel.expert=2"}, 4), "no error");
+  EXPECT_NE(err({"parallel.data=4", "parallel.expert=4"}, 4).find("experts(6) % expert(4) != 0"), std::string::npos);
+  EXPECT_NE(err({"parallel.data=2", "parallel.tensor=2", "parallel.expert=3", "model.moe.experts=6"}, 4)
+                .find("expert(3) x expert_tensor(2) = 6 does not divide data x context x tensor = 4"),
+            std::string::npos);
+  EXPECT_NE(err({"parallel.data=2", "parallel.tensor=2", "parallel.expert_tensor=1"}, 4)
+                .find("expert_tensor(1) != tensor(2)"),
+            std::string::npos);
+  const char* dense =
+      "model: {arch: llama, layers: 2, hidden: 64, heads: 4, kv_heads: 2, seq_len: 8, vocab: 16}\n"
+      "train: {global_batch: 8, micro_batch: 1, steps: 1}\noptim: {lr: 1.0e-3}\n";
+  EXPECT_NE(recipe_error(dense, {"parallel.data=2", "parallel.expert=2"}, 2).find("expert(2) needs model.moe"),
+            std::string::npos);
+}
+
 }  // namespace trident::parallel

@@ -1,0 +1,92 @@
+// Expert parallelism's region ops: an MoE layer's token exchange
+// (Megatron-Core's all-to-all dispatcher), the only place where the expert
+// axis communicates in a layer's forward and backward.
+//
+// The expert group's n ranks (topology.hpp) each hold L = E / n of the
+// layer's E experts, rank r the experts [r L, (r + 1) L). Each rank routes
+// its own token rows and permutes them into expert-major order
+// (kernels/moe_permute.hpp), with offsets [E+1]. Then:
+//
+//   plan(offsets)  all-gathers every rank's counts [n, E]: what each rank
+//                  sends, receives and, for the backward, sent
+//   dispatch       the rows of expert e go to rank e / L (one all_to_all:
+//                  a contiguous chunk per destination, since the rows are
+//                  expert-major); they arrive by source rank, then local
+//                  expert, then token, and are laid out again by local
+//                  expert, then source rank, then token for the grouped
+//                  GEMM (local_offsets() [L+1])
+//   combine        the reverse: the experts' output rows, laid out by local
+//                  expert, go back by source rank; each rank receives its
+//                  own rows in its own expert-major order
+//
+// The backward of dispatch is combine and the backward of combine is
+// dispatch (the same exchanges, gradients going the other way). Every row's
+// place follows from the routes alone, never from arrival order, so the
+// results do not depend on timing. One rank: copies, nothing is sent.
+// All ranks of the expert group call these in the same order (the same MoE
+// layers of the same micro-batches).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "parallel/communicator.hpp"
+
+namespace trident::parallel {
+
+// Rows moved by the exchanges (each rank's own: sent plus received, over
+// every dispatch and combine), for benchmarks and the trace.
+struct ExpertTraffic {
+  int64_t rows_sent = 0, rows_received = 0, calls = 0;
+  double seconds = 0;  // inside the exchanges (issue to completion)
+};
+
+class ExpertParallel {
+ public:
+  ExpertParallel() = default;  // one rank
+  // group: the expert group (nullptr or one rank: copies); experts: E, a
+  // multiple of the group's size (the recipe loader says so).
+  ExpertParallel(Communicator* group, int64_t experts);
+
+  int rank() const { return group_ ? group_->rank() : 0; }
+  int size() const { return group_ ? group_->size() : 1; }
+  int64_t experts() const { return experts_; }
+  int64_t local_experts() const { return experts_ / size(); }
+  int64_t first_expert() const { return rank() * local_experts(); }
+
+  // offsets [E+1]: this rank's expert-major rows of one layer's micro-batch.
+  void plan(const int64_t* offsets);
+  int64_t rows() const { return rows_; }          // this rank's rows (offsets[E])
+  int64_t received() const { return received_; }  // rows its experts take
+  // [L+1]: local expert l's received rows [local_offsets[l], local_offsets[l+1])
+  const std::vector<int64_t>& local_offsets() const { return local_offsets_; }
+  // tokens of each (rank, expert) pair, [n, E] (what plan gathered)
+  int64_t count(int rank, int64_t expert) const { return counts_[size_t(rank) * size_t(experts_) + size_t(expert)]; }
+
+  // rows [rows(), C] in this rank's expert order -> out [received(), C] by local expert
+  template <typename T>
+  void dispatch(T* out, const T* rows, int64_t C);
+  // rows [received(), C] by local expert -> out [rows(), C] in this rank's expert order
+  template <typename T>
+  void combine(T* out, const T* rows, int64_t C);
+
+  ExpertTraffic take_traffic();
+
+ private:
+  Communicator* group_ = nullptr;
+  int64_t experts_ = 0, rows_ = 0, received_ = 0;
+  std::vector<int64_t> counts_;  // [n, E]
+  std::vector<int64_t> send_rows_, recv_rows_, local_offsets_;
+  // blocks of the re-layout: (offset by source, offset by local expert, rows)
+  struct Block {
+    int64_t by_source, by_expert, rows;
+  };
+  std::vector<Block> blocks_;
+  Tensor scratch_;  // the rows in arrival (source) order, on the rows' device
+  ExpertTraffic traffic_;
+  template <typename T>
+  T* staging(int64_t elements, const void* like);
+  template <typename T>
+  void exchange(T* out, const T* in, const std::vector<int64_t>& send, const std::vector<int64_t>& recv, int64_t C);
+};
+
+}  // namespace trident::parallel

@@ -75,21 +75,21 @@ int main(int argc, char** argv) {
     for (float& x : *v) x = 0.05f * d(rng);
   std::vector<float> x(static_cast<size_t>(M * C)), back(x.size());
   kernels::moe_permute(x.data(), h.data(), token.data(), M, C);
-  ep.plan(offsets.data());
-  const int64_t R = ep.received();
+  const parallel::ExpertPlan plan = ep.plan(offsets.data());
+  const int64_t R = plan.received;
   std::vector<float> recv(static_cast<size_t>(std::max<int64_t>(R, 1) * C)), fc(static_cast<size_t>(R * 2 * I + 1)),
       act(static_cast<size_t>(R * I + 1)), y(recv.size());
   std::vector<double> t_exchange, t_experts;
   for (int64_t rep = 0; rep <= reps; ++rep) {
     world->barrier()->wait();
     auto t0 = Clock::now();
-    ep.dispatch(recv.data(), x.data(), C);
+    ep.dispatch(plan, recv.data(), x.data(), C);
     auto t1 = Clock::now();
-    kernels::grouped_linear_forward(fc.data(), recv.data(), w_in.data(), ep.local_offsets().data(), L, C, 2 * I);
+    kernels::grouped_linear_forward(fc.data(), recv.data(), w_in.data(), plan.local_offsets.data(), L, C, 2 * I);
     kernels::swiglu_forward(act.data(), fc.data(), R, I);
-    kernels::grouped_linear_forward(y.data(), act.data(), w_out.data(), ep.local_offsets().data(), L, I, C);
+    kernels::grouped_linear_forward(y.data(), act.data(), w_out.data(), plan.local_offsets.data(), L, I, C);
     auto t2 = Clock::now();
-    ep.combine(back.data(), y.data(), C);
+    ep.combine(plan, back.data(), y.data(), C);
     auto t3 = Clock::now();
     if (rep == 0) continue;  // warm-up
     t_exchange.push_back(std::chrono::duration<double>((t1 - t0) + (t3 - t2)).count());

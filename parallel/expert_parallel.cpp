@@ -14,40 +14,42 @@ ExpertParallel::ExpertParallel(Communicator* group, int64_t experts) : group_(gr
   TRIDENT_CHECK(experts >= 1 && experts % size() == 0, "{} experts over an expert group of {}", experts, size());
 }
 
-void ExpertParallel::plan(const int64_t* offsets) {
+ExpertPlan ExpertParallel::plan(const int64_t* offsets) {
   const int n = size();
   const int64_t E = experts_, L = local_experts(), first = first_expert();
-  rows_ = offsets[E];
+  ExpertPlan p;
+  p.rows = offsets[E];
   // every rank's counts [n, E] (int32: a layer's rows per expert are far below 2^31)
   Tensor all = Tensor::empty({int64_t(n) * E}, DType::i32, MemCategory::comm);
   int32_t* c = all.data<int32_t>();
   for (int64_t e = 0; e < E; ++e) c[int64_t(rank()) * E + e] = int32_t(offsets[e + 1] - offsets[e]);
   if (group_ && n > 1) group_->all_gather(all)->wait();
-  counts_.assign(c, c + int64_t(n) * E);
+  p.counts.assign(c, c + int64_t(n) * E);
+  auto count = [&](int q, int64_t e) { return p.counts[size_t(q) * size_t(E) + size_t(e)]; };
   // what goes to each rank (its experts' chunk of my rows) and comes from it
-  send_rows_.assign(size_t(n), 0), recv_rows_.assign(size_t(n), 0);
+  p.send_rows.assign(size_t(n), 0), p.recv_rows.assign(size_t(n), 0);
   for (int q = 0; q < n; ++q)
     for (int64_t l = 0; l < L; ++l) {
-      send_rows_[size_t(q)] += count(rank(), q * L + l);
-      recv_rows_[size_t(q)] += count(q, first + l);
+      p.send_rows[size_t(q)] += count(rank(), q * L + l);
+      p.recv_rows[size_t(q)] += count(q, first + l);
     }
-  received_ = std::accumulate(recv_rows_.begin(), recv_rows_.end(), int64_t(0));
+  p.received = std::accumulate(p.recv_rows.begin(), p.recv_rows.end(), int64_t(0));
   // arrival order: by source, then local expert; GEMM order: by local expert, then source
-  local_offsets_.assign(size_t(L + 1), 0);
+  p.local_offsets.assign(size_t(L + 1), 0);
   for (int64_t l = 0; l < L; ++l) {
     int64_t sum = 0;
     for (int q = 0; q < n; ++q) sum += count(q, first + l);
-    local_offsets_[size_t(l + 1)] = local_offsets_[size_t(l)] + sum;
+    p.local_offsets[size_t(l + 1)] = p.local_offsets[size_t(l)] + sum;
   }
-  blocks_.clear();
-  std::vector<int64_t> cursor(local_offsets_.begin(), local_offsets_.end() - 1);
+  std::vector<int64_t> cursor(p.local_offsets.begin(), p.local_offsets.end() - 1);
   int64_t by_source = 0;
   for (int q = 0; q < n; ++q)
     for (int64_t l = 0; l < L; ++l) {
       const int64_t k = count(q, first + l);
-      if (k > 0) blocks_.push_back({by_source, cursor[size_t(l)], k});
+      if (k > 0) p.blocks.push_back({by_source, cursor[size_t(l)], k});
       by_source += k, cursor[size_t(l)] += k;
     }
+  return p;
 }
 
 template <typename T>
@@ -78,19 +80,19 @@ void ExpertParallel::exchange(T* out, const T* in, const std::vector<int64_t>& s
 }
 
 template <typename T>
-void ExpertParallel::dispatch(T* out, const T* rows, int64_t C) {
-  T* arrived = staging<T>(received_ * C, rows);
-  exchange(arrived, rows, send_rows_, recv_rows_, C);
-  for (const Block& b : blocks_)
+void ExpertParallel::dispatch(const ExpertPlan& p, T* out, const T* rows, int64_t C) {
+  T* arrived = staging<T>(p.received * C, rows);
+  exchange(arrived, rows, p.send_rows, p.recv_rows, C);
+  for (const ExpertPlan::Block& b : p.blocks)
     copy_bytes(out + b.by_expert * C, arrived + b.by_source * C, size_t(b.rows * C) * sizeof(T));
 }
 
 template <typename T>
-void ExpertParallel::combine(T* out, const T* rows, int64_t C) {
-  T* leaving = staging<T>(received_ * C, rows);
-  for (const Block& b : blocks_)
+void ExpertParallel::combine(const ExpertPlan& p, T* out, const T* rows, int64_t C) {
+  T* leaving = staging<T>(p.received * C, rows);
+  for (const ExpertPlan::Block& b : p.blocks)
     copy_bytes(leaving + b.by_source * C, rows + b.by_expert * C, size_t(b.rows * C) * sizeof(T));
-  exchange(out, leaving, recv_rows_, send_rows_, C);
+  exchange(out, leaving, p.recv_rows, p.send_rows, C);
 }
 
 ExpertTraffic ExpertParallel::take_traffic() {
@@ -99,9 +101,9 @@ ExpertTraffic ExpertParallel::take_traffic() {
   return t;
 }
 
-template void ExpertParallel::dispatch<float>(float*, const float*, int64_t);
-template void ExpertParallel::dispatch<double>(double*, const double*, int64_t);
-template void ExpertParallel::combine<float>(float*, const float*, int64_t);
-template void ExpertParallel::combine<double>(double*, const double*, int64_t);
+template void ExpertParallel::dispatch<float>(const ExpertPlan&, float*, const float*, int64_t);
+template void ExpertParallel::dispatch<double>(const ExpertPlan&, double*, const double*, int64_t);
+template void ExpertParallel::combine<float>(const ExpertPlan&, float*, const float*, int64_t);
+template void ExpertParallel::combine<double>(const ExpertPlan&, double*, const double*, int64_t);
 
 }  // namespace trident::parallel

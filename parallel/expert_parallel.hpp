@@ -8,7 +8,8 @@
 // (kernels/moe_permute.hpp), with offsets [E+1]. Then:
 //
 //   plan(offsets)  all-gathers every rank's counts [n, E]: what each rank
-//                  sends, receives and, for the backward, sent
+//                  sends, receives and, for the backward, sent (an
+//                  ExpertPlan, which the layer keeps for its backward)
 //   dispatch       the rows of expert e go to rank e / L (one all_to_all:
 //                  a contiguous chunk per destination, since the rows are
 //                  expert-major); they arrive by source rank, then local
@@ -40,6 +41,23 @@ struct ExpertTraffic {
   double seconds = 0;  // inside the exchanges (issue to completion)
 };
 
+// One layer's exchange of one micro-batch, made by plan() and kept for its
+// backward (pipeline schedules interleave micro-batches, so the layer holds
+// one per micro-batch in flight).
+struct ExpertPlan {
+  int64_t rows = 0;      // this rank's rows (offsets[E])
+  int64_t received = 0;  // rows its experts take
+  // [L+1]: local expert l's received rows [local_offsets[l], local_offsets[l+1])
+  std::vector<int64_t> local_offsets;
+  std::vector<int64_t> counts;                // [n, E]: each (rank, expert) pair's rows
+  std::vector<int64_t> send_rows, recv_rows;  // per rank
+  // the re-layout's blocks: (offset by source, offset by local expert, rows)
+  struct Block {
+    int64_t by_source, by_expert, rows;
+  };
+  std::vector<Block> blocks;
+};
+
 class ExpertParallel {
  public:
   ExpertParallel() = default;  // one rank
@@ -54,33 +72,20 @@ class ExpertParallel {
   int64_t first_expert() const { return rank() * local_experts(); }
 
   // offsets [E+1]: this rank's expert-major rows of one layer's micro-batch.
-  void plan(const int64_t* offsets);
-  int64_t rows() const { return rows_; }          // this rank's rows (offsets[E])
-  int64_t received() const { return received_; }  // rows its experts take
-  // [L+1]: local expert l's received rows [local_offsets[l], local_offsets[l+1])
-  const std::vector<int64_t>& local_offsets() const { return local_offsets_; }
-  // tokens of each (rank, expert) pair, [n, E] (what plan gathered)
-  int64_t count(int rank, int64_t expert) const { return counts_[size_t(rank) * size_t(experts_) + size_t(expert)]; }
+  ExpertPlan plan(const int64_t* offsets);
 
-  // rows [rows(), C] in this rank's expert order -> out [received(), C] by local expert
+  // rows [p.rows, C] in this rank's expert order -> out [p.received, C] by local expert
   template <typename T>
-  void dispatch(T* out, const T* rows, int64_t C);
-  // rows [received(), C] by local expert -> out [rows(), C] in this rank's expert order
+  void dispatch(const ExpertPlan& p, T* out, const T* rows, int64_t C);
+  // rows [p.received, C] by local expert -> out [p.rows, C] in this rank's expert order
   template <typename T>
-  void combine(T* out, const T* rows, int64_t C);
+  void combine(const ExpertPlan& p, T* out, const T* rows, int64_t C);
 
   ExpertTraffic take_traffic();
 
  private:
   Communicator* group_ = nullptr;
-  int64_t experts_ = 0, rows_ = 0, received_ = 0;
-  std::vector<int64_t> counts_;  // [n, E]
-  std::vector<int64_t> send_rows_, recv_rows_, local_offsets_;
-  // blocks of the re-layout: (offset by source, offset by local expert, rows)
-  struct Block {
-    int64_t by_source, by_expert, rows;
-  };
-  std::vector<Block> blocks_;
+  int64_t experts_ = 0;
   Tensor scratch_;  // the rows in arrival (source) order, on the rows' device
   ExpertTraffic traffic_;
   template <typename T>

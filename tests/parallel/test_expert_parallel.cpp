@@ -51,8 +51,8 @@ TEST(ExpertParallel, DispatchArrivesByLocalExpertThenSourceAndCombineComesBack) 
     std::vector<double> rows(size_t(M * C));
     for (int64_t i = 0; i < M; ++i)
       for (int64_t c = 0; c < C; ++c) rows[size_t(i * C + c)] = value(me, i, c);
-    ep.plan(mine.offsets.data());
-    ASSERT_EQ(ep.rows(), M);
+    const ExpertPlan plan = ep.plan(mine.offsets.data());
+    ASSERT_EQ(plan.rows, M);
     // what must arrive: for each local expert, each source's rows for it, in order
     std::vector<double> want;
     std::vector<int64_t> want_offsets{0};
@@ -65,25 +65,25 @@ TEST(ExpertParallel, DispatchArrivesByLocalExpertThenSourceAndCombineComesBack) 
       }
       want_offsets.push_back(int64_t(want.size()) / C);
     }
-    ASSERT_EQ(ep.received(), int64_t(want.size()) / C);
-    EXPECT_EQ(ep.local_offsets(), want_offsets);
+    ASSERT_EQ(plan.received, int64_t(want.size()) / C);
+    EXPECT_EQ(plan.local_offsets, want_offsets);
     std::vector<double> got(want.size(), -1.0);
-    ep.dispatch(got.data(), rows.data(), C);
+    ep.dispatch(plan, got.data(), rows.data(), C);
     EXPECT_EQ(got, want) << "rank " << me << ", " << per_rank << " experts per rank";
     // each expert scales its rows by (expert + 1); the combine returns them home
     for (int64_t l = 0; l < per_rank; ++l)
-      for (int64_t r = ep.local_offsets()[size_t(l)] * C; r < ep.local_offsets()[size_t(l + 1)] * C; ++r)
+      for (int64_t r = plan.local_offsets[size_t(l)] * C; r < plan.local_offsets[size_t(l + 1)] * C; ++r)
         got[size_t(r)] *= double(ep.first_expert() + l + 1);
     std::vector<double> back(size_t(M * C), -1.0);
-    ep.combine(back.data(), got.data(), C);
+    ep.combine(plan, back.data(), got.data(), C);
     for (int64_t i = 0; i < M; ++i)
       for (int64_t c = 0; c < C; ++c)
         ASSERT_EQ(back[size_t(i * C + c)], value(me, i, c) * double(mine.expert[size_t(i)] + 1))
             << "rank " << me << " row " << i;
     const ExpertTraffic t = ep.take_traffic();
     EXPECT_EQ(t.calls, 2);
-    EXPECT_EQ(t.rows_sent, M + ep.received());
-    EXPECT_EQ(t.rows_received, M + ep.received());
+    EXPECT_EQ(t.rows_sent, M + plan.received);
+    EXPECT_EQ(t.rows_received, M + plan.received);
   }
 }
 
@@ -95,11 +95,11 @@ TEST(ExpertParallel, OneRankIsTheIdentity) {
   const int64_t M = int64_t(r.expert.size());
   std::vector<float> rows(size_t(M * C)), out(rows.size()), back(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = float(i);
-  ep.plan(r.offsets.data());
-  EXPECT_EQ(ep.local_offsets(), r.offsets);
-  ep.dispatch(out.data(), rows.data(), C);
+  const ExpertPlan plan = ep.plan(r.offsets.data());
+  EXPECT_EQ(plan.local_offsets, r.offsets);
+  ep.dispatch(plan, out.data(), rows.data(), C);
   EXPECT_EQ(out, rows);
-  ep.combine(back.data(), out.data(), C);
+  ep.combine(plan, back.data(), out.data(), C);
   EXPECT_EQ(back, rows);
   EXPECT_THROW(ExpertParallel(g_world, g_world->size() + 1), Error);
 }

@@ -31,6 +31,11 @@ enum class ShardStyle { replicate, column, column_kv, row, vocab };
 struct TensorShard {
   int rank = 0, size = 1;
 };
+// This rank's place in the expert group (parallel.expert): it holds the
+// experts [rank L, (rank + 1) L), L = experts / size, of every MoE layer.
+struct ExpertShard {
+  int rank = 0, size = 1;
+};
 
 struct PlanEntry {
   ShardStyle style = ShardStyle::replicate;

@@ -38,6 +38,7 @@ void ParamRegistry::add(std::string name, const ParamRow& row, const ModelConfig
   p.vocab_rows = row.rows == Dim::V;
   p.all_rows = row.all_rows;
   p.head_partial = row.head_partial;
+  p.expert_major = row.rows == Dim::two_EI || row.rows == Dim::EC;
   p.numel = shape_numel(p.shape);
   total_ += p.numel;
   params_.push_back(std::move(p));
@@ -46,8 +47,11 @@ void ParamRegistry::add(std::string name, const ParamRow& row, const ModelConfig
 // The architecture's rows, chunk by chunk: the embedding on the first chunk,
 // the layers, the final norm and head on the last. A chunk with the head but
 // not the embedding gets its own copy of a tied token table (tied_copy).
-ParamRegistry::ParamRegistry(const ModelConfig& m, TensorShard shard, std::vector<ChunkSpec> chunks)
-    : shard_(shard), chunks_(std::move(chunks)) {
+ParamRegistry::ParamRegistry(const ModelConfig& m, TensorShard shard, std::vector<ChunkSpec> chunks,
+                             ExpertShard experts)
+    : shard_(shard), chunks_(std::move(chunks)), experts_(experts) {
+  TRIDENT_CHECK(experts.size == 1 || (m.moe.enabled && m.moe.experts % experts.size == 0),
+                "{} experts over an expert group of {}", m.moe.experts, experts.size);
   if (chunks_.empty()) chunks_.push_back({0, m.layers, true, true});
   const Architecture& arch = architecture(m.arch);
   bool has_embedding = false;
@@ -113,6 +117,16 @@ void ParamRegistry::apply_plan(const ModelConfig& m) {
         p.col_begin = r * local_cols;
         p.replication = Replication::none;
         break;
+    }
+    if (p.expert_major && experts_.size > 1) {  // only this rank's experts' blocks of rows
+      const int64_t per = rows / m.moe.experts, L = m.moe.experts / experts_.size;
+      const int64_t lo = int64_t(experts_.rank) * L * per, hi = lo + L * per;
+      std::vector<std::pair<int64_t, int64_t>> mine;
+      local_rows = 0;
+      for (auto [b, end] : p.row_ranges)
+        if (std::max(b, lo) < std::min(end, hi))
+          mine.push_back({std::max(b, lo), std::min(end, hi)}), local_rows += std::min(end, hi) - std::max(b, lo);
+      p.row_ranges = std::move(mine);
     }
     p.shape = p.global_shape.size() > 1 ? Shape{local_rows, local_cols} : Shape{local_rows};
     p.numel = local_rows * local_cols;

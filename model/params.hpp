@@ -53,6 +53,9 @@ struct ParamSpec {
   bool vocab_rows = false;     // rows are the (padded) vocabulary: the token table, the LM head
   bool all_rows = false;       // computed from every token row on each tensor rank (ParamRow::all_rows)
   bool head_partial = false;   // each tensor rank's gradient covers its heads (ParamRow::head_partial)
+  // dimension 0 is E equal blocks, one an expert (the routed experts'
+  // weights): with expert parallelism this rank holds its experts' blocks
+  bool expert_major = false;
   int64_t rows() const { return shape[0]; }
   int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
   int64_t global_cols() const { return global_shape.size() > 1 ? global_shape[1] : 1; }
@@ -65,8 +68,12 @@ class ParamRegistry {
   // chunks: the pipeline chunks this rank holds (empty: the whole model).
   // A chunk with the head but without the embedding gets a copy of a tied
   // embedding (same name; tied_copy), kept equal by the trainer.
-  explicit ParamRegistry(const ModelConfig& cfg, TensorShard shard = {}, std::vector<ChunkSpec> chunks = {});
+  // experts: this rank's share of each MoE layer's experts (the expert-major
+  // weights hold only its experts' rows; everything else as without it).
+  explicit ParamRegistry(const ModelConfig& cfg, TensorShard shard = {}, std::vector<ChunkSpec> chunks = {},
+                         ExpertShard experts = {});
   TensorShard shard() const { return shard_; }
+  ExpertShard experts() const { return experts_; }
   const std::vector<ChunkSpec>& chunks() const { return chunks_; }
   // The parameter of this name whose storage lies in [begin, end).
   const ParamSpec& find(const std::string& name, int64_t begin, int64_t end) const;
@@ -90,6 +97,7 @@ class ParamRegistry {
   int64_t total_ = 0;
   TensorShard shard_;
   std::vector<ChunkSpec> chunks_;
+  ExpertShard experts_;
 };
 
 // The Hugging Face layout: every parameter whole, vocabulary padding

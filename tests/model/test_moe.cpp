@@ -4,7 +4,9 @@
 // and a non-zero correction bias; the same bits on a second run; recompute
 // modes, the split backward and pipeline chunks give the plain backward's
 // gradients; experts that receive no token get zero, not stale, gradients.
+#include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "kernels/router.hpp"
 #include "model/memory.hpp"
@@ -86,6 +88,52 @@ TEST(Moe, RegistryHoldsExpertsOnMoeLayersOnly) {
   EXPECT_EQ(w.row_ranges[1], (std::pair<int64_t, int64_t>{9, 12}));   // expert 0's up
   EXPECT_EQ(w.row_ranges[2], (std::pair<int64_t, int64_t>{15, 18}));  // expert 1's gate
   EXPECT_EQ(r1.at("model.layers.1.mlp.experts.down_proj").col_begin, 3);
+}
+
+// Expert parallelism's shard of the registry: each rank of an expert group
+// holds its own experts' blocks of the expert-major weights (with the tensor
+// split inside them), everything else in full; the shards of every (tensor,
+// expert) rank, initialised on their own, consolidate to the single-rank
+// model bit for bit, each global element held by exactly one of them.
+TEST(Moe, ExpertShardsHoldTheirExpertsAndConsolidateToTheWholeModel) {
+  const ModelConfig m = variants()[2].second;  // 8 experts, shared experts, a dense layer
+  const ParamRegistry whole(m);
+  std::vector<double> ref(size_t(consolidated_numel(m)));
+  {
+    std::vector<double> buf(size_t(whole.total()));
+    whole.initialize(buf.data(), 7);
+    consolidate(ref.data(), m, {{&whole, buf.data()}});
+  }
+  const ParamRegistry r(m, {0, 1}, {}, {1, 4});  // experts 2 and 3 of 8
+  const auto& w = r.at("model.layers.1.mlp.experts.gate_up_proj");
+  EXPECT_EQ(w.row_ranges,
+            (std::vector<std::pair<int64_t, int64_t>>{{24, 30}, {30, 36}, {36, 42}, {42, 48}}));  // gate, up of 2 and 3
+  EXPECT_EQ(w.shape, (Shape{2 * 2 * 6, 12}));
+  EXPECT_EQ(r.at("model.layers.2.mlp.experts.down_proj").shape, (Shape{2 * 12, 6}));
+  EXPECT_EQ(r.at("model.layers.1.mlp.gate.weight").shape, (Shape{8, 12}));  // the router sees every expert
+  EXPECT_EQ(r.at("model.layers.2.mlp.shared_experts.down_proj.weight").shape, (Shape{12, 8}));
+  for (int t : {1, 2})
+    for (int ep : {2, 4, 8}) {
+      std::vector<std::unique_ptr<ParamRegistry>> regs;
+      std::vector<std::vector<double>> bufs;
+      std::vector<std::pair<const ParamRegistry*, const double*>> parts;
+      for (int tr = 0; tr < t; ++tr)
+        for (int er = 0; er < ep; ++er) {
+          regs.push_back(
+              std::make_unique<ParamRegistry>(m, TensorShard{tr, t}, std::vector<ChunkSpec>{}, ExpertShard{er, ep}));
+          bufs.emplace_back(size_t(regs.back()->total()));
+          regs.back()->initialize(bufs.back().data(), 7);
+        }
+      for (size_t i = 0; i < regs.size(); ++i) parts.push_back({regs[i].get(), bufs[i].data()});
+      std::vector<double> got(ref.size(), std::nan(""));
+      consolidate(got.data(), m, parts);
+      EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(double)), 0)
+          << "tensor " << t << " x expert " << ep;
+      // the routed experts' elements are split, not repeated: each rank holds 1/(t ep) of them
+      const int64_t expert_elems = whole.at("model.layers.1.mlp.experts.gate_up_proj").numel;
+      EXPECT_EQ(regs[0]->at("model.layers.1.mlp.experts.gate_up_proj").numel * t * ep, expert_elems);
+    }
+  EXPECT_THROW(ParamRegistry(m, {0, 1}, {}, {0, 3}), Error);  // 8 experts over 3 ranks
 }
 
 TEST(Moe, GradientsMatchFiniteDifferences) {

@@ -17,8 +17,10 @@ namespace k = trident::kernels;
 
 template <typename T>
 MoeMlp<T>::MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t shared, parallel::TensorParallel* tp,
-                  parallel::ContextParallel* cp)
-    : cfg_(cfg), C_(hidden), I_(ffn), S_(shared), tp_(tp), cp_(cp) {
+                  parallel::ContextParallel* cp, parallel::ExpertParallel* ep)
+    : cfg_(cfg), C_(hidden), I_(ffn), S_(shared), tp_(tp), cp_(cp), ep_(ep && ep->size() > 1 ? ep : nullptr) {
+  TRIDENT_CHECK(!ep_ || ep_->experts() == cfg.experts, "the expert group splits {} experts, the layer has {}",
+                ep_ ? ep_->experts() : 0, cfg.experts);
   spec_.experts = cfg.experts, spec_.top_k = cfg.top_k, spec_.score = cfg.score, spec_.norm_topk = cfg.norm_topk;
   spec_.groups = cfg.groups, spec_.group_topk = cfg.group_topk, spec_.scaling = cfg.scaling;
   k::check_router(spec_);
@@ -60,9 +62,22 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
   k::moe_route_index(a.row, a.token, a.offsets.data(), a.expert, N, K, E);
   k::moe_permute(x_, h, a.token, M, C);
   // the experts: one grouped GEMM each way, the activation over all rows
-  k::grouped_linear_forward(a.fc, x_, w.w_in, off, E, C, 2 * I);
-  k::swiglu_forward(a.act, a.fc, M, I);
-  k::grouped_linear_forward(a.y, a.act, w.w_out, off, E, I, C);
+  if (ep_) {  // on the ranks holding them: the rows go there and come back
+    a.plan = ep_->plan(off);
+    const int64_t R = a.plan.received, L = ep_->local_experts();
+    a.received = Tensor::empty({std::max<int64_t>(R * (C + 3 * I), 1)}, dtype_of<T>(), MemCategory::activations);
+    a.x_in = a.received.template data<T>(), a.fc_in = a.x_in + R * C, a.act_in = a.fc_in + R * 2 * I;
+    T* y_in = exchange_scratch(R * C);  // the experts' output, until combine() sends it back
+    ep_->dispatch(a.plan, a.x_in, x_, C);
+    k::grouped_linear_forward(a.fc_in, a.x_in, w.w_in, a.plan.local_offsets.data(), L, C, 2 * I);
+    k::swiglu_forward(a.act_in, a.fc_in, R, I);
+    k::grouped_linear_forward(y_in, a.act_in, w.w_out, a.plan.local_offsets.data(), L, I, C);
+    ep_->combine(a.plan, a.y, y_in, C);
+  } else {
+    k::grouped_linear_forward(a.fc, x_, w.w_in, off, E, C, 2 * I);
+    k::swiglu_forward(a.act, a.fc, M, I);
+    k::grouped_linear_forward(a.y, a.act, w.w_out, off, E, I, C);
+  }
   // combine, each token's experts in increasing id
   k::moe_combine(out, a.y, a.weight, a.row, N, K, C);
   if (S > 0) {
@@ -173,11 +188,22 @@ void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, co
       dgate[n] = s;
     }
   tp_->sum_partials(dweight_, M + (a.gate ? N : 0));
-  k::moe_permute(x_, h, a.token, M, C);
   // an expert without tokens gets a zero (not a stale) gradient
-  k::grouped_linear_backward(dact_, g.w_out, dys_, a.act, w.w_out, a.offsets.data(), E, I, C, acc);
-  k::swiglu_backward(dfc_, a.fc, dact_, M, I);
-  k::grouped_linear_backward(dx_, g.w_in, dfc_, x_, w.w_in, a.offsets.data(), E, C, 2 * I, acc);
+  if (ep_) {  // the output gradients go to the experts' ranks, the input gradients come back
+    const int64_t R = a.plan.received, L = ep_->local_experts();
+    T* d = exchange_scratch(R * (2 * C + 3 * I));
+    T *dy_in = d, *dact_in = dy_in + R * C, *dfc_in = dact_in + R * I, *dx_in = dfc_in + R * 2 * I;
+    ep_->dispatch(a.plan, dy_in, dys_, C);
+    k::grouped_linear_backward(dact_in, g.w_out, dy_in, a.act_in, w.w_out, a.plan.local_offsets.data(), L, I, C, acc);
+    k::swiglu_backward(dfc_in, a.fc_in, dact_in, R, I);
+    k::grouped_linear_backward(dx_in, g.w_in, dfc_in, a.x_in, w.w_in, a.plan.local_offsets.data(), L, C, 2 * I, acc);
+    ep_->combine(a.plan, dx_, dx_in, C);
+  } else {
+    k::moe_permute(x_, h, a.token, M, C);
+    k::grouped_linear_backward(dact_, g.w_out, dys_, a.act, w.w_out, a.offsets.data(), E, I, C, acc);
+    k::swiglu_backward(dfc_, a.fc, dact_, M, I);
+    k::grouped_linear_backward(dx_, g.w_in, dfc_, x_, w.w_in, a.offsets.data(), E, C, 2 * I, acc);
+  }
   // unpermute: each token's rows added in increasing expert id
   k::moe_unpermute(dh, dx_, a.row, N, K, C);
   if (S > 0) {
@@ -216,6 +242,12 @@ void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, co
       const T count = T(a.offsets[size_t(e + 1)] - a.offsets[size_t(e)]);
       g.bias[e] = acc ? g.bias[e] + count : count;
     }
+}
+
+template <typename T>
+T* MoeMlp<T>::exchange_scratch(int64_t n) {
+  if (ep_scratch_.numel() < n) ep_scratch_ = Tensor::empty({n}, dtype_of<T>(), MemCategory::activations);
+  return ep_scratch_.template data<T>();
 }
 
 template <typename T>

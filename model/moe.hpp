@@ -50,6 +50,7 @@
 #include "core/tensor.hpp"
 #include "kernels/router.hpp"
 #include "parallel/context_parallel.hpp"
+#include "parallel/expert_parallel.hpp"
 #include "parallel/tensor_parallel.hpp"
 
 namespace trident::model {
@@ -74,6 +75,12 @@ struct MoeActs {
   T *fc = nullptr, *act = nullptr, *y = nullptr;                // [Nk, 2I], [Nk, I], [Nk, C]
   T *shared_fc = nullptr, *shared_act = nullptr, *shared_out = nullptr, *gate = nullptr;  // [N,2S], [N,S], [N,C], [N]
   std::vector<int64_t> offsets;  // [E+1]: expert e's permuted rows are [offsets[e], offsets[e+1])
+  // Expert parallelism: this micro-batch's exchange, and the rows this
+  // rank's experts received (their input, gate|up and activation, sized by
+  // the exchange: [received, C], [received, 2I], [received, I])
+  parallel::ExpertPlan plan;
+  Tensor received;
+  T *x_in = nullptr, *fc_in = nullptr, *act_in = nullptr;
   // tokens routed to each expert, over the context group: [E] for the
   // micro-batch, [B,E] per sequence with seq_aux_loss (what the balancing
   // loss counts)
@@ -89,9 +96,12 @@ template <typename T>
 class MoeMlp {
  public:
   // ffn / shared: this rank's share of I and of S. cp: the context group
-  // (each rank holds its rows of every sequence; the counts are summed over it).
+  // (each rank holds its rows of every sequence; the counts are summed over
+  // it). ep: the expert group (null: every expert here): the weights hold
+  // this rank's experts only, and the routed rows go to their experts' ranks
+  // and back around the grouped GEMMs (parallel/expert_parallel.hpp).
   MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t shared, parallel::TensorParallel* tp,
-         parallel::ContextParallel* cp);
+         parallel::ContextParallel* cp, parallel::ExpertParallel* ep = nullptr);
 
   // Buffers of one micro-batch of N rows in B sequences; `storage` owns them.
   MoeActs<T> make_acts(int64_t N, std::vector<Tensor>& storage, Device device) const;
@@ -117,6 +127,8 @@ class MoeMlp {
   int64_t C_, I_, S_;
   parallel::TensorParallel* tp_;
   parallel::ContextParallel* cp_;
+  parallel::ExpertParallel* ep_;
+  Tensor ep_scratch_;  // the backward's exchanged rows (expert parallelism)
   // backward scratch, sized for the largest N seen
   int64_t scratch_N_ = 0;
   Tensor scratch_;
@@ -124,6 +136,7 @@ class MoeMlp {
     *dlogits_ = nullptr, *dweight_ = nullptr, *d_router_h_ = nullptr, *d_shared_ = nullptr, *sdfc_ = nullptr,
     *sdact_ = nullptr;
   void ensure_scratch(int64_t N);
+  T* exchange_scratch(int64_t n);
   void balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t B, double scale, bool wrt_q) const;
 };
 

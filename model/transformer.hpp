@@ -116,7 +116,10 @@ struct Placement {
   bool full_buffers = true;
   parallel::TensorParallel* tp = nullptr;   // this rank's tensor-parallel region (null: one rank); outlives the model
   parallel::ContextParallel* cp = nullptr;  // this rank's rows of each sequence (null: all of them); outlives the model
-  std::vector<ChunkSpec> chunks;            // the pipeline chunks held (empty: all)
+  // this rank's experts of each MoE layer and their token exchange (null:
+  // all experts here); outlives the model
+  parallel::ExpertParallel* ep = nullptr;
+  std::vector<ChunkSpec> chunks;  // the pipeline chunks held (empty: all)
   Device device;  // where every buffer lives and every kernel runs (cuda: the bound device, core/device_memory.hpp)
   // train.precision: activations stored rounded to it (see Transformer::precision)
   kernels::Precision precision = kernels::Precision::fp32;

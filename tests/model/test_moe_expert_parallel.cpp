@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "model/transformer.hpp"
@@ -78,6 +79,54 @@ TEST(MoeExpertParallel, MatchesEveryExpertOnEveryRank) {
     }
     EXPECT_EQ(split.registry().at("model.layers.1.mlp.experts.gate_up_proj").numel * n,
               whole.registry().at("model.layers.1.mlp.experts.gate_up_proj").numel);
+  }
+}
+
+// Expert parallelism inside tensor parallelism (expert_tensor = tensor): 4
+// ranks as tensor 2 x expert 2, each expert's FFN split over the tensor
+// group as without the expert axis. Against the tensor-parallel model with
+// every expert: each rank's loss and non-expert gradients equal, its experts'
+// gradients equal that model's summed over the expert group.
+TEST(MoeExpertParallel, InsideTensorParallelism) {
+  if (g_world->size() != 4) GTEST_SKIP() << "runs on 4 ranks";
+  const int me = g_world->rank();
+  auto tensor_group = g_world->split(me / 2, me, "tensor");  // {0,1} {2,3}
+  auto expert_group = g_world->split(me % 2, me, "expert");  // {0,2} {1,3}: the same tensor rank
+  for (bool sp : {false, true}) {
+    const ModelConfig m = moe_model(true);
+    const std::string what = std::string(sp ? "sequence parallel" : "tensor") + " rank " + std::to_string(me);
+    const int64_t B = 2, N = B * m.seq_len;
+    std::mt19937 rng(uint32_t(31 + me / 2));  // the tensor group shares its tokens
+    std::vector<int32_t> tokens, targets;
+    for (int64_t i = 0; i < N; ++i) tokens.push_back(int32_t(rng() % 11)), targets.push_back(int32_t(rng() % 11));
+    parallel::TensorParallel tp(tensor_group.get(), sp);
+    parallel::ExpertParallel ep(expert_group.get(), m.moe.experts);
+    Transformer<double> split(m, 7, {.tp = &tp, .ep = &ep}), whole(m, 7, {.tp = &tp});
+    double loss[2];
+    for (int k = 0; k < 2; ++k) {
+      Transformer<double>& net = k == 0 ? split : whole;
+      auto ctx = net.make_activations(B, Recompute::none);
+      loss[k] = net.forward(*ctx, tokens.data(), targets.data(), 1.0 / double(N));
+      net.backward(*ctx, Recompute::none, false);
+    }
+    EXPECT_NEAR(loss[0], loss[1], 1e-12 * std::abs(loss[1])) << what;
+    Tensor summed = Tensor::empty({whole.registry().total()}, DType::f64, MemCategory::other);
+    std::copy_n(whole.grads().data<double>(), whole.registry().total(), summed.data<double>());
+    expert_group->all_reduce(summed)->wait();
+    const double *gs = split.grads().data<double>(), *gw = whole.grads().data<double>();
+    for (const auto& p : split.registry().params()) {
+      const auto& q = whole.registry().at(p.name);
+      std::map<int64_t, int64_t> local;  // the tensor-parallel model's element of each global index
+      for (int64_t e = 0; e < q.numel; ++e) local[q.global_index(e)] = e;
+      const double* ref = p.expert_major ? summed.data<double>() : gw;
+      double worst = 0, scale = 0;
+      for (int64_t e = 0; e < p.numel; ++e) {
+        const int64_t at = q.offset + local.at(p.global_index(e));
+        worst = std::max(worst, std::abs(gs[p.offset + e] - ref[at]));
+        scale = std::max(scale, std::abs(ref[at]));
+      }
+      EXPECT_LE(worst, 1e-12 * std::max(scale, 1.0)) << what << " " << p.name << (p.expert_major ? " (expert)" : "");
+    }
   }
 }
 

@@ -5,7 +5,9 @@
 // every non-expert gradient equal the unsplit model's on the same tokens;
 // each of its experts' weight gradients equals the sum over the ranks of the
 // unsplit model's (what the data reduction of the unsplit model would give),
-// since the expert now sees every rank's tokens routed to it. float64.
+// since the expert now sees every rank's tokens routed to it; also with
+// selective and full recompute (the layer's exchange rerun in the backward).
+// float64.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,46 +42,49 @@ ModelConfig moe_model(bool sigmoid) {
 
 TEST(MoeExpertParallel, MatchesEveryExpertOnEveryRank) {
   const int n = g_world->size(), me = g_world->rank();
-  for (bool sigmoid : {false, true}) {
-    const ModelConfig m = moe_model(sigmoid);
-    const std::string what = std::string(sigmoid ? "sigmoid" : "softmax") + " rank " + std::to_string(me);
-    const int64_t B = 3, N = B * m.seq_len;
-    std::mt19937 rng(uint32_t(11 + me));  // this rank's own tokens
-    std::vector<int32_t> tokens, targets;
-    for (int64_t i = 0; i < N; ++i) tokens.push_back(int32_t(rng() % 11)), targets.push_back(int32_t(rng() % 11));
-    parallel::ExpertParallel ep(g_world, m.moe.experts);
-    Transformer<double> split(m, 7, {.ep = &ep}), whole(m, 7);
-    double loss[2], aux[2];
-    for (int k = 0; k < 2; ++k) {
-      Transformer<double>& net = k == 0 ? split : whole;
-      auto ctx = net.make_activations(B, Recompute::none);
-      loss[k] = net.forward(*ctx, tokens.data(), targets.data(), 1.0 / double(N));
-      aux[k] = net.balance_losses(*ctx).first + net.balance_losses(*ctx).second;
-      net.backward(*ctx, Recompute::none, false);
-    }
-    EXPECT_NEAR(loss[0], loss[1], 1e-12 * std::abs(loss[1])) << what;
-    EXPECT_NEAR(aux[0], aux[1], 1e-12) << what;
-    // the unsplit model's gradients summed over the ranks, for the experts
-    Tensor summed = Tensor::empty({whole.registry().total()}, DType::f64, MemCategory::other);
-    std::copy_n(whole.grads().data<double>(), whole.registry().total(), summed.data<double>());
-    g_world->all_reduce(summed)->wait();
-    const double *gs = split.grads().data<double>(), *gw = whole.grads().data<double>(),
-                 *ps = split.params().data<double>(), *pw = whole.params().data<double>();
-    for (const auto& p : split.registry().params()) {
-      const auto& q = whole.registry().at(p.name);
-      const double* ref = p.expert_major ? summed.data<double>() : gw;
-      double worst = 0, scale = 0;
-      for (int64_t e = 0; e < p.numel; ++e) {
-        const int64_t g = q.offset + p.global_index(e);
-        ASSERT_EQ(ps[p.offset + e], pw[g]) << what << " " << p.name << ": the shard holds the same weights";
-        worst = std::max(worst, std::abs(gs[p.offset + e] - ref[g]));
-        scale = std::max(scale, std::abs(ref[g]));
+  for (bool sigmoid : {false, true})
+    for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {  // of the split model
+      const ModelConfig m = moe_model(sigmoid);
+      const std::string what =
+          std::string(sigmoid ? "sigmoid" : "softmax") + " recompute " + enum_name(rc) + " rank " + std::to_string(me);
+      const int64_t B = 3, N = B * m.seq_len;
+      std::mt19937 rng(uint32_t(11 + me));  // this rank's own tokens
+      std::vector<int32_t> tokens, targets;
+      for (int64_t i = 0; i < N; ++i) tokens.push_back(int32_t(rng() % 11)), targets.push_back(int32_t(rng() % 11));
+      parallel::ExpertParallel ep(g_world, m.moe.experts);
+      Transformer<double> split(m, 7, {.ep = &ep}), whole(m, 7);
+      double loss[2], aux[2];
+      for (int k = 0; k < 2; ++k) {
+        Transformer<double>& net = k == 0 ? split : whole;
+        const Recompute mode = k == 0 ? rc : Recompute::none;
+        auto ctx = net.make_activations(B, mode);
+        loss[k] = net.forward(*ctx, tokens.data(), targets.data(), 1.0 / double(N));
+        aux[k] = net.balance_losses(*ctx).first + net.balance_losses(*ctx).second;
+        net.backward(*ctx, mode, false);
       }
-      EXPECT_LE(worst, 1e-12 * std::max(scale, 1.0)) << what << " " << p.name << (p.expert_major ? " (expert)" : "");
+      EXPECT_NEAR(loss[0], loss[1], 1e-12 * std::abs(loss[1])) << what;
+      EXPECT_NEAR(aux[0], aux[1], 1e-12) << what;
+      // the unsplit model's gradients summed over the ranks, for the experts
+      Tensor summed = Tensor::empty({whole.registry().total()}, DType::f64, MemCategory::other);
+      std::copy_n(whole.grads().data<double>(), whole.registry().total(), summed.data<double>());
+      g_world->all_reduce(summed)->wait();
+      const double *gs = split.grads().data<double>(), *gw = whole.grads().data<double>(),
+                   *ps = split.params().data<double>(), *pw = whole.params().data<double>();
+      for (const auto& p : split.registry().params()) {
+        const auto& q = whole.registry().at(p.name);
+        const double* ref = p.expert_major ? summed.data<double>() : gw;
+        double worst = 0, scale = 0;
+        for (int64_t e = 0; e < p.numel; ++e) {
+          const int64_t g = q.offset + p.global_index(e);
+          ASSERT_EQ(ps[p.offset + e], pw[g]) << what << " " << p.name << ": the shard holds the same weights";
+          worst = std::max(worst, std::abs(gs[p.offset + e] - ref[g]));
+          scale = std::max(scale, std::abs(ref[g]));
+        }
+        EXPECT_LE(worst, 1e-12 * std::max(scale, 1.0)) << what << " " << p.name << (p.expert_major ? " (expert)" : "");
+      }
+      EXPECT_EQ(split.registry().at("model.layers.1.mlp.experts.gate_up_proj").numel * n,
+                whole.registry().at("model.layers.1.mlp.experts.gate_up_proj").numel);
     }
-    EXPECT_EQ(split.registry().at("model.layers.1.mlp.experts.gate_up_proj").numel * n,
-              whole.registry().at("model.layers.1.mlp.experts.gate_up_proj").numel);
-  }
 }
 
 // Expert parallelism inside tensor parallelism (expert_tensor = tensor): 4

@@ -40,11 +40,24 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
     const size_t eq = s.find('=');
-    if (eq == std::string::npos || !a.count(s.substr(0, eq))) {
-      if (world->rank() == 0) std::fprintf(stderr, "bench_expert_dispatch: unknown argument '%s'\n", argv[i]);
+    const std::string key = eq == std::string::npos ? s : s.substr(0, eq),
+                      value = eq == std::string::npos ? "" : s.substr(eq + 1);
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (!a.count(key) || value.empty() || used != value.size() || v < 1) {
+      if (world->rank() == 0)
+        std::fprintf(stderr,
+                     "bench_expert_dispatch: '%s': expected key=N with N >= 1 and key one of tokens, k, "
+                     "experts, hidden, ffn, reps\n",
+                     argv[i]);
       return 2;
     }
-    a[s.substr(0, eq)] = std::stoll(s.substr(eq + 1));
+    a[key] = v;
   }
   const int64_t N = a["tokens"], K = a["k"], E = a["experts"], C = a["hidden"], I = a["ffn"], reps = a["reps"];
   const int n = world->size(), me = world->rank();

@@ -41,7 +41,9 @@ MoeActs<T> MoeMlp<T>::make_acts(int64_t N, std::vector<Tensor>& storage, Device 
   MoeActs<T> a;
   a.logits = alloc(N * E), a.scores = alloc(N * E), a.weight = alloc(M);
   a.expert = ints(M), a.row = ints(M), a.token = ints(M);
-  a.fc = alloc(M * 2 * I_), a.act = alloc(M * I_), a.y = alloc(M * C_);
+  // under expert parallelism the experts' rows are the received ones (forward)
+  if (!ep_) a.fc = alloc(M * 2 * I_), a.act = alloc(M * I_);
+  a.y = alloc(M * C_);
   if (S_ > 0) {
     a.shared_fc = alloc(N * 2 * S_), a.shared_act = alloc(N * S_);
     if (cfg_.shared_expert_gate) a.shared_out = alloc(N * C_), a.gate = alloc(N);

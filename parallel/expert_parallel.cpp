@@ -10,6 +10,11 @@
 
 namespace trident::parallel {
 
+namespace {
+// Where the exchanged rows live: the bound GPU or the host.
+Device device_of(const void* p) { return is_device_pointer(p) ? Device{DeviceType::cuda, current_device()} : Device{}; }
+}  // namespace
+
 ExpertParallel::ExpertParallel(Communicator* group, int64_t experts) : group_(group), experts_(experts) {
   TRIDENT_CHECK(experts >= 1 && experts % size() == 0, "{} experts over an expert group of {}", experts, size());
 }
@@ -24,8 +29,7 @@ ExpertPlan ExpertParallel::plan(const int64_t* offsets) {
   int32_t* c = all.data<int32_t>();
   for (int64_t e = 0; e < E; ++e) c[int64_t(rank()) * E + e] = int32_t(offsets[e + 1] - offsets[e]);
   if (group_ && n > 1) group_->all_gather(all)->wait();
-  p.counts.assign(c, c + int64_t(n) * E);
-  auto count = [&](int q, int64_t e) { return p.counts[size_t(q) * size_t(E) + size_t(e)]; };
+  auto count = [&](int q, int64_t e) { return int64_t(c[int64_t(q) * E + e]); };
   // what goes to each rank (its experts' chunk of my rows) and comes from it
   p.send_rows.assign(size_t(n), 0), p.recv_rows.assign(size_t(n), 0);
   for (int q = 0; q < n; ++q)
@@ -33,7 +37,6 @@ ExpertPlan ExpertParallel::plan(const int64_t* offsets) {
       p.send_rows[size_t(q)] += count(rank(), q * L + l);
       p.recv_rows[size_t(q)] += count(q, first + l);
     }
-  p.received = std::accumulate(p.recv_rows.begin(), p.recv_rows.end(), int64_t(0));
   // arrival order: by source, then local expert; GEMM order: by local expert, then source
   p.local_offsets.assign(size_t(L + 1), 0);
   for (int64_t l = 0; l < L; ++l) {
@@ -41,6 +44,7 @@ ExpertPlan ExpertParallel::plan(const int64_t* offsets) {
     for (int q = 0; q < n; ++q) sum += count(q, first + l);
     p.local_offsets[size_t(l + 1)] = p.local_offsets[size_t(l)] + sum;
   }
+  p.received = p.local_offsets[size_t(L)];
   std::vector<int64_t> cursor(p.local_offsets.begin(), p.local_offsets.end() - 1);
   int64_t by_source = 0;
   for (int q = 0; q < n; ++q)
@@ -54,7 +58,7 @@ ExpertPlan ExpertParallel::plan(const int64_t* offsets) {
 
 template <typename T>
 T* ExpertParallel::staging(int64_t elements, const void* like) {
-  const Device dev = is_device_pointer(like) ? Device{DeviceType::cuda, current_device()} : Device{};
+  const Device dev = device_of(like);
   const int64_t n = std::max<int64_t>(elements, 1);
   if (scratch_.nbytes() < size_t(n) * sizeof(T) || scratch_.device().type != dev.type)
     scratch_ = Tensor::empty({n}, dtype_of<T>(), MemCategory::comm, dev);
@@ -72,7 +76,7 @@ void ExpertParallel::exchange(T* out, const T* in, const std::vector<int64_t>& s
   } else {
     AllToAllOptions o;
     for (size_t q = 0; q < send.size(); ++q) o.send_counts.push_back(send[q] * C), o.recv_counts.push_back(recv[q] * C);
-    const Device dev = is_device_pointer(in) ? Device{DeviceType::cuda, current_device()} : Device{};
+    const Device dev = device_of(in);
     group_->all_to_all(Tensor::borrow(out, nr * C, dev), Tensor::borrow(const_cast<T*>(in), ns * C, dev), o)->wait();
   }
   traffic_.rows_sent += ns, traffic_.rows_received += nr, ++traffic_.calls;

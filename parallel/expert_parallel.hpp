@@ -49,7 +49,6 @@ struct ExpertPlan {
   int64_t received = 0;  // rows its experts take
   // [L+1]: local expert l's received rows [local_offsets[l], local_offsets[l+1])
   std::vector<int64_t> local_offsets;
-  std::vector<int64_t> counts;                // [n, E]: each (rank, expert) pair's rows
   std::vector<int64_t> send_rows, recv_rows;  // per rank
   // the re-layout's blocks: (offset by source, offset by local expert, rows)
   struct Block {

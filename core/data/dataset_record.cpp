@@ -28,8 +28,11 @@ DatasetRecord read_dataset_record(const std::string& prefix) {
     r.eod = t.value("eod", int64_t(-1));
     const bool valid = prefix.size() > 6 && prefix.compare(prefix.size() - 6, 6, "_valid") == 0;
     const bool train = prefix.size() > 6 && prefix.compare(prefix.size() - 6, 6, "_train") == 0;
-    if ((valid || train) && j.contains("splits"))
-      r.max_id = j["splits"][valid ? "valid" : "train"].value("max_id", int64_t(-1));
+    // a record without this split (or without splits) says nothing of its ids;
+    // operator[] of a const json on a missing key is undefined, so look first
+    const char* split = valid ? "valid" : "train";
+    if ((valid || train) && j.contains("splits") && j.at("splits").contains(split))
+      r.max_id = j.at("splits").at(split).value("max_id", int64_t(-1));
     if (t.contains("file")) {
       r.tokenizer_file = (std::filesystem::path(path).parent_path() / t.at("file").get<std::string>()).string();
       r.tokenizer_crc32c = t.at("crc32c").get<uint32_t>();

@@ -113,6 +113,18 @@ TEST_F(Data, UnfinishedWriterLeavesNothing) {
   EXPECT_TRUE(fs::is_empty(dir_));
 }
 
+// A record whose splits lack the one asked for (an edited or older record)
+// reads with no id bound for it, never past the end of the JSON object (the
+// fuzzer's heap-use-after-free input, tests/fuzz/regressions/dataset_record).
+TEST_F(Data, ARecordWithoutTheSplitAskedForHasNoIdBound) {
+  std::ofstream(path("s.meta.json"))
+      << R"({"splits": {"train": {"max_id": 51}}, "tokenizer": {"kind": "char", "vocab": 52}})";
+  EXPECT_EQ(data::read_dataset_record(path("s_train")).max_id, 51);
+  EXPECT_EQ(data::read_dataset_record(path("s_valid")).max_id, -1);
+  std::ofstream(path("s.meta.json")) << R"({"splits": 3, "tokenizer": {"kind": "char", "vocab": 52}})";
+  EXPECT_EQ(data::read_dataset_record(path("s_valid")).max_id, -1);
+}
+
 // The record names its tokenizer by kind; a kind prepare never writes is
 // refused with the file and the key, not carried on as a string.
 TEST_F(Data, ARecordOfAnUnknownTokenizerKindIsRefused) {

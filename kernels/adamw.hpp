@@ -41,4 +41,9 @@ template <typename T>
 void adamw_update_multi(T* param, T* m, T* v, const T* grad, const std::vector<AdamWRange>& ranges,
                         const AdamWParams& hp);
 
+// One BiasRange's step: param[i] += rate x sign(mean - count[i]) for the n
+// elements (sign(0) = 0: a balanced expert's bias stays).
+template <typename T>
+void bias_sign_update(T* param, const T* count, int64_t n, double rate, double mean);
+
 }  // namespace trident::kernels

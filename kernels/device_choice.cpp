@@ -21,6 +21,7 @@
 #include "kernels/precision.hpp"
 #include "kernels/residual.hpp"
 #include "kernels/rotary.hpp"
+#include "kernels/rows.hpp"
 
 #ifdef TRIDENT_HAVE_CUDA
 #include "core/device_memory.hpp"
@@ -94,6 +95,8 @@ KERNEL_OP(void, adamw_update_multi,
           (param, m, v, grad, ranges, hp), param,
           cuda::adamw_update_multi(param, m, v, grad, device_ranges(ranges), hp.lr, hp.beta1, hp.beta2, hp.eps, hp.step,
                                    hp.grad_scale));
+KERNEL_OP(void, bias_sign_update, (T * param, const T* count, int64_t n, double rate, double mean),
+          (param, count, n, rate, mean), param, cuda::bias_sign_update(param, count, n, rate, mean));
 
 // kernels/attention.hpp
 KERNEL_OP(void, attention_lse,
@@ -245,6 +248,18 @@ KERNEL_OP(void, store_16, (T * x, uint16_t* dst, int64_t n, Precision p), (x, ds
           (cuda::round_to_storage(x, n, cuda_format(p)), cuda::pack_16(dst, x, n, cuda_format(p))));
 KERNEL_OP(void, unpack_16, (T * dst, const uint16_t* src, int64_t n, Precision p), (dst, src, n, p), dst,
           cuda::unpack_16(dst, src, n, cuda_format(p)));
+
+// kernels/rows.hpp
+KERNEL_OP(void, rows_scale_add, (T * out, const T* x, const T* g, int64_t N, int64_t C), (out, x, g, N, C), out,
+          cuda::rows_scale_add(out, x, g, N, C));
+KERNEL_OP(void, rows_scale, (T * out, const T* x, const T* g, int64_t N, int64_t C), (out, x, g, N, C), out,
+          cuda::rows_scale(out, x, g, N, C));
+KERNEL_OP(void, rows_dot, (T * d, const T* x, const T* y, int64_t N, int64_t C), (d, x, y, N, C), d,
+          cuda::rows_dot(d, x, y, N, C));
+KERNEL_OP(void, heads_gather, (T * heads, const T* qkv, int64_t N, int64_t H, int64_t KV, int64_t D, int64_t W),
+          (heads, qkv, N, H, KV, D, W), heads, cuda::heads_gather(heads, qkv, N, H, KV, D, W));
+KERNEL_OP(void, heads_scatter, (T * qkv, const T* heads, int64_t N, int64_t H, int64_t KV, int64_t D, int64_t W),
+          (qkv, heads, N, H, KV, D, W), qkv, cuda::heads_scatter(qkv, heads, N, H, KV, D, W));
 
 // kernels/residual.hpp
 KERNEL_OP(void, residual_forward, (T * out, const T* a, const T* b, const T* bias, int64_t N, int64_t C),

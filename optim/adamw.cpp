@@ -44,7 +44,6 @@ AdamW<T>::AdamW(const std::vector<kernels::AdamWRange>& ranges, const OptimConfi
     int64_t lo = std::max(b.offset, begin_), hi = std::min(b.offset + b.size, end_);
     if (hi > lo) biases_.push_back({lo - begin_, hi - lo, b.rate, b.mean});
   }
-  TRIDENT_CHECK(biases_.empty() || dev.type == DeviceType::cpu, "MoE bias updates run in host memory");
   m_ = Tensor::zeros({end_ - begin_}, dtype_of<T>(), MemCategory::optimizer, dev);
   v_ = Tensor::zeros({end_ - begin_}, dtype_of<T>(), MemCategory::optimizer, dev);
 }
@@ -54,10 +53,7 @@ void AdamW<T>::step(T* params, const T* grads, double lr, int64_t step, double g
   kernels::AdamWParams hp{lr, cfg_.betas[0], cfg_.betas[1], cfg_.eps, 0.0, step, grad_scale};
   kernels::adamw_update_multi(params, m_.data<T>(), v_.data<T>(), grads, ranges_, hp);
   for (const auto& b : biases_)  // the gradient slot holds counts: never scaled
-    for (int64_t i = b.offset; i < b.offset + b.size; ++i) {
-      const double gap = b.mean - double(grads[i]);
-      params[i] += T(b.rate * double((gap > 0) - (gap < 0)));
-    }
+    kernels::bias_sign_update(params + b.offset, grads + b.offset, b.size, b.rate, b.mean);
 }
 
 template class AdamW<float>;

@@ -36,10 +36,19 @@ void adamw_update_multi(T* param, T* m, T* v, const T* grad, const std::vector<A
     cpu::adamw_update(param + r.offset, m + r.offset, v + r.offset, grad + r.offset, r.size, one);
   }
 }
+
+template <typename T>
+void bias_sign_update(T* param, const T* count, int64_t n, double rate, double mean) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double gap = mean - double(count[i]);
+    param[i] += T(rate * double((gap > 0) - (gap < 0)));
+  }
+}
 }  // namespace cpu
 
 #define INSTANTIATE(T)                                                                   \
   template void cpu::adamw_update<T>(T*, T*, T*, const T*, int64_t, const AdamWParams&); \
+  template void cpu::bias_sign_update<T>(T*, const T*, int64_t, double, double);         \
   template void cpu::adamw_update_multi<T>(T*, T*, T*, const T*, const std::vector<AdamWRange>&, const AdamWParams&);
 INSTANTIATE(float)
 INSTANTIATE(double)

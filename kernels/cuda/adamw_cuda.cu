@@ -1,7 +1,7 @@
 // Multi-tensor AdamW on CUDA: every range of the flat shard (each with its
 // weight decay) in one launch, a block per 64K-element chunk, the update of
 // kernels/adamw.hpp in fp32 with the bias corrections computed on the host
-// in double, as the CPU kernel does.
+// in double, as the CPU kernel does; and the MoE correction bias's sign step.
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
@@ -28,7 +28,20 @@ __global__ void adamw_chunks(float* param, float* m, float* v, const float* grad
   }
 }
 
+// The correction bias's step (kernels/adamw.hpp bias_sign_update), compared in
+// double as on the CPU, so both give the same bits.
+__global__ void bias_sign_kernel(float* param, const float* count, int64_t n, double rate, double mean) {
+  GRID_STRIDE(i, n) {
+    const double gap = mean - double(count[i]);
+    param[i] += float(rate * double((gap > 0) - (gap < 0)));
+  }
+}
+
 }  // namespace
+
+void bias_sign_update(float* param, const float* count, int64_t n, double rate, double mean) {
+  LAUNCH_GRID_STRIDE(bias_sign_kernel, n, param, count, n, rate, mean);
+}
 
 void adamw_update_multi(float* param, float* m, float* v, const float* grad,
                         const std::vector<AdamWRangeDevice>& ranges, double lr, double beta1, double beta2, double eps,

@@ -44,6 +44,13 @@ void grouped_linear_forward(float* y, const float* x, const float* w, const int6
 void grouped_linear_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
                              const int64_t* offsets, int64_t G, int64_t C, int64_t OC, bool accumulate);
 
+// As kernels/rows.hpp.
+void rows_scale_add(float* out, const float* x, const float* g, int64_t N, int64_t C);
+void rows_scale(float* out, const float* x, const float* g, int64_t N, int64_t C);
+void rows_dot(float* d, const float* x, const float* y, int64_t N, int64_t C);
+void heads_gather(float* heads, const float* qkv, int64_t N, int64_t H, int64_t KV, int64_t D, int64_t W);
+void heads_scatter(float* qkv, const float* heads, int64_t N, int64_t H, int64_t KV, int64_t D, int64_t W);
+
 // As kernels/moe_permute.hpp (offsets: host memory).
 void moe_route_index(int32_t* row, int32_t* token, int64_t* offsets, const int32_t* expert, int64_t N, int64_t K,
                      int64_t E);
@@ -118,6 +125,7 @@ struct AdamWRangeDevice {
 void adamw_update_multi(float* param, float* m, float* v, const float* grad,
                         const std::vector<AdamWRangeDevice>& ranges, double lr, double beta1, double beta2, double eps,
                         int64_t step, double grad_scale);
+void bias_sign_update(float* param, const float* count, int64_t n, double rate, double mean);
 
 void round_to_storage(float* x, int64_t n, int mode);  // 1 bf16, 2 fp16
 void pack_16(uint16_t* dst, const float* src, int64_t n, int mode);

@@ -28,6 +28,7 @@
 #include "kernels/precision.hpp"
 #include "kernels/residual.hpp"
 #include "kernels/rotary.hpp"
+#include "kernels/rows.hpp"
 #include "tests/kernels/kernel_compare.hpp"
 #include "tests/kernels/require_gpu.hpp"
 
@@ -449,6 +450,39 @@ TEST(Cuda, MultiTensorAdamW) {
   expect_close("adamw params", p, gp.host(n), 1e-6, 1e-7);
   expect_close("adamw m", m, gm.host(n), 1e-6, 1e-8);
   expect_close("adamw v", v, gv.host(n), 1e-6, 1e-8);
+}
+
+// The MoE layer's row ops, QK-norm's head moves and the correction bias's
+// step on the device against the CPU (test_cuda_emulated: the same kernels'
+// logic on the CPU).
+TEST(Cuda, MoeRowsHeadsAndBiasStep) {
+  REQUIRE_GPU();
+  const int64_t N = 300, C = 70;
+  const F x = randn(N * C, 41), y = randn(N * C, 42), g = randn(N, 43), base = randn(N * C, 44);
+  Dev gx(x), gy(y), gg(g), gout(base), gsc{F(size_t(N * C))}, gd{F(size_t(N))};
+  F out = base, sc(N * C), d(N);
+  rows_scale_add(out.data(), x.data(), g.data(), N, C), rows_scale_add(gout.f(), gx.f(), gg.f(), N, C);
+  expect_close("rows scale_add", out, gout.host(N * C), 1e-6, 1e-6);
+  rows_scale(sc.data(), x.data(), g.data(), N, C), rows_scale(gsc.f(), gx.f(), gg.f(), N, C);
+  expect_close("rows scale", sc, gsc.host(N * C), 0, 0);
+  rows_dot(d.data(), x.data(), y.data(), N, C), rows_dot(gd.f(), gx.f(), gy.f(), N, C);
+  expect_close("rows dot", d, gd.host(N), 1e-5, 1e-5);
+  const int64_t H = 4, KV = 2, D = 16, W = (H + 2 * KV) * D, rows = N * (H + KV) * D;
+  const F qkv = randn(N * W, 45);
+  Dev gqkv(qkv), gheads{F(size_t(rows))};
+  F heads(rows), back(qkv);
+  heads_gather(heads.data(), qkv.data(), N, H, KV, D, W), heads_gather(gheads.f(), gqkv.f(), N, H, KV, D, W);
+  expect_close("heads gather", heads, gheads.host(rows), 0, 0);
+  for (auto& v : heads) v *= 2;
+  Dev gheads2(heads);
+  heads_scatter(back.data(), heads.data(), N, H, KV, D, W), heads_scatter(gqkv.f(), gheads2.f(), N, H, KV, D, W);
+  expect_close("heads scatter", back, gqkv.host(N * W), 0, 0);
+  const F counts = {3, 5, 4, 4, 0, 9, 4};
+  F bias = randn(int64_t(counts.size()), 47);
+  Dev gbias(bias), gcounts(counts);
+  bias_sign_update(bias.data(), counts.data(), int64_t(counts.size()), 1e-3, 4.0);
+  bias_sign_update(gbias.f(), gcounts.f(), int64_t(counts.size()), 1e-3, 4.0);
+  expect_close("bias sign step", bias, gbias.host(int64_t(counts.size())), 0, 0);
 }
 
 TEST(Cuda, RoundingCountsAndSums) {

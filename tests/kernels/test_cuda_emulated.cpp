@@ -23,6 +23,7 @@
 #include "kernels/precision.hpp"
 #include "kernels/residual.hpp"
 #include "kernels/rotary.hpp"
+#include "kernels/rows.hpp"
 #include "tests/kernels/kernel_compare.hpp"
 
 #define cuda cuda_emu
@@ -356,6 +357,58 @@ TEST(CudaEmulated, MoePermutationGatherAndCombine) {
     emu::moe_unpermute(edh.data(), dx.data(), row.data(), N, K, C);
     expect_close(name + " unpermute", dh, edh, 0, 0);
   }
+}
+
+// The MoE layer's row ops and QK-norm's head moves: the shared experts'
+// gate (scaling rows, adding them), its gradient (a warp's dot product per
+// row), the heads of a fused QKV row to one row each and back, with odd
+// sizes, more rows than a block's threads, and the value heads untouched;
+// and the correction bias's sign step, bit for bit.
+TEST(CudaEmulated, MoeRowsHeadsAndBiasStep) {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{300, 7}, {5, 70}, {1, 1}}) {
+    const std::string name = "rows N" + std::to_string(N) + " C" + std::to_string(C);
+    const F x = randn(N * C, 41), y = randn(N * C, 42), g = randn(N, 43), base = randn(N * C, 44);
+    F out = base, eout = base;
+    rows_scale_add(out.data(), x.data(), g.data(), N, C), emu::rows_scale_add(eout.data(), x.data(), g.data(), N, C);
+    expect_close(name + " scale_add", out, eout, 1e-6, 1e-6);  // a fused multiply-add or not
+    rows_scale_add(out.data(), x.data(), static_cast<const float*>(nullptr), N, C);
+    emu::rows_scale_add(eout.data(), x.data(), nullptr, N, C);
+    expect_close(name + " add", out, eout, 1e-6, 1e-6);
+    F sc(N * C), esc(N * C, -7.f);
+    rows_scale(sc.data(), x.data(), g.data(), N, C), emu::rows_scale(esc.data(), x.data(), g.data(), N, C);
+    expect_close(name + " scale", sc, esc, 0, 0);
+    F d(N), ed(N, -7.f);
+    rows_dot(d.data(), x.data(), y.data(), N, C), emu::rows_dot(ed.data(), x.data(), y.data(), N, C);
+    expect_close(name + " dot", d, ed, 1e-5, 1e-5);
+  }
+  struct Heads {
+    int64_t N, H, KV, D;
+  };
+  for (Heads s : {Heads{37, 4, 2, 8}, Heads{3, 3, 3, 5}, Heads{70, 2, 1, 16}}) {
+    const int64_t W = (s.H + 2 * s.KV) * s.D, rows = s.N * (s.H + s.KV) * s.D;
+    const std::string name = "heads N" + std::to_string(s.N) + " H" + std::to_string(s.H);
+    const F qkv = randn(s.N * W, 45), heads = randn(rows, 46);
+    F hd(rows), ehd(rows, -7.f);
+    heads_gather(hd.data(), qkv.data(), s.N, s.H, s.KV, s.D, W);
+    emu::heads_gather(ehd.data(), qkv.data(), s.N, s.H, s.KV, s.D, W);
+    expect_close(name + " gather", hd, ehd, 0, 0);
+    EXPECT_EQ(hd[size_t(s.N * s.H * s.D)], qkv[size_t(s.H * s.D)]) << name << ": the first key head follows the queries";
+    F back = qkv, eback = qkv;
+    heads_scatter(back.data(), heads.data(), s.N, s.H, s.KV, s.D, W);
+    emu::heads_scatter(eback.data(), heads.data(), s.N, s.H, s.KV, s.D, W);
+    expect_close(name + " scatter", back, eback, 0, 0);
+    for (int64_t n = 0; n < s.N; ++n)  // the value heads are untouched
+      for (int64_t i = (s.H + s.KV) * s.D; i < W; ++i) ASSERT_EQ(back[size_t(n * W + i)], qkv[size_t(n * W + i)]);
+  }
+  const F counts = {3, 5, 4, 4, 0, 9, 4};
+  F bias = randn(int64_t(counts.size()), 47), ebias = bias;
+  bias_sign_update(bias.data(), counts.data(), int64_t(counts.size()), 1e-3, 4.0);
+  emu::bias_sign_update(ebias.data(), counts.data(), int64_t(counts.size()), 1e-3, 4.0);
+  expect_close("bias sign step", bias, ebias, 0, 0);
+  const F before = randn(int64_t(counts.size()), 47);
+  EXPECT_EQ(bias[2], before[2]) << "a balanced expert's bias stays";
+  EXPECT_EQ(bias[0], before[0] + 1e-3f) << "an underloaded expert's bias rises";
+  EXPECT_EQ(bias[5], before[5] - 1e-3f) << "an overloaded expert's bias falls";
 }
 
 }  // namespace

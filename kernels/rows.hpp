@@ -1,0 +1,34 @@
+// Row-wise operations of the mixture-of-experts layer and QK-norm: scaling
+// rows by a per-row factor (the shared experts' gate), per-row dot products
+// (the gate's gradient), and moving attention heads between the fused QKV
+// rows and one row per head (QK-norm normalises each head's D values).
+// Every output element is one thread's, its terms added in index order, so
+// the CPU and CUDA results agree up to rows_dot's summation order. Host or
+// device buffers (the choice by the first argument, kernels/device_choice.cpp).
+// Shapes: N rows, C channels; qkv [N, W] with W >= (H + 2 KV) D, its heads
+// in the order H query, KV key, KV value heads of D values each.
+#pragma once
+#include <cstdint>
+
+namespace trident::kernels {
+
+// out[n,:] += g[n] x[n,:]; g null: out += x.
+template <typename T>
+void rows_scale_add(T* out, const T* x, const T* g, int64_t N, int64_t C);
+// out[n,:] = g[n] x[n,:] (out overwritten).
+template <typename T>
+void rows_scale(T* out, const T* x, const T* g, int64_t N, int64_t C);
+// d[n] = x[n,:] . y[n,:], c in increasing order (d overwritten).
+template <typename T>
+void rows_dot(T* d, const T* x, const T* y, int64_t N, int64_t C);
+
+// The query and key heads of qkv as rows: heads [N H + N KV, D], the query
+// heads first (row n H + h), then the key heads (row N H + n KV + h).
+template <typename T>
+void heads_gather(T* heads, const T* qkv, int64_t N, int64_t H, int64_t KV, int64_t D, int64_t W);
+// The reverse: the rows back into qkv's query and key heads (the value
+// heads untouched).
+template <typename T>
+void heads_scatter(T* qkv, const T* heads, int64_t N, int64_t H, int64_t KV, int64_t D, int64_t W);
+
+}  // namespace trident::kernels

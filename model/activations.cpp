@@ -106,7 +106,7 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
   if (moe_) {
     ctx->moe.resize(size_t(L));
     for (int64_t l = 0; l < L; ++l)
-      if (cfg_.moe.is_moe(ch.spec.first_layer + l)) ctx->moe[size_t(l)] = moe_->make_acts(N, ctx->storage, device_);
+      if (cfg_.moe.is_moe(ch.spec.first_layer + l)) ctx->moe[size_t(l)] = moe_->make_acts(N, ctx->storage);
   }
   if (split_backward)
     for (int64_t l = 0; l < L; ++l) ctx->saved.push_back({alloc(z.qkv), alloc(N * C), alloc(z.fc), alloc(N * C)});

@@ -78,6 +78,10 @@ int64_t shared_recompute_elements(const ModelConfig& cfg, const ActivationShape&
 int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s) {
   const ActivationSizes z = activation_sizes(cfg, s);
   int64_t n = 3 * z.N * z.C + 3 * z.R * z.C + z.qkv + z.atty + z.fc + z.act;
+  if (cfg.qk_norm) {  // the query and key heads as rows, and their gradients
+    const LocalDims d = local_dims(cfg, {0, s.tensor});
+    n += 2 * z.N * (d.heads + d.kv_heads) * cfg.head_dim();
+  }
   const MoeConfig& e = cfg.moe;
   if (e.enabled) {  // MoeMlp's: gathered rows and their gradients, router gradients, the shared experts'
     const int64_t N = z.N, M = N * e.top_k, C = z.C, I = e.ffn_hidden / s.tensor, S = e.shared_width() / s.tensor;

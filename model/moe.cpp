@@ -4,49 +4,74 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/device_memory.hpp"
 #include "core/error.hpp"
 #include "kernels/activation.hpp"
 #include "kernels/buffer.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/moe_permute.hpp"
+#include "kernels/rows.hpp"
 
 namespace trident::model {
 
 namespace k = trident::kernels;
 
+namespace {
+
+// dst <- src (n elements) unless they are the same buffer: the router's
+// mirrors, between device and host memory (copy_bytes waits when dst is host).
+template <typename T>
+void mirror(T* dst, const T* src, int64_t n) {
+  if (dst != src && n > 0) copy_bytes(dst, src, size_t(n) * sizeof(T));
+}
+
+}  // namespace
+
 template <typename T>
 MoeMlp<T>::MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t shared, parallel::TensorParallel* tp,
-                  parallel::ContextParallel* cp, parallel::ExpertParallel* ep)
-    : cfg_(cfg), C_(hidden), I_(ffn), S_(shared), tp_(tp), cp_(cp), ep_(ep && ep->size() > 1 ? ep : nullptr) {
+                  parallel::ContextParallel* cp, parallel::ExpertParallel* ep, Device device)
+    : cfg_(cfg),
+      C_(hidden),
+      I_(ffn),
+      S_(shared),
+      tp_(tp),
+      cp_(cp),
+      ep_(ep && ep->size() > 1 ? ep : nullptr),
+      device_(device),
+      on_host_(device.type == DeviceType::cpu) {
   TRIDENT_CHECK(!ep_ || ep_->experts() == cfg.experts, "the expert group splits {} experts, the layer has {}",
                 ep_ ? ep_->experts() : 0, cfg.experts);
   spec_.experts = cfg.experts, spec_.top_k = cfg.top_k, spec_.score = cfg.score, spec_.norm_topk = cfg.norm_topk;
   spec_.groups = cfg.groups, spec_.group_topk = cfg.group_topk, spec_.scaling = cfg.scaling;
   k::check_router(spec_);
+  counts_h_.assign(size_t(cfg.experts), T(0));
+  if (!on_host_) counts_dev_ = Tensor::empty({cfg.experts}, dtype_of<T>(), MemCategory::activations, device_);
 }
 
 template <typename T>
-MoeActs<T> MoeMlp<T>::make_acts(int64_t N, std::vector<Tensor>& storage, Device device) const {
-  TRIDENT_CHECK(device.type == DeviceType::cpu, "MoE layers run in host memory in this version");
+MoeActs<T> MoeMlp<T>::make_acts(int64_t N, std::vector<Tensor>& storage) const {
   const int64_t E = spec_.experts, K = spec_.top_k, M = N * K;
-  auto alloc = [&](int64_t n) {
-    storage.push_back(Tensor::empty({std::max<int64_t>(n, 1)}, dtype_of<T>(), MemCategory::activations, device));
-    return storage.back().template data<T>();
+  auto alloc_on = [&](int64_t n, DType dtype, Device where) {
+    storage.push_back(Tensor::empty({std::max<int64_t>(n, 1)}, dtype, MemCategory::activations, where));
+    return storage.back().raw();
   };
-  auto ints = [&](int64_t n) {
-    storage.push_back(Tensor::empty({n}, DType::i32, MemCategory::activations, device));
-    return storage.back().template data<int32_t>();
-  };
+  auto alloc = [&](int64_t n) { return static_cast<T*>(alloc_on(n, dtype_of<T>(), device_)); };
+  auto ints = [&](int64_t n) { return static_cast<int32_t*>(alloc_on(n, DType::i32, device_)); };
+  // the router's host side: its own buffers on a GPU, the layer's on the CPU
+  auto host = [&](T* same, int64_t n) { return on_host_ ? same : static_cast<T*>(alloc_on(n, dtype_of<T>(), {})); };
   MoeActs<T> a;
-  a.logits = alloc(N * E), a.scores = alloc(N * E), a.weight = alloc(M);
+  a.logits = alloc(N * E), a.weight = alloc(M);
+  a.scores = on_host_ ? alloc(N * E) : host(nullptr, N * E);
   a.expert = ints(M), a.row = ints(M), a.token = ints(M);
+  a.logits_h = host(a.logits, N * E), a.weight_h = host(a.weight, M);
+  a.expert_h = on_host_ ? a.expert : static_cast<int32_t*>(alloc_on(M, DType::i32, {}));
   // under expert parallelism the experts' rows are the received ones (forward)
   if (!ep_) a.fc = alloc(M * 2 * I_), a.act = alloc(M * I_);
   a.y = alloc(M * C_);
   if (S_ > 0) {
     a.shared_fc = alloc(N * 2 * S_), a.shared_act = alloc(N * S_);
-    if (cfg_.shared_expert_gate) a.shared_out = alloc(N * C_), a.gate = alloc(N);
+    if (cfg_.shared_expert_gate) a.shared_out = alloc(N * C_), a.gate = alloc(N), a.gate_h = host(a.gate, N);
   }
   a.offsets.assign(size_t(E + 1), 0);
   return a;
@@ -56,9 +81,14 @@ template <typename T>
 void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& w, int64_t N, int64_t B) {
   const int64_t E = spec_.experts, K = spec_.top_k, M = N * K, C = C_, I = I_, S = S_;
   ensure_scratch(N);
-  // router, in T (fp32 in every precision: the model's T is the master type)
+  // router, in T (fp32 in every precision: the model's T is the master
+  // type), its choice in host memory
   k::linear_forward(a.logits, h, w.router, static_cast<const T*>(nullptr), N, C, E);
-  k::router_forward(a.expert, a.weight, a.scores, a.logits, w.bias, N, spec_);
+  mirror(a.logits_h, a.logits, N * E);
+  const T* bias = w.bias;
+  if (bias && !on_host_) mirror(bias_h_, w.bias, E), bias = bias_h_;
+  k::router_forward(a.expert_h, a.weight_h, a.scores, a.logits_h, bias, N, spec_);
+  mirror(a.expert, a.expert_h, M), mirror(a.weight, a.weight_h, M);
   // permute: expert-major, tokens in increasing index within an expert
   const int64_t* off = a.offsets.data();
   k::moe_route_index(a.row, a.token, a.offsets.data(), a.expert, N, K, E);
@@ -67,7 +97,8 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
   if (ep_) {  // on the ranks holding them: the rows go there and come back
     a.plan = ep_->plan(off);
     const int64_t R = a.plan.received, L = ep_->local_experts();
-    a.received = Tensor::empty({std::max<int64_t>(R * (C + 3 * I), 1)}, dtype_of<T>(), MemCategory::activations);
+    a.received =
+        Tensor::empty({std::max<int64_t>(R * (C + 3 * I), 1)}, dtype_of<T>(), MemCategory::activations, device_);
     a.x_in = a.received.template data<T>(), a.fc_in = a.x_in + R * C, a.act_in = a.fc_in + R * 2 * I;
     T* y_in = exchange_scratch(R * C);  // the experts' output, until combine() sends it back
     ep_->dispatch(a.plan, a.x_in, x_, C);
@@ -87,30 +118,31 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
     k::swiglu_forward(a.shared_act, a.shared_fc, N, S);
     T* so = a.shared_out ? a.shared_out : dx_;  // the ungated output is only added
     k::linear_forward(so, a.shared_act, w.s_out, static_cast<const T*>(nullptr), N, S, C);
-    if (a.gate) k::linear_forward(a.gate, h, w.s_gate, static_cast<const T*>(nullptr), N, C, 1);
-    for (int64_t n = 0; n < N; ++n) {
-      T g = T(1);
-      if (a.gate) g = a.gate[n] = T(1) / (T(1) + std::exp(-a.gate[n]));
-      for (int64_t c = 0; c < C; ++c) out[n * C + c] += g * so[n * C + c];
+    if (a.gate) {  // g = sigmoid(h w_g), one value a token
+      k::linear_forward(a.gate, h, w.s_gate, static_cast<const T*>(nullptr), N, C, 1);
+      mirror(a.gate_h, a.gate, N);
+      for (int64_t n = 0; n < N; ++n) a.gate_h[n] = T(1) / (T(1) + std::exp(-a.gate_h[n]));
+      mirror(a.gate, a.gate_h, N);
     }
+    k::rows_scale_add(out, so, a.gate, N, C);
   }
   // the balancing counts, over the context group
   const int64_t groups = cfg_.balance == Balance::seq_aux_loss ? B : 1, rows = N / groups;
   a.counts.assign(size_t(groups * E), T(0));
-  for (int64_t i = 0; i < M; ++i) a.counts[size_t(i / (rows * K) * E + a.expert[i])] += T(1);
+  for (int64_t i = 0; i < M; ++i) a.counts[size_t(i / (rows * K) * E + a.expert_h[i])] += T(1);
   cp_->sum(a.counts.data(), groups * E);
   // the balancing losses' values (their gradients: balance_grad)
   a.aux_loss = a.z_loss = 0;
   if (cfg_.balance != Balance::none && cfg_.balance != Balance::hf && cfg_.balance_coef > 0) {
-    std::fill(dscores_, dscores_ + N * E, T(0));
-    balance_grad(dscores_, a, N, B, 1.0, true);
+    std::fill(dscores_h_, dscores_h_ + N * E, T(0));
+    balance_grad(dscores_h_, a, N, B, 1.0, true);
     // the loss is linear in q for fixed counts: loss = sum_ne q_ne dloss/dq_ne
     for (int64_t n = 0; n < N; ++n) {
       double sum = 0, dot = 0;
       for (int64_t e = 0; e < E; ++e) sum += double(a.scores[n * E + e]);
       for (int64_t e = 0; e < E; ++e) {
         const double q = spec_.score == RouterScore::softmax ? double(a.scores[n * E + e]) : a.scores[n * E + e] / sum;
-        dot += q * double(dscores_[n * E + e]);
+        dot += q * double(dscores_h_[n * E + e]);
       }
       a.aux_loss += dot;
     }
@@ -118,8 +150,8 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
   if (cfg_.z_loss > 0) {
     for (int64_t n = 0; n < N; ++n) {
       double mx = -INFINITY, s = 0;
-      for (int64_t e = 0; e < E; ++e) mx = std::max(mx, double(a.logits[n * E + e]));
-      for (int64_t e = 0; e < E; ++e) s += std::exp(double(a.logits[n * E + e]) - mx);
+      for (int64_t e = 0; e < E; ++e) mx = std::max(mx, double(a.logits_h[n * E + e]));
+      for (int64_t e = 0; e < E; ++e) s += std::exp(double(a.logits_h[n * E + e]) - mx);
       const double lse = mx + std::log(s);
       a.z_loss += cfg_.z_loss * lse * lse / double(N * cp_->size());
     }
@@ -183,12 +215,7 @@ void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, co
   // the experts' permuted output gradients (weighted), and the routing
   // weights' and the gate's gradients: dot products with partial outputs
   k::moe_combine_backward(dys_, dweight_, dy, a.y, a.weight, a.row, N, K, C);
-  if (a.gate)
-    for (int64_t n = 0; n < N; ++n) {
-      T s = 0;
-      for (int64_t c = 0; c < C; ++c) s += dy[n * C + c] * a.shared_out[n * C + c];
-      dgate[n] = s;
-    }
+  if (a.gate) k::rows_dot(dgate, dy, a.shared_out, N, C);
   tp_->sum_partials(dweight_, M + (a.gate ? N : 0));
   // an expert without tokens gets a zero (not a stale) gradient
   if (ep_) {  // the output gradients go to the experts' ranks, the input gradients come back
@@ -210,61 +237,75 @@ void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, co
   k::moe_unpermute(dh, dx_, a.row, N, K, C);
   if (S > 0) {
     const T* dso = dy;
-    if (a.gate) {
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t c = 0; c < C; ++c) d_shared_[n * C + c] = a.gate[n] * dy[n * C + c];
-      dso = d_shared_;
-    }
+    if (a.gate) k::rows_scale(d_shared_, dy, a.gate, N, C), dso = d_shared_;
     k::linear_backward(sdact_, g.s_out, static_cast<T*>(nullptr), dso, a.shared_act, w.s_out, N, S, C, acc);
     k::swiglu_backward(sdfc_, a.shared_fc, sdact_, N, S);
     k::linear_backward(dx_, g.s_in, static_cast<T*>(nullptr), sdfc_, h, w.s_in, N, C, 2 * S, acc);
-    for (int64_t i = 0; i < N * C; ++i) dh[i] += dx_[i];
+    k::rows_scale_add(dh, dx_, static_cast<const T*>(nullptr), N, C);
   }
-  // router: from the weights' gradient and the balancing losses'
-  std::fill(dscores_, dscores_ + N * E, T(0));
-  balance_grad(dscores_, a, N, B, double(aux_scale), false);
-  k::router_backward(dlogits_, dweight_, dscores_, a.scores, a.expert, N, spec_);
+  // router (host): from the weights' gradient and the balancing losses'
+  mirror(dweight_h_, dweight_, M + (a.gate ? N : 0));
+  std::fill(dscores_h_, dscores_h_ + N * E, T(0));
+  balance_grad(dscores_h_, a, N, B, double(aux_scale), false);
+  k::router_backward(dlogits_h_, dweight_h_, dscores_h_, a.scores, a.expert_h, N, spec_);
   if (cfg_.z_loss > 0)
     for (int64_t n = 0; n < N; ++n) {
-      const T* l = a.logits + n * E;
+      const T* l = a.logits_h + n * E;
       double mx = -INFINITY, s = 0;
       for (int64_t e = 0; e < E; ++e) mx = std::max(mx, double(l[e]));
       for (int64_t e = 0; e < E; ++e) s += std::exp(double(l[e]) - mx);
       const double lse = mx + std::log(s), f = double(aux_scale) * cfg_.z_loss * 2 * lse / double(N * cp_->size());
-      for (int64_t e = 0; e < E; ++e) dlogits_[n * E + e] += T(f * std::exp(double(l[e]) - mx) / s);
+      for (int64_t e = 0; e < E; ++e) dlogits_h_[n * E + e] += T(f * std::exp(double(l[e]) - mx) / s);
     }
+  mirror(dlogits_, dlogits_h_, N * E);
   k::linear_backward(d_router_h_, g.router, static_cast<T*>(nullptr), dlogits_, h, w.router, N, C, E, acc);
   if (a.gate) {
-    for (int64_t n = 0; n < N; ++n) dgate[n] *= a.gate[n] * (T(1) - a.gate[n]);  // through the sigmoid
+    T* dgate_h = dweight_h_ + M;
+    for (int64_t n = 0; n < N; ++n) dgate_h[n] *= a.gate_h[n] * (T(1) - a.gate_h[n]);  // through the sigmoid
+    mirror(dgate, dgate_h, N);
     k::linear_backward(d_shared_, g.s_gate, static_cast<T*>(nullptr), dgate, h, w.s_gate, N, C, 1, acc);
-    for (int64_t i = 0; i < N * C; ++i) d_router_h_[i] += d_shared_[i];
+    k::rows_scale_add(d_router_h_, d_shared_, static_cast<const T*>(nullptr), N, C);
   }
-  if (g.bias)  // the bias moves by counts, never by gradient: its slot takes this micro-batch's (kernels::BiasRange)
-    for (int64_t e = 0; e < E; ++e) {
-      const T count = T(a.offsets[size_t(e + 1)] - a.offsets[size_t(e)]);
-      g.bias[e] = acc ? g.bias[e] + count : count;
-    }
+  if (g.bias) {  // the bias moves by counts, never by gradient: its slot takes this micro-batch's (kernels::BiasRange)
+    for (int64_t e = 0; e < E; ++e) counts_h_[size_t(e)] = T(a.offsets[size_t(e + 1)] - a.offsets[size_t(e)]);
+    const T* counts = counts_h_.data();
+    if (!on_host_) mirror(counts_dev_.template data<T>(), counts, E), counts = counts_dev_.template data<T>();
+    if (acc)
+      k::rows_scale_add(g.bias, counts, static_cast<const T*>(nullptr), 1, E);
+    else
+      k::copy(g.bias, counts, E);
+  }
 }
 
 template <typename T>
 T* MoeMlp<T>::exchange_scratch(int64_t n) {
-  if (ep_scratch_.numel() < n) ep_scratch_ = Tensor::empty({n}, dtype_of<T>(), MemCategory::activations);
+  if (ep_scratch_.numel() < n) ep_scratch_ = Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_);
   return ep_scratch_.template data<T>();
 }
 
+// The scratch where the layer runs, in the order of model/memory.cpp's
+// scratch_elements (the planner's count of the CPU's allocation), and the
+// router's host side: on the CPU its scores' gradient is in the same
+// allocation and the other mirrors are the layer's own buffers.
 template <typename T>
 void MoeMlp<T>::ensure_scratch(int64_t N) {
   if (N <= scratch_N_) return;
   const int64_t E = spec_.experts, M = N * spec_.top_k, C = C_, I = I_, S = S_;
-  const int64_t sizes[12] = {M * C, std::max(M, N) * C, M * C, M * 2 * I, M * I, N * E, N * E, M + N, N * C,
-                             N * C, N * 2 * S,          N * S};
+  const int64_t sizes[12] = {M * C,  std::max(M, N) * C,    M * C, M * 2 * I, M * I, on_host_ ? N * E : 0, N * E,
+                             M + N, N * C, N * C, N * 2 * S, N * S};
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
-  scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, Device{});
+  scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, device_);
   T* p = scratch_.data<T>();
-  T** outs[12] = {&x_,       &dx_,      &dys_,        &dfc_,      &dact_, &dscores_,
+  T** outs[12] = {&x_,       &dx_,      &dys_,        &dfc_,      &dact_, &dscores_h_,
                   &dlogits_, &dweight_, &d_router_h_, &d_shared_, &sdfc_, &sdact_};
   for (int i = 0; i < 12; ++i) *outs[i] = p, p += sizes[i];
+  dlogits_h_ = dlogits_, dweight_h_ = dweight_;
+  if (!on_host_) {  // the router's side in host memory: scores' and logits' gradients, weights', the bias
+    host_scratch_ = Tensor::empty({2 * N * E + M + N + E}, dtype_of<T>(), MemCategory::activations);
+    dscores_h_ = host_scratch_.data<T>(), dlogits_h_ = dscores_h_ + N * E;
+    dweight_h_ = dlogits_h_ + N * E, bias_h_ = dweight_h_ + M + N;
+  }
   scratch_N_ = N;
 }
 

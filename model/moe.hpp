@@ -67,11 +67,18 @@ struct MoeGrads {
   T *router, *bias, *w_in, *w_out, *s_in, *s_out, *s_gate;
 };
 
-// What one MoE layer keeps of one micro-batch for its backward.
+// What one MoE layer keeps of one micro-batch for its backward. The layer's
+// buffers live where it runs; the router's side (its scores, choices and
+// losses: a few values per token) is computed in host memory, so on a GPU
+// the logits go down and the routes come back (the `_h` mirrors; on the CPU
+// they are the same buffers).
 template <typename T>
 struct MoeActs {
-  T *logits = nullptr, *scores = nullptr, *weight = nullptr;    // [N,E], [N,E], [N,k]
+  T *logits = nullptr, *weight = nullptr;                       // [N,E] router logits, [N,k] routing weights
   int32_t *expert = nullptr, *row = nullptr, *token = nullptr;  // [N,k] ids, [N,k] permuted row, [N k] its token
+  T* scores = nullptr;                                          // [N,E] the router's scores (host)
+  T *logits_h = nullptr, *weight_h = nullptr, *gate_h = nullptr;  // host mirrors of logits, weight, gate
+  int32_t* expert_h = nullptr;                                    // host mirror of expert
   T *fc = nullptr, *act = nullptr, *y = nullptr;                // [Nk, 2I], [Nk, I], [Nk, C]
   T *shared_fc = nullptr, *shared_act = nullptr, *shared_out = nullptr, *gate = nullptr;  // [N,2S], [N,S], [N,C], [N]
   std::vector<int64_t> offsets;  // [E+1]: expert e's permuted rows are [offsets[e], offsets[e+1])
@@ -100,11 +107,12 @@ class MoeMlp {
   // it). ep: the expert group (null: every expert here): the weights hold
   // this rank's experts only, and the routed rows go to their experts' ranks
   // and back around the grouped GEMMs (parallel/expert_parallel.hpp).
+  // device: where the layer's buffers live and its kernels run.
   MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t shared, parallel::TensorParallel* tp,
-         parallel::ContextParallel* cp, parallel::ExpertParallel* ep = nullptr);
+         parallel::ContextParallel* cp, parallel::ExpertParallel* ep = nullptr, Device device = {});
 
-  // Buffers of one micro-batch of N rows in B sequences; `storage` owns them.
-  MoeActs<T> make_acts(int64_t N, std::vector<Tensor>& storage, Device device) const;
+  // Buffers of one micro-batch of N rows; `storage` owns them.
+  MoeActs<T> make_acts(int64_t N, std::vector<Tensor>& storage) const;
 
   // out [N,C] (overwritten): this rank's partial MoE output for h [N,C].
   void forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& w, int64_t N, int64_t B);
@@ -128,13 +136,17 @@ class MoeMlp {
   parallel::TensorParallel* tp_;
   parallel::ContextParallel* cp_;
   parallel::ExpertParallel* ep_;
+  Device device_;
+  bool on_host_;       // the layer runs in host memory: the router's mirrors are its own buffers
   Tensor ep_scratch_;  // the backward's exchanged rows (expert parallelism)
-  // backward scratch, sized for the largest N seen
+  // backward scratch, sized for the largest N seen: where the layer runs,
+  // and the router's side in host memory (the same buffers on the CPU)
   int64_t scratch_N_ = 0;
-  Tensor scratch_;
-  T *x_ = nullptr, *dx_ = nullptr, *dys_ = nullptr, *dfc_ = nullptr, *dact_ = nullptr, *dscores_ = nullptr,
-    *dlogits_ = nullptr, *dweight_ = nullptr, *d_router_h_ = nullptr, *d_shared_ = nullptr, *sdfc_ = nullptr,
-    *sdact_ = nullptr;
+  Tensor scratch_, host_scratch_, counts_dev_;
+  T *x_ = nullptr, *dx_ = nullptr, *dys_ = nullptr, *dfc_ = nullptr, *dact_ = nullptr, *dlogits_ = nullptr,
+    *dweight_ = nullptr, *d_router_h_ = nullptr, *d_shared_ = nullptr, *sdfc_ = nullptr, *sdact_ = nullptr;
+  T *dscores_h_ = nullptr, *dlogits_h_ = nullptr, *dweight_h_ = nullptr, *bias_h_ = nullptr;
+  std::vector<T> counts_h_;  // [E] one micro-batch's tokens per expert (the correction bias's slot)
   void ensure_scratch(int64_t N);
   T* exchange_scratch(int64_t n);
   void balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t B, double scale, bool wrt_q) const;

@@ -14,6 +14,7 @@
 #include "kernels/norm.hpp"
 #include "kernels/residual.hpp"
 #include "kernels/rotary.hpp"
+#include "kernels/rows.hpp"
 
 namespace trident::model {
 
@@ -50,7 +51,7 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
   if (arch_.positions == Positions::rotary) rope_ = k::rope_table(cfg.seq_len, D, cfg.rope_theta);
   if (cfg.moe.enabled)
     moe_ = std::make_unique<MoeMlp<T>>(cfg.moe, cfg.hidden, cfg.moe.ffn_hidden / tp_->size(),
-                                       cfg.moe.shared_width() / tp_->size(), tp_, cp_, where.ep);
+                                       cfg.moe.shared_width() / tp_->size(), tp_, cp_, where.ep, device_);
   // Segments, in registry order: each chunk's embedding, its layers, its
   // head, as many parameters each as the architecture's table gives them.
   const auto& params = reg_.params();
@@ -196,40 +197,30 @@ void Transformer<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T
 // qkv, gathered into pre (kept), RMS-normalised with their weights, back.
 template <typename T>
 void Transformer<T>::qk_norm_forward(T* qkv, T* pre, T* rstd, const LayerParams& p, int64_t N) {
-  const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), W = qkv_width_, heads = H + KV;
-  qk_scratch_.resize(static_cast<size_t>(2 * N * heads * D));
-  T* out = qk_scratch_.data();
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t row = h < H ? n * H + h : N * H + n * KV + (h - H);
-      std::copy(qkv + n * W + h * D, qkv + n * W + (h + 1) * D, pre + row * D);
-    }
+  const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), W = qkv_width_;
+  T* out = qk_scratch(N);
+  k::heads_gather(pre, qkv, N, H, KV, D, W);
   k::rmsnorm_forward(out, rstd, pre, p.qnw, N * H, D, cfg_.norm_eps);
   k::rmsnorm_forward(out + N * H * D, rstd + N * H, pre + N * H * D, p.knw, N * KV, D, cfg_.norm_eps);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t row = h < H ? n * H + h : N * H + n * KV + (h - H);
-      std::copy(out + row * D, out + (row + 1) * D, qkv + n * W + h * D);
-    }
+  k::heads_scatter(qkv, out, N, H, KV, D, W);
 }
 
 template <typename T>
 void Transformer<T>::qk_norm_backward(T* dqkv, const T* pre, const T* rstd, const LayerParams& p, int64_t N, bool acc) {
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), W = qkv_width_, heads = H + KV;
-  qk_scratch_.resize(static_cast<size_t>(2 * N * heads * D));
-  T *g = qk_scratch_.data(), *din = g + N * heads * D;
-  auto row_of = [&](int64_t n, int64_t h) { return h < H ? n * H + h : N * H + n * KV + (h - H); };
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t h = 0; h < heads; ++h)
-      std::copy(dqkv + n * W + h * D, dqkv + n * W + (h + 1) * D, g + row_of(n, h) * D);
-  std::fill(din, din + N * heads * D, T(0));  // the backward adds to its input gradient
-  T* dw_q = p.dqnw;
-  T* dw_k = p.dknw;
-  k::rmsnorm_backward(din, dw_q, g, pre, p.qnw, rstd, N * H, D, acc);
-  k::rmsnorm_backward(din + N * H * D, dw_k, g + N * H * D, pre + N * H * D, p.knw, rstd + N * H, N * KV, D, acc);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t h = 0; h < heads; ++h)
-      std::copy(din + row_of(n, h) * D, din + (row_of(n, h) + 1) * D, dqkv + n * W + h * D);
+  T *g = qk_scratch(N), *din = g + N * heads * D;
+  k::heads_gather(g, dqkv, N, H, KV, D, W);
+  k::fill_zero(din, N * heads * D);  // the backward adds to its input gradient
+  k::rmsnorm_backward(din, p.dqnw, g, pre, p.qnw, rstd, N * H, D, acc);
+  k::rmsnorm_backward(din + N * H * D, p.dknw, g + N * H * D, pre + N * H * D, p.knw, rstd + N * H, N * KV, D, acc);
+  k::heads_scatter(dqkv, din, N, H, KV, D, W);
+}
+
+template <typename T>
+T* Transformer<T>::qk_scratch(int64_t N) {
+  const int64_t n = 2 * N * (dims_.heads + dims_.kv_heads) * cfg_.head_dim();
+  if (qk_scratch_.numel() < n) qk_scratch_ = Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_);
+  return qk_scratch_.data<T>();
 }
 
 // x_out = x_mid + exit(MLP(norm2(x_mid))), x_mid = x_in + exit(attention(norm1(x_in)))

@@ -282,7 +282,8 @@ class Transformer {
   // (pre: the heads before it, kept for backward), and its backward on dqkv.
   void qk_norm_forward(T* qkv, T* pre, T* rstd, const LayerParams& p, int64_t N);
   void qk_norm_backward(T* dqkv, const T* pre, const T* rstd, const LayerParams& p, int64_t N, bool acc);
-  std::vector<T> qk_scratch_;
+  T* qk_scratch(int64_t N);  // 2 N (H + KV) D: the heads and their gradients
+  Tensor qk_scratch_;
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,
                      int64_t N, bool accumulate);
 

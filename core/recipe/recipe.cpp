@@ -113,14 +113,12 @@ void validate_model(Reader& r, const ModelConfig& m) {
                                               m.hidden, m.heads, m.head_dim()));
 }
 
-// model.qk_norm: the LLaMA family, on the CPU.
+// model.qk_norm: the LLaMA family.
 void validate_qk_norm(Reader& r, const Recipe& rc) {
   if (!rc.model.qk_norm) return;
   if (rc.model.arch != Arch::llama)
     r.inconsistent("model.qk_norm",
                    fmt::format("QK-norm is built for arch llama, found arch {}", enum_name(rc.model.arch)));
-  if (rc.device == DeviceType::cuda)
-    r.inconsistent("device", "model.qk_norm with device: cuda: QK-norm runs on the CPU in this version");
 }
 
 // model.moe: what the layer needs of its keys, and what is not built yet.
@@ -159,8 +157,6 @@ void validate_moe(Reader& r, Recipe& rc) {
     r.inconsistent("model.moe.balance.kind",
                    "kind hf is transformers' Mixtral / Qwen-MoE loss, for softmax routers "
                    "without groups (router.score softmax, router.groups 1)");
-  if (rc.device == DeviceType::cuda)
-    r.inconsistent("device", "model.moe with device: cuda: MoE layers run on the CPU in this version; use device: cpu");
   if (e.capacity_factor > 0)
     r.inconsistent("model.moe.capacity_factor",
                    "token dropping is not built yet: MoE layers are dropless; use capacity_factor: 0");

@@ -37,6 +37,35 @@ TEST(Cuda, TrainingOnTheGpuMatchesTheCpu) {
   }
 }
 
+// Mixture-of-experts models on the GPU: moe-tiny with QK-norm (softmax
+// router, a dense first layer) and a DeepSeek-style model (sigmoid router
+// with groups, a moving correction bias, shared experts with Qwen's gate,
+// per-sequence aux and z losses) on device: cuda track the same runs on the
+// CPU in fp32: the router runs in host memory in both, the experts' grouped
+// GEMMs, permutation, combine and gate on the device.
+TEST(Cuda, MoeTrainingOnTheGpuMatchesTheCpu) {
+  REQUIRE_GPU();
+  const std::vector<std::vector<std::string>> cases = {
+      {"model.qk_norm=true"},
+      {"model.moe.router.score=sigmoid", "model.moe.router.groups=4", "model.moe.router.group_topk=2",
+       "model.moe.router.norm_topk=true", "model.moe.router.scaling=2.5", "model.moe.balance.bias_rate=0.001",
+       "model.moe.balance.kind=seq_aux_loss", "model.moe.balance.z_loss=0.001", "model.moe.shared_experts=1",
+       "model.moe.shared_ffn_hidden=64", "model.moe.shared_expert_gate=true"}};
+  for (const auto& extra : cases) {
+    std::vector<std::string> sets = {"train.steps=8", "log.metrics=", "eval.batches=0"};
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    const std::string file = std::string(TRIDENT_SOURCE_DIR) + "/configs/moe-tiny.yaml";
+    const auto cpu = launch::train(load_recipe(file, sets), {.quiet = true, .single_process = true});
+    sets.push_back("device=cuda");
+    const auto gpu = launch::train(load_recipe(file, sets), {.quiet = true, .single_process = true});
+    ASSERT_EQ(cpu.losses.size(), gpu.losses.size());
+    for (size_t i = 0; i < cpu.losses.size(); ++i)
+      EXPECT_NEAR(gpu.losses[i] / cpu.losses[i], 1.0, 1e-4) << extra[0] << " step " << i + 1;
+    ASSERT_EQ(cpu.expert_tokens.size(), gpu.expert_tokens.size());
+    EXPECT_EQ(cpu.expert_tokens[0], gpu.expert_tokens[0]) << extra[0] << ": step 1's routes";
+  }
+}
+
 // The CUDA activation layout (one log-sum-exp per attention row, B·H·T):
 // the planner's activation bytes for a GPU cluster equal the device
 // allocator's measured peak, for every recompute mode.

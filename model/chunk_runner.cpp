@@ -23,7 +23,7 @@ ChunkRunner::ChunkRunner(Transformer<float>& net, const std::vector<parallel::Ac
 
 ChunkRunner::~ChunkRunner() = default;
 
-parallel::PipelineHooks ChunkRunner::hooks(const std::vector<MicroBatchInputs>& inputs, parallel::DataParallel* dp,
+parallel::PipelineHooks ChunkRunner::hooks(const std::vector<MicroBatchInputs>& inputs, parallel::DataParallelParts* dp,
                                            float dscale) {
   for (size_t c = 0; c < contexts_.size(); ++c) {
     free_[c].clear();

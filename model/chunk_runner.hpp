@@ -43,7 +43,8 @@ class ChunkRunner {
   // dloss/dlogit of the (scaled) mean loss; dp null and dscale 0: forward
   // only (evaluation: one context per chunk, each forward finishes before
   // the next).
-  parallel::PipelineHooks hooks(const std::vector<MicroBatchInputs>& inputs, parallel::DataParallel* dp, float dscale);
+  parallel::PipelineHooks hooks(const std::vector<MicroBatchInputs>& inputs, parallel::DataParallelParts* dp,
+                                float dscale);
   // The sum of the token losses of the last run (the head chunk's; 0 elsewhere).
   double loss_sum() const { return loss_sum_; }
 

@@ -34,18 +34,25 @@ ParallelModel parallelize(const Recipe& rc, parallel::Mesh& mesh) {
   // 3. the pipeline split: this pipeline rank's chunks, their tensor slices
   const auto chunks =
       pipeline_chunks(rc.model, int(p.pipeline), int(p.virtual_stages), p.stage_layers, mesh.coords().pp);
+  // 3b. expert parallelism: this rank's experts of every MoE layer
+  if (rc.model.moe.enabled && p.expert > 1)
+    m.ep = std::make_unique<parallel::ExpertParallel>(mesh.expert(), rc.model.moe.experts);
   // 4. the model of those chunks, placed (its precision decides every activation context it makes)
   m.net = std::make_unique<Transformer<float>>(rc.model, uint64_t(rc.seed),
                                                Placement{.full_buffers = parallel::model_owns_buffers(int(p.zero)),
                                                          .tp = m.tp.get(),
                                                          .cp = m.cp.get(),
+                                                         .ep = m.ep.get(),
                                                          .chunks = chunks,
                                                          .device = mesh.device(),
                                                          .precision = rc.train.precision});
   // 5. data parallelism over the model's segments, then the storage it owns, then the initial values
   const ParamRegistry& reg = m.net->registry();
-  m.dp = parallel::make_data_parallel(data_parallel_spec(rc, mesh, reg), m.net->segments(), reg.total(),
-                                      &m.net->params(), &m.net->grads());
+  parallel::DataParallelSpec dense = data_parallel_spec(rc, mesh, reg), experts = dense;
+  experts.data = mesh.expert_data();  // the replicas of this rank's experts
+  m.dp =
+      std::make_unique<parallel::DataParallelParts>(dense, experts, mesh.expert(), reg.expert_begin(),
+                                                    m.net->segments(), reg.total(), &m.net->params(), &m.net->grads());
   m.net->set_storage(m.dp->storage());
   m.dp->initialize([&](float* dst, int64_t begin, int64_t end) {  // Philox by global index: a shard only its own
     std::vector<float> host(size_t(end - begin));

@@ -9,6 +9,8 @@
 
 namespace trident::model {
 
+bool is_expert_major(const ParamRow& row) { return row.rows == Dim::two_EI || row.rows == Dim::EC; }
+
 SharedGradientRanges shared_gradient_ranges(const ParamRegistry& reg, const ModelConfig& cfg, int pipeline_stages,
                                             bool sequence_parallel) {
   SharedGradientRanges out;
@@ -38,7 +40,7 @@ void ParamRegistry::add(std::string name, const ParamRow& row, const ModelConfig
   p.vocab_rows = row.rows == Dim::V;
   p.all_rows = row.all_rows;
   p.head_partial = row.head_partial;
-  p.expert_major = row.rows == Dim::two_EI || row.rows == Dim::EC;
+  p.expert_major = is_expert_major(row);
   p.numel = shape_numel(p.shape);
   total_ += p.numel;
   params_.push_back(std::move(p));
@@ -69,7 +71,19 @@ ParamRegistry::ParamRegistry(const ModelConfig& m, TensorShard shard, std::vecto
       params_.back().tied_copy = true;
     }
   }
+  // Split experts: their weights go after everything else (chunk and layer
+  // order kept), so the dense part and the expert part, reduced over
+  // different groups, are each one contiguous range.
+  if (experts_.size > 1)
+    std::stable_partition(params_.begin(), params_.end(), [](const ParamSpec& p) { return !p.expert_major; });
   apply_plan(m);
+  expert_begin_ = total_;
+  if (experts_.size > 1)
+    for (const ParamSpec& p : params_)
+      if (p.expert_major) {
+        expert_begin_ = p.offset;
+        break;
+      }
 }
 
 const ParamSpec& ParamRegistry::find(const std::string& name, int64_t begin, int64_t end) const {

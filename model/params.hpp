@@ -63,13 +63,17 @@ struct ParamSpec {
   int64_t global_index(int64_t e) const;
 };
 
+// A routed expert's weight: dimension 0 holds E blocks, one per expert.
+bool is_expert_major(const ParamRow& row);
+
 class ParamRegistry {
  public:
   // chunks: the pipeline chunks this rank holds (empty: the whole model).
   // A chunk with the head but without the embedding gets a copy of a tied
   // embedding (same name; tied_copy), kept equal by the trainer.
   // experts: this rank's share of each MoE layer's experts (the expert-major
-  // weights hold only its experts' rows; everything else as without it).
+  // weights hold only its experts' rows, after every other parameter:
+  // expert_begin(); everything else as without it).
   explicit ParamRegistry(const ModelConfig& cfg, TensorShard shard = {}, std::vector<ChunkSpec> chunks = {},
                          ExpertShard experts = {});
   TensorShard shard() const { return shard_; }
@@ -80,6 +84,10 @@ class ParamRegistry {
   const std::vector<ParamSpec>& params() const { return params_; }
   const ParamSpec& at(const std::string& name) const;
   int64_t total() const { return total_; }
+  // Where the expert part of the flat buffer begins: with experts split over
+  // ranks (ExpertShard size > 1) every routed expert's weights come after
+  // all other parameters, [expert_begin, total); else total (no expert part).
+  int64_t expert_begin() const { return expert_begin_; }
   // Fills buf (this registry's layout) from Philox keyed by (seed, name).
   template <typename T>
   void initialize(T* buf, uint64_t seed) const {
@@ -94,7 +102,7 @@ class ParamRegistry {
   void add(std::string name, const ParamRow& row, const ModelConfig& cfg);
   void apply_plan(const ModelConfig& cfg);
   std::vector<ParamSpec> params_;
-  int64_t total_ = 0;
+  int64_t total_ = 0, expert_begin_ = 0;
   TensorShard shard_;
   std::vector<ChunkSpec> chunks_;
   ExpertShard experts_;

@@ -73,6 +73,15 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
   const size_t embedding_rows = arch_.part(Part::embedding).size();
   size_t head_rows = cfg.tie_embeddings && !has_embedding ? 1 : 0;  // the tied copy
   for (const ParamRow* row : arch_.part(Part::head)) head_rows += !row->untied_only || !cfg.tie_embeddings;
+  // Split experts (ExpertShard size > 1): each MoE layer's routed experts
+  // are a segment of their own, after every other (ParamRegistry::expert_begin).
+  const bool split_experts = reg_.expert_begin() < reg_.total();
+  auto expert_rows = [&](int64_t global) {
+    size_t n = 0;
+    for (const ParamRow* row : arch_.layer_rows(cfg, global)) n += is_expert_major(*row);
+    return split_experts ? n : 0;
+  };
+  std::vector<int64_t> globals;  // each local layer's index in the whole model
   for (const ChunkSpec& spec : reg_.chunks()) {
     Chunk ch;
     ch.spec = spec;
@@ -83,9 +92,10 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
     ch.first_layer_seg = int(segments_.size());
     ch.first_local = int64_t(layers_.size());
     for (int64_t l = 0; l < spec.layers; ++l) {
-      take(arch_.layer_rows(cfg, spec.first_layer + l).size(), SegKind::layer, int64_t(layers_.size()),
-           spec.first_layer + l);
+      const int64_t global = spec.first_layer + l;
+      take(arch_.layer_rows(cfg, global).size() - expert_rows(global), SegKind::layer, int64_t(layers_.size()), global);
       layers_.emplace_back();
+      globals.push_back(global);
     }
     if (spec.head) {
       ch.head_seg = int(segments_.size());
@@ -93,6 +103,12 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
     }
     chunks_.push_back(ch);
   }
+  expert_seg_.assign(layers_.size(), -1);
+  for (size_t l = 0; l < layers_.size(); ++l)
+    if (const size_t n = expert_rows(globals[l]); n > 0) {
+      expert_seg_[l] = int(segments_.size());
+      take(n, SegKind::experts, int64_t(l), globals[l]);
+    }
   TRIDENT_CHECK(i == params.size(), "segments cover {} of {} parameters", i, params.size());
   TRIDENT_CHECK(cp_->local_len() * cp_->size() == cfg_.seq_len, "context split of {} rows x {} ranks, seq_len {}",
                 cp_->local_len(), cp_->size(), cfg_.seq_len);
@@ -115,11 +131,15 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
 template <typename T>
 void Transformer<T>::bind(int s, T* pbase, T* gbase) {
   const SegInfo& info = seg_info_[size_t(s)];
-  LayerParams* lp = info.kind == SegKind::layer ? &layers_[size_t(info.layer)] : nullptr;
+  const bool layer = info.kind == SegKind::layer || info.kind == SegKind::experts;
+  LayerParams* lp = layer ? &layers_[size_t(info.layer)] : nullptr;
   T** layer_params = lp ? &lp->n1w : nullptr;  // the two halves of LayerParams are in Slot order
   T** layer_grads = lp ? &lp->dn1w : nullptr;
-  if (lp)
+  if (info.kind == SegKind::layer)
     for (int j = 0; j < kLayerSlots; ++j) {  // slots the architecture lacks (LLaMA's biases) stay null
+      if (expert_seg_[size_t(info.layer)] >= 0 &&
+          (j == int(Slot::experts_in_weight) || j == int(Slot::experts_out_weight)))
+        continue;  // bound by the layer's expert segment
       if (pbase) layer_params[j] = nullptr;
       if (gbase) layer_grads[j] = nullptr;
     }
@@ -288,9 +308,16 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   } else {
     k::copy(first_in, x_in, R * C);
   }
+  // the expert segment of the next MoE layer after local layer l of this chunk (-1: none)
+  auto next_experts = [&](int l) {
+    for (int j = l + 1; j < L; ++j)
+      if (const int es = expert_seg_[size_t(ch.first_local + j)]; es >= 0) return es;
+    return -1;
+  };
   for (int l = 0; l < L; ++l) {
-    const int s = ch.first_layer_seg + l;
+    const int s = ch.first_layer_seg + l, es = expert_seg_[size_t(ch.first_local + l)];
     use_params(s, next_seg(s));
+    if (es >= 0) use_params(es, next_experts(l));
     T* x_out = l + 1 < L ? ctx.layers[size_t(l + 1)].x_in : ctx.x_final;
     // packed: the input first (the output may go to the same working buffer), the rest after
     if (ctx.is_packed()) pack(ctx, l, 0, 1);
@@ -305,6 +332,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
         moe_step_.counts[size_t(at * E + e)] += double(m->offsets[size_t(e + 1)] - m->offsets[size_t(e)]);
     }
     if (ctx.is_packed()) pack(ctx, l, 1, SIZE_MAX);
+    if (es >= 0) done_params(es);
     done_params(s);
   }
   if (moe_ && cfg_.moe.balance == Balance::hf) {  // the cross-layer form, once every layer has routed
@@ -394,10 +422,17 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
   } else {
     k::copy(d_res_, d_out, R * C);
   }
+  // the expert segment of the next MoE layer before local layer l of this chunk (-1: none)
+  auto prev_experts = [&](int l) {
+    for (int j = l - 1; j >= 0; --j)
+      if (const int es = expert_seg_[size_t(ch.first_local + j)]; es >= 0) return es;
+    return -1;
+  };
   for (int l = L - 1; l >= 0; --l) {
-    const int s = ch.first_layer_seg + l;
+    const int s = ch.first_layer_seg + l, es = expert_seg_[size_t(ch.first_local + l)];
     use_params(s, l > 0 ? s - 1 : -1);
     use_grads(s);
+    if (es >= 0) use_params(es, prev_experts(l)), use_grads(es);
     if (ctx.is_packed()) unpack(ctx, l);
     const LayerActs<T>& a = ctx.layers[size_t(l)];
     const LayerParams& p = layers_[size_t(ch.first_local + l)];
@@ -468,6 +503,11 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     done_params(s);
     done_grads(s);
     ready(s);
+    if (es >= 0) {  // the expert part's frontier: this layer's experts and every later layer's are final
+      done_params(es);
+      done_grads(es);
+      ready(es);
+    }
   }
   if (!ch.spec.embedding) return;  // d_res_ is the gradient of the chunk's input
   const int emb = ch.emb_seg;

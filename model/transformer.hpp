@@ -131,8 +131,9 @@ class Transformer {
   Transformer(const ModelConfig& cfg, uint64_t seed, Placement where = {});
 
   // Segments of the flat buffer, in order: per chunk its embedding, each
-  // layer, its head (final norm, untied or copied LM head). See
-  // core/segment_storage.hpp.
+  // layer, its head (final norm, untied or copied LM head); with experts
+  // split over ranks, then each MoE layer's routed experts (the expert
+  // part, ParamRegistry::expert_begin). See core/segment_storage.hpp.
   const std::vector<Segment>& segments() const { return segments_; }
   // The data-parallel storage (ZeRO 3 shards and their gathers), made from
   // these segments after the model, so bound afterwards, before the first
@@ -170,6 +171,9 @@ class Transformer {
   // on_ready(F), when given, is called as soon as gradients [F, numel) are
   // final (single-chunk models): after the head and final norm, after each
   // layer, after the embeddings. Data parallelism launches its buckets from it.
+  // With split experts each part has its frontier: F below
+  // registry().expert_begin() says [F, expert_begin) is final, F at or
+  // above it [F, numel) (after each MoE layer, its experts').
   // After it, input_grad() [R,C] is the gradient of the chunk's input (until
   // the next call), except on the embedding chunk.
   void backward_chunk(Activations<T>& ctx, const T* d_out, Recompute recompute, bool accumulate = true,
@@ -230,7 +234,8 @@ class Transformer {
     MoeWeights<T> moe() const { return {rw, rb, xw, xpw, fcw, pw, sgw}; }
     MoeGrads<T> moe_grads() const { return {drw, drb, dxw, dxpw, dfcw, dpw, dsgw}; }
   };
-  enum class SegKind { embedding, layer, head };
+  // experts: one MoE layer's routed experts, split over an expert group
+  enum class SegKind { embedding, layer, head, experts };
   struct SegInfo {
     SegKind kind;
     int64_t layer;                                // local layer index (SegKind::layer)
@@ -305,8 +310,9 @@ class Transformer {
   MoeStep moe_step_;
   std::vector<Segment> segments_;
   std::vector<SegInfo> seg_info_;
-  int emb_seg_ = -1;         // this rank's embedding segment, if any
-  bool tied_local_ = false;  // the head uses the embedding segment's table
+  std::vector<int> expert_seg_;  // each local layer's expert segment (-1: none, or the experts are in its own)
+  int emb_seg_ = -1;             // this rank's embedding segment, if any
+  bool tied_local_ = false;      // the head uses the embedding segment's table
   SegmentStorage<T>* store_ = nullptr;
   void bind(int s, T* pbase, T* gbase);
   void use_params(int s, int next);

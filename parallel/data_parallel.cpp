@@ -2,6 +2,7 @@
 #include "parallel/data_parallel.hpp"
 
 #include <algorithm>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "parallel/gradient_sync.hpp"
@@ -125,6 +126,98 @@ std::unique_ptr<DataParallel> make_data_parallel(const DataParallelSpec& spec, c
   }
   return std::make_unique<ShardedDataParallel>(
       spec, std::make_unique<ZeroStorage>(spec.data, segments, numel, spec.zero, spec.device), numel);
+}
+
+// ZeRO 2-3 over parts: segment s of the model is segment s - first of the
+// part it lies in (the parts' segments are consecutive runs).
+class DataParallelParts::Router final : public SegmentStorage<float> {
+ public:
+  struct Place {
+    SegmentStorage<float>* store;
+    int index;
+  };
+  explicit Router(std::vector<Place> places) : places_(std::move(places)) {}
+  float* acquire_params(int s, int next) override {
+    const Place& p = places_[size_t(s)];
+    const bool same = next >= 0 && places_[size_t(next)].store == p.store;  // prefetch inside the part only
+    return p.store->acquire_params(p.index, same ? places_[size_t(next)].index : -1);
+  }
+  void release_params(int s) override { places_[size_t(s)].store->release_params(places_[size_t(s)].index); }
+  float* acquire_grads(int s) override { return places_[size_t(s)].store->acquire_grads(places_[size_t(s)].index); }
+  void grads_done(int s) override { places_[size_t(s)].store->grads_done(places_[size_t(s)].index); }
+
+ private:
+  std::vector<Place> places_;
+};
+
+DataParallelParts::DataParallelParts(const DataParallelSpec& dense, const DataParallelSpec& experts,
+                                     Communicator* peers, int64_t expert_begin, const std::vector<Segment>& segments,
+                                     int64_t numel, Tensor* params, Tensor* grads) {
+  if (expert_begin >= numel) {  // one part: the buffers as they are
+    parts_.push_back({0, numel, make_data_parallel(dense, segments, numel, params, grads), dense.data});
+    return;
+  }
+  std::vector<Router::Place> places;
+  parts_.reserve(2);  // the parts' views stay where their DataParallel sees them
+  for (const auto& [spec, lo, hi, group] : {std::tuple{&dense, int64_t(0), expert_begin, (Communicator*)nullptr},
+                                            std::tuple{&experts, expert_begin, numel, peers}}) {
+    DataParallelPart part{lo, hi - lo, nullptr, spec->data, group};
+    DataParallelSpec s = *spec;  // the shared ranges inside the part, in its coordinates
+    s.shared.tied = clip(spec->shared.tied, lo, hi);
+    s.shared.tensor_replicated = clip(spec->shared.tensor_replicated, lo, hi);
+    s.shared.kv_replicated = clip(spec->shared.kv_replicated, lo, hi);
+    std::vector<Segment> mine;
+    for (const Segment& g : segments)
+      if (g.begin >= lo && g.end <= hi)
+        mine.push_back({g.begin - lo, g.end - lo});
+      else
+        TRIDENT_CHECK(g.end <= lo || g.begin >= hi, "segment [{}, {}) straddles parts at {}", g.begin, g.end, lo);
+    if (model_owns_buffers(s.zero)) {
+      part.params_view = Tensor::borrow(params->data<float>() + lo, hi - lo, params->device());
+      part.grads_view = Tensor::borrow(grads->data<float>() + lo, hi - lo, grads->device());
+    }
+    parts_.push_back(std::move(part));
+    DataParallelPart& p = parts_.back();
+    p.dp = make_data_parallel(s, mine, hi - lo, &p.params_view, &p.grads_view);
+    for (int i = 0; i < int(mine.size()); ++i) places.push_back({p.dp->storage(), i});
+  }
+  if (!model_owns_buffers(dense.zero)) router_ = std::make_unique<Router>(std::move(places));
+}
+
+DataParallelParts::~DataParallelParts() = default;
+
+SegmentStorage<float>* DataParallelParts::storage() { return router_ ? router_.get() : parts_[0].dp->storage(); }
+
+void DataParallelParts::initialize(const std::function<void(float*, int64_t, int64_t)>& fill) {
+  for (DataParallelPart& p : parts_)
+    p.dp->initialize([&](float* dst, int64_t b, int64_t e) { fill(dst, p.base + b, p.base + e); });
+}
+
+std::function<void(int64_t)> DataParallelParts::begin_backward(int64_t micro) {
+  if (parts_.size() == 1) return parts_[0].dp->begin_backward(micro);
+  std::vector<std::function<void(int64_t)>> each;
+  bool any = false;
+  for (DataParallelPart& p : parts_) each.push_back(p.dp->begin_backward(micro)), any = any || bool(each.back());
+  if (!any) return {};
+  return [this, each = std::move(each)](int64_t frontier) {  // the last part that begins at or before it
+    size_t i = parts_.size() - 1;
+    while (i > 0 && frontier < parts_[i].base) --i;
+    if (each[i]) each[i](frontier - parts_[i].base);
+  };
+}
+
+void DataParallelParts::finish_gradients() {
+  for (DataParallelPart& p : parts_) p.dp->finish_gradients();
+}
+
+void DataParallelParts::publish_params() {
+  for (DataParallelPart& p : parts_) p.dp->publish_params();
+}
+
+double DataParallelParts::take_wait_seconds() {
+  double s = 0;
+  for (DataParallelPart& p : parts_) s += p.dp->take_wait_seconds();
+  return s;
 }
 
 }  // namespace trident::parallel

@@ -117,4 +117,52 @@ std::string describe_zero_memory(int zero, int64_t params, int64_t data);
 std::unique_ptr<DataParallel> make_data_parallel(const DataParallelSpec& spec, const std::vector<Segment>& segments,
                                                  int64_t numel, Tensor* params, Tensor* grads);
 
+// One part of the flat buffer with its own replicas: with experts split over
+// an expert group (model/params.hpp, expert_begin), the dense parameters
+// [0, expert_begin) are replicated over data x context and the routed
+// experts [expert_begin, numel) over the expert-data group only (the expert
+// group's ranks hold other experts). Each part is one DataParallel, in the
+// part's own coordinates; shard_begin()/shard_end() are flat.
+struct DataParallelPart {
+  int64_t base = 0, numel = 0;       // [base, base + numel) of the flat buffer
+  std::unique_ptr<DataParallel> dp;  // over the part (its element 0 is flat element base)
+  Communicator* replicas = nullptr;  // the ranks holding the same part (dp's group)
+  Communicator* peers = nullptr;     // the ranks holding the other, disjoint shares of it (the expert group), or none
+  Tensor params_view, grads_view;    // ZeRO 0-1: the part of the model's buffers
+  int64_t shard_begin() const { return base + dp->shard_begin(); }
+  int64_t shard_end() const { return base + dp->shard_end(); }
+};
+
+// The parts of one model's flat buffer, driven as one DataParallel is
+// (begin_backward, finish_gradients, publish_params: each part's, in part
+// order); the optimizer, the gradient norm and checkpoints go part by part.
+// One part (no split experts): the DataParallel of old, unchanged.
+class DataParallelParts {
+ public:
+  // dense: the spec of [0, expert_begin); experts: of [expert_begin, numel)
+  // (its `data` the expert-data group), with `peers` the expert group.
+  DataParallelParts(const DataParallelSpec& dense, const DataParallelSpec& experts, Communicator* peers,
+                    int64_t expert_begin, const std::vector<Segment>& segments, int64_t numel, Tensor* params,
+                    Tensor* grads);
+  ~DataParallelParts();
+  size_t size() const { return parts_.size(); }
+  DataParallelPart& operator[](size_t i) { return parts_[i]; }
+  const DataParallelPart& operator[](size_t i) const { return parts_[i]; }
+  std::vector<DataParallelPart>::iterator begin() { return parts_.begin(); }
+  std::vector<DataParallelPart>::iterator end() { return parts_.end(); }
+
+  // What DataParallel says, for the whole buffer.
+  SegmentStorage<float>* storage();
+  void initialize(const std::function<void(float*, int64_t, int64_t)>& fill);
+  std::function<void(int64_t)> begin_backward(int64_t micro);  // routes each frontier to its part
+  void finish_gradients();
+  void publish_params();
+  double take_wait_seconds();
+
+ private:
+  class Router;  // ZeRO 2-3: the model's segments, each served by its part's storage
+  std::vector<DataParallelPart> parts_;
+  std::unique_ptr<Router> router_;
+};
+
 }  // namespace trident::parallel

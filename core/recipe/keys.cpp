@@ -238,8 +238,8 @@ const std::vector<Key>& table() {
               "expert-parallel size ([parallelism.md](parallelism.md#expert-parallelism)): each MoE layer's experts "
               "are split over this many ranks, carved out of `data x context` as Megatron-Core folds its expert "
               "grid; `model.moe.experts % expert == 0` and `expert` divides `data x context`; the rest of `data x "
-              "context` is the expert-data group. The groups are built and shown by `trident topology`; training "
-              "with `expert > 1` is not built yet"),
+              "context` is the expert-data group, over which the experts' gradients reduce and ZeRO shards them "
+              "(`trident topology` shows the groups)"),
       integer("parallel.expert_tensor", FIELD(parallel.expert_tensor), 0, 65536, value<int64_t>(0),
               "how many ranks split each expert's FFN; 0: `tensor` (the dense layers' split, the only one built)"),
       choice<ContextMode>(

@@ -489,7 +489,8 @@ int64_t recipe_ranks(const std::string& path, const std::vector<std::string>& ov
 
 void place_on_one_process(Recipe& rc) {
   ParallelConfig& p = rc.parallel;
-  p.data = p.tensor = p.pipeline = p.context = 1;
+  p.data = p.tensor = p.pipeline = p.context = p.expert = 1;
+  p.expert_tensor = 0;  // = tensor
   p.virtual_stages = 1;
   p.zero = 0;
   p.schedule = ScheduleKind::one_f_one_b;

@@ -18,6 +18,12 @@
 // (by parameter name, global row and column) to the saved piece holding it
 // and reads only those ranges. Every file read is checked (size, checksum,
 // tensor names and shapes) on every rank before any state changes.
+//
+// Experts split over ranks: each file holds what its rank writes of the
+// dense shard (ZeRO 0: data x context rank 0) followed by what it writes of
+// its expert shard (ZeRO 0: expert-data rank 0); the index's pieces say
+// which elements are where, and loading always reshards (any expert size,
+// any mesh).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -42,6 +48,16 @@ struct RankState {
   int64_t shard_begin = 0, shard_end = 0;                              // elements of the flat buffer
   float *params = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;  // shard_end - shard_begin each
   ScalerState* scaler = nullptr;  // saved with the index; filled on load (null: optimizer step = step)
+  // Experts split over ranks (parallel.expert > 1): the expert part of the
+  // flat buffer (model/params.hpp, expert_begin) has a shard of its own over
+  // the expert-data group, saved after the dense shard in the same file.
+  // size 1: none (the shard above is the whole buffer's).
+  struct ExpertPart {
+    int rank = 0, size = 1;                  // this rank's place in the expert group, and its size
+    int dp = 0;                              // ... in the expert-data group (ZeRO 0: its rank 0 writes)
+    int64_t shard_begin = 0, shard_end = 0;  // elements of the flat buffer
+    float *params = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
+  } experts = {};
 };
 
 // Saves in two halves. start() (collective) copies this rank's shard into

@@ -36,7 +36,7 @@ const IndexFile* CheckpointIndex::find_file(const std::string& name) const {
 std::string index_json(const CheckpointIndex& x) {
   const auto& m = x.model;
   Json files = Json::array(), tensors = Json::object();
-  for (const auto& f : x.files)
+  for (const auto& f : x.files) {
     files.push_back({{"file", f.file},
                      {"dp", f.dp},
                      {"pp", f.pp},
@@ -44,6 +44,8 @@ std::string index_json(const CheckpointIndex& x) {
                      {"shard", {f.shard_begin, f.shard_end}},
                      {"bytes", f.bytes},
                      {"crc32c", f.crc32c}});
+    if (x.mesh.expert > 1) files.back()["ep"] = f.ep, files.back()["expert_shard"] = {f.expert_begin, f.expert_end};
+  }
   for (const auto& [name, t] : x.tensors) {
     Json pieces = Json::array();
     for (const auto& p : t.pieces)
@@ -68,7 +70,8 @@ std::string index_json(const CheckpointIndex& x) {
               {"pipeline", x.mesh.pipeline},
               {"virtual_stages", x.mesh.virtual_stages},
               {"zero", x.mesh.zero},
-              {"stage_layers", x.mesh.stage_layers}}},
+              {"stage_layers", x.mesh.stage_layers},
+              {"expert", x.mesh.expert}}},
             {"model",
              {{"arch", enum_name(m.arch)},
               {"layers", m.layers},
@@ -171,6 +174,7 @@ void read_mesh(const Reader& r, const Json& j, CheckpointIndex& x) {
                                                                          {"zero", &x.mesh.zero}})
     *field = r.get<int64_t>(m, key, "mesh.", "an integer");
   x.mesh.context = r.get_or<int64_t>(m, "context", "mesh.", "an integer", 1);  // older checkpoints: none
+  x.mesh.expert = r.get_or<int64_t>(m, "expert", "mesh.", "an integer", 1);    // likewise
   x.mesh.stage_layers = r.get<std::vector<int64_t>>(m, "stage_layers", "mesh.", "a list of integers");
 }
 
@@ -203,6 +207,13 @@ void read_files(const Reader& r, const Json& j, CheckpointIndex& x) {
     const auto shard = r.get<std::vector<int64_t>>(f, "shard", where, "[begin, end]");
     if (shard.size() != 2) fail_input("{}: {}: expected [begin, end]", r.file(), key_name(where, "shard"));
     e.shard_begin = shard[0], e.shard_end = shard[1];
+    if (x.mesh.expert > 1) {  // the expert shard after the dense one
+      e.ep = r.get<int>(f, "ep", where, "an integer");
+      const auto experts = r.get<std::vector<int64_t>>(f, "expert_shard", where, "[begin, end]");
+      if (experts.size() != 2 || experts[1] < experts[0])
+        fail_input("{}: {}: expected [begin, end]", r.file(), key_name(where, "expert_shard"));
+      e.expert_begin = experts[0], e.expert_end = experts[1];
+    }
     e.bytes = r.get<int64_t>(f, "bytes", where, "an integer");
     e.crc32c = r.get<std::string>(f, "crc32c", where, "8 hex digits");
     x.files.push_back(std::move(e));

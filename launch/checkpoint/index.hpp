@@ -27,6 +27,10 @@ struct IndexFile {
   int dp = 0, pp = 0, tp = 0;
   int64_t shard_begin = 0, shard_end = 0, bytes = 0;
   std::string crc32c;  // 8 hex digits of the file's CRC-32C
+  // experts split over ranks (mesh.expert > 1): the writer's expert rank and
+  // the expert shard it wrote after the dense one (empty: none)
+  int ep = 0;
+  int64_t expert_begin = 0, expert_end = 0;
 };
 
 // Where a saved parameter's elements are: one piece per file holding some.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <functional>
 #include <regex>
 
 #include "core/crc32c.hpp"
@@ -181,16 +182,23 @@ std::string check_own_file(const CheckpointIndex& x, const std::string& index_pa
 }
 
 std::string describe_mesh(const ParallelConfig& p) {
-  return fmt::format("data {}{} x tensor {} x pipeline {} (virtual stages {}), ZeRO {}", p.data,
+  return fmt::format("data {}{} x tensor {} x pipeline {} (virtual stages {}), ZeRO {}{}", p.data,
                      p.context > 1 ? fmt::format(" x context {}", p.context) : "", p.tensor, p.pipeline,
-                     p.virtual_stages, p.zero);
+                     p.virtual_stages, p.zero, p.expert > 1 ? fmt::format(", expert {}", p.expert) : "");
 }
 
-// What a rank reads: its own file (same mesh) or a resharding plan.
+// The expert part of a rank's state, as a state of its own.
+RankState expert_part(const RankState& s) {
+  const RankState::ExpertPart& e = s.experts;
+  return {s.registry, e.dp, s.pp, s.tp, e.shard_begin, e.shard_end, e.params, e.exp_avg, e.exp_avg_sq};
+}
+
+// What a rank reads: its own file (same mesh) or a resharding plan (and one
+// for its expert shard, when experts are split over ranks).
 struct LoadPlan {
   int64_t step = 0;
   std::string own_file;  // same mesh
-  checkpoint::ReshardPlan reshard;
+  checkpoint::ReshardPlan reshard, experts;
 };
 
 LoadPlan verify(const Recipe& rc, const std::string& dir, const RankState& s) {
@@ -200,8 +208,10 @@ LoadPlan verify(const Recipe& rc, const std::string& dir, const RankState& s) {
   plan.step = x.step;
   if (s.scaler) restore_scaler(x, index_path, rc, *s.scaler);
   const std::string saved = describe_mesh(x.mesh), mine = describe_mesh(rc.parallel);
-  const bool same_mesh = saved == mine && x.mesh.stage_layers == rc.parallel.stage_layers;
-  if (!same_mesh) log::info("resharding {} saved under mesh {} onto this run's {}", dir, saved, mine);
+  // experts split over ranks: a file holds two shards, always read by the pieces
+  const bool split = x.mesh.expert > 1 || s.experts.size > 1;
+  const bool same_mesh = saved == mine && x.mesh.stage_layers == rc.parallel.stage_layers && !split;
+  if (!same_mesh && saved != mine) log::info("resharding {} saved under mesh {} onto this run's {}", dir, saved, mine);
   check_model(x, index_path, rc.model);
   describe_changes(x, index_path, rc);
   if (same_mesh) {
@@ -209,16 +219,44 @@ LoadPlan verify(const Recipe& rc, const std::string& dir, const RankState& s) {
   } else {
     plan.reshard = checkpoint::plan_reshard(x, index_path, s);
     for (const auto& name : plan.reshard.files) check_file(x, index_path, dir, name);
+    if (s.experts.size > 1) {
+      plan.experts = checkpoint::plan_reshard(x, index_path, expert_part(s));
+      for (const auto& name : plan.experts.files) check_file(x, index_path, dir, name);
+    }
   }
   return plan;
 }
 
-void read_state(const LoadPlan& plan, const std::string& dir, const RankState& h) {
-  if (plan.own_file.empty()) return checkpoint::run_reshard(plan.reshard, dir, h);
-  const SafetensorsReader reader(plan.own_file);
-  reader.read("params", h.params);
-  if (h.exp_avg) reader.read("exp_avg", h.exp_avg);
-  if (h.exp_avg_sq) reader.read("exp_avg_sq", h.exp_avg_sq);
+// Reads one shard (by `read` into host memory), then copies it where the
+// state lives (a shard in device memory is read into host buffers first).
+void read_shard(const RankState& s, const std::function<void(const RankState&)>& read) {
+  const bool device = is_device_pointer(s.params);
+  const int64_t n = s.shard_end - s.shard_begin;
+  std::vector<float> host[3];
+  RankState h = s;
+  float** fields[3] = {&h.params, &h.exp_avg, &h.exp_avg_sq};
+  if (device)
+    for (int i = 0; i < 3; ++i)
+      if (*fields[i]) host[i].resize(static_cast<size_t>(n)), *fields[i] = host[i].data();
+  read(h);
+  if (device) {
+    float* dst[3] = {s.params, s.exp_avg, s.exp_avg_sq};
+    for (int i = 0; i < 3; ++i)
+      if (dst[i]) copy_bytes(dst[i], host[i].data(), size_t(n) * sizeof(float));
+    device_synchronize();
+  }
+}
+
+void read_state(const LoadPlan& plan, const std::string& dir, const RankState& s) {
+  read_shard(s, [&](const RankState& h) {
+    if (plan.own_file.empty()) return checkpoint::run_reshard(plan.reshard, dir, h);
+    const SafetensorsReader reader(plan.own_file);
+    reader.read("params", h.params);
+    if (h.exp_avg) reader.read("exp_avg", h.exp_avg);
+    if (h.exp_avg_sq) reader.read("exp_avg_sq", h.exp_avg_sq);
+  });
+  if (s.experts.size > 1)
+    read_shard(expert_part(s), [&](const RankState& h) { checkpoint::run_reshard(plan.experts, dir, h); });
 }
 
 }  // namespace
@@ -283,22 +321,7 @@ int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankStat
   LoadPlan plan;
   parallel::agree_or_fail(
       world, [&] { plan = verify(rc, dir, s); }, fmt::format("{}: rejected by another rank (its error says why)", dir));
-  // a shard in device memory is read into host buffers, then copied over
-  const bool device = is_device_pointer(s.params);
-  const int64_t n = s.shard_end - s.shard_begin;
-  std::vector<float> host[3];
-  RankState h = s;
-  float** fields[3] = {&h.params, &h.exp_avg, &h.exp_avg_sq};
-  if (device)
-    for (int i = 0; i < 3; ++i)
-      if (*fields[i]) host[i].resize(static_cast<size_t>(n)), *fields[i] = host[i].data();
-  read_state(plan, dir, h);
-  if (device) {
-    float* dst[3] = {s.params, s.exp_avg, s.exp_avg_sq};
-    for (int i = 0; i < 3; ++i)
-      if (dst[i]) copy_bytes(dst[i], host[i].data(), size_t(n) * sizeof(float));
-    device_synchronize();
-  }
+  read_state(plan, dir, s);
   return plan.step;
 }
 

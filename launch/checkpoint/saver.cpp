@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 
 #include "core/atomic_file.hpp"
@@ -31,9 +32,10 @@ namespace checkpoint {
 struct FileReport {
   int32_t status = 0;  // 0: nothing written (a ZeRO 0 replica), 1: written, -1: failed
   int32_t dp = 0, pp = 0, tp = 0;
-  uint32_t crc = 0;  // CRC-32C of the file
-  uint32_t unused = 0;
-  int64_t shard_begin = 0, shard_end = 0;
+  uint32_t crc = 0;                          // CRC-32C of the file
+  int32_t ep = 0;                            // experts split over ranks: the expert rank
+  int64_t shard_begin = 0, shard_end = 0;    // the dense shard written (empty: none)
+  int64_t expert_begin = 0, expert_end = 0;  // the expert shard written after it (empty: none)
 };
 static_assert(sizeof(FileReport) % sizeof(int32_t) == 0 && std::is_trivially_copyable_v<FileReport>);
 
@@ -145,22 +147,31 @@ std::string CheckpointSaver::start(int64_t steps_done, const RankState& s) {
   }
   if (world_) world_->barrier()->wait();
   p->report.dp = s.dp, p->report.pp = s.pp, p->report.tp = s.tp;
-  p->report.shard_begin = s.shard_begin, p->report.shard_end = s.shard_end;
-  const bool writer = rc_.parallel.zero >= 1 || s.dp == 0;  // ZeRO 0: data replicas hold the same state
-  if (!writer) {
+  // ZeRO 0: replicas hold the same state, only rank 0 of each part's replicas writes it
+  const bool split = s.experts.size > 1;
+  const bool dense = rc_.parallel.zero >= 1 || s.dp == 0,
+             experts = split && (rc_.parallel.zero >= 1 || s.experts.dp == 0);
+  if (dense) p->report.shard_begin = s.shard_begin, p->report.shard_end = s.shard_end;
+  p->report.ep = s.experts.rank;
+  if (experts) p->report.expert_begin = s.experts.shard_begin, p->report.expert_end = s.experts.shard_end;
+  if (!dense && !experts) {
     p->written = true;
     pending_ = std::move(p);
     return previous;
   }
   // background: from a host copy, since training changes the shard while the
   // file is written; synchronous: from the shard itself (from a host copy
-  // too when the shard is in device memory)
-  const int64_t n = s.shard_end - s.shard_begin;
+  // too when the shard is in device memory, or when the file holds two shards)
+  const int64_t nd = dense ? s.shard_end - s.shard_begin : 0;
+  const int64_t ne = experts ? s.experts.shard_end - s.experts.shard_begin : 0, n = nd + ne;
   const float *src_p = s.params, *src_m = s.exp_avg, *src_v = s.exp_avg_sq;
-  if (rc_.checkpoint.async || is_device_pointer(s.params)) {
-    for (auto [dst, src] : {std::pair{&params_, s.params}, {&exp_avg_, s.exp_avg}, {&exp_avg_sq_, s.exp_avg_sq}}) {
+  if (rc_.checkpoint.async || is_device_pointer(s.params) || split) {
+    for (auto [dst, d, e] : {std::tuple{&params_, s.params, s.experts.params},
+                             {&exp_avg_, s.exp_avg, s.experts.exp_avg},
+                             {&exp_avg_sq_, s.exp_avg_sq, s.experts.exp_avg_sq}}) {
       dst->resize(static_cast<size_t>(n));
-      copy_bytes(dst->data(), src, size_t(n) * sizeof(float));  // waits for the device's queued work
+      if (nd > 0) copy_bytes(dst->data(), d, size_t(nd) * sizeof(float));  // waits for the device's queued work
+      if (ne > 0) copy_bytes(dst->data() + nd, e, size_t(ne) * sizeof(float));
     }
     src_p = params_.data(), src_m = exp_avg_.data(), src_v = exp_avg_sq_.data();
   }
@@ -255,21 +266,26 @@ void CheckpointSaver::write_index(const std::vector<FileReport>& files, int64_t 
   if (tokenizer_ && !tokenizer_->file.empty())
     write_file_atomic((fs::path(tmp_dir) / tokenizer_->file).string(), tokenizer_bytes_);
   const model::ParamRegistry whole(m);  // valid rows per name
+  const int experts = m.moe.enabled && par.expert > 1 ? int(par.expert) : 1;
   for (const FileReport& f : files) {
     if (f.status == 0) continue;
     const std::string name = file_name(f.dp, f.pp, f.tp);
     x.files.push_back({name, f.dp, f.pp, f.tp, f.shard_begin, f.shard_end,
-                       int64_t(fs::file_size(fs::path(tmp_dir) / name)), fmt::format("{:08x}", f.crc)});
+                       int64_t(fs::file_size(fs::path(tmp_dir) / name)), fmt::format("{:08x}", f.crc), f.ep,
+                       f.expert_begin, f.expert_end});
     const model::ParamRegistry reg(
         m, {f.tp, int(par.tensor)},
-        model::pipeline_chunks(m, int(par.pipeline), int(par.virtual_stages), par.stage_layers, f.pp));
-    for (const auto& q : reg.params()) {
-      const int64_t lo = std::max(f.shard_begin, q.offset), hi = std::min(f.shard_end, q.offset + q.numel);
-      if (hi <= lo || q.tied_copy) continue;
-      auto& t = x.tensors[q.name];
-      t.global_shape = q.global_shape, t.valid_rows = whole.at(q.name).valid_rows;
-      t.pieces.push_back({name, lo - f.shard_begin, lo - q.offset, hi - q.offset, q.shape, q.row_ranges, q.col_begin});
-    }
+        model::pipeline_chunks(m, int(par.pipeline), int(par.virtual_stages), par.stage_layers, f.pp), {f.ep, experts});
+    // the file's flat tensors: the dense shard, then the expert shard
+    for (auto [begin, end, at] : {std::tuple{f.shard_begin, f.shard_end, int64_t(0)},
+                                  {f.expert_begin, f.expert_end, f.shard_end - f.shard_begin}})
+      for (const auto& q : reg.params()) {
+        const int64_t lo = std::max(begin, q.offset), hi = std::min(end, q.offset + q.numel);
+        if (hi <= lo || q.tied_copy) continue;
+        auto& t = x.tensors[q.name];
+        t.global_shape = q.global_shape, t.valid_rows = whole.at(q.name).valid_rows;
+        t.pieces.push_back({name, at + lo - begin, lo - q.offset, hi - q.offset, q.shape, q.row_ranges, q.col_begin});
+      }
   }
   write_file_atomic((fs::path(tmp_dir) / "index.json").string(), checkpoint::index_json(x));
 }

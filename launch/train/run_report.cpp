@@ -14,6 +14,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include <unistd.h>
 
@@ -346,6 +347,10 @@ void RunReport::end_step(const StepFacts& f) {
                       {"min", f.moe->min[i]},
                       {"max", f.moe->max[i]},
                       {"imbalance", rounded(f.moe->imbalance[i], 4)}};
+        if (f.moe->expert_ranks > 1) {  // the tokens each expert rank's experts take
+          const auto first = f.moe->rank_tokens.begin() + int64_t(i) * f.moe->expert_ranks;
+          layer["rank_tokens"] = std::vector<double>(first, first + f.moe->expert_ranks);
+        }
         if (std::isfinite(f.moe->bias_min[i]))
           layer["bias_min"] = rounded(f.moe->bias_min[i], 6), layer["bias_max"] = rounded(f.moe->bias_max[i], 6);
         load.push_back(layer);
@@ -379,6 +384,14 @@ void RunReport::end_step(const StepFacts& f) {
       if (f.moe && !f.moe->imbalance.empty())
         extra += fmt::format(" | aux {:.4f} | expert load max/mean {:.2f}", f.moe->aux_loss,
                              *std::max_element(f.moe->imbalance.begin(), f.moe->imbalance.end()));
+      if (f.moe && f.moe->expert_ranks > 1) {  // every MoE layer's tokens per expert rank, over their mean
+        std::vector<double> per(size_t(f.moe->expert_ranks), 0.0);
+        for (size_t i = 0; i < f.moe->rank_tokens.size(); ++i) per[i % per.size()] += f.moe->rank_tokens[i];
+        const double mean = std::accumulate(per.begin(), per.end(), 0.0) / double(per.size());
+        std::string each;
+        for (double x : per) each += fmt::format("{}{:.2f}", each.empty() ? "" : " ", mean > 0 ? x / mean : 0);
+        extra += fmt::format(" | expert rank load {} x mean", each);
+      }
       if (busy.size() > 1 && excess > rc_.log.straggler)
         extra += fmt::format(" | slowest rank {} +{:.0f}% ({:.0f} ms busy, median {:.0f} ms)", slowest, 100 * excess,
                              1e3 * busy[slowest], 1e3 * median);
@@ -495,6 +508,12 @@ void log_run_start(const Recipe& rc, const parallel::Mesh& mesh, const RunFacts&
   log::info("data parallel {} x ZeRO {} | per rank: params {} grads {} optimizer {} activations {} | ZeRO formula: {}",
             par.data, par.zero, mib(mem0.current[0]), mib(mem0.current[1]), mib(mem0.current[2]), mib(mem0.current[3]),
             start.zero_memory);
+  if (rc.model.moe.enabled && par.expert > 1)
+    log::info(
+        "expert parallel {}: each rank holds {} of each MoE layer's {} experts; their gradients reduce over "
+        "expert-data {} (data x context / expert), the dense ones over data x context {}",
+        par.expert, rc.model.moe.experts / par.expert, rc.model.moe.experts, par.data * par.context / par.expert,
+        par.data * par.context);
   log::info("model FLOPs/token {:.4g} | MFU reference {:.1f} GFLOP/s ({})", facts.flops_per_token,
             facts.peak_flops / 1e9, facts.peak_source);
   if (mesh.device().type == DeviceType::cuda) log::info("{}", mesh.describe_device());

@@ -57,6 +57,9 @@ struct MoeLoad {
   std::vector<double> min, max, imbalance, tokens;  // tokens: routed to the layer's experts (batch x seq x top_k)
   std::vector<double> bias_min, bias_max;           // the correction bias's range (NaN: none, or sharded by ZeRO 3)
   std::vector<double> counts;                       // [layers x E]: the tokens routed to each expert
+  // parallel.expert > 1: [layers x expert]: the tokens each expert rank's experts take (its load)
+  std::vector<double> rank_tokens;
+  int64_t expert_ranks = 1;
   double aux_loss = 0, z_loss = 0;
 };
 

@@ -22,8 +22,8 @@ StepShape step_shape(const Recipe& rc, int stage_rank, int data_rank) {
   return s;  // eod: set by the trainer from the datasets' records
 }
 
-StepRunner::StepRunner(model::Transformer<float>& net, parallel::DataParallel& dp, parallel::Communicator* pipeline,
-                       parallel::Communicator* data, parallel::Communicator* context,
+StepRunner::StepRunner(model::Transformer<float>& net, parallel::DataParallelParts& dp,
+                       parallel::Communicator* pipeline, parallel::Communicator* data, parallel::Communicator* context,
                        const trident::data::TokenSampler& sampler, const StepShape& shape)
     : net_(net), dp_(dp), pipeline_(pipeline), data_(data), context_(context), sampler_(sampler), shape_(shape) {
   const int64_t B = shape.micro_batch, M = shape.micro_batches;
@@ -133,7 +133,11 @@ MoeLoad StepRunner::moe_load() const {
     out.tokens.push_back(total);
     out.counts.insert(out.counts.end(), first, last);
     out.bias_min.push_back(all[at + size_t(E)]), out.bias_max.push_back(all[at + size_t(E) + 1]);
+    const int64_t ranks = net_.registry().experts().size, per = E / ranks;  // rank r: experts [r per, (r+1) per)
+    for (int64_t r = 0; ranks > 1 && r < ranks; ++r)
+      out.rank_tokens.push_back(std::accumulate(first + r * per, first + (r + 1) * per, 0.0));
   }
+  out.expert_ranks = net_.registry().experts().size;
   const double micro = double(shape_.micro_batches) * double(data_ ? data_->size() : 1);
   auto mean = [&](double x) {
     return parallel::sum_over(pipeline_, parallel::sum_over(data_, parallel::sum_over(context_, x))) / micro;

@@ -46,7 +46,7 @@ class StepRunner {
   // the pipeline group (nullptr: one stage); data: the data group; context:
   // the context group, whose ranks each hold their rows of every sequence
   // (model/transformer.hpp, parallel/context_parallel.hpp).
-  StepRunner(model::Transformer<float>& net, parallel::DataParallel& dp, parallel::Communicator* pipeline,
+  StepRunner(model::Transformer<float>& net, parallel::DataParallelParts& dp, parallel::Communicator* pipeline,
              parallel::Communicator* data, parallel::Communicator* context, const data::TokenSampler& sampler,
              const StepShape& shape);
   ~StepRunner();
@@ -81,7 +81,7 @@ class StepRunner {
   double counted_targets(int64_t micro_batches) const;  // this rank's targets that take a loss
 
   model::Transformer<float>& net_;
-  parallel::DataParallel& dp_;
+  parallel::DataParallelParts& dp_;
   parallel::Communicator* pipeline_;
   parallel::Communicator* data_;
   parallel::Communicator* context_;

@@ -125,34 +125,58 @@ std::unique_ptr<data::TokenSampler> make_sampler(const Recipe& rc, parallel::Mes
   return sampler;
 }
 
-// The first parameter whose gradient in this rank's shard is not finite:
-// "layers.3.attn.wqkv[17]", or "" (the shard is clean).
-std::string first_nonfinite_gradient(const model::ParamRegistry& reg, parallel::DataParallel& dp) {
-  std::vector<float> g(size_t(dp.shard_size()));
-  copy_bytes(g.data(), dp.grad_shard(), g.size() * sizeof(float));
-  const auto bad = std::find_if(g.begin(), g.end(), [](float x) { return !std::isfinite(x); });
-  if (bad == g.end()) return "";
-  const int64_t at = dp.shard_begin() + (bad - g.begin());
-  for (const auto& q : reg.params())
-    if (at >= q.offset && at < q.offset + q.numel) return fmt::format("{}[{}] = {}", q.name, at - q.offset, *bad);
-  return fmt::format("element {} of the flat buffer", at);
+// The first parameter whose gradient in this rank's shards is not finite:
+// "layers.3.attn.wqkv[17]", or "" (the shards are clean).
+std::string first_nonfinite_gradient(const model::ParamRegistry& reg, parallel::DataParallelParts& parts) {
+  for (const parallel::DataParallelPart& part : parts) {
+    std::vector<float> g(size_t(part.dp->shard_size()));
+    copy_bytes(g.data(), part.dp->grad_shard(), g.size() * sizeof(float));
+    const auto bad = std::find_if(g.begin(), g.end(), [](float x) { return !std::isfinite(x); });
+    if (bad == g.end()) continue;
+    const int64_t at = part.shard_begin() + (bad - g.begin());
+    for (const auto& q : reg.params())
+      if (at >= q.offset && at < q.offset + q.numel) return fmt::format("{}[{}] = {}", q.name, at - q.offset, *bad);
+    return fmt::format("element {} of the flat buffer", at);
+  }
+  return "";
 }
 
 // Test-only faults (core/fault.hpp): a NaN in this rank's reduced gradients.
-void poison_gradients(parallel::DataParallel& dp) {
+void poison_gradients(parallel::DataParallelParts& parts) {
   const float nan = std::nanf("");
+  parallel::DataParallel& dp = *parts[0].dp;
   if (dp.shard_size() > 0) copy_bytes(dp.grad_shard() + dp.shard_size() / 2, &nan, sizeof(float));
 }
 
-// The true global norm of the (scaled) gradients: data x context ranks with
-// a sharded stage hold disjoint reduced shards; tensor and pipeline ranks hold
-// disjoint slices (replicated ones and the tied copy counted once).
-double global_grad_norm(const model::ParamRegistry& reg, parallel::DataParallel& dp, parallel::Mesh& mesh) {
-  double sq =
-      kernels::sum_of_squares_ranges(dp.grad_shard(), model::norm_counted_runs(reg, dp.shard_begin(), dp.shard_end()));
-  if (dp.sharded()) sq = parallel::sum_over(mesh.data_context(), sq);
+// The true global norm of the (scaled) gradients: the ranks holding a part
+// with a sharded stage hold disjoint reduced shards of it (summed over its
+// replicas), the expert group's ranks disjoint experts (summed over them);
+// tensor and pipeline ranks hold disjoint slices (replicated ones and the
+// tied copy counted once).
+double global_grad_norm(const model::ParamRegistry& reg, parallel::DataParallelParts& parts, parallel::Mesh& mesh) {
+  double sq = 0;
+  for (const parallel::DataParallelPart& part : parts) {
+    double mine = kernels::sum_of_squares_ranges(part.dp->grad_shard(),
+                                                 model::norm_counted_runs(reg, part.shard_begin(), part.shard_end()));
+    if (part.dp->sharded()) mine = parallel::sum_over(part.replicas, mine);
+    if (part.peers) mine = parallel::sum_over(part.peers, mine);
+    sq += mine;
+  }
   return std::sqrt(parallel::sum_over(mesh.model_parallel(), sq));
 }
+
+// The optimizer of one part of the flat buffer: AdamW over its shard, with
+// the fp32 master weights of 16-bit runs.
+struct PartOptimizer {
+  PartOptimizer(const Recipe& rc, const model::ParamRegistry& reg, parallel::DataParallelPart& part, Device dev)
+      : part(part),
+        opt(model::decay_ranges(reg, rc.optim), rc.optim, part.shard_begin(), part.shard_end(), dev,
+            model::bias_ranges(reg, rc)),
+        master(part.dp->param_shard(), part.dp->shard_size(), rc.train.precision, dev) {}
+  parallel::DataParallelPart& part;
+  optim::AdamW<float> opt;
+  optim::MasterWeights master;
+};
 
 // What checkpoints record of the data's tokenizer, and its file's bytes.
 std::pair<checkpoint::IndexTokenizer, std::string> tokenizer_record(const data::DatasetRecord& r) {
@@ -246,11 +270,6 @@ std::unique_ptr<CheckpointDirLock> lock_checkpoint_dir(const Recipe& rc, paralle
 }  // namespace
 
 TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
-  if (rc.parallel.expert > 1)
-    fail_input(
-        "{}: parallel.expert({}): training with experts split over ranks is not built yet (the expert and "
-        "expert_data groups are: `trident topology` shows them); use expert 1",
-        rc.source, rc.parallel.expert);
   // Process groups, threads, data.
   parallel::Mesh mesh(parallel::mesh_spec(rc, opts.single_process), rc.source);
   const parallel::Coords at = mesh.coords();
@@ -270,15 +289,19 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   const model::ParallelModel pm = model::parallelize(rc, mesh);
   model::Transformer<float>& net = *pm.net;
   const parallel::TensorParallel& tp = *pm.tp;
-  const std::unique_ptr<parallel::DataParallel>& dp = pm.dp;
+  parallel::DataParallelParts& dp = *pm.dp;
   const model::ParamRegistry& reg = net.registry();
-  optim::AdamW<float> opt(model::decay_ranges(reg, rc.optim), rc.optim, dp->shard_begin(), dp->shard_end(),
-                          mesh.device(), model::bias_ranges(reg, rc));
-  optim::MasterWeights master(dp->param_shard(), dp->shard_size(), rc.train.precision, mesh.device());
+  std::vector<std::unique_ptr<PartOptimizer>> parts;  // the dense part, then the experts' (split over ranks)
+  for (parallel::DataParallelPart& part : dp)
+    parts.push_back(std::make_unique<PartOptimizer>(rc, reg, part, mesh.device()));
+  PartOptimizer& first = *parts[0];  // the dense part (all of it without split experts)
   optim::LossScaler scaler(rc.train);
-  auto publish = [&] { master.publish(), dp->publish_params(); };
+  auto publish = [&] {
+    for (auto& p : parts) p->master.publish();
+    dp.publish_params();
+  };
   if (rc.train.precision != Precision::fp32) publish();
-  StepRunner runner(net, *dp, mesh.pipeline(), mesh.data(), mesh.context(), *sampler, shape);
+  StepRunner runner(net, dp, mesh.pipeline(), mesh.data(), mesh.context(), *sampler, shape);
 
   // The report, then resume and checkpoints.
   facts.params = model::consolidated_numel(rc.model);
@@ -295,9 +318,27 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
        parallel::describe_zero_memory(int(rc.parallel.zero), reg.total(), rc.parallel.data * rc.parallel.context)});
   // checkpoint files are per replica of a model shard: the rank in data x context
   const int replica = mesh.data_context() ? mesh.data_context()->rank() : 0;
-  const RankState ckpt{
-      &reg,          replica,          at.pp,          at.tp, dp->shard_begin(), dp->shard_end(), master.params(),
-      opt.exp_avg(), opt.exp_avg_sq(), &scaler.state()};
+  RankState ckpt{&reg,
+                 replica,
+                 at.pp,
+                 at.tp,
+                 first.part.shard_begin(),
+                 first.part.shard_end(),
+                 first.master.params(),
+                 first.opt.exp_avg(),
+                 first.opt.exp_avg_sq(),
+                 &scaler.state()};
+  if (dp.size() > 1) {  // the expert part: its shard over expert-data, after the dense one in the same file
+    PartOptimizer& e = *parts[1];
+    ckpt.experts = {.rank = e.part.peers->rank(),
+                    .size = e.part.peers->size(),
+                    .dp = e.part.replicas ? e.part.replicas->rank() : 0,
+                    .shard_begin = e.part.shard_begin(),
+                    .shard_end = e.part.shard_end(),
+                    .params = e.master.params(),
+                    .exp_avg = e.opt.exp_avg(),
+                    .exp_avg_sq = e.opt.exp_avg_sq()};
+  }
   const std::unique_ptr<CheckpointDirLock> dir_lock = lock_checkpoint_dir(rc, mesh);
   const std::optional<int64_t> resumed = resume(rc, opts.resume, ckpt, mesh, data_record);
   const int64_t start_step = resumed.value_or(0);
@@ -310,7 +351,9 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     auto [tokenizer, bytes] = tokenizer_record(data_record);
     saver.record_tokenizer(tokenizer, std::move(bytes));
   }
-  saver.prepare(dp->shard_size());
+  int64_t shards = 0;  // what a save copies: this rank's shards of every part
+  for (const parallel::DataParallelPart& part : dp) shards += part.dp->shard_size();
+  saver.prepare(shards);
   const StopWindow stop_window(!rc.checkpoint.dir.empty());
 
   NonFiniteGuard guard(rc.train, scaler.dynamic());
@@ -324,21 +367,21 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
 
     const double sync_start = report.seconds();
     const bool nan_grads = fault::hit(fault::Phase::backward, step + 1);
-    dp->finish_gradients();
-    if (fault::hit(fault::Phase::reduction, step + 1) || nan_grads) poison_gradients(*dp);
+    dp.finish_gradients();
+    if (fault::hit(fault::Phase::reduction, step + 1) || nan_grads) poison_gradients(dp);
     report.span(RunReport::Span::grad_sync, sync_start, report.seconds());
     // the last stage's loss, over the data and context groups (every tensor rank has the same)
     const double loss =
         parallel::sum_over(mesh.pipeline(), parallel::sum_over(mesh.data_context(), loss_sum)) / runner.loss_tokens();
     // unscaled; inf/NaN on any rank makes it non-finite everywhere
-    const double gnorm = global_grad_norm(reg, *dp, mesh) / scaler.scale();
-    if (opts.on_gradients) opts.on_gradients({step, rc, mesh, reg, *dp});
+    const double gnorm = global_grad_norm(reg, dp, mesh) / scaler.scale();
+    if (opts.on_gradients) opts.on_gradients({step, rc, mesh, reg, dp});
 
     // A non-finite loss (on any rank) or gradient norm never reaches the
     // parameters or a checkpoint (launch/train/nonfinite.hpp).
     const bool bad_loss = parallel::max_over(mesh.world(), std::isfinite(loss) ? 0 : 1) != 0;
     const bool nonfinite = guard.check(
-        step, loss, bad_loss, gnorm, [&] { return first_nonfinite_gradient(reg, *dp); },
+        step, loss, bad_loss, gnorm, [&] { return first_nonfinite_gradient(reg, dp); },
         [&] {
           if (saver.pending()) saver.finish();  // the earlier (finite) state's save completes
         });
@@ -347,8 +390,9 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     const double opt_start = report.seconds(), used_scale = scaler.scale();
     const bool skip = nonfinite || scaler.skips(gnorm);
     if (!skip) {
-      opt.step(master.params(), dp->grad_shard(), lr, scaler.next_update(),
-               optim::clip_scale(gnorm, rc.optim.grad_clip) / used_scale);
+      for (auto& p : parts)
+        p->opt.step(p->master.params(), p->part.dp->grad_shard(), lr, scaler.next_update(),
+                    optim::clip_scale(gnorm, rc.optim.grad_clip) / used_scale);
       publish();
     }
     if (!nonfinite) scaler.update(skip);
@@ -359,7 +403,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     const double ckpt_start = report.seconds();
     saver.after_step(step + 1, stop != 0, ckpt, opts.quiet);
     report.end_step({step, loss, lr, gnorm, used_scale, scaler.scale(), skip && !nonfinite, nonfinite,
-                     dp->take_wait_seconds(), report.seconds() - ckpt_start,
+                     dp.take_wait_seconds(), report.seconds() - ckpt_start,
                      sampler->train_samples_per_source(uint64_t((step + 1) * rc.train.global_batch)),
                      rc.model.moe.enabled ? std::optional<MoeLoad>(runner.moe_load()) : std::nullopt});
 
@@ -375,36 +419,45 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
 }
 
 // Every rank's reduced gradients, consolidated into the Hugging Face layout:
-// this rank's shard -> its full buffer over the data x context group -> every tensor
-// and pipeline rank's buffer over the model-parallel group.
+// each part's shard -> the part whole over its replicas -> every rank's
+// buffer over the world (each with its tensor, pipeline and expert place;
+// the replicas write the same values).
 std::vector<float> StepGradients::consolidated() const {
   const auto& m = recipe.model;
   const auto& par = recipe.parallel;
-  auto& dp = data_parallel;
   const int64_t n = registry.total();
   std::vector<float> mine(size_t(n), 0.0f);
-  copy_bytes(mine.data() + dp.shard_begin(), dp.grad_shard(), size_t(dp.shard_size()) * sizeof(float));
-  if (dp.sharded() && mesh.data_context() && mesh.data_context()->size() > 1) {
-    Tensor t = Tensor::zeros({n}, DType::f32, MemCategory::other);
-    std::copy(mine.begin(), mine.end(), t.data<float>());
-    mesh.data_context()->all_gather(t, {dp.shard_counts()})->wait();
-    mine.assign(t.data<float>(), t.data<float>() + n);
+  for (const parallel::DataParallelPart& part : data_parallel) {
+    parallel::DataParallel& dp = *part.dp;
+    float* at = mine.data() + part.base;
+    copy_bytes(at + dp.shard_begin(), dp.grad_shard(), size_t(dp.shard_size()) * sizeof(float));
+    if (dp.sharded() && part.replicas && part.replicas->size() > 1) {
+      Tensor t = Tensor::zeros({part.numel}, DType::f32, MemCategory::other);
+      std::copy(at, at + part.numel, t.data<float>());
+      part.replicas->all_gather(t, {dp.shard_counts()})->wait();
+      std::copy(t.data<float>(), t.data<float>() + part.numel, at);
+    }
   }
-  // buffer sizes differ between pipeline stages: gather them as doubles (exact for floats)
+  // buffer sizes differ between pipeline stages: gather them as doubles (exact for floats), each after its place
+  const parallel::Coords c = mesh.coords();
+  const int expert_rank = data_parallel.size() > 1 && data_parallel[1].peers ? data_parallel[1].peers->rank() : 0;
+  std::vector<double> packed = {double(c.tp), double(c.pp), double(expert_rank)};
+  packed.insert(packed.end(), mine.begin(), mine.end());
   std::vector<int64_t> counts;
-  const std::vector<double> all = parallel::gather_varying(mesh.model_parallel(), {mine.begin(), mine.end()}, &counts);
+  const std::vector<double> all = parallel::gather_varying(mesh.world(), packed, &counts);
   std::vector<float> values(all.begin(), all.end());
   std::vector<std::unique_ptr<model::ParamRegistry>> regs;
   std::vector<std::pair<const model::ParamRegistry*, const float*>> parts;
+  const int experts = data_parallel.size() > 1 ? int(par.expert) : 1;
   int64_t off = 0;
-  const auto members = mesh.model_parallel_members();
-  for (size_t i = 0; i < members.size(); ++i) {
-    const auto c = members[i];
+  for (const int64_t count : counts) {
+    const double* place = all.data() + off;
     regs.push_back(std::make_unique<model::ParamRegistry>(
-        m, model::TensorShard{c.tp, int(par.tensor)},
-        model::pipeline_chunks(m, int(par.pipeline), int(par.virtual_stages), par.stage_layers, c.pp)));
-    parts.push_back({regs.back().get(), values.data() + off});
-    off += counts[i];
+        m, model::TensorShard{int(place[0]), int(par.tensor)},
+        model::pipeline_chunks(m, int(par.pipeline), int(par.virtual_stages), par.stage_layers, int(place[1])),
+        model::ExpertShard{int(place[2]), experts}));
+    parts.push_back({regs.back().get(), values.data() + off + 3});
+    off += count;
   }
   std::vector<float> out(size_t(model::consolidated_numel(m)));
   model::consolidate(out.data(), m, parts);

@@ -15,7 +15,7 @@
 
 namespace trident::parallel {
 class Mesh;
-class DataParallel;
+class DataParallelParts;
 }  // namespace trident::parallel
 namespace trident::model {
 class ParamRegistry;
@@ -51,7 +51,7 @@ struct StepGradients {
   const Recipe& recipe;
   parallel::Mesh& mesh;
   const model::ParamRegistry& registry;
-  parallel::DataParallel& data_parallel;
+  parallel::DataParallelParts& data_parallel;
   // Collective over the world: the whole model's reduced gradient in the
   // Hugging Face layout (model::consolidate), the same on every rank.
   std::vector<float> consolidated() const;

@@ -125,9 +125,9 @@ TEST(Cli, CountsPastTheirBoundsAreRefusedAtOnce) {
 }
 
 // parallel.expert: `trident topology` shows the expert and expert-data
-// groups; training with it is refused on every rank (exit 2, naming the
-// key) until the dispatch exists.
-TEST(Cli, ExpertGroupsShownAndTrainingRefused) {
+// groups; a run with it says how the experts are split and reports the
+// load of each expert rank.
+TEST(Cli, ExpertGroupsShownAndTrainingReportsTheirLoad) {
   const std::string moe = src("configs/moe-tiny.yaml");
   test::CliRun r = trident("topology " + moe + " --world 4 --set parallel.data=4 --set parallel.expert=2");
   EXPECT_EQ(r.code, 0) << r.out;
@@ -139,9 +139,12 @@ TEST(Cli, ExpertGroupsShownAndTrainingRefused) {
   r = test::run_cli(
       "OMPI_MCA_mpi_yield_when_idle=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 " +
           std::string(TRIDENT_BINARY),
-      "train " + moe + " --set parallel.data=2 --set parallel.expert=2 --set log.metrics= --set checkpoint.dir=");
-  EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_TRUE(has(r, "parallel.expert(2): training with experts split over ranks is not built yet")) << r.out;
+      "train " + moe +
+          " --set parallel.data=2 --set parallel.expert=2 --set log.metrics= --set train.steps=2 --set log.every=1 "
+          "--set eval.batches=0 --set train.threads=1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r, "expert parallel 2: each rank holds 4 of each MoE layer's 8 experts")) << r.out;
+  EXPECT_TRUE(has(r, "| expert rank load ")) << r.out;
 }
 
 // A sweep in which no mesh ran is a failure, with no results written; an

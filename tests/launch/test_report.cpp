@@ -164,7 +164,7 @@ TEST(Report, MoeRunsRecordAndChartTheExpertLoad) {
   for (size_t i = 0; i < none.size(); ++i) {
     ASSERT_TRUE(none[i].contains("expert_load") && none[i].contains("aux_loss") && none[i].contains("z_loss"));
     EXPECT_GT(none[i]["aux_loss"].get<double>(), 0);
-    ASSERT_EQ(none[i]["expert_load"].size(), 2u);  // layers 1 and 2 (layer 0 is dense)
+    ASSERT_EQ(none[i]["expert_load"].size(), 3u);  // layers 1 to 3 (layer 0 is dense)
     EXPECT_EQ(none[i]["expert_load"][0]["layer"], 1);
     for (const Json& layer : none[i]["expert_load"]) {
       EXPECT_EQ(layer["tokens"].get<double>(), 32.0 * 64 * 2);  // global_batch x seq_len x top_k
@@ -188,7 +188,9 @@ TEST(Report, MoeRunsRecordAndChartTheExpertLoad) {
       ASSERT_TRUE(layer.contains("bias_min") && layer.contains("bias_max")) << layer;
       EXPECT_LE(layer["bias_max"].get<double>(), 0.05 * double(i + 1) + 1e-6);
       EXPECT_GE(layer["bias_min"].get<double>(), -0.05 * double(i + 1) - 1e-6);
-      EXPECT_LT(layer["bias_min"].get<double>(), layer["bias_max"].get<double>()) << "step " << i + 1;
+      // after the first step the experts above the mean went down, the others up (later steps can bring a
+      // layer's biases together by chance: +, -, + for one expert and -, +, + for another)
+      if (i == 0) EXPECT_LT(layer["bias_min"].get<double>(), layer["bias_max"].get<double>()) << "step 1";
     }
   EXPECT_FALSE(none[0]["expert_load"][0].contains("bias_min"));  // a softmax router has no bias
   ASSERT_EQ(trident(fmt::format("report {} --out {}", s / "none.jsonl", s / "out")).code, 0);
@@ -197,7 +199,9 @@ TEST(Report, MoeRunsRecordAndChartTheExpertLoad) {
   const Json& pts = series(chart(data, "expert_load"), "none")["points"];
   ASSERT_EQ(pts.size(), 4u);
   const Json& last = none.back()["expert_load"];
-  EXPECT_EQ(pts[3][1].get<double>(), std::max(last[0]["imbalance"].get<double>(), last[1]["imbalance"].get<double>()));
+  double worst = 0;  // the chart shows the worst layer
+  for (const Json& layer : last) worst = std::max(worst, layer["imbalance"].get<double>());
+  EXPECT_EQ(pts[3][1].get<double>(), worst);
   EXPECT_TRUE(fs::exists(s / "out/expert_load.png"));
 }
 

@@ -143,6 +143,56 @@ TEST(Checkpoint, MoeResumesExactlyAndReshards) {
   }
 }
 
+// Experts split over ranks: each rank's file holds its dense shard and its
+// expert shard. Resuming on the same mesh is exact; each checkpoint resumed
+// under the next mesh (expert 4 -> 2 -> 1 -> 2 -> 2 -> 4, ZeRO 0-3, with
+// tensor + sequence and pipeline parallelism) continues the one-process run.
+TEST(Checkpoint, ExpertParallelResumesExactlyAndReshards) {
+  if (g_world != 4) GTEST_SKIP() << "runs on 4 ranks";
+  const std::vector<std::vector<std::string>> all = {
+      {"parallel.data=4", "parallel.expert=4", "parallel.zero=0"},
+      {"parallel.data=4", "parallel.expert=2", "parallel.zero=1"},
+      {"parallel.data=4", "parallel.zero=3"},
+      {"parallel.data=2", "parallel.tensor=2", "parallel.expert=2", "parallel.zero=3",
+       "parallel.sequence_parallel=true"},
+      {"parallel.data=2", "parallel.pipeline=2", "parallel.expert=2", "parallel.zero=2"}};
+  std::vector<std::string> saved;
+  int i = 0;
+  for (const auto& mesh : all) {
+    const std::string dir = fresh_dir("expert" + std::to_string(i++));
+    const Recipe rc = recipe(dir, moe_mesh(mesh), 6, 3, "moe-tiny.yaml");
+    const launch::TrainSummary full = launch::train(rc, {.quiet = true});
+    const launch::TrainSummary resumed = launch::train(rc, {.quiet = true, .resume = dir + "/step_00000003"});
+    expect_resumed_steps_4_to_6(full, resumed, mesh);
+    saved.push_back(dir + "/step_00000003");
+  }
+  const Recipe one = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/moe-tiny.yaml",
+                                 moe_mesh({"train.steps=6", "train.micro_batch=2", "train.global_batch=8",
+                                           "log.metrics=", "eval.batches=0", "train.threads=1"}),
+                                 1);
+  const launch::TrainSummary ref = launch::train(one, {.quiet = true, .single_process = true});
+  for (size_t a = 0; a < saved.size(); ++a) {
+    const size_t b = (a + 1) % all.size();
+    const launch::TrainSummary run = launch::train(
+        recipe(fresh_dir("expert_to"), moe_mesh(all[b]), 6, 100, "moe-tiny.yaml"), {.quiet = true, .resume = saved[a]});
+    ASSERT_EQ(run.losses.size(), 3u);
+    for (size_t s = 0; s < 3; ++s) {
+      EXPECT_LE(std::abs(run.losses[s] / ref.losses[s + 3] - 1), 1e-4)
+          << "saved under " << ::testing::PrintToString(all[a]) << ", resumed under "
+          << ::testing::PrintToString(all[b]) << ", step " << s + 4;
+      EXPECT_LE(std::abs(run.grad_norms[s] / ref.grad_norms[s + 3] - 1), 1e-4) << "step " << s + 4;
+    }
+  }
+  // the whole model from a checkpoint saved with expert 4 (every expert from the rank that held it)
+  const launch::WholeModel whole = launch::load_whole_model(saved[0]);
+  const launch::WholeModel dense = launch::load_whole_model(saved[2]);
+  ASSERT_EQ(whole.params.size(), dense.params.size());
+  double diff = 0, norm = 0;
+  for (size_t k = 0; k < whole.params.size(); ++k)
+    diff += std::pow(whole.params[k] - dense.params[k], 2), norm += std::pow(dense.params[k], 2);
+  EXPECT_LE(std::sqrt(diff / norm), 1e-4) << "expert 4's checkpoint against expert 1's, after the same 3 steps";
+}
+
 TEST(Checkpoint, KeepsTheNewestAndCleansAbandonedSaves) {
   const std::string dir = fresh_dir("keep");
   if (leader()) {  // an interrupted save: a temporary directory without an index

@@ -240,7 +240,7 @@ def import_then_train(a):
 # each with the recipe overrides that make Trident's model the same one.
 def moe_families():
     from transformers import Glm4MoeConfig, MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
-    common = dict(vocab_size=32, hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+    common = dict(vocab_size=32, hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=False, initializer_range=0.1)
     rope = {"rope_type": "default", "rope_theta": 10000.0}
     qwen = dict(common, intermediate_size=352, moe_intermediate_size=96, shared_expert_intermediate_size=64,

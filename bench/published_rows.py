@@ -13,6 +13,9 @@ SC21 = [("gpt-1.7b", 32, (32, 1, 1), 137), ("gpt-3.6b", 64, (32, 2, 1), 138), ("
         ("gpt-530b", 2520, (9, 8, 35), 163), ("gpt-1t", 3072, (6, 8, 64), 163)]
 # GPT-3 175B on H100, bf16, NeMo (dgxc-benchmarking nemo_megatron/README_175b.md): GPUs, measured s/step
 H100_175B = [(128, 8.309), (256, 8.408), (512, 8.42), (1024, 8.453), (2048, 8.49)]
+# Mixtral 8x7B on 64 H100, bf16, expert 8 x pipeline 4 (Megatron-Core MoE README, MCore v0.9): 468 TFLOP/s per
+# GPU; their FLOPs per token (num_floating_point_operations) equal the planner's model FLOPs for this model
+MIXTRAL_TFLOPS = 468
 
 
 def plan(trident, recipe, cluster, gpus, mesh, sets=()):
@@ -42,9 +45,13 @@ def main():
         p = plan(trident, "configs/published/gpt3-175b-h100.yaml", "configs/clusters/dgx-h100.yaml", gpus, (d, 4, 8),
                  [f"parallel.data={d}", f"train.global_batch={16 * gpus // 8}"])
         rows.append(("NeMo GPT-3 175B H100 bf16", "gpt3-175b-h100", gpus, (d, 4, 8), step, p))
+    p = plan(trident, "configs/published/mixtral-8x7b-h100.yaml", "configs/clusters/dgx-h100.yaml", 64, (16, 1, 4, 1, 8))
+    # the planner's TFLOP/s are model FLOPs at its predicted rate: the measured step time follows from 468
+    measured = p["step_time_s"] * p["tflops_per_device"] / MIXTRAL_TFLOPS
+    rows.append(("Megatron-Core Mixtral 8x7B H100 bf16", "mixtral-8x7b-h100", 64, (16, 1, 4, 1, 8), measured, p))
     within10 = within15 = 0
     if md:
-        print("| source | config | GPUs | mesh D x T x P | measured s/step | predicted | error |")
+        print("| source | config | GPUs | mesh D x T x P (x C x E) | measured s/step | predicted | error |")
         print("|---|---|---|---|---|---|---|")
     for src, name, gpus, mesh, measured, p in rows:
         pred = p["step_time_s"]

@@ -258,7 +258,8 @@ std::vector<Command> commands() {
          c.add_option("--cluster", p.cluster, "configs/clusters/*.yaml")->required()->type_name("CLUSTER.yaml");
          c.add_option("--gpus,--devices", p.gpus, "devices in all")->check(integer_in(1, kMaxWorld));
          c.add_option("--top", p.top, "configurations shown")->check(integer_in(1, 1000000))->capture_default_str();
-         c.add_option("--mesh", p.mesh, "plan this mesh only (C: context, default 1)")->type_name("D,T,P[,C]");
+         c.add_option("--mesh", p.mesh, "plan this mesh only (C: context, default 1; E: expert, default the recipe's)")
+             ->type_name("D,T,P[,C[,E]]");
          c.add_option("--max-context", p.max_context, "also plan context sizes up to this (both modes)")
              ->check(integer_in(1, 4096))
              ->capture_default_str();
@@ -275,8 +276,9 @@ std::vector<Command> commands() {
          auto& s = o.sweep;
          c.add_option("recipe", s.recipe, "the recipe")->required()->type_name("RECIPE.yaml");
          c.add_option("--cluster", s.cluster, "the planner's cluster file")->required()->type_name("CLUSTER.yaml");
-         c.add_option("--meshes", o.meshes, "meshes to run (default: all, context sizes included)")
-             ->type_name("D,T,P[,C];...");
+         c.add_option("--meshes", o.meshes,
+                      "meshes to run (default: all, context sizes included; MoE recipes: every expert size too)")
+             ->type_name("D,T,P[,C[,E]];...");
          c.add_option("--warmup", s.warmup, "steps not timed")->check(integer_in(0, kMaxSteps))->capture_default_str();
          c.add_option("--steps", s.steps, "steps timed")->check(integer_in(1, kMaxSteps))->capture_default_str();
          c.add_option("--repeats", s.repeats, "passes over the meshes")

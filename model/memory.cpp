@@ -41,6 +41,7 @@ int64_t moe_layer_elements(const ModelConfig& cfg, const ActivationShape& s) {
   const int64_t N = s.micro_batch * cfg.seq_len / s.context, M = N * e.top_k, C = cfg.hidden;
   const int64_t I = e.ffn_hidden / s.tensor, S = e.shared_width() / s.tensor;
   int64_t n = 2 * N * e.experts + M + 3 * M + M * 2 * I + M * I + M * C;
+  if (s.expert > 1) n += M * C;  // the received rows themselves (model/moe.cpp: x_in before fc_in and act_in)
   if (S > 0) n += N * 2 * S + N * S + (e.shared_expert_gate ? N * C + N : 0);
   return n;
 }

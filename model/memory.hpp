@@ -22,6 +22,9 @@ struct ActivationShape {
   Recompute recompute = Recompute::none;
   bool split_backward = false;  // zero-bubble schedules keep output gradients
   int context = 1;              // the sequence split over this many ranks
+  // each MoE layer's experts split over this many ranks: the layer keeps the
+  // rows its experts received (the balanced load: as many as it routed)
+  int expert = 1;
 };
 
 // Elements of each buffer, on this rank (its share of heads, ffn, vocabulary).

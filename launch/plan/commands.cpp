@@ -21,8 +21,8 @@ void print_plan_table(const PlanCommand& c, const Cluster& cl, const std::vector
              cl.precision, cl.gemm_table.empty() ? cl.gemm_fraction : cl.gemm_table.back().second);
   fmt::print("{} configurations: {} fit, {} out of memory, {} invalid\n", results.size(), feasible,
              int64_t(results.size()) - feasible - invalid, invalid);
-  fmt::print("{:>4} {:>4} {:>4} {:>7} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10} {:>12} {:>8} {:>6} {:>10}\n", "D", "T", "P",
-             "C", "V", "mb", "zero", "recompute", "sp", "mem GiB", "tokens/s", "TFLOP/s", "MFU", "step s");
+  fmt::print("{:>4} {:>4} {:>4} {:>7} {:>3} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10} {:>12} {:>8} {:>6} {:>10}\n", "D", "T",
+             "P", "C", "E", "V", "mb", "zero", "recompute", "sp", "mem GiB", "tokens/s", "TFLOP/s", "MFU", "step s");
   int64_t shown = 0;
   for (const auto& r : results) {
     if (!r.feasible || shown++ >= c.top) continue;
@@ -30,8 +30,9 @@ void print_plan_table(const PlanCommand& c, const Cluster& cl, const std::vector
     const std::string cx =
         x.context == 1 ? "1" : fmt::format("{} {}", x.context, x.context_mode == ContextMode::ring ? "ring" : "a2a");
     fmt::print(
-        "{:>4} {:>4} {:>4} {:>7} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10.2f} {:>12.5g} {:>8.1f} {:>5.1f}% {:>10.4g}\n",
-        x.data, x.tensor, x.pipeline, cx, x.virtual_stages, x.micro_batch, x.zero, x.recompute,
+        "{:>4} {:>4} {:>4} {:>7} {:>3} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10.2f} {:>12.5g} {:>8.1f} {:>5.1f}% "
+        "{:>10.4g}\n",
+        x.data, x.tensor, x.pipeline, cx, x.expert, x.virtual_stages, x.micro_batch, x.zero, x.recompute,
         x.sequence_parallel ? "on" : "off", r.memory.total() / (1024.0 * 1024 * 1024), r.tokens_per_s,
         r.tflops_per_device, 100 * r.mfu, r.time.step());
   }
@@ -41,9 +42,9 @@ void print_plan_table(const PlanCommand& c, const Cluster& cl, const std::vector
     if (!r.feasible && listed++ < 5) {
       const auto& x = r.config;
       fmt::print(
-          "rejected: data {} x tensor {} x pipeline {} x context {}, V {}, mb {}, ZeRO {}, recompute {}, sp {}: "
-          "{}\n",
-          x.data, x.tensor, x.pipeline, x.context, x.virtual_stages, x.micro_batch, x.zero, x.recompute,
+          "rejected: data {} x tensor {} x pipeline {} x context {}, expert {}, V {}, mb {}, ZeRO {}, recompute {}, "
+          "sp {}: {}\n",
+          x.data, x.tensor, x.pipeline, x.context, x.expert, x.virtual_stages, x.micro_batch, x.zero, x.recompute,
           x.sequence_parallel ? "on" : "off", r.reason);
     }
 }
@@ -83,7 +84,7 @@ int run_schedule(const ScheduleCommand& c) {
   return kExitOk;
 }
 
-std::array<int64_t, 4> parse_mesh(const std::string& flag, const std::string& given) {
+std::array<int64_t, 5> parse_mesh(const std::string& flag, const std::string& given) {
   std::string text = given;
   for (char& ch : text)
     if (ch == ',' || ch == 'x') ch = ' ';
@@ -95,9 +96,10 @@ std::array<int64_t, 4> parse_mesh(const std::string& flag, const std::string& gi
     if (end == item.c_str() || *end || n < 1) fail_input("{}: expected a positive integer, found '{}'", flag, item);
     dims.push_back(n);
   }
-  if (dims.size() != 3 && dims.size() != 4)
-    fail_input("{}: expected D,T,P or D,T,P,C (data, tensor, pipeline, context), found '{}'", flag, given);
-  return {dims[0], dims[1], dims[2], dims.size() == 4 ? dims[3] : 1};
+  if (dims.size() < 3 || dims.size() > 5)
+    fail_input("{}: expected D,T,P, D,T,P,C or D,T,P,C,E (data, tensor, pipeline, context, expert), found '{}'", flag,
+               given);
+  return {dims[0], dims[1], dims[2], dims.size() >= 4 ? dims[3] : 1, dims.size() == 5 ? dims[4] : 0};
 }
 
 int run_plan(const PlanCommand& c, int* argc, char*** argv) {
@@ -123,7 +125,7 @@ int run_plan(const PlanCommand& c, int* argc, char*** argv) {
     // every other choice from the recipe and --set, checked on this mesh
     PlanConfig x;
     try {
-      x = mesh_choices(rc, dims[0], dims[1], dims[2], dims[3]);
+      x = mesh_choices(rc, dims[0], dims[1], dims[2], dims[3], dims[4]);
     } catch (const InputError& e) {
       fail_input("plan --mesh {}: {}", c.mesh, e.what());
     }

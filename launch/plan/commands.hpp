@@ -35,7 +35,9 @@ struct PlanCommand {
 };
 int run_plan(const PlanCommand& c, int* argc, char*** argv);
 
-// "D,T,P" or "D,T,P,C" (or DxTxP[xC]): data, tensor, pipeline and context sizes (C defaults to 1).
-std::array<int64_t, 4> parse_mesh(const std::string& flag, const std::string& given);
+// "D,T,P", "D,T,P,C" or "D,T,P,C,E" (or DxTxP[xC[xE]]): data, tensor,
+// pipeline and context sizes (C defaults to 1) and the expert size (carved
+// out of D x C; 0 when not given: the recipe's parallel.expert).
+std::array<int64_t, 5> parse_mesh(const std::string& flag, const std::string& given);
 
 }  // namespace trident::launch

@@ -27,17 +27,22 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
   // hold a few segment windows while they are reduce-scattered; ZeRO 3
   // gathers parameters a segment at a time, the next one prefetched.
   const double segment = double(x.sizes.segment);  // the largest gathered unit, on one tensor rank
-  const parallel::ZeroStateBytes state = parallel::zero_state_bytes(int(c.zero), Ps, DC, pb);
-  mem.params = state.params + (c.zero >= 3 && DC > 1 ? 2 * pb * segment : 0);
+  // the dense part sharded over data x context, this rank's experts over expert-data
+  const parallel::ZeroStateBytes dense = parallel::zero_state_bytes(int(c.zero), x.dense_params, DC, pb);
+  const parallel::ZeroStateBytes experts = parallel::zero_state_bytes(int(c.zero), x.expert_params, x.EDC, pb);
+  mem.params = dense.params + experts.params + (c.zero >= 3 && DC > 1 ? 2 * pb * segment : 0);
   // ZeRO 2/3 gradients beyond the shard: with accumulation (several
   // micro-batches) a whole accumulation buffer; with one micro-batch the
   // windows in flight (two reducing, one being written)
   const double windows = r.micro_batches > 1 ? 4 * Ps : 3 * 4 * segment;
-  mem.grads = state.grads + (c.zero >= 2 && DC > 1 ? windows : 0);
-  mem.optimizer = state.optimizer;
-  if (c.zero == 1 && DC > 1) mem.buffers += 4 * Ps / DC;
+  mem.grads = dense.grads + experts.grads + (c.zero >= 2 && DC > 1 ? windows : 0);
+  mem.optimizer = dense.optimizer + experts.optimizer;
+  if (c.zero == 1 && DC > 1) mem.buffers += 4 * x.dense_params / DC;
+  if (c.zero == 1 && x.EDC > 1) mem.buffers += 4 * x.expert_params / x.EDC;
+  if (x.EP > 1)  // the exchange's rows in arrival order and the experts' output until it is sent back
+    mem.buffers += 2 * pb * double(c.micro_batch * m.seq_len / CP * m.moe.top_k * m.hidden);
   const model::ActivationShape shape{
-      c.micro_batch, T, c.sequence_parallel, c.recompute, c.schedule == ScheduleKind::zero_bubble, CP};
+      c.micro_batch, T, c.sequence_parallel, c.recompute, c.schedule == ScheduleKind::zero_bubble, CP, x.EP};
   double act = 0;
   for (int pp = 0; pp < P; ++pp) {
     double a = double(model::scratch_elements(m, shape));

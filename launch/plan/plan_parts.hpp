@@ -28,14 +28,19 @@ struct GroupPlacement {
   bool intra = true;
   int per_node = 1;
 };
-// The tensor, data x context, pipeline and context groups of a mesh.
-using MeshPlacement = std::array<GroupPlacement, 4>;
-MeshPlacement place_groups(int D, int T, int P, int CP, const std::vector<MeshAxis>& order, int devices_per_node);
+// The tensor, data x context, pipeline, context, expert and expert-data
+// groups of a mesh.
+enum PlacedGroup { kTensor, kDataContext, kPipeline, kContext, kExpert, kExpertData };
+using MeshPlacement = std::array<GroupPlacement, 6>;
+MeshPlacement place_groups(int D, int T, int P, int CP, int EP, const std::vector<MeshAxis>& order,
+                           int devices_per_node);
 
 // The whole model's parameters, the largest pipeline stage's on one tensor
 // rank, and the largest unit ZeRO 3 gathers (a layer or the embeddings).
+// largest_experts: the routed experts' part of that stage (all experts; an
+// expert rank holds 1 / expert of it).
 struct StageSizes {
-  int64_t whole = 0, largest_stage = 0, segment = 0;
+  int64_t whole = 0, largest_stage = 0, segment = 0, largest_experts = 0;
 };
 StageSizes stage_sizes(const ModelConfig& m, int T, int P, int V, const std::vector<int64_t>& stage_layers);
 
@@ -47,12 +52,13 @@ class PlanMemo {
  public:
   // InputError when the schedule refuses the shape (its own rules).
   const ScheduleFacts& schedule(ScheduleKind kind, int P, int V, int M);
-  const MeshPlacement& placement(int D, int T, int P, int CP, const std::vector<MeshAxis>& order, int devices_per_node);
+  const MeshPlacement& placement(int D, int T, int P, int CP, int EP, const std::vector<MeshAxis>& order,
+                                 int devices_per_node);
   const StageSizes& sizes(const ModelConfig& m, int T, int P, int V, const std::vector<int64_t>& stage_layers);
 
  private:
   std::map<std::tuple<int, int, int, int>, ScheduleFacts> schedules_;
-  std::map<std::tuple<int, int, int, int, std::vector<MeshAxis>, int>, MeshPlacement> placements_;
+  std::map<std::tuple<int, int, int, int, int, std::vector<MeshAxis>, int>, MeshPlacement> placements_;
   std::map<std::tuple<int, int, int, std::vector<int64_t>>, StageSizes> sizes_;
 };
 
@@ -63,7 +69,10 @@ struct PlanContext {
   const Cluster& cl;
   const PlanConfig& c;
   int D, T, P, V, CP, DC;  // DC: replicas of a model shard (data x context)
+  int EP, EDC;             // the expert group and the expert-data group (replicas of an expert shard: DC / EP)
   double pb;               // bytes of a parameter / activation value
+  // this rank's parameters of the largest stage: dense (replicated over DC), its experts' (over EDC)
+  double dense_params, expert_params;
   const StageSizes& sizes;
   const ScheduleFacts& schedule;
   const MeshPlacement& where;

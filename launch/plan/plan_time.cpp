@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <utility>
 
 #include "launch/plan/plan_parts.hpp"
 #include "model/memory.hpp"
@@ -80,17 +81,17 @@ void context_comm_time(const PlanContext& x, PlanResult& r, double passes) {
   }
 }
 
-// The data x context group's gradient reduction (and ZeRO's parameter
-// gathers) per step, and the part the backward hides; `busy`: the slowest
-// stage's compute.
-void data_comm_time(const PlanContext& x, PlanResult& r, double busy) {
+// One part's gradient reduction (and ZeRO's parameter gathers) per step
+// over its replicas (g ranks at placement `where`), for `params` elements of
+// this rank's; returns the time and what the backward can hide of it
+// (`busy`: the slowest stage's compute).
+std::pair<double, double> reduce_time(const PlanContext& x, const PlanResult& r, double params, int g,
+                                      const GroupPlacement& where, double busy) {
+  if (g <= 1 || params <= 0) return {0, 0};
   const PlanConfig& c = x.c;
-  const int P = x.P, V = x.V, DC = x.DC;
-  const double pb = x.pb, Ps = double(r.stage_params);
-  PlanTime& t = r.time;
-  // gradients are reduced, and ZeRO shards, over data x context
-  const Link dl = group_link(x.cl, x.where[1]);
-  const double grads = 4 * Ps;
+  const double pb = x.pb;
+  const Link dl = group_link(x.cl, where);
+  const double grads = 4 * params;
   const double buckets = std::max(1.0, std::ceil(grads / double(x.q.parallel.bucket_bytes)));
   const double M = r.micro_batches;
   // ZeRO 0/1: one reduction of the accumulated gradients per step (all-reduce,
@@ -98,28 +99,60 @@ void data_comm_time(const PlanContext& x, PlanResult& r, double busy) {
   // micro-batch's backward. ZeRO 2: a reduce-scatter per micro-batch, behind
   // each backward. ZeRO 3: also the parameters gathered for every forward and
   // backward, prefetched behind compute.
-  double hide = 0;
+  double comm = 0, hide = 0;
   if (c.zero == 0) {
-    t.data_comm = all_reduce_time(grads, DC, dl), hide = busy * 2 / 3 / M;
+    comm = all_reduce_time(grads, g, dl), hide = busy * 2 / 3 / M;
   } else if (c.zero == 1) {
-    t.data_comm = half_collective_time(grads, DC, dl) + half_collective_time(pb * Ps, DC, dl), hide = busy * 2 / 3 / M;
+    comm = half_collective_time(grads, g, dl) + half_collective_time(pb * params, g, dl), hide = busy * 2 / 3 / M;
   } else if (c.zero == 2) {
-    t.data_comm = M * half_collective_time(grads, DC, dl) + half_collective_time(pb * Ps, DC, dl), hide = busy * 2 / 3;
+    comm = M * half_collective_time(grads, g, dl) + half_collective_time(pb * params, g, dl), hide = busy * 2 / 3;
   } else {
-    t.data_comm = M * (half_collective_time(grads, DC, dl) + 2 * half_collective_time(pb * Ps, DC, dl)), hide = busy;
+    comm = M * (half_collective_time(grads, g, dl) + 2 * half_collective_time(pb * params, g, dl)), hide = busy;
   }
-  t.data_comm += (c.zero >= 2 ? M : 1) * buckets * 2.0 * (DC - 1) * dl.latency;
-  if (P == 1 && V == 1) t.data_comm_hidden = std::min(t.data_comm, hide);  // the trainer overlaps when not piped
+  comm += (c.zero >= 2 ? M : 1) * buckets * 2.0 * (g - 1) * dl.latency;
+  return {comm, hide};
+}
+
+// The gradient reductions per step: the dense part over data x context, this
+// rank's experts over expert-data; the part the backward hides.
+void data_comm_time(const PlanContext& x, PlanResult& r, double busy) {
+  const auto [dense, dense_hide] = reduce_time(x, r, x.dense_params, x.DC, x.where[kDataContext], busy);
+  const auto [experts, experts_hide] = reduce_time(x, r, x.expert_params, x.EDC, x.where[kExpertData], busy);
+  PlanTime& t = r.time;
+  t.data_comm = dense + experts;
+  // the trainer overlaps when not piped
+  if (x.P == 1 && x.V == 1) t.data_comm_hidden = std::min(t.data_comm, std::max(dense_hide, experts_hide));
+}
+
+// Expert parallelism's token exchange per step: each MoE layer's dispatch
+// and combine for every micro-batch, forward and backward (and the forward's
+// again when recomputation repeats it), an all-to-all over the expert group
+// of every routed row (top_k per token, the full hidden size, on every
+// tensor rank: they route the same rows). `passes`: MoE layer passes of the
+// slowest stage (MoE layers x micro-batches).
+void expert_comm_time(const PlanContext& x, PlanResult& r, double passes) {
+  const PlanConfig& c = x.c;
+  const ModelConfig& m = x.q.model;
+  const int g = x.EP;
+  const Link el = group_link(x.cl, x.where[kExpert]);
+  const double bytes = double(c.micro_batch * m.seq_len / x.CP) * double(m.moe.top_k * m.hidden) * x.pb;
+  // (g - 1) / g of the rows leave, in g - 1 pairwise exchanges
+  const double a2a = double(g - 1) / g * bytes / el.bandwidth_at(bytes / g) + double(g - 1) * el.latency;
+  const double exchanges = 4 + (c.recompute == Recompute::none ? 0 : 2);
+  r.time.expert_comm = passes * exchanges * a2a;
 }
 
 }  // namespace
 
-MeshPlacement place_groups(int D, int T, int P, int CP, const std::vector<MeshAxis>& order, int devices_per_node) {
-  const parallel::Topology topo(D, P, T, order, CP);
+MeshPlacement place_groups(int D, int T, int P, int CP, int EP, const std::vector<MeshAxis>& order,
+                           int devices_per_node) {
+  const parallel::Topology topo(D, P, T, order, CP, EP);
   return {place(topo, parallel::GroupKind::tensor, devices_per_node),
           place(topo, parallel::GroupKind::data_context, devices_per_node),
           place(topo, parallel::GroupKind::pipeline, devices_per_node),
-          place(topo, parallel::GroupKind::context, devices_per_node)};
+          place(topo, parallel::GroupKind::context, devices_per_node),
+          place(topo, parallel::GroupKind::expert, devices_per_node),
+          place(topo, parallel::GroupKind::expert_data, devices_per_node)};
 }
 
 // Seconds per step on the slowest pipeline stage, by category.
@@ -129,25 +162,26 @@ void plan_time(const PlanContext& x, PlanResult& r) {
   const PlanConfig& c = x.c;
   const ModelConfig& m = q.model;
   const int T = x.T, P = x.P, V = x.V, CP = x.CP, DC = x.DC;
-  const double pb = x.pb, Ps = double(r.stage_params);
+  const double pb = x.pb;
   const MeshPlacement& where = x.where;
   r.tensor_intra_node = where[0].intra;
   r.data_intra_node = where[1].intra;
   r.pipeline_intra_node = where[2].intra;
   r.context_intra_node = where[3].intra;
+  r.expert_intra_node = where[kExpert].intra;
   PlanTime& t = r.time;
   // the operations of a layer and the head for one micro-batch; each
   // pipeline rank runs its chunks' layers (and the head on the last chunk's
   // rank) for every micro-batch; the slowest rank sets the pace
-  r.ops = layer_ops(m, {c.micro_batch, T, c.sequence_parallel, CP}, cl.rates());
+  r.ops = layer_ops(m, {c.micro_batch, T, c.sequence_parallel, CP, x.EP}, cl.rates());
   const double mbs = r.micro_batches;
-  double slowest = -1, most_layers = 0;
+  double slowest = -1, most_layers = 0, most_moe = 0;
   for (int pp = 0; pp < P; ++pp) {
     double layers = 0, moe = 0;
     bool head = false;
     for (const auto& ch : model::pipeline_chunks(m, P, V, c.stage_layers, pp))
       layers += double(ch.layers), head |= ch.head, moe += double(model::moe_layers_in(m, ch.first_layer, ch.layers));
-    most_layers = std::max(most_layers, layers);
+    most_layers = std::max(most_layers, layers), most_moe = std::max(most_moe, moe);
     const OpTimes ot = stage_op_times(r.ops, layers - moe, moe, head);
     const double again = c.recompute == Recompute::full        ? ot.forward
                          : c.recompute == Recompute::selective ? ot.selective
@@ -172,9 +206,10 @@ void plan_time(const PlanContext& x, PlanResult& r) {
   }
   if (CP > 1) context_comm_time(x, r, most_layers * mbs);
   if (DC > 1) data_comm_time(x, r, busy);
-  // the optimizer step: memory-bound over this rank's shard (all of it with ZeRO 0)
-  t.optimizer = optimizer_bytes_per_element(cl.precision) * Ps / (c.zero >= 1 ? DC : 1) /
-                (cl.memory_bandwidth * cl.memory_fraction);
+  if (x.EP > 1) expert_comm_time(x, r, most_moe * mbs);
+  // the optimizer step: memory-bound over this rank's shards (all of each part with ZeRO 0)
+  const double shards = x.dense_params / (c.zero >= 1 ? DC : 1) + x.expert_params / (c.zero >= 1 ? x.EDC : 1);
+  t.optimizer = optimizer_bytes_per_element(cl.precision) * shards / (cl.memory_bandwidth * cl.memory_fraction);
 }
 
 }  // namespace trident::launch

@@ -45,15 +45,16 @@ Recipe on_mesh(const Recipe& rc, const PlanConfig& c) {
   auto& p = q.parallel;
   p.data = c.data, p.tensor = c.tensor, p.pipeline = c.pipeline, p.context = c.context;
   p.context_mode = c.context_mode, p.virtual_stages = c.virtual_stages, p.schedule = c.schedule, p.zero = c.zero;
-  p.sequence_parallel = c.sequence_parallel, p.stage_layers = c.stage_layers;
+  p.sequence_parallel = c.sequence_parallel, p.stage_layers = c.stage_layers, p.expert = c.expert;
   q.train.micro_batch = c.micro_batch, q.train.recompute = c.recompute;
   validate_on_mesh(q, c.data * c.tensor * c.pipeline * c.context);
   return q;
 }
 
-PlanConfig mesh_choices(const Recipe& rc, int64_t D, int64_t T, int64_t P, int64_t C) {
+PlanConfig mesh_choices(const Recipe& rc, int64_t D, int64_t T, int64_t P, int64_t C, int64_t E) {
   Recipe q = rc;
   q.parallel.data = D, q.parallel.tensor = T, q.parallel.pipeline = P, q.parallel.context = C;
+  if (E > 0) q.parallel.expert = E;
   validate_on_mesh(q, D * T * P * C);
   return {D,
           T,
@@ -66,7 +67,8 @@ PlanConfig mesh_choices(const Recipe& rc, int64_t D, int64_t T, int64_t P, int64
           q.parallel.sequence_parallel,
           q.parallel.stage_layers,
           C,
-          q.parallel.context_mode};
+          q.parallel.context_mode,
+          q.parallel.expert};
 }
 
 const ScheduleFacts& PlanMemo::schedule(ScheduleKind kind, int P, int V, int M) {
@@ -93,6 +95,11 @@ StageSizes stage_sizes(const ModelConfig& m, int T, int P, int V, const std::vec
     return l < 0 ? 0 : model::ParamRegistry(m, {0, T}, {{l, 1, false, false}}).total();
   };
   const int64_t dense_layer = layer_size(dense_at), moe_layer = layer_size(moe_at);
+  int64_t moe_experts = 0;  // an MoE layer's routed experts (every expert)
+  if (moe_at >= 0) {
+    const model::ParamRegistry moe_layer_reg(m, {0, T}, {{moe_at, 1, false, false}});
+    for (const auto& p : moe_layer_reg.params()) moe_experts += p.expert_major ? p.numel : 0;
+  }
   const int64_t layer = std::max(dense_layer, moe_layer);
   const int64_t embedding = model::ParamRegistry(m, {0, T}, {{0, 0, true, false}}).total();
   // the head's chunk without the embedding: the head (or a tied embedding's copy) and the final norm
@@ -108,7 +115,11 @@ StageSizes stage_sizes(const ModelConfig& m, int T, int P, int V, const std::vec
                 : ch.embedding          ? embedding
                 : ch.head               ? head
                                         : 0);
-    z.largest_stage = std::max(z.largest_stage, stage);
+    if (stage > z.largest_stage) {
+      z.largest_stage = stage, z.largest_experts = 0;
+      for (const auto& ch : model::pipeline_chunks(m, P, V, stage_layers, pp))
+        z.largest_experts += model::moe_layers_in(m, ch.first_layer, ch.layers) * moe_experts;
+    }
   }
   return z;
 }
@@ -120,12 +131,12 @@ const StageSizes& PlanMemo::sizes(const ModelConfig& m, int T, int P, int V, con
   return sizes_.emplace(key, stage_sizes(m, T, P, V, stage_layers)).first->second;
 }
 
-const MeshPlacement& PlanMemo::placement(int D, int T, int P, int CP, const std::vector<MeshAxis>& order,
+const MeshPlacement& PlanMemo::placement(int D, int T, int P, int CP, int EP, const std::vector<MeshAxis>& order,
                                          int devices_per_node) {
-  const auto key = std::make_tuple(D, T, P, CP, order, devices_per_node);
+  const auto key = std::make_tuple(D, T, P, CP, EP, order, devices_per_node);
   auto it = placements_.find(key);
   if (it != placements_.end()) return it->second;
-  return placements_.emplace(key, place_groups(D, T, P, CP, order, devices_per_node)).first->second;
+  return placements_.emplace(key, place_groups(D, T, P, CP, EP, order, devices_per_node)).first->second;
 }
 
 PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
@@ -149,8 +160,11 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c, Pl
   const ModelConfig& m = q.model;
   const int D = int(c.data), T = int(c.tensor), P = int(c.pipeline), V = int(c.virtual_stages);
   const int CP = int(c.context);
+  const int EP = m.moe.enabled ? int(c.expert) : 1;
   const StageSizes& sizes = memo.sizes(m, T, P, V, c.stage_layers);
-  r.params = sizes.whole, r.stage_params = sizes.largest_stage;
+  // an expert rank holds 1 / EP of the stage's routed experts
+  const int64_t experts = sizes.largest_experts / EP, dense = sizes.largest_stage - sizes.largest_experts;
+  r.params = sizes.whole, r.stage_params = dense + experts, r.stage_expert_params = experts;
   r.micro_batches = int(q.train.global_batch / (c.micro_batch * D));
   const ScheduleFacts* schedule = nullptr;
   try {  // the schedule's own rules (e.g. interleaving needs micro-batches % pipeline == 0)
@@ -162,9 +176,24 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c, Pl
   r.bubble_fraction = schedule->bubble;
   r.in_flight = 0;
   for (int f : schedule->in_flight[0]) r.in_flight += f;
-  const MeshPlacement& where = memo.placement(D, T, P, CP, q.parallel.order, cl.devices_per_node);
-  const PlanContext x{q,     cl,        c,    D, T, P, V, CP, D * CP, cl.precision == Precision::fp32 ? 4.0 : 2.0,
-                      sizes, *schedule, where};
+  const MeshPlacement& where = memo.placement(D, T, P, CP, EP, q.parallel.order, cl.devices_per_node);
+  const PlanContext x{q,
+                      cl,
+                      c,
+                      D,
+                      T,
+                      P,
+                      V,
+                      CP,
+                      D * CP,
+                      EP,
+                      D * CP / EP,
+                      cl.precision == Precision::fp32 ? 4.0 : 2.0,
+                      double(dense),
+                      double(experts),
+                      sizes,
+                      *schedule,
+                      where};
   plan_memory(x, r);
   plan_time(x, r);
   const double tokens = double(q.train.global_batch) * double(m.seq_len);
@@ -204,6 +233,10 @@ std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cl, int64_t de
           if ((n / T) % P) continue;
           const int64_t D = n / T / P;
           if (rc.train.global_batch % D) continue;  // the loader would refuse every micro-batch size
+          // expert parallelism: every size that divides data x context and the experts
+          std::vector<int64_t> expert_sizes = {1};
+          for (int64_t E = 2; m.moe.enabled && E <= D * CP; ++E)
+            if ((D * CP) % E == 0 && m.moe.experts % E == 0) expert_sizes.push_back(E);
           for (int64_t V = 1; V * P <= m.layers; ++V) {
             if (V > 1 && P == 1) break;
             if (m.layers % (P * V)) continue;
@@ -217,8 +250,9 @@ std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cl, int64_t de
                 if (sp && T == 1) continue;
                 for (int64_t zero = 0; zero <= 3; ++zero)
                   for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
-                    out.push_back(
-                        plan_one(rc, cl, {D, T, P, V, mb, zero, recompute, schedule, sp, {}, CP, mode}, memo));
+                    for (int64_t E : expert_sizes)
+                      out.push_back(
+                          plan_one(rc, cl, {D, T, P, V, mb, zero, recompute, schedule, sp, {}, CP, mode, E}, memo));
               }
             }
           }
@@ -244,6 +278,7 @@ std::string plan_json(const std::vector<PlanResult>& results) {
                    {"pipeline", c.pipeline},
                    {"context", c.context},
                    {"context_mode", enum_name(c.context_mode)},
+                   {"expert", c.expert},
                    {"virtual_stages", c.virtual_stages},
                    {"micro_batch", c.micro_batch},
                    {"zero", c.zero},
@@ -273,6 +308,7 @@ std::string plan_json(const std::vector<PlanResult>& results) {
                      {"data_comm_hidden", timed ? r.time.data_comm_hidden : 0.0},
                      {"context_comm", timed ? r.time.context_comm : 0.0},
                      {"context_comm_hidden", timed ? r.time.context_comm_hidden : 0.0},
+                     {"expert_comm", timed ? r.time.expert_comm : 0.0},
                      {"optimizer", timed ? r.time.optimizer : 0.0}}},
                    {"tokens_per_s", timed ? r.tokens_per_s : 0.0},
                    {"tflops_per_device", timed ? r.tflops_per_device : 0.0},
@@ -290,14 +326,19 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
   const auto& t = r.time;
   auto link = [&](bool intra) { return intra ? "intra-node" : "inter-node"; };
   std::string s = fmt::format(
-      "data {} x tensor {} x pipeline {}{} | virtual stages {} | schedule {} | micro-batch {} ({} per step) | ZeRO {} "
-      "| recompute {} | sequence parallel {}\n",
+      "data {} x tensor {} x pipeline {}{}{} | virtual stages {} | schedule {} | micro-batch {} ({} per step) | ZeRO "
+      "{} | recompute {} | sequence parallel {}\n",
       c.data, c.tensor, c.pipeline,
-      c.context > 1 ? fmt::format(" x context {} ({})", c.context, enum_name(c.context_mode)) : "", c.virtual_stages,
-      c.schedule, c.micro_batch, r.micro_batches, c.zero, c.recompute, c.sequence_parallel ? "on" : "off");
+      c.context > 1 ? fmt::format(" x context {} ({})", c.context, enum_name(c.context_mode)) : "",
+      c.expert > 1 ? fmt::format(" | expert {} (expert-data {})", c.expert, c.data * c.context / c.expert) : "",
+      c.virtual_stages, c.schedule, c.micro_batch, r.micro_batches, c.zero, c.recompute,
+      c.sequence_parallel ? "on" : "off");
   if (!r.feasible && r.memory.total() == 0) return s + "invalid: " + r.reason + "\n";
-  s += fmt::format("parameters {:.3f}B in all, {:.3f}B on the largest stage per tensor rank\n", double(r.params) / 1e9,
-                   double(r.stage_params) / 1e9);
+  s += fmt::format("parameters {:.3f}B in all, {:.3f}B on the largest stage per tensor rank{}\n",
+                   double(r.params) / 1e9, double(r.stage_params) / 1e9,
+                   r.stage_expert_params > 0 ? fmt::format(" ({:.3f}B of it routed experts', this expert rank's)",
+                                                           double(r.stage_expert_params) / 1e9)
+                                             : "");
   s += fmt::format(
       "memory per device: params {} | grads {} | optimizer {} | activations {} ({} micro-batches in flight on the "
       "first stage) | buffers {} | total {} of {}{}\n",
@@ -313,6 +354,9 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
   if (c.context > 1)
     s += fmt::format("context comm {:.4g} ({}), {:.4g} of it hidden behind attention: {:.4g} exposed\n", t.context_comm,
                      link(r.context_intra_node), t.context_comm_hidden, t.context_comm - t.context_comm_hidden);
+  if (c.expert > 1)
+    s += fmt::format("expert comm {:.4g} ({}): each MoE layer's dispatch and combine, forward and backward\n",
+                     t.expert_comm, link(r.expert_intra_node));
   if (!r.ops.empty()) {
     s += fmt::format(
         "operations of one micro-batch on one tensor rank ({} attention, {:.0f} GB/s for memory-bound "

@@ -60,6 +60,7 @@ struct PlanConfig {
   std::vector<int64_t> stage_layers;  // layers per chunk (P x V); empty: the even split
   int64_t context = 1;                // the sequence split over this many ranks
   ContextMode context_mode = ContextMode::ring;
+  int64_t expert = 1;  // each MoE layer's experts split over this many ranks (carved out of data x context)
 };
 
 struct PlanMemory {
@@ -75,10 +76,12 @@ struct PlanTime {
   // context parallelism: the ring's (or all-to-all's) transfers, and the part
   // of them the attention of the block in hand does not hide (in step())
   double context_comm = 0, context_comm_hidden = 0;
+  // expert parallelism: the MoE layers' token dispatch and combine (all-to-all over the expert group)
+  double expert_comm = 0;
   double compute() const { return gemm + attention + memory; }
   double step() const {
     return compute() + recompute + bubble + tensor_comm + pipeline_comm + data_comm - data_comm_hidden + optimizer +
-           context_comm - context_comm_hidden;
+           context_comm - context_comm_hidden + expert_comm;
   }
 };
 
@@ -86,17 +89,19 @@ struct PlanResult {
   PlanConfig config;
   Precision precision = Precision::fp32;  // what the plan assumed (the cluster's)
   bool feasible = false;
-  std::string reason;          // why not (invalid, or out of memory)
-  int64_t params = 0;          // whole model
-  int64_t stage_params = 0;    // the largest pipeline stage, per tensor rank
-  int micro_batches = 0;       // per step and data rank
-  int in_flight = 0;           // micro-batches the first stage holds
-  double bubble_fraction = 0;  // the simulator's, unit costs
+  std::string reason;               // why not (invalid, or out of memory)
+  int64_t params = 0;               // whole model
+  int64_t stage_params = 0;         // the largest pipeline stage, per tensor rank (and per expert rank: its experts)
+  int64_t stage_expert_params = 0;  // of which routed experts' (this rank's share)
+  int micro_batches = 0;            // per step and data rank
+  int in_flight = 0;                // micro-batches the first stage holds
+  double bubble_fraction = 0;       // the simulator's, unit costs
   PlanMemory memory;
   PlanTime time;
   double tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
   std::vector<Op> ops;  // one layer's and the head's operations (the per-operation table)
-  bool tensor_intra_node = true, data_intra_node = true, pipeline_intra_node = true, context_intra_node = true;
+  bool tensor_intra_node = true, data_intra_node = true, pipeline_intra_node = true, context_intra_node = true,
+       expert_intra_node = true;
 };
 
 // Bytes the AdamW step reads and writes per parameter element it updates
@@ -112,9 +117,10 @@ Recipe load_plan_recipe(const std::string& path, const std::vector<std::string>&
 // recipe, checked as the loader checks a run's): InputError "key '...': ..."
 // when it does not fit.
 Recipe on_mesh(const Recipe& rc, const PlanConfig& c);
-// The recipe's own choices on the mesh D x T x P x C (context): an
-// InputError when the recipe does not fit that mesh.
-PlanConfig mesh_choices(const Recipe& rc, int64_t D, int64_t T, int64_t P, int64_t C = 1);
+// The recipe's own choices on the mesh D x T x P x C (context) with E-way
+// expert parallelism (0: the recipe's parallel.expert): an InputError when
+// the recipe does not fit that mesh.
+PlanConfig mesh_choices(const Recipe& rc, int64_t D, int64_t T, int64_t P, int64_t C = 1, int64_t E = 0);
 
 // One configuration (the recipe put on its mesh by on_mesh): plan_memory
 // and plan_time (plan_parts.hpp). The memo keeps what many configurations
@@ -123,7 +129,8 @@ class PlanMemo;
 PlanResult plan_one(const Recipe& rc, const Cluster& cluster, const PlanConfig& c);
 PlanResult plan_one(const Recipe& rc, const Cluster& cluster, const PlanConfig& c, PlanMemo& memo);
 // Every configuration of N devices, feasible ones first by tokens/s; context
-// sizes up to max_context (both modes where valid).
+// sizes up to max_context (both modes where valid); for MoE models every
+// expert size that divides data x context and the experts.
 std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cluster, int64_t devices, int64_t max_context = 1);
 
 std::string plan_json(const std::vector<PlanResult>& results);

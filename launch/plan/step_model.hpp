@@ -58,11 +58,15 @@ struct OpShape {
   int tensor = 1;
   bool sequence_parallel = false;
   int context = 1;  // the sequence split over this many ranks: each holds seq_len / context rows
+  int expert = 1;   // each MoE layer's experts split over this many ranks (each takes every rank's rows for its own)
 };
 
 // The operations of one layer and of the head for a micro-batch. An MoE
 // layer's experts are a batch of E GEMMs of the routed rows split evenly
-// (N top_k / E each: the balanced load the balancing aims at).
+// (N top_k / E each: the balanced load the balancing aims at); with the
+// experts split over `expert` ranks, a batch of E / expert GEMMs of
+// expert x N top_k / E rows each (every rank's rows for this rank's experts:
+// the same FLOPs, larger GEMMs).
 std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const DeviceRates& rates);
 
 // Seconds per micro-batch on a stage holding `dense` dense and `moe` MoE

@@ -31,7 +31,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Row {
-  int64_t data = 1, tensor = 1, pipeline = 1, context = 1;
+  int64_t data = 1, tensor = 1, pipeline = 1, context = 1, expert = 1;
   std::string reason;  // not run: why
   double tokens_per_s = 0, mfu = 0, bubble = 0;
   std::vector<double> runs;  // tokens/s of each repeat
@@ -55,12 +55,18 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
   if (o.cluster.empty()) fail_input("sweep: missing --cluster CLUSTER.yaml (the planner's prediction needs one)");
   const Recipe base = load_plan_recipe(o.recipe, o.sets);  // as `trident plan` reads it
   const Cluster cl = load_cluster(o.cluster, base.train.precision);
-  std::vector<std::array<int64_t, 4>> meshes = o.meshes;
-  if (meshes.empty())  // every data x tensor x pipeline x context of the world size
+  std::vector<std::array<int64_t, 5>> meshes = o.meshes;
+  // every data x tensor x pipeline x context of the world size; MoE models also every expert size (of data x context)
+  const MoeConfig& moe = base.model.moe;
+  if (meshes.empty())
     for (int64_t c = 1; c <= n; ++c)
       for (int64_t t = 1; t <= n / c; ++t)
-        for (int64_t p = 1; p <= n / (c * t); ++p)
-          if (n % (c * t * p) == 0) meshes.push_back({n / (c * t * p), t, p, c});
+        for (int64_t p = 1; p <= n / (c * t); ++p) {
+          if (n % (c * t * p)) continue;
+          const int64_t d = n / (c * t * p);
+          for (int64_t e = 1; e <= (moe.enabled ? d * c : 1); ++e)
+            if ((d * c) % e == 0 && (e == 1 || moe.experts % e == 0)) meshes.push_back({d, t, p, c, e});
+        }
   // The results directory is usable before any mesh runs (bad input: exit 2).
   parallel::agree_or_fail(
       &world,
@@ -79,15 +85,18 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
   std::vector<Row> rows(meshes.size());
   for (int64_t rep = 0; rep < std::max<int64_t>(1, o.repeats); ++rep)
     for (size_t k = 0; k < meshes.size(); ++k) {
-      const auto [d, t, p, cx] = meshes[k];
+      const auto [d, t, p, cx, given] = meshes[k];
+      const int64_t ex = given > 0 ? given : base.parallel.expert;  // 0: the recipe's
       Row& row = rows[k];
-      row.data = d, row.tensor = t, row.pipeline = p, row.context = cx;
+      row.data = d, row.tensor = t, row.pipeline = p, row.context = cx, row.expert = ex;
       const std::string name =
-          fmt::format("data {} x tensor {} x pipeline {}{}", d, t, p, cx > 1 ? fmt::format(" x context {}", cx) : "");
+          fmt::format("data {} x tensor {} x pipeline {}{}{}", d, t, p, cx > 1 ? fmt::format(" x context {}", cx) : "",
+                      ex > 1 ? fmt::format(" x expert {}", ex) : "");
       if (rep > 0 && !row.reason.empty()) continue;
       // the recipe on this mesh, as a run of the sweep: no evaluation, metrics, checkpoints or trace
       Recipe rc = base;
       rc.parallel.data = d, rc.parallel.tensor = t, rc.parallel.pipeline = p, rc.parallel.context = cx;
+      rc.parallel.expert = ex;
       if (p == 1) rc.parallel.virtual_stages = 1;
       rc.train.steps = o.warmup + o.steps, rc.eval.batches = 0;
       rc.log.metrics.clear(), rc.checkpoint.dir.clear(), rc.log.trace.clear(), rc.log.trace_steps.clear();
@@ -121,7 +130,7 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
       row.plan = plan_one(base, cl,
                           {d, t, p, rc.parallel.virtual_stages, rc.train.micro_batch, rc.parallel.zero,
                            rc.train.recompute, rc.parallel.schedule, rc.parallel.sequence_parallel,
-                           rc.parallel.stage_layers, cx, rc.parallel.context_mode});
+                           rc.parallel.stage_layers, cx, rc.parallel.context_mode, ex});
       std::vector<double> sorted = row.runs;  // the median over repeats (the machine is shared)
       std::sort(sorted.begin(), sorted.end());
       row.tokens_per_s = sorted[sorted.size() / 2];
@@ -137,13 +146,14 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
   if (made) throw Error(fmt::format("sweep: --out {}: cannot create it ({})", o.out_dir, made.message()));
   std::string csv;
   csv +=
-      "data,tensor,pipeline,context,valid,tokens_per_s,predicted_tokens_per_s,mfu,predicted_mfu,bubble,predicted_"
+      "data,tensor,pipeline,context,expert,valid,tokens_per_s,predicted_tokens_per_s,mfu,predicted_mfu,bubble,"
+      "predicted_"
       "bubble,"
       "peak_params,peak_grads,peak_optimizer,peak_activations,peak_buffers,peak_total,predicted_params,"
       "predicted_grads,predicted_optimizer,predicted_activations,predicted_buffers,predicted_total,reason\n";
   nlohmann::ordered_json json = nlohmann::ordered_json::array();
-  fmt::print("{:>4} {:>4} {:>4} {:>4} {:>12} {:>12} {:>7} {:>10} {:>10} {:>7} {:>8} {:>8}\n", "D", "T", "P", "C",
-             "tokens/s", "predicted", "MFU", "peak MiB", "pred MiB", "mem err", "bubble", "pred");
+  fmt::print("{:>4} {:>4} {:>4} {:>4} {:>4} {:>12} {:>12} {:>7} {:>10} {:>10} {:>7} {:>8} {:>8}\n", "D", "T", "P", "C",
+             "E", "tokens/s", "predicted", "MFU", "peak MiB", "pred MiB", "mem err", "bubble", "pred");
   const Row* best_measured = nullptr;
   const Row* best_predicted = nullptr;
   double worst_mem = 0;
@@ -156,18 +166,20 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
       if (!best_measured || r.tokens_per_s > best_measured->tokens_per_s) best_measured = &r;
       if (!best_predicted || r.plan.tokens_per_s > best_predicted->plan.tokens_per_s) best_predicted = &r;
       fmt::print(
-          "{:>4} {:>4} {:>4} {:>4} {:>12.0f} {:>12.0f} {:>6.1f}% {:>10.1f} {:>10.1f} {:>+6.1f}% {:>7.1f}% {:>7.1f}%\n",
-          r.data, r.tensor, r.pipeline, r.context, r.tokens_per_s, r.plan.tokens_per_s, 100 * r.mfu, mib(r.mem[5]),
-          mib(pm.total()), 100 * err, 100 * r.bubble, 100 * r.plan.bubble_fraction);
+          "{:>4} {:>4} {:>4} {:>4} {:>4} {:>12.0f} {:>12.0f} {:>6.1f}% {:>10.1f} {:>10.1f} {:>+6.1f}% {:>7.1f}% "
+          "{:>7.1f}%\n",
+          r.data, r.tensor, r.pipeline, r.context, r.expert, r.tokens_per_s, r.plan.tokens_per_s, 100 * r.mfu,
+          mib(r.mem[5]), mib(pm.total()), 100 * err, 100 * r.bubble, 100 * r.plan.bubble_fraction);
     } else {
-      fmt::print("{:>4} {:>4} {:>4} {:>4} not valid: {}\n", r.data, r.tensor, r.pipeline, r.context, r.reason);
+      fmt::print("{:>4} {:>4} {:>4} {:>4} {:>4} not valid: {}\n", r.data, r.tensor, r.pipeline, r.context, r.expert,
+                 r.reason);
     }
     csv += fmt::format(
-        "{},{},{},{},{},{:.1f},{:.1f},{:.4f},{:.4f},{:.4f},{:.4f},{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},"
+        "{},{},{},{},{},{},{:.1f},{:.1f},{:.4f},{:.4f},{:.4f},{:.4f},{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},"
         "{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},{:.0f},{}\n",
-        r.data, r.tensor, r.pipeline, r.context, ran ? 1 : 0, r.tokens_per_s, r.plan.tokens_per_s, r.mfu, r.plan.mfu,
-        r.bubble, r.plan.bubble_fraction, r.mem[0], r.mem[1], r.mem[2], r.mem[3], r.mem[4], r.mem[5], pm.params,
-        pm.grads, pm.optimizer, pm.activations, pm.buffers, pm.total(), json_quote(r.reason));
+        r.data, r.tensor, r.pipeline, r.context, r.expert, ran ? 1 : 0, r.tokens_per_s, r.plan.tokens_per_s, r.mfu,
+        r.plan.mfu, r.bubble, r.plan.bubble_fraction, r.mem[0], r.mem[1], r.mem[2], r.mem[3], r.mem[4], r.mem[5],
+        pm.params, pm.grads, pm.optimizer, pm.activations, pm.buffers, pm.total(), json_quote(r.reason));
     auto memory = [](double params, double grads, double optimizer, double activations, double buffers, double total) {
       return nlohmann::ordered_json{{"params", params},           {"grads", grads},     {"optimizer", optimizer},
                                     {"activations", activations}, {"buffers", buffers}, {"total", total}};
@@ -177,6 +189,7 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
          {"tensor", r.tensor},
          {"pipeline", r.pipeline},
          {"context", r.context},
+         {"expert", r.expert},
          {"valid", ran},
          {"reason", ran ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.reason)},
          {"measured",

@@ -25,7 +25,9 @@ namespace trident::launch {
 struct SweepOptions {
   std::string recipe, cluster, out_dir = "runs/sweep";
   std::vector<std::string> sets;
-  std::vector<std::array<int64_t, 4>> meshes;  // data, tensor, pipeline, context; empty: every mesh of the world size
+  // data, tensor, pipeline, context, expert (0: the recipe's); empty: every mesh of the world size (MoE models:
+  // every expert size too)
+  std::vector<std::array<int64_t, 5>> meshes;
   int64_t warmup = 2, steps = 4;
   int64_t repeats = 1;  // the mesh list runs this many times, alternating; medians reported
 };

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "core/error.hpp"
 #include "core/recipe/recipe.hpp"
@@ -129,6 +130,60 @@ TEST(Planner, MoeModels) {
   const double active = (model::flops_per_token(m) - 12.0 * double(m.layers * m.hidden * m.seq_len)) / 6;
   EXPECT_NEAR((active + double(m.vocab * m.hidden)) / 1e9, 12.88, 0.01);
   EXPECT_TRUE(r.feasible) << r.reason;
+}
+
+// Expert parallelism in the plan: each expert rank holds 1 / expert of the
+// routed experts (their gradients and optimizer states sharded over
+// expert-data by ZeRO), the experts' GEMMs take every expert rank's rows
+// for E / expert experts, the dispatch and combine move top_k x hidden per
+// token four times per MoE layer; the search includes every expert size.
+TEST(Planner, ExpertParallel) {
+  const Recipe tiny = recipe("moe-tiny.yaml");
+  const model::ParamRegistry whole(tiny.model, {0, 1});
+  int64_t experts = 0;
+  for (const auto& p : whole.params()) experts += p.expert_major ? p.numel : 0;
+  for (int zero : {0, 1, 3}) {
+    PlanResult one, four;
+    for (int64_t E : {1, 4}) {
+      PlanConfig c{4, 1, 1, 1, 8, zero, Recompute::none, ScheduleKind::one_f_one_b, false, {}};
+      c.expert = E;
+      (E == 1 ? one : four) = plan_one(tiny, cpu(), c);
+    }
+    ASSERT_TRUE(one.feasible && four.feasible) << one.reason << four.reason;
+    EXPECT_EQ(one.stage_params, whole.total());
+    EXPECT_EQ(four.stage_params, whole.total() - experts + experts / 4);
+    EXPECT_EQ(four.stage_expert_params, experts / 4);
+    // ZeRO shards the dense part over data x context (4), the experts over expert-data (1)
+    const double dense = double(whole.total() - experts), mine = double(experts / 4);
+    EXPECT_DOUBLE_EQ(four.memory.optimizer, 8 * (zero >= 1 ? dense / 4 : dense) + 8 * mine);
+    if (zero < 2) EXPECT_DOUBLE_EQ(four.memory.grads, 4 * dense + 4 * mine);
+    EXPECT_EQ(one.time.expert_comm, 0);
+    EXPECT_GT(four.time.expert_comm, 0);
+    for (const auto* r : {&one, &four})
+      for (const Op& op : r->ops)
+        if (op.name == "experts in") {
+          const int64_t E = r == &one ? 1 : 4;
+          EXPECT_EQ(op.batch, 8 / E);           // this rank's experts
+          EXPECT_EQ(op.m, 8 * 64 * 2 / 8 * E);  // every expert rank's rows for each
+        }
+  }
+  // the exchange's volume: 4 all-to-alls per MoE layer and micro-batch of 8 x 64 x 2 rows of 128 fp32 values,
+  // half of which leave over the node's link (expert 2: adjacent ranks, 2 per node); 3 MoE layers, 2 micro-batches
+  PlanConfig c{2, 1, 1, 1, 8, 0, Recompute::none, ScheduleKind::one_f_one_b, false, {}};
+  c.expert = 2;
+  const PlanResult r = plan_one(tiny, cpu(), c);
+  EXPECT_TRUE(r.expert_intra_node);
+  const Link l = cpu().intra;
+  const double bytes = 8.0 * 64 * 2 * 128 * 4;
+  EXPECT_NEAR(r.time.expert_comm, 3 * 2 * 4 * (0.5 * bytes / l.bandwidth_at(bytes / 2) + l.latency), 1e-12);
+  c.recompute = Recompute::full;  // the forward's exchanges again
+  EXPECT_NEAR(plan_one(tiny, cpu(), c).time.expert_comm, 1.5 * r.time.expert_comm, 1e-12);
+  // the search: expert 1, 2, 4 and 8 on 8 ranks of data for an MoE model; only 1 for a dense one
+  std::set<int64_t> sizes, dense_sizes;
+  for (const PlanResult& x : plan_all(tiny, cpu(), 8)) sizes.insert(x.config.expert);
+  for (const PlanResult& x : plan_all(recipe("llama-tiny.yaml"), cpu(), 8)) dense_sizes.insert(x.config.expert);
+  EXPECT_EQ(sizes, (std::set<int64_t>{1, 2, 4, 8}));
+  EXPECT_EQ(dense_sizes, (std::set<int64_t>{1}));
 }
 
 // (moe-tiny with QK-norm: the MoE layers' buffers and scratch, the heads'
@@ -400,6 +455,19 @@ TEST(Planner, PublishedStepTimes) {
                     8,
                     step,
                     {fmt::format("parallel.data={}", gpus / 32), fmt::format("train.global_batch={}", 2 * gpus)}});
+  // Mixtral 8x7B, bf16, 64 H100, expert 8 x pipeline 4 (Megatron-Core's MoE README, MCore v0.9): 468 TFLOP/s
+  // per GPU; its FLOP count (num_floating_point_operations: 8.29e10 per token here) is flops_per_token's
+  {
+    const Recipe mixtral = load_plan_recipe(src("configs/published/mixtral-8x7b-h100.yaml"), {});
+    const double tokens = double(mixtral.train.global_batch * mixtral.model.seq_len);
+    rows.push_back({"configs/published/mixtral-8x7b-h100.yaml",
+                    "configs/clusters/dgx-h100.yaml",
+                    16,
+                    1,
+                    4,
+                    tokens * model::flops_per_token(mixtral.model) / (64 * 468e12),
+                    {}});
+  }
   int within10 = 0;
   for (const Row& row : rows) {
     const Recipe rc = load_plan_recipe(src(row.recipe), row.sets);

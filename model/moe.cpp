@@ -93,15 +93,30 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
   const int64_t* off = a.offsets.data();
   k::moe_route_index(a.row, a.token, a.offsets.data(), a.expert, N, K, E);
   k::moe_permute(x_, h, a.token, M, C);
+  // the shared experts (they read only h): their output, added after the routed one
+  T* so = a.shared_out ? a.shared_out : dx_;  // the ungated output is only added
+  auto shared = [&] {
+    k::linear_forward(a.shared_fc, h, w.s_in, static_cast<const T*>(nullptr), N, C, 2 * S);
+    k::swiglu_forward(a.shared_act, a.shared_fc, N, S);
+    k::linear_forward(so, a.shared_act, w.s_out, static_cast<const T*>(nullptr), N, S, C);
+    if (a.gate) {  // g = sigmoid(h w_g), one value a token
+      k::linear_forward(a.gate, h, w.s_gate, static_cast<const T*>(nullptr), N, C, 1);
+      mirror(a.gate_h, a.gate, N);
+      for (int64_t n = 0; n < N; ++n) a.gate_h[n] = T(1) / (T(1) + std::exp(-a.gate_h[n]));
+      mirror(a.gate, a.gate_h, N);
+    }
+  };
   // the experts: one grouped GEMM each way, the activation over all rows
-  if (ep_) {  // on the ranks holding them: the rows go there and come back
+  if (ep_) {  // on the ranks holding them: the rows go there (while the shared experts compute) and come back
     a.plan = ep_->plan(off);
     const int64_t R = a.plan.received, L = ep_->local_experts();
     a.received =
         Tensor::empty({std::max<int64_t>(R * (C + 3 * I), 1)}, dtype_of<T>(), MemCategory::activations, device_);
     a.x_in = a.received.template data<T>(), a.fc_in = a.x_in + R * C, a.act_in = a.fc_in + R * 2 * I;
     T* y_in = exchange_scratch(R * C);  // the experts' output, until combine() sends it back
-    ep_->dispatch(a.plan, a.x_in, x_, C);
+    parallel::PendingDispatch rows = ep_->start_dispatch(a.plan, x_, C);
+    if (S > 0) shared();
+    ep_->finish_dispatch(rows, a.plan, a.x_in, C);
     k::grouped_linear_forward(a.fc_in, a.x_in, w.w_in, a.plan.local_offsets.data(), L, C, 2 * I);
     k::swiglu_forward(a.act_in, a.fc_in, R, I);
     k::grouped_linear_forward(y_in, a.act_in, w.w_out, a.plan.local_offsets.data(), L, I, C);
@@ -110,22 +125,11 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
     k::grouped_linear_forward(a.fc, x_, w.w_in, off, E, C, 2 * I);
     k::swiglu_forward(a.act, a.fc, M, I);
     k::grouped_linear_forward(a.y, a.act, w.w_out, off, E, I, C);
+    if (S > 0) shared();
   }
-  // combine, each token's experts in increasing id
+  // combine, each token's experts in increasing id, then the shared output
   k::moe_combine(out, a.y, a.weight, a.row, N, K, C);
-  if (S > 0) {
-    k::linear_forward(a.shared_fc, h, w.s_in, static_cast<const T*>(nullptr), N, C, 2 * S);
-    k::swiglu_forward(a.shared_act, a.shared_fc, N, S);
-    T* so = a.shared_out ? a.shared_out : dx_;  // the ungated output is only added
-    k::linear_forward(so, a.shared_act, w.s_out, static_cast<const T*>(nullptr), N, S, C);
-    if (a.gate) {  // g = sigmoid(h w_g), one value a token
-      k::linear_forward(a.gate, h, w.s_gate, static_cast<const T*>(nullptr), N, C, 1);
-      mirror(a.gate_h, a.gate, N);
-      for (int64_t n = 0; n < N; ++n) a.gate_h[n] = T(1) / (T(1) + std::exp(-a.gate_h[n]));
-      mirror(a.gate, a.gate_h, N);
-    }
-    k::rows_scale_add(out, so, a.gate, N, C);
-  }
+  if (S > 0) k::rows_scale_add(out, so, a.gate, N, C);
   // the balancing counts, over the context group
   const int64_t groups = cfg_.balance == Balance::seq_aux_loss ? B : 1, rows = N / groups;
   a.counts.assign(size_t(groups * E), T(0));
@@ -217,12 +221,23 @@ void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, co
   k::moe_combine_backward(dys_, dweight_, dy, a.y, a.weight, a.row, N, K, C);
   if (a.gate) k::rows_dot(dgate, dy, a.shared_out, N, C);
   tp_->sum_partials(dweight_, M + (a.gate ? N : 0));
+  // the shared experts' backward: their input gradient into sdx, added after the routed one
+  auto shared = [&](T* sdx) {
+    const T* dso = dy;
+    if (a.gate) k::rows_scale(d_shared_, dy, a.gate, N, C), dso = d_shared_;
+    k::linear_backward(sdact_, g.s_out, static_cast<T*>(nullptr), dso, a.shared_act, w.s_out, N, S, C, acc);
+    k::swiglu_backward(sdfc_, a.shared_fc, sdact_, N, S);
+    k::linear_backward(sdx, g.s_in, static_cast<T*>(nullptr), sdfc_, h, w.s_in, N, C, 2 * S, acc);
+  };
+  T* sdx = dx_;  // where the shared experts' input gradient is (after the routed one's, when it is dx_)
   // an expert without tokens gets a zero (not a stale) gradient
-  if (ep_) {  // the output gradients go to the experts' ranks, the input gradients come back
+  if (ep_) {  // the output gradients go to the experts' ranks (while the shared experts' backward runs) and come back
     const int64_t R = a.plan.received, L = ep_->local_experts();
-    T* d = exchange_scratch(R * (2 * C + 3 * I));
+    T* d = exchange_scratch(R * (2 * C + 3 * I) + (S > 0 ? N * C : 0));
     T *dy_in = d, *dact_in = dy_in + R * C, *dfc_in = dact_in + R * I, *dx_in = dfc_in + R * 2 * I;
-    ep_->dispatch(a.plan, dy_in, dys_, C);
+    parallel::PendingDispatch rows = ep_->start_dispatch(a.plan, dys_, C);
+    if (S > 0) sdx = dx_in + R * C, shared(sdx);
+    ep_->finish_dispatch(rows, a.plan, dy_in, C);
     k::grouped_linear_backward(dact_in, g.w_out, dy_in, a.act_in, w.w_out, a.plan.local_offsets.data(), L, I, C, acc);
     k::swiglu_backward(dfc_in, a.fc_in, dact_in, R, I);
     k::grouped_linear_backward(dx_in, g.w_in, dfc_in, a.x_in, w.w_in, a.plan.local_offsets.data(), L, C, 2 * I, acc);
@@ -233,15 +248,11 @@ void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, co
     k::swiglu_backward(dfc_, a.fc, dact_, M, I);
     k::grouped_linear_backward(dx_, g.w_in, dfc_, x_, w.w_in, a.offsets.data(), E, C, 2 * I, acc);
   }
-  // unpermute: each token's rows added in increasing expert id
+  // unpermute: each token's rows added in increasing expert id, then the shared experts'
   k::moe_unpermute(dh, dx_, a.row, N, K, C);
   if (S > 0) {
-    const T* dso = dy;
-    if (a.gate) k::rows_scale(d_shared_, dy, a.gate, N, C), dso = d_shared_;
-    k::linear_backward(sdact_, g.s_out, static_cast<T*>(nullptr), dso, a.shared_act, w.s_out, N, S, C, acc);
-    k::swiglu_backward(sdfc_, a.shared_fc, sdact_, N, S);
-    k::linear_backward(dx_, g.s_in, static_cast<T*>(nullptr), sdfc_, h, w.s_in, N, C, 2 * S, acc);
-    k::rows_scale_add(dh, dx_, static_cast<const T*>(nullptr), N, C);
+    if (!ep_) shared(sdx);  // dx_ is free again
+    k::rows_scale_add(dh, sdx, static_cast<const T*>(nullptr), N, C);
   }
   // router (host): from the weights' gradient and the balancing losses'
   mirror(dweight_h_, dweight_, M + (a.gate ? N : 0));
@@ -291,8 +302,9 @@ template <typename T>
 void MoeMlp<T>::ensure_scratch(int64_t N) {
   if (N <= scratch_N_) return;
   const int64_t E = spec_.experts, M = N * spec_.top_k, C = C_, I = I_, S = S_;
-  const int64_t sizes[12] = {M * C,  std::max(M, N) * C,    M * C, M * 2 * I, M * I, on_host_ ? N * E : 0, N * E,
-                             M + N, N * C, N * C, N * 2 * S, N * S};
+  const int64_t sizes[12] = {
+      M * C, std::max(M, N) * C, M * C, M * 2 * I, M * I, on_host_ ? N * E : 0, N * E, M + N, N * C,
+      N * C, N * 2 * S,          N * S};
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
   scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, device_);

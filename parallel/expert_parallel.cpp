@@ -65,30 +65,58 @@ T* ExpertParallel::staging(int64_t elements, const void* like) {
   return static_cast<T*>(scratch_.raw());
 }
 
+namespace {
+double clock_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
 template <typename T>
-void ExpertParallel::exchange(T* out, const T* in, const std::vector<int64_t>& send, const std::vector<int64_t>& recv,
-                              int64_t C) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const int64_t ns = std::accumulate(send.begin(), send.end(), int64_t(0)),
-                nr = std::accumulate(recv.begin(), recv.end(), int64_t(0));
+PendingDispatch ExpertParallel::issue(T* out, const T* in, const std::vector<int64_t>& send,
+                                      const std::vector<int64_t>& recv, int64_t C) {
+  PendingDispatch x;
+  x.start = clock_seconds();
+  x.rows_sent = std::accumulate(send.begin(), send.end(), int64_t(0));
+  x.rows_received = std::accumulate(recv.begin(), recv.end(), int64_t(0));
   if (!group_ || size() == 1) {
-    copy_bytes(out, in, size_t(ns * C) * sizeof(T));
+    copy_bytes(out, in, size_t(x.rows_sent * C) * sizeof(T));
   } else {
     AllToAllOptions o;
     for (size_t q = 0; q < send.size(); ++q) o.send_counts.push_back(send[q] * C), o.recv_counts.push_back(recv[q] * C);
     const Device dev = device_of(in);
-    group_->all_to_all(Tensor::borrow(out, nr * C, dev), Tensor::borrow(const_cast<T*>(in), ns * C, dev), o)->wait();
+    x.work = group_->all_to_all(Tensor::borrow(out, x.rows_received * C, dev),
+                                Tensor::borrow(const_cast<T*>(in), x.rows_sent * C, dev), o);
   }
-  traffic_.rows_sent += ns, traffic_.rows_received += nr, ++traffic_.calls;
-  traffic_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return x;
+}
+
+void ExpertParallel::complete(PendingDispatch& x, bool combine) {
+  const double wait = clock_seconds();
+  if (x.work) x.work->wait(), x.work.reset();
+  const double end = clock_seconds();
+  traffic_.rows_sent += x.rows_sent, traffic_.rows_received += x.rows_received, ++traffic_.calls;
+  traffic_.seconds += end - x.start, traffic_.waited += end - wait;
+  if (record_ && group_ && size() > 1) spans_.push_back({combine, x.start, wait, end});
+}
+
+template <typename T>
+PendingDispatch ExpertParallel::start_dispatch(const ExpertPlan& p, const T* rows, int64_t C) {
+  T* arrived = staging<T>(p.received * C, rows);
+  return issue(arrived, rows, p.send_rows, p.recv_rows, C);
+}
+
+template <typename T>
+void ExpertParallel::finish_dispatch(PendingDispatch& pending, const ExpertPlan& p, T* out, int64_t C) {
+  complete(pending, false);
+  const T* arrived = static_cast<const T*>(scratch_.raw());
+  for (const ExpertPlan::Block& b : p.blocks)
+    copy_bytes(out + b.by_expert * C, arrived + b.by_source * C, size_t(b.rows * C) * sizeof(T));
 }
 
 template <typename T>
 void ExpertParallel::dispatch(const ExpertPlan& p, T* out, const T* rows, int64_t C) {
-  T* arrived = staging<T>(p.received * C, rows);
-  exchange(arrived, rows, p.send_rows, p.recv_rows, C);
-  for (const ExpertPlan::Block& b : p.blocks)
-    copy_bytes(out + b.by_expert * C, arrived + b.by_source * C, size_t(b.rows * C) * sizeof(T));
+  PendingDispatch x = start_dispatch(p, rows, C);
+  finish_dispatch(x, p, out, C);
 }
 
 template <typename T>
@@ -96,7 +124,14 @@ void ExpertParallel::combine(const ExpertPlan& p, T* out, const T* rows, int64_t
   T* leaving = staging<T>(p.received * C, rows);
   for (const ExpertPlan::Block& b : p.blocks)
     copy_bytes(leaving + b.by_source * C, rows + b.by_expert * C, size_t(b.rows * C) * sizeof(T));
-  exchange(out, leaving, p.recv_rows, p.send_rows, C);
+  PendingDispatch x = issue(out, leaving, p.recv_rows, p.send_rows, C);
+  complete(x, true);
+}
+
+std::vector<ExpertSpan> ExpertParallel::take_spans() {
+  std::vector<ExpertSpan> out;
+  out.swap(spans_);
+  return out;
 }
 
 ExpertTraffic ExpertParallel::take_traffic() {
@@ -105,6 +140,10 @@ ExpertTraffic ExpertParallel::take_traffic() {
   return t;
 }
 
+template PendingDispatch ExpertParallel::start_dispatch<float>(const ExpertPlan&, const float*, int64_t);
+template PendingDispatch ExpertParallel::start_dispatch<double>(const ExpertPlan&, const double*, int64_t);
+template void ExpertParallel::finish_dispatch<float>(PendingDispatch&, const ExpertPlan&, float*, int64_t);
+template void ExpertParallel::finish_dispatch<double>(PendingDispatch&, const ExpertPlan&, double*, int64_t);
 template void ExpertParallel::dispatch<float>(const ExpertPlan&, float*, const float*, int64_t);
 template void ExpertParallel::dispatch<double>(const ExpertPlan&, double*, const double*, int64_t);
 template void ExpertParallel::combine<float>(const ExpertPlan&, float*, const float*, int64_t);

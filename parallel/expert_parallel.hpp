@@ -39,6 +39,21 @@ namespace trident::parallel {
 struct ExpertTraffic {
   int64_t rows_sent = 0, rows_received = 0, calls = 0;
   double seconds = 0;  // inside the exchanges (issue to completion)
+  double waited = 0;   // of it, blocked waiting (the rest overlapped other work)
+};
+
+// One exchange as the trace shows it: issued at `start`, waited for from
+// `wait` (after what overlapped it) to `end`; steady-clock seconds.
+struct ExpertSpan {
+  bool combine = false;  // else a dispatch
+  double start = 0, wait = 0, end = 0;
+};
+
+// A dispatch in flight (start_dispatch), finished by finish_dispatch.
+struct PendingDispatch {
+  WorkPtr work;  // none: one rank (copied at once)
+  double start = 0;
+  int64_t rows_sent = 0, rows_received = 0;
 };
 
 // One layer's exchange of one micro-batch, made by plan() and kept for its
@@ -76,21 +91,38 @@ class ExpertParallel {
   // rows [p.rows, C] in this rank's expert order -> out [p.received, C] by local expert
   template <typename T>
   void dispatch(const ExpertPlan& p, T* out, const T* rows, int64_t C);
+  // The same in two halves, so that other work (the shared experts) runs
+  // while the rows travel: start_dispatch issues the exchange (rows must
+  // stay unchanged until finish_dispatch), finish_dispatch waits for it and
+  // lays the rows out. One dispatch in flight at a time; nothing else of
+  // this group's in between.
+  template <typename T>
+  PendingDispatch start_dispatch(const ExpertPlan& p, const T* rows, int64_t C);
+  template <typename T>
+  void finish_dispatch(PendingDispatch& pending, const ExpertPlan& p, T* out, int64_t C);
   // rows [p.received, C] by local expert -> out [p.rows, C] in this rank's expert order
   template <typename T>
   void combine(const ExpertPlan& p, T* out, const T* rows, int64_t C);
 
   ExpertTraffic take_traffic();
+  // The exchanges since the last call, in order, while recording (for the
+  // trace; off by default).
+  void record_spans(bool on) { record_ = on; }
+  std::vector<ExpertSpan> take_spans();
 
  private:
   Communicator* group_ = nullptr;
   int64_t experts_ = 0;
   Tensor scratch_;  // the rows in arrival (source) order, on the rows' device
   ExpertTraffic traffic_;
+  std::vector<ExpertSpan> spans_;
+  bool record_ = false;
   template <typename T>
   T* staging(int64_t elements, const void* like);
   template <typename T>
-  void exchange(T* out, const T* in, const std::vector<int64_t>& send, const std::vector<int64_t>& recv, int64_t C);
+  PendingDispatch issue(T* out, const T* in, const std::vector<int64_t>& send, const std::vector<int64_t>& recv,
+                        int64_t C);
+  void complete(PendingDispatch& x, bool combine);
 };
 
 }  // namespace trident::parallel

@@ -389,7 +389,9 @@ const std::vector<Key>& table() {
       text("log.trace", FIELD(log.trace), "none",
            "write a Chrome trace (JSON; open in Perfetto or `chrome://tracing`): one track per rank, spans for "
            "forward, backward (or input / weight passes), pipeline sends (copy and post) and time waiting on pipeline "
-           "receives, gradient sync (data, embedding and replicated-parameter reductions) and the optimizer step"),
+           "receives, gradient sync (data, embedding and replicated-parameter reductions), the optimizer step, and "
+           "with `parallel.expert > 1` each MoE layer's `expert dispatch` and `expert combine` (issue to completion) "
+           "with the part spent `expert (waiting)`"),
       integers("log.trace_steps", FIELD(log.trace_steps), 1, kMax, "`[2]`",
                "steps (1-based) written to `log.trace`; the file is written after the last of them"),
       text("log.flight_recorder", FIELD(log.flight_recorder),

@@ -69,10 +69,24 @@ void write_record(FILE* f, const Json& record) {
 // chunk, micro-batch, start, end (seconds from the step's start, ranks
 // aligned by a barrier at the step's start).
 struct RunReport::Trace {
-  enum Kind { forward, backward, backward_input, backward_weight, recv_wait, send, grad_sync, optimizer, kinds };
+  enum Kind {
+    forward,
+    backward,
+    backward_input,
+    backward_weight,
+    recv_wait,
+    send,
+    grad_sync,
+    optimizer,
+    expert_dispatch,
+    expert_combine,
+    expert_wait,
+    kinds
+  };
   static const char* name(int k) {
-    static const char* names[kinds] = {"forward",        "backward", "backward_input", "backward_weight",
-                                       "recv (waiting)", "send",     "gradient sync",  "optimizer"};
+    static const char* names[kinds] = {"forward",         "backward",       "backward_input",  "backward_weight",
+                                       "recv (waiting)",  "send",           "gradient sync",   "optimizer",
+                                       "expert dispatch", "expert combine", "expert (waiting)"};
     return names[k];
   }
   static int kind_of(parallel::ActionType t) {
@@ -259,6 +273,17 @@ void RunReport::span(Span kind, double start, double end) {
   if (traced_)
     trace_->add(int64_t(out_.losses.size()) + 1, kind == Span::grad_sync ? Trace::grad_sync : Trace::optimizer, 0, 0,
                 start, end);
+}
+
+void RunReport::expert_exchanges(const std::vector<parallel::ExpertSpan>& spans) {
+  if (!traced_) return;
+  const int64_t step = int64_t(out_.losses.size()) + 1;
+  const double origin = std::chrono::duration<double>(step_start_.time_since_epoch()).count();
+  for (const parallel::ExpertSpan& x : spans) {
+    trace_->add(step, x.combine ? Trace::expert_combine : Trace::expert_dispatch, 0, 0, x.start - origin,
+                x.end - origin);
+    trace_->add(step, Trace::expert_wait, 0, 0, x.wait - origin, x.end - origin);
+  }
 }
 
 void RunReport::end_step(const StepFacts& f) {

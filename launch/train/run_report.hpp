@@ -19,6 +19,7 @@
 #include "launch/train/tensorboard.hpp"
 #include "launch/train/trainer.hpp"
 #include "model/parallel_plan.hpp"
+#include "parallel/expert_parallel.hpp"
 #include "parallel/mesh.hpp"
 #include "parallel/pipeline.hpp"
 
@@ -87,6 +88,10 @@ class RunReport {
   double seconds() const;         // since begin_step
   void schedule_done(const parallel::PipelineExecutor& executor, double tensor_comm_s);
   void span(Span kind, double start, double end);
+  // Expert parallelism's exchanges of a traced step (parallel/expert_parallel.hpp):
+  // each dispatch or combine from issue to completion, and the part waited for.
+  bool traced() const { return traced_; }
+  void expert_exchanges(const std::vector<parallel::ExpertSpan>& spans);
   void end_step(const StepFacts& f);
   // per_dataset: the validation loss of each dataset of a blend (names from
   // data.valid), empty for one dataset.

@@ -362,8 +362,10 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     const double tensor_comm0 = tp.traffic().seconds;
     const bool nan_loss = fault::hit(fault::Phase::forward, step + 1);
     runner.load_batch(step);
+    if (pm.ep) pm.ep->record_spans(report.traced());
     const double loss_sum = runner.forward_backward(scaler.scale()) + (nan_loss ? std::nan("") : 0.0);
     report.schedule_done(runner.executor(), tp.traffic().seconds - tensor_comm0);
+    if (pm.ep) report.expert_exchanges(pm.ep->take_spans());
 
     const double sync_start = report.seconds();
     const bool nan_grads = fault::hit(fault::Phase::backward, step + 1);

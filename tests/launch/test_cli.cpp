@@ -128,6 +128,7 @@ TEST(Cli, CountsPastTheirBoundsAreRefusedAtOnce) {
 // groups; a run with it says how the experts are split and reports the
 // load of each expert rank.
 TEST(Cli, ExpertGroupsShownAndTrainingReportsTheirLoad) {
+  Scratch s("cli_expert");
   const std::string moe = src("configs/moe-tiny.yaml");
   test::CliRun r = trident("topology " + moe + " --world 4 --set parallel.data=4 --set parallel.expert=2");
   EXPECT_EQ(r.code, 0) << r.out;
@@ -141,10 +142,23 @@ TEST(Cli, ExpertGroupsShownAndTrainingReportsTheirLoad) {
           std::string(TRIDENT_BINARY),
       "train " + moe +
           " --set parallel.data=2 --set parallel.expert=2 --set log.metrics= --set train.steps=2 --set log.every=1 "
-          "--set eval.batches=0 --set train.threads=1");
+          "--set eval.batches=0 --set train.threads=1 --set model.moe.shared_experts=1 --set log.trace=" +
+          (s / "trace.json"));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(has(r, "expert parallel 2: each rank holds 4 of each MoE layer's 8 experts")) << r.out;
   EXPECT_TRUE(has(r, "| expert rank load ")) << r.out;
+  // the trace: step 2's dispatches (while the shared experts compute) and combines on 2 ranks, 2 micro-batches
+  // each, 3 MoE layers, forward and backward; each with the part waited for inside it
+  std::ifstream in(s / "trace.json");
+  const std::string trace((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = trace.find(what); at != std::string::npos; at = trace.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("\"expert dispatch\""), 2u * 2 * 3 * 2) << trace.substr(0, 400);
+  EXPECT_EQ(count("\"expert combine\""), 2u * 2 * 3 * 2);
+  EXPECT_EQ(count("\"expert (waiting)\""), 2u * 2 * 2 * 3 * 2);
 }
 
 // A sweep in which no mesh ran is a failure, with no results written; an

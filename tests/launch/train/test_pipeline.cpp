@@ -281,8 +281,9 @@ TEST(Pipeline, ExpertParallelMatchesSingleRank) {
   const std::vector<std::string> deepseek = {"model.moe.router.score=sigmoid",   "model.moe.router.groups=4",
                                              "model.moe.router.group_topk=2",    "model.moe.router.scaling=2.5",
                                              "model.moe.balance.bias_rate=0.05", "model.moe.balance.kind=none"};
-  Case ring{2, 2, 1, "1f1b", 1, "moe", true}, a2a{2, 1, 2, "zero_bubble", 3, "moe"};
+  Case ring{2, 2, 1, "1f1b", 1, "moe", true}, a2a{2, 1, 2, "zero_bubble", 3, "moe"}, wide{4, 1, 1, "1f1b", 2, "moe"};
   ring.context = 2, a2a.context = 2, a2a.context_mode = "all_to_all";
+  wide.context = 2;  // expert 8 over data 4 x context 2
   std::vector<Case> list = {expert({4, 1, 2, "1f1b", 0, "moe"}, 4),  // the mesh: expert-data 1
                             expert({8, 1, 1, "1f1b", 1, "moe"}, 8),
                             expert({8, 1, 1, "gpipe", 3, "moe"}, 4),  // expert-data 2, ZeRO 3 shards over it
@@ -292,6 +293,8 @@ TEST(Pipeline, ExpertParallelMatchesSingleRank) {
                             expert({4, 1, 2, "zero_bubble", 2, "moe"}, 2),
                             expert(ring, 4),
                             expert(a2a, 2),
+                            expert(wide, 8),
+                            expert({8, 1, 1, "gpipe", 3, "moe"}, 8),
                             expert({8, 1, 1, "1f1b", 0, "moe"}, 4, deepseek),
                             expert({2, 2, 2, "1f1b", 3, "moe", true}, 2, deepseek)};
   list[3].recompute = "selective", list[5].recompute = "full";

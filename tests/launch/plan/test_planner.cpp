@@ -415,6 +415,24 @@ TEST(Planner, MeshKeepsEveryRecipeChoice) {
   EXPECT_EQ(bad.code, 2) << bad.out;
   EXPECT_NE(bad.out.find("plan --mesh 1,1,2: "), std::string::npos) << bad.out;
   EXPECT_NE(bad.out.find("parallel.stage_layers"), std::string::npos) << bad.out;
+  // the fifth number is the expert size (default: the recipe's), checked by the loader
+  auto moe = [](const std::string& mesh) {
+    return test::run_cli(TRIDENT_BINARY, "plan " + src("configs/moe-tiny.yaml") + " --cluster " +
+                                             src("configs/clusters/cpu-local.yaml") + " --gpus 4 --mesh " + mesh +
+                                             " --json");
+  };
+  test::CliRun r = moe("4,1,1,1,2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(YAML::Load(r.out)[0]["expert"].as<int>(), 2);
+  r = moe("4,1,1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(YAML::Load(r.out)[0]["expert"].as<int>(), 1);
+  r = moe("4,1,1,1,3");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("experts(8) % expert(3)"), std::string::npos) << r.out;
+  r = moe("4,1,1,1,2,1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("expected D,T,P, D,T,P,C or D,T,P,C,E"), std::string::npos) << r.out;
 }
 
 // The step-time model against published measurements (docs/planner.md has

@@ -30,7 +30,7 @@ void mirror(T* dst, const T* src, int64_t n) {
 
 template <typename T>
 MoeMlp<T>::MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t shared, parallel::TensorParallel* tp,
-                  parallel::ContextParallel* cp, parallel::ExpertParallel* ep, Device device)
+                  parallel::ContextParallel* cp, parallel::ExpertParallel* ep, Device device, bool whole_experts)
     : cfg_(cfg),
       C_(hidden),
       I_(ffn),
@@ -39,7 +39,8 @@ MoeMlp<T>::MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t sha
       cp_(cp),
       ep_(ep && ep->size() > 1 ? ep : nullptr),
       device_(device),
-      on_host_(device.type == DeviceType::cpu) {
+      on_host_(device.type == DeviceType::cpu),
+      slice_(whole_experts && tp->size() > 1) {
   TRIDENT_CHECK(!ep_ || ep_->experts() == cfg.experts, "the expert group splits {} experts, the layer has {}",
                 ep_ ? ep_->experts() : 0, cfg.experts);
   spec_.experts = cfg.experts, spec_.top_k = cfg.top_k, spec_.score = cfg.score, spec_.norm_topk = cfg.norm_topk;
@@ -78,12 +79,15 @@ MoeActs<T> MoeMlp<T>::make_acts(int64_t N, std::vector<Tensor>& storage) const {
 }
 
 template <typename T>
-void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& w, int64_t N, int64_t B) {
+void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& w, int64_t N_all, int64_t B) {
+  ensure_scratch(N_all);
+  // the rows routed here: all of them, or (whole experts) this tensor rank's slice
+  const int64_t N = slice_ ? N_all / tp_->size() : N_all, r0 = slice_ ? tp_->rank() * N : 0;
+  const T* hs = h + r0 * C_;
   const int64_t E = spec_.experts, K = spec_.top_k, M = N * K, C = C_, I = I_, S = S_;
-  ensure_scratch(N);
   // router, in T (fp32 in every precision: the model's T is the master
   // type), its choice in host memory
-  k::linear_forward(a.logits, h, w.router, static_cast<const T*>(nullptr), N, C, E);
+  k::linear_forward(a.logits, hs, w.router, static_cast<const T*>(nullptr), N, C, E);
   mirror(a.logits_h, a.logits, N * E);
   const T* bias = w.bias;
   if (bias && !on_host_) mirror(bias_h_, w.bias, E), bias = bias_h_;
@@ -92,18 +96,18 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
   // permute: expert-major, tokens in increasing index within an expert
   const int64_t* off = a.offsets.data();
   k::moe_route_index(a.row, a.token, a.offsets.data(), a.expert, N, K, E);
-  k::moe_permute(x_, h, a.token, M, C);
+  k::moe_permute(x_, hs, a.token, M, C);
   // the shared experts (they read only h): their output, added after the routed one
   T* so = a.shared_out ? a.shared_out : dx_;  // the ungated output is only added
-  auto shared = [&] {
-    k::linear_forward(a.shared_fc, h, w.s_in, static_cast<const T*>(nullptr), N, C, 2 * S);
-    k::swiglu_forward(a.shared_act, a.shared_fc, N, S);
-    k::linear_forward(so, a.shared_act, w.s_out, static_cast<const T*>(nullptr), N, S, C);
+  auto shared = [&] {                         // every row (the tensor ranks' partial sums)
+    k::linear_forward(a.shared_fc, h, w.s_in, static_cast<const T*>(nullptr), N_all, C, 2 * S);
+    k::swiglu_forward(a.shared_act, a.shared_fc, N_all, S);
+    k::linear_forward(so, a.shared_act, w.s_out, static_cast<const T*>(nullptr), N_all, S, C);
     if (a.gate) {  // g = sigmoid(h w_g), one value a token
-      k::linear_forward(a.gate, h, w.s_gate, static_cast<const T*>(nullptr), N, C, 1);
-      mirror(a.gate_h, a.gate, N);
-      for (int64_t n = 0; n < N; ++n) a.gate_h[n] = T(1) / (T(1) + std::exp(-a.gate_h[n]));
-      mirror(a.gate, a.gate_h, N);
+      k::linear_forward(a.gate, h, w.s_gate, static_cast<const T*>(nullptr), N_all, C, 1);
+      mirror(a.gate_h, a.gate, N_all);
+      for (int64_t n = 0; n < N_all; ++n) a.gate_h[n] = T(1) / (T(1) + std::exp(-a.gate_h[n]));
+      mirror(a.gate, a.gate_h, N_all);
     }
   };
   // the experts: one grouped GEMM each way, the activation over all rows
@@ -127,19 +131,22 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
     k::grouped_linear_forward(a.y, a.act, w.w_out, off, E, I, C);
     if (S > 0) shared();
   }
-  // combine, each token's experts in increasing id, then the shared output
-  k::moe_combine(out, a.y, a.weight, a.row, N, K, C);
-  if (S > 0) k::rows_scale_add(out, so, a.gate, N, C);
-  // the balancing counts, over the context group
+  // combine, each token's experts in increasing id (whole experts: this
+  // rank's slice, the other rows zero), then the shared output
+  if (slice_) k::fill_zero(out, N_all * C);
+  k::moe_combine(out + r0 * C, a.y, a.weight, a.row, N, K, C);
+  if (S > 0) k::rows_scale_add(out, so, a.gate, N_all, C);
+  // the balancing counts, over the context group (whole experts: and the tensor group's slices)
   const int64_t groups = cfg_.balance == Balance::seq_aux_loss ? B : 1, rows = N / groups;
   a.counts.assign(size_t(groups * E), T(0));
   for (int64_t i = 0; i < M; ++i) a.counts[size_t(i / (rows * K) * E + a.expert_h[i])] += T(1);
   cp_->sum(a.counts.data(), groups * E);
+  if (slice_) tp_->sum_partials(a.counts.data(), groups * E);
   // the balancing losses' values (their gradients: balance_grad)
   a.aux_loss = a.z_loss = 0;
   if (cfg_.balance != Balance::none && cfg_.balance != Balance::hf && cfg_.balance_coef > 0) {
     std::fill(dscores_h_, dscores_h_ + N * E, T(0));
-    balance_grad(dscores_h_, a, N, B, 1.0, true);
+    balance_grad(dscores_h_, a, N, N_all, B, 1.0, true);
     // the loss is linear in q for fixed counts: loss = sum_ne q_ne dloss/dq_ne
     for (int64_t n = 0; n < N; ++n) {
       double sum = 0, dot = 0;
@@ -157,8 +164,13 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
       for (int64_t e = 0; e < E; ++e) mx = std::max(mx, double(a.logits_h[n * E + e]));
       for (int64_t e = 0; e < E; ++e) s += std::exp(double(a.logits_h[n * E + e]) - mx);
       const double lse = mx + std::log(s);
-      a.z_loss += cfg_.z_loss * lse * lse / double(N * cp_->size());
+      a.z_loss += cfg_.z_loss * lse * lse / double(N_all * cp_->size());
     }
+  }
+  if (slice_) {  // each tensor rank's slice's share: the whole micro-batch's on every rank
+    T losses[2] = {T(a.aux_loss), T(a.z_loss)};
+    tp_->sum_partials(losses, 2);
+    a.aux_loss = double(losses[0]), a.z_loss = double(losses[1]);
   }
 }
 
@@ -166,12 +178,13 @@ void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& 
 // fixed (the choice is a step), with respect to the normalised scores q
 // (wrt_q) or to the router's scores p.
 template <typename T>
-void MoeMlp<T>::balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t B, double scale, bool wrt_q) const {
+void MoeMlp<T>::balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t all, int64_t B, double scale,
+                             bool wrt_q) const {
   const int64_t E = spec_.experts, K = spec_.top_k;
   if (cfg_.balance == Balance::none || cfg_.balance_coef == 0) return;
   const bool per_sequence = cfg_.balance == Balance::seq_aux_loss, hf = cfg_.balance == Balance::hf;
   const int64_t groups = per_sequence ? B : 1, rows = N / groups;  // sequences, or the whole micro-batch (local rows)
-  const double whole = double(rows * cp_->size());                 // ... and their tokens over the context group
+  const double whole = double(all / groups * cp_->size());         // ... and their tokens over the context group
   const double factor = hf ? cfg_.balance_coef * double(E) / (a.hf_rows * a.hf_rows)
                            : cfg_.balance_coef / double(groups) * double(E) / (double(K) * whole * whole);
   TRIDENT_CHECK(!hf || a.hf_counts.size() == size_t(E), "balance hf: finish_hf was not called");
@@ -212,28 +225,34 @@ void MoeMlp<T>::finish_hf(const std::vector<MoeActs<T>*>& layers, int64_t N) con
 
 template <typename T>
 void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, const MoeWeights<T>& w,
-                         const MoeGrads<T>& g, int64_t N, int64_t B, T aux_scale, bool acc) {
+                         const MoeGrads<T>& g, int64_t N_all, int64_t B, T aux_scale, bool acc) {
+  ensure_scratch(N_all);
+  // the rows routed here: all of them, or (whole experts) this tensor rank's slice
+  const int64_t N = slice_ ? N_all / tp_->size() : N_all, r0 = slice_ ? tp_->rank() * N : 0;
+  const T* hs = h + r0 * C_;
   const int64_t E = spec_.experts, K = spec_.top_k, M = N * K, C = C_, I = I_, S = S_;
-  ensure_scratch(N);
-  T* dgate = dweight_ + M;  // [N], after the weights' [N,k]: one sum over the group for both
+  T* dgate = dweight_ + N_all * K;  // [N], after the weights' [N,k]: one sum over the group for both
   // the experts' permuted output gradients (weighted), and the routing
   // weights' and the gate's gradients: dot products with partial outputs
-  k::moe_combine_backward(dys_, dweight_, dy, a.y, a.weight, a.row, N, K, C);
-  if (a.gate) k::rows_dot(dgate, dy, a.shared_out, N, C);
-  tp_->sum_partials(dweight_, M + (a.gate ? N : 0));
+  k::moe_combine_backward(dys_, dweight_, dy + r0 * C, a.y, a.weight, a.row, N, K, C);
+  if (a.gate) k::rows_dot(dgate, dy, a.shared_out, N_all, C);
+  if (!slice_)  // the experts' outputs are partial sums over the tensor group
+    tp_->sum_partials(dweight_, M + (a.gate ? N : 0));
+  else if (a.gate)  // whole experts: only the shared output is
+    tp_->sum_partials(dgate, N_all);
   // the shared experts' backward: their input gradient into sdx, added after the routed one
   auto shared = [&](T* sdx) {
     const T* dso = dy;
-    if (a.gate) k::rows_scale(d_shared_, dy, a.gate, N, C), dso = d_shared_;
-    k::linear_backward(sdact_, g.s_out, static_cast<T*>(nullptr), dso, a.shared_act, w.s_out, N, S, C, acc);
-    k::swiglu_backward(sdfc_, a.shared_fc, sdact_, N, S);
-    k::linear_backward(sdx, g.s_in, static_cast<T*>(nullptr), sdfc_, h, w.s_in, N, C, 2 * S, acc);
+    if (a.gate) k::rows_scale(d_shared_, dy, a.gate, N_all, C), dso = d_shared_;
+    k::linear_backward(sdact_, g.s_out, static_cast<T*>(nullptr), dso, a.shared_act, w.s_out, N_all, S, C, acc);
+    k::swiglu_backward(sdfc_, a.shared_fc, sdact_, N_all, S);
+    k::linear_backward(sdx, g.s_in, static_cast<T*>(nullptr), sdfc_, h, w.s_in, N_all, C, 2 * S, acc);
   };
   T* sdx = dx_;  // where the shared experts' input gradient is (after the routed one's, when it is dx_)
   // an expert without tokens gets a zero (not a stale) gradient
   if (ep_) {  // the output gradients go to the experts' ranks (while the shared experts' backward runs) and come back
     const int64_t R = a.plan.received, L = ep_->local_experts();
-    T* d = exchange_scratch(R * (2 * C + 3 * I) + (S > 0 ? N * C : 0));
+    T* d = exchange_scratch(R * (2 * C + 3 * I) + (S > 0 ? N_all * C : 0));
     T *dy_in = d, *dact_in = dy_in + R * C, *dfc_in = dact_in + R * I, *dx_in = dfc_in + R * 2 * I;
     parallel::PendingDispatch rows = ep_->start_dispatch(a.plan, dys_, C);
     if (S > 0) sdx = dx_in + R * C, shared(sdx);
@@ -243,21 +262,23 @@ void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, co
     k::grouped_linear_backward(dx_in, g.w_in, dfc_in, a.x_in, w.w_in, a.plan.local_offsets.data(), L, C, 2 * I, acc);
     ep_->combine(a.plan, dx_, dx_in, C);
   } else {
-    k::moe_permute(x_, h, a.token, M, C);
+    k::moe_permute(x_, hs, a.token, M, C);
     k::grouped_linear_backward(dact_, g.w_out, dys_, a.act, w.w_out, a.offsets.data(), E, I, C, acc);
     k::swiglu_backward(dfc_, a.fc, dact_, M, I);
     k::grouped_linear_backward(dx_, g.w_in, dfc_, x_, w.w_in, a.offsets.data(), E, C, 2 * I, acc);
   }
-  // unpermute: each token's rows added in increasing expert id, then the shared experts'
-  k::moe_unpermute(dh, dx_, a.row, N, K, C);
+  // unpermute: each token's rows added in increasing expert id (whole
+  // experts: this rank's slice, the other rows zero), then the shared experts'
+  if (slice_) k::fill_zero(dh, N_all * C);
+  k::moe_unpermute(dh + r0 * C, dx_, a.row, N, K, C);
   if (S > 0) {
     if (!ep_) shared(sdx);  // dx_ is free again
-    k::rows_scale_add(dh, sdx, static_cast<const T*>(nullptr), N, C);
+    k::rows_scale_add(dh, sdx, static_cast<const T*>(nullptr), N_all, C);
   }
   // router (host): from the weights' gradient and the balancing losses'
-  mirror(dweight_h_, dweight_, M + (a.gate ? N : 0));
+  mirror(dweight_h_, dweight_, N_all * K + (a.gate ? N_all : 0));
   std::fill(dscores_h_, dscores_h_ + N * E, T(0));
-  balance_grad(dscores_h_, a, N, B, double(aux_scale), false);
+  balance_grad(dscores_h_, a, N, N_all, B, double(aux_scale), false);
   k::router_backward(dlogits_h_, dweight_h_, dscores_h_, a.scores, a.expert_h, N, spec_);
   if (cfg_.z_loss > 0)
     for (int64_t n = 0; n < N; ++n) {
@@ -265,17 +286,23 @@ void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, co
       double mx = -INFINITY, s = 0;
       for (int64_t e = 0; e < E; ++e) mx = std::max(mx, double(l[e]));
       for (int64_t e = 0; e < E; ++e) s += std::exp(double(l[e]) - mx);
-      const double lse = mx + std::log(s), f = double(aux_scale) * cfg_.z_loss * 2 * lse / double(N * cp_->size());
+      const double lse = mx + std::log(s), f = double(aux_scale) * cfg_.z_loss * 2 * lse / double(N_all * cp_->size());
       for (int64_t e = 0; e < E; ++e) dlogits_h_[n * E + e] += T(f * std::exp(double(l[e]) - mx) / s);
     }
   mirror(dlogits_, dlogits_h_, N * E);
-  k::linear_backward(d_router_h_, g.router, static_cast<T*>(nullptr), dlogits_, h, w.router, N, C, E, acc);
+  if (slice_) {  // the router's part of this rank's slice: into dh, summed over the tensor group with it
+    k::linear_backward(dx_, g.router, static_cast<T*>(nullptr), dlogits_, hs, w.router, N, C, E, acc);
+    k::rows_scale_add(dh + r0 * C, dx_, static_cast<const T*>(nullptr), N, C);
+    k::fill_zero(d_router_h_, N_all * C);  // what is complete on every rank: the gate's part
+  } else {
+    k::linear_backward(d_router_h_, g.router, static_cast<T*>(nullptr), dlogits_, h, w.router, N, C, E, acc);
+  }
   if (a.gate) {
-    T* dgate_h = dweight_h_ + M;
-    for (int64_t n = 0; n < N; ++n) dgate_h[n] *= a.gate_h[n] * (T(1) - a.gate_h[n]);  // through the sigmoid
-    mirror(dgate, dgate_h, N);
-    k::linear_backward(d_shared_, g.s_gate, static_cast<T*>(nullptr), dgate, h, w.s_gate, N, C, 1, acc);
-    k::rows_scale_add(d_router_h_, d_shared_, static_cast<const T*>(nullptr), N, C);
+    T* dgate_h = dweight_h_ + N_all * K;
+    for (int64_t n = 0; n < N_all; ++n) dgate_h[n] *= a.gate_h[n] * (T(1) - a.gate_h[n]);  // through the sigmoid
+    mirror(dgate, dgate_h, N_all);
+    k::linear_backward(d_shared_, g.s_gate, static_cast<T*>(nullptr), dgate, h, w.s_gate, N_all, C, 1, acc);
+    k::rows_scale_add(d_router_h_, d_shared_, static_cast<const T*>(nullptr), N_all, C);
   }
   if (g.bias) {  // the bias moves by counts, never by gradient: its slot takes this micro-batch's (kernels::BiasRange)
     for (int64_t e = 0; e < E; ++e) counts_h_[size_t(e)] = T(a.offsets[size_t(e + 1)] - a.offsets[size_t(e)]);

@@ -74,12 +74,12 @@ struct MoeGrads {
 // they are the same buffers).
 template <typename T>
 struct MoeActs {
-  T *logits = nullptr, *weight = nullptr;                       // [N,E] router logits, [N,k] routing weights
-  int32_t *expert = nullptr, *row = nullptr, *token = nullptr;  // [N,k] ids, [N,k] permuted row, [N k] its token
-  T* scores = nullptr;                                          // [N,E] the router's scores (host)
+  T *logits = nullptr, *weight = nullptr;                         // [N,E] router logits, [N,k] routing weights
+  int32_t *expert = nullptr, *row = nullptr, *token = nullptr;    // [N,k] ids, [N,k] permuted row, [N k] its token
+  T* scores = nullptr;                                            // [N,E] the router's scores (host)
   T *logits_h = nullptr, *weight_h = nullptr, *gate_h = nullptr;  // host mirrors of logits, weight, gate
   int32_t* expert_h = nullptr;                                    // host mirror of expert
-  T *fc = nullptr, *act = nullptr, *y = nullptr;                // [Nk, 2I], [Nk, I], [Nk, C]
+  T *fc = nullptr, *act = nullptr, *y = nullptr;                  // [Nk, 2I], [Nk, I], [Nk, C]
   T *shared_fc = nullptr, *shared_act = nullptr, *shared_out = nullptr, *gate = nullptr;  // [N,2S], [N,S], [N,C], [N]
   std::vector<int64_t> offsets;  // [E+1]: expert e's permuted rows are [offsets[e], offsets[e+1])
   // Expert parallelism: this micro-batch's exchange, and the rows this
@@ -108,8 +108,15 @@ class MoeMlp {
   // this rank's experts only, and the routed rows go to their experts' ranks
   // and back around the grouped GEMMs (parallel/expert_parallel.hpp).
   // device: where the layer's buffers live and its kernels run.
+  // whole_experts (expert_tensor 1 < tensor): ffn is every expert's whole
+  // width; each tensor rank routes its 1/tensor of the rows (its slice of
+  // out and dh is complete, the rest zero, so the tensor group's sum
+  // assembles them), and the router's weight gradient, the counts and the
+  // balancing losses of a rank are its slice's (summed over the tensor
+  // group: the router's gradient by the data-parallel step).
   MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t shared, parallel::TensorParallel* tp,
-         parallel::ContextParallel* cp, parallel::ExpertParallel* ep = nullptr, Device device = {});
+         parallel::ContextParallel* cp, parallel::ExpertParallel* ep = nullptr, Device device = {},
+         bool whole_experts = false);
 
   // Buffers of one micro-batch of N rows; `storage` owns them.
   MoeActs<T> make_acts(int64_t N, std::vector<Tensor>& storage) const;
@@ -149,7 +156,9 @@ class MoeMlp {
   std::vector<T> counts_h_;  // [E] one micro-batch's tokens per expert (the correction bias's slot)
   void ensure_scratch(int64_t N);
   T* exchange_scratch(int64_t n);
-  void balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t B, double scale, bool wrt_q) const;
+  // N: the rows routed here; all: the rows of the micro-batch on this context rank (the losses' normalisation)
+  void balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t all, int64_t B, double scale, bool wrt_q) const;
+  bool slice_ = false;  // whole experts: this tensor rank routes rows [rank N / t, (rank + 1) N / t)
 };
 
 }  // namespace trident::model

@@ -33,8 +33,11 @@ struct TensorShard {
 };
 // This rank's place in the expert group (parallel.expert): it holds the
 // experts [rank L, (rank + 1) L), L = experts / size, of every MoE layer.
+// whole: expert_tensor 1 < tensor, each expert's FFN whole on its rank (not
+// split over the tensor group; the tensor ranks hold different experts).
 struct ExpertShard {
   int rank = 0, size = 1;
+  bool whole = false;
 };
 
 struct PlanEntry {

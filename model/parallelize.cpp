@@ -43,6 +43,7 @@ ParallelModel parallelize(const Recipe& rc, parallel::Mesh& mesh) {
                                                          .tp = m.tp.get(),
                                                          .cp = m.cp.get(),
                                                          .ep = m.ep.get(),
+                                                         .whole_experts = p.whole_experts(),
                                                          .chunks = chunks,
                                                          .device = mesh.device(),
                                                          .precision = rc.train.precision});

@@ -14,10 +14,12 @@ bool is_expert_major(const ParamRow& row) { return row.rows == Dim::two_EI || ro
 SharedGradientRanges shared_gradient_ranges(const ParamRegistry& reg, const ModelConfig& cfg, int pipeline_stages,
                                             bool sequence_parallel) {
   SharedGradientRanges out;
+  const bool sliced_router = reg.experts().whole;  // each tensor rank routes its share of the rows
   for (const auto& p : reg.params()) {
     const std::pair<int64_t, int64_t> range{p.offset, p.offset + p.numel};
     if (p.token_table && cfg.tie_embeddings && pipeline_stages > 1) out.tied.push_back(range);
-    if (p.replication == Replication::tensor && (sequence_parallel || p.head_partial) && !p.all_rows)
+    if (p.replication == Replication::tensor &&
+        (((sequence_parallel || p.head_partial) && !p.all_rows) || (sliced_router && p.router)))
       out.tensor_replicated.push_back(range);
     if (p.replication == Replication::kv_group) out.kv_replicated.push_back(range);
   }
@@ -41,6 +43,7 @@ void ParamRegistry::add(std::string name, const ParamRow& row, const ModelConfig
   p.all_rows = row.all_rows;
   p.head_partial = row.head_partial;
   p.expert_major = is_expert_major(row);
+  p.router = row.slot == Slot::router_weight || row.slot == Slot::router_bias;
   p.numel = shape_numel(p.shape);
   total_ += p.numel;
   params_.push_back(std::move(p));
@@ -74,11 +77,12 @@ ParamRegistry::ParamRegistry(const ModelConfig& m, TensorShard shard, std::vecto
   // Split experts: their weights go after everything else (chunk and layer
   // order kept), so the dense part and the expert part, reduced over
   // different groups, are each one contiguous range.
-  if (experts_.size > 1)
-    std::stable_partition(params_.begin(), params_.end(), [](const ParamSpec& p) { return !p.expert_major; });
+  // (whole experts too: their gradients reduce over a group of their own, the tensor ranks' included)
+  const bool split = experts_.size > 1 || experts_.whole;
+  if (split) std::stable_partition(params_.begin(), params_.end(), [](const ParamSpec& p) { return !p.expert_major; });
   apply_plan(m);
   expert_begin_ = total_;
-  if (experts_.size > 1)
+  if (split)
     for (const ParamSpec& p : params_)
       if (p.expert_major) {
         expert_begin_ = p.offset;
@@ -131,6 +135,10 @@ void ParamRegistry::apply_plan(const ModelConfig& m) {
         p.col_begin = r * local_cols;
         p.replication = Replication::none;
         break;
+    }
+    if (p.expert_major && experts_.whole) {  // each expert whole on its rank, whatever the tensor split
+      local_rows = rows, local_cols = cols, p.row_ranges = {{0, rows}}, p.col_begin = 0;
+      p.replication = Replication::none;
     }
     if (p.expert_major && experts_.size > 1) {  // only this rank's experts' blocks of rows
       const int64_t per = rows / m.moe.experts, L = m.moe.experts / experts_.size;

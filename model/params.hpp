@@ -52,6 +52,7 @@ struct ParamSpec {
   bool token_table = false;    // the token embedding (or its tied copy)
   bool vocab_rows = false;     // rows are the (padded) vocabulary: the token table, the LM head
   bool all_rows = false;       // computed from every token row on each tensor rank (ParamRow::all_rows)
+  bool router = false;         // the MoE router's weight or correction bias
   bool head_partial = false;   // each tensor rank's gradient covers its heads (ParamRow::head_partial)
   // dimension 0 is E equal blocks, one an expert (the routed experts'
   // weights): with expert parallelism this rank holds its experts' blocks

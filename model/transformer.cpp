@@ -42,7 +42,8 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
       single_cp_(nullptr, ContextMode::ring, cfg.seq_len),
       cp_(where.cp ? where.cp : &single_cp_),
       reg_(cfg, {tp_->rank(), tp_->size()}, std::move(where.chunks),
-           where.ep ? ExpertShard{where.ep->rank(), where.ep->size()} : ExpertShard{}),
+           ExpertShard{where.ep ? where.ep->rank() : 0, where.ep ? where.ep->size() : 1,
+                       where.whole_experts && tp_->size() > 1}),
       dims_(local_dims(cfg, {tp_->rank(), tp_->size()})),
       arch_(architecture(cfg.arch)) {
   const int64_t D = cfg.head_dim();
@@ -50,8 +51,9 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
   fc_width_ = arch_.mlp_in_width(dims_.ffn);
   if (arch_.positions == Positions::rotary) rope_ = k::rope_table(cfg.seq_len, D, cfg.rope_theta);
   if (cfg.moe.enabled)
-    moe_ = std::make_unique<MoeMlp<T>>(cfg.moe, cfg.hidden, cfg.moe.ffn_hidden / tp_->size(),
-                                       cfg.moe.shared_width() / tp_->size(), tp_, cp_, where.ep, device_);
+    moe_ = std::make_unique<MoeMlp<T>>(
+        cfg.moe, cfg.hidden, cfg.moe.ffn_hidden / (reg_.experts().whole ? 1 : tp_->size()),
+        cfg.moe.shared_width() / tp_->size(), tp_, cp_, where.ep, device_, reg_.experts().whole);
   // Segments, in registry order: each chunk's embedding, its layers, its
   // head, as many parameters each as the architecture's table gives them.
   const auto& params = reg_.params();

@@ -119,6 +119,8 @@ struct Placement {
   // this rank's experts of each MoE layer and their token exchange (null:
   // all experts here); outlives the model
   parallel::ExpertParallel* ep = nullptr;
+  // expert_tensor 1 < tensor: each expert whole on its rank (model/moe.hpp)
+  bool whole_experts = false;
   std::vector<ChunkSpec> chunks;  // the pipeline chunks held (empty: all)
   Device device;  // where every buffer lives and every kernel runs (cuda: the bound device, core/device_memory.hpp)
   // train.precision: activations stored rounded to it (see Transformer::precision)

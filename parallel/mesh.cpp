@@ -22,13 +22,13 @@ MeshSpec mesh_spec(const Recipe& rc, bool single_process) {
   const std::string flight = !rc.log.flight_recorder.empty() ? rc.log.flight_recorder
                              : !rc.checkpoint.dir.empty()    ? rc.checkpoint.dir + "/flight_recorder"
                                                              : "";
-  MeshSpec s{int(p.data),       int(p.tensor), int(p.pipeline), int(p.context), p.order, int(p.expert),
-             rc.model.kv_heads, rc.device,     p.timeout_s,     single_process, flight};
+  MeshSpec s{int(p.data),       int(p.tensor),     int(p.pipeline), int(p.context), p.order,        int(p.expert),
+             p.whole_experts(), rc.model.kv_heads, rc.device,       p.timeout_s,    single_process, flight};
   return s;
 }
 
 Mesh::Mesh(const MeshSpec& spec, const std::string& source)
-    : topology_(spec.data, spec.pipeline, spec.tensor, spec.order, spec.context, spec.expert),
+    : topology_(spec.data, spec.pipeline, spec.tensor, spec.order, spec.context, spec.expert, spec.whole_experts),
       groups_(kAllGroupKinds.size(), nullptr) {
   int mpi_on = 0;
   MPI_Initialized(&mpi_on);

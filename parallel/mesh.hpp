@@ -29,8 +29,9 @@ class ProcessGroups;
 struct MeshSpec {
   int data = 1, tensor = 1, pipeline = 1, context = 1;
   std::vector<MeshAxis> order{MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline};
-  int expert = 1;        // the expert group, carved out of data x context (topology.hpp)
-  int64_t kv_heads = 1;  // the model's; fewer than tensor: a KV group
+  int expert = 1;              // the expert group, carved out of data x context (topology.hpp)
+  bool whole_experts = false;  // expert_tensor 1 < tensor: carved out of data x context x tensor
+  int64_t kv_heads = 1;        // the model's; fewer than tensor: a KV group
   DeviceType device = DeviceType::cpu;
   double timeout_s = 600;       // every collective and transfer (parallel.timeout_s)
   bool single_process = false;  // ignore MPI even when it is initialised (reference runs in tests)

@@ -21,11 +21,13 @@ std::vector<MeshAxis> full_order(const std::vector<MeshAxis>& order) {
   return out;
 }
 
-Topology::Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order, int context, int expert)
-    : expert_(expert) {
+Topology::Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order, int context, int expert,
+                   bool whole_experts)
+    : expert_(expert), whole_(whole_experts && tensor > 1) {
   TRIDENT_CHECK(data >= 1 && pipeline >= 1 && tensor >= 1 && context >= 1, "mesh sizes must be >= 1");
-  TRIDENT_CHECK(expert >= 1 && (data * context) % expert == 0, "expert({}) does not divide data x context = {}", expert,
-                data * context);
+  const int domain = data * context * (whole_ ? tensor : 1);
+  TRIDENT_CHECK(expert >= 1 && domain % expert == 0, "expert({}) does not divide data x context{} = {}", expert,
+                whole_ ? " x tensor" : "", domain);
   size_[size_t(Dim::data)] = data, size_[size_t(Dim::pipeline)] = pipeline, size_[size_t(Dim::tensor)] = tensor;
   size_[size_t(Dim::context)] = context;
   const std::vector<MeshAxis> full = full_order(order);
@@ -85,6 +87,15 @@ std::vector<Dim> varied_axes(GroupKind kind) {
 
 std::pair<int, std::vector<int>> Topology::replica_place(int rank) const {
   std::vector<int> dc = members(GroupKind::data_context, rank);
+  if (whole_) {  // the whole pipeline stage: every tensor rank's data_context group
+    const std::vector<int> tensor = members(GroupKind::tensor, rank);
+    dc.clear();
+    for (int t : tensor) {
+      const std::vector<int> g = members(GroupKind::data_context, t);
+      dc.insert(dc.end(), g.begin(), g.end());
+    }
+    std::sort(dc.begin(), dc.end());
+  }
   const int place = int(std::lower_bound(dc.begin(), dc.end(), rank) - dc.begin());
   return {place, std::move(dc)};
 }
@@ -154,7 +165,13 @@ std::string Topology::describe(int ranks_per_node) const {
                        ranks_per_node)
          : fmt::format("mesh data {} x pipeline {} x tensor {} = world {} | {} ranks per node\n", size(Dim::data),
                        size(Dim::pipeline), size(Dim::tensor), world(), ranks_per_node);
-  if (ep)
+  if (ep && whole_)
+    s += fmt::format(
+        "experts: expert {} x expert_data {} (data x context x tensor = {}, each expert whole: expert_tensor 1) x "
+        "pipeline {}\n",
+        expert_, size(Dim::data) * size(Dim::context) * size(Dim::tensor) / expert_,
+        size(Dim::data) * size(Dim::context) * size(Dim::tensor), size(Dim::pipeline));
+  else if (ep)
     s += fmt::format("experts: expert {} x expert_data {} (data x context = {}) x pipeline {} x tensor {}\n", expert_,
                      size(Dim::data) * size(Dim::context) / expert_, size(Dim::data) * size(Dim::context),
                      size(Dim::pipeline), size(Dim::tensor));
@@ -181,8 +198,9 @@ std::string Topology::describe(int ranks_per_node) const {
     auto expert_g = [&](GroupKind k) -> const std::string& {  // keyed by the group's lowest member
       Coords low = c;
       low.dp = low.cp = 0;
+      if (whole_) low.tp = 0;
       std::vector<int>& dc = replicas[rank_of(low)];
-      if (dc.empty()) dc = members(GroupKind::data_context, r);
+      if (dc.empty()) dc = replica_place(r).second;
       const int place = int(std::lower_bound(dc.begin(), dc.end(), r) - dc.begin());
       const int first = dc[size_t(k == GroupKind::expert ? place / expert_ * expert_ : place % expert_)];
       auto it = texts.find({int(k), first});

@@ -18,7 +18,9 @@
 // pipeline = 1; a middle stage's group is itself alone).
 // The expert grid is folded over the same ranks (Megatron-Core's folding):
 // each data_context group, its members in ascending rank, is cut into runs
-// of `expert` ranks. expert: this rank's run (the ranks that exchange
+// of `expert` ranks (with expert_tensor 1 < tensor, whole experts: the ranks
+// of each pipeline stage, data x context x tensor, are cut instead, so the
+// tensor ranks of a run hold different experts). expert: this rank's run (the ranks that exchange
 // tokens, each holding experts / expert of a layer's experts; adjacent ranks
 // under the default order); expert_data: the members at this rank's place
 // in every run (the replicas of its experts, over which their gradients are
@@ -50,12 +52,18 @@ class Topology {
   // Sizes must be >= 1 and order a permutation of the axes (context may be
   // left out); the recipe loader validates both with messages, here it is a
   // check.
-  // expert must divide data x context (the recipe loader says so with the arithmetic).
-  Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order, int context = 1, int expert = 1);
+  // expert must divide data x context (the recipe loader says so with the
+  // arithmetic); with whole_experts (expert_tensor 1 < tensor) it is carved
+  // out of data x context x tensor instead and must divide that.
+  Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order, int context = 1, int expert = 1,
+           bool whole_experts = false);
 
   int world() const { return size(Dim::data) * size(Dim::context) * size(Dim::pipeline) * size(Dim::tensor); }
   int size(Dim d) const { return size_[size_t(d)]; }
   int expert() const { return expert_; }
+  // expert_tensor 1 < tensor: each expert whole on one rank, the expert grid
+  // over data x context x tensor (the tensor ranks hold different experts).
+  bool whole_experts() const { return whole_; }
   Coords coords(int rank) const;
   int rank_of(const Coords& c) const;
   // Members (ascending ranks) of `rank`'s group of this kind.
@@ -69,7 +77,9 @@ class Topology {
   std::array<int, 4> size_{};  // by Dim
   std::array<Dim, 4> order_;   // innermost first
   int expert_ = 1;
-  // rank's place in its data_context group and that group's members
+  bool whole_ = false;
+  // rank's place in the ranks the expert grid is folded over (its
+  // data_context group; with whole experts, its pipeline stage) and those ranks
   std::pair<int, std::vector<int>> replica_place(int rank) const;
 };
 

@@ -241,7 +241,10 @@ const std::vector<Key>& table() {
               "context` is the expert-data group, over which the experts' gradients reduce and ZeRO shards them "
               "(`trident topology` shows the groups)"),
       integer("parallel.expert_tensor", FIELD(parallel.expert_tensor), 0, 65536, value<int64_t>(0),
-              "how many ranks split each expert's FFN; 0: `tensor` (the dense layers' split, the only one built)"),
+              "how many ranks split each expert's FFN: 0 or `tensor` (the dense layers' split), or 1: each expert "
+              "whole on one rank, the expert group carved out of `data x context x tensor` (each tensor rank "
+              "routes its `1/tensor` of the rows; `expert x 1` divides `data x context x tensor`; balance kinds "
+              "`aux_loss` and `none`; CPU); other values are refused"),
       choice<ContextMode>(
           "parallel.context_mode", FIELD(parallel.context_mode), value<ContextMode>(ContextMode::ring),
           "how attention sees the other ranks' keys: `ring` passes key/value blocks around the context "

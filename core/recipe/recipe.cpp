@@ -172,11 +172,21 @@ std::string mesh_product(const ParallelConfig& p) {
 // The expert grid: expert x expert_tensor carved out of data x context x tensor.
 void validate_expert(Reader& r, const ModelConfig& m, const ParallelConfig& p) {
   const int64_t et = p.expert_tensor_size();
-  if (p.expert_tensor > 0 && p.expert_tensor != p.tensor)
+  if (et != p.tensor && et != 1)
     r.inconsistent("parallel.expert_tensor",
-                   fmt::format("expert_tensor({}) != tensor({}): experts split differently from the dense layers are "
-                               "not built yet (leave expert_tensor at 0, or set it to tensor)",
+                   fmt::format("expert_tensor({}): each expert's FFN is split over the tensor group (0 or "
+                               "tensor({})) or whole on one rank (1); another split is not built",
                                p.expert_tensor, p.tensor));
+  if (p.whole_experts()) {  // each tensor rank routes its share of the rows to whole experts
+    if (!m.moe.enabled)
+      r.inconsistent("parallel.expert_tensor",
+                     "expert_tensor(1) < tensor needs model.moe: a dense model has no experts");
+    else if (m.moe.balance != Balance::aux_loss && m.moe.balance != Balance::none)
+      r.inconsistent("parallel.expert_tensor",
+                     fmt::format("expert_tensor(1) < tensor({}) with model.moe.balance.kind {}: only aux_loss and none "
+                                 "are built for it (each tensor rank routes a slice of the rows)",
+                                 p.tensor, enum_name(m.moe.balance)));
+  }
   if (p.expert == 1) return;
   if (!m.moe.enabled)
     r.inconsistent("parallel.expert",
@@ -321,6 +331,16 @@ void validate_train(Reader& r, const Recipe& rc, bool placed) {
                        : fmt::format("sequence parallelism splits micro_batch({}) x seq_len({}) = {} token rows over "
                                      "tensor({}): {} % {} != 0",
                                      t.micro_batch, rc.model.seq_len, rows, p.tensor, rows, p.tensor));
+  if (p.whole_experts() && rc.device == DeviceType::cuda)
+    r.inconsistent("parallel.expert_tensor",
+                   fmt::format("expert_tensor(1) < tensor({}) on device cuda: whole experts are built for the CPU "
+                               "(leave expert_tensor at 0 on a GPU)",
+                               p.tensor));
+  if (p.whole_experts() && rows % p.tensor != 0)
+    r.inconsistent("parallel.expert_tensor",
+                   fmt::format("expert_tensor(1): each tensor rank routes its share of the micro-batch's {} token rows "
+                               "(micro_batch x seq_len / context) to whole experts: {} % tensor({}) != 0",
+                               rows, rows, p.tensor));
   if (rc.optim.min_lr > rc.optim.lr)
     r.inconsistent("optim.min_lr", fmt::format("min_lr({}) > lr({})", rc.optim.min_lr, rc.optim.lr));
 }

@@ -69,6 +69,8 @@ struct ParallelConfig {
   int64_t expert = 1;                          // expert parallelism: the expert group, carved out of data x context
   int64_t expert_tensor = 0;                   // each expert's FFN split; 0: = tensor
   int64_t expert_tensor_size() const { return expert_tensor > 0 ? expert_tensor : tensor; }
+  // expert_tensor 1 < tensor: each expert whole on one rank (not split over the tensor group)
+  bool whole_experts() const { return expert_tensor_size() == 1 && tensor > 1; }
   ContextMode context_mode = ContextMode::ring;
   std::vector<MeshAxis> order{MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline};  // innermost first; context
                                                                                       // inside data unless named

@@ -51,7 +51,7 @@ struct RankState {
   // Experts split over ranks (parallel.expert > 1): the expert part of the
   // flat buffer (model/params.hpp, expert_begin) has a shard of its own over
   // the expert-data group, saved after the dense shard in the same file.
-  // size 1: none (the shard above is the whole buffer's).
+  // params null: none (the shard above is the whole buffer's).
   struct ExpertPart {
     int rank = 0, size = 1;                  // this rank's place in the expert group, and its size
     int dp = 0;                              // ... in the expert-data group (ZeRO 0: its rank 0 writes)

@@ -71,7 +71,8 @@ std::string index_json(const CheckpointIndex& x) {
               {"virtual_stages", x.mesh.virtual_stages},
               {"zero", x.mesh.zero},
               {"stage_layers", x.mesh.stage_layers},
-              {"expert", x.mesh.expert}}},
+              {"expert", x.mesh.expert},
+              {"expert_tensor", x.mesh.expert_tensor}}},
             {"model",
              {{"arch", enum_name(m.arch)},
               {"layers", m.layers},
@@ -175,6 +176,7 @@ void read_mesh(const Reader& r, const Json& j, CheckpointIndex& x) {
     *field = r.get<int64_t>(m, key, "mesh.", "an integer");
   x.mesh.context = r.get_or<int64_t>(m, "context", "mesh.", "an integer", 1);  // older checkpoints: none
   x.mesh.expert = r.get_or<int64_t>(m, "expert", "mesh.", "an integer", 1);    // likewise
+  x.mesh.expert_tensor = r.get_or<int64_t>(m, "expert_tensor", "mesh.", "an integer", 0);
   x.mesh.stage_layers = r.get<std::vector<int64_t>>(m, "stage_layers", "mesh.", "a list of integers");
 }
 

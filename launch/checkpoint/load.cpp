@@ -184,7 +184,10 @@ std::string check_own_file(const CheckpointIndex& x, const std::string& index_pa
 std::string describe_mesh(const ParallelConfig& p) {
   return fmt::format("data {}{} x tensor {} x pipeline {} (virtual stages {}), ZeRO {}{}", p.data,
                      p.context > 1 ? fmt::format(" x context {}", p.context) : "", p.tensor, p.pipeline,
-                     p.virtual_stages, p.zero, p.expert > 1 ? fmt::format(", expert {}", p.expert) : "");
+                     p.virtual_stages, p.zero,
+                     p.expert > 1 || p.whole_experts()
+                         ? fmt::format(", expert {}{}", p.expert, p.whole_experts() ? " (expert_tensor 1)" : "")
+                         : "");
 }
 
 // The expert part of a rank's state, as a state of its own.
@@ -209,7 +212,7 @@ LoadPlan verify(const Recipe& rc, const std::string& dir, const RankState& s) {
   if (s.scaler) restore_scaler(x, index_path, rc, *s.scaler);
   const std::string saved = describe_mesh(x.mesh), mine = describe_mesh(rc.parallel);
   // experts split over ranks: a file holds two shards, always read by the pieces
-  const bool split = x.mesh.expert > 1 || s.experts.size > 1;
+  const bool split = x.mesh.expert > 1 || x.mesh.whole_experts() || s.experts.params;
   const bool same_mesh = saved == mine && x.mesh.stage_layers == rc.parallel.stage_layers && !split;
   if (!same_mesh && saved != mine) log::info("resharding {} saved under mesh {} onto this run's {}", dir, saved, mine);
   check_model(x, index_path, rc.model);
@@ -219,7 +222,7 @@ LoadPlan verify(const Recipe& rc, const std::string& dir, const RankState& s) {
   } else {
     plan.reshard = checkpoint::plan_reshard(x, index_path, s);
     for (const auto& name : plan.reshard.files) check_file(x, index_path, dir, name);
-    if (s.experts.size > 1) {
+    if (s.experts.params) {
       plan.experts = checkpoint::plan_reshard(x, index_path, expert_part(s));
       for (const auto& name : plan.experts.files) check_file(x, index_path, dir, name);
     }
@@ -255,7 +258,7 @@ void read_state(const LoadPlan& plan, const std::string& dir, const RankState& s
     if (h.exp_avg) reader.read("exp_avg", h.exp_avg);
     if (h.exp_avg_sq) reader.read("exp_avg_sq", h.exp_avg_sq);
   });
-  if (s.experts.size > 1)
+  if (s.experts.params)
     read_shard(expert_part(s), [&](const RankState& h) { checkpoint::run_reshard(plan.experts, dir, h); });
 }
 

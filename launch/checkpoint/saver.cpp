@@ -148,7 +148,7 @@ std::string CheckpointSaver::start(int64_t steps_done, const RankState& s) {
   if (world_) world_->barrier()->wait();
   p->report.dp = s.dp, p->report.pp = s.pp, p->report.tp = s.tp;
   // ZeRO 0: replicas hold the same state, only rank 0 of each part's replicas writes it
-  const bool split = s.experts.size > 1;
+  const bool split = s.experts.params != nullptr;
   const bool dense = rc_.parallel.zero >= 1 || s.dp == 0,
              experts = split && (rc_.parallel.zero >= 1 || s.experts.dp == 0);
   if (dense) p->report.shard_begin = s.shard_begin, p->report.shard_end = s.shard_end;
@@ -275,7 +275,8 @@ void CheckpointSaver::write_index(const std::vector<FileReport>& files, int64_t 
                        f.expert_begin, f.expert_end});
     const model::ParamRegistry reg(
         m, {f.tp, int(par.tensor)},
-        model::pipeline_chunks(m, int(par.pipeline), int(par.virtual_stages), par.stage_layers, f.pp), {f.ep, experts});
+        model::pipeline_chunks(m, int(par.pipeline), int(par.virtual_stages), par.stage_layers, f.pp),
+        {f.ep, experts, m.moe.enabled && par.whole_experts()});
     // the file's flat tensors: the dense shard, then the expert shard
     for (auto [begin, end, at] : {std::tuple{f.shard_begin, f.shard_end, int64_t(0)},
                                   {f.expert_begin, f.expert_end, f.shard_end - f.shard_begin}})

@@ -54,7 +54,8 @@ void print_plan_table(const PlanCommand& c, const Cluster& cl, const std::vector
 int run_topology(const TopologyCommand& c) {
   const Recipe rc = load_recipe(c.recipe, c.sets, c.world);
   const auto& p = rc.parallel;
-  const parallel::Topology topo(int(p.data), int(p.pipeline), int(p.tensor), p.order, int(p.context), int(p.expert));
+  const parallel::Topology topo(int(p.data), int(p.pipeline), int(p.tensor), p.order, int(p.context), int(p.expert),
+                                p.whole_experts());
   fmt::print("{}", topo.describe(int(c.ranks_per_node > 0 ? c.ranks_per_node : c.world)));
   return kExitOk;
 }

@@ -135,7 +135,8 @@ void expert_comm_time(const PlanContext& x, PlanResult& r, double passes) {
   const ModelConfig& m = x.q.model;
   const int g = x.EP;
   const Link el = group_link(x.cl, x.where[kExpert]);
-  const double bytes = double(c.micro_batch * m.seq_len / x.CP) * double(m.moe.top_k * m.hidden) * x.pb;
+  const double bytes =
+      double(c.micro_batch * m.seq_len / x.CP / (x.whole_experts ? x.T : 1)) * double(m.moe.top_k * m.hidden) * x.pb;
   // (g - 1) / g of the rows leave, in g - 1 pairwise exchanges
   const double a2a = double(g - 1) / g * bytes / el.bandwidth_at(bytes / g) + double(g - 1) * el.latency;
   const double exchanges = 4 + (c.recompute == Recompute::none ? 0 : 2);
@@ -145,8 +146,8 @@ void expert_comm_time(const PlanContext& x, PlanResult& r, double passes) {
 }  // namespace
 
 MeshPlacement place_groups(int D, int T, int P, int CP, int EP, const std::vector<MeshAxis>& order,
-                           int devices_per_node) {
-  const parallel::Topology topo(D, P, T, order, CP, EP);
+                           int devices_per_node, bool whole_experts) {
+  const parallel::Topology topo(D, P, T, order, CP, EP, whole_experts);
   return {place(topo, parallel::GroupKind::tensor, devices_per_node),
           place(topo, parallel::GroupKind::data_context, devices_per_node),
           place(topo, parallel::GroupKind::pipeline, devices_per_node),
@@ -173,7 +174,7 @@ void plan_time(const PlanContext& x, PlanResult& r) {
   // the operations of a layer and the head for one micro-batch; each
   // pipeline rank runs its chunks' layers (and the head on the last chunk's
   // rank) for every micro-batch; the slowest rank sets the pace
-  r.ops = layer_ops(m, {c.micro_batch, T, c.sequence_parallel, CP, x.EP}, cl.rates());
+  r.ops = layer_ops(m, {c.micro_batch, T, c.sequence_parallel, CP, x.EP, x.whole_experts}, cl.rates());
   const double mbs = r.micro_batches;
   double slowest = -1, most_layers = 0, most_moe = 0;
   for (int pp = 0; pp < P; ++pp) {

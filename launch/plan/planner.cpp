@@ -132,11 +132,11 @@ const StageSizes& PlanMemo::sizes(const ModelConfig& m, int T, int P, int V, con
 }
 
 const MeshPlacement& PlanMemo::placement(int D, int T, int P, int CP, int EP, const std::vector<MeshAxis>& order,
-                                         int devices_per_node) {
-  const auto key = std::make_tuple(D, T, P, CP, EP, order, devices_per_node);
+                                         int devices_per_node, bool whole_experts) {
+  const auto key = std::make_tuple(D, T, P, CP, EP, order, devices_per_node, whole_experts);
   auto it = placements_.find(key);
   if (it != placements_.end()) return it->second;
-  return placements_.emplace(key, place_groups(D, T, P, CP, EP, order, devices_per_node)).first->second;
+  return placements_.emplace(key, place_groups(D, T, P, CP, EP, order, devices_per_node, whole_experts)).first->second;
 }
 
 PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
@@ -161,9 +161,11 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c, Pl
   const int D = int(c.data), T = int(c.tensor), P = int(c.pipeline), V = int(c.virtual_stages);
   const int CP = int(c.context);
   const int EP = m.moe.enabled ? int(c.expert) : 1;
+  const bool whole = m.moe.enabled && q.parallel.whole_experts();  // expert_tensor 1: experts not split over tensor
   const StageSizes& sizes = memo.sizes(m, T, P, V, c.stage_layers);
-  // an expert rank holds 1 / EP of the stage's routed experts
-  const int64_t experts = sizes.largest_experts / EP, dense = sizes.largest_stage - sizes.largest_experts;
+  // an expert rank holds 1 / EP of the stage's routed experts (whole experts: of their whole width)
+  const int64_t experts = sizes.largest_experts * (whole ? T : 1) / EP,
+                dense = sizes.largest_stage - sizes.largest_experts;
   r.params = sizes.whole, r.stage_params = dense + experts, r.stage_expert_params = experts;
   r.micro_batches = int(q.train.global_batch / (c.micro_batch * D));
   const ScheduleFacts* schedule = nullptr;
@@ -176,7 +178,7 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c, Pl
   r.bubble_fraction = schedule->bubble;
   r.in_flight = 0;
   for (int f : schedule->in_flight[0]) r.in_flight += f;
-  const MeshPlacement& where = memo.placement(D, T, P, CP, EP, q.parallel.order, cl.devices_per_node);
+  const MeshPlacement& where = memo.placement(D, T, P, CP, EP, q.parallel.order, cl.devices_per_node, whole);
   const PlanContext x{q,
                       cl,
                       c,
@@ -187,7 +189,8 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c, Pl
                       CP,
                       D * CP,
                       EP,
-                      D * CP / EP,
+                      D * CP * (whole ? T : 1) / EP,
+                      whole,
                       cl.precision == Precision::fp32 ? 4.0 : 2.0,
                       double(dense),
                       double(experts),
@@ -235,8 +238,9 @@ std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cl, int64_t de
           if (rc.train.global_batch % D) continue;  // the loader would refuse every micro-batch size
           // expert parallelism: every size that divides data x context and the experts
           std::vector<int64_t> expert_sizes = {1};
-          for (int64_t E = 2; m.moe.enabled && E <= D * CP; ++E)
-            if ((D * CP) % E == 0 && m.moe.experts % E == 0) expert_sizes.push_back(E);
+          const int64_t domain = D * CP * (rc.parallel.expert_tensor == 1 ? T : 1);  // expert_tensor 1: x tensor
+          for (int64_t E = 2; m.moe.enabled && E <= domain; ++E)
+            if (domain % E == 0 && m.moe.experts % E == 0) expert_sizes.push_back(E);
           for (int64_t V = 1; V * P <= m.layers; ++V) {
             if (V > 1 && P == 1) break;
             if (m.layers % (P * V)) continue;

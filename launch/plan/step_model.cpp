@@ -109,15 +109,17 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
   if (e.enabled) {
     for (size_t i = dense_first; i < ops.size(); ++i) ops[i].layers = OpLayers::dense;
     // the router sees every row (after the gather): its GEMM, the scores and routes
-    const int64_t E = e.experts, K = e.top_k, I = e.ffn_hidden / shape.tensor, S = e.shared_width() / shape.tensor;
+    // (whole experts: each tensor rank routes 1 / tensor of the rows to experts of the whole width)
+    const int64_t W = shape.whole_experts ? shape.tensor : 1, Mr = M / W;
+    const int64_t E = e.experts, K = e.top_k, I = e.ffn_hidden * W / shape.tensor, S = e.shared_width() / shape.tensor;
     // with the experts split, each rank's E / expert experts take every expert rank's rows: as many in all
-    const int64_t X = std::max(shape.expert, 1), routed = M * K, per = std::max<int64_t>(routed * X / E, 1);
+    const int64_t X = std::max(shape.expert, 1), routed = Mr * K, per = std::max<int64_t>(routed * X / E, 1);
     std::vector<Op> moe = {
-        gemm("router", M, E, C, 1, r), memory("routing", 3.0 * double(M) * double(E), 1, 1, r),
+        gemm("router", Mr, E, C, 1, r), memory("routing", 3.0 * double(Mr) * double(E), 1, 1, r),
         // permute: gather the routed rows; combine: read them weighted, write the tokens
         memory("permute", 2.0 * double(routed) * double(C), 1, 1, r), gemm("experts in", per, 2 * I, C, E / X, r),
         memory("swiglu (experts)", 3.0 * double(routed) * double(I), 1.5, 1, r),
-        gemm("experts out", per, C, I, E / X, r), memory("combine", double(routed + M) * double(C), 1, 1, r)};
+        gemm("experts out", per, C, I, E / X, r), memory("combine", double(routed + Mr) * double(C), 1, 1, r)};
     if (S > 0) {
       moe.push_back(gemm("shared experts in", M, 2 * S, C, 1, r));
       moe.push_back(memory("swiglu (shared)", 3.0 * double(M) * double(S), 1.5, 1, r));

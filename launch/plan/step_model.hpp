@@ -59,6 +59,7 @@ struct OpShape {
   bool sequence_parallel = false;
   int context = 1;  // the sequence split over this many ranks: each holds seq_len / context rows
   int expert = 1;   // each MoE layer's experts split over this many ranks (each takes every rank's rows for its own)
+  bool whole_experts = false;  // expert_tensor 1 < tensor: each tensor rank routes its 1 / tensor of the rows
 };
 
 // The operations of one layer and of the head for a micro-batch. An MoE

@@ -36,7 +36,8 @@ void log_placement(const parallel::LaunchEnv& env, parallel::MpiCommunicator& wo
   log::info("{}\nmesh: data {} x tensor {} x pipeline {}{} (order {}, innermost first)", placement, p.data, p.tensor,
             p.pipeline, p.context > 1 ? fmt::format(" x context {} ({})", p.context, enum_name(p.context_mode)) : "",
             fmt::join(parallel::full_order(p.order), ", "));
-  const parallel::Topology topo(int(p.data), int(p.pipeline), int(p.tensor), p.order, int(p.context), int(p.expert));
+  const parallel::Topology topo(int(p.data), int(p.pipeline), int(p.tensor), p.order, int(p.context), int(p.expert),
+                                p.whole_experts());
   const std::string split = parallel::groups_across_nodes(topo.groups(parallel::GroupKind::tensor), node_of_rank);
   if (!split.empty() && world.rank() == 0)
     log::warn(

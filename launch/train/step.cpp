@@ -102,7 +102,9 @@ MoeLoad StepRunner::moe_load() const {
   const auto& mine = net_.moe_step();
   const int64_t E = net_.config().moe.experts;
   // [layer, counts...] per local MoE layer, counts over the data and context groups
-  const std::vector<double> counts = parallel::sum_over(data_, parallel::sum_over(context_, mine.counts));
+  std::vector<double> counts = parallel::sum_over(data_, parallel::sum_over(context_, mine.counts));
+  // whole experts: each tensor rank routed its slice of the rows
+  if (net_.registry().experts().whole) counts = parallel::sum_over(net_.tensor_parallel().group(), counts);
   // ... and the layer's correction bias range where this rank holds it whole (NaN otherwise: ZeRO 3 shards it)
   std::vector<double> packed;
   const bool whole = net_.params().defined() && net_.device().type == DeviceType::cpu;

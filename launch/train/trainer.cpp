@@ -154,15 +154,18 @@ void poison_gradients(parallel::DataParallelParts& parts) {
 // tensor and pipeline ranks hold disjoint slices (replicated ones and the
 // tied copy counted once).
 double global_grad_norm(const model::ParamRegistry& reg, parallel::DataParallelParts& parts, parallel::Mesh& mesh) {
-  double sq = 0;
+  double sq = 0, whole = 0;
   for (const parallel::DataParallelPart& part : parts) {
     double mine = kernels::sum_of_squares_ranges(part.dp->grad_shard(),
                                                  model::norm_counted_runs(reg, part.shard_begin(), part.shard_end()));
     if (part.dp->sharded()) mine = parallel::sum_over(part.replicas, mine);
     if (part.peers) mine = parallel::sum_over(part.peers, mine);
-    sq += mine;
+    // whole experts (expert_tensor 1): their expert group spans the tensor ranks; the pipeline stages are left
+    (&part != &parts[0] && reg.experts().whole ? whole : sq) += mine;
   }
-  return std::sqrt(parallel::sum_over(mesh.model_parallel(), sq));
+  sq = parallel::sum_over(mesh.model_parallel(), sq);
+  if (reg.experts().whole) sq += parallel::sum_over(mesh.pipeline(), whole);
+  return std::sqrt(sq);
 }
 
 // The optimizer of one part of the flat buffer: AdamW over its shard, with
@@ -330,8 +333,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
                  &scaler.state()};
   if (dp.size() > 1) {  // the expert part: its shard over expert-data, after the dense one in the same file
     PartOptimizer& e = *parts[1];
-    ckpt.experts = {.rank = e.part.peers->rank(),
-                    .size = e.part.peers->size(),
+    ckpt.experts = {.rank = e.part.peers ? e.part.peers->rank() : 0,
+                    .size = e.part.peers ? e.part.peers->size() : 1,
                     .dp = e.part.replicas ? e.part.replicas->rank() : 0,
                     .shard_begin = e.part.shard_begin(),
                     .shard_end = e.part.shard_end(),
@@ -451,13 +454,14 @@ std::vector<float> StepGradients::consolidated() const {
   std::vector<std::unique_ptr<model::ParamRegistry>> regs;
   std::vector<std::pair<const model::ParamRegistry*, const float*>> parts;
   const int experts = data_parallel.size() > 1 ? int(par.expert) : 1;
+  const bool whole = m.moe.enabled && par.whole_experts();
   int64_t off = 0;
   for (const int64_t count : counts) {
     const double* place = all.data() + off;
     regs.push_back(std::make_unique<model::ParamRegistry>(
         m, model::TensorShard{int(place[0]), int(par.tensor)},
         model::pipeline_chunks(m, int(par.pipeline), int(par.virtual_stages), par.stage_layers, int(place[1])),
-        model::ExpertShard{int(place[2]), experts}));
+        model::ExpertShard{int(place[2]), experts, whole}));
     parts.push_back({regs.back().get(), values.data() + off + 3});
     off += count;
   }

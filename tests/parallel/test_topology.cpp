@@ -193,6 +193,19 @@ TEST(Topology, ExpertGroupsFoldedOverDataAndContext) {
       << s;
   EXPECT_NE(s.find("[5,7]          [1,5]"), std::string::npos) << s;
   EXPECT_EQ(one.describe(8).find("expert"), std::string::npos);
+  // whole experts (expert_tensor 1 < tensor): runs over each pipeline stage's data x context x tensor ranks,
+  // so the tensor ranks of a run hold different experts
+  Topology w(2, 2, 2, {MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline}, 1, 4, true);
+  EXPECT_EQ(w.members(GroupKind::expert, 1), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(w.members(GroupKind::expert, 6), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(w.members(GroupKind::expert_data, 6), (std::vector<int>{6}));
+  Topology w2(2, 1, 2, {MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline}, 1, 2, true);
+  EXPECT_EQ(w2.members(GroupKind::expert, 2), (std::vector<int>{2, 3}));
+  EXPECT_EQ(w2.members(GroupKind::expert_data, 3), (std::vector<int>{1, 3}));
+  EXPECT_NE(w.describe(8).find("experts: expert 4 x expert_data 1 (data x context x tensor = 4, each expert whole: "
+                               "expert_tensor 1) x pipeline 2"),
+            std::string::npos)
+      << w.describe(8);
 }
 
 TEST(Topology, ExpertRecipeValidationMessages) {
@@ -206,8 +219,20 @@ TEST(Topology, ExpertRecipeValidationMessages) {
   EXPECT_NE(err({"parallel.data=2", "parallel.tensor=2", "parallel.expert=3", "model.moe.experts=6"}, 4)
                 .find("expert(3) x expert_tensor(2) = 6 does not divide data x context x tensor = 4"),
             std::string::npos);
-  EXPECT_NE(err({"parallel.data=2", "parallel.tensor=2", "parallel.expert_tensor=1"}, 4)
-                .find("expert_tensor(1) != tensor(2)"),
+  // whole experts (expert_tensor 1): carved out of data x context x tensor
+  EXPECT_EQ(err({"parallel.data=2", "parallel.tensor=2", "parallel.expert=2", "parallel.expert_tensor=1",
+                 "model.moe.experts=4"},
+                4),
+            "no error");
+  EXPECT_NE(err({"parallel.data=2", "parallel.tensor=4", "parallel.expert_tensor=2"}, 8)
+                .find("expert_tensor(2): each expert's FFN is split over the tensor group (0 or tensor(4)) or whole on "
+                      "one rank (1)"),
+            std::string::npos);
+  EXPECT_NE(err({"parallel.data=2", "parallel.tensor=2", "parallel.expert_tensor=1", "model.moe.balance.kind=hf"}, 4)
+                .find("only aux_loss and none"),
+            std::string::npos);
+  EXPECT_NE(err({"parallel.data=2", "parallel.tensor=2", "parallel.expert_tensor=1", "model.seq_len=3"}, 4)
+                .find("expert_tensor(1): each tensor rank routes its share of the micro-batch's 3 token rows"),
             std::string::npos);
   const char* dense =
       "model: {arch: llama, layers: 2, hidden: 64, heads: 4, kv_heads: 2, seq_len: 8, vocab: 16}\n"

@@ -184,6 +184,24 @@ TEST(Planner, ExpertParallel) {
   for (const PlanResult& x : plan_all(recipe("llama-tiny.yaml"), cpu(), 8)) dense_sizes.insert(x.config.expert);
   EXPECT_EQ(sizes, (std::set<int64_t>{1, 2, 4, 8}));
   EXPECT_EQ(dense_sizes, (std::set<int64_t>{1}));
+  // whole experts (expert_tensor 1) on data 2 x tensor 2: each of 4 expert ranks holds 2 experts of the whole
+  // width; each tensor rank routes half the rows, so the exchange moves half as much as at expert_tensor = tensor
+  Recipe wholes = tiny;
+  wholes.parallel.expert_tensor = 1;
+  PlanConfig w{2, 2, 1, 1, 8, 0, Recompute::none, ScheduleKind::one_f_one_b, false, {}};
+  w.expert = 4;
+  const PlanResult rw = plan_one(wholes, cpu(), w);
+  ASSERT_TRUE(rw.feasible) << rw.reason;
+  EXPECT_EQ(rw.stage_expert_params, experts / 4);
+  w.expert = 2;
+  const PlanResult split = plan_one(tiny, cpu(), w), halved = plan_one(wholes, cpu(), w);
+  ASSERT_TRUE(split.feasible && halved.feasible) << split.reason << halved.reason;
+  EXPECT_EQ(halved.stage_expert_params, experts / 2);
+  EXPECT_EQ(split.stage_expert_params, experts / 2 / 2);  // also split over the tensor group
+  std::set<int64_t> whole_sizes;
+  for (const PlanResult& x : plan_all(wholes, cpu(), 4))
+    if (x.config.tensor == 2 && x.config.data == 2) whole_sizes.insert(x.config.expert);
+  EXPECT_EQ(whole_sizes, (std::set<int64_t>{1, 2, 4}));
 }
 
 // (moe-tiny with QK-norm: the MoE layers' buffers and scratch, the heads'

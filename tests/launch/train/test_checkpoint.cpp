@@ -145,8 +145,9 @@ TEST(Checkpoint, MoeResumesExactlyAndReshards) {
 
 // Experts split over ranks: each rank's file holds its dense shard and its
 // expert shard. Resuming on the same mesh is exact; each checkpoint resumed
-// under the next mesh (expert 4 -> 2 -> 1 -> 2 -> 2 -> 4, ZeRO 0-3, with
-// tensor + sequence and pipeline parallelism) continues the one-process run.
+// under the next mesh (expert 4 -> 2 -> 1 -> 2 -> 2 -> 4 whole over data x
+// tensor -> 1 whole -> 4, ZeRO 0-3, with tensor + sequence and pipeline
+// parallelism) continues the one-process run.
 TEST(Checkpoint, ExpertParallelResumesExactlyAndReshards) {
   if (g_world != 4) GTEST_SKIP() << "runs on 4 ranks";
   const std::vector<std::vector<std::string>> all = {
@@ -155,7 +156,10 @@ TEST(Checkpoint, ExpertParallelResumesExactlyAndReshards) {
       {"parallel.data=4", "parallel.zero=3"},
       {"parallel.data=2", "parallel.tensor=2", "parallel.expert=2", "parallel.zero=3",
        "parallel.sequence_parallel=true"},
-      {"parallel.data=2", "parallel.pipeline=2", "parallel.expert=2", "parallel.zero=2"}};
+      {"parallel.data=2", "parallel.pipeline=2", "parallel.expert=2", "parallel.zero=2"},
+      // whole experts (expert_tensor 1): over data x tensor, and whole on every tensor rank (expert 1)
+      {"parallel.data=2", "parallel.tensor=2", "parallel.expert=4", "parallel.expert_tensor=1", "parallel.zero=1"},
+      {"parallel.data=2", "parallel.tensor=2", "parallel.expert_tensor=1", "parallel.zero=3"}};
   std::vector<std::string> saved;
   int i = 0;
   for (const auto& mesh : all) {

@@ -284,19 +284,19 @@ TEST(Pipeline, ExpertParallelMatchesSingleRank) {
   Case ring{2, 2, 1, "1f1b", 1, "moe", true}, a2a{2, 1, 2, "zero_bubble", 3, "moe"}, wide{4, 1, 1, "1f1b", 2, "moe"};
   ring.context = 2, a2a.context = 2, a2a.context_mode = "all_to_all";
   wide.context = 2;  // expert 8 over data 4 x context 2
-  std::vector<Case> list = {expert({4, 1, 2, "1f1b", 0, "moe"}, 4),  // the mesh: expert-data 1
-                            expert({8, 1, 1, "1f1b", 1, "moe"}, 8),
-                            expert({8, 1, 1, "gpipe", 3, "moe"}, 4),  // expert-data 2, ZeRO 3 shards over it
-                            expert({4, 2, 1, "1f1b", 2, "moe", true}, 2),
-                            expert({2, 2, 2, "zero_bubble", 3, "moe", true}, 2),
-                            expert({2, 2, 2, "interleaved_1f1b", 1, "moe"}, 2),
-                            expert({4, 1, 2, "zero_bubble", 2, "moe"}, 2),
-                            expert(ring, 4),
-                            expert(a2a, 2),
-                            expert(wide, 8),
-                            expert({8, 1, 1, "gpipe", 3, "moe"}, 8),
-                            expert({8, 1, 1, "1f1b", 0, "moe"}, 4, deepseek),
-                            expert({2, 2, 2, "1f1b", 3, "moe", true}, 2, deepseek)};
+  std::vector<Case> list = {
+      expert({4, 1, 2, "1f1b", 0, "moe"}, 4),  // the mesh: expert-data 1
+      expert({8, 1, 1, "1f1b", 1, "moe"}, 8),
+      expert({8, 1, 1, "gpipe", 3, "moe"}, 4),  // expert-data 2, ZeRO 3 shards over it
+      expert({4, 2, 1, "1f1b", 2, "moe", true}, 2), expert({2, 2, 2, "zero_bubble", 3, "moe", true}, 2),
+      expert({2, 2, 2, "interleaved_1f1b", 1, "moe"}, 2), expert({4, 1, 2, "zero_bubble", 2, "moe"}, 2),
+      expert(ring, 4), expert(a2a, 2), expert(wide, 8), expert({8, 1, 1, "gpipe", 3, "moe"}, 8),
+      // whole experts (expert_tensor 1): the expert group spans the tensor ranks
+      expert({2, 2, 2, "1f1b", 1, "moe"}, 4, {"parallel.expert_tensor=1"}),
+      expert({2, 2, 2, "zero_bubble", 3, "moe", true}, 2, {"parallel.expert_tensor=1"}),
+      expert({4, 2, 1, "gpipe", 2, "moe", true}, 8, {"parallel.expert_tensor=1"}),
+      expert({1, 2, 4, "interleaved_1f1b", 0, "moe"}, 1, {"parallel.expert_tensor=1"}),
+      expert({8, 1, 1, "1f1b", 0, "moe"}, 4, deepseek), expert({2, 2, 2, "1f1b", 3, "moe", true}, 2, deepseek)};
   list[3].recompute = "selective", list[5].recompute = "full";
   for (const Case& c : list) {
     if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;

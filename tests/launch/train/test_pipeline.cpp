@@ -284,6 +284,8 @@ TEST(Pipeline, ExpertParallelMatchesSingleRank) {
   Case ring{2, 2, 1, "1f1b", 1, "moe", true}, a2a{2, 1, 2, "zero_bubble", 3, "moe"}, wide{4, 1, 1, "1f1b", 2, "moe"};
   ring.context = 2, a2a.context = 2, a2a.context_mode = "all_to_all";
   wide.context = 2;  // expert 8 over data 4 x context 2
+  Case whole_ring{2, 2, 1, "1f1b", 1, "moe", true};
+  whole_ring.context = 2;  // whole experts over data 2 x context 2 x tensor 2
   std::vector<Case> list = {
       expert({4, 1, 2, "1f1b", 0, "moe"}, 4),  // the mesh: expert-data 1
       expert({8, 1, 1, "1f1b", 1, "moe"}, 8),
@@ -296,7 +298,8 @@ TEST(Pipeline, ExpertParallelMatchesSingleRank) {
       expert({2, 2, 2, "zero_bubble", 3, "moe", true}, 2, {"parallel.expert_tensor=1"}),
       expert({4, 2, 1, "gpipe", 2, "moe", true}, 8, {"parallel.expert_tensor=1"}),
       expert({1, 2, 4, "interleaved_1f1b", 0, "moe"}, 1, {"parallel.expert_tensor=1"}),
-      expert({8, 1, 1, "1f1b", 0, "moe"}, 4, deepseek), expert({2, 2, 2, "1f1b", 3, "moe", true}, 2, deepseek)};
+      expert(whole_ring, 8, {"parallel.expert_tensor=1"}), expert({8, 1, 1, "1f1b", 0, "moe"}, 4, deepseek),
+      expert({2, 2, 2, "1f1b", 3, "moe", true}, 2, deepseek)};
   list[3].recompute = "selective", list[5].recompute = "full";
   for (const Case& c : list) {
     if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;

@@ -95,7 +95,7 @@ void ExpertParallel::complete(PendingDispatch& x, bool combine) {
   if (x.work) x.work->wait(), x.work.reset();
   const double end = clock_seconds();
   traffic_.rows_sent += x.rows_sent, traffic_.rows_received += x.rows_received, ++traffic_.calls;
-  traffic_.seconds += end - x.start, traffic_.waited += end - wait;
+  traffic_.seconds += end - x.start;
   if (record_ && group_ && size() > 1) spans_.push_back({combine, x.start, wait, end});
 }
 

@@ -39,7 +39,6 @@ namespace trident::parallel {
 struct ExpertTraffic {
   int64_t rows_sent = 0, rows_received = 0, calls = 0;
   double seconds = 0;  // inside the exchanges (issue to completion)
-  double waited = 0;   // of it, blocked waiting (the rest overlapped other work)
 };
 
 // One exchange as the trace shows it: issued at `start`, waited for from

@@ -53,7 +53,7 @@ struct RankState {
   // the expert-data group, saved after the dense shard in the same file.
   // params null: none (the shard above is the whole buffer's).
   struct ExpertPart {
-    int rank = 0, size = 1;                  // this rank's place in the expert group, and its size
+    int rank = 0;                            // this rank's place in the expert group
     int dp = 0;                              // ... in the expert-data group (ZeRO 0: its rank 0 writes)
     int64_t shard_begin = 0, shard_end = 0;  // elements of the flat buffer
     float *params = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;

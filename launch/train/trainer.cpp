@@ -334,7 +334,6 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   if (dp.size() > 1) {  // the expert part: its shard over expert-data, after the dense one in the same file
     PartOptimizer& e = *parts[1];
     ckpt.experts = {.rank = e.part.peers ? e.part.peers->rank() : 0,
-                    .size = e.part.peers ? e.part.peers->size() : 1,
                     .dp = e.part.replicas ? e.part.replicas->rank() : 0,
                     .shard_begin = e.part.shard_begin(),
                     .shard_end = e.part.shard_end(),

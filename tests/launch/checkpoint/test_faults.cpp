@@ -229,6 +229,28 @@ TEST(Faults, LatestAndIndexAreChecked) {
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), index + ": key 'files': missing");
   }
+  // experts split over ranks (mesh.expert > 1): each file names its expert rank and its expert shard
+  std::string split = text.substr(0, sum) + "}\n";
+  const size_t mesh = split.find("\"expert\":1");
+  ASSERT_NE(mesh, std::string::npos) << split.substr(0, 400);
+  split.replace(mesh, 10, "\"expert\":2");
+  std::ofstream(index) << split;
+  try {
+    launch::checkpoint::read_index(index);
+    ADD_FAILURE() << "a file without its expert rank was accepted";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(contains(e.what(), "key 'ep' in 'files[0]': missing")) << e.what();
+  }
+  const size_t first = split.find("\"dp\":0");
+  ASSERT_NE(first, std::string::npos);
+  split.insert(first, "\"ep\":0,\"expert_shard\":[5,3],");
+  std::ofstream(index) << split;
+  try {
+    launch::checkpoint::read_index(index);
+    ADD_FAILURE() << "a reversed expert shard was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), index + ": key 'expert_shard' in 'files[0]': expected [begin, end]");
+  }
 }
 
 // train.nonfinite: stop ends the run before the update naming the first

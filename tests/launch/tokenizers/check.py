@@ -56,6 +56,8 @@ def corpus_file(root, work):
     path = os.path.join(work, "docs_corpus.txt")
     with open(path, "w", encoding="utf-8") as out:
         for name in sorted(os.listdir(os.path.join(root, "docs"))):
+            if not name.endswith(".md"):  # the docs' pages, not their images folder
+                continue
             with open(os.path.join(root, "docs", name), encoding="utf-8") as f:
                 out.write(f.read() + "\n\n")
     return path

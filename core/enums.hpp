@@ -31,6 +31,8 @@ enum class TokenizerKind { byte, chars, hf_bpe, sentencepiece };
 enum class RouterScore { softmax, sigmoid };  // a mixture-of-experts router's scores (model.moe.router.score)
 // a mixture-of-experts model's load-balancing loss (model.moe.balance.kind)
 enum class Balance { aux_loss, seq_aux_loss, hf, none };
+// a layer's attention (model.attention): grouped-query, or multi-head latent (DeepSeek-V2/V3)
+enum class AttentionKind { standard, mla };
 
 template <typename E>
 struct EnumNames;
@@ -60,6 +62,7 @@ TRIDENT_ENUM_NAMES(TokenizerKind, {TokenizerKind::byte, "byte"}, {TokenizerKind:
 TRIDENT_ENUM_NAMES(RouterScore, {RouterScore::softmax, "softmax"}, {RouterScore::sigmoid, "sigmoid"});
 TRIDENT_ENUM_NAMES(Balance, {Balance::aux_loss, "aux_loss"}, {Balance::seq_aux_loss, "seq_aux_loss"},
                    {Balance::hf, "hf"}, {Balance::none, "none"});
+TRIDENT_ENUM_NAMES(AttentionKind, {AttentionKind::standard, "standard"}, {AttentionKind::mla, "mla"});
 TRIDENT_ENUM_NAMES(DeviceType, {DeviceType::cpu, "cpu"}, {DeviceType::cuda, "cuda"});
 
 template <typename E>

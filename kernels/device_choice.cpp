@@ -260,6 +260,17 @@ KERNEL_OP(void, heads_gather, (T * heads, const T* qkv, int64_t N, int64_t H, in
           (heads, qkv, N, H, KV, D, W), heads, cuda::heads_gather(heads, qkv, N, H, KV, D, W));
 KERNEL_OP(void, heads_scatter, (T * qkv, const T* heads, int64_t N, int64_t H, int64_t KV, int64_t D, int64_t W),
           (qkv, heads, N, H, KV, D, W), qkv, cuda::heads_scatter(qkv, heads, N, H, KV, D, W));
+KERNEL_OP(void, mla_heads,
+          (T * qkv, const T* q, const T* kvb, const T* kr, int64_t N, int64_t H, int64_t Dn, int64_t Dr, int64_t Dv),
+          (qkv, q, kvb, kr, N, H, Dn, Dr, Dv), qkv, cuda::mla_heads(qkv, q, kvb, kr, N, H, Dn, Dr, Dv));
+KERNEL_OP(void, mla_heads_backward,
+          (T * dq, T* dkvb, T* dkr, const T* dqkv, int64_t N, int64_t H, int64_t Dn, int64_t Dr, int64_t Dv),
+          (dq, dkvb, dkr, dqkv, N, H, Dn, Dr, Dv), dqkv,
+          cuda::mla_heads_backward(dq, dkvb, dkr, dqkv, N, H, Dn, Dr, Dv));
+KERNEL_OP(void, heads_narrow, (T * out, const T* in, int64_t N, int64_t H, int64_t Din, int64_t Dout),
+          (out, in, N, H, Din, Dout), out, cuda::heads_narrow(out, in, N, H, Din, Dout));
+KERNEL_OP(void, heads_widen, (T * out, const T* in, int64_t N, int64_t H, int64_t Din, int64_t Dout),
+          (out, in, N, H, Din, Dout), out, cuda::heads_widen(out, in, N, H, Din, Dout));
 
 // kernels/residual.hpp
 KERNEL_OP(void, residual_forward, (T * out, const T* a, const T* b, const T* bias, int64_t N, int64_t C),
@@ -268,6 +279,16 @@ KERNEL_OP(void, bias_backward, (T * dbias, const T* dout, int64_t N, int64_t C, 
           (dbias, dout, N, C, accumulate), dout, cuda::bias_backward(dbias, dout, N, C, accumulate));
 
 // kernels/rotary.hpp
+KERNEL_OP(void, rope_pairs_forward,
+          (T * x, const double* table, int64_t B, int64_t T_, int64_t heads, int64_t ld, int64_t stride, int64_t offset,
+           int64_t Dr, const int32_t* doc_start),
+          (x, table, B, T_, heads, ld, stride, offset, Dr, doc_start), x,
+          cuda::rope_pairs(x, table, B, T_, heads, ld, stride, offset, Dr, 1.0, doc_start));
+KERNEL_OP(void, rope_pairs_backward,
+          (T * x, const double* table, int64_t B, int64_t T_, int64_t heads, int64_t ld, int64_t stride, int64_t offset,
+           int64_t Dr, const int32_t* doc_start),
+          (x, table, B, T_, heads, ld, stride, offset, Dr, doc_start), x,
+          cuda::rope_pairs(x, table, B, T_, heads, ld, stride, offset, Dr, -1.0, doc_start));
 KERNEL_OP(void, rope_forward,
           (T * qkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
            const int32_t* doc_start),

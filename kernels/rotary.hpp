@@ -19,4 +19,18 @@ template <typename T>
 void rope_backward(T* dqkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
                    const int32_t* doc_start = nullptr);
 
+// Interleaved rotary embedding (DeepSeek-V3's rope_interleave, the layout
+// of its published weights): channel 2i pairs with 2i + 1, frequency
+// theta^(-2i/Dr), table = rope_table(T, Dr, theta). Rotates, in place, `heads`
+// vectors of Dr values in each row of x [B, T, ld]: vector h at column
+// h * stride + offset (multi-head latent attention's query heads' rotary
+// parts, or its one shared rotary key). Backward rotates by -angle.
+// doc_start as above (row (b, t) at position t - doc_start[b*T + t]).
+template <typename T>
+void rope_pairs_forward(T* x, const double* table, int64_t B, int64_t T_, int64_t heads, int64_t ld, int64_t stride,
+                        int64_t offset, int64_t Dr, const int32_t* doc_start = nullptr);
+template <typename T>
+void rope_pairs_backward(T* x, const double* table, int64_t B, int64_t T_, int64_t heads, int64_t ld, int64_t stride,
+                         int64_t offset, int64_t Dr, const int32_t* doc_start = nullptr);
+
 }  // namespace trident::kernels

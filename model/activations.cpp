@@ -103,6 +103,12 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
       const int64_t rows = N * (dims_.heads + dims_.kv_heads);
       a.qk_pre = alloc(rows * cfg_.head_dim()), a.qk_rstd = alloc(rows);
     }
+  if (cfg_.is_mla())  // the latents before and after their norms, and the statistics, per layer in every mode
+    for (auto& a : ctx->layers) {
+      const int64_t QL = cfg_.mla.q_lora_rank, KL = cfg_.mla.kv_lora_rank;
+      if (QL > 0) a.mla.q_lat = alloc(N * QL), a.mla.q_rstd = alloc(N), a.mla.q_norm = alloc(N * QL);
+      a.mla.kv_lat = alloc(N * KL), a.mla.kv_rstd = alloc(N), a.mla.kv_norm = alloc(N * KL);
+    }
   if (moe_) {
     ctx->moe.resize(size_t(L));
     for (int64_t l = 0; l < L; ++l)
@@ -205,9 +211,8 @@ void Transformer<T>::ensure_scratch(int64_t B) {
     scratch16_B_ = B;
   }
   if (B <= scratch_B_) return;
-  const int64_t sizes[10] = {N * C,         R * C,        R * C,          N * C,
-                             N * C,         R * C,        N * qkv_width_, N * dims_.heads * cfg_.head_dim(),
-                             N * fc_width_, N * dims_.ffn};
+  const int64_t sizes[10] = {
+      N * C, R * C, R * C, N * C, N * C, R * C, N * qkv_width_, N * dims_.heads * dq_, N * fc_width_, N * dims_.ffn};
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
   scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, device_);

@@ -150,6 +150,36 @@ const Architecture kLlama{Arch::llama,
                                I::ones,
                                false,
                                {S::replicate}},
+                              // multi-head latent attention: the latents are computed on every tensor rank
+                              // from all rows; each rank's gradient covers its heads (head_partial)
+                              {P::layer,
+                               "self_attn.q_a_proj.weight",
+                               Slot::q_down_weight,
+                               Dim::QL,
+                               Dim::C,
+                               K::weight,
+                               I::normal,
+                               false,
+                               {S::replicate},
+                               false,
+                               false,
+                               U::mla_q_lora,
+                               false,
+                               true},
+                              {P::layer,
+                               "self_attn.q_a_layernorm.weight",
+                               Slot::q_down_norm,
+                               Dim::QL,
+                               Dim::one,
+                               K::norm,
+                               I::ones,
+                               false,
+                               {S::replicate},
+                               false,
+                               false,
+                               U::mla_q_lora,
+                               false,
+                               true},
                               {P::layer,
                                "self_attn.q_proj.weight",
                                Slot::qkv_weight,
@@ -158,7 +188,22 @@ const Architecture kLlama{Arch::llama,
                                K::weight,
                                I::normal,
                                false,
-                               {S::column}},
+                               {S::column},
+                               false,
+                               false,
+                               U::q_full},
+                              {P::layer,
+                               "self_attn.q_b_proj.weight",
+                               Slot::qkv_weight,
+                               Dim::HD,
+                               Dim::QL,
+                               K::weight,
+                               I::normal,
+                               false,
+                               {S::column},
+                               false,
+                               false,
+                               U::mla_q_lora},
                               {P::layer,
                                "self_attn.k_proj.weight",
                                Slot::fused,
@@ -167,7 +212,10 @@ const Architecture kLlama{Arch::llama,
                                K::weight,
                                I::normal,
                                false,
-                               {S::column_kv}},
+                               {S::column_kv},
+                               false,
+                               false,
+                               U::standard},
                               {P::layer,
                                "self_attn.v_proj.weight",
                                Slot::fused,
@@ -176,12 +224,55 @@ const Architecture kLlama{Arch::llama,
                                K::weight,
                                I::normal,
                                false,
-                               {S::column_kv}},
+                               {S::column_kv},
+                               false,
+                               false,
+                               U::standard},
+                              {P::layer,
+                               "self_attn.kv_a_proj_with_mqa.weight",
+                               Slot::kv_down_weight,
+                               Dim::KVA,
+                               Dim::C,
+                               K::weight,
+                               I::normal,
+                               false,
+                               {S::replicate},
+                               false,
+                               false,
+                               U::mla,
+                               false,
+                               true},
+                              {P::layer,
+                               "self_attn.kv_a_layernorm.weight",
+                               Slot::kv_down_norm,
+                               Dim::KL,
+                               Dim::one,
+                               K::norm,
+                               I::ones,
+                               false,
+                               {S::replicate},
+                               false,
+                               false,
+                               U::mla,
+                               false,
+                               true},
+                              {P::layer,
+                               "self_attn.kv_b_proj.weight",
+                               Slot::kv_up_weight,
+                               Dim::HKV,
+                               Dim::KL,
+                               K::weight,
+                               I::normal,
+                               false,
+                               {S::column},
+                               false,
+                               false,
+                               U::mla},
                               {P::layer,
                                "self_attn.o_proj.weight",
                                Slot::attn_out_weight,
                                Dim::C,
-                               Dim::HD,
+                               Dim::HV,
                                K::weight,
                                I::normal,
                                false,
@@ -398,7 +489,17 @@ int64_t size_of(Dim d, const ModelConfig& m, int64_t V) {
     case Dim::T:
       return m.seq_len;
     case Dim::HD:
-      return m.heads * m.head_dim();
+      return m.heads * m.q_head_dim();
+    case Dim::HV:
+      return m.heads * m.v_head_dim();
+    case Dim::QL:
+      return m.mla.q_lora_rank;
+    case Dim::KL:
+      return m.mla.kv_lora_rank;
+    case Dim::KVA:
+      return m.mla.kv_lora_rank + m.mla.qk_rope_head_dim;
+    case Dim::HKV:
+      return m.heads * (m.mla.qk_nope_head_dim + m.mla.v_head_dim);
     case Dim::KVD:
       return m.kv_heads * m.head_dim();
     case Dim::three_C:
@@ -470,6 +571,18 @@ std::vector<const ParamRow*> Architecture::layer_rows(const ModelConfig& cfg, in
         break;
       case LayerUse::qk_norm:
         held = cfg.qk_norm;
+        break;
+      case LayerUse::standard:
+        held = !cfg.is_mla();
+        break;
+      case LayerUse::q_full:
+        held = !cfg.is_mla() || cfg.mla.q_lora_rank == 0;
+        break;
+      case LayerUse::mla:
+        held = cfg.is_mla();
+        break;
+      case LayerUse::mla_q_lora:
+        held = cfg.is_mla() && cfg.mla.q_lora_rank > 0;
         break;
     }
     if (held) out.push_back(&r);

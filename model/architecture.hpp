@@ -54,6 +54,13 @@ enum class Slot {
   shared_gate_weight,  // MoE: Qwen2-MoE's shared-expert gate [1, C]
   q_norm_weight,       // QK-norm (Qwen3): [D]
   k_norm_weight,       // [D]
+  // multi-head latent attention (model.attention: mla; the query projection
+  // q_proj / q_b_proj is qkv_weight, o_proj attn_out_weight)
+  q_down_weight,   // q_a_proj [QL, C]
+  q_down_norm,     // q_a_layernorm [QL]
+  kv_down_weight,  // kv_a_proj_with_mqa [KL + Dr, C]: the latent's rows, then the shared rotary key's
+  kv_down_norm,    // kv_a_layernorm [KL]
+  kv_up_weight,    // kv_b_proj [H (Dn + Dv), KL]: each head's key part and value
   token_table,
   positions,
   final_norm_weight,
@@ -61,16 +68,33 @@ enum class Slot {
   lm_head,
   fused
 };
-inline constexpr int kLayerSlots = 19;
+inline constexpr int kLayerSlots = 24;
 
 // A shape term: the product of the model sizes it names.
 // MoE: E experts, I each one's width, S the shared experts' width.
-enum class Dim { one, C, F, V, T, HD, KVD, three_C, E, I, EC, two_EI, S, D };
+// HD: H query heads of their size (MLA: Dn + Dr); HV: H value heads (the
+// attention output). MLA: QL q_lora_rank, KL kv_lora_rank, KVA = KL + Dr,
+// HKV = H (Dn + Dv).
+enum class Dim { one, C, F, V, T, HD, HV, KVD, three_C, E, I, EC, two_EI, S, D, QL, KL, KVA, HKV };
 
 // Which layers hold a layer row: all, the dense ones, or the MoE ones (all
 // of them, or those with shared experts, the shared-expert gate, the
 // router's correction bias), by ModelConfig::moe.
-enum class LayerUse { all, dense, moe, moe_shared, moe_shared_gate, moe_bias, qk_norm };
+// standard: grouped-query attention's; q_full: its query projection, or
+// MLA's without a query latent; mla: MLA's; mla_q_lora: MLA's query latent.
+enum class LayerUse {
+  all,
+  dense,
+  moe,
+  moe_shared,
+  moe_shared_gate,
+  moe_bias,
+  qk_norm,
+  standard,
+  q_full,
+  mla,
+  mla_q_lora
+};
 
 enum class NormKind { layer_norm, rms_norm };
 enum class MlpKind { gelu, swiglu };  // swiglu: the input weight is [2F, C] (gate | up)

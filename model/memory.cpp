@@ -17,8 +17,8 @@ ActivationSizes activation_sizes(const ModelConfig& cfg, const ActivationShape& 
   z.R = gathers ? z.N / s.tensor : z.N;
   z.norm_full = gathers ? z.N * z.C : z.R * z.C;  // gathered to all rows when sequence parallel
   z.stats = z.R;
-  z.qkv = z.N * (d.heads + 2 * d.kv_heads) * cfg.head_dim();
-  z.atty = z.N * d.heads * cfg.head_dim();
+  z.qkv = z.N * (d.heads + 2 * d.kv_heads) * cfg.q_head_dim();
+  z.atty = z.N * d.heads * cfg.q_head_dim();  // MLA: the value heads padded to the query head size
   z.fc = z.N * architecture(cfg.arch).mlp_in_width(d.ffn);
   z.act = z.N * d.ffn;
   z.attention_state = kernels::attention_state_elements(s.micro_batch, cfg.seq_len / s.context, d.heads);
@@ -60,6 +60,10 @@ int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, in
     const LocalDims d = local_dims(cfg, {0, s.tensor});
     n += layers * z.N * (d.heads + d.kv_heads) * (cfg.head_dim() + 1);
   }
+  if (cfg.is_mla()) {  // the latents before and after their norms, and their statistics
+    const MlaConfig& a = cfg.mla;
+    n += layers * z.N * (2 * a.kv_lora_rank + 1 + (a.q_lora_rank > 0 ? 2 * a.q_lora_rank + 1 : 0));
+  }
   if (layers > 0 && s.recompute != Recompute::full)
     n += layers * (layer_set_elements(z) + (s.recompute == Recompute::none ? z.attention_state : 0));
   n += layers * z.R * z.C;  // each layer's input
@@ -82,6 +86,12 @@ int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s) {
   if (cfg.qk_norm) {  // the query and key heads as rows, and their gradients
     const LocalDims d = local_dims(cfg, {0, s.tensor});
     n += 2 * z.N * (d.heads + d.kv_heads) * cfg.head_dim();
+  }
+  if (cfg.is_mla()) {  // Transformer::mla_scratch
+    const MlaConfig& a = cfg.mla;
+    const int64_t H = local_dims(cfg, {0, s.tensor}).heads;
+    n += z.N * (H * cfg.q_head_dim() + H * (a.qk_nope_head_dim + a.v_head_dim) + a.qk_rope_head_dim +
+                2 * H * a.v_head_dim + 2 * a.kv_lora_rank + 2 * a.q_lora_rank + z.C);
   }
   const MoeConfig& e = cfg.moe;
   if (e.enabled) {  // MoeMlp's: gathered rows and their gradients, router gradients, the shared experts'

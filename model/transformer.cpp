@@ -28,9 +28,16 @@ double flops_per_token(const ModelConfig& m) {
   const double moe = C * double(e.experts) + 3 * C * double(e.top_k * e.ffn_hidden + e.shared_width()) +
                      (e.shared_expert_gate ? C : 0);
   double attn = C * (H + 2 * KV) * D + H * D * C;
+  if (m.is_mla()) {  // the latents' down and up projections, o_proj
+    const MlaConfig& a = m.mla;
+    const double QL = double(a.q_lora_rank), KL = double(a.kv_lora_rank), Dq = double(a.qk_head_dim());
+    attn = (QL > 0 ? C * QL + QL * H * Dq : C * H * Dq) + C * (KL + double(a.qk_rope_head_dim)) +
+           KL * H * double(a.qk_nope_head_dim + a.v_head_dim) + H * double(a.v_head_dim) * C;
+  }
   double matmul_params = L * attn + double(m.vocab) * C;
   for (int64_t l = 0; l < m.layers; ++l) matmul_params += e.is_moe(l) ? moe : mlp;
-  return 6 * matmul_params + 12 * L * C * double(m.seq_len);
+  // scores and weighted values: 2 T H (Dq + Dv) per token forward, x3 (2 H D = 2 C: 12 L C T)
+  return 6 * matmul_params + 6 * L * double(m.seq_len) * H * double(m.q_head_dim() + m.v_head_dim());
 }
 
 template <typename T>
@@ -46,10 +53,11 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
                        where.whole_experts && tp_->size() > 1}),
       dims_(local_dims(cfg, {tp_->rank(), tp_->size()})),
       arch_(architecture(cfg.arch)) {
-  const int64_t D = cfg.head_dim();
-  qkv_width_ = (dims_.heads + 2 * dims_.kv_heads) * D;
+  dq_ = cfg.q_head_dim(), dv_ = cfg.v_head_dim();
+  qkv_width_ = (dims_.heads + 2 * dims_.kv_heads) * dq_;
   fc_width_ = arch_.mlp_in_width(dims_.ffn);
-  if (arch_.positions == Positions::rotary) rope_ = k::rope_table(cfg.seq_len, D, cfg.rope_theta);
+  if (arch_.positions == Positions::rotary)  // MLA: its rotary parts only
+    rope_ = k::rope_table(cfg.seq_len, cfg.is_mla() ? cfg.mla.qk_rope_head_dim : dq_, cfg.rope_theta);
   if (cfg.moe.enabled)
     moe_ = std::make_unique<MoeMlp<T>>(
         cfg.moe, cfg.hidden, cfg.moe.ffn_hidden / (reg_.experts().whole ? 1 : tp_->size()),
@@ -249,18 +257,22 @@ T* Transformer<T>::qk_scratch(int64_t N) {
 template <typename T>
 void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B, MoeActs<T>* m) {
   const int64_t Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
-  const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), F = dims_.ffn;
+  const int64_t H = dims_.heads, KV = dims_.kv_heads, D = dq_, F = dims_.ffn;
   ensure_scratch(B);
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x_in, p.n1w, p.n1b, R);
   store(a.ln1, R * C);
   const T* h = tp_->enter(a.ln1_full, a.ln1, N, C);
-  linear_fwd(a.qkv, {h}, {p.qkvw}, p.qkvb, N, C, qkv_width_);
-  if (a.qk_pre) qk_norm_forward(a.qkv, a.qk_pre, a.qk_rstd, p, N);
-  if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D, origin_);
+  if (cfg_.is_mla()) {
+    mla_forward(a, h, p, B);
+  } else {
+    linear_fwd(a.qkv, {h}, {p.qkvw}, p.qkvb, N, C, qkv_width_);
+    if (a.qk_pre) qk_norm_forward(a.qkv, a.qk_pre, a.qk_rstd, p, N);
+    if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D, origin_);
+  }
   store(a.qkv, N * qkv_width_);
   cp_->attention_forward(a.atty, a.lse, a.qkv, B, H, KV, D, doc_start_);
   store(a.atty, N * H * D);
-  linear_fwd(partial_, {a.atty}, {p.ow}, nullptr, N, H * D, C);
+  linear_fwd(partial_, {attention_out(a.atty, N)}, {p.ow}, nullptr, N, H * dv_, C);
   store(partial_, N * C);
   const T* y = tp_->exit(reduced_, partial_, N, C);
   k::residual_forward(a.x_mid, a.x_in, y, p.ob, R, C);
@@ -377,7 +389,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
   const Chunk& ch = chunks_[size_t(ctx.chunk)];
   const bool acc = accumulate;
   const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
-  const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), F = dims_.ffn, V = dims_.vocab;
+  const int64_t H = dims_.heads, KV = dims_.kv_heads, D = dq_, F = dims_.ffn, V = dims_.vocab;
   doc_start_ = ctx.doc_start;
   origin_ = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
   const int L = int(ch.spec.layers);
@@ -443,7 +455,8 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     T* d_fc = split ? ctx.saved[size_t(l)].d_fc : d_fc_;
     T* dpw = split ? nullptr : p.dpw;
     T* dfcw = split ? nullptr : p.dfcw;
-    T* dow = split ? nullptr : p.dow;
+    // MLA's attention weights get their gradients in the input pass (docs/mla.md)
+    T* dow = split && !cfg_.is_mla() ? nullptr : p.dow;
     T* dqkvw = split ? nullptr : p.dqkvw;
     if (recompute == Recompute::full) {
       // Rerun this layer's forward from its saved input; the output goes to a
@@ -487,9 +500,26 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     dy = tp_->exit_backward(d_full_, d_res_, N, C);
     if (split) k::copy(ctx.saved[size_t(l)].d_attn_out, dy, N * C);
     if (gemm_reads_16bit()) k::pack_16(dy16_, dy, N * C, precision_);
-    linear_bwd(d_atty_, dow, nullptr, {dy, dy16_}, saved_in(ctx, l, 3, a.atty), {p.ow}, N, H * D, C, acc);
+    if (cfg_.is_mla()) {  // the o_proj input without the value heads' padding, and back
+      const MlaScratch m = mla_scratch(N);
+      linear_bwd(m.d_attv, dow, nullptr, {dy, dy16_}, {attention_out(a.atty, N)}, {p.ow}, N, H * dv_, C, acc);
+      k::heads_widen(d_atty_, m.d_attv, N, H, dv_, D);
+    } else {
+      linear_bwd(d_atty_, dow, nullptr, {dy, dy16_}, saved_in(ctx, l, 3, a.atty), {p.ow}, N, H * D, C, acc);
+    }
     store(d_atty_, N * H * D);
     cp_->attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.lse, B, H, KV, D, doc_start_);
+    if (cfg_.is_mla()) {
+      mla_backward(a, saved_in(ctx, l, 1, a.ln1_full), d_qkv, p, B, acc);
+      d = tp_->enter_backward(d_local_, d_ln_, N, C);
+      norm_backward(d_res_, p.dn1w, p.dn1b, d, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, R, acc);
+      store(d_res_, R * C);
+      done_params(s);
+      done_grads(s);
+      ready(s);
+      if (es >= 0) done_params(es), done_grads(es), ready(es);
+      continue;
+    }
     if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D, origin_);
     if (a.qk_pre) qk_norm_backward(d_qkv, a.qk_pre, a.qk_rstd, p, N, acc);
     if (gemm_reads_16bit())
@@ -538,8 +568,116 @@ void Transformer<T>::layer_weight_grads(const Activations<T>& ctx, int l, const 
     linear_bwd(nullptr, p.dpw, nullptr, {g.d_mlp_out}, saved_in(ctx, l, 7, a.act), {p.pw}, N, F, C, acc);
     linear_bwd(nullptr, p.dfcw, nullptr, {g.d_fc}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw}, N, C, fc_width_, acc);
   }
+  if (cfg_.is_mla()) return;  // its attention's came with the input pass
   linear_bwd(nullptr, p.dow, nullptr, {g.d_attn_out}, saved_in(ctx, l, 3, a.atty), {p.ow}, N, HD, C, acc);
   linear_bwd(nullptr, p.dqkvw, nullptr, {g.d_qkv}, saved_in(ctx, l, 1, a.ln1_full), {p.qkvw}, N, C, qkv_width_, acc);
+}
+
+// Multi-head latent attention (docs/mla.md), as transformers' DeepseekV3Attention:
+//   q  = q_b(rmsnorm(q_a h)) or q_proj h            [N, H Dq], each head [nope | rope]
+//   kv = kv_a_proj_with_mqa h = [latent (KL) | kr (Dr)]
+//   kvb = kv_b(rmsnorm(latent))                      [N, H (Dn + Dv)]
+// rotary (interleaved pairs) on each query head's rope part and on kr, then
+// the heads for the attention kernels (kernels::mla_heads). kv_a's two row
+// blocks are two linears: the latent's KL rows, then kr's Dr rows. The
+// latents' norms use epsilon 1e-6 whatever model.norm_eps says (DeepSeek's
+// and transformers' code: RMSNorm(rank) with its default).
+constexpr double kMlaNormEps = 1e-6;
+template <typename T>
+void Transformer<T>::mla_forward(const LayerActs<T>& a, const T* h, const LayerParams& p, int64_t B) {
+  const MlaConfig& c = cfg_.mla;
+  const int64_t N = B * seq(), C = cfg_.hidden, H = dims_.heads, Dn = c.qk_nope_head_dim, Dr = c.qk_rope_head_dim;
+  const int64_t QL = c.q_lora_rank, KL = c.kv_lora_rank, Dkv = Dn + dv_;
+  const MlaScratch m = mla_scratch(N);
+  const MlaActs<T>& s = a.mla;
+  if (QL > 0) {
+    linear_fwd(s.q_lat, {h}, {p.qaw}, nullptr, N, C, QL);
+    store(s.q_lat, N * QL);
+    k::rmsnorm_forward(s.q_norm, s.q_rstd, s.q_lat, p.qan, N, QL, kMlaNormEps);
+    store(s.q_norm, N * QL);
+    linear_fwd(m.q, {s.q_norm}, {p.qkvw}, nullptr, N, QL, H * dq_);
+  } else {
+    linear_fwd(m.q, {h}, {p.qkvw}, nullptr, N, C, H * dq_);
+  }
+  linear_fwd(s.kv_lat, {h}, {p.kvaw}, nullptr, N, C, KL);
+  store(s.kv_lat, N * KL);
+  linear_fwd(m.kr, {h}, {p.kvaw + KL * C}, nullptr, N, C, Dr);
+  k::rmsnorm_forward(s.kv_norm, s.kv_rstd, s.kv_lat, p.kvan, N, KL, kMlaNormEps);
+  store(s.kv_norm, N * KL);
+  linear_fwd(m.kvb, {s.kv_norm}, {p.kvbw}, nullptr, N, KL, H * Dkv);
+  k::rope_pairs_forward(m.q, rope_.data(), B, seq(), H, H * dq_, dq_, Dn, Dr, origin_);
+  k::rope_pairs_forward(m.kr, rope_.data(), B, seq(), 1, Dr, Dr, 0, Dr, origin_);
+  k::mla_heads(a.qkv, m.q, m.kvb, m.kr, N, H, Dn, Dr, dv_);
+}
+
+// d_qkv [N, 3 H Dq] -> d_ln_ [N, C], the gradient of h; every weight's gradient
+template <typename T>
+void Transformer<T>::mla_backward(const LayerActs<T>& a, GemmIn h, T* d_qkv, const LayerParams& p, int64_t B,
+                                  bool acc) {
+  const MlaConfig& c = cfg_.mla;
+  const int64_t N = B * seq(), C = cfg_.hidden, H = dims_.heads, Dn = c.qk_nope_head_dim, Dr = c.qk_rope_head_dim;
+  const int64_t QL = c.q_lora_rank, KL = c.kv_lora_rank, Dkv = Dn + dv_;
+  const MlaScratch m = mla_scratch(N);
+  const MlaActs<T>& s = a.mla;
+  k::mla_heads_backward(m.q, m.kvb, m.kr, d_qkv, N, H, Dn, Dr, dv_);
+  k::rope_pairs_backward(m.q, rope_.data(), B, seq(), H, H * dq_, dq_, Dn, Dr, origin_);
+  k::rope_pairs_backward(m.kr, rope_.data(), B, seq(), 1, Dr, Dr, 0, Dr, origin_);
+  store(m.q, N * H * dq_);
+  store(m.kvb, N * H * Dkv);
+  store(m.kr, N * Dr);
+  // keys and values: kv_b, kv_a_layernorm, kv_a's two row blocks
+  linear_bwd(m.d_kv_norm, p.dkvbw, nullptr, {m.kvb}, {s.kv_norm}, {p.kvbw}, N, KL, H * Dkv, acc);
+  k::fill_zero(m.d_kv_lat, N * KL);  // the norm's backward adds to its input gradient
+  k::rmsnorm_backward(m.d_kv_lat, p.dkvan, m.d_kv_norm, s.kv_lat, p.kvan, s.kv_rstd, N, KL, acc);
+  store(m.d_kv_lat, N * KL);
+  linear_bwd(d_ln_, p.dkvaw, nullptr, {m.d_kv_lat}, h, {p.kvaw}, N, C, KL, acc);
+  linear_bwd(m.d_h, p.dkvaw + KL * C, nullptr, {m.kr}, h, {p.kvaw + KL * C}, N, C, Dr, acc);
+  k::residual_forward(d_ln_, d_ln_, m.d_h, static_cast<T*>(nullptr), N, C);
+  // queries
+  if (QL > 0) {
+    linear_bwd(m.d_q_norm, p.dqkvw, nullptr, {m.q}, {s.q_norm}, {p.qkvw}, N, QL, H * dq_, acc);
+    k::fill_zero(m.d_q_lat, N * QL);
+    k::rmsnorm_backward(m.d_q_lat, p.dqan, m.d_q_norm, s.q_lat, p.qan, s.q_rstd, N, QL, acc);
+    store(m.d_q_lat, N * QL);
+    linear_bwd(m.d_h, p.dqaw, nullptr, {m.d_q_lat}, h, {p.qaw}, N, C, QL, acc);
+  } else {
+    linear_bwd(m.d_h, p.dqkvw, nullptr, {m.q}, h, {p.qkvw}, N, C, H * dq_, acc);
+  }
+  k::residual_forward(d_ln_, d_ln_, m.d_h, static_cast<T*>(nullptr), N, C);
+  store(d_ln_, N * C);
+}
+
+template <typename T>
+const T* Transformer<T>::attention_out(const T* atty, int64_t N) {
+  if (!cfg_.is_mla()) return atty;
+  T* out = mla_scratch(N).attv;
+  k::heads_narrow(out, atty, N, dims_.heads, dq_, dv_);
+  return out;
+}
+
+template <typename T>
+typename Transformer<T>::MlaScratch Transformer<T>::mla_scratch(int64_t N) {
+  const MlaConfig& c = cfg_.mla;
+  const int64_t H = dims_.heads;
+  const int64_t sizes[10] = {N * H * dq_,
+                             N * H * (c.qk_nope_head_dim + dv_),
+                             N * c.qk_rope_head_dim,
+                             N * H * dv_,
+                             N * H * dv_,
+                             N * c.kv_lora_rank,
+                             N * c.kv_lora_rank,
+                             N * c.q_lora_rank,
+                             N * c.q_lora_rank,
+                             N * cfg_.hidden};
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  if (mla_scratch_.numel() < total)
+    mla_scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, device_);
+  MlaScratch m{};
+  T* at = mla_scratch_.data<T>();
+  T** outs[10] = {&m.q, &m.kvb, &m.kr, &m.attv, &m.d_attv, &m.d_kv_norm, &m.d_kv_lat, &m.d_q_norm, &m.d_q_lat, &m.d_h};
+  for (int i = 0; i < 10; ++i) *outs[i] = at, at += sizes[i];
+  return m;
 }
 
 template <typename T>

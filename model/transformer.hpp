@@ -45,7 +45,8 @@ namespace trident::model {
 using trident::Recompute;  // train.recompute (core/enums.hpp)
 
 // Model FLOPs per token, forward + backward (3x forward), attention included,
-// recomputation excluded: 6 * (matmul weights incl. the LM head) + 12 L C T.
+// recomputation excluded: 6 * (matmul weights incl. the LM head) + 12 L C T
+// (6 L T H (Dq + Dv) with multi-head latent attention's head sizes).
 // An MoE layer counts its active weights: the router, top_k experts, the
 // shared experts and their gate.
 double flops_per_token(const ModelConfig& cfg);
@@ -59,10 +60,21 @@ enum class BackwardPart { all, input, weight };
 // (the same buffers as ln1 / ln2 unless the region gathers them).
 // qk_pre [N (H + KV), D] / qk_rstd [N (H + KV)]: the query and key heads
 // before QK-norm and their statistics (model.qk_norm; null without it).
+// Multi-head latent attention (model.attention: mla) keeps its latents:
+// q_lat [N, QL] (null without a query latent), kv_lat [N, KL] before their
+// RMSNorm, their statistics [N], and the normalised ones q_norm / kv_norm
+// (the up-projections' inputs). qkv [N, 3 H Dq] holds the heads as the
+// attention kernels take them, atty [N, H Dq] the output with each value
+// head padded to Dq (kernels::mla_heads).
+template <typename T>
+struct MlaActs {
+  T *q_lat = nullptr, *q_rstd = nullptr, *q_norm = nullptr, *kv_lat = nullptr, *kv_rstd = nullptr, *kv_norm = nullptr;
+};
 template <typename T>
 struct LayerActs {
   T *x_in, *ln1, *ln1_full, *ln1_mean, *ln1_rstd, *qkv, *lse, *atty, *x_mid, *ln2, *ln2_full, *ln2_mean, *ln2_rstd, *fc,
       *act, *qk_pre = nullptr, *qk_rstd = nullptr;
+  MlaActs<T> mla{};
 };
 
 // Output gradients of a layer's four linears, kept from the input pass for
@@ -230,9 +242,10 @@ class Transformer {
   // each half in Slot order (model/architecture.hpp); an MoE layer's
   // fcw / pw are its shared experts' (null without them)
   struct LayerParams {
-    T *n1w, *n1b, *qkvw, *qkvb, *ow, *ob, *n2w, *n2b, *fcw, *fcb, *pw, *pb, *rw, *rb, *xw, *xpw, *sgw, *qnw, *knw;
+    T *n1w, *n1b, *qkvw, *qkvb, *ow, *ob, *n2w, *n2b, *fcw, *fcb, *pw, *pb, *rw, *rb, *xw, *xpw, *sgw, *qnw, *knw, *qaw,
+        *qan, *kvaw, *kvan, *kvbw;
     T *dn1w, *dn1b, *dqkvw, *dqkvb, *dow, *dob, *dn2w, *dn2b, *dfcw, *dfcb, *dpw, *dpb, *drw, *drb, *dxw, *dxpw, *dsgw,
-        *dqnw, *dknw;
+        *dqnw, *dknw, *dqaw, *dqan, *dkvaw, *dkvan, *dkvbw;
     MoeWeights<T> moe() const { return {rw, rb, xw, xpw, fcw, pw, sgw}; }
     MoeGrads<T> moe_grads() const { return {drw, drb, dxw, dxpw, dfcw, dpw, dsgw}; }
   };
@@ -291,6 +304,18 @@ class Transformer {
   void qk_norm_backward(T* dqkv, const T* pre, const T* rstd, const LayerParams& p, int64_t N, bool acc);
   T* qk_scratch(int64_t N);  // 2 N (H + KV) D: the heads and their gradients
   Tensor qk_scratch_;
+  // Multi-head latent attention: the projections from h (the gathered norm1
+  // output) to qkv [N, 3 H Dq], and back from its gradient to d_ln_ (the
+  // weight gradients included, in either backward part).
+  void mla_forward(const LayerActs<T>& a, const T* h, const LayerParams& p, int64_t B);
+  void mla_backward(const LayerActs<T>& a, GemmIn h, T* d_qkv, const LayerParams& p, int64_t B, bool acc);
+  // the o_proj input [N, H Dv] (MLA: the value heads without their padding)
+  const T* attention_out(const T* atty, int64_t N);
+  struct MlaScratch {
+    T *q, *kvb, *kr, *attv, *d_attv, *d_kv_norm, *d_kv_lat, *d_q_norm, *d_q_lat, *d_h;
+  };
+  MlaScratch mla_scratch(int64_t N);
+  Tensor mla_scratch_;
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,
                      int64_t N, bool accumulate);
 
@@ -305,6 +330,7 @@ class Transformer {
   LocalDims dims_;
   const Architecture& arch_;
   int64_t qkv_width_, fc_width_;
+  int64_t dq_, dv_;  // a query (and key) head's size, a value head's (cfg.q_head_dim(), cfg.v_head_dim())
   Tensor params_, grads_;
   std::vector<Chunk> chunks_;
   std::vector<LayerParams> layers_;  // every local layer, in order

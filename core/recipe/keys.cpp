@@ -169,6 +169,24 @@ const std::vector<Key>& table() {
               "RMSNorm over each query and key head (weights `self_attn.q_norm.weight`, `k_norm.weight` of size "
               "hidden / heads) after the projection and before rotary, as Qwen3 (llama; cpu; under tensor parallelism "
               "its weights' gradients, each rank's over its heads, are summed over the tensor group)"),
+      choice<AttentionKind>(
+          "model.attention", FIELD(model.attention), value(AttentionKind::standard),
+          "`standard`: grouped-query attention with `heads`, `kv_heads` of size `hidden / heads`; `mla`: multi-head "
+          "latent attention (DeepSeek-V2/V3, Kimi K2; llama; cpu), sized by `model.mla` ([mla.md](mla.md))"),
+      section("model.mla",
+              "multi-head latent attention's sizes (`model.attention: mla`; [mla.md](mla.md)); the "
+              "defaults are DeepSeek-V3's"),
+      integer("model.mla.q_lora_rank", FIELD(model.mla.q_lora_rank), 0, 1 << 20, value<int64_t>(1536),
+              "rank of the query latent (`q_a_proj`, `q_a_layernorm`, `q_b_proj`); 0: one projection `q_proj` "
+              "(DeepSeek-V2-Lite's `q_lora_rank: null`)"),
+      integer("model.mla.kv_lora_rank", FIELD(model.mla.kv_lora_rank), 1, 1 << 20, value<int64_t>(512),
+              "rank of the key/value latent (`kv_a_proj_with_mqa`, `kv_a_layernorm`, `kv_b_proj`)"),
+      integer("model.mla.qk_nope_head_dim", FIELD(model.mla.qk_nope_head_dim), 1, 1 << 16, value<int64_t>(128),
+              "each query and key head's part without positions"),
+      integer("model.mla.qk_rope_head_dim", FIELD(model.mla.qk_rope_head_dim), 2, 1 << 16, value<int64_t>(64),
+              "each query head's rotary part, and the one rotary key part all heads share; even"),
+      integer("model.mla.v_head_dim", FIELD(model.mla.v_head_dim), 1, 1 << 16, value<int64_t>(128),
+              "each value head's size; `<= qk_nope_head_dim + qk_rope_head_dim`"),
       section("model.moe", "mixture-of-experts MLPs (llama; [moe.md](moe.md)); without it every layer is dense"),
       integer("model.moe.experts", FIELD(model.moe.experts), 2, 1 << 16,
               Default<int64_t>{0, nullptr, "*required with `model.moe`*"},

@@ -99,7 +99,7 @@ void resolve_auto_mesh(Reader& r, ParallelConfig& p, int64_t world) {
 }
 
 void validate_model(Reader& r, const ModelConfig& m) {
-  if (m.hidden % m.heads != 0)
+  if (!m.is_mla() && m.hidden % m.heads != 0)
     r.inconsistent("model.heads",
                    fmt::format("hidden({}) % heads({}) = {} != 0", m.hidden, m.heads, m.hidden % m.heads));
   if (m.heads % m.kv_heads != 0)
@@ -108,7 +108,7 @@ void validate_model(Reader& r, const ModelConfig& m) {
   if (m.arch == Arch::gpt2 && m.kv_heads != m.heads)
     r.inconsistent("model.kv_heads",
                    fmt::format("gpt2 uses multi-head attention: kv_heads({}) != heads({})", m.kv_heads, m.heads));
-  if (m.arch == Arch::llama && m.head_dim() % 2 != 0)
+  if (m.arch == Arch::llama && !m.is_mla() && m.head_dim() % 2 != 0)
     r.inconsistent("model.heads", fmt::format("rotary embedding needs an even head size, hidden({}) / heads({}) = {}",
                                               m.hidden, m.heads, m.head_dim()));
 }
@@ -119,6 +119,40 @@ void validate_qk_norm(Reader& r, const Recipe& rc) {
   if (rc.model.arch != Arch::llama)
     r.inconsistent("model.qk_norm",
                    fmt::format("QK-norm is built for arch llama, found arch {}", enum_name(rc.model.arch)));
+}
+
+// model.attention: mla (docs/mla.md): its sizes, and what is not built yet.
+void validate_mla(Reader& r, const Recipe& rc) {
+  const ModelConfig& m = rc.model;
+  if (!m.is_mla()) {
+    if (r.has("model.mla"))
+      r.inconsistent("model.mla", "model.mla sizes multi-head latent attention: set model.attention: mla");
+    return;
+  }
+  const MlaConfig& a = m.mla;
+  if (m.arch != Arch::llama)
+    r.inconsistent("model.attention", fmt::format("multi-head latent attention is built for arch llama, found arch {}",
+                                                  enum_name(m.arch)));
+  if (m.kv_heads != m.heads)
+    r.inconsistent("model.kv_heads", fmt::format("multi-head latent attention gives every query head its own key and "
+                                                 "value head: kv_heads({}) != heads({}) (leave kv_heads out)",
+                                                 m.kv_heads, m.heads));
+  if (a.qk_rope_head_dim % 2 != 0)
+    r.inconsistent("model.mla.qk_rope_head_dim",
+                   fmt::format("rotary embedding needs an even size, found {}", a.qk_rope_head_dim));
+  if (a.v_head_dim > a.qk_head_dim())
+    r.inconsistent("model.mla.v_head_dim",
+                   fmt::format("v_head_dim({}) > qk_nope_head_dim + qk_rope_head_dim ({}): the attention kernels run "
+                               "the value heads padded to the query head size",
+                               a.v_head_dim, a.qk_head_dim()));
+  if (m.qk_norm)
+    r.inconsistent("model.qk_norm",
+                   "QK-norm is for standard attention; multi-head latent attention normalises its "
+                   "latents (kv_a_layernorm, q_a_layernorm)");
+  if (rc.device == DeviceType::cuda)
+    r.inconsistent("model.attention",
+                   "attention: mla on device cuda: multi-head latent attention is built for the CPU "
+                   "in this version (use device: cpu)");
 }
 
 // model.moe: what the layer needs of its keys, and what is not built yet.
@@ -375,6 +409,7 @@ void validate(Reader& r, Recipe& rc, int64_t world) {
   validate_model(r, rc.model);
   validate_moe(r, rc);
   validate_qk_norm(r, rc);
+  validate_mla(r, rc);
   if (placed) {
     resolve_auto_mesh(r, rc.parallel, world);
     validate_mesh(r, rc.model, rc.parallel, world);

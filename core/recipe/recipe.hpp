@@ -45,6 +45,16 @@ struct MoeConfig {
   bool has_bias() const { return score == RouterScore::sigmoid || bias_rate > 0; }
 };
 
+// model.mla (docs/mla.md): multi-head latent attention's sizes. Queries
+// through a rank-q_lora_rank latent (0: one projection), keys and values
+// through a rank-kv_lora_rank latent; each query and key head is a
+// qk_nope_head_dim part without positions and a qk_rope_head_dim rotary part
+// (the key's shared by all heads); values have v_head_dim per head.
+struct MlaConfig {
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
 struct ModelConfig {
   Arch arch = Arch::gpt2;
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, seq_len = 0, vocab = 0;
@@ -53,7 +63,13 @@ struct ModelConfig {
   bool qk_norm = false;         // RMSNorm of each query and key head before rotary (Qwen3), weights [head_dim]
   int64_t vocab_multiple = 64;  // the vocabulary is padded to a multiple of vocab_multiple x tensor
   MoeConfig moe;
+  AttentionKind attention = AttentionKind::standard;
+  MlaConfig mla;  // attention: mla
+  bool is_mla() const { return attention == AttentionKind::mla; }
   int64_t head_dim() const { return hidden / heads; }
+  // A query (and key) head's size, and a value head's: hidden / heads, or MLA's.
+  int64_t q_head_dim() const { return is_mla() ? mla.qk_head_dim() : head_dim(); }
+  int64_t v_head_dim() const { return is_mla() ? mla.v_head_dim : head_dim(); }
   // Rows of the token table and LM head with `tensor` ranks: vocab rounded up
   // to a multiple of vocab_multiple x tensor. Padded rows never win nor take
   // probability (their logits are masked) and are stripped on export.

@@ -41,9 +41,39 @@ void rope_apply(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, i
     }
 }
 
+template <typename T>
+void rope_pairs(T* x, const double* table, int64_t B, int64_t T_, int64_t heads, int64_t ld, int64_t stride,
+                int64_t offset, int64_t Dr, double sign, const int32_t* doc_start) {
+  const int64_t half = Dr / 2;
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T_; ++t) {
+      const double* tab = table + (doc_start ? t - doc_start[b * T_ + t] : t) * half * 2;
+      for (int64_t h = 0; h < heads; ++h) {
+        T* v = x + (b * T_ + t) * ld + h * stride + offset;
+        for (int64_t i = 0; i < half; ++i) {
+          const T c = T(tab[2 * i]), s = T(sign * tab[2 * i + 1]);
+          const T x1 = v[2 * i], x2 = v[2 * i + 1];
+          v[2 * i] = x1 * c - x2 * s;
+          v[2 * i + 1] = x2 * c + x1 * s;
+        }
+      }
+    }
+}
+
 }  // namespace
 
 namespace cpu {
+template <typename T>
+void rope_pairs_forward(T* x, const double* table, int64_t B, int64_t T_, int64_t heads, int64_t ld, int64_t stride,
+                        int64_t offset, int64_t Dr, const int32_t* doc_start) {
+  rope_pairs(x, table, B, T_, heads, ld, stride, offset, Dr, 1.0, doc_start);
+}
+template <typename T>
+void rope_pairs_backward(T* x, const double* table, int64_t B, int64_t T_, int64_t heads, int64_t ld, int64_t stride,
+                         int64_t offset, int64_t Dr, const int32_t* doc_start) {
+  rope_pairs(x, table, B, T_, heads, ld, stride, offset, Dr, -1.0, doc_start);
+}
 template <typename T>
 void rope_forward(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
                   const int32_t* doc_start) {
@@ -56,9 +86,13 @@ void rope_backward(T* dqkv, const double* table, int64_t B, int64_t T_, int64_t 
 }
 }  // namespace cpu
 
-#define INSTANTIATE(T)                                                                                                \
-  template void cpu::rope_forward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*); \
-  template void cpu::rope_backward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);
+#define INSTANTIATE(T)                                                                                                 \
+  template void cpu::rope_forward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);  \
+  template void cpu::rope_backward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*); \
+  template void cpu::rope_pairs_forward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,    \
+                                           int64_t, const int32_t*);                                                   \
+  template void cpu::rope_pairs_backward<T>(T*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,   \
+                                            int64_t, const int32_t*);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

@@ -50,6 +50,12 @@ void rows_scale(float* out, const float* x, const float* g, int64_t N, int64_t C
 void rows_dot(float* d, const float* x, const float* y, int64_t N, int64_t C);
 void heads_gather(float* heads, const float* qkv, int64_t N, int64_t H, int64_t KV, int64_t D, int64_t W);
 void heads_scatter(float* qkv, const float* heads, int64_t N, int64_t H, int64_t KV, int64_t D, int64_t W);
+void mla_heads(float* qkv, const float* q, const float* kvb, const float* kr, int64_t N, int64_t H, int64_t Dn,
+               int64_t Dr, int64_t Dv);
+void mla_heads_backward(float* dq, float* dkvb, float* dkr, const float* dqkv, int64_t N, int64_t H, int64_t Dn,
+                        int64_t Dr, int64_t Dv);
+void heads_narrow(float* out, const float* in, int64_t N, int64_t H, int64_t Din, int64_t Dout);
+void heads_widen(float* out, const float* in, int64_t N, int64_t H, int64_t Din, int64_t Dout);
 
 // As kernels/moe_permute.hpp (offsets: host memory).
 void moe_route_index(int32_t* row, int32_t* token, int64_t* offsets, const int32_t* expert, int64_t N, int64_t K,
@@ -96,6 +102,8 @@ void rope_forward(float* qkv, const double* table, int64_t B, int64_t T, int64_t
                   const int32_t* doc_start = nullptr);
 void rope_backward(float* dqkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                    const int32_t* doc_start = nullptr);
+void rope_pairs(float* x, const double* table, int64_t B, int64_t T, int64_t heads, int64_t ld, int64_t stride,
+                int64_t offset, int64_t Dr, double sign, const int32_t* doc_start);
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t N, int64_t C, int64_t vocab_begin,
                        int64_t V);

@@ -12,7 +12,6 @@ namespace trident::kernels::cuda {
 
 namespace {
 
-
 // table[T, D/2, 2] (cos, sin) in double; heads [0, H + KV) rotated by sign * angle.
 __global__ void rope_apply(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                            double sign, const int32_t* doc_start) {
@@ -25,6 +24,21 @@ __global__ void rope_apply(float* qkv, const double* table, int64_t B, int64_t T
     const float x1 = x[i], x2 = x[i + half];
     x[i] = x1 * c - x2 * s;
     x[i + half] = x2 * c + x1 * s;
+  }
+}
+
+// interleaved pairs (2i, 2i + 1) of `heads` vectors per row (kernels::rope_pairs_forward)
+__global__ void rope_pairs_apply(float* x, const double* table, int64_t B, int64_t T, int64_t heads, int64_t ld,
+                                 int64_t stride, int64_t offset, int64_t Dr, double sign, const int32_t* doc_start) {
+  const int64_t half = Dr / 2;
+  GRID_STRIDE(idx, B * T * heads * half) {
+    const int64_t i = idx % half, h = idx / half % heads, bt = idx / half / heads;
+    const int64_t t = bt % T - (doc_start ? doc_start[bt] : 0);
+    const float c = float(table[(t * half + i) * 2]), s = float(sign * table[(t * half + i) * 2 + 1]);
+    float* v = x + bt * ld + h * stride + offset;
+    const float x1 = v[2 * i], x2 = v[2 * i + 1];
+    v[2 * i] = x1 * c - x2 * s;
+    v[2 * i + 1] = x2 * c + x1 * s;
   }
 }
 
@@ -54,15 +68,21 @@ const double* device_table(const double* host, int64_t T, int64_t D) {
 
 }  // namespace
 
-
 void rope_forward(float* qkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                   const int32_t* doc_start) {
-  LAUNCH_GRID_STRIDE(rope_apply, B * T * (H + KV) * (D / 2), qkv, device_table(table, T, D), B, T, H, KV, D, 1.0, doc_start);
+  LAUNCH_GRID_STRIDE(rope_apply, B * T * (H + KV) * (D / 2), qkv, device_table(table, T, D), B, T, H, KV, D, 1.0,
+                     doc_start);
 }
 void rope_backward(float* dqkv, const double* table, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                    const int32_t* doc_start) {
-  LAUNCH_GRID_STRIDE(rope_apply, B * T * (H + KV) * (D / 2), dqkv, device_table(table, T, D), B, T, H, KV, D, -1.0, doc_start);
+  LAUNCH_GRID_STRIDE(rope_apply, B * T * (H + KV) * (D / 2), dqkv, device_table(table, T, D), B, T, H, KV, D, -1.0,
+                     doc_start);
 }
 
+void rope_pairs(float* x, const double* table, int64_t B, int64_t T, int64_t heads, int64_t ld, int64_t stride,
+                int64_t offset, int64_t Dr, double sign, const int32_t* doc_start) {
+  LAUNCH_GRID_STRIDE(rope_pairs_apply, B * T * heads * (Dr / 2), x, device_table(table, T, Dr), B, T, heads, ld, stride,
+                     offset, Dr, sign, doc_start);
+}
 
 }  // namespace trident::kernels::cuda

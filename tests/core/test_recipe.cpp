@@ -310,6 +310,38 @@ TEST(Recipe, OneProcessPlacementKeepsEverythingButTheMesh) {
 
 // model.moe: the keys, their defaults, the layers they select, and the
 // combinations refused with the key named.
+TEST(Recipe, MlaKeys) {
+  const std::string mla = R"(model: {arch: llama, layers: 2, hidden: 48, heads: 4, seq_len: 32, vocab: 50,
+        attention: mla, mla: {q_lora_rank: 24, kv_lora_rank: 16, qk_nope_head_dim: 8, qk_rope_head_dim: 4,
+                              v_head_dim: 6}}
+train: {global_batch: 8, micro_batch: 2, steps: 10}
+optim: {lr: 1.0e-3}
+)";
+  const Recipe r = load_recipe_text(mla, "r.yaml", {}, 1);
+  EXPECT_TRUE(r.model.is_mla());
+  EXPECT_EQ(r.model.q_head_dim(), 12);
+  EXPECT_EQ(r.model.v_head_dim(), 6);
+  EXPECT_EQ(r.model.kv_heads, 4);  // every query head has its key and value head
+  // DeepSeek-V3's sizes by default
+  const Recipe d = load_recipe_text(mla, "r.yaml", {"model.mla={}"}, 1);
+  EXPECT_EQ(d.model.mla.q_lora_rank, 1536);
+  EXPECT_EQ(d.model.mla.kv_lora_rank, 512);
+  EXPECT_EQ(d.model.q_head_dim(), 192);
+  EXPECT_EQ(d.model.v_head_dim(), 128);
+  // hidden / heads need not divide: the head sizes are MLA's own
+  EXPECT_NO_THROW(load_recipe_text(mla, "r.yaml", {"model.hidden=50"}, 1));
+  EXPECT_FALSE(load_recipe_text(kGood, "r.yaml", {}, 1).model.is_mla());
+  expect_error(mla, {"model.mla.v_head_dim", "v_head_dim(13) > qk_nope_head_dim + qk_rope_head_dim (12)"},
+               {"model.mla.v_head_dim=13"});
+  expect_error(mla, {"model.mla.qk_rope_head_dim", "even size, found 3"}, {"model.mla.qk_rope_head_dim=3"});
+  expect_error(mla, {"model.kv_heads", "kv_heads(2) != heads(4)"}, {"model.kv_heads=2"});
+  expect_error(mla, {"model.attention", "arch llama, found arch gpt2"}, {"model.arch=gpt2"});
+  expect_error(mla, {"model.qk_norm", "standard attention"}, {"model.qk_norm=true"});
+  expect_error(mla, {"model.attention", "device cuda", "built for the CPU"}, {"device=cuda"});
+  expect_error(mla, {"model.mla", "set model.attention: mla"}, {"model.attention=standard"});
+  expect_error(mla, {"model.attention", "expected one of", "standard", "mla"}, {"model.attention=latent"});
+}
+
 TEST(Recipe, MoeKeys) {
   const std::string llama = R"(model: {arch: llama, layers: 4, hidden: 64, heads: 4, seq_len: 32, vocab: 50,
         moe: {experts: 8, top_k: 2, ffn_hidden: 32, first_dense: 1, dense_layers: [2],

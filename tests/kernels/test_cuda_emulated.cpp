@@ -364,6 +364,57 @@ TEST(CudaEmulated, MoePermutationGatherAndCombine) {
 // row), the heads of a fused QKV row to one row each and back, with odd
 // sizes, more rows than a block's threads, and the value heads untouched;
 // and the correction bias's sign step, bit for bit.
+// Multi-head latent attention's head assembly and interleaved rotary
+// against their CPU twins; the CPU backward is the forward's adjoint
+// (<heads(q, kvb, kr), g> = <q, dq> + <kvb, dkvb> + <kr, dkr>) and the
+// rotary backward undoes the forward.
+TEST(CudaEmulated, MlaHeadsAndInterleavedRope) {
+  struct Mla {
+    int64_t B, T, H, Dn, Dr, Dv;
+  };
+  for (Mla s : {Mla{2, 7, 4, 4, 4, 3}, Mla{1, 33, 2, 8, 6, 14}, Mla{1, 5, 3, 2, 2, 4}}) {
+    const int64_t N = s.B * s.T, Dq = s.Dn + s.Dr, W = 3 * s.H * Dq, Wkv = s.H * (s.Dn + s.Dv);
+    const std::string name =
+        "mla H" + std::to_string(s.H) + " Dn" + std::to_string(s.Dn) + " Dv" + std::to_string(s.Dv);
+    const F q = randn(N * s.H * Dq, 51), kvb = randn(N * Wkv, 52), kr = randn(N * s.Dr, 53), g = randn(N * W, 54);
+    F qkv(N * W, -7.f), eqkv(N * W, -3.f);
+    mla_heads(qkv.data(), q.data(), kvb.data(), kr.data(), N, s.H, s.Dn, s.Dr, s.Dv);
+    emu::mla_heads(eqkv.data(), q.data(), kvb.data(), kr.data(), N, s.H, s.Dn, s.Dr, s.Dv);
+    expect_close(name + " heads", qkv, eqkv, 0, 0);
+    F dq(q.size()), dkvb(kvb.size()), dkr(kr.size()), edq(q.size(), -7.f), edkvb(kvb.size(), -7.f), edkr(kr.size());
+    mla_heads_backward(dq.data(), dkvb.data(), dkr.data(), g.data(), N, s.H, s.Dn, s.Dr, s.Dv);
+    emu::mla_heads_backward(edq.data(), edkvb.data(), edkr.data(), g.data(), N, s.H, s.Dn, s.Dr, s.Dv);
+    expect_close(name + " dq", dq, edq, 0, 0);
+    expect_close(name + " dkvb", dkvb, edkvb, 0, 0);
+    expect_close(name + " dkr", dkr, edkr, 1e-6, 1e-6);
+    auto dot = [](const F& a, const F& b) {
+      double d = 0;
+      for (size_t i = 0; i < a.size(); ++i) d += double(a[i]) * double(b[i]);
+      return d;
+    };
+    EXPECT_NEAR(dot(qkv, g), dot(q, dq) + dot(kvb, dkvb) + dot(kr, dkr), 1e-3) << name << ": backward is the adjoint";
+    F attv(N * s.H * s.Dv), eattv(attv.size(), -7.f), wide(N * s.H * Dq, -7.f), ewide(wide.size(), -3.f);
+    heads_narrow(attv.data(), qkv.data(), N, s.H, Dq, s.Dv),
+        emu::heads_narrow(eattv.data(), qkv.data(), N, s.H, Dq, s.Dv);
+    expect_close(name + " narrow", attv, eattv, 0, 0);
+    EXPECT_EQ(attv[size_t(s.Dv)], qkv[size_t(Dq)]) << name << ": the second head starts at Dq";
+    heads_widen(wide.data(), attv.data(), N, s.H, s.Dv, Dq),
+        emu::heads_widen(ewide.data(), attv.data(), N, s.H, s.Dv, Dq);
+    expect_close(name + " widen", wide, ewide, 0, 0);
+    EXPECT_EQ(wide[size_t(Dq - 1)], Dq > s.Dv ? 0.f : attv[size_t(Dq - 1)]) << name << ": padding is zero";
+    // rotary on the query heads' rope parts (rows of H Dq) and on the shared key (rows of Dr)
+    const auto table = rope_table(s.T, s.Dr, 10000.0);
+    F x = q, ex = q;
+    rope_pairs_forward(x.data(), table.data(), s.B, s.T, s.H, s.H * Dq, Dq, s.Dn, s.Dr);
+    emu::rope_pairs(ex.data(), table.data(), s.B, s.T, s.H, s.H * Dq, Dq, s.Dn, s.Dr, 1.0, nullptr);
+    expect_close(name + " rope pairs", x, ex, 1e-6, 1e-6);
+    EXPECT_EQ(x[0], q[0]) << name << ": the nope part is not rotated";
+    if (s.T > 1) EXPECT_NE(x[size_t(s.H * Dq + s.Dn)], q[size_t(s.H * Dq + s.Dn)]) << name << ": position 1 rotates";
+    rope_pairs_backward(x.data(), table.data(), s.B, s.T, s.H, s.H * Dq, Dq, s.Dn, s.Dr);
+    expect_close(name + " rope pairs inverse", x, q, 1e-5, 1e-6);
+  }
+}
+
 TEST(CudaEmulated, MoeRowsHeadsAndBiasStep) {
   for (auto [N, C] : {std::pair<int64_t, int64_t>{300, 7}, {5, 70}, {1, 1}}) {
     const std::string name = "rows N" + std::to_string(N) + " C" + std::to_string(C);
@@ -392,7 +443,8 @@ TEST(CudaEmulated, MoeRowsHeadsAndBiasStep) {
     heads_gather(hd.data(), qkv.data(), s.N, s.H, s.KV, s.D, W);
     emu::heads_gather(ehd.data(), qkv.data(), s.N, s.H, s.KV, s.D, W);
     expect_close(name + " gather", hd, ehd, 0, 0);
-    EXPECT_EQ(hd[size_t(s.N * s.H * s.D)], qkv[size_t(s.H * s.D)]) << name << ": the first key head follows the queries";
+    EXPECT_EQ(hd[size_t(s.N * s.H * s.D)], qkv[size_t(s.H * s.D)])
+        << name << ": the first key head follows the queries";
     F back = qkv, eback = qkv;
     heads_scatter(back.data(), heads.data(), s.N, s.H, s.KV, s.D, W);
     emu::heads_scatter(eback.data(), heads.data(), s.N, s.H, s.KV, s.D, W);

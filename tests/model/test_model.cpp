@@ -311,6 +311,35 @@ TEST(Memory, ActivationFormulaOneRank) {
       }
   }
 }
+// Multi-head latent attention: the formula counts its latents and the padded
+// value heads (with and without a query latent, every recompute mode, split
+// backward), and its FLOPs are the projections' and 6 L T H (Dq + Dv).
+TEST(Memory, ActivationFormulaMla) {
+  for (int64_t q_lora : {0, 7}) {
+    ModelConfig m = tiny("llama");
+    m.kv_heads = m.heads, m.attention = AttentionKind::mla, m.mla = {q_lora, 5, 4, 2, 3};
+    model::Transformer<float> net(m, 1);
+    for (auto rc : {model::Recompute::none, model::Recompute::selective, model::Recompute::full})
+      for (bool split : {false, true}) {
+        auto ctx = net.make_activations(3, rc, 0, split);
+        int64_t got = 0;
+        for (const auto& t : ctx->storage) got += t.numel();
+        EXPECT_EQ(got, model::activation_elements(m, {3, 1, false, rc, split}, m.layers, true)) << "q_lora " << q_lora;
+      }
+  }
+}
+
+TEST(Model, MlaFlopsPerToken) {
+  ModelConfig m = tiny("llama");
+  m.layers = 3, m.hidden = 16, m.heads = 4, m.kv_heads = 4, m.ffn_hidden = 24, m.seq_len = 7, m.vocab = 13;
+  m.attention = AttentionKind::mla, m.mla = {10, 6, 4, 4, 3};
+  // per layer: q_a 16x10 + q_b 10x(4x8) + kv_a 16x(6+4) + kv_b 6x(4x7) + o (4x3)x16 = 1000; MLP 3 x 16 x 24 = 1152
+  // 6 x (3 x (1000 + 1152) + 13 x 16) + 6 x 3 x 7 x 4 x (8 + 3) = 39984 + 5544
+  EXPECT_DOUBLE_EQ(flops_per_token(m), 45528.0);
+  m.mla.q_lora_rank = 0;  // q_proj 16 x 32 replaces q_a and q_b (160 + 320)
+  EXPECT_DOUBLE_EQ(flops_per_token(m), 45528.0 + 6 * 3 * (512 - 480));
+}
+
 TEST(Model, DecayRangesSkipNormsBiasesEmbeddings) {
   ModelConfig m;
   m.arch = Arch::gpt2, m.layers = 1, m.hidden = 8, m.heads = 2, m.kv_heads = 2, m.ffn_hidden = 16, m.seq_len = 4,

@@ -1,5 +1,6 @@
 // Golden test against an outside reference: tiny Hugging Face GPT2LMHeadModel
-// and LlamaForCausalLM (transformers' own code, float64), loaded into Trident
+// and LlamaForCausalLM, the MoE families and DeepseekV3ForCausalLM (multi-head
+// latent attention) (transformers' own code, float64), loaded into Trident
 // by parameter name. Checks logits, loss and every gradient by name.
 // Regenerate the file: python tests/model/reference/make_reference.py
 // (needs torch and transformers, e.g. the bench virtual environment).
@@ -74,6 +75,11 @@ std::map<std::string, RefModel> load_reference() {
         // the reference's loss: the language-model loss, + transformers' aux loss where named
         e.balance = kv["balance"] == "hf" ? Balance::hf : Balance::none, e.z_loss = 0;
         e.balance_coef = kv.count("coef") ? std::stod(kv["coef"]) : 0.0;
+      }
+      if (kv.count("mla")) {  // DeepSeek-V3's multi-head latent attention
+        m.attention = AttentionKind::mla;
+        m.mla = {std::stol(kv["q_lora"]), std::stol(kv["kv_lora"]), std::stol(kv["nope"]), std::stol(kv["rope"]),
+                 std::stol(kv["v"])};
       }
       m.vocab_multiple = 1;  // Hugging Face's shapes: no vocabulary padding
       continue;
@@ -195,6 +201,8 @@ TEST(Reference, Qwen2MoeMatchesHuggingFace) { check_against_reference("qwen2_moe
 TEST(Reference, Qwen2MoeNormTopkMatchesHuggingFace) { check_against_reference("qwen2_moe_norm"); }
 TEST(Reference, Glm4MoeMatchesHuggingFace) { check_against_reference("glm4_moe"); }
 TEST(Reference, Qwen3MatchesHuggingFace) { check_against_reference("qwen3"); }
+TEST(Reference, DeepseekV3MatchesHuggingFace) { check_against_reference("deepseek_v3"); }
+TEST(Reference, DeepseekV3WithoutQueryLatentMatchesHuggingFace) { check_against_reference("deepseek_v3_no_q_lora"); }
 TEST(Reference, Qwen3MoeMatchesHuggingFace) { check_against_reference("qwen3_moe"); }
 TEST(Reference, Qwen3MoeNormTopkMatchesHuggingFace) { check_against_reference("qwen3_moe_norm"); }
 // with transformers' aux loss (balance.kind hf, output_router_logits=True): loss and every gradient

@@ -107,6 +107,13 @@ Recipe recipe(const Case& c, int world) {
                           "model.vocab_multiple=1"})
       sets.push_back(s);
   }
+  if (c.arch == "deepseek") {  // configs/deepseek-v3-tiny.yaml: MLA, a dense first layer, MoE with a shared expert
+    file = "deepseek-v3-tiny.yaml";
+    for (const char* s : {"model.kv_heads=8", "model.ffn_hidden=176", "model.vocab=31", "data.synthetic.vocab=31",
+                          "model.vocab_multiple=1", "model.moe.ffn_hidden=48", "model.moe.shared_ffn_hidden=32",
+                          "model.moe.balance.bias_rate=0.05"})
+      sets.push_back(s);
+  }
   if (c.arch == "moe")  // 8 experts of 48, a gated shared expert, layer 0 dense
     for (const char* s : {"model.moe.ffn_hidden=48", "model.moe.shared_experts=1", "model.moe.shared_ffn_hidden=32",
                           "model.moe.shared_expert_gate=true"})
@@ -311,6 +318,34 @@ TEST(Pipeline, ExpertParallelMatchesSingleRank) {
     EXPECT_EQ(again.losses, run.losses) << c.name() << ": run twice";
     EXPECT_EQ(again.grad_norms, run.grad_norms) << c.name() << ": run twice";
     EXPECT_EQ(again.step1_grads, run.step1_grads) << c.name() << ": run twice";
+  }
+}
+
+// A DeepSeek-V3-shaped model (multi-head latent attention with a query
+// latent, a dense first layer, MoE layers with a shared expert, sigmoid
+// group-limited routing, the per-sequence aux loss and a moving correction
+// bias) under tensor +- sequence (heads split, latents replicated),
+// pipeline (every schedule), data / ZeRO 0-3, context (both modes) and
+// expert meshes of 8 ranks, and recomputation.
+TEST(Pipeline, DeepseekV3MatchesSingleRank) {
+  if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
+  std::vector<Case> list = {{2, 2, 2, "1f1b", 1, "deepseek", true},
+                            {1, 8, 1, "1f1b", 0, "deepseek"},
+                            {1, 2, 4, "zero_bubble", 3, "deepseek"},
+                            {2, 1, 4, "gpipe", 2, "deepseek"},
+                            {1, 4, 2, "interleaved_1f1b", 1, "deepseek", true},
+                            {8, 1, 1, "1f1b", 3, "deepseek"}};
+  list[1].recompute = "full", list[3].recompute = "selective";
+  Case ring{2, 2, 1, "1f1b", 1, "deepseek", true}, a2a{2, 1, 2, "zero_bubble", 0, "deepseek"};
+  ring.context = 2, a2a.context = 2, a2a.context_mode = "all_to_all";
+  Case expert{2, 2, 2, "1f1b", 3, "deepseek", true}, expert8{8, 1, 1, "1f1b", 1, "deepseek"};
+  expert.sets = {"parallel.expert=2"}, expert8.sets = {"parallel.expert=8"};
+  for (const Case& c : {ring, a2a, expert, expert8}) list.push_back(c);
+  for (const Case& c : list) {
+    if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
+    const auto& ref = single_rank(c);
+    const test::EquivalenceRun run = test::train_with_step1_gradients(recipe(c, g_world), {.quiet = true});
+    test::expect_equivalent(ref, run, c.name());
   }
 }
 

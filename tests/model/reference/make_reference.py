@@ -117,6 +117,22 @@ def moe_families(out):
     run(out, "glm4_moe", Glm4MoeForCausalLM(g),
         common + " ffn_hidden=24 experts=8 top_k=2 moe_ffn=6 shared=2 shared_ffn=6 first_dense=1 score=sigmoid "
                  "norm_topk=1 groups=4 group_topk=2 scaling=2.5", 13)
+    # DeepSeek-V3: multi-head latent attention (with and without the query
+    # latent; value heads smaller than the query heads; interleaved rotary)
+    # on its MoE (sigmoid routing with a non-zero correction bias, groups,
+    # scaling, shared experts, a dense first layer)
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    for q_lora in (10, None):
+        d = DeepseekV3Config(**dict(base, num_key_value_heads=4), intermediate_size=24, moe_intermediate_size=6,
+                             num_experts_per_tok=2, n_shared_experts=2, n_routed_experts=8, routed_scaling_factor=2.5,
+                             n_group=4, topk_group=2, first_k_dense_replace=1, norm_topk_prob=True,
+                             q_lora_rank=q_lora, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=3,
+                             rope_interleave=True, attention_bias=False, rope_parameters=rope)
+        run(out, "deepseek_v3" + ("" if q_lora else "_no_q_lora"), DeepseekV3ForCausalLM(d),
+            common.replace("kv_heads=2", "kv_heads=4") +
+            " ffn_hidden=24 experts=8 top_k=2 moe_ffn=6 shared=2 shared_ffn=6 first_dense=1 score=sigmoid "
+            f"norm_topk=1 groups=4 group_topk=2 scaling=2.5 mla=1 q_lora={q_lora or 0} kv_lora=6 nope=4 rope=4 v=3",
+            13)
 
 
 def main():

@@ -54,21 +54,27 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
   // set per chunk, shared by its contexts
   LayerActs<T> shared{};
   T* shared_lse = nullptr;
+  std::vector<MoeActs<T>> shared_moe;
   if ((recompute != Recompute::none || packed) && L > 0) {
     auto it = std::find_if(shared_recompute_.begin(), shared_recompute_.end(), [&](const SharedRecompute& x) {
       return x.chunk == chunk && x.B == B && x.recompute == recompute && x.packed == packed;
     });
     if (it == shared_recompute_.end()) {
-      SharedRecompute set{chunk, B, recompute, packed, {}, {}, nullptr};
+      SharedRecompute set{chunk, B, recompute, packed, {}, {}, nullptr, {}};
       std::swap(ctx->storage, set.storage);  // allocate into the shared set's storage
       if (recompute == Recompute::full || packed) layer_set(set.acts, recompute == Recompute::full);
+      if (recompute == Recompute::full && moe_) {  // rebuilt by the layer's recomputation before its backward
+        set.moe.resize(size_t(L));
+        for (int64_t l = 0; l < L; ++l)
+          if (cfg_.moe.is_moe(ch.spec.first_layer + l)) set.moe[size_t(l)] = moe_->make_acts(N, ctx->storage);
+      }
       if (packed) set.acts.x_in = alloc(R * C);
       if (recompute == Recompute::selective) set.lse = alloc(z.attention_state);
       std::swap(ctx->storage, set.storage);
       shared_recompute_.push_back(std::move(set));
       it = shared_recompute_.end() - 1;
     }
-    shared = it->acts, shared_lse = it->lse;
+    shared = it->acts, shared_lse = it->lse, shared_moe = it->moe;
   }
   for (auto& a : ctx->layers) {
     if (packed) {
@@ -112,7 +118,8 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
   if (moe_) {
     ctx->moe.resize(size_t(L));
     for (int64_t l = 0; l < L; ++l)
-      if (cfg_.moe.is_moe(ch.spec.first_layer + l)) ctx->moe[size_t(l)] = moe_->make_acts(N, ctx->storage);
+      if (cfg_.moe.is_moe(ch.spec.first_layer + l))
+        ctx->moe[size_t(l)] = recompute == Recompute::full ? shared_moe[size_t(l)] : moe_->make_acts(N, ctx->storage);
   }
   if (split_backward)
     for (int64_t l = 0; l < L; ++l) ctx->saved.push_back({alloc(z.qkv), alloc(N * C), alloc(z.fc), alloc(N * C)});

@@ -55,7 +55,8 @@ int64_t moe_layers_in(const ModelConfig& cfg, int64_t first, int64_t layers) {
 int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers, bool head,
                             int64_t moe_layers) {
   const ActivationSizes z = activation_sizes(cfg, s);
-  int64_t n = moe_layers * moe_layer_elements(cfg, s);
+  // full recompute: the MoE layers' buffers are the chunk's shared set (shared_recompute_elements)
+  int64_t n = s.recompute == Recompute::full ? 0 : moe_layers * moe_layer_elements(cfg, s);
   if (cfg.qk_norm) {  // the heads before QK-norm, and their statistics
     const LocalDims d = local_dims(cfg, {0, s.tensor});
     n += layers * z.N * (d.heads + d.kv_heads) * (cfg.head_dim() + 1);
@@ -73,11 +74,17 @@ int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, in
   return n;
 }
 
-int64_t shared_recompute_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers) {
+int64_t shared_recompute_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers,
+                                  int64_t moe_layers) {
   if (layers == 0 || s.recompute == Recompute::none) return 0;
   const ActivationSizes z = activation_sizes(cfg, s);
   if (s.recompute == Recompute::selective) return z.attention_state;
-  return layer_set_elements(z) + z.attention_state;
+  // each MoE layer's buffers; the rows its experts receive one layer at a time (freed after each)
+  // (under expert parallelism their input, gate|up and activation: moe_layer_elements' M (C + 3 I))
+  const int64_t M = s.micro_batch * cfg.seq_len / s.context * cfg.moe.top_k;
+  const int64_t received = s.expert > 1 ? M * (cfg.hidden + 3 * (cfg.moe.ffn_hidden / s.tensor)) : 0;
+  const int64_t moe = moe_layers > 0 ? moe_layers * (moe_layer_elements(cfg, s) - received) + received : 0;
+  return layer_set_elements(z) + z.attention_state + moe;
 }
 
 int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s) {

@@ -52,7 +52,10 @@ int64_t moe_layers_in(const ModelConfig& cfg, int64_t first, int64_t layers);
 // What recomputation rebuilds before each use, one set per chunk shared by
 // all its contexts: a layer's intermediates (full) or the attention
 // log-sum-exp (selective); 0 without recomputation.
-int64_t shared_recompute_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers);
+// Full recompute: with the MoE layers' buffers (moe_layers of the chunk's
+// layers), whose routes and counts each context keeps.
+int64_t shared_recompute_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers,
+                                  int64_t moe_layers = 0);
 // The model's shared scratch (forward partial sums, backward gradients).
 int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s);
 

@@ -346,6 +346,8 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
         moe_step_.counts[size_t(at * E + e)] += double(m->offsets[size_t(e + 1)] - m->offsets[size_t(e)]);
     }
     if (ctx.is_packed()) pack(ctx, l, 1, SIZE_MAX);
+    // full recompute: the rows the experts received are received again by the recomputation
+    if (m && ctx.recompute == Recompute::full) m->received = Tensor();
     if (es >= 0) done_params(es);
     done_params(s);
   }
@@ -471,6 +473,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     MoeActs<T>* m = moe_acts(ctx, l);
     if (m) {  // its weight gradients too, in a split backward (docs/moe.md)
       moe_->backward(d_ln_, dy, a.ln2_full, *m, p.moe(), p.moe_grads(), N, B, ctx.aux_scale, acc);
+      if (recompute == Recompute::full) m->received = Tensor();
     } else {
       if (split) k::copy(ctx.saved[size_t(l)].d_mlp_out, dy, N * C);
       if (gemm_reads_16bit()) k::pack_16(dy16_, dy, N * C, precision_);  // d_res_ is rounded: exact

@@ -363,6 +363,9 @@ class Transformer {
     std::vector<Tensor> storage;
     LayerActs<T> acts{};
     T* lse = nullptr;
+    // full recompute: each MoE layer's buffers (empty for a dense layer);
+    // a context's MoeActs shares them and keeps its own routes and counts
+    std::vector<MoeActs<T>> moe;
   };
   mutable std::vector<SharedRecompute> shared_recompute_;
   // scratch shared by all layers, sized for the largest context seen:

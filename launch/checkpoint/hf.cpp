@@ -143,11 +143,24 @@ std::string config_json(const ModelConfig& m, HfFamily f) {
       c["decoder_sparse_step"] = e.every, c["mlp_only_layers"] = e.dense_layers;
       c["router_aux_loss_coef"] = e.balance_coef, c["use_sliding_window"] = false, c["qkv_bias"] = true;
       break;
+    case HfFamily::deepseek_v3: {
+      const MlaConfig& a = m.mla;
+      if (a.q_lora_rank > 0)
+        c["q_lora_rank"] = a.q_lora_rank;
+      else
+        c["q_lora_rank"] = nullptr;
+      c["kv_lora_rank"] = a.kv_lora_rank, c["qk_nope_head_dim"] = a.qk_nope_head_dim;
+      c["qk_rope_head_dim"] = a.qk_rope_head_dim, c["v_head_dim"] = a.v_head_dim, c["head_dim"] = a.qk_rope_head_dim;
+      c["rope_interleave"] = true, c["scoring_func"] = "sigmoid", c["topk_method"] = "noaux_tc";
+      c["num_nextn_predict_layers"] = 0;
+    }
+      [[fallthrough]];  // glm4_moe's MoE keys
     case HfFamily::glm4_moe:
       c["n_routed_experts"] = e.experts, c["num_experts_per_tok"] = e.top_k, c["moe_intermediate_size"] = e.ffn_hidden;
       c["n_shared_experts"] = e.shared_experts, c["first_k_dense_replace"] = e.first_dense;
       c["n_group"] = e.groups, c["topk_group"] = e.group_topk, c["routed_scaling_factor"] = e.scaling;
-      c["norm_topk_prob"] = e.norm_topk, c["partial_rotary_factor"] = 1.0, c["use_qk_norm"] = m.qk_norm;
+      c["norm_topk_prob"] = e.norm_topk;
+      if (f == HfFamily::glm4_moe) c["partial_rotary_factor"] = 1.0, c["use_qk_norm"] = m.qk_norm;
       break;
   }
   return c.dump(2) + "\n";

@@ -20,7 +20,10 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
   const std::string type = given("model_type") && c["model_type"].is_string() ? c["model_type"].get<std::string>() : "";
   const std::optional<HfFamily> family = hf_family_of(type);
   if (!family)
-    fail_input("{}: key 'model_type': expected gpt2, llama, mixtral, qwen2_moe or glm4_moe, found '{}'", path, type);
+    fail_input(
+        "{}: key 'model_type': expected gpt2, llama, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe or "
+        "deepseek_v3, found '{}'",
+        path, type);
   const HfFamily want = hf_family(rc);
   if (*family != want)
     fail_input("{}: key 'model_type' is '{}', the recipe {} describes a {} model (model.arch {}{})", path, type,
@@ -76,7 +79,10 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
     same("num_attention_heads", num("num_attention_heads", -1), "model.heads", m.heads);
     same("num_key_value_heads", num("num_key_value_heads", num("num_attention_heads", -1)), "model.kv_heads",
          m.kv_heads);
-    same("head_dim", num("head_dim", m.head_dim()), "model.hidden / model.heads", m.head_dim());
+    if (*family == HfFamily::deepseek_v3)  // its head_dim is the rotary part's (DeepseekV3Config)
+      same("head_dim", num("head_dim", m.mla.qk_rope_head_dim), "model.mla.qk_rope_head_dim", m.mla.qk_rope_head_dim);
+    else
+      same("head_dim", num("head_dim", m.head_dim()), "model.hidden / model.heads", m.head_dim());
     if (*family == HfFamily::mixtral)  // the experts' width (every layer is MoE)
       same("intermediate_size", num("intermediate_size", -1), "model.moe.ffn_hidden", m.moe.ffn_hidden);
     else
@@ -141,6 +147,23 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
         if (flag("use_sliding_window", false))
           fail_input("{}: key 'use_sliding_window': sliding-window attention is not supported", path);
         break;
+      case HfFamily::deepseek_v3: {
+        const MlaConfig& a = m.mla;
+        same("q_lora_rank", given("q_lora_rank") ? num("q_lora_rank", -1) : 0, "model.mla.q_lora_rank (0: null)",
+             a.q_lora_rank);
+        same("kv_lora_rank", num("kv_lora_rank", -1), "model.mla.kv_lora_rank", a.kv_lora_rank);
+        same("qk_nope_head_dim", num("qk_nope_head_dim", -1), "model.mla.qk_nope_head_dim", a.qk_nope_head_dim);
+        same("qk_rope_head_dim", num("qk_rope_head_dim", -1), "model.mla.qk_rope_head_dim", a.qk_rope_head_dim);
+        same("v_head_dim", num("v_head_dim", -1), "model.mla.v_head_dim", a.v_head_dim);
+        if (!flag("rope_interleave", true))
+          fail_input(
+              "{}: key 'rope_interleave' is false: Trident's multi-head latent attention rotates interleaved "
+              "pairs, the layout of DeepSeek's published weights (true)",
+              path);
+        if (text("scoring_func", "sigmoid") != "sigmoid")
+          fail_input("{}: key 'scoring_func': expected sigmoid, found '{}'", path, text("scoring_func", ""));
+      }
+        [[fallthrough]];  // the MoE keys are glm4_moe's
       case HfFamily::glm4_moe:
         if (given("num_local_experts") && !given("n_routed_experts"))
           same("num_local_experts", num("num_local_experts", -1), "model.moe.experts", e.experts);
@@ -159,7 +182,10 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
         break;
     }
     if (given("rope_scaling"))
-      fail_input("{}: key 'rope_scaling': scaled RoPE is not supported (plain RoPE with rope_theta only)", path);
+      fail_input(
+          "{}: key 'rope_scaling': scaled RoPE (YaRN, linear, ...) is not supported (plain RoPE with rope_theta "
+          "only), found {}",
+          path, c["rope_scaling"].dump());
     positions = num("max_position_embeddings", -1);
     same("tie_word_embeddings", flag("tie_word_embeddings", false), "model.tie_embeddings", m.tie_embeddings);
   }

@@ -17,7 +17,8 @@ std::pair<std::string, std::string> split_layer(const std::string& name) {
   fail_input(
       "model.moe: no transformers family holds this model: {} ({}); the families: mixtral (softmax, "
       "renormalised, no shared experts, every layer MoE), qwen2_moe (softmax, one gated shared expert), "
-      "qwen3_moe (softmax with QK-norm, no shared experts), glm4_moe (sigmoid, ungated shared experts)",
+      "qwen3_moe (softmax with QK-norm, no shared experts), glm4_moe (sigmoid, ungated shared experts), deepseek_v3 "
+      "(glm4_moe's MoE with multi-head latent attention)",
       key, why);
 }
 
@@ -27,15 +28,24 @@ HfFamily hf_family(const Recipe& rc) {
   const ModelConfig& m = rc.model;
   if (m.arch == Arch::gpt2) return HfFamily::gpt2;
   const MoeConfig& e = m.moe;
+  const char* sigmoid_family = m.is_mla() ? "deepseek_v3" : "glm4_moe";
+  if (m.is_mla() && (!e.enabled || e.score != RouterScore::sigmoid))
+    no_family("model.attention",
+              "multi-head latent attention is deepseek_v3's, whose MoE layers have sigmoid "
+              "routers (model.moe.router.score: sigmoid)");
   if (!e.enabled) return m.qk_norm ? HfFamily::qwen3 : HfFamily::llama;
   if (e.score == RouterScore::sigmoid) {
-    if (e.shared_experts == 0) no_family("model.moe.shared_experts", "glm4_moe always has shared experts");
-    if (e.shared_expert_gate) no_family("model.moe.shared_expert_gate", "glm4_moe's shared experts are ungated");
+    if (e.shared_experts == 0)
+      no_family("model.moe.shared_experts", fmt::format("{} always has shared experts", sigmoid_family));
+    if (e.shared_expert_gate)
+      no_family("model.moe.shared_expert_gate", fmt::format("{}'s shared experts are ungated", sigmoid_family));
     if (e.shared_ffn_hidden != e.ffn_hidden)
-      no_family("model.moe.shared_ffn_hidden", "glm4_moe's shared experts have the routed experts' width");
+      no_family("model.moe.shared_ffn_hidden",
+                fmt::format("{}'s shared experts have the routed experts' width", sigmoid_family));
     if (e.every != 1 || !e.dense_layers.empty())
-      no_family("model.moe.every / dense_layers", "glm4_moe's MoE layers are all those from first_k_dense_replace");
-    return HfFamily::glm4_moe;
+      no_family("model.moe.every / dense_layers",
+                fmt::format("{}'s MoE layers are all those from first_k_dense_replace", sigmoid_family));
+    return m.is_mla() ? HfFamily::deepseek_v3 : HfFamily::glm4_moe;
   }
   if (e.groups != 1 || e.scaling != 1.0)
     no_family("model.moe.router.groups / scaling", "softmax families have neither groups nor a scaling factor");
@@ -72,6 +82,8 @@ const char* hf_model_type(HfFamily f) {
       return "qwen2_moe";
     case HfFamily::glm4_moe:
       return "glm4_moe";
+    case HfFamily::deepseek_v3:
+      return "deepseek_v3";
   }
   return "";
 }
@@ -92,13 +104,15 @@ const char* hf_class(HfFamily f) {
       return "Qwen2MoeForCausalLM";
     case HfFamily::glm4_moe:
       return "Glm4MoeForCausalLM";
+    case HfFamily::deepseek_v3:
+      return "DeepseekV3ForCausalLM";
   }
   return "";
 }
 
 std::optional<HfFamily> hf_family_of(const std::string& model_type) {
   for (HfFamily f : {HfFamily::gpt2, HfFamily::llama, HfFamily::qwen3, HfFamily::mixtral, HfFamily::qwen2_moe,
-                     HfFamily::qwen3_moe, HfFamily::glm4_moe})
+                     HfFamily::qwen3_moe, HfFamily::glm4_moe, HfFamily::deepseek_v3})
     if (model_type == hf_model_type(f)) return f;
   return std::nullopt;
 }

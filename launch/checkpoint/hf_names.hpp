@@ -14,6 +14,7 @@
 //                                                   ungated shared experts, first_k_dense_replace (DeepSeek-V3
 //                                                   routing on standard attention, full rotary; QK-norm
 //                                                   optional: use_qk_norm)
+//   deepseek_v3 deepseek_v3 DeepseekV3ForCausalLM   model.attention: mla with glm4_moe's MoE (docs/mla.md)
 //
 // Export writes the hub layout (one tensor per expert: Mixtral's
 // block_sparse_moe.experts.N.w1 / w3 / w2, the others' mlp.experts.N.gate_proj
@@ -32,7 +33,7 @@
 
 namespace trident::launch {
 
-enum class HfFamily { gpt2, llama, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe };
+enum class HfFamily { gpt2, llama, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe, deepseek_v3 };
 
 // The family of the recipe's model; an MoE model no family can hold is an
 // InputError naming the model.moe key that rules each out.

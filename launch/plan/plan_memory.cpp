@@ -52,7 +52,7 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
       const int64_t moe = model::moe_layers_in(m, ch.first_layer, ch.layers);
       a += double(flight[size_t(pp)][size_t(v)]) *
                double(model::activation_elements(m, shape, ch.layers, ch.head, moe)) +
-           double(model::shared_recompute_elements(m, shape, ch.layers));
+           double(model::shared_recompute_elements(m, shape, ch.layers, moe));
     }
     act = std::max(act, a);
   }
@@ -61,7 +61,8 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
   if (P > 1) mem.buffers += 4.0 * V * R * double(m.hidden) * pb;  // send/receive pools
   if (CP > 1) {  // the context transfer buffers, fp32 (parallel/context_parallel.hpp): per rank's rows
     const model::LocalDims local = model::local_dims(m, {0, T});
-    const double rows = double(c.micro_batch * m.seq_len / CP), hd = double(m.head_dim());
+    const double rows = double(c.micro_batch * m.seq_len / CP),
+                 hd = double(m.q_head_dim());  // MLA: the kernels' padded heads
     const double kv = rows * 2 * double(local.kv_heads) * hd, state = rows * double(local.heads);
     const double qkv = rows * double(local.heads + 2 * local.kv_heads) * hd, out = rows * double(local.heads) * hd;
     mem.buffers += 4 * (c.context_mode == ContextMode::ring ? 5 * kv + state : 4 * qkv + 3 * out + 4 * state);

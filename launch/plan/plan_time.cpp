@@ -57,7 +57,8 @@ void context_comm_time(const PlanContext& x, PlanResult& r, double passes) {
   // per layer and micro-batch, on this rank's rows (b x s / CP), this tensor rank's heads
   const Link xl = group_link(x.cl, x.where[3]);
   const model::LocalDims local = model::local_dims(m, {0, T});
-  const double rows = double(c.micro_batch * m.seq_len / CP), hd = double(m.head_dim());
+  const double rows = double(c.micro_batch * m.seq_len / CP),
+               hd = double(m.q_head_dim());  // MLA: the kernels' padded heads
   const double H = double(local.heads), KV = double(local.kv_heads);
   auto p2p = [&](double bytes) { return bytes / xl.bandwidth_at(bytes) + xl.latency; };
   double attn_f = 0, attn_b = 0;  // this rank's attention, forward and backward

@@ -66,16 +66,35 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
   std::vector<Op> ops;
   // the norm before attention: read the residual, write the normalised rows
   ops.push_back(memory("norm (attention)", 2 * R * double(C), 2, 1, r));
-  ops.push_back(gemm("qkv", M, (H + 2 * KV) * hd, C, 1, r));
-  if (arch.positions == model::Positions::rotary)
-    ops.push_back(memory("rotary", 2.0 * double(M) * double(H + KV) * double(hd), 1, 1, r));
+  // the score and value head sizes: hd, or MLA's Dq and Dv
+  const int64_t dq = m.q_head_dim(), dv = m.v_head_dim();
+  if (m.is_mla()) {  // the latents (on every tensor rank, whole), their norms, the heads' up-projections
+    const MlaConfig& a = m.mla;
+    const int64_t QL = a.q_lora_rank, KL = a.kv_lora_rank, Dr = a.qk_rope_head_dim;
+    if (QL > 0) {
+      ops.push_back(gemm("q down", M, QL, C, 1, r));
+      ops.push_back(memory("q latent norm", 2.0 * double(M) * double(QL), 2, 1, r));
+      ops.push_back(gemm("q up", M, H * dq, QL, 1, r));
+    } else {
+      ops.push_back(gemm("q", M, H * dq, C, 1, r));
+    }
+    ops.push_back(gemm("kv down", M, KL + Dr, C, 1, r));
+    ops.push_back(memory("kv latent norm", 2.0 * double(M) * double(KL), 2, 1, r));
+    ops.push_back(gemm("kv up", M, H * (a.qk_nope_head_dim + dv), KL, 1, r));
+    ops.push_back(memory("rotary", 2.0 * double(M) * double(H + 1) * double(Dr), 1, 1, r));
+  } else {
+    ops.push_back(gemm("qkv", M, (H + 2 * KV) * hd, C, 1, r));
+    if (arch.positions == model::Positions::rotary)
+      ops.push_back(memory("rotary", 2.0 * double(M) * double(H + KV) * double(hd), 1, 1, r));
+  }
   if (r.flash_attention) {
     // causal: about half the score blocks; backward recomputes the scores (5 matmuls to the forward's 2);
     // context parallelism: this rank's rows against the whole sequence (the balanced split gives each an equal share)
     Op op;
     op.name = "attention (flash)", op.kind = OpKind::attention;
-    op.flops = 4.0 * double(b) * double(H) * double(s) * double(s) * double(hd) * 0.5 / double(shape.context);
-    op.bytes = 4.0 * double(M) * double(H) * double(hd) * r.bytes_per_value;
+    // scores over Dq, values over Dv (2 x hd each without MLA)
+    op.flops = 2.0 * double(b) * double(H) * double(s) * double(s) * double(dq + dv) * 0.5 / double(shape.context);
+    op.bytes = 2.0 * double(M) * double(H) * double(dq + dv) * r.bytes_per_value;
     op.efficiency = r.attention_fraction;
     op.forward_s = std::max(op.flops / (r.peak_flops * op.efficiency), r.kernel_floor);
     op.backward_s = std::max(2.5 * op.flops / (r.peak_flops * op.efficiency), 2 * r.kernel_floor);
@@ -85,18 +104,18 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
     // scores [b H, s, s] = Q K^T, softmax (scale and causal mask fused) and
     // probabilities x V; the scores and probabilities go through memory
     const int64_t q = s / shape.context;  // this rank's query rows
-    Op scores = gemm("attention scores", q, s, hd, b * H, r);
+    Op scores = gemm("attention scores", q, s, dq, b * H, r);
     // softmax: read scores, write probabilities (backward: read both gradients' inputs, write one);
     // dropout on them: read, write and a one-byte mask (backward the same)
     const double probs = double(b * H) * double(q) * double(s);
     Op softmax = memory(r.attention_dropout ? "softmax + dropout" : "softmax",
                         probs * (2 + (r.attention_dropout ? 2 + 1 / r.bytes_per_value : 0)),
                         r.attention_dropout ? 1.25 : 1.5, r.attention_dropout ? 2 : 1, r);
-    Op values = gemm("attention values", q, hd, s, b * H, r);
+    Op values = gemm("attention values", q, dv, s, b * H, r);
     for (Op* op : {&scores, &softmax, &values}) op->kind = OpKind::attention, op->recomputed = true;
     ops.push_back(scores), ops.push_back(softmax), ops.push_back(values);
   }
-  ops.push_back(gemm("attention output", M, C, H * hd, 1, r));
+  ops.push_back(gemm("attention output", M, C, H * dv, 1, r));
   ops.push_back(memory("residual add (attention)", 3 * R * double(C), 1, 1, r));
   ops.push_back(memory("norm (mlp)", 2 * R * double(C), 2, 1, r));
   const size_t dense_first = ops.size();

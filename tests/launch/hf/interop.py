@@ -1,7 +1,8 @@
 """Hugging Face interoperability, both directions, GPT-2, LLaMA and the
 mixture-of-experts families (Mixtral, Qwen2-MoE and Qwen3-MoE (QK-norm) with
 both norm_topk_prob values and mlp_only_layers, GLM-4-MoE with a non-zero correction bias, groups,
-scaling, shared experts and a dense first layer).
+scaling, shared experts and a dense first layer, DeepSeek-V3: the same MoE with multi-head latent
+attention, with and without the query latent).
 
 Export: Trident trains a small model on a tensor- or pipeline-parallel mesh
 (real MPI ranks) and saves a checkpoint; `trident export --format hf` writes
@@ -238,8 +239,15 @@ def import_then_train(a):
 
 # Mixture of experts: transformers' families of configs/moe-tiny.yaml's sizes,
 # each with the recipe overrides that make Trident's model the same one.
+# configs/moe-tiny.yaml made DeepSeek-V3's shape (docs/mla.md)
+DEEPSEEK_SETS = ["model.attention=mla", "model.kv_heads=4", "model.mla.kv_lora_rank=32", "model.mla.qk_nope_head_dim=32",
+                 "model.mla.qk_rope_head_dim=16", "model.mla.v_head_dim=24", "model.moe.shared_experts=2",
+                 "model.moe.router.score=sigmoid", "model.moe.router.groups=4", "model.moe.router.group_topk=2",
+                 "model.moe.router.scaling=2.5"]
+
+
 def moe_families():
-    from transformers import Glm4MoeConfig, MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
+    from transformers import DeepseekV3Config, Glm4MoeConfig, MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
     common = dict(vocab_size=32, hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=False, initializer_range=0.1)
     rope = {"rope_type": "default", "rope_theta": 10000.0}
@@ -267,6 +275,15 @@ def moe_families():
                                                head_dim=32, attention_bias=False, use_sliding_window=False,
                                                rope_parameters=rope),
          ["model.moe.first_dense=0", "model.qk_norm=true"], dict(score="softmax", k=2, groups=1, group_topk=1)),
+        # DeepSeek-V3: glm4_moe's MoE with multi-head latent attention, with and without the query latent
+        *[(f"deepseek_v3{suffix}",
+           DeepseekV3Config(**dict(common, num_key_value_heads=4), intermediate_size=352, moe_intermediate_size=96,
+                            num_experts_per_tok=2, n_shared_experts=2, n_routed_experts=8, routed_scaling_factor=2.5,
+                            n_group=4, topk_group=2, first_k_dense_replace=1, norm_topk_prob=True, q_lora_rank=q_lora,
+                            kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=24,
+                            rope_interleave=True, attention_bias=False, rope_parameters=rope),
+           DEEPSEEK_SETS + [f"model.mla.q_lora_rank={q_lora or 0}"], dict(score="sigmoid", k=2, groups=4, group_topk=2))
+          for suffix, q_lora in (("", 48), ("_no_q_lora", None))],
         ("glm4_moe", Glm4MoeConfig(**common, intermediate_size=352, moe_intermediate_size=96, num_experts_per_tok=2,
                                    n_shared_experts=2, n_routed_experts=8, routed_scaling_factor=2.5, n_group=4,
                                    topk_group=2, first_k_dense_replace=1, norm_topk_prob=True, attention_bias=False,
@@ -391,13 +408,28 @@ def moe_direction(a):
         with_bias.model.layers[0].self_attn.q_proj.bias.fill_(0.1)
     with_bias.save_pretrained(biased, safe_serialization=True)
     refused("qkv bias", biased, sets + ["model.moe.router.norm_topk=false"], "q_proj.bias' is not zero")
+    # DeepSeek-V3's published config extends its context with YaRN: refused, naming the key
+    yarn = os.path.join(a.work, "hf_src_deepseek_v3_yarn")
+    ds_name, ds_cfg, ds_sets, _ = moe_families()[5]
+    assert ds_name == "deepseek_v3"
+    ds_cfg.rope_parameters = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                              "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1,
+                              "mscale": 1.0, "mscale_all_dim": 1.0}
+    torch.manual_seed(5)
+    AutoModelForCausalLM.from_config(ds_cfg, dtype=torch.float32).save_pretrained(yarn, safe_serialization=True)
+    refused("yarn", yarn, ds_sets + ["model.mla.q_lora_rank=48"], "rope_type")
+    refused("mla sizes", os.path.join(a.work, "hf_src_deepseek_v3"), ds_sets + ["model.mla.q_lora_rank=40"],
+            "key 'q_lora_rank' is 48")
 
     # trained by Trident on a mesh, exported, loaded by transformers: the same logits
     for name, sets, mesh in [("mixtral", ["model.moe.first_dense=0"], ["parallel.tensor=2"]),
                              ("glm4_moe", ["model.moe.shared_experts=2", "model.moe.router.score=sigmoid",
                                            "model.moe.router.groups=4", "model.moe.router.group_topk=2",
                                            "model.moe.router.scaling=2.5", "model.moe.balance.bias_rate=0.05"],
-                              ["parallel.data=2", "parallel.zero=3"])]:
+                              ["parallel.data=2", "parallel.zero=3"]),
+                             ("deepseek_v3", DEEPSEEK_SETS + ["model.mla.q_lora_rank=48",
+                                                              "model.moe.balance.bias_rate=0.05"],
+                              ["parallel.tensor=2"])]:
         ckpt = os.path.join(a.work, f"train_{name}")
         cmd = mpirun(2) + [a.trident, "train", recipe]
         for x in sets + mesh + ["train.steps=30", "eval.batches=0", "log.metrics=", f"checkpoint.dir={ckpt}"]:

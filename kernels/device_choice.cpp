@@ -267,6 +267,10 @@ KERNEL_OP(void, mla_heads_backward,
           (T * dq, T* dkvb, T* dkr, const T* dqkv, int64_t N, int64_t H, int64_t Dn, int64_t Dr, int64_t Dv),
           (dq, dkvb, dkr, dqkv, N, H, Dn, Dr, Dv), dqkv,
           cuda::mla_heads_backward(dq, dkvb, dkr, dqkv, N, H, Dn, Dr, Dv));
+KERNEL_OP(void, columns_concat, (T * out, const T* a, const T* b, int64_t N, int64_t A, int64_t B),
+          (out, a, b, N, A, B), out, cuda::columns_concat(out, a, b, N, A, B));
+KERNEL_OP(void, columns_split, (T * a, T* b, const T* in, int64_t N, int64_t A, int64_t B), (a, b, in, N, A, B), in,
+          cuda::columns_split(a, b, in, N, A, B));
 KERNEL_OP(void, heads_narrow, (T * out, const T* in, int64_t N, int64_t H, int64_t Din, int64_t Dout),
           (out, in, N, H, Din, Dout), out, cuda::heads_narrow(out, in, N, H, Din, Dout));
 KERNEL_OP(void, heads_widen, (T * out, const T* in, int64_t N, int64_t H, int64_t Din, int64_t Dout),

@@ -31,6 +31,13 @@ void heads_gather(T* heads, const T* qkv, int64_t N, int64_t H, int64_t KV, int6
 template <typename T>
 void heads_scatter(T* qkv, const T* heads, int64_t N, int64_t H, int64_t KV, int64_t D, int64_t W);
 
+// out [N, A + B] = [a | b] row by row (a [N, A], b [N, B]); columns_split is
+// its reverse (multi-token prediction's eh_proj input and its gradient).
+template <typename T>
+void columns_concat(T* out, const T* a, const T* b, int64_t N, int64_t A, int64_t B);
+template <typename T>
+void columns_split(T* a, T* b, const T* in, int64_t N, int64_t A, int64_t B);
+
 // Multi-head latent attention's heads (model.attention: mla), for the
 // attention kernels, which take one head size Dq = Dn + Dr for queries, keys
 // and values: qkv [N, 3 H Dq] from the query heads q [N, H Dq] (each head's

@@ -22,7 +22,9 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
   // the one layout the planner's formulas use too (model/memory.hpp)
   const ActivationSizes z =
       activation_sizes(cfg_, {B, tp_->size(), tp_->gathers(), recompute, split_backward, cp_->size()});
-  const int64_t C = z.C, N = z.N, L = ch.spec.layers, R = z.R, row0 = tp_->row_begin(N);
+  // the head chunk with model.mtp: each depth's block after the chunk's layers
+  const int64_t depth = ch.spec.head ? cfg_.mtp.depth : 0;
+  const int64_t C = z.C, N = z.N, L = ch.spec.layers + depth, R = z.R, row0 = tp_->row_begin(N);
   TRIDENT_CHECK(R == tp_->rows(N), "activation layout: {} rows, the region has {}", R, tp_->rows(N));
   auto ctx = std::make_unique<Activations<T>>();
   ctx->B = B;
@@ -123,6 +125,14 @@ std::unique_ptr<Activations<T>> Transformer<T>::make_activations(int64_t B, Reco
   }
   if (split_backward)
     for (int64_t l = 0; l < L; ++l) ctx->saved.push_back({alloc(z.qkv), alloc(N * C), alloc(z.fc), alloc(N * C)});
+  ctx->mtp.resize(size_t(depth));
+  for (MtpActs<T>& a : ctx->mtp) {
+    a.tokens.assign(size_t(N), 0), a.targets.assign(size_t(N), -1);
+    a.emb = alloc(R * C), a.e_norm = alloc(R * C), a.e_rstd = alloc(z.stats), a.h_norm = alloc(R * C);
+    a.h_rstd = alloc(z.stats), a.cat = alloc(2 * R * C), a.x_out = alloc(R * C);
+    norm_out(a.o, a.o_full);
+    a.o_rstd = alloc(z.stats), a.logits = alloc(z.logits), a.losses = alloc(z.losses), a.d_emb = alloc(R * C);
+  }
   ctx->x_final = alloc(R * C);
   if (ch.spec.head) {
     norm_out(ctx->lnf, ctx->lnf_full);

@@ -450,6 +450,55 @@ const Architecture kLlama{Arch::llama,
                                false,
                                U::moe_shared_gate,
                                true},
+                              // multi-token prediction: each module's own (model.layers.{layers + k - 1}.)
+                              {P::layer,
+                               "enorm.weight",
+                               Slot::mtp_embed_norm,
+                               Dim::C,
+                               Dim::one,
+                               K::norm,
+                               I::ones,
+                               false,
+                               {S::replicate},
+                               false,
+                               false,
+                               U::mtp},
+                              {P::layer,
+                               "hnorm.weight",
+                               Slot::mtp_hidden_norm,
+                               Dim::C,
+                               Dim::one,
+                               K::norm,
+                               I::ones,
+                               false,
+                               {S::replicate},
+                               false,
+                               false,
+                               U::mtp},
+                              {P::layer,
+                               "eh_proj.weight",
+                               Slot::mtp_proj,
+                               Dim::C,
+                               Dim::two_C,
+                               K::weight,
+                               I::normal,
+                               false,
+                               {S::replicate},
+                               false,
+                               false,
+                               U::mtp},
+                              {P::layer,
+                               "shared_head.norm.weight",
+                               Slot::mtp_head_norm,
+                               Dim::C,
+                               Dim::one,
+                               K::norm,
+                               I::ones,
+                               false,
+                               {S::replicate},
+                               false,
+                               false,
+                               U::mtp},
                               {P::head,
                                "model.norm.weight",
                                Slot::final_norm_weight,
@@ -482,6 +531,8 @@ int64_t size_of(Dim d, const ModelConfig& m, int64_t V) {
       return 1;
     case Dim::C:
       return m.hidden;
+    case Dim::two_C:
+      return 2 * m.hidden;
     case Dim::F:
       return m.ffn_hidden;
     case Dim::V:
@@ -583,6 +634,9 @@ std::vector<const ParamRow*> Architecture::layer_rows(const ModelConfig& cfg, in
         break;
       case LayerUse::mla_q_lora:
         held = cfg.is_mla() && cfg.mla.q_lora_rank > 0;
+        break;
+      case LayerUse::mtp:
+        held = layer >= cfg.layers;
         break;
     }
     if (held) out.push_back(&r);

@@ -61,6 +61,12 @@ enum class Slot {
   kv_down_weight,  // kv_a_proj_with_mqa [KL + Dr, C]: the latent's rows, then the shared rotary key's
   kv_down_norm,    // kv_a_layernorm [KL]
   kv_up_weight,    // kv_b_proj [H (Dn + Dv), KL]: each head's key part and value
+  // multi-token prediction (model.mtp): a depth's module is a layer (index
+  // layers + k - 1) with these too
+  mtp_embed_norm,   // enorm [C]
+  mtp_hidden_norm,  // hnorm [C]
+  mtp_proj,         // eh_proj [C, 2C]: the normalised embedding's columns, then the hidden state's
+  mtp_head_norm,    // shared_head.norm [C]: before the shared LM head
   token_table,
   positions,
   final_norm_weight,
@@ -68,14 +74,14 @@ enum class Slot {
   lm_head,
   fused
 };
-inline constexpr int kLayerSlots = 24;
+inline constexpr int kLayerSlots = 28;
 
 // A shape term: the product of the model sizes it names.
 // MoE: E experts, I each one's width, S the shared experts' width.
 // HD: H query heads of their size (MLA: Dn + Dr); HV: H value heads (the
 // attention output). MLA: QL q_lora_rank, KL kv_lora_rank, KVA = KL + Dr,
 // HKV = H (Dn + Dv).
-enum class Dim { one, C, F, V, T, HD, HV, KVD, three_C, E, I, EC, two_EI, S, D, QL, KL, KVA, HKV };
+enum class Dim { one, C, two_C, F, V, T, HD, HV, KVD, three_C, E, I, EC, two_EI, S, D, QL, KL, KVA, HKV };
 
 // Which layers hold a layer row: all, the dense ones, or the MoE ones (all
 // of them, or those with shared experts, the shared-expert gate, the
@@ -93,7 +99,8 @@ enum class LayerUse {
   standard,
   q_full,
   mla,
-  mla_q_lora
+  mla_q_lora,
+  mtp  // a multi-token prediction module's (layer index >= layers)
 };
 
 enum class NormKind { layer_norm, rms_norm };

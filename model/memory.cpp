@@ -55,6 +55,8 @@ int64_t moe_layers_in(const ModelConfig& cfg, int64_t first, int64_t layers) {
 int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers, bool head,
                             int64_t moe_layers) {
   const ActivationSizes z = activation_sizes(cfg, s);
+  const int64_t depth = head ? cfg.mtp.depth : 0;  // multi-token prediction: a block per depth, and its own buffers
+  layers += depth, moe_layers += moe_layers_in(cfg, cfg.layers, depth);
   // full recompute: the MoE layers' buffers are the chunk's shared set (shared_recompute_elements)
   int64_t n = s.recompute == Recompute::full ? 0 : moe_layers * moe_layer_elements(cfg, s);
   if (cfg.qk_norm) {  // the heads before QK-norm, and their statistics
@@ -71,6 +73,8 @@ int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, in
   if (s.split_backward) n += layers * (z.qkv + z.N * z.C + z.fc + z.N * z.C);
   n += z.R * z.C;  // the chunk's output
   if (head) n += z.norm_full + 2 * z.stats + z.logits + z.losses;
+  // each depth's embedding rows, norms, eh_proj input, block output, head norm, logits, losses, d_emb
+  n += depth * (7 * z.R * z.C + 3 * z.stats + z.norm_full + z.logits + z.losses);
   return n;
 }
 
@@ -94,7 +98,8 @@ int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s) {
     const LocalDims d = local_dims(cfg, {0, s.tensor});
     n += 2 * z.N * (d.heads + d.kv_heads) * cfg.head_dim();
   }
-  if (cfg.is_mla()) {  // Transformer::mla_scratch
+  if (cfg.mtp.depth > 0) n += 6 * z.R * z.C;  // multi-token prediction's backward (model/mtp.cpp)
+  if (cfg.is_mla()) {                         // Transformer::mla_scratch
     const MlaConfig& a = cfg.mla;
     const int64_t H = local_dims(cfg, {0, s.tensor}).heads;
     n += z.N * (H * cfg.q_head_dim() + H * (a.qk_nope_head_dim + a.v_head_dim) + a.qk_rope_head_dim +

@@ -40,7 +40,7 @@ struct ActivationSizes {
 ActivationSizes activation_sizes(const ModelConfig& cfg, const ActivationShape& s);
 
 // One Activations context of a chunk with `layers` layers, `moe_layers` of
-// them MoE layers (and the head).
+// them MoE layers (and the head, with model.mtp's blocks and buffers).
 int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers, bool head,
                             int64_t moe_layers = 0);
 // What one MoE layer keeps of a micro-batch (model/moe.hpp's MoeActs: router

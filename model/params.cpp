@@ -17,7 +17,7 @@ SharedGradientRanges shared_gradient_ranges(const ParamRegistry& reg, const Mode
   const bool sliced_router = reg.experts().whole;  // each tensor rank routes its share of the rows
   for (const auto& p : reg.params()) {
     const std::pair<int64_t, int64_t> range{p.offset, p.offset + p.numel};
-    if (p.token_table && cfg.tie_embeddings && pipeline_stages > 1) out.tied.push_back(range);
+    if (p.token_table && (cfg.tie_embeddings || cfg.mtp.depth > 0) && pipeline_stages > 1) out.tied.push_back(range);
     if (p.replication == Replication::tensor &&
         (((sequence_parallel || p.head_partial) && !p.all_rows) || (sliced_router && p.router)))
       out.tensor_replicated.push_back(range);
@@ -69,10 +69,14 @@ ParamRegistry::ParamRegistry(const ModelConfig& m, TensorShard shard, std::vecto
     if (!chunk.head) continue;
     for (const ParamRow* row : arch.part(Part::head))
       if (!row->untied_only || !m.tie_embeddings) add(row->name, *row, m);
-    if (m.tie_embeddings && !has_embedding) {  // the head's own copy of the tied embedding
+    // the head's own copy of the embedding: tied, or read by multi-token prediction
+    if ((m.tie_embeddings || m.mtp.depth > 0) && !has_embedding) {
       add(arch.token_table().name, arch.token_table(), m);
       params_.back().tied_copy = true;
     }
+    // multi-token prediction's modules, after the head (layers L .. L + D - 1)
+    for (int64_t l = m.layers; l < m.layers + m.mtp.depth; ++l)
+      for (const ParamRow* row : arch.layer_rows(m, l)) add(layer_prefix(m, l) + row->name, *row, m);
   }
   // Split experts: their weights go after everything else (chunk and layer
   // order kept), so the dense part and the expert part, reduced over

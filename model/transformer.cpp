@@ -34,10 +34,14 @@ double flops_per_token(const ModelConfig& m) {
     attn = (QL > 0 ? C * QL + QL * H * Dq : C * H * Dq) + C * (KL + double(a.qk_rope_head_dim)) +
            KL * H * double(a.qk_nope_head_dim + a.v_head_dim) + H * double(a.v_head_dim) * C;
   }
-  double matmul_params = L * attn + double(m.vocab) * C;
-  for (int64_t l = 0; l < m.layers; ++l) matmul_params += e.is_moe(l) ? moe : mlp;
+  // multi-token prediction: each depth's block, eh_proj [C, 2C] and the LM head again
+  const int64_t depth = m.mtp.depth;
+  double matmul_params = double(m.layers + depth) * attn + double(1 + depth) * double(m.vocab) * C;
+  for (int64_t l = 0; l < m.layers + depth; ++l) matmul_params += e.is_moe(l) ? moe : mlp;
+  matmul_params += double(depth) * 2 * C * C;
   // scores and weighted values: 2 T H (Dq + Dv) per token forward, x3 (2 H D = 2 C: 12 L C T)
-  return 6 * matmul_params + 6 * L * double(m.seq_len) * H * double(m.q_head_dim() + m.v_head_dim());
+  return 6 * matmul_params +
+         6 * double(m.layers + depth) * double(m.seq_len) * H * double(m.q_head_dim() + m.v_head_dim());
 }
 
 template <typename T>
@@ -81,7 +85,8 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
   for (const auto& c : reg_.chunks()) has_embedding |= c.embedding, has_head |= c.head;
   tied_local_ = cfg.tie_embeddings && has_embedding && has_head;
   const size_t embedding_rows = arch_.part(Part::embedding).size();
-  size_t head_rows = cfg.tie_embeddings && !has_embedding ? 1 : 0;  // the tied copy
+  // the embedding's copy (tied, or multi-token prediction's)
+  size_t head_rows = (cfg.tie_embeddings || cfg.mtp.depth > 0) && !has_embedding ? 1 : 0;
   for (const ParamRow* row : arch_.part(Part::head)) head_rows += !row->untied_only || !cfg.tie_embeddings;
   // Split experts (ExpertShard size > 1): each MoE layer's routed experts
   // are a segment of their own, after every other (ParamRegistry::expert_begin).
@@ -110,6 +115,15 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
     if (spec.head) {
       ch.head_seg = int(segments_.size());
       take(head_rows, SegKind::head, -1, -1);
+      // multi-token prediction's modules: layers after the chunk's, a segment each after the head's
+      ch.mtp_first_seg = int(segments_.size());
+      for (int64_t k = 0; k < cfg.mtp.depth; ++k) {
+        const int64_t global = cfg.layers + k;
+        take(arch_.layer_rows(cfg, global).size() - expert_rows(global), SegKind::layer, int64_t(layers_.size()),
+             global);
+        layers_.emplace_back();
+        globals.push_back(global);
+      }
     }
     chunks_.push_back(ch);
   }
@@ -159,11 +173,13 @@ void Transformer<T>::bind(int s, T* pbase, T* gbase) {
   };
   for (const auto& [slot, offset] : info.slots) {
     switch (slot) {
-      case Slot::token_table:  // the embedding's table, or the head's copy of a tied one
+      case Slot::token_table:  // the embedding's table, or the head's copy (tied, or multi-token prediction's)
         if (info.kind == SegKind::embedding)
           set(wte_, dwte_, offset);
-        else
+        else if (cfg_.tie_embeddings)
           set(head_, dhead_, offset);
+        else
+          set(mtp_wte_, dmtp_wte_, offset);
         break;
       case Slot::positions:
         set(wpe_, dwpe_, offset);
@@ -337,14 +353,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     if (ctx.is_packed()) pack(ctx, l, 0, 1);
     MoeActs<T>* m = moe_acts(ctx, l);
     layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], B, m);
-    if (m && dscale != T(0)) {  // a training forward: its routes count
-      const int64_t global = ch.spec.first_layer + l, E = cfg_.moe.experts;
-      const auto at = std::find(moe_step_.layers.begin(), moe_step_.layers.end(), global) - moe_step_.layers.begin();
-      if (size_t(at) == moe_step_.layers.size())
-        moe_step_.layers.push_back(global), moe_step_.counts.resize(moe_step_.counts.size() + size_t(E), 0.0);
-      for (int64_t e = 0; e < E; ++e)
-        moe_step_.counts[size_t(at * E + e)] += double(m->offsets[size_t(e + 1)] - m->offsets[size_t(e)]);
-    }
+    if (m && dscale != T(0)) count_routes(*m, ch.spec.first_layer + l);  // a training forward: its routes count
     if (ctx.is_packed()) pack(ctx, l, 1, SIZE_MAX);
     // full recompute: the rows the experts received are received again by the recomputation
     if (m && ctx.recompute == Recompute::full) m->received = Tensor();
@@ -376,10 +385,13 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     done_params(head);
     if (tied_local_) done_params(emb_seg_);
   }
+  ctx.mtp_ran = false;
   if (!targets) return 0;
   tp_->cross_entropy(ctx.losses, ctx.logits, targets, N, dims_.vocab, dims_.vocab_valid, dims_.vocab_begin, dscale);
   if (dscale != T(0)) store(ctx.logits, N * dims_.vocab);  // dlogits
-  return k::sum(ctx.losses, N);
+  const double loss = k::sum(ctx.losses, N);
+  if (cfg_.mtp.depth > 0 && dscale != T(0)) mtp_forward(ctx, targets, dscale);  // their losses: mtp_losses()
+  return loss;
 }
 
 template <typename T>
@@ -391,7 +403,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
   const Chunk& ch = chunks_[size_t(ctx.chunk)];
   const bool acc = accumulate;
   const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
-  const int64_t H = dims_.heads, KV = dims_.kv_heads, D = dq_, F = dims_.ffn, V = dims_.vocab;
+  const int64_t V = dims_.vocab;
   doc_start_ = ctx.doc_start;
   origin_ = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
   const int L = int(ch.spec.layers);
@@ -401,8 +413,10 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     if (ch.spec.head) {
       use_grads(ch.head_seg);
       if (tied_local_) use_grads(emb_seg_);
-      // a tied table already holds this micro-batch's embedding gradient: add to it
-      linear_bwd(nullptr, dhead_, nullptr, {ctx.logits}, {ctx.lnf_full}, {head_}, N, C, V, acc || tied_local_);
+      // a tied table already holds this micro-batch's embedding gradient: add to it (as to multi-token
+      // prediction's head gradient)
+      linear_bwd(nullptr, dhead_, nullptr, {ctx.logits}, {ctx.lnf_full}, {head_}, N, C, V,
+                 acc || tied_local_ || ctx.mtp_ran);
       done_grads(ch.head_seg);
       if (tied_local_) done_grads(emb_seg_);
     }
@@ -414,7 +428,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     }
     return;
   }
-  TRIDENT_CHECK(!split || ctx.saved.size() == size_t(L), "split backward needs make_activations(split_backward)");
+  TRIDENT_CHECK(!split || ctx.saved.size() >= size_t(L), "split backward needs make_activations(split_backward)");
   if (ch.spec.head) {
     // LM head and final norm (their parameters are still held from forward).
     // dlogits were left in ctx.logits by forward().
@@ -427,6 +441,13 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
                {ctx.lnf_full}, {head_}, N, C, V, acc);
     store(d_ln_, N * C);
     const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
+    if (ctx.mtp_ran) {  // multi-token prediction's depths add to the final norm's output gradient
+      T* d_lnf = mtp_lnf_grad(R);
+      k::copy(d_lnf, d, R * C);
+      // the head's weight: after the main head's (or, split, first: the weight pass adds the main head's)
+      mtp_backward(ctx, d_lnf, recompute, acc, split ? acc : true, ready);
+      d = d_lnf;
+    }
     k::fill_zero(d_res_, R * C);
     norm_backward(d_res_, dnfw_, dnfb_, d, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, R, acc);
     store(d_res_, R * C);
@@ -445,104 +466,8 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     return -1;
   };
   for (int l = L - 1; l >= 0; --l) {
-    const int s = ch.first_layer_seg + l, es = expert_seg_[size_t(ch.first_local + l)];
-    use_params(s, l > 0 ? s - 1 : -1);
-    use_grads(s);
-    if (es >= 0) use_params(es, prev_experts(l)), use_grads(es);
-    if (ctx.is_packed()) unpack(ctx, l);
-    const LayerActs<T>& a = ctx.layers[size_t(l)];
-    const LayerParams& p = layers_[size_t(ch.first_local + l)];
-    // split: the four linears' output gradients go where the weight pass finds them
-    T* d_qkv = split ? ctx.saved[size_t(l)].d_qkv : d_qkv_;
-    T* d_fc = split ? ctx.saved[size_t(l)].d_fc : d_fc_;
-    T* dpw = split ? nullptr : p.dpw;
-    T* dfcw = split ? nullptr : p.dfcw;
-    // MLA's attention weights get their gradients in the input pass (docs/mla.md)
-    T* dow = split && !cfg_.is_mla() ? nullptr : p.dow;
-    T* dqkvw = split ? nullptr : p.dqkvw;
-    if (recompute == Recompute::full) {
-      // Rerun this layer's forward from its saved input; the output goes to a
-      // scratch row nobody reads (d_ln_ is overwritten below before use).
-      layer_forward(a, d_ln_, p, B, moe_acts(ctx, l));
-    } else if (recompute == Recompute::selective) {
-      cp_->attention_state(a.lse, d_atty_, a.qkv, B, H, KV, D, doc_start_);
-    }
-    // MLP: d_res_ is the gradient of x_out = x_mid + exit(act pw^T) + pb
-    k::bias_backward(p.dpb, d_res_, R, C, acc);
-    const T* dy = tp_->exit_backward(d_full_, d_res_, N, C);
-    MoeActs<T>* m = moe_acts(ctx, l);
-    if (m) {  // its weight gradients too, in a split backward (docs/moe.md)
-      moe_->backward(d_ln_, dy, a.ln2_full, *m, p.moe(), p.moe_grads(), N, B, ctx.aux_scale, acc);
-      if (recompute == Recompute::full) m->received = Tensor();
-    } else {
-      if (split) k::copy(ctx.saved[size_t(l)].d_mlp_out, dy, N * C);
-      if (gemm_reads_16bit()) k::pack_16(dy16_, dy, N * C, precision_);  // d_res_ is rounded: exact
-      linear_bwd(d_act_, dpw, nullptr, {dy, dy16_}, saved_in(ctx, l, 7, a.act), {p.pw}, N, F, C, acc);
-      store(d_act_, N * F);
-      if (arch_.mlp == MlpKind::swiglu)
-        k::swiglu_backward(d_fc, a.fc, d_act_, N, F);
-      else
-        k::gelu_backward(d_fc, a.fc, d_act_, N * F);
-      if (gemm_reads_16bit())
-        k::store_16(d_fc, dfc16_, N * fc_width_, precision_);
-      else
-        store(d_fc, N * fc_width_);
-      linear_bwd(d_ln_, dfcw, p.dfcb, {d_fc, dfc16_}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw}, N, C, fc_width_, acc);
-    }
-    store(d_ln_, N * C);
-    const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
-    if (m) {  // the router's and gate's part, complete on every rank: this rank's rows
-      k::residual_forward(d_local_, d, moe_->router_input_grad() + tp_->row_begin(N) * C, static_cast<T*>(nullptr), R,
-                          C);
-      d = d_local_;
-    }
-    norm_backward(d_res_, p.dn2w, p.dn2b, d, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, R, acc);
-    store(d_res_, R * C);
-    // attention: d_res_ is now the gradient of x_mid = x_in + exit(atty ow^T) + ob
-    k::bias_backward(p.dob, d_res_, R, C, acc);
-    dy = tp_->exit_backward(d_full_, d_res_, N, C);
-    if (split) k::copy(ctx.saved[size_t(l)].d_attn_out, dy, N * C);
-    if (gemm_reads_16bit()) k::pack_16(dy16_, dy, N * C, precision_);
-    if (cfg_.is_mla()) {  // the o_proj input without the value heads' padding, and back
-      const MlaScratch m = mla_scratch(N);
-      linear_bwd(m.d_attv, dow, nullptr, {dy, dy16_}, {attention_out(a.atty, N)}, {p.ow}, N, H * dv_, C, acc);
-      k::heads_widen(d_atty_, m.d_attv, N, H, dv_, D);
-    } else {
-      linear_bwd(d_atty_, dow, nullptr, {dy, dy16_}, saved_in(ctx, l, 3, a.atty), {p.ow}, N, H * D, C, acc);
-    }
-    store(d_atty_, N * H * D);
-    cp_->attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.lse, B, H, KV, D, doc_start_);
-    if (cfg_.is_mla()) {
-      mla_backward(a, saved_in(ctx, l, 1, a.ln1_full), d_qkv, p, B, acc);
-      d = tp_->enter_backward(d_local_, d_ln_, N, C);
-      norm_backward(d_res_, p.dn1w, p.dn1b, d, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, R, acc);
-      store(d_res_, R * C);
-      done_params(s);
-      done_grads(s);
-      ready(s);
-      if (es >= 0) done_params(es), done_grads(es), ready(es);
-      continue;
-    }
-    if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D, origin_);
-    if (a.qk_pre) qk_norm_backward(d_qkv, a.qk_pre, a.qk_rstd, p, N, acc);
-    if (gemm_reads_16bit())
-      k::store_16(d_qkv, dqkv16_, N * qkv_width_, precision_);
-    else
-      store(d_qkv, N * qkv_width_);
-    linear_bwd(d_ln_, dqkvw, p.dqkvb, {d_qkv, dqkv16_}, saved_in(ctx, l, 1, a.ln1_full), {p.qkvw}, N, C, qkv_width_,
-               acc);
-    store(d_ln_, N * C);
-    d = tp_->enter_backward(d_local_, d_ln_, N, C);
-    norm_backward(d_res_, p.dn1w, p.dn1b, d, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, R, acc);
-    store(d_res_, R * C);
-    done_params(s);
-    done_grads(s);
-    ready(s);
-    if (es >= 0) {  // the expert part's frontier: this layer's experts and every later layer's are final
-      done_params(es);
-      done_grads(es);
-      ready(es);
-    }
+    const int s = ch.first_layer_seg + l;
+    layer_backward(ctx, l, ch.first_local + l, s, l > 0 ? s - 1 : -1, prev_experts(l), recompute, acc, split, ready);
   }
   if (!ch.spec.embedding) return;  // d_res_ is the gradient of the chunk's input
   const int emb = ch.emb_seg;
@@ -558,8 +483,122 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
   if (dwpe_) k::position_backward(dwpe_, d_res_, tp_->row_begin(N), R, Tn, C, origin_);
   const T* demb = tp_->exit_backward(d_full_, d_res_, N, C);
   k::embedding_backward(dwte_, demb, ctx.tokens, N, C, dims_.vocab_begin, V);
+  if (ctx.mtp_ran && ch.spec.head)  // multi-token prediction's lookups of the same table
+    for (const MtpActs<T>& a : ctx.mtp)
+      k::embedding_backward(dwte_, tp_->exit_backward(d_full_, a.d_emb, N, C), a.tokens.data(), N, C, dims_.vocab_begin,
+                            V);
   done_grads(emb);
   ready(emb);
+}
+
+// Local layer l of the context (layers_[li], segment s, its expert segment
+// if any; next_s / next_es: the segments to prefetch): d_res_, the gradient
+// of its output, becomes that of its input.
+template <typename T>
+void Transformer<T>::layer_backward(Activations<T>& ctx, int l, int li, int s, int next_s, int next_es,
+                                    Recompute recompute, bool acc, bool split, const std::function<void(int)>& ready,
+                                    bool manage) {
+  const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
+  const int64_t H = dims_.heads, KV = dims_.kv_heads, D = dq_, F = dims_.ffn;
+  const int es = expert_seg_[size_t(li)];
+  auto finish = [&] {
+    if (!manage) return;
+    done_params(s);
+    done_grads(s);
+    ready(s);
+    if (es >= 0) {  // the expert part's frontier: this layer's experts and every later layer's are final
+      done_params(es);
+      done_grads(es);
+      ready(es);
+    }
+  };
+  if (manage) {
+    use_params(s, next_s);
+    use_grads(s);
+    if (es >= 0) use_params(es, next_es), use_grads(es);
+  }
+  if (ctx.is_packed()) unpack(ctx, l);
+  const LayerActs<T>& a = ctx.layers[size_t(l)];
+  const LayerParams& p = layers_[size_t(li)];
+  // split: the four linears' output gradients go where the weight pass finds them
+  T* d_qkv = split ? ctx.saved[size_t(l)].d_qkv : d_qkv_;
+  T* d_fc = split ? ctx.saved[size_t(l)].d_fc : d_fc_;
+  T* dpw = split ? nullptr : p.dpw;
+  T* dfcw = split ? nullptr : p.dfcw;
+  // MLA's attention weights get their gradients in the input pass (docs/mla.md)
+  T* dow = split && !cfg_.is_mla() ? nullptr : p.dow;
+  T* dqkvw = split ? nullptr : p.dqkvw;
+  if (recompute == Recompute::full) {
+    // Rerun this layer's forward from its saved input; the output goes to a
+    // scratch row nobody reads (d_ln_ is overwritten below before use).
+    layer_forward(a, d_ln_, p, B, moe_acts(ctx, l));
+  } else if (recompute == Recompute::selective) {
+    cp_->attention_state(a.lse, d_atty_, a.qkv, B, H, KV, D, doc_start_);
+  }
+  // MLP: d_res_ is the gradient of x_out = x_mid + exit(act pw^T) + pb
+  k::bias_backward(p.dpb, d_res_, R, C, acc);
+  const T* dy = tp_->exit_backward(d_full_, d_res_, N, C);
+  MoeActs<T>* m = moe_acts(ctx, l);
+  if (m) {  // its weight gradients too, in a split backward (docs/moe.md)
+    moe_->backward(d_ln_, dy, a.ln2_full, *m, p.moe(), p.moe_grads(), N, B, ctx.aux_scale, acc);
+    if (recompute == Recompute::full) m->received = Tensor();
+  } else {
+    if (split) k::copy(ctx.saved[size_t(l)].d_mlp_out, dy, N * C);
+    if (gemm_reads_16bit()) k::pack_16(dy16_, dy, N * C, precision_);  // d_res_ is rounded: exact
+    linear_bwd(d_act_, dpw, nullptr, {dy, dy16_}, saved_in(ctx, l, 7, a.act), {p.pw}, N, F, C, acc);
+    store(d_act_, N * F);
+    if (arch_.mlp == MlpKind::swiglu)
+      k::swiglu_backward(d_fc, a.fc, d_act_, N, F);
+    else
+      k::gelu_backward(d_fc, a.fc, d_act_, N * F);
+    if (gemm_reads_16bit())
+      k::store_16(d_fc, dfc16_, N * fc_width_, precision_);
+    else
+      store(d_fc, N * fc_width_);
+    linear_bwd(d_ln_, dfcw, p.dfcb, {d_fc, dfc16_}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw}, N, C, fc_width_, acc);
+  }
+  store(d_ln_, N * C);
+  const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
+  if (m) {  // the router's and gate's part, complete on every rank: this rank's rows
+    k::residual_forward(d_local_, d, moe_->router_input_grad() + tp_->row_begin(N) * C, static_cast<T*>(nullptr), R, C);
+    d = d_local_;
+  }
+  norm_backward(d_res_, p.dn2w, p.dn2b, d, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, R, acc);
+  store(d_res_, R * C);
+  // attention: d_res_ is now the gradient of x_mid = x_in + exit(atty ow^T) + ob
+  k::bias_backward(p.dob, d_res_, R, C, acc);
+  dy = tp_->exit_backward(d_full_, d_res_, N, C);
+  if (split) k::copy(ctx.saved[size_t(l)].d_attn_out, dy, N * C);
+  if (gemm_reads_16bit()) k::pack_16(dy16_, dy, N * C, precision_);
+  if (cfg_.is_mla()) {  // the o_proj input without the value heads' padding, and back
+    const MlaScratch m = mla_scratch(N);
+    linear_bwd(m.d_attv, dow, nullptr, {dy, dy16_}, {attention_out(a.atty, N)}, {p.ow}, N, H * dv_, C, acc);
+    k::heads_widen(d_atty_, m.d_attv, N, H, dv_, D);
+  } else {
+    linear_bwd(d_atty_, dow, nullptr, {dy, dy16_}, saved_in(ctx, l, 3, a.atty), {p.ow}, N, H * D, C, acc);
+  }
+  store(d_atty_, N * H * D);
+  cp_->attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.lse, B, H, KV, D, doc_start_);
+  if (cfg_.is_mla()) {
+    mla_backward(a, saved_in(ctx, l, 1, a.ln1_full), d_qkv, p, B, acc);
+    d = tp_->enter_backward(d_local_, d_ln_, N, C);
+    norm_backward(d_res_, p.dn1w, p.dn1b, d, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, R, acc);
+    store(d_res_, R * C);
+    finish();
+    return;
+  }
+  if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D, origin_);
+  if (a.qk_pre) qk_norm_backward(d_qkv, a.qk_pre, a.qk_rstd, p, N, acc);
+  if (gemm_reads_16bit())
+    k::store_16(d_qkv, dqkv16_, N * qkv_width_, precision_);
+  else
+    store(d_qkv, N * qkv_width_);
+  linear_bwd(d_ln_, dqkvw, p.dqkvb, {d_qkv, dqkv16_}, saved_in(ctx, l, 1, a.ln1_full), {p.qkvw}, N, C, qkv_width_, acc);
+  store(d_ln_, N * C);
+  d = tp_->enter_backward(d_local_, d_ln_, N, C);
+  norm_backward(d_res_, p.dn1w, p.dn1b, d, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, R, acc);
+  store(d_res_, R * C);
+  finish();
 }
 
 template <typename T>
@@ -687,13 +726,22 @@ template <typename T>
 void Transformer<T>::reset_moe_step() {
   std::fill(moe_step_.counts.begin(), moe_step_.counts.end(), 0.0);
   moe_step_.aux_loss = moe_step_.z_loss = 0;
+  std::fill(mtp_losses_.begin(), mtp_losses_.end(), 0.0);
 }
 
 template <typename T>
 std::pair<double, double> Transformer<T>::balance_losses(const Activations<T>& ctx) const {
-  double aux = 0, z = 0;
-  for (const auto& m : ctx.moe) aux += m.aux_loss, z += m.z_loss;
+  double aux = 0, z = 0;  // the chunk's layers (not multi-token prediction's blocks, after them)
+  const size_t L = size_t(chunks_[size_t(ctx.chunk)].spec.layers);
+  for (size_t l = 0; l < std::min(L, ctx.moe.size()); ++l) aux += ctx.moe[l].aux_loss, z += ctx.moe[l].z_loss;
   return {aux, z};
+}
+
+template <typename T>
+T* Transformer<T>::mtp_lnf_grad(int64_t R) {
+  const int64_t n = R * cfg_.hidden;
+  if (mtp_lnf_grad_.numel() < n) mtp_lnf_grad_ = Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_);
+  return mtp_lnf_grad_.data<T>();
 }
 
 template class Transformer<float>;

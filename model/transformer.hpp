@@ -46,7 +46,8 @@ using trident::Recompute;  // train.recompute (core/enums.hpp)
 
 // Model FLOPs per token, forward + backward (3x forward), attention included,
 // recomputation excluded: 6 * (matmul weights incl. the LM head) + 12 L C T
-// (6 L T H (Dq + Dv) with multi-head latent attention's head sizes).
+// (6 L T H (Dq + Dv) with multi-head latent attention's head sizes); with
+// model.mtp each depth adds its block, eh_proj and the LM head (at T tokens).
 // An MoE layer counts its active weights: the router, top_k experts, the
 // shared experts and their gate.
 double flops_per_token(const ModelConfig& cfg);
@@ -84,6 +85,24 @@ struct SavedGrads {
   T *d_qkv, *d_attn_out, *d_fc, *d_mlp_out;
 };
 
+// Multi-token prediction (model.mtp), one depth k of a head chunk's
+// context: the shifted tokens t_{i+k} and targets t_{i+k+1} (-1 past the
+// sequence) [N]; the embedding's rows of the tokens and their norm, the
+// previous depth's hidden state's norm (and statistics) [R, C]; eh_proj's
+// input [R, 2C]; the block's output x_out [R, C]; shared_head.norm's output
+// o / o_full (local rows, and gathered as the LM head reads them) and its
+// statistics; logits [N, V] (dlogits after a training forward), losses [N];
+// d_emb [R, C]: the embedding rows' gradient, added to the token table's
+// with the embedding's. The block's own buffers are the context's layer
+// L + k - 1 (Activations::layers, ::moe).
+template <typename T>
+struct MtpActs {
+  std::vector<int32_t> tokens, targets;
+  T *emb = nullptr, *e_norm = nullptr, *e_rstd = nullptr, *h_norm = nullptr, *h_rstd = nullptr, *cat = nullptr;
+  T *x_out = nullptr, *o = nullptr, *o_full = nullptr, *o_rstd = nullptr, *logits = nullptr, *losses = nullptr;
+  T* d_emb = nullptr;
+};
+
 template <typename T>
 struct Activations {
   int64_t B = 0;
@@ -103,6 +122,11 @@ struct Activations {
   // layer), and the scale of the balancing losses' gradients (the loss's of
   // the micro-batch's tokens, set by forward_chunk).
   std::vector<MoeActs<T>> moe;
+  // the head chunk with model.mtp: each depth's (layers and moe then hold
+  // the chunk's layers and, after them, each depth's block); mtp_ran: its
+  // last forward ran them (a training forward), so its backward does
+  std::vector<MtpActs<T>> mtp;
+  bool mtp_ran = false;
   T aux_scale = 0;
   T* x_final = nullptr;                                                             // [R,C] the chunk's output
   T *lnf = nullptr, *lnf_full = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // head chunk
@@ -210,6 +234,9 @@ class Transformer {
   };
   void reset_moe_step();
   const MoeStep& moe_step() const { return moe_step_; }
+  // Multi-token prediction: this rank's summed token losses of each depth
+  // since reset_moe_step() (training forwards of the head chunk; unweighted).
+  const std::vector<double>& mtp_losses() const { return mtp_losses_; }
 
   // The whole model on one pipeline rank (one chunk with embedding and head).
   double forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale) {
@@ -243,9 +270,9 @@ class Transformer {
   // fcw / pw are its shared experts' (null without them)
   struct LayerParams {
     T *n1w, *n1b, *qkvw, *qkvb, *ow, *ob, *n2w, *n2b, *fcw, *fcb, *pw, *pb, *rw, *rb, *xw, *xpw, *sgw, *qnw, *knw, *qaw,
-        *qan, *kvaw, *kvan, *kvbw;
+        *qan, *kvaw, *kvan, *kvbw, *enw, *hnw, *ehw, *shnw;
     T *dn1w, *dn1b, *dqkvw, *dqkvb, *dow, *dob, *dn2w, *dn2b, *dfcw, *dfcb, *dpw, *dpb, *drw, *drb, *dxw, *dxpw, *dsgw,
-        *dqnw, *dknw, *dqaw, *dqan, *dkvaw, *dkvan, *dkvbw;
+        *dqnw, *dknw, *dqaw, *dqan, *dkvaw, *dkvan, *dkvbw, *denw, *dhnw, *dehw, *dshnw;
     MoeWeights<T> moe() const { return {rw, rb, xw, xpw, fcw, pw, sgw}; }
     MoeGrads<T> moe_grads() const { return {drw, drb, dxw, dxpw, dfcw, dpw, dsgw}; }
   };
@@ -262,6 +289,7 @@ class Transformer {
     int first_layer_seg = -1;  // segment of its first layer
     int64_t first_local = 0;   // index of its first layer in layers_
     int emb_seg = -1, head_seg = -1;
+    int mtp_first_seg = -1;  // the head chunk: multi-token prediction's depth k is segment mtp_first_seg + k - 1
   };
   // rounds n elements at p to the storage format (a no-op in fp32)
   void store(T* p, int64_t n) const { kernels::round_to_storage(p, n, precision_); }
@@ -297,6 +325,22 @@ class Transformer {
   // m: the layer's MoE buffers (null: a dense layer)
   void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B, MoeActs<T>* m);
   void layer_weight_grads(const Activations<T>& ctx, int l, const LayerParams& p, bool acc);
+  // manage = false: the caller acquires and releases the layer's segments
+  void layer_backward(Activations<T>& ctx, int l, int li, int s, int next_s, int next_es, Recompute recompute, bool acc,
+                      bool split, const std::function<void(int)>& ready, bool manage = true);
+  // Multi-token prediction (model/mtp.cpp): the depths after the head
+  // chunk's loss (targets [B, T]; dscale the main loss's weight per token),
+  // and their backward inside the head's, which adds the gradient of the
+  // final norm's output to d_lnf [R, C] and writes every depth's weight
+  // gradients (the LM head's accumulated: head_acc).
+  void mtp_forward(Activations<T>& ctx, const int32_t* targets, T dscale);
+  void mtp_backward(Activations<T>& ctx, T* d_lnf, Recompute recompute, bool acc, bool head_acc,
+                    const std::function<void(int)>& ready);
+  // the routes of an MoE layer's training forward, counted into moe_step_
+  void count_routes(const MoeActs<T>& m, int64_t global);
+  std::vector<double> mtp_losses_;
+  Tensor mtp_scratch_, mtp_lnf_grad_;
+  T* mtp_lnf_grad(int64_t R);  // [R, C]: the final norm's output gradient, the depths' added
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N);
   // QK-norm of the query and key heads in qkv [N, (H + 2 KV) D], in place
   // (pre: the heads before it, kept for backward), and its backward on dqkv.
@@ -351,6 +395,8 @@ class Transformer {
   const int32_t* origin_ = nullptr;
   T *wte_ = nullptr, *wpe_ = nullptr, *nfw_ = nullptr, *nfb_ = nullptr, *head_ = nullptr;
   T *dwte_ = nullptr, *dwpe_ = nullptr, *dnfw_ = nullptr, *dnfb_ = nullptr, *dhead_ = nullptr;
+  // the head chunk's copy of the token table, where multi-token prediction reads it (no embedding chunk here)
+  T *mtp_wte_ = nullptr, *dmtp_wte_ = nullptr;
   std::vector<double> rope_;
   // Buffers that recomputation rebuilds before every use, shared by all the
   // contexts of a chunk (full: one layer's intermediates; selective: the

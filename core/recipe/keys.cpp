@@ -187,6 +187,14 @@ const std::vector<Key>& table() {
               "each query head's rotary part, and the one rotary key part all heads share; even"),
       integer("model.mla.v_head_dim", FIELD(model.mla.v_head_dim), 1, 1 << 16, value<int64_t>(128),
               "each value head's size; `<= qk_nope_head_dim + qk_rope_head_dim`"),
+      section("model.mtp", "multi-token prediction (DeepSeek-V3; llama; [mtp.md](mtp.md)); without it none"),
+      integer("model.mtp.depth", FIELD(model.mtp.depth), 1, 64, Default<int64_t>{1, nullptr, "`1` with `model.mtp`"},
+              "prediction depths D: module k (1..D) predicts the token k + 1 ahead, a transformer block of its own "
+              "(`model.layers.{layers + k - 1}.*`, as DeepSeek-V3's `num_nextn_predict_layers`), on the last "
+              "pipeline stage"),
+      real("model.mtp.loss_weight", FIELD(model.mtp.loss_weight), 0, 1e6, Open::none, value(0.3),
+           "lambda: the training loss adds `lambda / D x sum_k L_k`, L_k the mean cross-entropy of depth k over its "
+           "`T - k` positions of each sequence (DeepSeek-V3: 0.3, then 0.1)"),
       section("model.moe", "mixture-of-experts MLPs (llama; [moe.md](moe.md)); without it every layer is dense"),
       integer("model.moe.experts", FIELD(model.moe.experts), 2, 1 << 16,
               Default<int64_t>{0, nullptr, "*required with `model.moe`*"},

@@ -155,6 +155,37 @@ void validate_mla(Reader& r, const Recipe& rc) {
                    "in this version (use device: cpu)");
 }
 
+// model.mtp (docs/mtp.md): what the modules need, and what is not built yet.
+void validate_mtp(Reader& r, const Recipe& rc) {
+  const ModelConfig& m = rc.model;
+  if (m.mtp.depth == 0) return;
+  if (m.arch != Arch::llama)
+    r.inconsistent("model.mtp",
+                   fmt::format("multi-token prediction is built for arch llama, found arch {}", enum_name(m.arch)));
+  if (m.mtp.depth >= m.seq_len)
+    r.inconsistent("model.mtp.depth", fmt::format("depth({}) >= seq_len({}): depth k predicts from T - k positions",
+                                                  m.mtp.depth, m.seq_len));
+  if (m.tie_embeddings)
+    r.inconsistent("model.tie_embeddings",
+                   "multi-token prediction shares the embedding and the LM head as "
+                   "DeepSeek-V3 does, untied: set tie_embeddings: false");
+  if (rc.parallel.context > 1)
+    r.inconsistent("parallel.context",
+                   fmt::format("context({}) with model.mtp: each depth shifts the sequence by k tokens across the "
+                               "context ranks' chunks, which is not built yet (context: 1)",
+                               rc.parallel.context));
+  if (rc.data.document_mask || rc.data.mask_eod_loss)
+    r.inconsistent(rc.data.document_mask ? "data.document_mask" : "data.mask_eod_loss",
+                   "with model.mtp: the shifted targets would cross documents; not built yet");
+  if (rc.device == DeviceType::cuda)
+    r.inconsistent("model.mtp",
+                   "model.mtp on device cuda: multi-token prediction is built for the CPU in this version");
+  if (m.moe.enabled && m.moe.balance == Balance::hf)
+    r.inconsistent("model.moe.balance.kind",
+                   "hf with model.mtp: transformers' cross-layer form does not count the "
+                   "prediction modules' blocks; use aux_loss, seq_aux_loss or none");
+}
+
 // model.moe: what the layer needs of its keys, and what is not built yet.
 void validate_moe(Reader& r, Recipe& rc) {
   MoeConfig& e = rc.model.moe;
@@ -410,6 +441,7 @@ void validate(Reader& r, Recipe& rc, int64_t world) {
   validate_moe(r, rc);
   validate_qk_norm(r, rc);
   validate_mla(r, rc);
+  validate_mtp(r, rc);
   if (placed) {
     resolve_auto_mesh(r, rc.parallel, world);
     validate_mesh(r, rc.model, rc.parallel, world);
@@ -438,6 +470,7 @@ Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<s
     if (k.read) k.read(r, rc);
   rc.keys_read = r.keys;
   rc.model.moe.enabled = r.has("model.moe");
+  if (!r.has("model.mtp")) rc.model.mtp.depth = 0;  // the section turns it on (its depth defaults to 1)
   if (rc.model.moe.enabled && !r.has("model.moe.experts"))
     r.inconsistent("model.moe", "model.moe.experts is required (the number of routed experts, >= 2)");
   validate(r, rc, world);

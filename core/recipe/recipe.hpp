@@ -55,6 +55,17 @@ struct MlaConfig {
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
+// model.mtp (docs/mtp.md): DeepSeek-V3's multi-token prediction. `depth`
+// sequential modules on the last pipeline stage; module k predicts the
+// token k + 1 positions ahead from the previous depth's hidden state and
+// the embedding of the token k positions ahead, through a transformer block
+// of its own (layer index layers + k - 1), the shared embedding and head.
+// Their losses' mean over depths, times loss_weight, joins the training loss.
+struct MtpConfig {
+  int64_t depth = 0;  // 0: none
+  double loss_weight = 0.3;
+};
+
 struct ModelConfig {
   Arch arch = Arch::gpt2;
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, seq_len = 0, vocab = 0;
@@ -65,6 +76,7 @@ struct ModelConfig {
   MoeConfig moe;
   AttentionKind attention = AttentionKind::standard;
   MlaConfig mla;  // attention: mla
+  MtpConfig mtp;
   bool is_mla() const { return attention == AttentionKind::mla; }
   int64_t head_dim() const { return hidden / heads; }
   // A query (and key) head's size, and a value head's: hidden / heads, or MLA's.

@@ -102,6 +102,24 @@ void mla_heads_backward(T* dq, T* dkvb, T* dkr, const T* dqkv, int64_t N, int64_
 }
 
 template <typename T>
+void columns_concat(T* out, const T* a, const T* b, int64_t N, int64_t A, int64_t B) {
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n) {
+    std::copy(a + n * A, a + (n + 1) * A, out + n * (A + B));
+    std::copy(b + n * B, b + (n + 1) * B, out + n * (A + B) + A);
+  }
+}
+
+template <typename T>
+void columns_split(T* a, T* b, const T* in, int64_t N, int64_t A, int64_t B) {
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n) {
+    std::copy(in + n * (A + B), in + n * (A + B) + A, a + n * A);
+    std::copy(in + n * (A + B) + A, in + (n + 1) * (A + B), b + n * B);
+  }
+}
+
+template <typename T>
 void heads_narrow(T* out, const T* in, int64_t N, int64_t H, int64_t Din, int64_t Dout) {
 #pragma omp parallel for
   for (int64_t i = 0; i < N * H; ++i) std::copy(in + i * Din, in + i * Din + Dout, out + i * Dout);
@@ -127,6 +145,8 @@ void heads_widen(T* out, const T* in, int64_t N, int64_t H, int64_t Din, int64_t
   template void cpu::mla_heads<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t); \
   template void cpu::mla_heads_backward<T>(T*, T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);    \
   template void cpu::heads_narrow<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t);                           \
+  template void cpu::columns_concat<T>(T*, const T*, const T*, int64_t, int64_t, int64_t);                        \
+  template void cpu::columns_split<T>(T*, T*, const T*, int64_t, int64_t, int64_t);                               \
   template void cpu::heads_widen<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t);
 INSTANTIATE(float)
 INSTANTIATE(double)

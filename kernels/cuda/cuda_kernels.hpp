@@ -54,6 +54,8 @@ void mla_heads(float* qkv, const float* q, const float* kvb, const float* kr, in
                int64_t Dr, int64_t Dv);
 void mla_heads_backward(float* dq, float* dkvb, float* dkr, const float* dqkv, int64_t N, int64_t H, int64_t Dn,
                         int64_t Dr, int64_t Dv);
+void columns_concat(float* out, const float* a, const float* b, int64_t N, int64_t A, int64_t B);
+void columns_split(float* a, float* b, const float* in, int64_t N, int64_t A, int64_t B);
 void heads_narrow(float* out, const float* in, int64_t N, int64_t H, int64_t Din, int64_t Dout);
 void heads_widen(float* out, const float* in, int64_t N, int64_t H, int64_t Din, int64_t Dout);
 

@@ -81,6 +81,23 @@ __global__ void mla_heads_backward_kernel(float* dq, float* dkvb, float* dkr, co
   }
 }
 
+__global__ void columns_concat_kernel(float* out, const float* a, const float* b, int64_t N, int64_t A, int64_t B) {
+  GRID_STRIDE(i, N * (A + B)) {
+    const int64_t n = i / (A + B), c = i % (A + B);
+    out[i] = c < A ? a[n * A + c] : b[n * B + c - A];
+  }
+}
+
+__global__ void columns_split_kernel(float* a, float* b, const float* in, int64_t N, int64_t A, int64_t B) {
+  GRID_STRIDE(i, N * (A + B)) {
+    const int64_t n = i / (A + B), c = i % (A + B);
+    if (c < A)
+      a[n * A + c] = in[i];
+    else
+      b[n * B + c - A] = in[i];
+  }
+}
+
 __global__ void heads_narrow_kernel(float* out, const float* in, int64_t N, int64_t H, int64_t Din, int64_t Dout) {
   GRID_STRIDE(i, N * H * Dout) out[i] = in[i / Dout * Din + i % Dout];
 }
@@ -99,6 +116,12 @@ void mla_heads_backward(float* dq, float* dkvb, float* dkr, const float* dqkv, i
                         int64_t Dr, int64_t Dv) {
   LAUNCH_GRID_STRIDE(mla_heads_backward_kernel, N * H * (Dn + Dr) + N * H * (Dn + Dv) + N * Dr, dq, dkvb, dkr, dqkv, N,
                      H, Dn, Dr, Dv);
+}
+void columns_concat(float* out, const float* a, const float* b, int64_t N, int64_t A, int64_t B) {
+  LAUNCH_GRID_STRIDE(columns_concat_kernel, N * (A + B), out, a, b, N, A, B);
+}
+void columns_split(float* a, float* b, const float* in, int64_t N, int64_t A, int64_t B) {
+  LAUNCH_GRID_STRIDE(columns_split_kernel, N * (A + B), a, b, in, N, A, B);
 }
 void heads_narrow(float* out, const float* in, int64_t N, int64_t H, int64_t Din, int64_t Dout) {
   LAUNCH_GRID_STRIDE(heads_narrow_kernel, N * H * Dout, out, in, N, H, Din, Dout);

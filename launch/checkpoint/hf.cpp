@@ -152,7 +152,7 @@ std::string config_json(const ModelConfig& m, HfFamily f) {
       c["kv_lora_rank"] = a.kv_lora_rank, c["qk_nope_head_dim"] = a.qk_nope_head_dim;
       c["qk_rope_head_dim"] = a.qk_rope_head_dim, c["v_head_dim"] = a.v_head_dim, c["head_dim"] = a.qk_rope_head_dim;
       c["rope_interleave"] = true, c["scoring_func"] = "sigmoid", c["topk_method"] = "noaux_tc";
-      c["num_nextn_predict_layers"] = 0;
+      c["num_nextn_predict_layers"] = m.mtp.depth;
     }
       [[fallthrough]];  // glm4_moe's MoE keys
     case HfFamily::glm4_moe:
@@ -314,9 +314,15 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
   const HfFamily family = hf_family(rc);
   // the file's tensors by the names the pieces use (GPT-2's with the "transformer." prefix)
   std::map<std::string, std::string> by_name;  // lookup name -> tensor name in the file
+  int64_t dropped = 0;                         // DeepSeek-V3's multi-token prediction modules the recipe does not have
   for (const auto& [name, file] : where) {
     const std::string t = trident_name(m, name);
     if (t.empty()) continue;
+    if (family == HfFamily::deepseek_v3 && t.rfind("model.layers.", 0) == 0 &&
+        std::stoll(t.substr(13, t.find('.', 13) - 13)) >= m.layers + m.mtp.depth) {
+      ++dropped;
+      continue;
+    }
     if (t == "lm_head.weight" && m.tie_embeddings) continue;  // a copy of the tied embedding
     by_name[t] = name;
   }
@@ -354,6 +360,14 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
     const int64_t rows = p.valid_rows, cols = p.global_cols();
     for (const auto& x : pieces) {
       const std::vector<float> v = read(x);
+      if (&x != &pieces[0] && x.offset == 0 && x.shape == pieces[0].shape) {  // a copy (DeepSeek's MTP modules')
+        if (!std::equal(v.begin(), v.end(), dst))
+          fail_input(
+              "{}: tensor '{}' differs from '{}': Trident's multi-token prediction shares the embedding and "
+              "the LM head with the model",
+              where.at(by_name.at(x.name)), by_name.at(x.name), by_name.at(pieces[0].name));
+        continue;
+      }
       if (conv1d(m, p.name)) {
         for (int64_t r2 = 0; r2 < rows; ++r2)
           for (int64_t c = 0; c < cols; ++c) dst[r2 * cols + c] = v[size_t(c * rows + r2)];
@@ -377,6 +391,11 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
     if (!used.count(t))
       fail_input("{}: tensor '{}' is not a parameter of the recipe's {} model ({} layers)", where.at(name), name,
                  hf_model_type(family), m.layers);
+  if (dropped > 0)
+    log::info(
+        "{}: dropped {} tensors of multi-token prediction modules (model.layers.{} and after; the recipe's "
+        "model.mtp.depth is {})",
+        hf_dir, dropped, m.layers + m.mtp.depth, m.mtp.depth);
   std::vector<float> zeros(params.size(), 0.0f);  // AdamW's moments start at zero
   rc.checkpoint.async = false;
   rc.checkpoint.keep = 1;

@@ -160,6 +160,9 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
               "{}: key 'rope_interleave' is false: Trident's multi-head latent attention rotates interleaved "
               "pairs, the layout of DeepSeek's published weights (true)",
               path);
+        if (num("num_nextn_predict_layers", 0) < m.mtp.depth)
+          fail_input("{}: key 'num_nextn_predict_layers' is {}: the recipe {} has model.mtp.depth {}", path,
+                     num("num_nextn_predict_layers", 0), rc.source, m.mtp.depth);
         if (text("scoring_func", "sigmoid") != "sigmoid")
           fail_input("{}: key 'scoring_func': expected sigmoid, found '{}'", path, text("scoring_func", ""));
       }

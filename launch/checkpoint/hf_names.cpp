@@ -33,6 +33,10 @@ HfFamily hf_family(const Recipe& rc) {
     no_family("model.attention",
               "multi-head latent attention is deepseek_v3's, whose MoE layers have sigmoid "
               "routers (model.moe.router.score: sigmoid)");
+  if (m.mtp.depth > 0 && !m.is_mla())
+    no_family("model.mtp",
+              "multi-token prediction modules are deepseek_v3's (num_nextn_predict_layers), whose "
+              "attention is multi-head latent attention");
   if (!e.enabled) return m.qk_norm ? HfFamily::qwen3 : HfFamily::llama;
   if (e.score == RouterScore::sigmoid) {
     if (e.shared_experts == 0)
@@ -120,6 +124,15 @@ std::optional<HfFamily> hf_family_of(const std::string& model_type) {
 std::vector<HfPiece> hf_pieces(const ModelConfig& m, HfFamily f, const model::ParamSpec& p, const Shape& hf_shape) {
   const MoeConfig& e = m.moe;
   const int64_t C = m.hidden, I = e.ffn_hidden, E = e.experts;
+  // multi-token prediction: DeepSeek's checkpoints hold each module's copy of the embedding and LM head
+  if (m.mtp.depth > 0 && (p.name == "model.embed_tokens.weight" || p.name == "lm_head.weight")) {
+    std::vector<HfPiece> out = {{p.name, hf_shape, 0}};
+    for (int64_t l = m.layers; l < m.layers + m.mtp.depth; ++l)
+      out.push_back({fmt::format("model.layers.{}.{}", l,
+                                 p.name == "lm_head.weight" ? "shared_head.head.weight" : "embed_tokens.weight"),
+                     hf_shape, 0});
+    return out;
+  }
   if (p.name.rfind("model.layers.", 0) != 0 || !e.enabled) return {{p.name, hf_shape, 0}};
   const auto [prefix, rest] = split_layer(p.name);
   const bool mixtral = f == HfFamily::mixtral;

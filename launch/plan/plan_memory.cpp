@@ -52,7 +52,8 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
       const int64_t moe = model::moe_layers_in(m, ch.first_layer, ch.layers);
       a += double(flight[size_t(pp)][size_t(v)]) *
                double(model::activation_elements(m, shape, ch.layers, ch.head, moe)) +
-           double(model::shared_recompute_elements(m, shape, ch.layers, moe));
+           double(model::shared_recompute_elements(
+               m, shape, ch.layers, moe + (ch.head ? model::moe_layers_in(m, m.layers, m.mtp.depth) : 0)));
     }
     act = std::max(act, a);
   }

@@ -183,8 +183,10 @@ void plan_time(const PlanContext& x, PlanResult& r) {
     bool head = false;
     for (const auto& ch : model::pipeline_chunks(m, P, V, c.stage_layers, pp))
       layers += double(ch.layers), head |= ch.head, moe += double(model::moe_layers_in(m, ch.first_layer, ch.layers));
+    if (head)  // multi-token prediction: a block and the LM head again per depth (eh_proj's [C, 2C] left out)
+      layers += double(m.mtp.depth), moe += double(model::moe_layers_in(m, m.layers, m.mtp.depth));
     most_layers = std::max(most_layers, layers), most_moe = std::max(most_moe, moe);
-    const OpTimes ot = stage_op_times(r.ops, layers - moe, moe, head);
+    const OpTimes ot = stage_op_times(r.ops, layers - moe, moe, head ? double(1 + m.mtp.depth) : 0.0);
     const double again = c.recompute == Recompute::full        ? ot.forward
                          : c.recompute == Recompute::selective ? ot.selective
                                                                : 0;

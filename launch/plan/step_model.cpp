@@ -155,11 +155,11 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
   return ops;
 }
 
-OpTimes stage_op_times(const std::vector<Op>& ops, double dense, double moe, bool head) {
+OpTimes stage_op_times(const std::vector<Op>& ops, double dense, double moe, double heads) {
   OpTimes t;
   for (const Op& op : ops) {
     const double layers = op.layers == OpLayers::all ? dense + moe : op.layers == OpLayers::dense ? dense : moe;
-    const double times = op.head ? (head ? 1 : 0) : layers;
+    const double times = op.head ? heads : layers;
     if (times == 0) continue;
     const double both = times * (op.forward_s + op.backward_s);
     (op.kind == OpKind::gemm ? t.gemm : op.kind == OpKind::attention ? t.attention : t.memory) += both;

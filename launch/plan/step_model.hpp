@@ -71,14 +71,14 @@ struct OpShape {
 std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const DeviceRates& rates);
 
 // Seconds per micro-batch on a stage holding `dense` dense and `moe` MoE
-// layers (and the head when `head`), by category.
+// layers (and the head `heads` times: 0 off the last stage, 1 + model.mtp.depth on it), by category.
 struct OpTimes {
   double gemm = 0, attention = 0, memory = 0;  // forward + backward
   double forward = 0;                          // of all three: what full recomputation repeats
   double selective = 0;                        // what selective recomputation repeats
   double total() const { return gemm + attention + memory; }
 };
-OpTimes stage_op_times(const std::vector<Op>& ops, double dense, double moe, bool head);
+OpTimes stage_op_times(const std::vector<Op>& ops, double dense, double moe, double heads);
 
 }  // namespace trident::launch
 

@@ -363,6 +363,11 @@ void RunReport::end_step(const StepFacts& f) {
     for (double x : bubble) b.push_back(rounded(x, 4));
     r["bubble"] = b, r["bubble_predicted"] = rounded(facts_.predicted_bubble, 4);
     r["peak_bytes"] = peak_bytes_json(memory());
+    if (!f.mtp_loss.empty()) {
+      Json m = Json::array();
+      for (double x : f.mtp_loss) m.push_back(rounded(x, 6));
+      r["mtp_loss"] = m;
+    }
     if (f.moe) {
       r["aux_loss"] = rounded(f.moe->aux_loss, 8), r["z_loss"] = rounded(f.moe->z_loss, 8);
       Json load = Json::array();
@@ -406,6 +411,7 @@ void RunReport::end_step(const StepFacts& f) {
       if (capacity > 0)
         extra += fmt::format(" | mem {} of {} ({:.0f}% free)", human_bytes(peak), human_bytes(capacity),
                              100 * std::max(0.0, 1 - peak / capacity));
+      if (!f.mtp_loss.empty()) extra += fmt::format(" | mtp {:.4f}", fmt::join(f.mtp_loss, " "));
       if (f.moe && !f.moe->imbalance.empty())
         extra += fmt::format(" | aux {:.4f} | expert load max/mean {:.2f}", f.moe->aux_loss,
                              *std::max_element(f.moe->imbalance.begin(), f.moe->imbalance.end()));
@@ -487,18 +493,25 @@ void log_run_start(const Recipe& rc, const parallel::Mesh& mesh, const RunFacts&
   const auto& par = rc.parallel;
   log::info("trident: {} | {} layers, hidden {}, heads {}/{}, ffn {}, seq {}, vocab {} | {:.2f}M parameters", rc.source,
             m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.seq_len, m.vocab, double(facts.params) / 1e6);
-  if (m.moe.enabled) {  // active: what a token passes through (top_k of the routed experts)
-    int64_t layers = 0, idle = 0;
-    for (int64_t l = 0; l < m.layers; ++l)
-      if (m.moe.is_moe(l)) ++layers, idle += (m.moe.experts - m.moe.top_k) * 3 * m.moe.ffn_hidden * m.hidden;
+  if (m.moe.enabled) {                      // active: what a token passes through (top_k of the routed experts)
+    int64_t layers = 0, idle = 0, mtp = 0;  // the multi-token prediction blocks' experts too
+    for (int64_t l = 0; l < m.layers + m.mtp.depth; ++l)
+      if (m.moe.is_moe(l))
+        ++layers, mtp += l >= m.layers, idle += (m.moe.experts - m.moe.top_k) * 3 * m.moe.ffn_hidden * m.hidden;
     log::info(
-        "mixture of experts: {} MoE layers of {} experts (top {}, width {}){} | {:.2f}M parameters, {:.2f}M "
+        "mixture of experts: {} MoE layers{} of {} experts (top {}, width {}){} | {:.2f}M parameters, {:.2f}M "
         "active per token",
-        layers, m.moe.experts, m.moe.top_k, m.moe.ffn_hidden,
+        layers, mtp ? fmt::format(" ({} of them multi-token prediction)", mtp) : "", m.moe.experts, m.moe.top_k,
+        m.moe.ffn_hidden,
         m.moe.shared_experts ? fmt::format(", {} shared of width {}", m.moe.shared_experts, m.moe.shared_ffn_hidden)
                              : "",
         double(facts.params) / 1e6, double(facts.params - idle) / 1e6);
   }
+  if (m.mtp.depth > 0)
+    log::info(
+        "multi-token prediction: depth {} (a block each on the last stage, the k-th predicting token t+1+k), loss "
+        "weight {}",
+        m.mtp.depth, m.mtp.loss_weight);
   const int64_t Vpad = m.padded_vocab(par.tensor);
   log::info(
       "vocabulary padded {} -> {} (+{} rows, a multiple of vocab_multiple {} x tensor {}); padded logits are "

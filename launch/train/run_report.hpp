@@ -73,6 +73,7 @@ struct StepFacts {
   double comm_wait_s = 0, checkpoint_s = 0;
   std::vector<int64_t> samples_per_dataset;  // a blend: training samples drawn from each dataset so far
   std::optional<MoeLoad> moe;                // MoE models only
+  std::vector<double> mtp_loss;              // model.mtp: each depth's mean loss (unweighted)
 };
 
 class RunReport {

@@ -148,6 +148,16 @@ MoeLoad StepRunner::moe_load() const {
   return out;
 }
 
+std::vector<double> StepRunner::mtp_loss() const {
+  const int64_t depth = net_.config().mtp.depth;
+  std::vector<double> sums(size_t(depth), 0.0);
+  const auto& mine = net_.mtp_losses();  // the head stage's; empty elsewhere
+  for (size_t k = 0; k < std::min(sums.size(), mine.size()); ++k) sums[k] = mine[k];
+  sums = parallel::sum_over(pipeline_, parallel::sum_over(data_, sums));
+  for (int64_t k = 1; k <= depth; ++k) sums[size_t(k - 1)] /= double(shape_.global_batch) * double(shape_.seq_len - k);
+  return sums;
+}
+
 double StepRunner::evaluate(int64_t batches) {
   if (batches == 0 || !sampler_.has_valid()) return double(NAN);
   const int64_t M = shape_.micro_batches, B = shape_.micro_batch;

@@ -62,6 +62,10 @@ class StepRunner {
   // summed over the data and context groups (the tensor group's ranks route
   // the same rows), layers gathered from the pipeline stages.
   MoeLoad moe_load() const;
+  // model.mtp: each depth's mean loss over the step's global batch (its
+  // T - k positions of each sequence; collective over the pipeline and data
+  // groups, every rank gets them).
+  std::vector<double> mtp_loss() const;
   // Mean validation loss per token over `batches` micro-batches (every
   // stage gets it); NaN without a validation split or with batches = 0.
   double evaluate(int64_t batches);

@@ -409,7 +409,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     report.end_step({step, loss, lr, gnorm, used_scale, scaler.scale(), skip && !nonfinite, nonfinite,
                      dp.take_wait_seconds(), report.seconds() - ckpt_start,
                      sampler->train_samples_per_source(uint64_t((step + 1) * rc.train.global_batch)),
-                     rc.model.moe.enabled ? std::optional<MoeLoad>(runner.moe_load()) : std::nullopt});
+                     rc.model.moe.enabled ? std::optional<MoeLoad>(runner.moe_load()) : std::nullopt,
+                     rc.model.mtp.depth > 0 ? runner.mtp_loss() : std::vector<double>{}});
 
     if ((rc.eval.every > 0 && (step + 1) % rc.eval.every == 0) || step + 1 == rc.train.steps)
       report.evaluated(step, runner.evaluate(rc.eval.batches), runner.evaluate_sources(rc.eval.batches));

@@ -342,6 +342,28 @@ optim: {lr: 1.0e-3}
   expect_error(mla, {"model.attention", "expected one of", "standard", "mla"}, {"model.attention=latent"});
 }
 
+TEST(Recipe, MtpKeys) {
+  const std::string mtp = R"(model: {arch: llama, layers: 2, hidden: 48, heads: 4, seq_len: 32, vocab: 50,
+        mtp: {depth: 2, loss_weight: 0.1}}
+train: {global_batch: 8, micro_batch: 2, steps: 10}
+optim: {lr: 1.0e-3}
+)";
+  const Recipe r = load_recipe_text(mtp, "r.yaml", {}, 1);
+  EXPECT_EQ(r.model.mtp.depth, 2);
+  EXPECT_DOUBLE_EQ(r.model.mtp.loss_weight, 0.1);
+  EXPECT_EQ(load_recipe_text(mtp, "r.yaml", {"model.mtp={}"}, 1).model.mtp.depth, 1);  // the section: depth 1
+  EXPECT_DOUBLE_EQ(load_recipe_text(mtp, "r.yaml", {"model.mtp={}"}, 1).model.mtp.loss_weight, 0.3);
+  EXPECT_EQ(load_recipe_text(kGood, "r.yaml", {}, 1).model.mtp.depth, 0);  // none without it
+  // placed again without its YAML (the planner, import, export): kept
+  EXPECT_EQ(load_recipe_text_on_one_process(mtp, "r.yaml", {}).model.mtp.depth, 2);
+  expect_error(mtp, {"model.mtp.depth", "depth(32) >= seq_len(32)"}, {"model.mtp.depth=32"});
+  expect_error(mtp, {"model.tie_embeddings", "untied"}, {"model.tie_embeddings=true"});
+  expect_error(mtp, {"model.mtp", "arch llama, found arch gpt2"}, {"model.arch=gpt2", "model.tie_embeddings=false"});
+  expect_error(mtp, {"parallel.context", "context(2) with model.mtp"}, {"parallel.context=2"}, 2);
+  expect_error(mtp, {"model.mtp", "device cuda"}, {"device=cuda"});
+  expect_error(mtp, {"model.mtp.depth", "an integer in [1, 64]", "found '0'"}, {"model.mtp.depth=0"});
+}
+
 TEST(Recipe, MoeKeys) {
   const std::string llama = R"(model: {arch: llama, layers: 4, hidden: 64, heads: 4, seq_len: 32, vocab: 50,
         moe: {experts: 8, top_k: 2, ffn_hidden: 32, first_dense: 1, dense_layers: [2],

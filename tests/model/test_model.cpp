@@ -338,6 +338,28 @@ TEST(Model, MlaFlopsPerToken) {
   EXPECT_DOUBLE_EQ(flops_per_token(m), 45528.0);
   m.mla.q_lora_rank = 0;  // q_proj 16 x 32 replaces q_a and q_b (160 + 320)
   EXPECT_DOUBLE_EQ(flops_per_token(m), 45528.0 + 6 * 3 * (512 - 480));
+  // multi-token prediction, 2 depths: each a block (1032 + 1152), eh_proj 2 x 16^2, the head 13 x 16, attention
+  m.mtp.depth = 2;
+  EXPECT_DOUBLE_EQ(flops_per_token(m), 45528.0 + 6 * 3 * 32 + 2 * (6 * (1032 + 1152 + 512 + 208) + 6 * 7 * 4 * 11));
+}
+
+// The activation formula with multi-token prediction (2 depths, MoE blocks
+// after a dense layer, MLA) in every recompute mode: the head chunk's
+// blocks and buffers.
+TEST(Memory, ActivationFormulaMtp) {
+  ModelConfig m = tiny("llama");
+  m.kv_heads = m.heads, m.attention = AttentionKind::mla, m.mla = {7, 5, 4, 2, 3}, m.mtp = {2, 0.3};
+  m.moe.enabled = true, m.moe.experts = 4, m.moe.top_k = 2, m.moe.ffn_hidden = 6, m.moe.first_dense = 1;
+  model::Transformer<float> net(m, 1);
+  for (auto rc : {model::Recompute::none, model::Recompute::selective, model::Recompute::full})
+    for (bool split : {false, true}) {
+      auto ctx = net.make_activations(3, rc, 0, split);
+      int64_t got = 0;
+      for (const auto& t : ctx->storage) got += t.numel();
+      EXPECT_EQ(got, model::activation_elements(m, {3, 1, false, rc, split}, m.layers, true,
+                                                model::moe_layers_in(m, 0, m.layers)))
+          << enum_name(rc) << (split ? " split" : "");
+    }
 }
 
 TEST(Model, DecayRangesSkipNormsBiasesEmbeddings) {

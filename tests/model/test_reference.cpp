@@ -81,6 +81,7 @@ std::map<std::string, RefModel> load_reference() {
         m.mla = {std::stol(kv["q_lora"]), std::stol(kv["kv_lora"]), std::stol(kv["nope"]), std::stol(kv["rope"]),
                  std::stol(kv["v"])};
       }
+      if (kv.count("mtp")) m.mtp = {std::stol(kv["mtp"]), std::stod(kv["mtp_weight"])};  // multi-token prediction
       m.vocab_multiple = 1;  // Hugging Face's shapes: no vocabulary padding
       continue;
     }
@@ -158,8 +159,12 @@ void check_against_reference(const std::string& arch) {
       << arch << " logits; first: trident " << ctx->logits[0] << " reference " << ref.at("logits", "logits").values[0];
   double worst = rel_diff(ctx->logits, ref.at("logits", "logits").values);
   // dscale 1/N: the balancing loss's scale is dscale x B x T = 1, as in the reference's sum
+  net.reset_moe_step();
   double loss = net.forward(*ctx, tokens.data(), targets.data(), 1.0 / double(N)) / double(N);
   loss += net.balance_losses(*ctx).first;
+  const MtpConfig& mtp = ref.cfg.mtp;  // each depth's mean over its T - k positions, weighted
+  for (int64_t k = 1; k <= mtp.depth; ++k)
+    loss += mtp.loss_weight / double(mtp.depth) * net.mtp_losses()[size_t(k - 1)] / double(B * (T - k));
   EXPECT_NEAR(loss, ref.at("loss", "loss").values[0], tol) << arch;
   // no route may be near a tie (a one-ulp difference would flip it): every token of every MoE layer
   for (size_t l = 0; l < ctx->moe.size(); ++l) {
@@ -203,6 +208,8 @@ TEST(Reference, Glm4MoeMatchesHuggingFace) { check_against_reference("glm4_moe")
 TEST(Reference, Qwen3MatchesHuggingFace) { check_against_reference("qwen3"); }
 TEST(Reference, DeepseekV3MatchesHuggingFace) { check_against_reference("deepseek_v3"); }
 TEST(Reference, DeepseekV3WithoutQueryLatentMatchesHuggingFace) { check_against_reference("deepseek_v3_no_q_lora"); }
+// multi-token prediction (depth 2) on transformers' DeepSeek-V3 modules (make_reference.py: deepseek_v3_mtp)
+TEST(Reference, DeepseekV3MultiTokenPredictionMatchesReference) { check_against_reference("deepseek_v3_mtp"); }
 TEST(Reference, Qwen3MoeMatchesHuggingFace) { check_against_reference("qwen3_moe"); }
 TEST(Reference, Qwen3MoeNormTopkMatchesHuggingFace) { check_against_reference("qwen3_moe_norm"); }
 // with transformers' aux loss (balance.kind hf, output_router_logits=True): loss and every gradient

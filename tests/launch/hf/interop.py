@@ -444,6 +444,69 @@ def moe_direction(a):
             worst = max(worst, compare(f"export {name} ({' '.join(mesh)}) sequence {i}",
                                        trident_logits(a, ckpt, ids, f"exp_{name}_{i}"), hf_logits(model, ids)))
         out[f"export_{name}"] = worst
+    # DeepSeek-V3 with multi-token prediction trained on pipeline 2 (the last stage's copy of the table):
+    # exported with its module as DeepSeek's checkpoints name it (model.layers.4.*, its embed_tokens and
+    # shared_head.head copies, num_nextn_predict_layers 1), which transformers loads (ignoring the module) to the
+    # same logits; imported with model.mtp it comes back bit for bit, imported without it the module is dropped
+    mtp_sets = DEEPSEEK_SETS + ["model.mla.q_lora_rank=48", "model.mtp.depth=1"]
+    ckpt = os.path.join(a.work, "train_deepseek_v3_mtp")
+    cmd = mpirun(2) + [a.trident, "train", recipe]
+    for x in mtp_sets + ["parallel.pipeline=2", "train.steps=20", "eval.batches=0", "log.metrics=",
+                         f"checkpoint.dir={ckpt}"]:
+        cmd += ["--set", x]
+    run(cmd)
+    hf = os.path.join(a.work, "hf_deepseek_v3_mtp")
+    run([a.trident, "export", ckpt, "--format", "hf", "--out", hf])
+    files = load_file(os.path.join(hf, "model.safetensors"))
+    module = sorted(k for k in files if k.startswith("model.layers.4."))
+    for k in ("enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head.norm.weight", "shared_head.head.weight",
+              "embed_tokens.weight", "self_attn.kv_b_proj.weight", "mlp.gate.e_score_correction_bias"):
+        assert "model.layers.4." + k in module, f"the exported module lacks model.layers.4.{k}"
+    assert torch.equal(files["model.layers.4.embed_tokens.weight"], files["model.embed_tokens.weight"])
+    assert torch.equal(files["model.layers.4.shared_head.head.weight"], files["lm_head.weight"])
+    assert json.load(open(os.path.join(hf, "config.json")))["num_nextn_predict_layers"] == 1
+    model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
+    worst = 0.0
+    for i, ids in enumerate(BATCH):
+        worst = max(worst, compare(f"export deepseek_v3 with mtp sequence {i}",
+                                   trident_logits(a, ckpt, ids, f"exp_mtp_{i}"), hf_logits(model, ids)))
+    out["export_deepseek_v3_mtp"] = worst
+    back = os.path.join(a.work, "imported_deepseek_v3_mtp")
+    cmd = [a.trident, "import", hf, "--recipe", recipe, "--out", back]
+    for x in mtp_sets:
+        cmd += ["--set", x]
+    run(cmd)
+    again = os.path.join(a.work, "hf_deepseek_v3_mtp_again")
+    run([a.trident, "export", back, "--format", "hf", "--out", again])
+    second = load_file(os.path.join(again, "model.safetensors"))
+    assert set(files) == set(second) and all(torch.equal(files[k], second[k]) for k in files), "mtp round trip"
+    print(f"import deepseek_v3 with mtp: export -> import -> export gives all {len(files)} tensors bit for bit "
+          f"({len(module)} of the module)", flush=True)
+    dropped = os.path.join(a.work, "imported_deepseek_v3_no_mtp")
+    cmd = [a.trident, "import", hf, "--recipe", recipe, "--out", dropped]
+    for x in mtp_sets[:-1]:
+        cmd += ["--set", x]
+    r = run(cmd)
+    assert "dropped" in r.stdout + r.stderr, "import without model.mtp: the module's tensors are dropped, and said"
+    for i, ids in enumerate(BATCH):
+        assert torch.equal(trident_logits(a, ckpt, ids, f"mtp_keep_{i}"), trident_logits(a, dropped, ids, f"mtp_drop_{i}"))
+    print("import deepseek_v3 without model.mtp: the module dropped, the same logits bit for bit", flush=True)
+    # a module whose embedding copy differs from the model's: refused
+    bad = dict(files)
+    bad["model.layers.4.embed_tokens.weight"] = bad["model.layers.4.embed_tokens.weight"] + 1
+    bad_dir = os.path.join(a.work, "hf_src_deepseek_v3_mtp_bad")
+    os.makedirs(bad_dir, exist_ok=True)
+    from safetensors.torch import save_file
+    save_file(bad, os.path.join(bad_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(hf, "config.json")) as src, open(os.path.join(bad_dir, "config.json"), "w") as dst:
+        dst.write(src.read())
+    cmd = [a.trident, "import", bad_dir, "--recipe", recipe, "--out", os.path.join(a.work, "refused_mtp_copy")]
+    for x in mtp_sets:
+        cmd += ["--set", x]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 2 and "differs from 'model.embed_tokens.weight'" in r.stderr + r.stdout, r.stderr
+    assert not os.path.exists(os.path.join(a.work, "refused_mtp_copy"))
+    print("import refused (mtp copy): the module's embedding differs from the model's", flush=True)
     return out
 
 

@@ -324,9 +324,10 @@ TEST(Pipeline, ExpertParallelMatchesSingleRank) {
 // A DeepSeek-V3-shaped model (multi-head latent attention with a query
 // latent, a dense first layer, MoE layers with a shared expert, sigmoid
 // group-limited routing, the per-sequence aux loss and a moving correction
-// bias) under tensor +- sequence (heads split, latents replicated),
-// pipeline (every schedule), data / ZeRO 0-3, context (both modes) and
-// expert meshes of 8 ranks, and recomputation.
+// bias, a multi-token prediction module; depth 2 in the last six cases)
+// under tensor +- sequence (heads split, latents replicated), pipeline
+// (every schedule), data / ZeRO 0-3, context (both modes, without
+// multi-token prediction) and expert meshes of 8 ranks, and recomputation.
 TEST(Pipeline, DeepseekV3MatchesSingleRank) {
   if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
   std::vector<Case> list = {{2, 2, 2, "1f1b", 1, "deepseek", true},
@@ -338,9 +339,22 @@ TEST(Pipeline, DeepseekV3MatchesSingleRank) {
   list[1].recompute = "full", list[3].recompute = "selective";
   Case ring{2, 2, 1, "1f1b", 1, "deepseek", true}, a2a{2, 1, 2, "zero_bubble", 0, "deepseek"};
   ring.context = 2, a2a.context = 2, a2a.context_mode = "all_to_all";
+  ring.sets = a2a.sets = {"model.mtp=null"};  // multi-token prediction does not take context parallelism yet
   Case expert{2, 2, 2, "1f1b", 3, "deepseek", true}, expert8{8, 1, 1, "1f1b", 1, "deepseek"};
   expert.sets = {"parallel.expert=2"}, expert8.sets = {"parallel.expert=8"};
   for (const Case& c : {ring, a2a, expert, expert8}) list.push_back(c);
+  // multi-token prediction (depth 2) on the last stage: the head stage's copy of the token table (its
+  // gradient summed with the first stage's), the split backward, tensor +- sequence, ZeRO 3, experts
+  const std::vector<std::string> mtp = {"model.mtp.depth=2"};
+  std::vector<Case> with_mtp = {{2, 2, 2, "1f1b", 1, "deepseek", true}, {1, 2, 4, "zero_bubble", 3, "deepseek"},
+                                {8, 1, 1, "1f1b", 3, "deepseek"},       {1, 4, 2, "interleaved_1f1b", 0, "deepseek"},
+                                {2, 1, 4, "gpipe", 2, "deepseek"},      {2, 2, 2, "1f1b", 3, "deepseek", true}};
+  with_mtp[4].recompute = "full";
+  for (size_t i = 0; i < with_mtp.size(); ++i) {
+    with_mtp[i].sets = mtp;
+    if (i == 5) with_mtp[i].sets.push_back("parallel.expert=2");
+    list.push_back(with_mtp[i]);
+  }
   for (const Case& c : list) {
     if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
     const auto& ref = single_rank(c);

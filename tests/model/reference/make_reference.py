@@ -68,6 +68,102 @@ def run(out, arch, model, cfg_line, vocab, aux_coef=0.0):
             line(out, "grad", name, torch.zeros_like(b))
 
 
+def deepseek_v3_mtp(out, base, rope):
+    """DeepSeek-V3 with multi-token prediction (arXiv 2412.19437 §2.2), depth
+    2: transformers' DeepseekV3ForCausalLM for the main model, and per depth
+    the module as DeepSeek's checkpoints name it (model.layers.{L + k - 1}.:
+    enorm, hnorm, eh_proj over [enorm(embedding) | hnorm(previous hidden)],
+    a DeepseekV3DecoderLayer, shared_head.norm) with the model's embedding
+    and LM head, as Megatron-Core and vLLM compute it: depth k's input is the
+    token k ahead, its target the token k + 1 ahead, its loss the mean over
+    the T - k positions; loss = main + weight / D x sum_k L_k."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3DecoderLayer, DeepseekV3RMSNorm
+    depth, weight = 2, 0.3
+    cfg = DeepseekV3Config(**dict(base, num_key_value_heads=4), intermediate_size=24, moe_intermediate_size=6,
+                           num_experts_per_tok=2, n_shared_experts=2, n_routed_experts=8, routed_scaling_factor=2.5,
+                           n_group=4, topk_group=2, first_k_dense_replace=1, norm_topk_prob=True, q_lora_rank=10,
+                           kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=3, rope_interleave=True,
+                           attention_bias=False, rope_parameters=rope)
+    L, C = cfg.num_hidden_layers, cfg.hidden_size
+
+    class Module(torch.nn.Module):
+        def __init__(self, idx):
+            super().__init__()
+            self.enorm = DeepseekV3RMSNorm(C, eps=cfg.rms_norm_eps)
+            self.hnorm = DeepseekV3RMSNorm(C, eps=cfg.rms_norm_eps)
+            self.eh_proj = torch.nn.Linear(2 * C, C, bias=False)
+            self.block = DeepseekV3DecoderLayer(cfg, layer_idx=idx)
+            self.shared_head = torch.nn.Module()
+            self.shared_head.norm = DeepseekV3RMSNorm(C, eps=cfg.rms_norm_eps)
+
+    class WithMtp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.main = DeepseekV3ForCausalLM(cfg)
+            self.mtp = torch.nn.ModuleList([Module(L + k) for k in range(depth)])
+            with torch.no_grad():  # transformers initialises only its own models' modules: these as they are
+                for mod in self.mtp.modules():
+                    self.main._init_weights(mod)
+
+        def forward(self, input_ids, targets):
+            m = self.main.model
+            h = m(input_ids=input_ids).last_hidden_state  # after the final norm
+            logits = self.main.lm_head(h)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+            Bn, Tn = input_ids.shape
+            pos = torch.arange(Tn)[None].expand(Bn, Tn)
+            mask = torch.full((Tn, Tn), float("-inf"), dtype=h.dtype).triu(1)[None, None]
+            for k, mod in enumerate(self.mtp, start=1):
+                tok = torch.zeros_like(targets)
+                tok[:, :Tn - k + 1] = targets[:, k - 1:]
+                tgt = torch.full_like(targets, -100)
+                tgt[:, :Tn - k] = targets[:, k:]
+                x = mod.eh_proj(torch.cat([mod.enorm(m.embed_tokens(tok)), mod.hnorm(h)], dim=-1))
+                x = mod.block(x, attention_mask=mask, position_ids=pos, position_embeddings=m.rotary_emb(x, pos))
+                h = mod.shared_head.norm(x)
+                lk = torch.nn.functional.cross_entropy(self.main.lm_head(h).reshape(-1, logits.shape[-1]),
+                                                       tgt.reshape(-1), ignore_index=-100)
+                loss = loss + weight / depth * lk
+            return logits, loss
+
+    torch.manual_seed(7)
+    model = WithMtp().to(torch.float64)
+    model.eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn(p.shape, dtype=p.dtype))
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.05 * torch.randn(b.shape, dtype=b.dtype))
+    g = torch.Generator().manual_seed(11)
+    tokens = torch.randint(0, 13, (B, T), generator=g)
+    targets = torch.randint(0, 13, (B, T), generator=g)
+    logits, loss = model(tokens, targets)
+    loss.backward()
+    out.write("model deepseek_v3_mtp layers=3 hidden=16 heads=4 kv_heads=4 seq_len=7 vocab=13 norm_eps=1e-5 "
+              "rope_theta=10000 ffn_hidden=24 experts=8 top_k=2 moe_ffn=6 shared=2 shared_ffn=6 first_dense=1 "
+              "score=sigmoid norm_topk=1 groups=4 group_topk=2 scaling=2.5 mla=1 q_lora=10 kv_lora=6 nope=4 rope=4 "
+              f"v=3 mtp={depth} mtp_weight={weight}\n")
+    line(out, "tokens", "tokens", tokens)
+    line(out, "targets", "targets", targets)
+    line(out, "logits", "logits", logits)
+    line(out, "loss", "loss", loss.reshape(1))
+
+    def name_of(n):  # DeepSeek's checkpoint names
+        if n.startswith("main."):
+            return n[len("main."):]
+        k, rest = n[len("mtp."):].split(".", 1)
+        return f"model.layers.{L + int(k)}." + rest.replace("block.", "", 1)
+    for n, p in model.named_parameters():
+        line(out, "param", name_of(n), p)
+        line(out, "grad", name_of(n), p.grad)
+    for n, b in model.named_buffers():
+        if n.endswith("e_score_correction_bias"):
+            line(out, "param", name_of(n), b)
+            line(out, "grad", name_of(n), torch.zeros_like(b))
+
+
 def moe_families(out):
     """Mixture of experts: Mixtral, Qwen2-MoE (a gated shared expert, a dense
     layer by mlp_only_layers, both norm_topk_prob values) and GLM-4-MoE
@@ -133,6 +229,7 @@ def moe_families(out):
             " ffn_hidden=24 experts=8 top_k=2 moe_ffn=6 shared=2 shared_ffn=6 first_dense=1 score=sigmoid "
             f"norm_topk=1 groups=4 group_topk=2 scaling=2.5 mla=1 q_lora={q_lora or 0} kv_lora=6 nope=4 rope=4 v=3",
             13)
+    deepseek_v3_mtp(out, base, rope)
 
 
 def main():

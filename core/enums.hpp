@@ -21,7 +21,7 @@ namespace trident {
 
 enum class Arch { gpt2, llama };
 enum class MeshAxis { data, pipeline, tensor, context };
-enum class ScheduleKind { gpipe, one_f_one_b, interleaved_1f1b, zero_bubble };
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved_1f1b, zero_bubble, dualpipev };
 enum class Precision { fp32, bf16, fp16 };
 enum class Recompute { none, selective, full };
 enum class LrDecay { constant, cosine, linear, wsd };
@@ -50,7 +50,8 @@ TRIDENT_ENUM_NAMES(MeshAxis, {MeshAxis::tensor, "tensor"}, {MeshAxis::context, "
                    {MeshAxis::pipeline, "pipeline"});
 TRIDENT_ENUM_NAMES(ContextMode, {ContextMode::ring, "ring"}, {ContextMode::all_to_all, "all_to_all"});
 TRIDENT_ENUM_NAMES(ScheduleKind, {ScheduleKind::gpipe, "gpipe"}, {ScheduleKind::one_f_one_b, "1f1b"},
-                   {ScheduleKind::interleaved_1f1b, "interleaved_1f1b"}, {ScheduleKind::zero_bubble, "zero_bubble"});
+                   {ScheduleKind::interleaved_1f1b, "interleaved_1f1b"}, {ScheduleKind::zero_bubble, "zero_bubble"},
+                   {ScheduleKind::dualpipev, "dualpipev"});
 TRIDENT_ENUM_NAMES(Precision, {Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"});
 TRIDENT_ENUM_NAMES(Recompute, {Recompute::none, "none"}, {Recompute::selective, "selective"},
                    {Recompute::full, "full"});

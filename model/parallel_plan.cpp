@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "model/architecture.hpp"
+#include "parallel/schedule.hpp"
 
 namespace trident::model {
 
@@ -27,12 +28,12 @@ std::vector<int64_t> chunk_layer_counts(const ModelConfig& cfg, int P, int V, co
   return std::vector<int64_t>(static_cast<size_t>(P * V), cfg.layers / (P * V));
 }
 
-std::vector<ChunkSpec> pipeline_chunks(const ModelConfig& cfg, int P, int V, const std::vector<int64_t>& list,
-                                       int rank) {
+std::vector<ChunkSpec> pipeline_chunks(const ModelConfig& cfg, int P, int V, const std::vector<int64_t>& list, int rank,
+                                       ScheduleKind schedule) {
   const auto counts = chunk_layer_counts(cfg, P, V, list);
   std::vector<ChunkSpec> out;
   for (int v = 0; v < V; ++v) {
-    const int c = v * P + rank;
+    const int c = parallel::global_chunk(schedule, P, v, rank);
     ChunkSpec spec;
     for (int i = 0; i < c; ++i) spec.first_layer += counts[size_t(i)];
     spec.layers = counts[size_t(c)];

@@ -61,9 +61,10 @@ struct ChunkSpec {
 // the layer count; validated by the recipe loader) or the even split.
 std::vector<int64_t> chunk_layer_counts(const ModelConfig& cfg, int stages, int virtual_stages,
                                         const std::vector<int64_t>& stage_layers);
-// The chunks pipeline rank `rank` holds: global chunks v P + rank, v = 0..V-1.
+// The chunks pipeline rank `rank` holds under `schedule`: global chunks
+// parallel::global_chunk(schedule, stages, v, rank), v = 0..V-1.
 std::vector<ChunkSpec> pipeline_chunks(const ModelConfig& cfg, int stages, int virtual_stages,
-                                       const std::vector<int64_t>& stage_layers, int rank);
+                                       const std::vector<int64_t>& stage_layers, int rank, ScheduleKind schedule);
 
 // This rank's share of the model's dimensions.
 struct LocalDims {

@@ -33,7 +33,7 @@ ParallelModel parallelize(const Recipe& rc, parallel::Mesh& mesh) {
   m.cp = std::make_unique<parallel::ContextParallel>(mesh.context(), p.context_mode, rc.model.seq_len);
   // 3. the pipeline split: this pipeline rank's chunks, their tensor slices
   const auto chunks =
-      pipeline_chunks(rc.model, int(p.pipeline), int(p.virtual_stages), p.stage_layers, mesh.coords().pp);
+      pipeline_chunks(rc.model, int(p.pipeline), int(p.virtual_stages), p.stage_layers, mesh.coords().pp, p.schedule);
   // 3b. expert parallelism: this rank's experts of every MoE layer
   if (rc.model.moe.enabled && p.expert > 1)
     m.ep = std::make_unique<parallel::ExpertParallel>(mesh.expert(), rc.model.moe.experts);

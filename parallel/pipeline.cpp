@@ -9,9 +9,10 @@
 
 namespace trident::parallel {
 
-PipelineExecutor::PipelineExecutor(Communicator* group, int stages, int virtual_stages, int64_t message_elems,
-                                   double timeout_s, int lookahead, Device device)
+PipelineExecutor::PipelineExecutor(Communicator* group, ScheduleKind kind, int stages, int virtual_stages,
+                                   int64_t message_elems, double timeout_s, int lookahead, Device device)
     : group_(group && group->size() > 1 ? group : nullptr),
+      kind_(kind),
       P_(stages),
       V_(virtual_stages),
       rank_(group_ ? group_->rank() : 0),
@@ -38,35 +39,23 @@ Tensor PipelineExecutor::take() {
 
 void PipelineExecutor::give_back(Tensor t) { pool_.push_back(std::move(t)); }
 
-// Activations flow to the next rank (ring: the last stage's chunk v feeds
-// the first stage's chunk v + 1), gradients to the previous one.
-int PipelineExecutor::peer(ActionType t) const {
-  const bool to_next = t == ActionType::send_act || t == ActionType::recv_grad;
-  return to_next ? (rank_ + 1) % P_ : (rank_ + P_ - 1) % P_;
+// Activations flow to the next chunk, gradients to the previous one.
+int PipelineExecutor::neighbour(const Action& a) const {
+  const int c = global_chunk(kind_, P_, a.chunk, rank_);
+  const bool to_next = a.type == ActionType::send_act || a.type == ActionType::recv_grad;
+  return to_next ? c + 1 : c - 1;
 }
+
+int PipelineExecutor::peer(const Action& a) const { return chunk_rank(kind_, P_, neighbour(a)); }
 
 // direction, receiving global chunk, micro-batch
 int PipelineExecutor::tag(const Action& a) const {
-  const int c = a.chunk * P_ + rank_;
-  int dir = 0, receiver = 0;
-  switch (a.type) {
-    case ActionType::recv_act:
-      dir = 0, receiver = c;
-      break;
-    case ActionType::send_act:
-      dir = 0, receiver = c + 1;
-      break;
-    case ActionType::recv_grad:
-      dir = 1, receiver = c;
-      break;
-    case ActionType::send_grad:
-      dir = 1, receiver = c - 1;
-      break;
-    default:
-      TRIDENT_CHECK(false, "no tag for {}", enum_name(a.type));
-  }
+  const bool grad = a.type == ActionType::recv_grad || a.type == ActionType::send_grad;
+  const bool send = a.type == ActionType::send_act || a.type == ActionType::send_grad;
+  TRIDENT_CHECK(grad || send || a.type == ActionType::recv_act, "no tag for {}", enum_name(a.type));
+  const int receiver = send ? neighbour(a) : global_chunk(kind_, P_, a.chunk, rank_);
   TRIDENT_CHECK(a.micro < (1 << 16), "micro-batch {} too large for a message tag", a.micro);
-  return ((dir * 64 + receiver) << 16) | a.micro;
+  return ((int(grad) * 64 + receiver) << 16) | a.micro;
 }
 
 void PipelineExecutor::wait(Transfer& t, const Action& a) {
@@ -77,7 +66,7 @@ void PipelineExecutor::wait(Transfer& t, const Action& a) {
       throw Error(
           fmt::format("pipeline: timed out after {:.0f} s (parallel.timeout_s) in {} of chunk {} (global {}) "
                       "micro-batch {} with pipeline rank {}: the peer never sent or received it{}",
-                      timeout_s_, enum_name(a.type), a.chunk, a.chunk * P_ + rank_, a.micro, peer(a.type),
+                      timeout_s_, enum_name(a.type), a.chunk, global_chunk(kind_, P_, a.chunk, rank_), a.micro, peer(a),
                       diagnosis.empty() ? "" : ". " + diagnosis));
     }
     std::this_thread::yield();
@@ -92,10 +81,10 @@ void PipelineExecutor::post_receives(const std::vector<Action>& actions, size_t 
     if (is_compute(actions[limit].type) && ++computes > lookahead_) break;
   for (next_post_ = std::max(next_post_, from); next_post_ < limit; ++next_post_) {
     const Action& a = actions[next_post_];
-    if (a.type != ActionType::recv_act && a.type != ActionType::recv_grad) continue;
+    if ((a.type != ActionType::recv_act && a.type != ActionType::recv_grad) || in_memory(a)) continue;
     Transfer t;
     t.buf = take();
-    t.work = group_->recv(t.buf, {.peer = peer(a.type), .tag = tag(a)});
+    t.work = group_->recv(t.buf, {.peer = peer(a), .tag = tag(a)});
     posted_[next_post_] = std::move(t);
   }
 }
@@ -145,7 +134,7 @@ void PipelineExecutor::run_list(const std::vector<Action>& actions, const Pipeli
     switch (a.type) {
       case ActionType::recv_act:
       case ActionType::recv_grad: {
-        if (!group_) {
+        if (in_memory(a)) {
           auto local = local_.find(tag(a));
           TRIDENT_CHECK(local != local_.end(), "{} of chunk {} micro-batch {} before its send", enum_name(a.type),
                         a.chunk, a.micro);
@@ -175,13 +164,11 @@ void PipelineExecutor::run_list(const std::vector<Action>& actions, const Pipeli
         Transfer t;
         t.buf = take();
         copy_bytes(t.buf.data<float>(), src, sizeof(float) * size_t(elems_));
-        if (!group_) {
-          local_[tag({a.type == ActionType::send_act ? ActionType::recv_act : ActionType::recv_grad,
-                      a.type == ActionType::send_act ? a.chunk + 1 : a.chunk - 1, a.micro})] =  // one rank: P = 1
-              std::move(t.buf);
+        if (in_memory(a)) {  // the receiving chunk is this rank's: the same tag as its receive
+          local_[tag(a)] = std::move(t.buf);
           break;
         }
-        t.work = group_->send(t.buf, {.peer = peer(a.type), .tag = tag(a)});
+        t.work = group_->send(t.buf, {.peer = peer(a), .tag = tag(a)});
         sends_.push_back({a, std::move(t)});
         reap_sends(false);
         break;

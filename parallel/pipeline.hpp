@@ -13,8 +13,8 @@
 // A transfer that does not complete within `timeout_s` is an error naming
 // the action, chunk, micro-batch and peer: a hang is never silent.
 //
-// With one pipeline rank and several chunks, messages between its chunks are
-// handed over in memory.
+// Messages between two chunks of the same rank (one pipeline rank with
+// several chunks; the turn of dualpipev's V) are handed over in memory.
 // All ranks of the pipeline group run their own lists of the same schedule;
 // deadlock-freedom of those lists is what the simulator tests.
 #pragma once
@@ -53,8 +53,8 @@ class PipelineExecutor {
   // group: the pipeline group (nullptr or one rank: no transfers).
   // message_elems: floats per activation / gradient message (R x C).
   // device: where the message buffers live (the model's activations).
-  PipelineExecutor(Communicator* group, int stages, int virtual_stages, int64_t message_elems, double timeout_s,
-                   int lookahead = 2, Device device = {});
+  PipelineExecutor(Communicator* group, ScheduleKind kind, int stages, int virtual_stages, int64_t message_elems,
+                   double timeout_s, int lookahead = 2, Device device = {});
   void run(const std::vector<Action>& actions, const PipelineHooks& hooks);
 
   double step_seconds() const { return step_s_; }
@@ -68,7 +68,9 @@ class PipelineExecutor {
   };
   Tensor take();
   void give_back(Tensor t);
-  int peer(ActionType t) const;
+  int neighbour(const Action& a) const;  // the global chunk at the other end of a transfer
+  int peer(const Action& a) const;       // its pipeline rank
+  bool in_memory(const Action& a) const { return !group_ || peer(a) == rank_; }
   int tag(const Action& a) const;
   void wait(Transfer& t, const Action& a);
   void post_receives(const std::vector<Action>& actions, size_t from);
@@ -77,6 +79,7 @@ class PipelineExecutor {
   void abandon();
 
   Communicator* group_;
+  ScheduleKind kind_;
   int P_, V_, rank_;
   int64_t elems_;
   double timeout_s_;
@@ -86,7 +89,7 @@ class PipelineExecutor {
   std::map<size_t, Transfer> posted_;  // action index -> receive in flight
   size_t next_post_ = 0;
   std::vector<std::pair<Action, Transfer>> sends_;
-  std::map<int, Tensor> local_;  // one-rank pipeline (chunks on one rank): messages by tag
+  std::map<int, Tensor> local_;  // messages between this rank's chunks, by tag
   double step_s_ = 0, idle_s_ = 0;
   std::chrono::steady_clock::time_point t0_;
   std::vector<PipelineSpan> spans_;

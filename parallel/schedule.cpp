@@ -14,12 +14,23 @@ ScheduleKind parse_schedule(const std::string& name) {
   fail_input("schedule: expected {}, found '{}'", enum_choices<ScheduleKind>(), name);
 }
 
-std::vector<Action> make_forward_schedule(int stages, int virtual_stages, int micro_batches, int rank) {
+int global_chunk(ScheduleKind kind, int P, int v, int p) {
+  if (kind == ScheduleKind::dualpipev) return v == 0 ? p : 2 * P - 1 - p;
+  return v * P + p;
+}
+
+int chunk_rank(ScheduleKind kind, int P, int c) {
+  if (kind == ScheduleKind::dualpipev) return c < P ? c : 2 * P - 1 - c;
+  return c % P;
+}
+
+std::vector<Action> make_forward_schedule(ScheduleKind kind, int stages, int virtual_stages, int micro_batches,
+                                          int rank) {
   std::vector<Action> out;
   const int last_chunk = stages * virtual_stages - 1;
   for (int mb = 0; mb < micro_batches; ++mb)
     for (int v = 0; v < virtual_stages; ++v) {
-      const int c = v * stages + rank;
+      const int c = global_chunk(kind, stages, v, rank);
       if (c > 0) out.push_back({ActionType::recv_act, v, mb});
       out.push_back({ActionType::forward, v, mb});
       if (c < last_chunk) out.push_back({ActionType::send_act, v, mb});
@@ -52,9 +63,16 @@ void validate_schedule(ScheduleKind kind, int P, int V, int M) {
           "schedule interleaved_1f1b: micro-batches({}) % pipeline({}) = {} != 0 (each round of the "
           "interleaving takes one micro-batch per stage)",
           M, P, M % P);
+  } else if (kind == ScheduleKind::dualpipev) {
+    if (V != 2) fail_input("schedule dualpipev: needs virtual_stages 2 (the two arms of the V), found {}", V);
+    if (M < 2 * P)
+      fail_input("schedule dualpipev: micro-batches({}) must be >= 2 x pipeline({}) = {} (its warm-up fills both arms)",
+                 M, P, 2 * P);
   } else if (V != 1) {
-    fail_input("schedule {}: virtual_stages must be 1 (only interleaved_1f1b interleaves chunks), found {}",
-               schedule_name(kind), V);
+    fail_input(
+        "schedule {}: virtual_stages must be 1 (only interleaved_1f1b and dualpipev have several chunks per rank), "
+        "found {}",
+        schedule_name(kind), V);
   }
 }
 
@@ -126,6 +144,51 @@ std::vector<std::vector<Action>> zero_bubble_all(int P, int M) {
   return out;
 }
 
+// DeepSeek's DualPipeV (github.com/deepseek-ai/DualPipe, dualpipev.py),
+// phase by phase: each local chunk (the V's arm 0 = global chunk p, arm 1 =
+// 2P-1-p) takes its micro-batches in order; a split backward (zero bubble)
+// queues its weight pass, which a later W takes in order.
+std::vector<Action> dualpipev(int P, int M, int p) {
+  std::vector<Action> out;
+  int next_f[2] = {0, 0}, next_b[2] = {0, 0};
+  std::vector<std::pair<int, int>> weights;  // queued weight passes (chunk, micro)
+  size_t next_w = 0;
+  auto F = [&](int v, bool paired = false) { out.push_back({A::forward, v, next_f[v]++, paired}); };
+  auto B = [&](int v, bool split = false) {
+    const int m = next_b[v]++;
+    out.push_back({split ? A::backward_input : A::backward, v, m});
+    if (split) weights.push_back({v, m});
+  };
+  auto W = [&] {
+    TRIDENT_CHECK(next_w < weights.size(), "dualpipev: a weight pass with none queued (P {} M {} rank {})", P, M, p);
+    const auto [v, m] = weights[next_w++];
+    out.push_back({A::backward_weight, v, m});
+  };
+  auto FB = [&](int f, int b) { F(f, true), B(b); };
+  const bool last = p == P - 1;
+  for (int i = 0; i < (P - p - 1) * 2; ++i) F(0);             // 1: forwards of arm 0
+  for (int i = 0; i < p + 1; ++i) F(0), F(1);                 // 2: both arms
+  for (int i = 0; i < P - p - 1; ++i) B(1, true), W(), F(1);  // 3: zero bubble on arm 1
+  for (int i = 0; i < M - 2 * P + p + 1; ++i) {               // 4: the main phase
+    if (i == 0 && last)
+      F(0), B(1);  // DualPipeV leaves this pair unpaired: the bubble is smaller
+    else
+      FB(0, 1);
+    FB(1, 0);
+  }
+  for (int i = 0; i < P - p - 1; ++i) B(1), FB(1, 0);  // 5
+  for (int i = 0; i < p + 1; ++i) {                    // 6: backwards, the later half split
+    const int half = (p + 1) / 2;  // from here on split: arm 1's from this step on odd ranks, the next on even
+    B(1, i > half || (i == half && p % 2 == 1));
+    B(0, i >= half);
+  }
+  for (int i = 0; i < P - p - 1; ++i) W(), B(0, true);  // 7
+  for (int i = 0; i < p + 1; ++i) W();                  // 8
+  TRIDENT_CHECK(next_w == weights.size() && next_f[0] == M && next_f[1] == M && next_b[0] == M && next_b[1] == M,
+                "dualpipev construction is incomplete (P {} M {} rank {})", P, M, p);
+  return out;
+}
+
 std::vector<Action> compute_actions(ScheduleKind kind, int P, int V, int M, int p) {
   switch (kind) {
     case ScheduleKind::gpipe: {
@@ -145,6 +208,8 @@ std::vector<Action> compute_actions(ScheduleKind kind, int P, int V, int M, int 
       if (!cache.count(key)) cache[key] = zero_bubble_all(P, M);
       return cache[key][size_t(p)];
     }
+    case ScheduleKind::dualpipev:
+      return dualpipev(P, M, p);
   }
   return {};
 }
@@ -157,7 +222,7 @@ std::vector<Action> make_schedule(ScheduleKind kind, int P, int V, int M, int p)
   const int last = P * V - 1;
   std::vector<Action> out;
   for (const Action& a : compute_actions(kind, P, V, M, p)) {
-    const int c = a.chunk * P + p;
+    const int c = global_chunk(kind, P, a.chunk, p);
     switch (a.type) {
       case A::forward:
         if (c > 0) out.push_back({A::recv_act, a.chunk, a.micro});
@@ -199,50 +264,74 @@ Simulation simulate(ScheduleKind kind, int P, int V, int M, const Costs& costs) 
   std::vector<size_t> next(size_t(P), 0);
   std::vector<double> clock(size_t(P), 0);
   std::vector<int> in_flight(size_t(P), 0);
+  // when action a of rank p can start (its input's end time) and what it costs; ok false: not yet
+  struct Readiness {
+    bool ok = false;
+    double at = 0, cost = 0;
+    std::string error;  // the list itself is wrong: no waiting fixes it
+  };
+  auto readiness = [&](const Action& a, int p) {
+    Readiness r;
+    const int c = global_chunk(kind, P, a.chunk, p);
+    const size_t m = size_t(a.micro);
+    if (a.type == A::forward) {
+      if (c > 0 && f_end[size_t(c - 1)][m] < 0) return r;
+      r.at = c > 0 ? f_end[size_t(c - 1)][m] : 0, r.cost = costs.forward;
+    } else if (a.type == A::backward || a.type == A::backward_input) {
+      if (f_end[size_t(c)][m] < 0) {
+        r.error = fmt::format("rank {}: backward of chunk {} micro-batch {} before its forward", p, a.chunk, a.micro);
+        return r;
+      }
+      if (c < C - 1 && b_end[size_t(c + 1)][m] < 0) return r;
+      r.at = c < C - 1 ? b_end[size_t(c + 1)][m] : f_end[size_t(c)][m];
+      r.cost = a.type == A::backward ? costs.backward_input + costs.backward_weight : costs.backward_input;
+    } else {  // backward_weight
+      if (b_end[size_t(c)][m] < 0) {
+        r.error = fmt::format("rank {}: weight gradient of chunk {} micro-batch {} before its input gradient", p,
+                              a.chunk, a.micro);
+        return r;
+      }
+      r.cost = costs.backward_weight;
+    }
+    r.ok = true;
+    return r;
+  };
   for (bool progress = true; progress;) {
     progress = false;
     for (int p = 0; p < P; ++p) {
       auto& list = lists[size_t(p)];
       while (next[size_t(p)] < list.size()) {
+        // a paired forward runs with the backward after it, as one unit, once both inputs are there
         const Action& a = list[next[size_t(p)]];
-        const int c = a.chunk * P + p;
-        const size_t m = size_t(a.micro);
-        double ready = 0, cost = 0;
-        if (a.type == A::forward) {
-          if (c > 0 && f_end[size_t(c - 1)][m] < 0) break;
-          ready = c > 0 ? f_end[size_t(c - 1)][m] : 0;
-          cost = costs.forward;
-        } else if (a.type == A::backward || a.type == A::backward_input) {
-          if (f_end[size_t(c)][m] < 0) {  // the list itself is wrong: no waiting fixes it
-            sim.deadlock = true;
-            sim.deadlock_reason =
-                fmt::format("rank {}: backward of chunk {} micro-batch {} before its forward", p, a.chunk, a.micro);
-            return sim;
-          }
-          if (c < C - 1 && b_end[size_t(c + 1)][m] < 0) break;
-          ready = c < C - 1 ? b_end[size_t(c + 1)][m] : f_end[size_t(c)][m];
-          cost = a.type == A::backward ? costs.backward_input + costs.backward_weight : costs.backward_input;
-        } else {  // backward_weight
-          if (b_end[size_t(c)][m] < 0) {
-            sim.deadlock = true;
-            sim.deadlock_reason = fmt::format(
-                "rank {}: weight gradient of chunk {} micro-batch {} before its input "
-                "gradient",
-                p, a.chunk, a.micro);
-            return sim;
-          }
-          cost = costs.backward_weight;
+        const bool pair = a.paired && next[size_t(p)] + 1 < list.size();
+        Readiness r = readiness(a, p), rb;
+        if (pair) rb = readiness(list[next[size_t(p)] + 1], p);
+        if (!r.error.empty() || !rb.error.empty()) {
+          sim.deadlock = true;
+          sim.deadlock_reason = r.error.empty() ? rb.error : r.error;
+          return sim;
         }
-        const double start = std::max(clock[size_t(p)], ready), end = start + cost;
-        if (a.type == A::forward) f_end[size_t(c)][m] = end;
-        if (a.type == A::backward || a.type == A::backward_input) b_end[size_t(c)][m] = end;
-        if (a.type == A::forward) in_flight[size_t(p)] += 1;
-        if (a.type == A::backward || a.type == A::backward_weight) in_flight[size_t(p)] -= 1;
-        sim.peak_in_flight[size_t(p)] = std::max(sim.peak_in_flight[size_t(p)], in_flight[size_t(p)]);
-        sim.spans[size_t(p)].push_back({a, start, end});
-        sim.busy[size_t(p)] += cost;
+        if (!r.ok || (pair && !rb.ok)) break;
+        const double start = std::max({clock[size_t(p)], r.at, pair ? rb.at : 0.0});
+        const double whole = pair ? (costs.paired >= 0 ? costs.paired : r.cost + rb.cost) : r.cost;
+        const double end = start + whole;
+        double at = start;
+        for (size_t k = 0; k < (pair ? 2u : 1u); ++k) {
+          const Action& x = list[next[size_t(p)] + k];
+          const int c = global_chunk(kind, P, x.chunk, p);
+          const size_t m = size_t(x.micro);
+          const double part = pair ? whole * (k == 0 ? r.cost : rb.cost) / (r.cost + rb.cost) : whole;
+          // a pair's outputs are there when the pair ends
+          if (x.type == A::forward) f_end[size_t(c)][m] = end, in_flight[size_t(p)] += 1;
+          if (x.type == A::backward || x.type == A::backward_input) b_end[size_t(c)][m] = end;
+          if (x.type == A::backward || x.type == A::backward_weight) in_flight[size_t(p)] -= 1;
+          sim.peak_in_flight[size_t(p)] = std::max(sim.peak_in_flight[size_t(p)], in_flight[size_t(p)]);
+          sim.spans[size_t(p)].push_back({x, at, at + part});
+          at += part;
+        }
+        sim.busy[size_t(p)] += whole;
         clock[size_t(p)] = end;
-        ++next[size_t(p)];
+        next[size_t(p)] += pair ? 2 : 1;
         progress = true;
       }
     }
@@ -280,6 +369,20 @@ std::string render_timeline(const Simulation& sim, int V, int width) {
     out += fmt::format("| bubble {:.1f}% | peak in flight {}\n", 100 * sim.bubble[p], sim.peak_in_flight[p]);
   }
   return out;
+}
+
+double bubble_time_formula(ScheduleKind kind, int P, const Costs& c) {
+  const double F = c.forward, W = c.backward_weight, B = c.backward_input + W;
+  switch (kind) {
+    case ScheduleKind::one_f_one_b:
+      return (P - 1) * (F + B);
+    case ScheduleKind::zero_bubble:
+      return (P - 1) * (F + B - 2 * W);
+    case ScheduleKind::dualpipev:
+      return (P - 1) * ((c.paired >= 0 ? c.paired : F + B) + B - 3 * W);
+    default:
+      return -1;
+  }
 }
 
 double bubble_formula(ScheduleKind kind, int P, int V, int M) {

@@ -4,11 +4,14 @@
 // list with per-action costs and no communication.
 //
 // Chunks: the model's layers are cut into P x V chunks; rank p holds the V
-// chunks with global index c = v P + p (v = 0..V-1, Megatron's interleaving).
-// Chunk 0 has the embedding, chunk P V - 1 the final norm, head and loss.
-// A forward of chunk c receives its input from chunk c - 1 (rank (p-1) mod P)
-// and sends its output to chunk c + 1; a backward receives its output
+// chunks with global index c = v P + p (v = 0..V-1, Megatron's interleaving),
+// or, under dualpipev (V = 2), the V shape: c = p and c = 2 P - 1 - p, so
+// rank 0 holds the first and the last chunk and rank P - 1 the two middle
+// ones (global_chunk). Chunk 0 has the embedding, chunk P V - 1 the final
+// norm, head and loss. A forward of chunk c receives its input from chunk
+// c - 1 and sends its output to chunk c + 1; a backward receives its output
 // gradient from chunk c + 1 and sends its input gradient to chunk c - 1.
+// Between two chunks of the same rank the message is handed over in memory.
 //
 // Actions: forward F, backward B (input and weight gradients together), and
 // for zero_bubble the split B = input gradient (backward_input) then weight
@@ -27,6 +30,15 @@
 //                     micro-batches in flight on rank p (1F1B's memory), W
 //                     fills what would be idle time; built by list scheduling
 //                     with unit costs (deterministic, so a pure function)
+//   dualpipev         DeepSeek's DualPipeV (the V-shaped half of DualPipe):
+//                     V = 2 chunks per rank in the V shape, M >= 2 P; its
+//                     eight phases (warm-up forwards of chunk 0, forwards of
+//                     both, zero-bubble B/W/F of chunk 1, the main phase of
+//                     paired forward-backward steps, the drain with split
+//                     backwards and deferred weight passes). A paired step
+//                     is a forward of one micro-batch then the backward of
+//                     another (Action::paired on the forward), the pair whose
+//                     compute and expert all-to-alls DualPipe overlaps.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -44,10 +56,16 @@ enum class ActionType { forward, backward, backward_input, backward_weight, send
 
 struct Action {
   ActionType type;
-  int chunk;  // local chunk index v (global chunk v P + rank)
-  int micro;  // micro-batch
+  int chunk;            // local chunk index v (global chunk: global_chunk)
+  int micro;            // micro-batch
+  bool paired = false;  // dualpipev: a forward paired with the next compute action (a backward)
   bool operator==(const Action&) const = default;
 };
+
+// The global chunk of local chunk v on pipeline rank p: v P + p, or the V
+// shape under dualpipev. chunk_rank: the pipeline rank holding global chunk c.
+int global_chunk(ScheduleKind kind, int stages, int v, int rank);
+int chunk_rank(ScheduleKind kind, int stages, int chunk);
 
 // Checks (P, V, M) for a schedule; throws InputError with the arithmetic.
 void validate_schedule(ScheduleKind kind, int stages, int virtual_stages, int micro_batches);
@@ -59,15 +77,23 @@ bool is_compute(ActionType t);
 
 // Forward passes only (evaluation): micro-batch by micro-batch, each through
 // this rank's chunks in order, with their activation transfers.
-std::vector<Action> make_forward_schedule(int stages, int virtual_stages, int micro_batches, int rank);
+std::vector<Action> make_forward_schedule(ScheduleKind kind, int stages, int virtual_stages, int micro_batches,
+                                          int rank);
 
 // Per local chunk: the most micro-batches at once whose forward has run and
 // whose backward (or, split, weight pass) has not, over one rank's list —
 // the activation contexts the chunk needs.
 std::vector<int> in_flight_per_chunk(const std::vector<Action>& actions, int chunks);
 
+// Schedules that split some backward passes into B and W: their chunks keep
+// the output gradients until the weight pass.
+inline bool splits_backward(ScheduleKind kind) {
+  return kind == ScheduleKind::zero_bubble || kind == ScheduleKind::dualpipev;
+}
+
 struct Costs {
   double forward = 1, backward_input = 1, backward_weight = 1;  // per chunk; B = input + weight
+  double paired = -1;  // a paired forward-backward step (F&B); < 0: F + B, not overlapped
 };
 
 struct Span {
@@ -88,6 +114,8 @@ struct Simulation {
 
 // Runs every rank's list; a rank runs its next compute action as soon as its
 // inputs exist (forward of chunk c - 1 / backward of chunk c + 1 finished).
+// A paired forward and the backward after it run as one unit of cost
+// Costs::paired once both inputs exist; both outputs exist when it ends.
 Simulation simulate(ScheduleKind kind, int stages, int virtual_stages, int micro_batches, const Costs& costs = {});
 
 // Text timeline: one row per rank, one column per time unit (scaled to
@@ -97,6 +125,17 @@ std::string render_timeline(const Simulation& sim, int virtual_stages, int width
 // Published bubble fractions with uniform costs (B = 2F): (P-1)/(M+P-1) for
 // gpipe and 1f1b; (P-1)/(V M + P - 1) for interleaved_1f1b.
 double bubble_formula(ScheduleKind kind, int stages, int virtual_stages, int micro_batches);
+
+// Idle time per rank by DeepSeek-V3's Table 2 (arXiv 2412.19437), with F,
+// B (input and weight gradient together) and W the costs of one stage's
+// work on one micro-batch and F&B a paired forward-backward step
+// (Costs::paired, else F + B): 1f1b (P-1)(F+B), zero_bubble (P-1)(F+B-2W),
+// dualpipev (P-1)(F&B+B-3W) with one chunk's costs (the table's PP/2 - 1
+// with PP = 2 P chunks). The simulator meets the dualpipev one on its
+// busiest rank when a chunk's F equals its input-gradient cost, W <= F and
+// F&B >= B; our zero_bubble idles (P-1)(F+B-W), not ZB1P's (see
+// docs/parallelism.md). Other schedules: not in the table (-1).
+double bubble_time_formula(ScheduleKind kind, int stages, const Costs& costs);
 
 }  // namespace trident::parallel
 

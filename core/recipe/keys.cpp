@@ -284,9 +284,12 @@ const std::vector<Key>& table() {
           "parallel.schedule", FIELD(parallel.schedule), value<ScheduleKind>(ScheduleKind::one_f_one_b),
           "pipeline schedule ([parallelism.md](parallelism.md#pipeline-parallelism)); `interleaved_1f1b` needs "
           "`virtual_stages >= 2` and micro-batches per step (`global_batch / (micro_batch x data)`) a multiple of "
-          "`pipeline`; the others need `virtual_stages: 1`; `zero_bubble` needs `train.recompute` none or selective"),
+          "`pipeline`; `dualpipev` needs `virtual_stages: 2`, at least `2 x pipeline` micro-batches per step, untied "
+          "embeddings and no `model.mtp`; the others need `virtual_stages: 1`; `zero_bubble` and `dualpipev` need "
+          "`train.recompute` "
+          "none or selective"),
       integer("parallel.virtual_stages", FIELD(parallel.virtual_stages), 1, 1024, value<int64_t>(1),
-              "model chunks per pipeline rank (interleaved schedule)"),
+              "model chunks per pipeline rank (`interleaved_1f1b`; 2 for `dualpipev`)"),
       integer("parallel.zero", FIELD(parallel.zero), 0, 3, value<int64_t>(0),
               "ZeRO stage of the data-parallel group: 0 replicate, 1 shard optimizer state, 2 also gradients, 3 also "
               "parameters"),
@@ -299,7 +302,8 @@ const std::vector<Key>& table() {
               "gradient bucket size for ZeRO 0 and 1 (stages 2 and 3 reduce per model segment)"),
       integers("parallel.stage_layers", FIELD(parallel.stage_layers), 0, 100000, "even split",
                "layers of each of the `pipeline x virtual_stages` chunks in global chunk order (chunk `v x pipeline + "
-               "p` is on stage `p`); must have that many entries and sum to `model.layers`. Without it `layers % "
+               "p` is on stage `p`; under `dualpipev` chunks `p` and `2 x pipeline - 1 - p`); must have that many "
+               "entries and sum to `model.layers`. Without it `layers % "
                "(pipeline x virtual_stages) == 0` is required"),
       real("parallel.timeout_s", FIELD(parallel.timeout_s), 0, 1e7, Open::low, value<double>(600.0),
            "a hang is an error: a pipeline transfer (naming the transfer, chunk, micro-batch and peer) or any other "
@@ -420,7 +424,9 @@ const std::vector<Key>& table() {
            "forward, backward (or input / weight passes), pipeline sends (copy and post) and time waiting on pipeline "
            "receives, gradient sync (data, embedding and replicated-parameter reductions), the optimizer step, and "
            "with `parallel.expert > 1` each MoE layer's `expert dispatch` and `expert combine` (issue to completion) "
-           "with the part spent `expert (waiting)`"),
+           "with the part spent `expert (waiting)`; its `otherData` holds each traced step's measured pipeline "
+           "`bubble` per "
+           "stage and the simulator's `bubble_predicted`"),
       integers("log.trace_steps", FIELD(log.trace_steps), 1, kMax, "`[2]`",
                "steps (1-based) written to `log.trace`; the file is written after the last of them"),
       text("log.flight_recorder", FIELD(log.flight_recorder),

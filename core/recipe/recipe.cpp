@@ -304,6 +304,22 @@ void validate_mesh(Reader& r, const ModelConfig& m, const ParallelConfig& p, int
                                                   "shared_experts({}) x shared_ffn_hidden({}) % tensor({}) != 0",
                                                   m.moe.shared_experts, m.moe.shared_ffn_hidden, p.tensor));
   validate_expert(r, m, p);
+  if (p.schedule == ScheduleKind::dualpipev) {
+    if (p.virtual_stages != 2)
+      r.inconsistent("parallel.virtual_stages",
+                     fmt::format("schedule dualpipev holds two chunks per pipeline rank (the arms of its V): needs "
+                                 "virtual_stages 2, found {}",
+                                 p.virtual_stages));
+    if (m.tie_embeddings)
+      r.inconsistent("model.tie_embeddings",
+                     "schedule dualpipev puts the embedding and the LM head on pipeline rank 0, in two chunks; a "
+                     "table tied across two chunks of one rank is not supported: set tie_embeddings false");
+    if (m.mtp.depth > 0)
+      r.inconsistent("model.mtp",
+                     "schedule dualpipev puts the embedding and the LM head on pipeline rank 0, in two chunks; "
+                     "multi-token prediction reading the table across two chunks of one rank is not supported yet: "
+                     "use another schedule, or model.mtp: null");
+  }
   if (!p.stage_layers.empty()) {
     const int64_t chunks = p.pipeline * p.virtual_stages;
     const int64_t sum = std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), int64_t(0));
@@ -356,11 +372,12 @@ void validate_context(Reader& r, const Recipe& rc) {
 void validate_train(Reader& r, const Recipe& rc, bool placed) {
   const auto& t = rc.train;
   const auto& p = rc.parallel;
-  if (p.schedule == ScheduleKind::zero_bubble && t.recompute == Recompute::full)
-    r.inconsistent("train.recompute",
-                   "schedule zero_bubble runs each layer's weight pass after its input pass, from "
-                   "the activations the input pass kept; full recompute keeps none: use "
-                   "recompute none or selective");
+  if ((p.schedule == ScheduleKind::zero_bubble || p.schedule == ScheduleKind::dualpipev) &&
+      t.recompute == Recompute::full)
+    r.inconsistent("train.recompute", fmt::format("schedule {} runs weight passes after their input passes, from "
+                                                  "the activations the input pass kept; full recompute keeps none: "
+                                                  "use recompute none or selective",
+                                                  enum_name(p.schedule)));
   // products the run computes with (sample indexes, tokens per step): no overflow
   int64_t samples = 0, tokens = 0;
   if (__builtin_mul_overflow(t.steps, t.global_batch, &samples) || samples > (int64_t(1) << 48))

@@ -275,7 +275,7 @@ void CheckpointSaver::write_index(const std::vector<FileReport>& files, int64_t 
                        f.expert_begin, f.expert_end});
     const model::ParamRegistry reg(
         m, {f.tp, int(par.tensor)},
-        model::pipeline_chunks(m, int(par.pipeline), int(par.virtual_stages), par.stage_layers, f.pp),
+        model::pipeline_chunks(m, int(par.pipeline), int(par.virtual_stages), par.stage_layers, f.pp, par.schedule),
         {f.ep, experts, m.moe.enabled && par.whole_experts()});
     // the file's flat tensors: the dense shard, then the expert shard
     for (auto [begin, end, at] : {std::tuple{f.shard_begin, f.shard_end, int64_t(0)},

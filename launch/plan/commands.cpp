@@ -79,8 +79,12 @@ int run_schedule(const ScheduleCommand& c) {
   fmt::print("F/B/W + micro-batch (base 36); {}'.' idle\n", V > 1 ? "odd chunks in lower case; " : "");
   fmt::print("{}", parallel::render_timeline(sim, V, int(c.width)));
   fmt::print("makespan {} | bubble {:.2f}%", sim.makespan, 100 * sim.bubble_fraction());
-  if (c.schedule != ScheduleKind::zero_bubble)
+  if (c.schedule == ScheduleKind::dualpipev) {  // DeepSeek-V3's Table 2: idle per rank, unit costs
+    const double idle = parallel::bubble_time_formula(c.schedule, P, {});
+    fmt::print(" (formula: idle (P-1)(F&B+B-3W) = {} of {} = {:.2f}%)", idle, sim.makespan, 100 * idle / sim.makespan);
+  } else if (c.schedule != ScheduleKind::zero_bubble) {
     fmt::print(" (formula {:.2f}%)", 100 * parallel::bubble_formula(c.schedule, P, V, M));
+  }
   fmt::print("\n");
   return kExitOk;
 }

@@ -7,6 +7,7 @@
 #include "model/parallel_plan.hpp"
 #include "model/params.hpp"
 #include "parallel/data_parallel.hpp"
+#include "parallel/schedule.hpp"
 
 namespace trident::launch {
 
@@ -42,11 +43,11 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
   if (x.EP > 1)  // the exchange's rows in arrival order and the experts' output until it is sent back
     mem.buffers += 2 * pb * double(c.micro_batch * m.seq_len / CP * m.moe.top_k * m.hidden);
   const model::ActivationShape shape{
-      c.micro_batch, T, c.sequence_parallel, c.recompute, c.schedule == ScheduleKind::zero_bubble, CP, x.EP};
+      c.micro_batch, T, c.sequence_parallel, c.recompute, parallel::splits_backward(c.schedule), CP, x.EP};
   double act = 0;
   for (int pp = 0; pp < P; ++pp) {
     double a = double(model::scratch_elements(m, shape));
-    const auto chunks = model::pipeline_chunks(m, P, V, c.stage_layers, pp);
+    const auto chunks = model::pipeline_chunks(m, P, V, c.stage_layers, pp, c.schedule);
     for (int v = 0; v < V; ++v) {
       const auto& ch = chunks[size_t(v)];
       const int64_t moe = model::moe_layers_in(m, ch.first_layer, ch.layers);

@@ -42,7 +42,8 @@ MeshPlacement place_groups(int D, int T, int P, int CP, int EP, const std::vecto
 struct StageSizes {
   int64_t whole = 0, largest_stage = 0, segment = 0, largest_experts = 0;
 };
-StageSizes stage_sizes(const ModelConfig& m, int T, int P, int V, const std::vector<int64_t>& stage_layers);
+StageSizes stage_sizes(const ModelConfig& m, int T, int P, int V, const std::vector<int64_t>& stage_layers,
+                       ScheduleKind schedule);
 
 // What many configurations of one plan share, worked out once each: a
 // schedule's facts per (schedule, P, V, M) and a mesh's group placement per
@@ -54,12 +55,13 @@ class PlanMemo {
   const ScheduleFacts& schedule(ScheduleKind kind, int P, int V, int M);
   const MeshPlacement& placement(int D, int T, int P, int CP, int EP, const std::vector<MeshAxis>& order,
                                  int devices_per_node, bool whole_experts = false);
-  const StageSizes& sizes(const ModelConfig& m, int T, int P, int V, const std::vector<int64_t>& stage_layers);
+  const StageSizes& sizes(const ModelConfig& m, int T, int P, int V, const std::vector<int64_t>& stage_layers,
+                          ScheduleKind schedule);
 
  private:
   std::map<std::tuple<int, int, int, int>, ScheduleFacts> schedules_;
   std::map<std::tuple<int, int, int, int, int, std::vector<MeshAxis>, int, bool>, MeshPlacement> placements_;
-  std::map<std::tuple<int, int, int, std::vector<int64_t>>, StageSizes> sizes_;
+  std::map<std::tuple<int, int, int, std::vector<int64_t>, ScheduleKind>, StageSizes> sizes_;
 };
 
 // What the parts share: the recipe on the configuration's mesh and the sizes

@@ -181,7 +181,7 @@ void plan_time(const PlanContext& x, PlanResult& r) {
   for (int pp = 0; pp < P; ++pp) {
     double layers = 0, moe = 0;
     bool head = false;
-    for (const auto& ch : model::pipeline_chunks(m, P, V, c.stage_layers, pp))
+    for (const auto& ch : model::pipeline_chunks(m, P, V, c.stage_layers, pp, c.schedule))
       layers += double(ch.layers), head |= ch.head, moe += double(model::moe_layers_in(m, ch.first_layer, ch.layers));
     if (head)  // multi-token prediction: a block and the LM head again per depth (eh_proj's [C, 2C] left out)
       layers += double(m.mtp.depth), moe += double(model::moe_layers_in(m, m.layers, m.mtp.depth));

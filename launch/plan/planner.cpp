@@ -88,7 +88,8 @@ const ScheduleFacts& PlanMemo::schedule(ScheduleKind kind, int P, int V, int M) 
 // tensor rank, from the registries of one dense and one MoE layer, the
 // embeddings and the head; the largest unit ZeRO 3 gathers, a layer or the
 // embeddings.
-StageSizes stage_sizes(const ModelConfig& m, int T, int P, int V, const std::vector<int64_t>& stage_layers) {
+StageSizes stage_sizes(const ModelConfig& m, int T, int P, int V, const std::vector<int64_t>& stage_layers,
+                       ScheduleKind schedule) {
   int64_t dense_at = -1, moe_at = -1;  // a layer of each kind
   for (int64_t l = 0; l < m.layers; ++l) (m.moe.is_moe(l) ? moe_at : dense_at) = l;
   auto layer_size = [&](int64_t l) {
@@ -108,7 +109,7 @@ StageSizes stage_sizes(const ModelConfig& m, int T, int P, int V, const std::vec
   StageSizes z{model::consolidated_numel(m), 0, std::max(layer, embedding)};
   for (int pp = 0; pp < P; ++pp) {
     int64_t stage = 0;
-    for (const auto& ch : model::pipeline_chunks(m, P, V, stage_layers, pp))
+    for (const auto& ch : model::pipeline_chunks(m, P, V, stage_layers, pp, schedule))
       stage += (ch.layers - model::moe_layers_in(m, ch.first_layer, ch.layers)) * dense_layer +
                model::moe_layers_in(m, ch.first_layer, ch.layers) * moe_layer +
                (ch.embedding && ch.head ? both
@@ -117,18 +118,19 @@ StageSizes stage_sizes(const ModelConfig& m, int T, int P, int V, const std::vec
                                         : 0);
     if (stage > z.largest_stage) {
       z.largest_stage = stage, z.largest_experts = 0;
-      for (const auto& ch : model::pipeline_chunks(m, P, V, stage_layers, pp))
+      for (const auto& ch : model::pipeline_chunks(m, P, V, stage_layers, pp, schedule))
         z.largest_experts += model::moe_layers_in(m, ch.first_layer, ch.layers) * moe_experts;
     }
   }
   return z;
 }
 
-const StageSizes& PlanMemo::sizes(const ModelConfig& m, int T, int P, int V, const std::vector<int64_t>& stage_layers) {
-  const auto key = std::make_tuple(T, P, V, stage_layers);
+const StageSizes& PlanMemo::sizes(const ModelConfig& m, int T, int P, int V, const std::vector<int64_t>& stage_layers,
+                                  ScheduleKind schedule) {
+  const auto key = std::make_tuple(T, P, V, stage_layers, schedule);
   auto it = sizes_.find(key);
   if (it != sizes_.end()) return it->second;
-  return sizes_.emplace(key, stage_sizes(m, T, P, V, stage_layers)).first->second;
+  return sizes_.emplace(key, stage_sizes(m, T, P, V, stage_layers, schedule)).first->second;
 }
 
 const MeshPlacement& PlanMemo::placement(int D, int T, int P, int CP, int EP, const std::vector<MeshAxis>& order,
@@ -162,7 +164,7 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c, Pl
   const int CP = int(c.context);
   const int EP = m.moe.enabled ? int(c.expert) : 1;
   const bool whole = m.moe.enabled && q.parallel.whole_experts();  // expert_tensor 1: experts not split over tensor
-  const StageSizes& sizes = memo.sizes(m, T, P, V, c.stage_layers);
+  const StageSizes& sizes = memo.sizes(m, T, P, V, c.stage_layers, c.schedule);
   // an expert rank holds 1 / EP of the stage's routed experts (whole experts: of their whole width)
   const int64_t experts = sizes.largest_experts * (whole ? T : 1) / EP,
                 dense = sizes.largest_stage - sizes.largest_experts;
@@ -244,10 +246,14 @@ std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cl, int64_t de
           for (int64_t V = 1; V * P <= m.layers; ++V) {
             if (V > 1 && P == 1) break;
             if (m.layers % (P * V)) continue;
-            const ScheduleKind schedule = V > 1 ? ScheduleKind::interleaved_1f1b
-                                          : rc.parallel.schedule == ScheduleKind::interleaved_1f1b
+            // the recipe's schedule where the chunk count allows it: several
+            // chunks interleave (dualpipev: two, its V), one runs 1F1B or ZB-H1
+            const ScheduleKind asked = rc.parallel.schedule;
+            const ScheduleKind schedule = asked == ScheduleKind::dualpipev && V == 2 ? ScheduleKind::dualpipev
+                                          : V > 1                                    ? ScheduleKind::interleaved_1f1b
+                                          : asked == ScheduleKind::interleaved_1f1b || asked == ScheduleKind::dualpipev
                                               ? ScheduleKind::one_f_one_b
-                                              : rc.parallel.schedule;
+                                              : asked;
             for (int64_t mb = 1; mb <= rc.train.global_batch / D; ++mb) {
               if ((rc.train.global_batch / D) % mb) continue;
               for (bool sp : {false, true}) {

@@ -127,12 +127,19 @@ struct RunReport::Trace {
                           {"dur", rounded((all[i + 5] - all[i + 4]) * 1e6, 1)},
                           {"args", {{"step", int(all[i])}, {"chunk", int(all[i + 2])}, {"micro", int(all[i + 3])}}}});
     try {
-      write_file_atomic(path, Json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n");
+      // the measured bubble of each traced step, per pipeline stage, beside the simulator's
+      write_file_atomic(path, Json{{"traceEvents", events},
+                                   {"displayTimeUnit", "ms"},
+                                   {"otherData", {{"bubble", bubbles}, {"bubble_predicted", rounded(predicted, 4)}}}}
+                                      .dump() +
+                                  "\n");
     } catch (const Error& e) {
       fail_input("log.trace: {}", e.what());
     }
   }
   std::vector<double> spans;
+  Json bubbles = Json::object();  // step -> measured bubble per pipeline stage
+  double predicted = 0;
 };
 
 std::string peak_cache_file() {
@@ -288,8 +295,6 @@ void RunReport::expert_exchanges(const std::vector<parallel::ExpertSpan>& spans)
 
 void RunReport::end_step(const StepFacts& f) {
   const int64_t step = f.step;
-  if (traced_ && step + 1 == *std::max_element(rc_.log.trace_steps.begin(), rc_.log.trace_steps.end()))
-    trace_->write(rc_.log.trace, mesh_.world());
   // GPU time of the step's kernels (TRIDENT_KERNEL_TIMES=1 on CUDA): the step
   // should take little more than their sum
   const auto kernel_times = kernels::take_kernel_times();
@@ -323,6 +328,13 @@ void RunReport::end_step(const StepFacts& f) {
   const double mfu = std::min(1.0, achieved / facts_.peak_flops);
   // measured bubble per stage: time blocked on pipeline transfers / schedule time
   const std::vector<double> bubble = parallel::gather_scalar(mesh_.pipeline(), sched_s_ > 0 ? idle_s_ / sched_s_ : 0);
+  if (traced_) {
+    Json b = Json::array();
+    for (double x : bubble) b.push_back(rounded(x, 4));
+    trace_->bubbles[std::to_string(step + 1)] = b, trace_->predicted = facts_.predicted_bubble;
+    if (step + 1 == *std::max_element(rc_.log.trace_steps.begin(), rc_.log.trace_steps.end()))
+      trace_->write(rc_.log.trace, mesh_.world());
+  }
   // stragglers: each rank's busy time, the step less what it waited for the
   // others (data-parallel reductions, pipeline transfers, tensor-parallel
   // collectives); the slowest against the median rank

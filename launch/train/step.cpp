@@ -29,7 +29,7 @@ StepRunner::StepRunner(model::Transformer<float>& net, parallel::DataParallelPar
   const int64_t B = shape.micro_batch, M = shape.micro_batches;
   actions_ = parallel::make_schedule(shape.schedule, shape.stages, shape.virtual_stages, int(M), shape.stage_rank);
   const int64_t rows = net.tensor_parallel().rows(B * net.seq());  // net.seq(): this rank's rows
-  executor_ = std::make_unique<parallel::PipelineExecutor>(pipeline, shape.stages, shape.virtual_stages,
+  executor_ = std::make_unique<parallel::PipelineExecutor>(pipeline, shape.schedule, shape.stages, shape.virtual_stages,
                                                            rows * net.config().hidden, shape.timeout_s,
                                                            /*lookahead=*/2, net.device());
   runner_ = std::make_unique<model::ChunkRunner>(net, actions_, B, M, shape.recompute, shape.split_backward());
@@ -165,7 +165,7 @@ double StepRunner::evaluate(int64_t batches) {
   for (int64_t i = 0; i < batches; i += M) {
     const int64_t n = std::min(M, batches - i);
     for (int64_t mb = 0; mb < n; ++mb) load(mb, uint64_t((i + mb) * B), true);
-    executor_->run(parallel::make_forward_schedule(shape_.stages, shape_.virtual_stages, int(n), shape_.stage_rank),
+    executor_->run(parallel::make_forward_schedule(shape_.schedule, shape_.stages, shape_.virtual_stages, int(n), shape_.stage_rank),
                    runner_->hooks(inputs_, nullptr, 0));
     sum += runner_->loss_sum();
     counted += shape_.mask_eod_loss ? counted_targets(n) : double(n * B * shape_.seq_len);

@@ -20,6 +20,7 @@
 #include "model/transformer.hpp"
 #include "parallel/data_parallel.hpp"
 #include "parallel/pipeline.hpp"
+#include "parallel/schedule.hpp"
 
 namespace trident::launch {
 
@@ -32,7 +33,7 @@ struct StepShape {
   int32_t eod = -1;            // the datasets' end-of-document token (-1: none)
   bool document_mask = false;  // attention and positions stay inside documents (ending at eod)
   bool mask_eod_loss = false;  // targets equal to eod take no loss
-  bool split_backward() const { return schedule == ScheduleKind::zero_bubble; }
+  bool split_backward() const { return parallel::splits_backward(schedule); }
   // Gradients are final only after the whole schedule: chunks exchange
   // activations, or the backward is split.
   bool pipelined() const { return stages > 1 || virtual_stages > 1 || split_backward(); }

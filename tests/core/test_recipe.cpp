@@ -414,6 +414,14 @@ optim: {lr: 1.0e-3}
                {"parallel.tensor=3", "model.heads=3", "model.hidden=48", "model.kv_heads=3", "model.ffn_hidden=48"}, 3);
   expect_error(kGood, {"train.recompute", "zero_bubble", "none or selective"},
                {"parallel.schedule=zero_bubble", "train.recompute=full"});
+  // dualpipev: two chunks per rank in a V; the token table's two ends on rank 0
+  expect_error(llama, {"parallel.virtual_stages", "needs virtual_stages 2, found 1"}, {"parallel.schedule=dualpipev"});
+  expect_error(llama, {"train.recompute", "dualpipev", "none or selective"},
+               {"parallel.schedule=dualpipev", "parallel.virtual_stages=2", "train.recompute=full"});
+  expect_error(kGood, {"model.tie_embeddings", "dualpipev", "tie_embeddings false"},
+               {"parallel.schedule=dualpipev", "parallel.virtual_stages=2"});
+  expect_error(llama, {"model.mtp", "dualpipev", "model.mtp: null"},
+               {"parallel.schedule=dualpipev", "parallel.virtual_stages=2", "model.mtp={depth: 1}"});
 }
 
 }  // namespace trident

@@ -82,8 +82,9 @@ TEST(Cli, EveryKindOfBadWordIsOneLineInTheDocumentedForm) {
                  "trident plan: --cluster: expected a value (CLUSTER.yaml), found none (a required option)");
   expect_refused("sample x --prompt a --prompt-ids 1",
                  "trident sample: --prompt: expected --prompt or --prompt-ids, not both, found both");
-  expect_refused("schedule --pipeline 2 --micro-batches 4 --schedule fast",
-                 "trident schedule: --schedule: expected gpipe | 1f1b | interleaved_1f1b | zero_bubble, found 'fast'");
+  expect_refused(
+      "schedule --pipeline 2 --micro-batches 4 --schedule fast",
+      "trident schedule: --schedule: expected gpipe | 1f1b | interleaved_1f1b | zero_bubble | dualpipev, found 'fast'");
   expect_refused("trian " + demo, "trident: trian: expected a command (train | prepare");
 }
 

@@ -187,8 +187,8 @@ TEST(Model, PipelineChunksMatchWholeModel) {
     auto cw = whole.make_activations(B, Recompute::none);
     const double want = whole.forward(*cw, batch.tokens.data(), batch.targets.data(), 1.0);
     whole.backward(*cw, Recompute::none, false);
-    Transformer<double> r0(m, 9, {.chunks = pipeline_chunks(m, 2, 2, {}, 0)});
-    Transformer<double> r1(m, 9, {.chunks = pipeline_chunks(m, 2, 2, {}, 1)});
+    Transformer<double> r0(m, 9, {.chunks = pipeline_chunks(m, 2, 2, {}, 0, ScheduleKind::interleaved_1f1b)});
+    Transformer<double> r1(m, 9, {.chunks = pipeline_chunks(m, 2, 2, {}, 1, ScheduleKind::interleaved_1f1b)});
     ASSERT_EQ(r0.num_chunks(), 2);
     EXPECT_TRUE(r0.chunk(0).embedding && !r0.chunk(0).head && r1.chunk(1).head && !r1.chunk(1).embedding);
     Transformer<double>* owner[4] = {&r0, &r1, &r0, &r1};  // global chunk c = v * 2 + rank

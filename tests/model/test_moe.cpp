@@ -311,8 +311,8 @@ TEST(Moe, PipelineChunksMatchWholeModel) {
   auto cw = whole.make_activations(B, Recompute::none);
   const double want = whole.forward(*cw, batch.tokens.data(), batch.targets.data(), 1.0);
   whole.backward(*cw, Recompute::none, false);
-  Transformer<double> r0(m, 9, {.chunks = pipeline_chunks(m, 2, 1, {}, 0)});
-  Transformer<double> r1(m, 9, {.chunks = pipeline_chunks(m, 2, 1, {}, 1)});
+  Transformer<double> r0(m, 9, {.chunks = pipeline_chunks(m, 2, 1, {}, 0, ScheduleKind::one_f_one_b)});
+  Transformer<double> r1(m, 9, {.chunks = pipeline_chunks(m, 2, 1, {}, 1, ScheduleKind::one_f_one_b)});
   auto c0 = r0.make_activations(B, Recompute::none), c1 = r1.make_activations(B, Recompute::none);
   double loss = r0.forward_chunk(*c0, batch.tokens.data(), nullptr, nullptr, 1.0);
   loss += r1.forward_chunk(*c1, nullptr, c0->x_final, batch.targets.data(), 1.0);

@@ -33,6 +33,8 @@ std::vector<Config> valid_configs() {
           if (kind == ScheduleKind::interleaved_1f1b && M % P != 0) continue;
           out.push_back({kind, P, V, M});
         }
+  for (int P = 1; P <= 8; ++P)
+    for (int M = 2 * P; M <= std::max(16, 2 * P + 2); ++M) out.push_back({ScheduleKind::dualpipev, P, 2, M});
   return out;
 }
 
@@ -61,7 +63,14 @@ TEST(Schedule, EveryValidConfigurationRunsToCompletion) {
         if (a.type == A::backward_weight)
           EXPECT_TRUE(seen.count({int(A::backward_input), a.chunk, a.micro})) << name(c) << ": W before B";
       }
-      EXPECT_EQ(int(seen.size()), c.V * c.M * (split ? 3 : 2)) << name(c) << " rank " << p;
+      if (c.kind == ScheduleKind::dualpipev) {  // each backward whole, or split into B and W
+        for (int v = 0; v < c.V; ++v)
+          for (int m = 0; m < c.M; ++m)
+            EXPECT_EQ(seen.count({int(A::backward), v, m}) + seen.count({int(A::backward_weight), v, m}), 1u)
+                << name(c) << " rank " << p << " chunk " << v << " micro-batch " << m;
+      } else {
+        EXPECT_EQ(int(seen.size()), c.V * c.M * (split ? 3 : 2)) << name(c) << " rank " << p;
+      }
       // with one stage nothing crosses ranks; otherwise each chunk boundary has a send and a receive
       if (c.P * c.V == 1) EXPECT_TRUE(sends.empty() && recvs.empty());
     }
@@ -79,10 +88,14 @@ TEST(Schedule, EveryValidConfigurationRunsToCompletion) {
         case ScheduleKind::interleaved_1f1b:
           EXPECT_LE(peak, std::min((c.P - p - 1) * 2 + (c.V - 1) * c.P + 1, c.V * c.M)) << name(c);
           break;
+        case ScheduleKind::dualpipev:  // DeepSeek-V3's Table 2: PP + 1 chunk activations, PP = 2 P chunks
+          EXPECT_LE(peak, 2 * c.P + 1) << name(c) << " rank " << p;
+          if (p == 0) EXPECT_EQ(peak, 2 * c.P + 1) << name(c);
+          break;
       }
     }
     // bubble with uniform costs
-    if (c.kind != ScheduleKind::zero_bubble) {
+    if (c.kind != ScheduleKind::zero_bubble && c.kind != ScheduleKind::dualpipev) {
       const double busy = 3.0 * c.V * c.M;
       const double want = bubble_formula(c.kind, c.P, c.V, c.M);
       EXPECT_NEAR(sim.makespan, busy / (1 - want), 1e-9) << name(c);
@@ -110,6 +123,56 @@ TEST(Schedule, ZeroBubbleBeatsOneFOneBAtTheSameMemory) {
   Simulation zb = simulate(ScheduleKind::zero_bubble, 4, 1, 8);
   EXPECT_NEAR(zb.makespan, 3 * 8 + 6, 1e-9);
   EXPECT_NEAR(simulate(ScheduleKind::one_f_one_b, 4, 1, 8).makespan, 3 * 8 + 9, 1e-9);
+}
+
+// DeepSeek-V3's Table 2 (arXiv 2412.19437), idle time per rank with F, B
+// (input and weight gradient) and W per chunk and F&B a paired step:
+// 1F1B (PP-1)(F+B) on every rank at any costs; DualPipeV (PP/2-1)(F&B+B-3W)
+// with PP = 2 P chunks, on the busiest rank (the one that sets the step
+// time), whenever a chunk's forward and input gradient cost the same,
+// W <= F and a paired step costs at least B: the regime the table assumes.
+// Activations: 2 P + 1 chunk-micro-batches on rank 0 (the table's PP + 1;
+// 1F1B's PP is P micro-batches of a two-chunk stage). Parameters: each rank
+// holds 2 of the 2 P chunks, chunks p and 2 P - 1 - p (the V), not
+// DualPipe's doubled copy.
+TEST(Schedule, DualPipeVMatchesDeepSeekTable2) {
+  int checked = 0;
+  for (double F : {0.5, 1.0, 2.0})
+    for (double w : {0.0, 0.25, 0.5, 1.0})
+      for (double overlap : {-1.0, 0.6, 0.8, 1.0}) {  // F&B as a share of F + B; < 0: not paired
+        Costs c{F, F, w * F};
+        const double B = c.backward_input + c.backward_weight;
+        if (overlap > 0) c.paired = overlap * (F + B);
+        if (overlap > 0 && c.paired < B) continue;
+        for (int P = 1; P <= 8; ++P)
+          for (int M : {2 * P, 2 * P + 1, 3 * P, 4 * P + 1}) {
+            const std::string what = fmt::format("F {} W {} F&B {} P {} M {}", F, c.backward_weight, c.paired, P, M);
+            Simulation v = simulate(ScheduleKind::dualpipev, P, 2, M, c);
+            ASSERT_FALSE(v.deadlock) << what << ": " << v.deadlock_reason;
+            double worst = 0;
+            for (int p = 0; p < P; ++p) worst = std::max(worst, v.makespan - v.busy[size_t(p)]);
+            EXPECT_NEAR(worst, bubble_time_formula(ScheduleKind::dualpipev, P, c), 1e-9) << what;
+            EXPECT_EQ(v.peak_in_flight[0], 2 * P + 1) << what;
+            // 1F1B over the same 2 P chunks as P stages of two chunks each
+            Costs stage{2 * F, 2 * c.backward_input, 2 * c.backward_weight};
+            Simulation f = simulate(ScheduleKind::one_f_one_b, P, 1, M, stage);
+            for (int p = 0; p < P; ++p)
+              EXPECT_NEAR(f.makespan - f.busy[size_t(p)], bubble_time_formula(ScheduleKind::one_f_one_b, P, stage),
+                          1e-9)
+                  << what;
+            if (P > 1) EXPECT_LT(worst, f.makespan - f.busy[0]) << what;
+            ++checked;
+          }
+      }
+  EXPECT_GT(checked, 1000);
+  // unit costs, P 4: the table's numbers, 6 idle units per rank against 1F1B's 18
+  Simulation v = simulate(ScheduleKind::dualpipev, 4, 2, 8);
+  EXPECT_NEAR(v.makespan - v.busy[0], 3 * (3 + 2 - 3), 1e-9);
+  // each rank holds chunks p and 2 P - 1 - p: the V
+  for (int p = 0; p < 4; ++p) {
+    EXPECT_EQ(chunk_rank(ScheduleKind::dualpipev, 4, p), p);
+    EXPECT_EQ(chunk_rank(ScheduleKind::dualpipev, 4, 7 - p), p);
+  }
 }
 
 TEST(Schedule, OneStageIsPlainAccumulation) {
@@ -143,6 +206,11 @@ TEST(Schedule, InvalidCombinationsAreClearErrors) {
   EXPECT_NE(error(ScheduleKind::interleaved_1f1b, 4, 1, 8).find("virtual_stages >= 2"), std::string::npos);
   EXPECT_NE(error(ScheduleKind::one_f_one_b, 4, 2, 8).find("virtual_stages must be 1"), std::string::npos);
   EXPECT_NE(error(ScheduleKind::zero_bubble, 2, 3, 8).find("virtual_stages must be 1"), std::string::npos);
+  EXPECT_NE(error(ScheduleKind::dualpipev, 4, 1, 8).find("needs virtual_stages 2"), std::string::npos);
+  EXPECT_NE(error(ScheduleKind::dualpipev, 4, 3, 8).find("needs virtual_stages 2"), std::string::npos);
+  EXPECT_NE(error(ScheduleKind::dualpipev, 4, 2, 7).find("micro-batches(7) must be >= 2 x pipeline(4) = 8"),
+            std::string::npos);
+  EXPECT_EQ(error(ScheduleKind::dualpipev, 4, 2, 8), "no error");
   EXPECT_THROW(parse_schedule("pipedream"), InputError);
 }
 

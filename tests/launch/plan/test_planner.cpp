@@ -221,6 +221,50 @@ TEST(Planner, ActivationBytesEqualTheMeasuredPeak) {
     }
 }
 
+// DualPipeV's two chunks on one rank (the V folded onto itself): the plan's
+// activation bytes, its 2 P + 1 chunk-micro-batches in flight and the split
+// backward's kept gradients, equal the measured peak.
+TEST(Planner, DualPipeVActivationBytesEqualTheMeasuredPeak) {
+  for (Recompute rc : {Recompute::none, Recompute::selective}) {
+    std::vector<std::string> sets = {
+        "train.steps=2", "train.global_batch=8", "train.micro_batch=2",         "eval.batches=0",
+        "log.metrics=",  "train.threads=1",      "parallel.schedule=dualpipev", "parallel.virtual_stages=2"};
+    sets.push_back(fmt::format("train.recompute={}", rc));
+    const Recipe run = load_recipe(src("configs/moe-tiny.yaml"), sets);
+    ASSERT_EQ(run.parallel.schedule, ScheduleKind::dualpipev);
+    const TrainSummary measured = train(run, {.quiet = true, .single_process = true});
+    const PlanResult plan = plan_one(run, cpu(), {1, 1, 1, 2, 2, 0, rc, ScheduleKind::dualpipev, false, {}});
+    ASSERT_TRUE(plan.feasible) << plan.reason;
+    EXPECT_EQ(plan.in_flight, 3);
+    EXPECT_EQ(int64_t(plan.memory.activations), measured.peak_activations) << "recompute " << rc;
+  }
+  // a recipe asking for dualpipev: the sweep plans it wherever there are two chunks per rank
+  int dualpipev = 0;
+  for (const auto& r :
+       plan_all(load_plan_recipe(src("configs/moe-tiny.yaml"), {"parallel.schedule=dualpipev"}), cpu(), 2)) {
+    if (r.config.schedule == ScheduleKind::dualpipev) {
+      EXPECT_EQ(r.config.virtual_stages, 2);
+      ++dualpipev;
+    }
+    if (r.config.virtual_stages == 2) EXPECT_EQ(r.config.schedule, ScheduleKind::dualpipev);
+  }
+  EXPECT_GT(dualpipev, 0);
+  // DeepSeek-V3 on the paper's mesh (selective recompute, no MTP: what dualpipev takes), 61 layers in 32
+  // chunks: a third of 1F1B's simulated bubble, at 2 P + 1 = 33 chunk-micro-batches in flight
+  std::vector<std::string> sets = {"train.recompute=selective", "model.mtp=null"};
+  const Cluster h800 = load_cluster(src("configs/clusters/h800-deepseek.yaml"), Precision::bf16);
+  const Recipe f = load_plan_recipe(src("configs/deepseek-v3.yaml"), sets);
+  sets.insert(sets.end(), {"parallel.schedule=dualpipev", "parallel.virtual_stages=2",
+                           "parallel.stage_layers=[1,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,1,1]"});
+  const Recipe v = load_plan_recipe(src("configs/deepseek-v3.yaml"), sets);
+  const PlanResult rf = plan_one(f, h800, mesh_choices(f, 128, 1, 16, 1, 64)),
+                   rv = plan_one(v, h800, mesh_choices(v, 128, 1, 16, 1, 64));
+  EXPECT_EQ(rv.config.schedule, ScheduleKind::dualpipev);
+  EXPECT_EQ(rv.in_flight, 33);
+  EXPECT_LT(rv.bubble_fraction, rf.bubble_fraction / 2) << rv.bubble_fraction << " vs " << rf.bubble_fraction;
+  EXPECT_EQ(rv.params, rf.params);
+}
+
 // Context parallelism in the plan: activations and attention per rank
 // divided by the context size (exactly: the allocator's layout; measured
 // against runs in docs/performance.md and by SweepOnTwoRanks), the ring's

@@ -125,7 +125,8 @@ Recipe recipe(const Case& c, int world) {
   sets.push_back("parallel.context=" + std::to_string(c.context));
   sets.push_back("parallel.context_mode=" + c.context_mode);
   sets.push_back("parallel.schedule=" + c.schedule);
-  sets.push_back("parallel.virtual_stages=" + std::string(c.schedule == "interleaved_1f1b" ? "2" : "1"));
+  sets.push_back("parallel.virtual_stages=" +
+                 std::string(c.schedule == "interleaved_1f1b" || c.schedule == "dualpipev" ? "2" : "1"));
   sets.push_back("parallel.zero=" + std::to_string(c.zero));
   sets.push_back(std::string("parallel.sequence_parallel=") + (c.sp ? "true" : "false"));
   sets.push_back("train.recompute=" + c.recompute);
@@ -355,6 +356,14 @@ TEST(Pipeline, DeepseekV3MatchesSingleRank) {
     if (i == 5) with_mtp[i].sets.push_back("parallel.expert=2");
     list.push_back(with_mtp[i]);
   }
+  // dualpipev: the V's two chunks per rank (the embedding's and the head's on rank 0, the two middle ones
+  // handed over in memory on the last rank), its split and whole backwards, under tensor, ZeRO and experts
+  std::vector<Case> v = {{1, 2, 4, "dualpipev", 1, "deepseek"},
+                         {2, 2, 2, "dualpipev", 3, "deepseek", true},
+                         {1, 4, 2, "dualpipev", 2, "deepseek", true}};
+  v[1].sets = {"model.mtp=null", "parallel.expert=2"}, v[0].sets = v[2].sets = {"model.mtp=null"};
+  v[2].recompute = "selective";
+  for (const Case& c : v) list.push_back(c);
   for (const Case& c : list) {
     if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
     const auto& ref = single_rank(c);
@@ -578,6 +587,14 @@ TEST(Pipeline, TraceAndMeasuredBubble) {
         "\"name\":\"send\"", "\"name\":\"gradient sync\"", "\"name\":\"optimizer\"", "\"step\":2,", "\"step\":3,"})
     EXPECT_NE(trace.find(s), std::string::npos) << s;
   EXPECT_EQ(trace.find("\"step\":1,"), std::string::npos) << "step 1 was not asked for";
+  // the traced steps' measured bubble per stage, as in the summary, and the prediction
+  for (int s : {2, 3}) {
+    std::string want = fmt::format("\"{}\":[", s);
+    for (size_t i = 0; i < 8; ++i)
+      want += fmt::format("{}{}", i ? "," : "", std::round(run.bubbles[size_t(s - 1)][i] * 1e4) / 1e4);
+    EXPECT_NE(trace.find(want), std::string::npos) << want;
+  }
+  EXPECT_NE(trace.find("\"bubble_predicted\":0.4667"), std::string::npos);
   std::ifstream mf(rc.log.metrics);
   std::string line, last;
   while (std::getline(mf, line))

@@ -165,7 +165,8 @@ double StepRunner::evaluate(int64_t batches) {
   for (int64_t i = 0; i < batches; i += M) {
     const int64_t n = std::min(M, batches - i);
     for (int64_t mb = 0; mb < n; ++mb) load(mb, uint64_t((i + mb) * B), true);
-    executor_->run(parallel::make_forward_schedule(shape_.schedule, shape_.stages, shape_.virtual_stages, int(n), shape_.stage_rank),
+    executor_->run(parallel::make_forward_schedule(shape_.schedule, shape_.stages, shape_.virtual_stages, int(n),
+                                                   shape_.stage_rank),
                    runner_->hooks(inputs_, nullptr, 0));
     sum += runner_->loss_sum();
     counted += shape_.mask_eod_loss ? counted_targets(n) : double(n * B * shape_.seq_len);

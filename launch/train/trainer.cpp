@@ -458,11 +458,11 @@ std::vector<float> StepGradients::consolidated() const {
   int64_t off = 0;
   for (const int64_t count : counts) {
     const double* place = all.data() + off;
-    regs.push_back(std::make_unique<model::ParamRegistry>(
-        m, model::TensorShard{int(place[0]), int(par.tensor)},
-        model::pipeline_chunks(m, int(par.pipeline), int(par.virtual_stages), par.stage_layers, int(place[1]),
-                               par.schedule),
-        model::ExpertShard{int(place[2]), experts, whole}));
+    regs.push_back(
+        std::make_unique<model::ParamRegistry>(m, model::TensorShard{int(place[0]), int(par.tensor)},
+                                               model::pipeline_chunks(m, int(par.pipeline), int(par.virtual_stages),
+                                                                      par.stage_layers, int(place[1]), par.schedule),
+                                               model::ExpertShard{int(place[2]), experts, whole}));
     parts.push_back({regs.back().get(), values.data() + off + 3});
     off += count;
   }

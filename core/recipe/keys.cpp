@@ -172,7 +172,8 @@ const std::vector<Key>& table() {
       choice<AttentionKind>(
           "model.attention", FIELD(model.attention), value(AttentionKind::standard),
           "`standard`: grouped-query attention with `heads`, `kv_heads` of size `hidden / heads`; `mla`: multi-head "
-          "latent attention (DeepSeek-V2/V3, Kimi K2; llama; cpu), sized by `model.mla` ([mla.md](mla.md))"),
+          "latent attention (DeepSeek-V2/V3, Kimi K2; llama; on cuda query heads up to 256 values), sized by "
+          "`model.mla` ([mla.md](mla.md))"),
       section("model.mla",
               "multi-head latent attention's sizes (`model.attention: mla`; [mla.md](mla.md)); the "
               "defaults are DeepSeek-V3's"),

@@ -149,10 +149,11 @@ void validate_mla(Reader& r, const Recipe& rc) {
     r.inconsistent("model.qk_norm",
                    "QK-norm is for standard attention; multi-head latent attention normalises its "
                    "latents (kv_a_layernorm, q_a_layernorm)");
-  if (rc.device == DeviceType::cuda)
-    r.inconsistent("model.attention",
-                   "attention: mla on device cuda: multi-head latent attention is built for the CPU "
-                   "in this version (use device: cpu)");
+  if (rc.device == DeviceType::cuda && a.qk_head_dim() > 256)
+    r.inconsistent("model.mla.qk_nope_head_dim",
+                   fmt::format("device cuda: the attention kernels take heads of up to 256 values, found "
+                               "qk_nope_head_dim + qk_rope_head_dim = {}",
+                               a.qk_head_dim()));
 }
 
 // model.mtp (docs/mtp.md): what the modules need, and what is not built yet.

@@ -31,27 +31,28 @@ __device__ inline bool visible(const BlockDims& d, int64_t b, int64_t q, int64_t
 }
 
 template <int DMAX>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsFor<DMAX>)
     blk_fwd(float* out, float* lse, const float* qb, const float* kb, const float* vb, BlockDims d, int merge) {
   DYNAMIC_SMEM(float, smem);
+  constexpr int TILE = kTileFor<DMAX>;
   const TileShape t = d.t;
-  const ForwardTiles s = forward_tiles(smem, t.SD);
-  const int64_t q0 = int64_t(blockIdx.x) * kTile, h = blockIdx.y, b = blockIdx.z;
+  const ForwardTiles<TILE> s = forward_tiles<TILE>(smem, t.SD);
+  const int64_t q0 = int64_t(blockIdx.x) * TILE, h = blockIdx.y, b = blockIdx.z;
   const int64_t kvh = h / (d.H / d.KV);
   const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
   const int64_t q = q0 + r;
   constexpr int HD = DMAX / 2;
-  load_rows(s.Q, qb + b * d.Tq * d.ldq, q0, d.Tq, t, h * t.D, d.ldq);
+  load_rows<TILE>(s.Q, qb + b * d.Tq * d.ldq, q0, d.Tq, t, h * t.D, d.ldq);
   float acc[HD];
 #pragma unroll
   for (int i = 0; i < HD; ++i) acc[i] = 0.f;
   float m = -INFINITY, l = 0.f;
-  for (int64_t k0 = 0; k0 < d.Tk; k0 += kTile) {
+  for (int64_t k0 = 0; k0 < d.Tk; k0 += TILE) {
     __syncthreads();
-    load_rows(s.K, kb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
-    load_rows(s.V, vb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
+    load_rows<TILE>(s.K, kb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
+    load_rows<TILE>(s.V, vb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
     __syncthreads();
-    softmax_tile<HD>(
+    softmax_tile<TILE, HD>(
         s.Q, s.K, s.V, s.P, t, [&](int c) { return visible(d, b, q, k0 + c); }, m, l, acc);
   }
   if (q >= d.Tq) return;
@@ -94,30 +95,31 @@ __global__ void blk_delta(float* delta, const float* dout, const float* out, Blo
 
 // Block per (key tile, KV head, batch): adds dK, dV of its keys over the group's query heads.
 template <int DMAX>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsFor<DMAX>)
     blk_bwd_kv(float* dk, float* dv, int64_t lddkv, const float* dout, const float* qb, const float* kb,
                const float* vb, const float* lse, const float* delta, BlockDims d) {
   DYNAMIC_SMEM(float, smem);
+  constexpr int TILE = kTileFor<DMAX>;
   const TileShape t = d.t;
-  const KvGradTiles s = kv_grad_tiles(smem, t.SD);
-  const int64_t k0 = int64_t(blockIdx.x) * kTile, kvh = blockIdx.y, b = blockIdx.z;
+  const KvGradTiles<TILE> s = kv_grad_tiles<TILE>(smem, t.SD);
+  const int64_t k0 = int64_t(blockIdx.x) * TILE, kvh = blockIdx.y, b = blockIdx.z;
   const int64_t group = d.H / d.KV;
   const int c = threadIdx.x >> 1, half = threadIdx.x & 1;
   const int64_t key = k0 + c;
   constexpr int HD = DMAX / 2;
-  load_rows(s.K, kb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
-  load_rows(s.V, vb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
+  load_rows<TILE>(s.K, kb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
+  load_rows<TILE>(s.V, vb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
   float gk[HD], gv[HD];
 #pragma unroll
   for (int i = 0; i < HD; ++i) gk[i] = gv[i] = 0.f;
   for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
-    for (int64_t q0 = 0; q0 < d.Tq; q0 += kTile) {
+    for (int64_t q0 = 0; q0 < d.Tq; q0 += TILE) {
       __syncthreads();
-      load_rows(s.Q, qb + b * d.Tq * d.ldq, q0, d.Tq, t, h * t.D, d.ldq);
-      load_rows(s.dO, dout + b * d.Tq * d.ldo, q0, d.Tq, t, h * t.D, d.ldo);
-      load_row_stats(s.L, s.Dl, lse, delta, (b * d.H + h) * d.Tq, q0, d.Tq);
+      load_rows<TILE>(s.Q, qb + b * d.Tq * d.ldq, q0, d.Tq, t, h * t.D, d.ldq);
+      load_rows<TILE>(s.dO, dout + b * d.Tq * d.ldo, q0, d.Tq, t, h * t.D, d.ldo);
+      load_row_stats<TILE>(s.L, s.Dl, lse, delta, (b * d.H + h) * d.Tq, q0, d.Tq);
       __syncthreads();
-      kv_grad_tile<HD>(
+      kv_grad_tile<TILE, HD>(
           s.K, s.V, s.Q, s.dO, s.L, s.Dl, s.P, s.dS, t, [&](int rq) { return visible(d, b, q0 + rq, key); }, gk, gv);
     }
   if (key >= d.Tk) return;
@@ -132,30 +134,31 @@ __global__ void __launch_bounds__(kThreads)
 
 // Block per (query tile, head, batch): adds dQ of its queries.
 template <int DMAX>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsFor<DMAX>)
     blk_bwd_q(float* dq, int64_t lddq, const float* dout, const float* qb, const float* kb, const float* vb,
               const float* lse, const float* delta, BlockDims d) {
   DYNAMIC_SMEM(float, smem);
+  constexpr int TILE = kTileFor<DMAX>;
   const TileShape t = d.t;
-  const QGradTiles s = q_grad_tiles(smem, t.SD);
-  const int64_t q0 = int64_t(blockIdx.x) * kTile, h = blockIdx.y, b = blockIdx.z;
+  const QGradTiles<TILE> s = q_grad_tiles<TILE>(smem, t.SD);
+  const int64_t q0 = int64_t(blockIdx.x) * TILE, h = blockIdx.y, b = blockIdx.z;
   const int64_t kvh = h / (d.H / d.KV);
   const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
   const int64_t q = q0 + r;
   constexpr int HD = DMAX / 2;
-  load_rows(s.Q, qb + b * d.Tq * d.ldq, q0, d.Tq, t, h * t.D, d.ldq);
-  load_rows(s.dO, dout + b * d.Tq * d.ldo, q0, d.Tq, t, h * t.D, d.ldo);
+  load_rows<TILE>(s.Q, qb + b * d.Tq * d.ldq, q0, d.Tq, t, h * t.D, d.ldq);
+  load_rows<TILE>(s.dO, dout + b * d.Tq * d.ldo, q0, d.Tq, t, h * t.D, d.ldo);
   const float L = q < d.Tq ? lse[(b * d.H + h) * d.Tq + q] : 0.f;
   const float Dq = q < d.Tq ? delta[(b * d.H + h) * d.Tq + q] : 0.f;
   float g[HD];
 #pragma unroll
   for (int i = 0; i < HD; ++i) g[i] = 0.f;
-  for (int64_t k0 = 0; k0 < d.Tk; k0 += kTile) {
+  for (int64_t k0 = 0; k0 < d.Tk; k0 += TILE) {
     __syncthreads();
-    load_rows(s.K, kb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
-    load_rows(s.V, vb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
+    load_rows<TILE>(s.K, kb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
+    load_rows<TILE>(s.V, vb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
     __syncthreads();
-    q_grad_tile<HD>(
+    q_grad_tile<TILE, HD>(
         s.Q, s.dO, s.K, s.V, s.dS, t, L, Dq, [&](int c) { return visible(d, b, q, k0 + c); }, g);
   }
   if (q >= d.Tq) return;
@@ -179,17 +182,14 @@ BlockDims block_dims(const AttentionBlock<float>& a, int64_t ldo) {
 void attention_block_forward(float* out, int64_t ldo, float* lse, const AttentionBlock<float>& a, bool merge) {
   if (a.B * a.Tq == 0) return;
   const BlockDims d = block_dims(a, ldo);
-  const dim3 grid(unsigned((a.Tq + kTile - 1) / kTile), unsigned(a.H), unsigned(a.B));
-  const size_t bytes = ForwardTiles::floats(d.t.SD) * sizeof(float);
-  auto run = [&](auto kernel) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    KERNEL_LAUNCH(kernel, grid, kThreads, bytes)(out, lse, a.q, a.k, a.v, d, merge ? 1 : 0);
+  with_dmax(a.D, [&](auto dmax) {
+    constexpr int DMAX = decltype(dmax)::value, TILE = kTileFor<DMAX>;
+    const dim3 grid(unsigned((a.Tq + TILE - 1) / TILE), unsigned(a.H), unsigned(a.B));
+    const size_t bytes = ForwardTiles<TILE>::floats(d.t.SD) * sizeof(float);
+    CUDA_CHECK(cudaFuncSetAttribute(blk_fwd<DMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    KERNEL_LAUNCH(blk_fwd<DMAX>, grid, kThreadsFor<DMAX>, bytes)(out, lse, a.q, a.k, a.v, d, merge ? 1 : 0);
     CUDA_LAUNCHED("blk_fwd");
-  };
-  if (a.D <= 64)
-    run(blk_fwd<64>);
-  else
-    run(blk_fwd<128>);
+  });
 }
 
 void attention_delta(float* delta, const float* dout, const float* out, int64_t ldo, int64_t B, int64_t Tq, int64_t H,
@@ -207,22 +207,20 @@ void attention_block_backward(float* dq, int64_t lddq, float* dk, float* dv, int
                               int64_t lddo, const float* lse, const float* delta, const AttentionBlock<float>& a) {
   if (a.B * a.Tq == 0 || a.Tk == 0) return;
   const BlockDims d = block_dims(a, lddo);
-  const size_t kv_bytes = KvGradTiles::floats(d.t.SD) * sizeof(float);
-  const size_t q_bytes = QGradTiles::floats(d.t.SD) * sizeof(float);
-  const dim3 kv_grid(unsigned((a.Tk + kTile - 1) / kTile), unsigned(a.KV), unsigned(a.B));
-  const dim3 q_grid(unsigned((a.Tq + kTile - 1) / kTile), unsigned(a.H), unsigned(a.B));
-  auto run = [&](auto kv_kernel, auto q_kernel) {
-    CUDA_CHECK(cudaFuncSetAttribute(kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kv_bytes)));
-    KERNEL_LAUNCH(kv_kernel, kv_grid, kThreads, kv_bytes)(dk, dv, lddkv, dout, a.q, a.k, a.v, lse, delta, d);
+  with_dmax(a.D, [&](auto dmax) {
+    constexpr int DMAX = decltype(dmax)::value, TILE = kTileFor<DMAX>;
+    const size_t kv_bytes = KvGradTiles<TILE>::floats(d.t.SD) * sizeof(float);
+    const size_t q_bytes = QGradTiles<TILE>::floats(d.t.SD) * sizeof(float);
+    const dim3 kv_grid(unsigned((a.Tk + TILE - 1) / TILE), unsigned(a.KV), unsigned(a.B));
+    const dim3 q_grid(unsigned((a.Tq + TILE - 1) / TILE), unsigned(a.H), unsigned(a.B));
+    CUDA_CHECK(cudaFuncSetAttribute(blk_bwd_kv<DMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kv_bytes)));
+    KERNEL_LAUNCH(blk_bwd_kv<DMAX>, kv_grid, kThreadsFor<DMAX>, kv_bytes)
+    (dk, dv, lddkv, dout, a.q, a.k, a.v, lse, delta, d);
     CUDA_LAUNCHED("blk_bwd_kv");
-    CUDA_CHECK(cudaFuncSetAttribute(q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(q_bytes)));
-    KERNEL_LAUNCH(q_kernel, q_grid, kThreads, q_bytes)(dq, lddq, dout, a.q, a.k, a.v, lse, delta, d);
+    CUDA_CHECK(cudaFuncSetAttribute(blk_bwd_q<DMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(q_bytes)));
+    KERNEL_LAUNCH(blk_bwd_q<DMAX>, q_grid, kThreadsFor<DMAX>, q_bytes)(dq, lddq, dout, a.q, a.k, a.v, lse, delta, d);
     CUDA_LAUNCHED("blk_bwd_q");
-  };
-  if (a.D <= 64)
-    run(blk_bwd_kv<64>, blk_bwd_q<64>);
-  else
-    run(blk_bwd_kv<128>, blk_bwd_q<128>);
+  });
 }
 
 }  // namespace trident::kernels::cuda

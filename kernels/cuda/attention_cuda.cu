@@ -7,8 +7,8 @@
 // it; the other owns a query tile and accumulates dQ. delta = rowsum(dO * O)
 // comes first (attention_delta, attention_block_cuda.cu).
 // The tiles and thread layout are attention_tiles.cuh's; these kernels add
-// the causal mask and skip the tiles past the diagonal. Head sizes up to 128
-// (DMAX 64 or 128 chosen at launch). fp32 FMA throughout (no tensor cores:
+// the causal mask and skip the tiles past the diagonal. Head sizes up to 256
+// (DMAX 64, 128, 192 or 256 chosen at launch; tiles of 32 above 128). fp32 FMA throughout (no tensor cores:
 // left for a later kernel).
 #include "kernels/cuda/common.cuh"
 // after common.cuh, which renames the namespace under the CPU emulation
@@ -30,29 +30,30 @@ __device__ inline int64_t first_key(const Dims& d, int64_t b, int64_t q) {
 }
 
 template <int DMAX>
-__global__ void __launch_bounds__(kThreads) attn_fwd(float* out, float* lse, const float* qkv, Dims d) {
+__global__ void __launch_bounds__(kThreadsFor<DMAX>) attn_fwd(float* out, float* lse, const float* qkv, Dims d) {
   DYNAMIC_SMEM(float, smem);
+  constexpr int TILE = kTileFor<DMAX>;
   const TileShape t = d.t;
-  const ForwardTiles s = forward_tiles(smem, t.SD);
-  const int64_t q0 = int64_t(blockIdx.x) * kTile, h = blockIdx.y, b = blockIdx.z;
+  const ForwardTiles<TILE> s = forward_tiles<TILE>(smem, t.SD);
+  const int64_t q0 = int64_t(blockIdx.x) * TILE, h = blockIdx.y, b = blockIdx.z;
   const int64_t kvh = h / (d.H / d.KV);
   const float* base = qkv + b * d.T * d.W;
   const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
   const int64_t q = q0 + r;
   const int64_t k_first = first_key(d, b, q);
   constexpr int HD = DMAX / 2;
-  load_rows(s.Q, base, q0, d.T, t, h * t.D, d.W);
+  load_rows<TILE>(s.Q, base, q0, d.T, t, h * t.D, d.W);
   float acc[HD];
 #pragma unroll
   for (int i = 0; i < HD; ++i) acc[i] = 0.f;
   float m = -INFINITY, l = 0.f;
-  const int64_t last_key = min(q0 + kTile, d.T) - 1;  // causal: no tile past the diagonal
-  for (int64_t k0 = 0; k0 <= last_key; k0 += kTile) {
+  const int64_t last_key = min(q0 + TILE, d.T) - 1;  // causal: no tile past the diagonal
+  for (int64_t k0 = 0; k0 <= last_key; k0 += TILE) {
     __syncthreads();  // the previous tile's K/V are no longer read
-    load_rows(s.K, base, k0, d.T, t, (d.H + kvh) * t.D, d.W);
-    load_rows(s.V, base, k0, d.T, t, (d.H + d.KV + kvh) * t.D, d.W);
+    load_rows<TILE>(s.K, base, k0, d.T, t, (d.H + kvh) * t.D, d.W);
+    load_rows<TILE>(s.V, base, k0, d.T, t, (d.H + d.KV + kvh) * t.D, d.W);
     __syncthreads();
-    softmax_tile<HD>(
+    softmax_tile<TILE, HD>(
         s.Q, s.K, s.V, s.P, t,
         [&](int c) {
           const int64_t key = k0 + c;
@@ -75,31 +76,32 @@ __global__ void __launch_bounds__(kThreads) attn_fwd(float* out, float* lse, con
 
 // Block per (key tile, KV head, batch): dK, dV of its keys over the group's query heads.
 template <int DMAX>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsFor<DMAX>)
     attn_bwd_kv(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, Dims d) {
   DYNAMIC_SMEM(float, smem);
+  constexpr int TILE = kTileFor<DMAX>;
   const TileShape t = d.t;
-  const KvGradTiles s = kv_grad_tiles(smem, t.SD);
-  const int64_t k0 = int64_t(blockIdx.x) * kTile, kvh = blockIdx.y, b = blockIdx.z;
+  const KvGradTiles<TILE> s = kv_grad_tiles<TILE>(smem, t.SD);
+  const int64_t k0 = int64_t(blockIdx.x) * TILE, kvh = blockIdx.y, b = blockIdx.z;
   const int64_t group = d.H / d.KV;
   const float* base = qkv + b * d.T * d.W;
   const float* gbase = dout + b * d.T * d.H * t.D;
   const int c = threadIdx.x >> 1, half = threadIdx.x & 1;
   const int64_t key = k0 + c;
   constexpr int HD = DMAX / 2;
-  load_rows(s.K, base, k0, d.T, t, (d.H + kvh) * t.D, d.W);
-  load_rows(s.V, base, k0, d.T, t, (d.H + d.KV + kvh) * t.D, d.W);
+  load_rows<TILE>(s.K, base, k0, d.T, t, (d.H + kvh) * t.D, d.W);
+  load_rows<TILE>(s.V, base, k0, d.T, t, (d.H + d.KV + kvh) * t.D, d.W);
   float dk[HD], dv[HD];
 #pragma unroll
   for (int i = 0; i < HD; ++i) dk[i] = dv[i] = 0.f;
   for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
-    for (int64_t q0 = (k0 / kTile) * kTile; q0 < d.T; q0 += kTile) {  // causal: from the diagonal on
+    for (int64_t q0 = (k0 / TILE) * TILE; q0 < d.T; q0 += TILE) {  // causal: from the diagonal on
       __syncthreads();
-      load_rows(s.Q, base, q0, d.T, t, h * t.D, d.W);
-      load_rows(s.dO, gbase, q0, d.T, t, h * t.D, d.H * t.D);
-      load_row_stats(s.L, s.Dl, lse, delta, (b * d.H + h) * d.T, q0, d.T);
+      load_rows<TILE>(s.Q, base, q0, d.T, t, h * t.D, d.W);
+      load_rows<TILE>(s.dO, gbase, q0, d.T, t, h * t.D, d.H * t.D);
+      load_row_stats<TILE>(s.L, s.Dl, lse, delta, (b * d.H + h) * d.T, q0, d.T);
       __syncthreads();
-      kv_grad_tile<HD>(
+      kv_grad_tile<TILE, HD>(
           s.K, s.V, s.Q, s.dO, s.L, s.Dl, s.P, s.dS, t,
           [&](int rq) {
             const int64_t q = q0 + rq;
@@ -121,32 +123,33 @@ __global__ void __launch_bounds__(kThreads)
 
 // Block per (query tile, head, batch): dQ of its queries.
 template <int DMAX>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsFor<DMAX>)
     attn_bwd_q(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, Dims d) {
   DYNAMIC_SMEM(float, smem);
+  constexpr int TILE = kTileFor<DMAX>;
   const TileShape t = d.t;
-  const QGradTiles s = q_grad_tiles(smem, t.SD);
-  const int64_t q0 = int64_t(blockIdx.x) * kTile, h = blockIdx.y, b = blockIdx.z;
+  const QGradTiles<TILE> s = q_grad_tiles<TILE>(smem, t.SD);
+  const int64_t q0 = int64_t(blockIdx.x) * TILE, h = blockIdx.y, b = blockIdx.z;
   const int64_t kvh = h / (d.H / d.KV);
   const float* base = qkv + b * d.T * d.W;
   const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
   const int64_t q = q0 + r;
   constexpr int HD = DMAX / 2;
-  load_rows(s.Q, base, q0, d.T, t, h * t.D, d.W);
-  load_rows(s.dO, dout + b * d.T * d.H * t.D, q0, d.T, t, h * t.D, d.H * t.D);
+  load_rows<TILE>(s.Q, base, q0, d.T, t, h * t.D, d.W);
+  load_rows<TILE>(s.dO, dout + b * d.T * d.H * t.D, q0, d.T, t, h * t.D, d.H * t.D);
   const float L = q < d.T ? lse[(b * d.H + h) * d.T + q] : 0.f;
   const float Dq = q < d.T ? delta[(b * d.H + h) * d.T + q] : 0.f;
   const int64_t k_first = first_key(d, b, q);
   float dq[HD];
 #pragma unroll
   for (int i = 0; i < HD; ++i) dq[i] = 0.f;
-  const int64_t last_key = min(q0 + kTile, d.T) - 1;
-  for (int64_t k0 = 0; k0 <= last_key; k0 += kTile) {
+  const int64_t last_key = min(q0 + TILE, d.T) - 1;
+  for (int64_t k0 = 0; k0 <= last_key; k0 += TILE) {
     __syncthreads();
-    load_rows(s.K, base, k0, d.T, t, (d.H + kvh) * t.D, d.W);
-    load_rows(s.V, base, k0, d.T, t, (d.H + d.KV + kvh) * t.D, d.W);
+    load_rows<TILE>(s.K, base, k0, d.T, t, (d.H + kvh) * t.D, d.W);
+    load_rows<TILE>(s.V, base, k0, d.T, t, (d.H + d.KV + kvh) * t.D, d.W);
     __syncthreads();
-    q_grad_tile<HD>(
+    q_grad_tile<TILE, HD>(
         s.Q, s.dO, s.K, s.V, s.dS, t, L, Dq,
         [&](int c) {
           const int64_t key = k0 + c;
@@ -170,11 +173,11 @@ Dims make_dims(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, const int
 }
 
 template <typename Kernel>
-void launch(Kernel kernel, dim3 grid, size_t smem_floats, const char* name, Dims d, float* a, const float* x,
-            const float* y, const float* z, const float* w) {
+void launch(Kernel kernel, dim3 grid, int threads, size_t smem_floats, const char* name, Dims d, float* a,
+            const float* x, const float* y, const float* z, const float* w) {
   const size_t bytes = smem_floats * sizeof(float);
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  KERNEL_LAUNCH(kernel, grid, kThreads, bytes)(a, x, y, z, w, d);
+  KERNEL_LAUNCH(kernel, grid, threads, bytes)(a, x, y, z, w, d);
   CUDA_LAUNCHED(name);
 }
 
@@ -182,15 +185,13 @@ void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int
              const int32_t* doc_start) {
   if (B * T == 0) return;
   const Dims d = make_dims(B, T, H, KV, D, doc_start);
-  const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(H), unsigned(B));
-  const size_t bytes = ForwardTiles::floats(d.t.SD) * sizeof(float);
-  if (D <= 64) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    KERNEL_LAUNCH(attn_fwd<64>, grid, kThreads, bytes)(out, lse, qkv, d);
-  } else {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    KERNEL_LAUNCH(attn_fwd<128>, grid, kThreads, bytes)(out, lse, qkv, d);
-  }
+  with_dmax(D, [&](auto dmax) {
+    constexpr int DMAX = decltype(dmax)::value, TILE = kTileFor<DMAX>;
+    const dim3 grid(unsigned((T + TILE - 1) / TILE), unsigned(H), unsigned(B));
+    const size_t bytes = ForwardTiles<TILE>::floats(d.t.SD) * sizeof(float);
+    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd<DMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    KERNEL_LAUNCH(attn_fwd<DMAX>, grid, kThreadsFor<DMAX>, bytes)(out, lse, qkv, d);
+  });
   CUDA_LAUNCHED("attn_fwd");
 }
 
@@ -213,19 +214,14 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   const size_t delta_bytes = size_t(B * H * T) * sizeof(float);
   auto* delta = static_cast<float*>(scratch_alloc(delta_bytes));
   attention_delta(delta, dout, out, H * D, B, T, H, D);  // attention_block_cuda.cu
-  const unsigned tiles = unsigned((T + kTile - 1) / kTile);
-  const size_t kv_floats = KvGradTiles::floats(d.t.SD), q_floats = QGradTiles::floats(d.t.SD);
-  if (D <= 64) {
-    launch(attn_bwd_kv<64>, dim3(tiles, unsigned(KV), unsigned(B)), kv_floats, "attn_bwd_kv", d, dqkv, dout, qkv, lse,
-           delta);
-    launch(attn_bwd_q<64>, dim3(tiles, unsigned(H), unsigned(B)), q_floats, "attn_bwd_q", d, dqkv, dout, qkv, lse,
-           delta);
-  } else {
-    launch(attn_bwd_kv<128>, dim3(tiles, unsigned(KV), unsigned(B)), kv_floats, "attn_bwd_kv", d, dqkv, dout, qkv, lse,
-           delta);
-    launch(attn_bwd_q<128>, dim3(tiles, unsigned(H), unsigned(B)), q_floats, "attn_bwd_q", d, dqkv, dout, qkv, lse,
-           delta);
-  }
+  with_dmax(D, [&](auto dmax) {
+    constexpr int DMAX = decltype(dmax)::value, TILE = kTileFor<DMAX>;
+    const unsigned tiles = unsigned((T + TILE - 1) / TILE);
+    launch(attn_bwd_kv<DMAX>, dim3(tiles, unsigned(KV), unsigned(B)), kThreadsFor<DMAX>,
+           KvGradTiles<TILE>::floats(d.t.SD), "attn_bwd_kv", d, dqkv, dout, qkv, lse, delta);
+    launch(attn_bwd_q<DMAX>, dim3(tiles, unsigned(H), unsigned(B)), kThreadsFor<DMAX>, QGradTiles<TILE>::floats(d.t.SD),
+           "attn_bwd_q", d, dqkv, dout, qkv, lse, delta);
+  });
   scratch_free(delta, delta_bytes);
 }
 

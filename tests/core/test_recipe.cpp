@@ -337,7 +337,10 @@ optim: {lr: 1.0e-3}
   expect_error(mla, {"model.kv_heads", "kv_heads(2) != heads(4)"}, {"model.kv_heads=2"});
   expect_error(mla, {"model.attention", "arch llama, found arch gpt2"}, {"model.arch=gpt2"});
   expect_error(mla, {"model.qk_norm", "standard attention"}, {"model.qk_norm=true"});
-  expect_error(mla, {"model.attention", "device cuda", "built for the CPU"}, {"device=cuda"});
+  // on CUDA the attention kernels' head size bound (the value heads are padded to the query's)
+  EXPECT_NO_THROW(load_recipe_text(mla, "r.yaml", {"device=cuda"}, 1));
+  expect_error(mla, {"model.mla.qk_nope_head_dim", "device cuda", "up to 256", "= 257"},
+               {"device=cuda", "model.mla.qk_nope_head_dim=193", "model.mla.qk_rope_head_dim=64"});
   expect_error(mla, {"model.mla", "set model.attention: mla"}, {"model.attention=standard"});
   expect_error(mla, {"model.attention", "expected one of", "standard", "mla"}, {"model.attention=latent"});
 }

@@ -50,8 +50,9 @@ TEST(CudaEmulated, FlashAttentionForwardBackward) {
   struct Shape {
     int64_t B, T, H, KV, D;
   };
+  // above 128 (multi-head latent attention's 192) the kernels take tiles of 32 rows
   for (Shape s : {Shape{2, 67, 4, 2, 16}, Shape{1, 130, 2, 1, 64}, Shape{1, 65, 2, 2, 128}, Shape{2, 5, 3, 3, 7},
-                  Shape{1, 64, 4, 1, 96}}) {
+                  Shape{1, 64, 4, 1, 96}, Shape{1, 70, 2, 1, 192}, Shape{2, 33, 2, 2, 129}, Shape{1, 40, 1, 1, 256}}) {
     const int64_t W = (s.H + 2 * s.KV) * s.D, N = s.B * s.T;
     const std::string name = "attention B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " H" +
                              std::to_string(s.H) + " KV" + std::to_string(s.KV) + " D" + std::to_string(s.D);
@@ -74,8 +75,8 @@ TEST(CudaEmulated, FlashAttentionForwardBackward) {
 // 3 (chunks 1 and 4 of 6, 40 rows each: two query tiles, positions not
 // contiguous) attends to its own block, then merges rank 0's and rank 2's;
 // backward adds each block's dq, dk, dv. With and without documents.
-TEST(CudaEmulated, AttentionBlocksMatchTheCpu) {
-  const int64_t B = 2, N = 3, c = 40, T = 2 * N * c, Tl = 2 * c, H = 4, KV = 2, D = 16, W = (H + 2 * KV) * D;
+void attention_blocks_match_the_cpu(const int64_t D) {
+  const int64_t B = 2, N = 3, c = 40, T = 2 * N * c, Tl = 2 * c, H = 4, KV = 2, W = (H + 2 * KV) * D;
   std::vector<std::vector<int32_t>> pos(N);
   for (int64_t r = 0; r < N; ++r)
     for (int64_t chunk : {r, 2 * N - 1 - r})
@@ -97,7 +98,7 @@ TEST(CudaEmulated, AttentionBlocksMatchTheCpu) {
       a.doc_start = documents ? ds.data() : nullptr;
       return a;
     };
-    const std::string what = documents ? "blocks with documents" : "blocks";
+    const std::string what = std::string(documents ? "blocks with documents" : "blocks") + " D" + std::to_string(D);
     F out(size_t(B * Tl * H * D)), lse(size_t(B * H * Tl)), eout(out.size(), -7.f), lse_emu(lse.size(), -7.f);
     for (int64_t step = 0; step < N; ++step) {
       const int64_t src = (1 - step + N) % N;
@@ -122,6 +123,11 @@ TEST(CudaEmulated, AttentionBlocksMatchTheCpu) {
     }
     expect_close(what + " dq", dq, edq, 1e-4, 1e-5);
   }
+}
+
+// Head sizes 16 (tiles of 64) and 192 (tiles of 32: three query tiles).
+TEST(CudaEmulated, AttentionBlocksMatchTheCpu) {
+  for (const int64_t D : {16, 192}) attention_blocks_match_the_cpu(D);
 }
 
 // The device keeps a copy of each rope table: a table rewritten in place

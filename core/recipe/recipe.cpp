@@ -404,6 +404,33 @@ void validate_train(Reader& r, const Recipe& rc, bool placed) {
     r.inconsistent("train.global_batch",
                    fmt::format("global_batch({}) % (micro_batch({}) x data({})) = {} != 0", t.global_batch,
                                t.micro_batch, p.data, t.global_batch % (t.micro_batch * p.data)));
+  // the schedule's rules on this mesh (parallel::validate_schedule applies them again to the action lists)
+  const bool interleaved = p.schedule == ScheduleKind::interleaved_1f1b,
+             dualpipev = p.schedule == ScheduleKind::dualpipev;
+  if (interleaved && p.virtual_stages < 2)
+    r.inconsistent("parallel.virtual_stages",
+                   fmt::format("schedule interleaved_1f1b needs virtual_stages >= 2, found {}", p.virtual_stages));
+  if (!interleaved && !dualpipev && p.virtual_stages != 1)
+    r.inconsistent(
+        "parallel.virtual_stages",
+        fmt::format("schedule {} runs one chunk per pipeline rank: needs virtual_stages 1, found {} (several "
+                    "chunks: interleaved_1f1b or dualpipev)",
+                    enum_name(p.schedule), p.virtual_stages));
+  if (t.global_batch % (t.micro_batch * p.data) == 0 && (interleaved || dualpipev)) {
+    const int64_t M = t.global_batch / (t.micro_batch * p.data);
+    const std::string per_step =
+        fmt::format("global_batch({}) / (micro_batch({}) x data({}))", t.global_batch, t.micro_batch, p.data);
+    if (interleaved && M % p.pipeline != 0)
+      r.inconsistent("train.micro_batch",
+                     fmt::format("schedule interleaved_1f1b takes one micro-batch per stage in each round: "
+                                 "micro-batches({}) % pipeline({}) = {} != 0, micro-batches = {}",
+                                 M, p.pipeline, M % p.pipeline, per_step));
+    if (dualpipev && M < 2 * p.pipeline)
+      r.inconsistent("train.micro_batch",
+                     fmt::format("schedule dualpipev's warm-up fills both arms of its V: needs micro-batches >= 2 x "
+                                 "pipeline({}) = {}, found {} = {}",
+                                 p.pipeline, 2 * p.pipeline, per_step, M));
+  }
   const int64_t rows = t.micro_batch * rc.model.seq_len / p.context;
   if (p.sequence_parallel && rows % p.tensor != 0)
     r.inconsistent("parallel.sequence_parallel",

@@ -111,6 +111,33 @@ TEST(Recipe, LayersNotDivisibleByPipeline) {
   expect_error(with("parallel: {pipeline: 2, virtual_stages: 2}"),
                {"layers(2) % (pipeline(2) x virtual_stages(2)) != 0"}, {}, 2);
 }
+// The schedules' rules on the mesh, named by key before any rank starts:
+// 4 micro-batches per step (global 8 / micro 2) on 2 layers.
+TEST(Recipe, ScheduleRulesOnTheMesh) {
+  const std::vector<std::string> two = {"parallel.pipeline=2", "model.tie_embeddings=false"};
+  auto sets = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), two.begin(), two.end());
+    return more;
+  };
+  expect_error(kGood, {"key 'parallel.virtual_stages'", "schedule 1f1b", "needs virtual_stages 1, found 2"},
+               {"parallel.virtual_stages=2", "model.layers=4"});
+  expect_error(kGood, {"key 'parallel.virtual_stages'", "interleaved_1f1b needs virtual_stages >= 2, found 1"},
+               sets({"parallel.schedule=interleaved_1f1b"}), 2);
+  expect_error(kGood,
+               {"key 'train.micro_batch'", "micro-batches(2) % pipeline(4) = 2 != 0",
+                "global_batch(8) / (micro_batch(4) x data(1))"},
+               {"parallel.pipeline=4", "model.layers=8", "parallel.virtual_stages=2", "model.tie_embeddings=false",
+                "parallel.schedule=interleaved_1f1b", "train.micro_batch=4"},
+               4);
+  expect_error(
+      kGood,
+      {"key 'train.micro_batch'", "dualpipev", "needs micro-batches >= 2 x pipeline(2) = 4",
+       "global_batch(8) / (micro_batch(4) x data(1)) = 2"},
+      sets({"parallel.schedule=dualpipev", "parallel.virtual_stages=2", "model.layers=4", "train.micro_batch=4"}), 2);
+  EXPECT_EQ(error_of(kGood, sets({"parallel.schedule=dualpipev", "parallel.virtual_stages=2", "model.layers=4"}), 2),
+            "no error");
+}
+
 TEST(Recipe, GptWithGroupedQueryHeadsIsRejected) {
   expect_error(kGood, {"gpt2 uses multi-head attention: kv_heads(2) != heads(4)"}, {"model.kv_heads=2"});
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DualPipeV against 1F1B, measured in the same run: 8 ranks (oversubscribed
 # on this machine), configs/deepseek-v3-tiny.yaml made 8 layers deep (MLA,
-# routed experts, no multi-token prediction: dualpipev refuses it), pipeline
+# routed experts, its multi-token prediction module), pipeline
 # 4 x data 2 with expert parallelism 2, micro-batch 2, 8 micro-batches per
 # step. 1F1B runs 4 stages of 2 layers; dualpipev 8 chunks of 1 layer, two
 # per rank in a V. The runs alternate, ROUNDS times; each row: the metrics
@@ -23,7 +23,7 @@ for round in $(seq 1 "$ROUNDS"); do
     [ "$sched" = dualpipev ] && v=2
     OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 8 \
       "$BUILD_DIR/launch/trident" train "$ROOT/configs/deepseek-v3-tiny.yaml" --set model.layers=8 \
-      --set model.mtp=null --set parallel.pipeline=4 --set parallel.data=2 --set parallel.expert=2 \
+      --set parallel.pipeline=4 --set parallel.data=2 --set parallel.expert=2 \
       --set parallel.virtual_stages=$v --set parallel.schedule=$sched --set train.micro_batch=2 \
       --set train.global_batch=32 --set train.steps="$STEPS" --set eval.batches=0 --set log.every=1 \
       --set log.metrics="$tmp/m.jsonl" "$@" >/dev/null

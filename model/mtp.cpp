@@ -33,8 +33,10 @@ void Transformer<T>::mtp_forward(Activations<T>& ctx, const int32_t* targets, T 
   const Chunk& ch = chunks_[size_t(ctx.chunk)];
   const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N), V = dims_.vocab;
   const int L = int(ch.spec.layers), depth = int(cfg_.mtp.depth);
-  if (ch.spec.embedding) use_params(emb_seg_, -1);  // the table (else the head's copy, held with the head)
-  const T* table = ch.spec.embedding ? wte_ : mtp_wte_;
+  // the embedding's table where this rank holds it (in this chunk or another), else the head's copy
+  const bool shared = ch.spec.embedding || mtp_shared_table_;
+  if (shared) use_params(emb_seg_, -1);
+  const T* table = shared ? wte_ : mtp_wte_;
   if (mtp_losses_.size() < size_t(depth)) mtp_losses_.resize(size_t(depth), 0.0);
   for (int kd = 1; kd <= depth; ++kd) {
     MtpActs<T>& a = ctx.mtp[size_t(kd - 1)];
@@ -84,7 +86,7 @@ void Transformer<T>::mtp_forward(Activations<T>& ctx, const int32_t* targets, T 
     if (es >= 0) done_params(es);
     done_params(s);
   }
-  if (ch.spec.embedding) done_params(emb_seg_);
+  if (shared) done_params(emb_seg_);
   ctx.mtp_ran = true;
 }
 
@@ -99,7 +101,7 @@ void Transformer<T>::mtp_backward(Activations<T>& ctx, T* d_lnf, Recompute recom
   // d_next: the gradient of h^k from depth k + 1; dcat [R, 2C]; d_e, d_h [R, C]
   T *d_next = mtp_scratch_.data<T>(), *dcat = d_next + R * C, *d_e = dcat + 2 * R * C, *d_h = d_e + R * C;
   // the head's copy of the table (no embedding chunk here): written by these depths alone
-  if (!ch.spec.embedding && !acc) k::fill_zero(dmtp_wte_, V * C);
+  if (!ch.spec.embedding && !mtp_shared_table_ && !acc) k::fill_zero(dmtp_wte_, V * C);
   for (int kd = depth; kd >= 1; --kd) {
     MtpActs<T>& a = ctx.mtp[size_t(kd - 1)];
     const int l = L + kd - 1, s = ch.mtp_first_seg + kd - 1, li = ch.first_local + l;
@@ -132,7 +134,14 @@ void Transformer<T>::mtp_backward(Activations<T>& ctx, T* d_lnf, Recompute recom
     if (kd > 1) k::fill_zero(d_next, R * C);
     k::rmsnorm_backward(d_prev, p.dhnw, d_h, prev, p.hnw, a.h_rstd, R, C, acc);
     store(d_prev, R * C);
-    if (!ch.spec.embedding) {  // the head's copy of the table; else added with the embedding's (backward_chunk)
+    if (mtp_shared_table_) {  // the embedding's table, in this rank's other chunk: the step's first writer zeroes
+      use_grads(emb_seg_);
+      if (table_fresh_) k::fill_zero(dwte_, V * C);
+      table_fresh_ = false;
+      k::embedding_backward(dwte_, tp_->exit_backward(d_full_, a.d_emb, N, C), a.tokens.data(), N, C, dims_.vocab_begin,
+                            V);
+      done_grads(emb_seg_);
+    } else if (!ch.spec.embedding) {  // the head's copy of the table; else added with the embedding's (backward_chunk)
       const T* demb = tp_->exit_backward(d_full_, a.d_emb, N, C);
       k::embedding_backward(dmtp_wte_, demb, a.tokens.data(), N, C, dims_.vocab_begin, V);
     }

@@ -15,9 +15,15 @@ SharedGradientRanges shared_gradient_ranges(const ParamRegistry& reg, const Mode
                                             bool sequence_parallel) {
   SharedGradientRanges out;
   const bool sliced_router = reg.experts().whole;  // each tensor rank routes its share of the rows
+  // the token table is shared with another rank where this one holds the embedding or the head, not both
+  // (dualpipev's rank 0, or one stage of several chunks, holds both and keeps no copy)
+  bool has_embedding = false, has_head = false;
+  for (const auto& c : reg.chunks()) has_embedding |= c.embedding, has_head |= c.head;
+  const bool shared_table =
+      (cfg.tie_embeddings || cfg.mtp.depth > 0) && pipeline_stages > 1 && !(has_embedding && has_head);
   for (const auto& p : reg.params()) {
     const std::pair<int64_t, int64_t> range{p.offset, p.offset + p.numel};
-    if (p.token_table && (cfg.tie_embeddings || cfg.mtp.depth > 0) && pipeline_stages > 1) out.tied.push_back(range);
+    if (p.token_table && shared_table) out.tied.push_back(range);
     if (p.replication == Replication::tensor &&
         (((sequence_parallel || p.head_partial) && !p.all_rows) || (sliced_router && p.router)))
       out.tensor_replicated.push_back(range);

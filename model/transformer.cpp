@@ -84,6 +84,7 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
   bool has_embedding = false, has_head = false;
   for (const auto& c : reg_.chunks()) has_embedding |= c.embedding, has_head |= c.head;
   tied_local_ = cfg.tie_embeddings && has_embedding && has_head;
+  for (const auto& c : reg_.chunks()) mtp_shared_table_ |= cfg.mtp.depth > 0 && c.head && !c.embedding && has_embedding;
   const size_t embedding_rows = arch_.part(Part::embedding).size();
   // the embedding's copy (tied, or multi-token prediction's)
   size_t head_rows = (cfg.tie_embeddings || cfg.mtp.depth > 0) && !has_embedding ? 1 : 0;
@@ -476,10 +477,13 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
   // accumulating, unless the tied LM head has just written the same buffer.
   // (Split backward: the head's weight pass comes later and accumulates, so
   // the table starts from zero here.)
-  if (!acc) {
+  if (mtp_shared_table_) {  // the head's chunk on this rank may have added its modules' lookups already
+    if (table_fresh_) k::fill_zero(dwte_, V * C);
+    table_fresh_ = false;
+  } else if (!acc) {
     if (!tied_local_ || split) k::fill_zero(dwte_, V * C);
-    if (dwpe_) k::fill_zero(dwpe_, cfg_.seq_len * C);  // the table has a row per global position
   }
+  if (!acc && dwpe_) k::fill_zero(dwpe_, cfg_.seq_len * C);  // the table has a row per global position
   if (dwpe_) k::position_backward(dwpe_, d_res_, tp_->row_begin(N), R, Tn, C, origin_);
   const T* demb = tp_->exit_backward(d_full_, d_res_, N, C);
   k::embedding_backward(dwte_, demb, ctx.tokens, N, C, dims_.vocab_begin, V);
@@ -727,6 +731,7 @@ void Transformer<T>::reset_moe_step() {
   std::fill(moe_step_.counts.begin(), moe_step_.counts.end(), 0.0);
   moe_step_.aux_loss = moe_step_.z_loss = 0;
   std::fill(mtp_losses_.begin(), mtp_losses_.end(), 0.0);
+  table_fresh_ = true;
 }
 
 template <typename T>

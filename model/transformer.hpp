@@ -232,6 +232,8 @@ class Transformer {
     std::vector<double> counts;
     double aux_loss = 0, z_loss = 0;
   };
+  // Called before each training step's schedule: resets the statistics
+  // below (and starts the step's shared token-table gradient afresh).
   void reset_moe_step();
   const MoeStep& moe_step() const { return moe_step_; }
   // Multi-token prediction: this rank's summed token losses of each depth
@@ -385,6 +387,12 @@ class Transformer {
   std::vector<int> expert_seg_;  // each local layer's expert segment (-1: none, or the experts are in its own)
   int emb_seg_ = -1;             // this rank's embedding segment, if any
   bool tied_local_ = false;      // the head uses the embedding segment's table
+  // Multi-token prediction on a rank that also holds the embedding, in
+  // another chunk (pipeline 1 with virtual stages, dualpipev's rank 0): the
+  // modules read the embedding's table and add to its gradient, which the
+  // step's first writer of the two chunks zeroes (table_fresh_).
+  bool mtp_shared_table_ = false;
+  bool table_fresh_ = true;
   SegmentStorage<T>* store_ = nullptr;
   void bind(int s, T* pbase, T* gbase);
   void use_params(int s, int next);

@@ -286,7 +286,7 @@ const std::vector<Key>& table() {
           "pipeline schedule ([parallelism.md](parallelism.md#pipeline-parallelism)); `interleaved_1f1b` needs "
           "`virtual_stages >= 2` and micro-batches per step (`global_batch / (micro_batch x data)`) a multiple of "
           "`pipeline`; `dualpipev` needs `virtual_stages: 2`, at least `2 x pipeline` micro-batches per step, untied "
-          "embeddings and no `model.mtp`; the others need `virtual_stages: 1`; `zero_bubble` and `dualpipev` need "
+          "embeddings; the others need `virtual_stages: 1`; `zero_bubble` and `dualpipev` need "
           "`train.recompute` "
           "none or selective"),
       integer("parallel.virtual_stages", FIELD(parallel.virtual_stages), 1, 1024, value<int64_t>(1),

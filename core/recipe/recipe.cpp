@@ -315,11 +315,6 @@ void validate_mesh(Reader& r, const ModelConfig& m, const ParallelConfig& p, int
       r.inconsistent("model.tie_embeddings",
                      "schedule dualpipev puts the embedding and the LM head on pipeline rank 0, in two chunks; a "
                      "table tied across two chunks of one rank is not supported: set tie_embeddings false");
-    if (m.mtp.depth > 0)
-      r.inconsistent("model.mtp",
-                     "schedule dualpipev puts the embedding and the LM head on pipeline rank 0, in two chunks; "
-                     "multi-token prediction reading the table across two chunks of one rank is not supported yet: "
-                     "use another schedule, or model.mtp: null");
   }
   if (!p.stage_layers.empty()) {
     const int64_t chunks = p.pipeline * p.virtual_stages;

@@ -109,13 +109,13 @@ StageSizes stage_sizes(const ModelConfig& m, int T, int P, int V, const std::vec
   StageSizes z{model::consolidated_numel(m), 0, std::max(layer, embedding)};
   for (int pp = 0; pp < P; ++pp) {
     int64_t stage = 0;
-    for (const auto& ch : model::pipeline_chunks(m, P, V, stage_layers, pp, schedule))
+    bool has_embedding = false, has_head = false;  // a rank holding both (in one chunk or two) keeps no copy
+    for (const auto& ch : model::pipeline_chunks(m, P, V, stage_layers, pp, schedule)) {
       stage += (ch.layers - model::moe_layers_in(m, ch.first_layer, ch.layers)) * dense_layer +
-               model::moe_layers_in(m, ch.first_layer, ch.layers) * moe_layer +
-               (ch.embedding && ch.head ? both
-                : ch.embedding          ? embedding
-                : ch.head               ? head
-                                        : 0);
+               model::moe_layers_in(m, ch.first_layer, ch.layers) * moe_layer;
+      has_embedding |= ch.embedding, has_head |= ch.head;
+    }
+    stage += has_embedding && has_head ? both : has_embedding ? embedding : has_head ? head : 0;
     if (stage > z.largest_stage) {
       z.largest_stage = stage, z.largest_experts = 0;
       for (const auto& ch : model::pipeline_chunks(m, P, V, stage_layers, pp, schedule))

@@ -363,6 +363,12 @@ TEST(Pipeline, DeepseekV3MatchesSingleRank) {
                          {1, 4, 2, "dualpipev", 2, "deepseek", true}};
   v[1].sets = {"model.mtp=null", "parallel.expert=2"}, v[0].sets = v[2].sets = {"model.mtp=null"};
   v[2].recompute = "selective";
+  // and with multi-token prediction, whose modules on rank 0's head chunk read and add to the table of its
+  // embedding chunk (no copy: the step's first writer zeroes the gradient), as on one stage with two chunks
+  Case v_mtp{1, 2, 4, "dualpipev", 3, "deepseek"}, v_mtp_experts{2, 2, 2, "dualpipev", 1, "deepseek", true},
+      one_stage_two_chunks{8, 1, 1, "interleaved_1f1b", 2, "deepseek"};
+  v_mtp.sets = one_stage_two_chunks.sets = mtp, v_mtp_experts.sets = {"model.mtp.depth=2", "parallel.expert=2"};
+  for (const Case& c : {v_mtp, v_mtp_experts, one_stage_two_chunks}) v.push_back(c);
   for (const Case& c : v) list.push_back(c);
   for (const Case& c : list) {
     if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;

@@ -59,12 +59,11 @@ parallel::PipelineHooks ChunkRunner::hooks(const std::vector<MicroBatchInputs>& 
     const int slot = slot_of_[size_t(c)][size_t(micro)];
     const bool weight = type == parallel::ActionType::backward_weight;
     char& started = weight ? weight_started_[size_t(c)] : input_started_[size_t(c)];
-    bool accumulate = started != 0;  // the step's first backward of a chunk overwrites
+    const bool accumulate = started != 0;  // the step's first backward of a chunk overwrites
     started = 1;
     if (type == parallel::ActionType::backward) {  // both parts' gradients (dualpipev mixes whole and split)
       TRIDENT_CHECK(input_started_[size_t(c)] == weight_started_[size_t(c)] || !accumulate,
                     "a whole backward of chunk {} while the step's first weight pass is pending", c);
-      accumulate = accumulate || weight_started_[size_t(c)] != 0;
       weight_started_[size_t(c)] = 1;
     }
     const BackwardPart part = type == parallel::ActionType::backward ? BackwardPart::all

@@ -328,10 +328,10 @@ void RunReport::end_step(const StepFacts& f) {
   const double mfu = std::min(1.0, achieved / facts_.peak_flops);
   // measured bubble per stage: time blocked on pipeline transfers / schedule time
   const std::vector<double> bubble = parallel::gather_scalar(mesh_.pipeline(), sched_s_ > 0 ? idle_s_ / sched_s_ : 0);
+  Json bubble_json = Json::array();  // as the metrics record and the trace write it
+  for (double x : bubble) bubble_json.push_back(rounded(x, 4));
   if (traced_) {
-    Json b = Json::array();
-    for (double x : bubble) b.push_back(rounded(x, 4));
-    trace_->bubbles[std::to_string(step + 1)] = b, trace_->predicted = facts_.predicted_bubble;
+    trace_->bubbles[std::to_string(step + 1)] = bubble_json, trace_->predicted = facts_.predicted_bubble;
     if (step + 1 == *std::max_element(rc_.log.trace_steps.begin(), rc_.log.trace_steps.end()))
       trace_->write(rc_.log.trace, mesh_.world());
   }
@@ -371,9 +371,7 @@ void RunReport::end_step(const StepFacts& f) {
     r["busy_s_median"] = rounded(median, 4), r["busy_s_max"] = rounded(busy[slowest], 4);
     r["slowest_rank"] = int64_t(slowest), r["straggler_excess"] = rounded(excess, 4);
     if (!kernel_times.empty()) r["kernel_s"] = rounded(kernel_s, 5);
-    Json b = Json::array();
-    for (double x : bubble) b.push_back(rounded(x, 4));
-    r["bubble"] = b, r["bubble_predicted"] = rounded(facts_.predicted_bubble, 4);
+    r["bubble"] = bubble_json, r["bubble_predicted"] = rounded(facts_.predicted_bubble, 4);
     r["peak_bytes"] = peak_bytes_json(memory());
     if (!f.mtp_loss.empty()) {
       Json m = Json::array();

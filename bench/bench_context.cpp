@@ -41,9 +41,9 @@ int main(int argc, char** argv) {
   std::vector<float> lse(size_t(B * H * Tl));
   for (float& x : qkv) x = nd(gen);
   for (float& x : dout) x = nd(gen);
-  auto fwd = [&] { cp.attention_forward(out.data(), lse.data(), qkv.data(), B, H, KV, D, nullptr); };
+  auto fwd = [&] { cp.attention_forward(out.data(), lse.data(), qkv.data(), B, H, KV, D, D, nullptr); };
   auto bwd = [&] {
-    cp.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, H, KV, D, nullptr);
+    cp.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, H, KV, D, D, nullptr);
   };
   fwd(), bwd();  // warm: buffers allocated, pages touched
   const int reps = argc > 6 ? std::atoi(argv[6]) : 3;

@@ -1,7 +1,10 @@
 // Causal multi-head attention with grouped-query heads (H query heads share
 // KV key/value heads, H % KV == 0; KV == H is plain multi-head attention).
-// Shapes: B batch, T sequence, H query heads, KV key/value heads, D head size.
-// qkv[B,T,(H+2KV)*D] holds per token [q heads | k heads | v heads].
+// Shapes: B batch, T sequence, H query heads, KV key/value heads, D the
+// query/key head size, Dv the value head size (D too, but for multi-head
+// latent attention: queries and keys of 192, values of 128).
+// qkv[B,T,(H+KV)*D + KV*Dv] holds per token [q heads | k heads | v heads];
+// the output [B,T,H*Dv] has one value-sized head per query head.
 // The state forward saves for backward is each row's log-sum-exp lse[B,H,T]
 // (attention_state_elements()): both the CPU and the CUDA kernels are tiled
 // with an online softmax and never hold a T x T matrix; backward recomputes
@@ -27,26 +30,29 @@
 namespace trident::kernels {
 
 int64_t attention_state_elements(int64_t B, int64_t T_, int64_t H);
+// A qkv row's width: (H + KV) D + KV Dv
+int64_t attention_qkv_width(int64_t H, int64_t KV, int64_t D, int64_t Dv);
 
 template <typename T>
-void attention_lse(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+void attention_lse(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D, int64_t Dv,
                    const int32_t* doc_start = nullptr);
 
-// out[B,T,H*D]; lse[B,H,T]
+// out[B,T,H*Dv]; lse[B,H,T]
 template <typename T>
 void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                       const int32_t* doc_start = nullptr);
+                       int64_t Dv, const int32_t* doc_start = nullptr);
 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t T_,
-                        int64_t H, int64_t KV, int64_t D, const int32_t* doc_start = nullptr);
+                        int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start = nullptr);
 
 // One block: queries [B,Tq] (row stride ldq, head h at h*D, batch stride
-// Tq*ldq) against keys and values [B,Tk] (row stride ldkv, KV head j at
-// j*D, batch stride Tk*ldkv). Positions null: 0, 1, 2, ...
+// Tq*ldq) against keys [B,Tk] (row stride ldkv, KV head j at j*D, batch
+// stride Tk*ldkv) and values (the same rows, KV head j at j*Dv). Both head
+// sizes must be set. Positions null: 0, 1, 2, ...
 template <typename T>
 struct AttentionBlock {
-  int64_t B = 1, Tq = 0, Tk = 0, H = 1, KV = 1, D = 1;
+  int64_t B = 1, Tq = 0, Tk = 0, H = 1, KV = 1, D = 0, Dv = 0;
   const T* q = nullptr;
   int64_t ldq = 0;
   const T *k = nullptr, *v = nullptr;
@@ -56,11 +62,11 @@ struct AttentionBlock {
   const int32_t* doc_start = nullptr;  // [B*Tq], in the positions' terms
 };
 
-// out[B,Tq,H*D] (row stride ldo), lse[B,H,Tq]; merge = false overwrites them.
+// out[B,Tq,H*Dv] (row stride ldo), lse[B,H,Tq]; merge = false overwrites them.
 template <typename T>
 void attention_block_forward(T* out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool merge);
 
-// delta[B,H,Tq] = sum over d of dout * out, per head (rows of stride ldo)
+// delta[B,H,Tq] = sum over d < D of dout * out, per head of D values (rows of stride ldo)
 template <typename T>
 void attention_delta(T* delta, const T* dout, const T* out, int64_t ldo, int64_t B, int64_t Tq, int64_t H, int64_t D);
 

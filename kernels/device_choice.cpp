@@ -100,21 +100,23 @@ KERNEL_OP(void, bias_sign_update, (T * param, const T* count, int64_t n, double 
 
 // kernels/attention.hpp
 KERNEL_OP(void, attention_lse,
-          (T * lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D, const int32_t* doc_start),
-          (lse, qkv, B, T_, H, KV, D, doc_start), qkv, cuda::attention_lse(lse, qkv, B, T_, H, KV, D, doc_start));
-KERNEL_OP(void, attention_forward,
-          (T * out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+          (T * lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D, int64_t Dv,
            const int32_t* doc_start),
-          (out, lse, qkv, B, T_, H, KV, D, doc_start), qkv,
-          cuda::attention_forward(out, lse, qkv, B, T_, H, KV, D, doc_start));
+          (lse, qkv, B, T_, H, KV, D, Dv, doc_start), qkv,
+          cuda::attention_lse(lse, qkv, B, T_, H, KV, D, Dv, doc_start));
+KERNEL_OP(void, attention_forward,
+          (T * out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D, int64_t Dv,
+           const int32_t* doc_start),
+          (out, lse, qkv, B, T_, H, KV, D, Dv, doc_start), qkv,
+          cuda::attention_forward(out, lse, qkv, B, T_, H, KV, D, Dv, doc_start));
 KERNEL_OP(void, attention_delta,
           (T * delta, const T* dout, const T* out, int64_t ldo, int64_t B, int64_t Tq, int64_t H, int64_t D),
           (delta, dout, out, ldo, B, Tq, H, D), out, cuda::attention_delta(delta, dout, out, ldo, B, Tq, H, D));
 KERNEL_OP(void, attention_backward,
           (T * dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t T_, int64_t H,
-           int64_t KV, int64_t D, const int32_t* doc_start),
-          (dqkv, dout, qkv, out, lse, B, T_, H, KV, D, doc_start), qkv,
-          cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T_, H, KV, D, doc_start));
+           int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start),
+          (dqkv, dout, qkv, out, lse, B, T_, H, KV, D, Dv, doc_start), qkv,
+          cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T_, H, KV, D, Dv, doc_start));
 KERNEL_OP(void, attention_block_forward, (T * out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool merge),
           (out, ldo, lse, a, merge), a.q, cuda::attention_block_forward(out, ldo, lse, a, merge));
 KERNEL_OP(void, attention_block_backward,
@@ -271,10 +273,6 @@ KERNEL_OP(void, columns_concat, (T * out, const T* a, const T* b, int64_t N, int
           (out, a, b, N, A, B), out, cuda::columns_concat(out, a, b, N, A, B));
 KERNEL_OP(void, columns_split, (T * a, T* b, const T* in, int64_t N, int64_t A, int64_t B), (a, b, in, N, A, B), in,
           cuda::columns_split(a, b, in, N, A, B));
-KERNEL_OP(void, heads_narrow, (T * out, const T* in, int64_t N, int64_t H, int64_t Din, int64_t Dout),
-          (out, in, N, H, Din, Dout), out, cuda::heads_narrow(out, in, N, H, Din, Dout));
-KERNEL_OP(void, heads_widen, (T * out, const T* in, int64_t N, int64_t H, int64_t Din, int64_t Dout),
-          (out, in, N, H, Din, Dout), out, cuda::heads_widen(out, in, N, H, Din, Dout));
 
 // kernels/residual.hpp
 KERNEL_OP(void, residual_forward, (T * out, const T* a, const T* b, const T* bias, int64_t N, int64_t C),

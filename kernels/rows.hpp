@@ -39,25 +39,18 @@ template <typename T>
 void columns_split(T* a, T* b, const T* in, int64_t N, int64_t A, int64_t B);
 
 // Multi-head latent attention's heads (model.attention: mla), for the
-// attention kernels, which take one head size Dq = Dn + Dr for queries, keys
-// and values: qkv [N, 3 H Dq] from the query heads q [N, H Dq] (each head's
-// Dn part, then its Dr rotary part), the key/value up-projection kvb
+// attention kernels (queries and keys of Dq = Dn + Dr, values of Dv):
+// qkv [N, H (2 Dq + Dv)] from the query heads q [N, H Dq] (each head's Dn
+// part, then its Dr rotary part), the key/value up-projection kvb
 // [N, H (Dn + Dv)] (each head's key part, then its value) and the rotary key
 // kr [N, Dr] all heads share: query heads as they are, key head h
-// [kvb's key part of h | kr], value head h [kvb's value of h | Dq - Dv zeros].
+// [kvb's key part of h | kr], value head h kvb's value of h.
 template <typename T>
 void mla_heads(T* qkv, const T* q, const T* kvb, const T* kr, int64_t N, int64_t H, int64_t Dn, int64_t Dr, int64_t Dv);
 // The reverse for gradients: dq and dkvb overwritten, dkr [N, Dr] the sum of
-// the key heads' rotary parts (heads in increasing order); the padding's
-// gradient is dropped.
+// the key heads' rotary parts (heads in increasing order).
 template <typename T>
 void mla_heads_backward(T* dq, T* dkvb, T* dkr, const T* dqkv, int64_t N, int64_t H, int64_t Dn, int64_t Dr,
                         int64_t Dv);
-// out [N, H Dout] = the first Dout values of each head of in [N, H Din]
-// (Dout <= Din); heads_widen is its reverse, zeros after each head's Dout.
-template <typename T>
-void heads_narrow(T* out, const T* in, int64_t N, int64_t H, int64_t Din, int64_t Dout);
-template <typename T>
-void heads_widen(T* out, const T* in, int64_t N, int64_t H, int64_t Din, int64_t Dout);
 
 }  // namespace trident::kernels

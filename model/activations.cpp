@@ -229,7 +229,7 @@ void Transformer<T>::ensure_scratch(int64_t B) {
   }
   if (B <= scratch_B_) return;
   const int64_t sizes[10] = {
-      N * C, R * C, R * C, N * C, N * C, R * C, N * qkv_width_, N * dims_.heads * dq_, N * fc_width_, N * dims_.ffn};
+      N * C, R * C, R * C, N * C, N * C, R * C, N * qkv_width_, N * dims_.heads * dv_, N * fc_width_, N * dims_.ffn};
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
   scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, device_);

@@ -17,8 +17,8 @@ ActivationSizes activation_sizes(const ModelConfig& cfg, const ActivationShape& 
   z.R = gathers ? z.N / s.tensor : z.N;
   z.norm_full = gathers ? z.N * z.C : z.R * z.C;  // gathered to all rows when sequence parallel
   z.stats = z.R;
-  z.qkv = z.N * (d.heads + 2 * d.kv_heads) * cfg.q_head_dim();
-  z.atty = z.N * d.heads * cfg.q_head_dim();  // MLA: the value heads padded to the query head size
+  z.qkv = z.N * kernels::attention_qkv_width(d.heads, d.kv_heads, cfg.q_head_dim(), cfg.v_head_dim());
+  z.atty = z.N * d.heads * cfg.v_head_dim();
   z.fc = z.N * architecture(cfg.arch).mlp_in_width(d.ffn);
   z.act = z.N * d.ffn;
   z.attention_state = kernels::attention_state_elements(s.micro_batch, cfg.seq_len / s.context, d.heads);
@@ -103,7 +103,7 @@ int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s) {
     const MlaConfig& a = cfg.mla;
     const int64_t H = local_dims(cfg, {0, s.tensor}).heads;
     n += z.N * (H * cfg.q_head_dim() + H * (a.qk_nope_head_dim + a.v_head_dim) + a.qk_rope_head_dim +
-                2 * H * a.v_head_dim + 2 * a.kv_lora_rank + 2 * a.q_lora_rank + z.C);
+                2 * a.kv_lora_rank + 2 * a.q_lora_rank + z.C);
   }
   const MoeConfig& e = cfg.moe;
   if (e.enabled) {  // MoeMlp's: gathered rows and their gradients, router gradients, the shared experts'

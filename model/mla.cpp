@@ -50,7 +50,7 @@ void Transformer<T>::mla_forward(const LayerActs<T>& a, const T* h, const LayerP
   k::mla_heads(a.qkv, m.q, m.kvb, m.kr, N, H, Dn, Dr, dv_);
 }
 
-// d_qkv [N, 3 H Dq] -> d_ln_ [N, C], the gradient of h; every weight's gradient
+// d_qkv [N, H (2 Dq + Dv)] -> d_ln_ [N, C], the gradient of h; every weight's gradient
 template <typename T>
 void Transformer<T>::mla_backward(const LayerActs<T>& a, GemmIn h, T* d_qkv, const LayerParams& p, int64_t B,
                                   bool acc) {
@@ -88,42 +88,31 @@ void Transformer<T>::mla_backward(const LayerActs<T>& a, GemmIn h, T* d_qkv, con
 }
 
 template <typename T>
-const T* Transformer<T>::attention_out(const T* atty, int64_t N) {
-  if (!cfg_.is_mla()) return atty;
-  T* out = mla_scratch(N).attv;
-  k::heads_narrow(out, atty, N, dims_.heads, dq_, dv_);
-  return out;
-}
-
-template <typename T>
 typename Transformer<T>::MlaScratch Transformer<T>::mla_scratch(int64_t N) {
   const MlaConfig& c = cfg_.mla;
   const int64_t H = dims_.heads;
-  const int64_t sizes[10] = {N * H * dq_,
-                             N * H * (c.qk_nope_head_dim + dv_),
-                             N * c.qk_rope_head_dim,
-                             N * H * dv_,
-                             N * H * dv_,
-                             N * c.kv_lora_rank,
-                             N * c.kv_lora_rank,
-                             N * c.q_lora_rank,
-                             N * c.q_lora_rank,
-                             N * cfg_.hidden};
+  const int64_t sizes[8] = {N * H * dq_,
+                            N * H * (c.qk_nope_head_dim + dv_),
+                            N * c.qk_rope_head_dim,
+                            N * c.kv_lora_rank,
+                            N * c.kv_lora_rank,
+                            N * c.q_lora_rank,
+                            N * c.q_lora_rank,
+                            N * cfg_.hidden};
   int64_t total = 0;
   for (int64_t n : sizes) total += n;
   if (mla_scratch_.numel() < total)
     mla_scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, device_);
   MlaScratch m{};
   T* at = mla_scratch_.data<T>();
-  T** outs[10] = {&m.q, &m.kvb, &m.kr, &m.attv, &m.d_attv, &m.d_kv_norm, &m.d_kv_lat, &m.d_q_norm, &m.d_q_lat, &m.d_h};
-  for (int i = 0; i < 10; ++i) *outs[i] = at, at += sizes[i];
+  T** outs[8] = {&m.q, &m.kvb, &m.kr, &m.d_kv_norm, &m.d_kv_lat, &m.d_q_norm, &m.d_q_lat, &m.d_h};
+  for (int i = 0; i < 8; ++i) *outs[i] = at, at += sizes[i];
   return m;
 }
 
 #define INSTANTIATE(T)                                                                                            \
   template void Transformer<T>::mla_forward(const LayerActs<T>&, const T*, const LayerParams&, int64_t);          \
   template void Transformer<T>::mla_backward(const LayerActs<T>&, GemmIn, T*, const LayerParams&, int64_t, bool); \
-  template const T* Transformer<T>::attention_out(const T*, int64_t);                                             \
   template typename Transformer<T>::MlaScratch Transformer<T>::mla_scratch(int64_t);
 INSTANTIATE(float)
 INSTANTIATE(double)

@@ -58,7 +58,7 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
       dims_(local_dims(cfg, {tp_->rank(), tp_->size()})),
       arch_(architecture(cfg.arch)) {
   dq_ = cfg.q_head_dim(), dv_ = cfg.v_head_dim();
-  qkv_width_ = (dims_.heads + 2 * dims_.kv_heads) * dq_;
+  qkv_width_ = k::attention_qkv_width(dims_.heads, dims_.kv_heads, dq_, dv_);
   fc_width_ = arch_.mlp_in_width(dims_.ffn);
   if (arch_.positions == Positions::rotary)  // MLA: its rotary parts only
     rope_ = k::rope_table(cfg.seq_len, cfg.is_mla() ? cfg.mla.qk_rope_head_dim : dq_, cfg.rope_theta);
@@ -287,9 +287,9 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
     if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D, origin_);
   }
   store(a.qkv, N * qkv_width_);
-  cp_->attention_forward(a.atty, a.lse, a.qkv, B, H, KV, D, doc_start_);
-  store(a.atty, N * H * D);
-  linear_fwd(partial_, {attention_out(a.atty, N)}, {p.ow}, nullptr, N, H * dv_, C);
+  cp_->attention_forward(a.atty, a.lse, a.qkv, B, H, KV, D, dv_, doc_start_);
+  store(a.atty, N * H * dv_);
+  linear_fwd(partial_, {a.atty}, {p.ow}, nullptr, N, H * dv_, C);
   store(partial_, N * C);
   const T* y = tp_->exit(reduced_, partial_, N, C);
   k::residual_forward(a.x_mid, a.x_in, y, p.ob, R, C);
@@ -537,7 +537,7 @@ void Transformer<T>::layer_backward(Activations<T>& ctx, int l, int li, int s, i
     // scratch row nobody reads (d_ln_ is overwritten below before use).
     layer_forward(a, d_ln_, p, B, moe_acts(ctx, l));
   } else if (recompute == Recompute::selective) {
-    cp_->attention_state(a.lse, d_atty_, a.qkv, B, H, KV, D, doc_start_);
+    cp_->attention_state(a.lse, d_atty_, a.qkv, B, H, KV, D, dv_, doc_start_);
   }
   // MLP: d_res_ is the gradient of x_out = x_mid + exit(act pw^T) + pb
   k::bias_backward(p.dpb, d_res_, R, C, acc);
@@ -574,15 +574,9 @@ void Transformer<T>::layer_backward(Activations<T>& ctx, int l, int li, int s, i
   dy = tp_->exit_backward(d_full_, d_res_, N, C);
   if (split) k::copy(ctx.saved[size_t(l)].d_attn_out, dy, N * C);
   if (gemm_reads_16bit()) k::pack_16(dy16_, dy, N * C, precision_);
-  if (cfg_.is_mla()) {  // the o_proj input without the value heads' padding, and back
-    const MlaScratch m = mla_scratch(N);
-    linear_bwd(m.d_attv, dow, nullptr, {dy, dy16_}, {attention_out(a.atty, N)}, {p.ow}, N, H * dv_, C, acc);
-    k::heads_widen(d_atty_, m.d_attv, N, H, dv_, D);
-  } else {
-    linear_bwd(d_atty_, dow, nullptr, {dy, dy16_}, saved_in(ctx, l, 3, a.atty), {p.ow}, N, H * D, C, acc);
-  }
-  store(d_atty_, N * H * D);
-  cp_->attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.lse, B, H, KV, D, doc_start_);
+  linear_bwd(d_atty_, dow, nullptr, {dy, dy16_}, saved_in(ctx, l, 3, a.atty), {p.ow}, N, H * dv_, C, acc);
+  store(d_atty_, N * H * dv_);
+  cp_->attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.lse, B, H, KV, D, dv_, doc_start_);
   if (cfg_.is_mla()) {
     mla_backward(a, saved_in(ctx, l, 1, a.ln1_full), d_qkv, p, B, acc);
     d = tp_->enter_backward(d_local_, d_ln_, N, C);
@@ -609,7 +603,7 @@ template <typename T>
 void Transformer<T>::layer_weight_grads(const Activations<T>& ctx, int l, const LayerParams& p, bool acc) {
   const LayerActs<T>& a = ctx.layers[size_t(l)];
   const SavedGrads<T>& g = ctx.saved[size_t(l)];
-  const int64_t N = ctx.B * seq(), C = cfg_.hidden, F = dims_.ffn, HD = dims_.heads * cfg_.head_dim();
+  const int64_t N = ctx.B * seq(), C = cfg_.hidden, F = dims_.ffn, HD = dims_.heads * dv_;
   if (ctx.moe.empty() || !ctx.moe[size_t(l)].logits) {  // an MoE layer's came with its input pass
     linear_bwd(nullptr, p.dpw, nullptr, {g.d_mlp_out}, saved_in(ctx, l, 7, a.act), {p.pw}, N, F, C, acc);
     linear_bwd(nullptr, p.dfcw, nullptr, {g.d_fc}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw}, N, C, fc_width_, acc);

@@ -64,9 +64,9 @@ enum class BackwardPart { all, input, weight };
 // Multi-head latent attention (model.attention: mla) keeps its latents:
 // q_lat [N, QL] (null without a query latent), kv_lat [N, KL] before their
 // RMSNorm, their statistics [N], and the normalised ones q_norm / kv_norm
-// (the up-projections' inputs). qkv [N, 3 H Dq] holds the heads as the
-// attention kernels take them, atty [N, H Dq] the output with each value
-// head padded to Dq (kernels::mla_heads).
+// (the up-projections' inputs). qkv [N, H (2 Dq + Dv)] holds the heads as
+// the attention kernels take them (kernels::mla_heads), atty [N, H Dv] the
+// output.
 template <typename T>
 struct MlaActs {
   T *q_lat = nullptr, *q_rstd = nullptr, *q_norm = nullptr, *kv_lat = nullptr, *kv_rstd = nullptr, *kv_norm = nullptr;
@@ -351,14 +351,12 @@ class Transformer {
   T* qk_scratch(int64_t N);  // 2 N (H + KV) D: the heads and their gradients
   Tensor qk_scratch_;
   // Multi-head latent attention: the projections from h (the gathered norm1
-  // output) to qkv [N, 3 H Dq], and back from its gradient to d_ln_ (the
+  // output) to qkv [N, H (2 Dq + Dv)], and back from its gradient to d_ln_ (the
   // weight gradients included, in either backward part).
   void mla_forward(const LayerActs<T>& a, const T* h, const LayerParams& p, int64_t B);
   void mla_backward(const LayerActs<T>& a, GemmIn h, T* d_qkv, const LayerParams& p, int64_t B, bool acc);
-  // the o_proj input [N, H Dv] (MLA: the value heads without their padding)
-  const T* attention_out(const T* atty, int64_t N);
   struct MlaScratch {
-    T *q, *kvb, *kr, *attv, *d_attv, *d_kv_norm, *d_kv_lat, *d_q_norm, *d_q_lat, *d_h;
+    T *q, *kvb, *kr, *d_kv_norm, *d_kv_lat, *d_q_norm, *d_q_lat, *d_h;
   };
   MlaScratch mla_scratch(int64_t N);
   Tensor mla_scratch_;

@@ -110,14 +110,14 @@ void ContextParallel::exchange(const T* send, T* recv, int64_t per, int tag) {
 
 template <typename T>
 void ContextParallel::ring_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
-                                   const int32_t* ds) {
+                                   int64_t Dv, const int32_t* ds) {
   const int N = size(), r = rank();
-  const int64_t Tl = local_len(), W = (H + 2 * KV) * D, KW = 2 * KV * D, n = B * Tl * KW;
+  const int64_t Tl = local_len(), W = kernels::attention_qkv_width(H, KV, D, Dv), KW = KV * (D + Dv), n = B * Tl * KW;
   T* cur = scratch<T>(0, n);
   T* nxt = scratch<T>(1, n);
   for (int64_t row = 0; row < B * Tl; ++row) std::copy_n(qkv + row * W + H * D, KW, cur + row * KW);  // k | v
   kernels::AttentionBlock<T> a;
-  a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D;
+  a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D, a.Dv = Dv;
   a.q = qkv, a.ldq = W, a.ldkv = KW, a.q_pos = positions().data(), a.doc_start = ds;
   for (int s = 0; s < N; ++s) {
     WorkPtr sent, got;
@@ -128,7 +128,7 @@ void ContextParallel::ring_forward(T* out, T* lse, const T* qkv, int64_t B, int6
     }
     const int src = (r + N - s) % N;
     a.k = cur, a.v = cur + KV * D, a.k_pos = positions_[size_t(src)].data();
-    kernels::attention_block_forward(out, H * D, lse, a, /*merge=*/s > 0);
+    kernels::attention_block_forward(out, H * Dv, lse, a, /*merge=*/s > 0);
     wait_exposed(got, traffic_.exposed_s);
     wait_exposed(sent, traffic_.exposed_s);
     std::swap(cur, nxt);
@@ -137,19 +137,19 @@ void ContextParallel::ring_forward(T* out, T* lse, const T* qkv, int64_t B, int6
 
 template <typename T>
 void ContextParallel::ring_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
-                                    int64_t H, int64_t KV, int64_t D, const int32_t* ds) {
+                                    int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* ds) {
   const int N = size(), r = rank(), next = (r + 1) % N, prev = (r + N - 1) % N;
-  const int64_t Tl = local_len(), W = (H + 2 * KV) * D, KW = 2 * KV * D, n = B * Tl * KW;
+  const int64_t Tl = local_len(), W = kernels::attention_qkv_width(H, KV, D, Dv), KW = KV * (D + Dv), n = B * Tl * KW;
   T* cur = scratch<T>(0, n);
   T* nxt = scratch<T>(1, n);
   T* part[2] = {scratch<T>(2, n), scratch<T>(3, n)};  // this step's dK|dV partials, sent on
   T* home = scratch<T>(4, n);                         // the partials received from the previous rank
   T* delta = scratch<T>(5, B * H * Tl);
-  kernels::attention_delta(delta, dout, out, H * D, B, Tl, H, D);
+  kernels::attention_delta(delta, dout, out, H * Dv, B, Tl, H, Dv);
   std::memset(static_cast<void*>(dqkv), 0, sizeof(T) * size_t(B * Tl * W));
   for (int64_t row = 0; row < B * Tl; ++row) std::copy_n(qkv + row * W + H * D, KW, cur + row * KW);
   kernels::AttentionBlock<T> a;
-  a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D;
+  a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D, a.Dv = Dv;
   a.q = qkv, a.ldq = W, a.ldkv = KW, a.q_pos = positions().data(), a.doc_start = ds;
   WorkPtr dkv_sent, dkv_got;
   for (int s = 0; s < N; ++s) {
@@ -164,7 +164,7 @@ void ContextParallel::ring_backward(T* dqkv, const T* dout, const T* qkv, const 
     T* mine = part[s % 2];
     wait_exposed(dkv_sent, traffic_.exposed_s);  // the buffer two steps back is free again
     std::memset(static_cast<void*>(mine), 0, sizeof(T) * size_t(n));
-    kernels::attention_block_backward(dqkv, W, mine, mine + KV * D, KW, dout, H * D, lse, delta, a);
+    kernels::attention_block_backward(dqkv, W, mine, mine + KV * D, KW, dout, H * Dv, lse, delta, a);
     // add what the ranks before this one computed for the same block, and pass it on
     wait_exposed(dkv_got, traffic_.exposed_s);
     if (s > 0)
@@ -185,10 +185,10 @@ void ContextParallel::ring_backward(T* dqkv, const T* dout, const T* qkv, const 
 
 template <typename T>
 kernels::AttentionBlock<T> ContextParallel::gather_heads(const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
-                                                         const int32_t* ds) {
+                                                         int64_t Dv, const int32_t* ds) {
   const int N = size();
-  const int64_t Tl = local_len(), W = (H + 2 * KV) * D, Hs = H / N, KVs = KV / N, Ws = (Hs + 2 * KVs) * D;
-  const int64_t per = B * Tl * Ws;
+  const int64_t Tl = local_len(), W = kernels::attention_qkv_width(H, KV, D, Dv), Hs = H / N, KVs = KV / N;
+  const int64_t Ws = kernels::attention_qkv_width(Hs, KVs, D, Dv), per = B * Tl * Ws;
   T* send = scratch<T>(1, N * per);
   T* recv = scratch<T>(2, N * per);
   for (int j = 0; j < N; ++j)
@@ -197,14 +197,14 @@ kernels::AttentionBlock<T> ContextParallel::gather_heads(const T* qkv, int64_t B
       T* y = send + j * per + row * Ws;
       std::copy_n(x + j * Hs * D, Hs * D, y);
       std::copy_n(x + (H + j * KVs) * D, KVs * D, y + Hs * D);
-      std::copy_n(x + (H + KV + j * KVs) * D, KVs * D, y + (Hs + KVs) * D);
+      std::copy_n(x + (H + KV) * D + j * KVs * Dv, KVs * Dv, y + (Hs + KVs) * D);
     }
   exchange(send, recv, per, kTagAll);
   T* full = scratch<T>(0, N * per);  // [B][rank i's rows][Ws]
   for (int i = 0; i < N; ++i)
     for (int64_t b = 0; b < B; ++b) std::copy_n(recv + i * per + b * Tl * Ws, Tl * Ws, full + (b * N + i) * Tl * Ws);
   kernels::AttentionBlock<T> a;
-  a.B = B, a.Tq = a.Tk = seq_len_, a.H = Hs, a.KV = KVs, a.D = D;
+  a.B = B, a.Tq = a.Tk = seq_len_, a.H = Hs, a.KV = KVs, a.D = D, a.Dv = Dv;
   a.q = full, a.ldq = Ws, a.k = full + Hs * D, a.v = full + (Hs + KVs) * D, a.ldkv = Ws;
   a.q_pos = a.k_pos = positions_full_.data();
   if (ds) {  // every rank's document starts, in the same rank-major order
@@ -222,33 +222,33 @@ kernels::AttentionBlock<T> ContextParallel::gather_heads(const T* qkv, int64_t B
 
 template <typename T>
 void ContextParallel::all_to_all_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
-                                         const int32_t* ds) {
+                                         int64_t Dv, const int32_t* ds) {
   const int N = size();
   const int64_t Tl = local_len(), Hs = H / N;
-  const kernels::AttentionBlock<T> a = gather_heads(qkv, B, H, KV, D, ds);
-  const int64_t per = B * Tl * Hs * D;
-  T* o = scratch<T>(3, N * per);  // [B][Tf][Hs D], then the rows of rank i at (b * N + i) * Tl
-  kernels::attention_block_forward(o, Hs * D, lse, a, false);
+  const kernels::AttentionBlock<T> a = gather_heads(qkv, B, H, KV, D, Dv, ds);
+  const int64_t per = B * Tl * Hs * Dv;
+  T* o = scratch<T>(3, N * per);  // [B][Tf][Hs Dv], then the rows of rank i at (b * N + i) * Tl
+  kernels::attention_block_forward(o, Hs * Dv, lse, a, false);
   T* send = scratch<T>(1, N * per);
   T* recv = scratch<T>(2, N * per);
   for (int i = 0; i < N; ++i)
     for (int64_t b = 0; b < B; ++b)
-      std::copy_n(o + (b * N + i) * Tl * Hs * D, Tl * Hs * D, send + i * per + b * Tl * Hs * D);
+      std::copy_n(o + (b * N + i) * Tl * Hs * Dv, Tl * Hs * Dv, send + i * per + b * Tl * Hs * Dv);
   exchange(send, recv, per, kTagAll);
   for (int j = 0; j < N; ++j)  // rank j's heads of this rank's rows
     for (int64_t row = 0; row < B * Tl; ++row)
-      std::copy_n(recv + j * per + row * Hs * D, Hs * D, out + row * H * D + j * Hs * D);
+      std::copy_n(recv + j * per + row * Hs * Dv, Hs * Dv, out + row * H * Dv + j * Hs * Dv);
 }
 
 template <typename T>
 void ContextParallel::all_to_all_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
-                                          int64_t H, int64_t KV, int64_t D, const int32_t* ds) {
+                                          int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* ds) {
   const int N = size();
-  const int64_t Tl = local_len(), W = (H + 2 * KV) * D, Hs = H / N, KVs = KV / N, Ws = (Hs + 2 * KVs) * D;
-  const int64_t Tf = seq_len_;
+  const int64_t Tl = local_len(), W = kernels::attention_qkv_width(H, KV, D, Dv), Hs = H / N, KVs = KV / N;
+  const int64_t Ws = kernels::attention_qkv_width(Hs, KVs, D, Dv), Tf = seq_len_;
   // the row dot products of the local rows, then this rank's heads of every row
   T* delta_l = scratch<T>(6, B * H * Tl);
-  kernels::attention_delta(delta_l, dout, out, H * D, B, Tl, H, D);
+  kernels::attention_delta(delta_l, dout, out, H * Dv, B, Tl, H, Dv);
   const int64_t dper = B * Hs * Tl;
   T* dsend = scratch<T>(7, N * dper);
   T* drecv = scratch<T>(8, N * dper);
@@ -262,22 +262,22 @@ void ContextParallel::all_to_all_backward(T* dqkv, const T* dout, const T* qkv, 
       for (int64_t h = 0; h < Hs; ++h)
         std::copy_n(drecv + i * dper + (b * Hs + h) * Tl, Tl, delta + (b * Hs + h) * Tf + i * Tl);
   // dout of this rank's heads over the whole sequence
-  const int64_t gper = B * Tl * Hs * D;
+  const int64_t gper = B * Tl * Hs * Dv;
   T* gsend = scratch<T>(3, N * gper);
   T* grecv = scratch<T>(10, N * gper);
   for (int j = 0; j < N; ++j)
     for (int64_t row = 0; row < B * Tl; ++row)
-      std::copy_n(dout + row * H * D + j * Hs * D, Hs * D, gsend + j * gper + row * Hs * D);
+      std::copy_n(dout + row * H * Dv + j * Hs * Dv, Hs * Dv, gsend + j * gper + row * Hs * Dv);
   exchange(gsend, grecv, gper, kTagAll);
   T* g = scratch<T>(11, N * gper);
   for (int i = 0; i < N; ++i)
     for (int64_t b = 0; b < B; ++b)
-      std::copy_n(grecv + i * gper + b * Tl * Hs * D, Tl * Hs * D, g + (b * N + i) * Tl * Hs * D);
-  const kernels::AttentionBlock<T> a = gather_heads(qkv, B, H, KV, D, ds);
+      std::copy_n(grecv + i * gper + b * Tl * Hs * Dv, Tl * Hs * Dv, g + (b * N + i) * Tl * Hs * Dv);
+  const kernels::AttentionBlock<T> a = gather_heads(qkv, B, H, KV, D, Dv, ds);
   const int64_t per = B * Tl * Ws;
   T* dfull = scratch<T>(12, N * per);
   std::memset(static_cast<void*>(dfull), 0, sizeof(T) * size_t(N * per));
-  kernels::attention_block_backward(dfull, Ws, dfull + Hs * D, dfull + (Hs + KVs) * D, Ws, g, Hs * D, lse, delta, a);
+  kernels::attention_block_backward(dfull, Ws, dfull + Hs * D, dfull + (Hs + KVs) * D, Ws, g, Hs * Dv, lse, delta, a);
   T* send = scratch<T>(1, N * per);
   T* recv = scratch<T>(2, N * per);
   for (int i = 0; i < N; ++i)
@@ -289,7 +289,7 @@ void ContextParallel::all_to_all_backward(T* dqkv, const T* dout, const T* qkv, 
       T* y = dqkv + row * W;
       std::copy_n(x, Hs * D, y + j * Hs * D);
       std::copy_n(x + Hs * D, KVs * D, y + (H + j * KVs) * D);
-      std::copy_n(x + (Hs + KVs) * D, KVs * D, y + (H + KV + j * KVs) * D);
+      std::copy_n(x + (Hs + KVs) * D, KVs * Dv, y + (H + KV) * D + j * KVs * Dv);
     }
 }
 
@@ -297,33 +297,33 @@ void ContextParallel::all_to_all_backward(T* dqkv, const T* dout, const T* qkv, 
 
 template <typename T>
 void ContextParallel::attention_forward(T* out, T* state, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
-                                        const int32_t* doc_start) {
-  if (!group_) return kernels::attention_forward(out, state, qkv, B, seq_len_, H, KV, D, doc_start);
+                                        int64_t Dv, const int32_t* doc_start) {
+  if (!group_) return kernels::attention_forward(out, state, qkv, B, seq_len_, H, KV, D, Dv, doc_start);
   Timed timed{traffic_.seconds};
   traffic_.calls += 1;
   if (mode_ == ContextMode::ring)
-    ring_forward(out, state, qkv, B, H, KV, D, doc_start);
+    ring_forward(out, state, qkv, B, H, KV, D, Dv, doc_start);
   else
-    all_to_all_forward(out, state, qkv, B, H, KV, D, doc_start);
+    all_to_all_forward(out, state, qkv, B, H, KV, D, Dv, doc_start);
 }
 
 template <typename T>
 void ContextParallel::attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* state, int64_t B,
-                                         int64_t H, int64_t KV, int64_t D, const int32_t* doc_start) {
-  if (!group_) return kernels::attention_backward(dqkv, dout, qkv, out, state, B, seq_len_, H, KV, D, doc_start);
+                                         int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start) {
+  if (!group_) return kernels::attention_backward(dqkv, dout, qkv, out, state, B, seq_len_, H, KV, D, Dv, doc_start);
   Timed timed{traffic_.seconds};
   traffic_.calls += 1;
   if (mode_ == ContextMode::ring)
-    ring_backward(dqkv, dout, qkv, out, state, B, H, KV, D, doc_start);
+    ring_backward(dqkv, dout, qkv, out, state, B, H, KV, D, Dv, doc_start);
   else
-    all_to_all_backward(dqkv, dout, qkv, out, state, B, H, KV, D, doc_start);
+    all_to_all_backward(dqkv, dout, qkv, out, state, B, H, KV, D, Dv, doc_start);
 }
 
 template <typename T>
 void ContextParallel::attention_state(T* state, T* scratch_out, const T* qkv, int64_t B, int64_t H, int64_t KV,
-                                      int64_t D, const int32_t* doc_start) {
-  if (!group_) return kernels::attention_lse(state, qkv, B, seq_len_, H, KV, D, doc_start);
-  attention_forward(scratch_out, state, qkv, B, H, KV, D, doc_start);
+                                      int64_t D, int64_t Dv, const int32_t* doc_start) {
+  if (!group_) return kernels::attention_lse(state, qkv, B, seq_len_, H, KV, D, Dv, doc_start);
+  attention_forward(scratch_out, state, qkv, B, H, KV, D, Dv, doc_start);
 }
 
 template <typename T>
@@ -334,11 +334,11 @@ void ContextParallel::sum(T* values, int64_t n) {
 
 #define INSTANTIATE(T)                                                                                               \
   template void ContextParallel::sum<T>(T*, int64_t);                                                                \
-  template void ContextParallel::attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t,          \
+  template void ContextParallel::attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, \
                                                       const int32_t*);                                               \
   template void ContextParallel::attention_backward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, \
-                                                       int64_t, int64_t, const int32_t*);                            \
-  template void ContextParallel::attention_state<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t,            \
+                                                       int64_t, int64_t, int64_t, const int32_t*);                   \
+  template void ContextParallel::attention_state<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t,   \
                                                     const int32_t*);
 INSTANTIATE(float)
 INSTANTIATE(double)

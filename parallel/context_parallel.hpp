@@ -69,20 +69,20 @@ class ContextParallel {
   // document under document masking). One rank: left as it is.
   void shard(Batch& batch) const;
 
-  // The model's attention over the local rows: qkv [B, local_len, (H + 2 KV) D]
-  // (this rank's heads of the tensor split), out [B, local_len, H D], state
-  // [B, H, local_len]; doc_start [B, local_len]: the global position each
-  // row's document starts at (document masking), or null.
+  // The model's attention over the local rows: qkv [B, local_len, (H + KV) D
+  // + KV Dv] (this rank's heads of the tensor split), out [B, local_len, H Dv],
+  // state [B, H, local_len]; doc_start [B, local_len]: the global position
+  // each row's document starts at (document masking), or null.
   template <typename T>
-  void attention_forward(T* out, T* state, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
+  void attention_forward(T* out, T* state, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, int64_t Dv,
                          const int32_t* doc_start);
   template <typename T>
   void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* state, int64_t B, int64_t H,
-                          int64_t KV, int64_t D, const int32_t* doc_start);
+                          int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start);
   // Refills the state alone (selective recompute); scratch_out [B, local_len,
-  // H D] is overwritten.
+  // H Dv] is overwritten.
   template <typename T>
-  void attention_state(T* state, T* scratch_out, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
+  void attention_state(T* state, T* scratch_out, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, int64_t Dv,
                        const int32_t* doc_start);
 
   // values [n] -> their sum over the context group, in place (the MoE
@@ -99,20 +99,23 @@ class ContextParallel {
   template <typename T>
   T* scratch(int i, int64_t n);
   template <typename T>
-  void ring_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, const int32_t* ds);
+  void ring_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, int64_t Dv,
+                    const int32_t* ds);
   template <typename T>
   void ring_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t H, int64_t KV,
-                     int64_t D, const int32_t* ds);
+                     int64_t D, int64_t Dv, const int32_t* ds);
   template <typename T>
-  void all_to_all_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, const int32_t* ds);
+  void all_to_all_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, int64_t Dv,
+                          const int32_t* ds);
   template <typename T>
   void all_to_all_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t H,
-                           int64_t KV, int64_t D, const int32_t* ds);
+                           int64_t KV, int64_t D, int64_t Dv, const int32_t* ds);
   // all_to_all: q, k, v of this rank's heads over the whole sequence
   // [B, seq_len (rank-major), W'] in scratch 0, and the rows' doc starts;
   // returned as the attention block over them (q = the gathered buffer).
   template <typename T>
-  kernels::AttentionBlock<T> gather_heads(const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, const int32_t* ds);
+  kernels::AttentionBlock<T> gather_heads(const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, int64_t Dv,
+                                          const int32_t* ds);
 
   Communicator* group_ = nullptr;
   ContextMode mode_ = ContextMode::ring;

@@ -125,11 +125,12 @@ int main() {
     Tensor dqkv = dev_random(B * T * W, 9, 0.f, false);
     const double fwd_flops = 4.0 * B * H * double(T) * double(T) * D / 2;  // causal half
     const double fwd = time_ms(
-        [&] { kernels::attention_forward(out.data<float>(), lse.data<float>(), qkv.data<float>(), B, T, H, H, D); }, 5);
+        [&] { kernels::attention_forward(out.data<float>(), lse.data<float>(), qkv.data<float>(), B, T, H, H, D, D); },
+        5);
     const double bwd = time_ms(
         [&] {
           kernels::attention_backward(dqkv.data<float>(), dout.data<float>(), qkv.data<float>(), out.data<float>(),
-                                      lse.data<float>(), B, T, H, H, D);
+                                      lse.data<float>(), B, T, H, H, D, D);
         },
         5);
     std::printf(

@@ -187,7 +187,8 @@ const std::vector<Key>& table() {
       integer("model.mla.qk_rope_head_dim", FIELD(model.mla.qk_rope_head_dim), 2, 1 << 16, value<int64_t>(64),
               "each query head's rotary part, and the one rotary key part all heads share; even"),
       integer("model.mla.v_head_dim", FIELD(model.mla.v_head_dim), 1, 1 << 16, value<int64_t>(128),
-              "each value head's size; `<= qk_nope_head_dim + qk_rope_head_dim`"),
+              "each value head's size (the attention kernels take it apart from the query heads'; up to 256 "
+              "on CUDA)"),
       section("model.mtp", "multi-token prediction (DeepSeek-V3; llama; [mtp.md](mtp.md)); without it none"),
       integer("model.mtp.depth", FIELD(model.mtp.depth), 1, 64, Default<int64_t>{1, nullptr, "`1` with `model.mtp`"},
               "prediction depths D: module k (1..D) predicts the token k + 1 ahead, a transformer block of its own "

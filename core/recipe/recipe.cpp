@@ -140,11 +140,6 @@ void validate_mla(Reader& r, const Recipe& rc) {
   if (a.qk_rope_head_dim % 2 != 0)
     r.inconsistent("model.mla.qk_rope_head_dim",
                    fmt::format("rotary embedding needs an even size, found {}", a.qk_rope_head_dim));
-  if (a.v_head_dim > a.qk_head_dim())
-    r.inconsistent("model.mla.v_head_dim",
-                   fmt::format("v_head_dim({}) > qk_nope_head_dim + qk_rope_head_dim ({}): the attention kernels run "
-                               "the value heads padded to the query head size",
-                               a.v_head_dim, a.qk_head_dim()));
   if (m.qk_norm)
     r.inconsistent("model.qk_norm",
                    "QK-norm is for standard attention; multi-head latent attention normalises its "
@@ -154,6 +149,10 @@ void validate_mla(Reader& r, const Recipe& rc) {
                    fmt::format("device cuda: the attention kernels take heads of up to 256 values, found "
                                "qk_nope_head_dim + qk_rope_head_dim = {}",
                                a.qk_head_dim()));
+  if (rc.device == DeviceType::cuda && a.v_head_dim > 256)
+    r.inconsistent(
+        "model.mla.v_head_dim",
+        fmt::format("device cuda: the attention kernels take heads of up to 256 values, found {}", a.v_head_dim));
 }
 
 // model.mtp (docs/mtp.md): what the modules need, and what is not built yet.

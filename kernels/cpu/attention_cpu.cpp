@@ -79,12 +79,12 @@ void mask_tile(T* S, const AttentionBlock<T>& a, int64_t b, int64_t t0, int64_t 
 
 template <typename T>
 void block_forward(T* out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool merge) {
-  const int64_t B = a.B, Tq = a.Tq, Tk = a.Tk, H = a.H, D = a.D, group = a.H / a.KV;
+  const int64_t B = a.B, Tq = a.Tq, Tk = a.Tk, H = a.H, D = a.D, Dv = a.Dv, group = a.H / a.KV;
   const int64_t nq = (Tq + kTileQ - 1) / kTileQ, nk = (Tk + kTileK - 1) / kTileK;
   const T scale = T(1) / std::sqrt(T(D));
 #pragma omp parallel
   {
-    std::vector<T> S(size_t(kTileQ * kTileK)), acc(size_t(kTileQ * D)), mx(static_cast<size_t>(kTileQ)),
+    std::vector<T> S(size_t(kTileQ * kTileK)), acc(size_t(kTileQ * Dv)), mx(static_cast<size_t>(kTileQ)),
         sum(static_cast<size_t>(kTileQ));
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < B; ++b)
@@ -100,7 +100,7 @@ void block_forward(T* out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool
             const Sight seen = sight(a, b, t0, tn, s0, sn);
             if (seen == Sight::none) continue;
             const T* k = a.k + (b * Tk + s0) * a.ldkv + kvh * D;
-            const T* v = a.v + (b * Tk + s0) * a.ldkv + kvh * D;
+            const T* v = a.v + (b * Tk + s0) * a.ldkv + kvh * Dv;
             tile_gemm(false, true, tn, sn, D, scale, q, a.ldq, k, a.ldkv, T(0), S.data(), sn);
             if (seen == Sight::masked) mask_tile(S.data(), a, b, t0, tn, s0, sn);
             for (int64_t r = 0; r < tn; ++r) {
@@ -122,26 +122,26 @@ void block_forward(T* out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool
               sum[size_t(r)] = sum[size_t(r)] * corr + add;
               mx[size_t(r)] = m;
               if (corr != T(1))
-                for (int64_t d = 0; d < D; ++d) acc[size_t(r * D + d)] *= corr;
+                for (int64_t d = 0; d < Dv; ++d) acc[size_t(r * Dv + d)] *= corr;
             }
-            tile_gemm(false, false, tn, D, sn, T(1), S.data(), sn, v, a.ldkv, T(1), acc.data(), D);
+            tile_gemm(false, false, tn, Dv, sn, T(1), S.data(), sn, v, a.ldkv, T(1), acc.data(), Dv);
           }
           for (int64_t r = 0; r < tn; ++r) {
             const T l = sum[size_t(r)];
             const T row_lse = l > 0 ? mx[size_t(r)] + std::log(l) : T(-INFINITY);
             T& L = lse[(b * H + h) * Tq + t0 + r];
-            T* o = out ? out + (b * Tq + t0 + r) * ldo + h * D : nullptr;
-            const T* x = acc.data() + r * D;
+            T* o = out ? out + (b * Tq + t0 + r) * ldo + h * Dv : nullptr;
+            const T* x = acc.data() + r * Dv;
             const T inv = l > 0 ? T(1) / l : T(0);
             if (!merge || L == T(-INFINITY)) {
               L = row_lse;
               if (o)
-                for (int64_t d = 0; d < D; ++d) o[d] = x[d] * inv;
+                for (int64_t d = 0; d < Dv; ++d) o[d] = x[d] * inv;
             } else if (row_lse != T(-INFINITY)) {  // out, lse := the softmax over both key sets
               const T top = std::max(L, row_lse);
               const T w_old = std::exp(L - top), w_new = std::exp(row_lse - top), tot = w_old + w_new;
               if (o)
-                for (int64_t d = 0; d < D; ++d) o[d] = (o[d] * w_old + x[d] * inv * w_new) / tot;
+                for (int64_t d = 0; d < Dv; ++d) o[d] = (o[d] * w_old + x[d] * inv * w_new) / tot;
               L = top + std::log(tot);
             }
           }
@@ -152,21 +152,21 @@ void block_forward(T* out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool
 template <typename T>
 void block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* dout, int64_t lddo, const T* lse,
                     const T* delta, const AttentionBlock<T>& a) {
-  const int64_t B = a.B, Tq = a.Tq, Tk = a.Tk, H = a.H, KV = a.KV, D = a.D, group = a.H / a.KV;
+  const int64_t B = a.B, Tq = a.Tq, Tk = a.Tk, H = a.H, KV = a.KV, D = a.D, Dv = a.Dv, group = a.H / a.KV;
   const int64_t nq = (Tq + kTileQ - 1) / kTileQ, nk = (Tk + kTileK - 1) / kTileK;
   const T scale = T(1) / std::sqrt(T(D));
   std::vector<std::mutex> dq_locks(size_t(B * H * nq));
 #pragma omp parallel
   {
     std::vector<T> P(size_t(kTileQ * kTileK)), dS(size_t(kTileQ * kTileK)), dk_acc(size_t(kTileK * D)),
-        dv_acc(size_t(kTileK * D)), dq_part(size_t(kTileQ * D));
+        dv_acc(size_t(kTileK * Dv)), dq_part(size_t(kTileQ * D));
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < B; ++b)
       for (int64_t kvh = 0; kvh < KV; ++kvh)
         for (int64_t j = 0; j < nk; ++j) {
           const int64_t s0 = j * kTileK, sn = std::min(kTileK, Tk - s0);
           const T* k = a.k + (b * Tk + s0) * a.ldkv + kvh * D;
-          const T* v = a.v + (b * Tk + s0) * a.ldkv + kvh * D;
+          const T* v = a.v + (b * Tk + s0) * a.ldkv + kvh * Dv;
           std::fill(dk_acc.begin(), dk_acc.end(), T(0));
           std::fill(dv_acc.begin(), dv_acc.end(), T(0));
           bool touched = false;
@@ -177,7 +177,7 @@ void block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* d
               if (seen == Sight::none) continue;
               touched = true;
               const T* q = a.q + (b * Tq + t0) * a.ldq + h * D;
-              const T* go = dout + (b * Tq + t0) * lddo + h * D;
+              const T* go = dout + (b * Tq + t0) * lddo + h * Dv;
               const T* L = lse + (b * H + h) * Tq + t0;
               const T* Dl = delta + (b * H + h) * Tq + t0;
               tile_gemm(false, true, tn, sn, D, scale, q, a.ldq, k, a.ldkv, T(0), P.data(), sn);
@@ -189,8 +189,9 @@ void block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* d
                 for (int64_t c = 0; c < sn; ++c)
                   p[c] = p[c] == T(-INFINITY) || l == T(-INFINITY) ? T(0) : vexp(p[c] - l);
               }
-              tile_gemm(true, false, sn, D, tn, T(1), P.data(), sn, go, lddo, T(1), dv_acc.data(), D);  // dV += P^T dO
-              tile_gemm(false, true, tn, sn, D, T(1), go, lddo, v, a.ldkv, T(0), dS.data(), sn);        // dP = dO V^T
+              tile_gemm(true, false, sn, Dv, tn, T(1), P.data(), sn, go, lddo, T(1), dv_acc.data(),
+                        Dv);                                                                       // dV += P^T dO
+              tile_gemm(false, true, tn, sn, Dv, T(1), go, lddo, v, a.ldkv, T(0), dS.data(), sn);  // dP = dO V^T
               for (int64_t r = 0; r < tn; ++r) {
                 T* ds = dS.data() + r * sn;
                 const T* p = P.data() + r * sn;
@@ -211,8 +212,9 @@ void block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* d
           if (!touched) continue;
           for (int64_t c = 0; c < sn; ++c) {
             T* gk = dk + (b * Tk + s0 + c) * lddkv + kvh * D;
-            T* gv = dv + (b * Tk + s0 + c) * lddkv + kvh * D;
-            for (int64_t e = 0; e < D; ++e) gk[e] += dk_acc[size_t(c * D + e)], gv[e] += dv_acc[size_t(c * D + e)];
+            T* gv = dv + (b * Tk + s0 + c) * lddkv + kvh * Dv;
+            for (int64_t e = 0; e < D; ++e) gk[e] += dk_acc[size_t(c * D + e)];
+            for (int64_t e = 0; e < Dv; ++e) gv[e] += dv_acc[size_t(c * Dv + e)];
           }
         }
   }
@@ -220,31 +222,40 @@ void block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* d
 
 // The whole sequence as one block: q, k and v heads of qkv.
 template <typename T>
-AttentionBlock<T> self_block(const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+AttentionBlock<T> self_block(const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D, int64_t Dv,
                              const int32_t* doc_start) {
-  const int64_t W = (H + 2 * KV) * D;
+  const int64_t W = attention_qkv_width(H, KV, D, Dv);
   AttentionBlock<T> a;
-  a.B = B, a.Tq = a.Tk = T_, a.H = H, a.KV = KV, a.D = D;
+  a.B = B, a.Tq = a.Tk = T_, a.H = H, a.KV = KV, a.D = D, a.Dv = Dv;
   a.q = qkv, a.ldq = W, a.k = qkv + H * D, a.v = qkv + (H + KV) * D, a.ldkv = W;
   a.doc_start = doc_start;
   return a;
 }
 
+template <typename T>
+void check_block(const AttentionBlock<T>& a) {
+  TRIDENT_CHECK(a.KV > 0 && a.H % a.KV == 0, "attention block: {} heads over {} KV heads", a.H, a.KV);
+  TRIDENT_CHECK(a.D > 0 && a.Dv > 0, "attention block: head sizes {} (query/key) and {} (value) must be set", a.D,
+                a.Dv);
+}
+
 }  // namespace
+
+int64_t attention_qkv_width(int64_t H, int64_t KV, int64_t D, int64_t Dv) { return (H + KV) * D + KV * Dv; }
 
 int64_t attention_state_elements(int64_t B, int64_t T_, int64_t H) { return B * H * T_; }
 
 namespace cpu {
 template <typename T>
-void attention_lse(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+void attention_lse(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D, int64_t Dv,
                    const int32_t* doc_start) {
-  block_forward<T>(nullptr, 0, lse, self_block(qkv, B, T_, H, KV, D, doc_start), false);
+  block_forward<T>(nullptr, 0, lse, self_block(qkv, B, T_, H, KV, D, Dv, doc_start), false);
 }
 
 template <typename T>
 void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                       const int32_t* doc_start) {
-  block_forward(out, H * D, lse, self_block(qkv, B, T_, H, KV, D, doc_start), false);
+                       int64_t Dv, const int32_t* doc_start) {
+  block_forward(out, H * Dv, lse, self_block(qkv, B, T_, H, KV, D, Dv, doc_start), false);
 }
 
 template <typename T>
@@ -264,38 +275,40 @@ void attention_delta(T* delta, const T* dout, const T* out, int64_t ldo, int64_t
 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t T_,
-                        int64_t H, int64_t KV, int64_t D, const int32_t* doc_start) {
-  const int64_t W = (H + 2 * KV) * D;
+                        int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start) {
+  const int64_t W = attention_qkv_width(H, KV, D, Dv);
   std::memset(dqkv, 0, sizeof(T) * size_t(B * T_ * W));
   std::vector<T> delta(size_t(B * H * T_));
-  attention_delta(delta.data(), dout, out, H * D, B, T_, H, D);
-  block_backward(dqkv, W, dqkv + H * D, dqkv + (H + KV) * D, W, dout, H * D, lse, delta.data(),
-                 self_block(qkv, B, T_, H, KV, D, doc_start));
+  attention_delta(delta.data(), dout, out, H * Dv, B, T_, H, Dv);
+  block_backward(dqkv, W, dqkv + H * D, dqkv + (H + KV) * D, W, dout, H * Dv, lse, delta.data(),
+                 self_block(qkv, B, T_, H, KV, D, Dv, doc_start));
 }
 
 template <typename T>
 void attention_block_forward(T* out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool merge) {
-  TRIDENT_CHECK(a.KV > 0 && a.H % a.KV == 0, "attention block: {} heads over {} KV heads", a.H, a.KV);
+  check_block(a);
   block_forward(out, ldo, lse, a, merge);
 }
 
 template <typename T>
 void attention_block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* dout, int64_t lddo,
                               const T* lse, const T* delta, const AttentionBlock<T>& a) {
+  check_block(a);
   block_backward(dq, lddq, dk, dv, lddkv, dout, lddo, lse, delta, a);
 }
 }  // namespace cpu
 
 #define INSTANTIATE(T)                                                                                                \
-  template void cpu::attention_lse<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*);     \
+  template void cpu::attention_lse<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,             \
+                                      const int32_t*);                                                                \
   template void cpu::attention_block_forward<T>(T*, int64_t, T*, const AttentionBlock<T>&, bool);                     \
   template void cpu::attention_delta<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);         \
   template void cpu::attention_block_backward<T>(T*, int64_t, T*, T*, int64_t, const T*, int64_t, const T*, const T*, \
                                                  const AttentionBlock<T>&);                                           \
-  template void cpu::attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t,              \
+  template void cpu::attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,     \
                                           const int32_t*);                                                            \
   template void cpu::attention_backward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \
-                                           int64_t, int64_t, const int32_t*);
+                                           int64_t, int64_t, int64_t, const int32_t*);
 INSTANTIATE(float)
 INSTANTIATE(double)
 

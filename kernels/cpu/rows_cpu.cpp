@@ -65,18 +65,17 @@ void heads_scatter(T* qkv, const T* heads, int64_t N, int64_t H, int64_t KV, int
 template <typename T>
 void mla_heads(T* qkv, const T* q, const T* kvb, const T* kr, int64_t N, int64_t H, int64_t Dn, int64_t Dr,
                int64_t Dv) {
-  const int64_t Dq = Dn + Dr, W = 3 * H * Dq, Wkv = H * (Dn + Dv);
+  const int64_t Dq = Dn + Dr, W = H * (2 * Dq + Dv), Wkv = H * (Dn + Dv);
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     T* row = qkv + n * W;
     std::copy(q + n * H * Dq, q + (n + 1) * H * Dq, row);
     for (int64_t h = 0; h < H; ++h) {
       const T* kv = kvb + n * Wkv + h * (Dn + Dv);
-      T *k = row + (H + h) * Dq, *v = row + (2 * H + h) * Dq;
+      T *k = row + (H + h) * Dq, *v = row + 2 * H * Dq + h * Dv;
       std::copy(kv, kv + Dn, k);
       std::copy(kr + n * Dr, kr + (n + 1) * Dr, k + Dn);
       std::copy(kv + Dn, kv + Dn + Dv, v);
-      std::fill(v + Dv, v + Dq, T(0));
     }
   }
 }
@@ -84,7 +83,7 @@ void mla_heads(T* qkv, const T* q, const T* kvb, const T* kr, int64_t N, int64_t
 template <typename T>
 void mla_heads_backward(T* dq, T* dkvb, T* dkr, const T* dqkv, int64_t N, int64_t H, int64_t Dn, int64_t Dr,
                         int64_t Dv) {
-  const int64_t Dq = Dn + Dr, W = 3 * H * Dq, Wkv = H * (Dn + Dv);
+  const int64_t Dq = Dn + Dr, W = H * (2 * Dq + Dv), Wkv = H * (Dn + Dv);
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T* row = dqkv + n * W;
@@ -93,7 +92,7 @@ void mla_heads_backward(T* dq, T* dkvb, T* dkr, const T* dqkv, int64_t N, int64_
     std::fill(r, r + Dr, T(0));
     for (int64_t h = 0; h < H; ++h) {
       T* kv = dkvb + n * Wkv + h * (Dn + Dv);
-      const T *k = row + (H + h) * Dq, *v = row + (2 * H + h) * Dq;
+      const T *k = row + (H + h) * Dq, *v = row + 2 * H * Dq + h * Dv;
       std::copy(k, k + Dn, kv);
       for (int64_t d = 0; d < Dr; ++d) r[d] += k[Dn + d];
       std::copy(v, v + Dv, kv + Dn);
@@ -119,21 +118,6 @@ void columns_split(T* a, T* b, const T* in, int64_t N, int64_t A, int64_t B) {
   }
 }
 
-template <typename T>
-void heads_narrow(T* out, const T* in, int64_t N, int64_t H, int64_t Din, int64_t Dout) {
-#pragma omp parallel for
-  for (int64_t i = 0; i < N * H; ++i) std::copy(in + i * Din, in + i * Din + Dout, out + i * Dout);
-}
-
-template <typename T>
-void heads_widen(T* out, const T* in, int64_t N, int64_t H, int64_t Din, int64_t Dout) {
-#pragma omp parallel for
-  for (int64_t i = 0; i < N * H; ++i) {
-    std::copy(in + i * Din, in + (i + 1) * Din, out + i * Dout);
-    std::fill(out + i * Dout + Din, out + (i + 1) * Dout, T(0));
-  }
-}
-
 }  // namespace cpu
 
 #define INSTANTIATE(T)                                                                                            \
@@ -144,10 +128,8 @@ void heads_widen(T* out, const T* in, int64_t N, int64_t H, int64_t Din, int64_t
   template void cpu::heads_scatter<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);                 \
   template void cpu::mla_heads<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t); \
   template void cpu::mla_heads_backward<T>(T*, T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);    \
-  template void cpu::heads_narrow<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t);                           \
   template void cpu::columns_concat<T>(T*, const T*, const T*, int64_t, int64_t, int64_t);                        \
-  template void cpu::columns_split<T>(T*, T*, const T*, int64_t, int64_t, int64_t);                               \
-  template void cpu::heads_widen<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t);
+  template void cpu::columns_split<T>(T*, T*, const T*, int64_t, int64_t, int64_t);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

@@ -42,15 +42,15 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
   const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
   const int64_t q = q0 + r;
   constexpr int HD = DMAX / 2;
-  load_rows<TILE>(s.Q, qb + b * d.Tq * d.ldq, q0, d.Tq, t, h * t.D, d.ldq);
+  load_rows<TILE>(s.Q, qb + b * d.Tq * d.ldq, q0, d.Tq, t, t.D, h * t.D, d.ldq);
   float acc[HD];
 #pragma unroll
   for (int i = 0; i < HD; ++i) acc[i] = 0.f;
   float m = -INFINITY, l = 0.f;
   for (int64_t k0 = 0; k0 < d.Tk; k0 += TILE) {
     __syncthreads();
-    load_rows<TILE>(s.K, kb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
-    load_rows<TILE>(s.V, vb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
+    load_rows<TILE>(s.K, kb + b * d.Tk * d.ldkv, k0, d.Tk, t, t.D, kvh * t.D, d.ldkv);
+    load_rows<TILE>(s.V, vb + b * d.Tk * d.ldkv, k0, d.Tk, t, t.Dv, kvh * t.Dv, d.ldkv);
     __syncthreads();
     softmax_tile<TILE, HD>(
         s.Q, s.K, s.V, s.P, t, [&](int c) { return visible(d, b, q, k0 + c); }, m, l, acc);
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
   // this block's row: its lse (-inf when it saw no key) and normalised output, merged into what is there
   const float row_lse = l > 0.f ? m + logf(l) : -INFINITY, inv = l > 0.f ? 1.f / l : 0.f;
   float* L = lse + (b * d.H + h) * d.Tq + q;
-  float* o = out ? out + (b * d.Tq + q) * d.ldo + h * t.D : nullptr;
+  float* o = out ? out + (b * d.Tq + q) * d.ldo + h * t.Dv : nullptr;
   const float old = merge ? *L : -INFINITY;
   float w_old = 0.f, w_new = 1.f, total = 1.f;
   if (old != -INFINITY && row_lse != -INFINITY) {
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
 #pragma unroll
     for (int i = 0; i < HD; ++i) {
       const int e = half * HD + i;
-      if (e < t.D) o[e] = ((w_old > 0.f ? o[e] * w_old : 0.f) + acc[i] * inv * w_new) / total;
+      if (e < t.Dv) o[e] = ((w_old > 0.f ? o[e] * w_old : 0.f) + acc[i] * inv * w_new) / total;
     }
   }
   __syncwarp();  // both halves read the old lse before it is written
@@ -107,16 +107,16 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
   const int c = threadIdx.x >> 1, half = threadIdx.x & 1;
   const int64_t key = k0 + c;
   constexpr int HD = DMAX / 2;
-  load_rows<TILE>(s.K, kb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
-  load_rows<TILE>(s.V, vb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
+  load_rows<TILE>(s.K, kb + b * d.Tk * d.ldkv, k0, d.Tk, t, t.D, kvh * t.D, d.ldkv);
+  load_rows<TILE>(s.V, vb + b * d.Tk * d.ldkv, k0, d.Tk, t, t.Dv, kvh * t.Dv, d.ldkv);
   float gk[HD], gv[HD];
 #pragma unroll
   for (int i = 0; i < HD; ++i) gk[i] = gv[i] = 0.f;
   for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
     for (int64_t q0 = 0; q0 < d.Tq; q0 += TILE) {
       __syncthreads();
-      load_rows<TILE>(s.Q, qb + b * d.Tq * d.ldq, q0, d.Tq, t, h * t.D, d.ldq);
-      load_rows<TILE>(s.dO, dout + b * d.Tq * d.ldo, q0, d.Tq, t, h * t.D, d.ldo);
+      load_rows<TILE>(s.Q, qb + b * d.Tq * d.ldq, q0, d.Tq, t, t.D, h * t.D, d.ldq);
+      load_rows<TILE>(s.dO, dout + b * d.Tq * d.ldo, q0, d.Tq, t, t.Dv, h * t.Dv, d.ldo);
       load_row_stats<TILE>(s.L, s.Dl, lse, delta, (b * d.H + h) * d.Tq, q0, d.Tq);
       __syncthreads();
       kv_grad_tile<TILE, HD>(
@@ -124,11 +124,12 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
     }
   if (key >= d.Tk) return;
   float* rk = dk + (b * d.Tk + key) * lddkv + kvh * t.D;
-  float* rv = dv + (b * d.Tk + key) * lddkv + kvh * t.D;
+  float* rv = dv + (b * d.Tk + key) * lddkv + kvh * t.Dv;
 #pragma unroll
   for (int i = 0; i < HD; ++i) {
     const int e = half * HD + i;
-    if (e < t.D) rk[e] += gk[i] * t.scale, rv[e] += gv[i];
+    if (e < t.D) rk[e] += gk[i] * t.scale;
+    if (e < t.Dv) rv[e] += gv[i];
   }
 }
 
@@ -146,8 +147,8 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
   const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
   const int64_t q = q0 + r;
   constexpr int HD = DMAX / 2;
-  load_rows<TILE>(s.Q, qb + b * d.Tq * d.ldq, q0, d.Tq, t, h * t.D, d.ldq);
-  load_rows<TILE>(s.dO, dout + b * d.Tq * d.ldo, q0, d.Tq, t, h * t.D, d.ldo);
+  load_rows<TILE>(s.Q, qb + b * d.Tq * d.ldq, q0, d.Tq, t, t.D, h * t.D, d.ldq);
+  load_rows<TILE>(s.dO, dout + b * d.Tq * d.ldo, q0, d.Tq, t, t.Dv, h * t.Dv, d.ldo);
   const float L = q < d.Tq ? lse[(b * d.H + h) * d.Tq + q] : 0.f;
   const float Dq = q < d.Tq ? delta[(b * d.H + h) * d.Tq + q] : 0.f;
   float g[HD];
@@ -155,8 +156,8 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
   for (int i = 0; i < HD; ++i) g[i] = 0.f;
   for (int64_t k0 = 0; k0 < d.Tk; k0 += TILE) {
     __syncthreads();
-    load_rows<TILE>(s.K, kb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
-    load_rows<TILE>(s.V, vb + b * d.Tk * d.ldkv, k0, d.Tk, t, kvh * t.D, d.ldkv);
+    load_rows<TILE>(s.K, kb + b * d.Tk * d.ldkv, k0, d.Tk, t, t.D, kvh * t.D, d.ldkv);
+    load_rows<TILE>(s.V, vb + b * d.Tk * d.ldkv, k0, d.Tk, t, t.Dv, kvh * t.Dv, d.ldkv);
     __syncthreads();
     q_grad_tile<TILE, HD>(
         s.Q, s.dO, s.K, s.V, s.dS, t, L, Dq, [&](int c) { return visible(d, b, q, k0 + c); }, g);
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
 }
 
 BlockDims block_dims(const AttentionBlock<float>& a, int64_t ldo) {
-  const TileShape t = tile_shape(a.D);
+  const TileShape t = tile_shape(a.D, a.Dv);
   if (a.KV < 1 || a.H % a.KV != 0)
     cuda_fail("CUDA", "attention", __FILE__, __LINE__, "heads must be a multiple of kv_heads");
   return {a.B, a.Tq, a.Tk, a.H, a.KV, a.ldq, a.ldkv, ldo, t, a.q_pos, a.k_pos, a.doc_start};
@@ -182,7 +183,7 @@ BlockDims block_dims(const AttentionBlock<float>& a, int64_t ldo) {
 void attention_block_forward(float* out, int64_t ldo, float* lse, const AttentionBlock<float>& a, bool merge) {
   if (a.B * a.Tq == 0) return;
   const BlockDims d = block_dims(a, ldo);
-  with_dmax(a.D, [&](auto dmax) {
+  with_dmax(widest(d.t), [&](auto dmax) {
     constexpr int DMAX = decltype(dmax)::value, TILE = kTileFor<DMAX>;
     const dim3 grid(unsigned((a.Tq + TILE - 1) / TILE), unsigned(a.H), unsigned(a.B));
     const size_t bytes = ForwardTiles<TILE>::floats(d.t.SD) * sizeof(float);
@@ -196,7 +197,7 @@ void attention_delta(float* delta, const float* dout, const float* out, int64_t 
                      int64_t D) {
   if (B * Tq == 0) return;
   AttentionBlock<float> a;
-  a.B = B, a.Tq = Tq, a.Tk = 0, a.H = H, a.KV = H, a.D = D;
+  a.B = B, a.Tq = Tq, a.Tk = 0, a.H = H, a.KV = H, a.D = a.Dv = D;
   const BlockDims d = block_dims(a, ldo);
   const int64_t rows = B * Tq * H;
   KERNEL_LAUNCH(blk_delta, unsigned((rows * 32 + 255) / 256), 256, 0)(delta, dout, out, d);
@@ -207,7 +208,7 @@ void attention_block_backward(float* dq, int64_t lddq, float* dk, float* dv, int
                               int64_t lddo, const float* lse, const float* delta, const AttentionBlock<float>& a) {
   if (a.B * a.Tq == 0 || a.Tk == 0) return;
   const BlockDims d = block_dims(a, lddo);
-  with_dmax(a.D, [&](auto dmax) {
+  with_dmax(widest(d.t), [&](auto dmax) {
     constexpr int DMAX = decltype(dmax)::value, TILE = kTileFor<DMAX>;
     const size_t kv_bytes = KvGradTiles<TILE>::floats(d.t.SD) * sizeof(float);
     const size_t q_bytes = QGradTiles<TILE>::floats(d.t.SD) * sizeof(float);

@@ -7,9 +7,10 @@
 // it; the other owns a query tile and accumulates dQ. delta = rowsum(dO * O)
 // comes first (attention_delta, attention_block_cuda.cu).
 // The tiles and thread layout are attention_tiles.cuh's; these kernels add
-// the causal mask and skip the tiles past the diagonal. Head sizes up to 256
-// (DMAX 64, 128, 192 or 256 chosen at launch; tiles of 32 above 128). fp32 FMA throughout (no tensor cores:
-// left for a later kernel).
+// the causal mask and skip the tiles past the diagonal. Head sizes up to 256,
+// values' (Dv) apart from queries' and keys' (D) (DMAX 64, 128, 192 or 256
+// chosen at launch by the wider; tiles of 32 above 128). fp32 FMA throughout
+// (no tensor cores: left for a later kernel).
 #include "kernels/cuda/common.cuh"
 // after common.cuh, which renames the namespace under the CPU emulation
 #include "kernels/cuda/attention_tiles.cuh"
@@ -19,7 +20,7 @@ namespace trident::kernels::cuda {
 namespace {
 
 struct Dims {
-  int64_t B, T, H, KV, W;  // W = (H + 2 KV) D, the qkv row width
+  int64_t B, T, H, KV, W;  // W = (H + KV) D + KV Dv, the qkv row width
   TileShape t;
   const int32_t* doc_start;  // [B*T] document masking, or null
 };
@@ -42,7 +43,7 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>) attn_fwd(float* out, float*
   const int64_t q = q0 + r;
   const int64_t k_first = first_key(d, b, q);
   constexpr int HD = DMAX / 2;
-  load_rows<TILE>(s.Q, base, q0, d.T, t, h * t.D, d.W);
+  load_rows<TILE>(s.Q, base, q0, d.T, t, t.D, h * t.D, d.W);
   float acc[HD];
 #pragma unroll
   for (int i = 0; i < HD; ++i) acc[i] = 0.f;
@@ -50,8 +51,8 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>) attn_fwd(float* out, float*
   const int64_t last_key = min(q0 + TILE, d.T) - 1;  // causal: no tile past the diagonal
   for (int64_t k0 = 0; k0 <= last_key; k0 += TILE) {
     __syncthreads();  // the previous tile's K/V are no longer read
-    load_rows<TILE>(s.K, base, k0, d.T, t, (d.H + kvh) * t.D, d.W);
-    load_rows<TILE>(s.V, base, k0, d.T, t, (d.H + d.KV + kvh) * t.D, d.W);
+    load_rows<TILE>(s.K, base, k0, d.T, t, t.D, (d.H + kvh) * t.D, d.W);
+    load_rows<TILE>(s.V, base, k0, d.T, t, t.Dv, (d.H + d.KV) * t.D + kvh * t.Dv, d.W);
     __syncthreads();
     softmax_tile<TILE, HD>(
         s.Q, s.K, s.V, s.P, t,
@@ -63,12 +64,12 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>) attn_fwd(float* out, float*
   }
   if (q >= d.T) return;
   if (out) {
-    float* o = out + (b * d.T + q) * d.H * t.D + h * t.D;
+    float* o = out + (b * d.T + q) * d.H * t.Dv + h * t.Dv;
     const float inv = 1.f / l;
 #pragma unroll
     for (int i = 0; i < HD; ++i) {
       const int e = half * HD + i;
-      if (e < t.D) o[e] = acc[i] * inv;
+      if (e < t.Dv) o[e] = acc[i] * inv;
     }
   }
   if (half == 0) lse[(b * d.H + h) * d.T + q] = m + logf(l);
@@ -85,20 +86,20 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
   const int64_t k0 = int64_t(blockIdx.x) * TILE, kvh = blockIdx.y, b = blockIdx.z;
   const int64_t group = d.H / d.KV;
   const float* base = qkv + b * d.T * d.W;
-  const float* gbase = dout + b * d.T * d.H * t.D;
+  const float* gbase = dout + b * d.T * d.H * t.Dv;
   const int c = threadIdx.x >> 1, half = threadIdx.x & 1;
   const int64_t key = k0 + c;
   constexpr int HD = DMAX / 2;
-  load_rows<TILE>(s.K, base, k0, d.T, t, (d.H + kvh) * t.D, d.W);
-  load_rows<TILE>(s.V, base, k0, d.T, t, (d.H + d.KV + kvh) * t.D, d.W);
+  load_rows<TILE>(s.K, base, k0, d.T, t, t.D, (d.H + kvh) * t.D, d.W);
+  load_rows<TILE>(s.V, base, k0, d.T, t, t.Dv, (d.H + d.KV) * t.D + kvh * t.Dv, d.W);
   float dk[HD], dv[HD];
 #pragma unroll
   for (int i = 0; i < HD; ++i) dk[i] = dv[i] = 0.f;
   for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
     for (int64_t q0 = (k0 / TILE) * TILE; q0 < d.T; q0 += TILE) {  // causal: from the diagonal on
       __syncthreads();
-      load_rows<TILE>(s.Q, base, q0, d.T, t, h * t.D, d.W);
-      load_rows<TILE>(s.dO, gbase, q0, d.T, t, h * t.D, d.H * t.D);
+      load_rows<TILE>(s.Q, base, q0, d.T, t, t.D, h * t.D, d.W);
+      load_rows<TILE>(s.dO, gbase, q0, d.T, t, t.Dv, h * t.Dv, d.H * t.Dv);
       load_row_stats<TILE>(s.L, s.Dl, lse, delta, (b * d.H + h) * d.T, q0, d.T);
       __syncthreads();
       kv_grad_tile<TILE, HD>(
@@ -114,10 +115,8 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
 #pragma unroll
   for (int i = 0; i < HD; ++i) {
     const int e = half * HD + i;
-    if (e < t.D) {
-      row[(d.H + kvh) * t.D + e] = dk[i] * t.scale;
-      row[(d.H + d.KV + kvh) * t.D + e] = dv[i];
-    }
+    if (e < t.D) row[(d.H + kvh) * t.D + e] = dk[i] * t.scale;
+    if (e < t.Dv) row[(d.H + d.KV) * t.D + kvh * t.Dv + e] = dv[i];
   }
 }
 
@@ -135,8 +134,8 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
   const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
   const int64_t q = q0 + r;
   constexpr int HD = DMAX / 2;
-  load_rows<TILE>(s.Q, base, q0, d.T, t, h * t.D, d.W);
-  load_rows<TILE>(s.dO, dout + b * d.T * d.H * t.D, q0, d.T, t, h * t.D, d.H * t.D);
+  load_rows<TILE>(s.Q, base, q0, d.T, t, t.D, h * t.D, d.W);
+  load_rows<TILE>(s.dO, dout + b * d.T * d.H * t.Dv, q0, d.T, t, t.Dv, h * t.Dv, d.H * t.Dv);
   const float L = q < d.T ? lse[(b * d.H + h) * d.T + q] : 0.f;
   const float Dq = q < d.T ? delta[(b * d.H + h) * d.T + q] : 0.f;
   const int64_t k_first = first_key(d, b, q);
@@ -146,8 +145,8 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
   const int64_t last_key = min(q0 + TILE, d.T) - 1;
   for (int64_t k0 = 0; k0 <= last_key; k0 += TILE) {
     __syncthreads();
-    load_rows<TILE>(s.K, base, k0, d.T, t, (d.H + kvh) * t.D, d.W);
-    load_rows<TILE>(s.V, base, k0, d.T, t, (d.H + d.KV + kvh) * t.D, d.W);
+    load_rows<TILE>(s.K, base, k0, d.T, t, t.D, (d.H + kvh) * t.D, d.W);
+    load_rows<TILE>(s.V, base, k0, d.T, t, t.Dv, (d.H + d.KV) * t.D + kvh * t.Dv, d.W);
     __syncthreads();
     q_grad_tile<TILE, HD>(
         s.Q, s.dO, s.K, s.V, s.dS, t, L, Dq,
@@ -166,10 +165,10 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
   }
 }
 
-Dims make_dims(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, const int32_t* doc_start) {
-  const TileShape t = tile_shape(D);
+Dims make_dims(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start) {
+  const TileShape t = tile_shape(D, Dv);
   if (H % KV != 0) cuda_fail("CUDA", "attention", __FILE__, __LINE__, "heads must be a multiple of kv_heads");
-  return {B, T, H, KV, (H + 2 * KV) * D, t, doc_start};
+  return {B, T, H, KV, (H + KV) * D + KV * Dv, t, doc_start};
 }
 
 template <typename Kernel>
@@ -182,10 +181,10 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t smem_floats, const cha
 }
 
 void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-             const int32_t* doc_start) {
+             int64_t Dv, const int32_t* doc_start) {
   if (B * T == 0) return;
-  const Dims d = make_dims(B, T, H, KV, D, doc_start);
-  with_dmax(D, [&](auto dmax) {
+  const Dims d = make_dims(B, T, H, KV, D, Dv, doc_start);
+  with_dmax(widest(d.t), [&](auto dmax) {
     constexpr int DMAX = decltype(dmax)::value, TILE = kTileFor<DMAX>;
     const dim3 grid(unsigned((T + TILE - 1) / TILE), unsigned(H), unsigned(B));
     const size_t bytes = ForwardTiles<TILE>::floats(d.t.SD) * sizeof(float);
@@ -198,23 +197,23 @@ void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                       const int32_t* doc_start) {
-  forward(out, lse, qkv, B, T, H, KV, D, doc_start);
+                       int64_t Dv, const int32_t* doc_start) {
+  forward(out, lse, qkv, B, T, H, KV, D, Dv, doc_start);
 }
 
-void attention_lse(float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+void attention_lse(float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv,
                    const int32_t* doc_start) {
-  forward(nullptr, lse, qkv, B, T, H, KV, D, doc_start);
+  forward(nullptr, lse, qkv, B, T, H, KV, D, Dv, doc_start);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B,
-                        int64_t T, int64_t H, int64_t KV, int64_t D, const int32_t* doc_start) {
+                        int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start) {
   if (B * T == 0) return;
-  const Dims d = make_dims(B, T, H, KV, D, doc_start);
+  const Dims d = make_dims(B, T, H, KV, D, Dv, doc_start);
   const size_t delta_bytes = size_t(B * H * T) * sizeof(float);
   auto* delta = static_cast<float*>(scratch_alloc(delta_bytes));
-  attention_delta(delta, dout, out, H * D, B, T, H, D);  // attention_block_cuda.cu
-  with_dmax(D, [&](auto dmax) {
+  attention_delta(delta, dout, out, H * Dv, B, T, H, Dv);  // attention_block_cuda.cu
+  with_dmax(widest(d.t), [&](auto dmax) {
     constexpr int DMAX = decltype(dmax)::value, TILE = kTileFor<DMAX>;
     const unsigned tiles = unsigned((T + TILE - 1) / TILE);
     launch(attn_bwd_kv<DMAX>, dim3(tiles, unsigned(KV), unsigned(B)), kThreadsFor<DMAX>,

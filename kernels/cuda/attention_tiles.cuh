@@ -7,6 +7,8 @@
 // with __syncwarp. Each kernel says which (query, key) pairs are visible
 // through a functor of the tile column; masked pairs count as -inf scores.
 // HD = DMAX / 2: the head-dimension elements a thread owns (registers).
+// Queries and keys have heads of D, values (and the output and its
+// gradient) heads of Dv; DMAX covers the larger.
 #pragma once
 #include <type_traits>
 
@@ -21,19 +23,19 @@ constexpr int kTileFor = DMAX > 128 ? 32 : 64;
 template <int DMAX>
 constexpr int kThreadsFor = 2 * kTileFor<DMAX>;
 
-// Head size D, the shared-memory row stride SD (odd: no bank conflicts) and
-// the score scale 1/sqrt(D).
+// Head sizes D (queries, keys) and Dv (values), the shared-memory row
+// stride SD (odd: no bank conflicts) and the score scale 1/sqrt(D).
 struct TileShape {
-  int D, SD;
+  int D, Dv, SD;
   float scale;
 };
 
-// dst[TILE][SD] <- rows row0.. (of n) of src, columns col0 .. col0 + D; zeros past n
+// dst[TILE][SD] <- rows row0.. (of n) of src, columns col0 .. col0 + cols; zeros past n
 template <int TILE>
-__device__ __forceinline__ void load_rows(float* dst, const float* src, int64_t row0, int64_t n, TileShape t,
+__device__ __forceinline__ void load_rows(float* dst, const float* src, int64_t row0, int64_t n, TileShape t, int cols,
                                           int64_t col0, int64_t stride) {
-  for (int idx = threadIdx.x; idx < TILE * t.D; idx += blockDim.x) {
-    const int r = idx / t.D, c = idx % t.D;
+  for (int idx = threadIdx.x; idx < TILE * cols; idx += blockDim.x) {
+    const int r = idx / cols, c = idx % cols;
     const int64_t row = row0 + r;
     dst[r * t.SD + c] = row < n ? src[row * stride + col0 + c] : 0.f;
   }
@@ -89,7 +91,7 @@ __device__ __forceinline__ void softmax_tile(const float* Qs, const float* Ks, c
 #pragma unroll
     for (int i = 0; i < HD; ++i) {
       const int e = half * HD + i;
-      if (e < t.D) acc[i] += p * Vs[c * t.SD + e];
+      if (e < t.Dv) acc[i] += p * Vs[c * t.SD + e];
     }
   }
   __syncwarp();  // Ps row read by both threads before the next tile writes it
@@ -101,10 +103,8 @@ __device__ __forceinline__ void softmax_tile(const float* Qs, const float* Ks, c
 __device__ __forceinline__ void prob_and_score_grad(const float* q, const float* k, const float* go, const float* v,
                                                     TileShape t, float lse, float delta, float& p, float& ds) {
   float dot = 0.f, dp = 0.f;
-  for (int e = 0; e < t.D; ++e) {
-    dot += q[e] * k[e];
-    dp += go[e] * v[e];
-  }
+  for (int e = 0; e < t.D; ++e) dot += q[e] * k[e];
+  for (int e = 0; e < t.Dv; ++e) dp += go[e] * v[e];
   p = lse == -INFINITY ? 0.f : expf(dot * t.scale - lse);
   ds = p * (dp - delta);
 }
@@ -131,10 +131,8 @@ __device__ __forceinline__ void kv_grad_tile(const float* Ks, const float* Vs, c
 #pragma unroll
     for (int i = 0; i < HD; ++i) {
       const int e = half * HD + i;
-      if (e < t.D) {
-        dv[i] += p * dOs[rq * t.SD + e];
-        dk[i] += ds * Qs[rq * t.SD + e];
-      }
+      if (e < t.Dv) dv[i] += p * dOs[rq * t.SD + e];
+      if (e < t.D) dk[i] += ds * Qs[rq * t.SD + e];
     }
   }
   __syncwarp();
@@ -204,7 +202,7 @@ __device__ __forceinline__ QGradTiles<TILE> q_grad_tiles(float* smem, int SD) {
 }
 
 // Calls f(std::integral_constant<int, DMAX>) with the kernels' instance for
-// head size D: DMAX 64, 128, 192 or 256.
+// heads of up to D values: DMAX 64, 128, 192 or 256.
 template <typename F>
 void with_dmax(int64_t D, F f) {
   if (D <= 64)
@@ -217,11 +215,15 @@ void with_dmax(int64_t D, F f) {
     f(std::integral_constant<int, 256>{});
 }
 
-// The shape of D-wide heads, or a failure naming the limit (1..256).
-inline TileShape tile_shape(int64_t D) {
-  if (D > 256 || D < 1)
-    cuda_fail("CUDA", "attention", __FILE__, __LINE__, "head size must be 1..256 for the CUDA attention kernels");
-  return {int(D), int(D % 2 == 0 ? D + 1 : D), 1.f / sqrtf(float(D))};
+// The shape of heads of D (queries, keys) and Dv (values), or a failure
+// naming the limit (1..256 each).
+inline TileShape tile_shape(int64_t D, int64_t Dv) {
+  if (D > 256 || D < 1 || Dv > 256 || Dv < 1)
+    cuda_fail("CUDA", "attention", __FILE__, __LINE__, "head sizes must be 1..256 for the CUDA attention kernels");
+  const int64_t wide = D > Dv ? D : Dv;
+  return {int(D), int(Dv), int(wide % 2 == 0 ? wide + 1 : wide), 1.f / sqrtf(float(D))};
 }
+// The widest head (DMAX's choice)
+inline int64_t widest(const TileShape& t) { return t.D > t.Dv ? t.D : t.Dv; }
 
 }  // namespace trident::kernels::cuda

@@ -53,7 +53,7 @@ inline unsigned grid_for(int64_t n, int threads) {
 inline constexpr int kGridStrideThreads = 256;
 #define GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
-#define LAUNCH_GRID_STRIDE(kernel, n, ...)                                                                       \
+#define LAUNCH_GRID_STRIDE(kernel, n, ...)                                                            \
   do {                                                                                                \
     if ((n) > 0) {                                                                                    \
       KERNEL_LAUNCH(kernel, (grid_for((n), kGridStrideThreads)), kGridStrideThreads, 0)(__VA_ARGS__); \

@@ -56,8 +56,6 @@ void mla_heads_backward(float* dq, float* dkvb, float* dkr, const float* dqkv, i
                         int64_t Dr, int64_t Dv);
 void columns_concat(float* out, const float* a, const float* b, int64_t N, int64_t A, int64_t B);
 void columns_split(float* a, float* b, const float* in, int64_t N, int64_t A, int64_t B);
-void heads_narrow(float* out, const float* in, int64_t N, int64_t H, int64_t Din, int64_t Dout);
-void heads_widen(float* out, const float* in, int64_t N, int64_t H, int64_t Din, int64_t Dout);
 
 // As kernels/moe_permute.hpp (offsets: host memory).
 void moe_route_index(int32_t* row, int32_t* token, int64_t* offsets, const int32_t* expert, int64_t N, int64_t K,
@@ -84,13 +82,14 @@ void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N
 
 // Flash-style causal attention: lse[B,H,T] (log-sum-exp of each query row's
 // scaled scores) is the only per-row state kept, as on the CPU; no T x T matrix exists.
-// Head sizes up to 128. doc_start[B*T] (device, optional): document masking.
+// Query/key heads of D and value heads of Dv, each up to 256. doc_start[B*T]
+// (device, optional): document masking.
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                       const int32_t* doc_start = nullptr);
-void attention_lse(float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                       int64_t Dv, const int32_t* doc_start = nullptr);
+void attention_lse(float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv,
                    const int32_t* doc_start = nullptr);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B,
-                        int64_t T, int64_t H, int64_t KV, int64_t D, const int32_t* doc_start = nullptr);
+                        int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start = nullptr);
 // Blocks with global positions and log-sum-exp merging (context parallelism),
 // the twins of kernels/attention.hpp's CPU functions; every pointer on the device.
 void attention_block_forward(float* out, int64_t ldo, float* lse, const AttentionBlock<float>& a, bool merge);

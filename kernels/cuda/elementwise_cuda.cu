@@ -21,7 +21,6 @@ namespace {
 constexpr int kThreads = kGridStrideThreads;  // the reductions' blocks too
 constexpr float kGeluScale = 0.7978845608028654f;
 
-
 __global__ void gelu_fwd(float* out, const float* inp, int64_t n) {
   GRID_STRIDE(i, n) {
     const float x = inp[i];
@@ -185,12 +184,13 @@ double chunked_sum(const float* x, const std::vector<std::pair<int64_t, int64_t>
 
 }  // namespace
 
-
 void gelu_forward(float* out, const float* inp, int64_t n) { LAUNCH_GRID_STRIDE(gelu_fwd, n, out, inp, n); }
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
   LAUNCH_GRID_STRIDE(gelu_bwd, n, dinp, inp, dout, n);
 }
-void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) { LAUNCH_GRID_STRIDE(swiglu_fwd, N * F, out, inp, N, F); }
+void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {
+  LAUNCH_GRID_STRIDE(swiglu_fwd, N * F, out, inp, N, F);
+}
 void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
   LAUNCH_GRID_STRIDE(swiglu_bwd, N * F, dinp, inp, dout, N, F);
 }

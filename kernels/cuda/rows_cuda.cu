@@ -44,19 +44,22 @@ __global__ void heads_scatter_kernel(float* qkv, const float* heads, int64_t N, 
   GRID_STRIDE(i, N * (H + KV) * D) qkv[qkv_index(i, N, H, KV, D, W)] = heads[i];
 }
 
-// one thread per element of qkv [N, 3 H Dq]
+// one thread per element of qkv [N, H (2 Dq + Dv)]
 __global__ void mla_heads_kernel(float* qkv, const float* q, const float* kvb, const float* kr, int64_t N, int64_t H,
                                  int64_t Dn, int64_t Dr, int64_t Dv) {
-  const int64_t Dq = Dn + Dr, W = 3 * H * Dq, Wkv = H * (Dn + Dv);
+  const int64_t Dq = Dn + Dr, W = H * (2 * Dq + Dv), Wkv = H * (Dn + Dv);
   GRID_STRIDE(i, N * W) {
-    const int64_t n = i / W, c = i % W, part = c / (H * Dq), h = c % (H * Dq) / Dq, d = c % Dq;
-    float x = 0;
-    if (part == 0)
+    const int64_t n = i / W, c = i % W;
+    float x;
+    if (c < H * Dq) {
       x = q[n * H * Dq + c];
-    else if (part == 1)
+    } else if (c < 2 * H * Dq) {
+      const int64_t h = (c - H * Dq) / Dq, d = (c - H * Dq) % Dq;
       x = d < Dn ? kvb[n * Wkv + h * (Dn + Dv) + d] : kr[n * Dr + d - Dn];
-    else if (d < Dv)
+    } else {
+      const int64_t h = (c - 2 * H * Dq) / Dv, d = (c - 2 * H * Dq) % Dv;
       x = kvb[n * Wkv + h * (Dn + Dv) + Dn + d];
+    }
     qkv[i] = x;
   }
 }
@@ -64,14 +67,14 @@ __global__ void mla_heads_kernel(float* qkv, const float* q, const float* kvb, c
 // one thread per element of dq, of dkvb and of dkr (the sum over heads in increasing order)
 __global__ void mla_heads_backward_kernel(float* dq, float* dkvb, float* dkr, const float* dqkv, int64_t N, int64_t H,
                                           int64_t Dn, int64_t Dr, int64_t Dv) {
-  const int64_t Dq = Dn + Dr, W = 3 * H * Dq, Wkv = H * (Dn + Dv);
+  const int64_t Dq = Dn + Dr, W = H * (2 * Dq + Dv), Wkv = H * (Dn + Dv);
   const int64_t nq = N * H * Dq, nkv = N * Wkv;
   GRID_STRIDE(i, nq + nkv + N * Dr) {
     if (i < nq) {
       dq[i] = dqkv[i / (H * Dq) * W + i % (H * Dq)];
     } else if (i < nq + nkv) {
       const int64_t j = i - nq, n = j / Wkv, h = j % Wkv / (Dn + Dv), d = j % (Dn + Dv);
-      dkvb[j] = d < Dn ? dqkv[n * W + (H + h) * Dq + d] : dqkv[n * W + (2 * H + h) * Dq + d - Dn];
+      dkvb[j] = d < Dn ? dqkv[n * W + (H + h) * Dq + d] : dqkv[n * W + 2 * H * Dq + h * Dv + d - Dn];
     } else {
       const int64_t j = i - nq - nkv, n = j / Dr, d = j % Dr;
       float sum = 0;
@@ -98,19 +101,11 @@ __global__ void columns_split_kernel(float* a, float* b, const float* in, int64_
   }
 }
 
-__global__ void heads_narrow_kernel(float* out, const float* in, int64_t N, int64_t H, int64_t Din, int64_t Dout) {
-  GRID_STRIDE(i, N * H * Dout) out[i] = in[i / Dout * Din + i % Dout];
-}
-
-__global__ void heads_widen_kernel(float* out, const float* in, int64_t N, int64_t H, int64_t Din, int64_t Dout) {
-  GRID_STRIDE(i, N * H * Dout) out[i] = i % Dout < Din ? in[i / Dout * Din + i % Dout] : 0.0f;
-}
-
 }  // namespace
 
 void mla_heads(float* qkv, const float* q, const float* kvb, const float* kr, int64_t N, int64_t H, int64_t Dn,
                int64_t Dr, int64_t Dv) {
-  LAUNCH_GRID_STRIDE(mla_heads_kernel, N * 3 * H * (Dn + Dr), qkv, q, kvb, kr, N, H, Dn, Dr, Dv);
+  LAUNCH_GRID_STRIDE(mla_heads_kernel, N * H * (2 * (Dn + Dr) + Dv), qkv, q, kvb, kr, N, H, Dn, Dr, Dv);
 }
 void mla_heads_backward(float* dq, float* dkvb, float* dkr, const float* dqkv, int64_t N, int64_t H, int64_t Dn,
                         int64_t Dr, int64_t Dv) {
@@ -122,12 +117,6 @@ void columns_concat(float* out, const float* a, const float* b, int64_t N, int64
 }
 void columns_split(float* a, float* b, const float* in, int64_t N, int64_t A, int64_t B) {
   LAUNCH_GRID_STRIDE(columns_split_kernel, N * (A + B), a, b, in, N, A, B);
-}
-void heads_narrow(float* out, const float* in, int64_t N, int64_t H, int64_t Din, int64_t Dout) {
-  LAUNCH_GRID_STRIDE(heads_narrow_kernel, N * H * Dout, out, in, N, H, Din, Dout);
-}
-void heads_widen(float* out, const float* in, int64_t N, int64_t H, int64_t Din, int64_t Dout) {
-  LAUNCH_GRID_STRIDE(heads_widen_kernel, N * H * Dout, out, in, N, H, Din, Dout);
 }
 
 void rows_scale_add(float* out, const float* x, const float* g, int64_t N, int64_t C) {

@@ -63,10 +63,11 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
   if (P > 1) mem.buffers += 4.0 * V * R * double(m.hidden) * pb;  // send/receive pools
   if (CP > 1) {  // the context transfer buffers, fp32 (parallel/context_parallel.hpp): per rank's rows
     const model::LocalDims local = model::local_dims(m, {0, T});
-    const double rows = double(c.micro_batch * m.seq_len / CP),
-                 hd = double(m.q_head_dim());  // MLA: the kernels' padded heads
-    const double kv = rows * 2 * double(local.kv_heads) * hd, state = rows * double(local.heads);
-    const double qkv = rows * double(local.heads + 2 * local.kv_heads) * hd, out = rows * double(local.heads) * hd;
+    const double rows = double(c.micro_batch * m.seq_len / CP), dq = double(m.q_head_dim()),
+                 dv = double(m.v_head_dim());  // the query/key and value head sizes (MLA: 192 and 128)
+    const double H = double(local.heads), KV = double(local.kv_heads);
+    const double kv = rows * KV * (dq + dv), state = rows * H;
+    const double qkv = rows * ((H + KV) * dq + KV * dv), out = rows * H * dv;
     mem.buffers += 4 * (c.context_mode == ContextMode::ring ? 5 * kv + state : 4 * qkv + 3 * out + 4 * state);
   }
 }

@@ -57,8 +57,8 @@ void context_comm_time(const PlanContext& x, PlanResult& r, double passes) {
   // per layer and micro-batch, on this rank's rows (b x s / CP), this tensor rank's heads
   const Link xl = group_link(x.cl, x.where[3]);
   const model::LocalDims local = model::local_dims(m, {0, T});
-  const double rows = double(c.micro_batch * m.seq_len / CP),
-               hd = double(m.q_head_dim());  // MLA: the kernels' padded heads
+  // the query/key and value head sizes (MLA: 192 and 128)
+  const double rows = double(c.micro_batch * m.seq_len / CP), dq = double(m.q_head_dim()), dv = double(m.v_head_dim());
   const double H = double(local.heads), KV = double(local.kv_heads);
   auto p2p = [&](double bytes) { return bytes / xl.bandwidth_at(bytes) + xl.latency; };
   double attn_f = 0, attn_b = 0;  // this rank's attention, forward and backward
@@ -68,7 +68,7 @@ void context_comm_time(const PlanContext& x, PlanResult& r, double passes) {
   if (c.context_mode == ContextMode::ring) {
     // CP - 1 key/value blocks pass forward, each behind the attention of the block in hand; backward passes them
     // again behind theirs, and the dK/dV partials (as large) CP times, after each block's compute
-    const double kv = p2p(rows * 2 * KV * hd * pb);
+    const double kv = p2p(rows * KV * (dq + dv) * pb);
     const double fwd = (CP - 1) * kv, bwd = (CP - 1) * kv + CP * kv;
     const double fwd_hidden = (CP - 1) * std::min(kv, attn_f / CP), bwd_hidden = (CP - 1) * std::min(kv, attn_b / CP);
     t.context_comm = passes * ((1 + again) * fwd + bwd);
@@ -77,7 +77,7 @@ void context_comm_time(const PlanContext& x, PlanResult& r, double passes) {
     // all-to-all of (CP-1)/CP of the buffer: q, k, v and the output forward; backward the output gradient,
     // q, k, v again and dq, dk, dv
     auto a2a = [&](double bytes) { return (CP - 1) * p2p(bytes / CP); };
-    const double qkv = a2a(rows * (H + 2 * KV) * hd * pb), out = a2a(rows * H * hd * pb);
+    const double qkv = a2a(rows * ((H + KV) * dq + KV * dv) * pb), out = a2a(rows * H * dv * pb);
     t.context_comm = passes * ((1 + again) * (qkv + out) + out + 2 * qkv);
   }
 }

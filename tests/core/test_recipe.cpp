@@ -358,16 +358,18 @@ optim: {lr: 1.0e-3}
   // hidden / heads need not divide: the head sizes are MLA's own
   EXPECT_NO_THROW(load_recipe_text(mla, "r.yaml", {"model.hidden=50"}, 1));
   EXPECT_FALSE(load_recipe_text(kGood, "r.yaml", {}, 1).model.is_mla());
-  expect_error(mla, {"model.mla.v_head_dim", "v_head_dim(13) > qk_nope_head_dim + qk_rope_head_dim (12)"},
-               {"model.mla.v_head_dim=13"});
+  // the value heads are the attention kernels' own size: wider than the query heads too
+  EXPECT_EQ(load_recipe_text(mla, "r.yaml", {"model.mla.v_head_dim=13"}, 1).model.v_head_dim(), 13);
   expect_error(mla, {"model.mla.qk_rope_head_dim", "even size, found 3"}, {"model.mla.qk_rope_head_dim=3"});
   expect_error(mla, {"model.kv_heads", "kv_heads(2) != heads(4)"}, {"model.kv_heads=2"});
   expect_error(mla, {"model.attention", "arch llama, found arch gpt2"}, {"model.arch=gpt2"});
   expect_error(mla, {"model.qk_norm", "standard attention"}, {"model.qk_norm=true"});
-  // on CUDA the attention kernels' head size bound (the value heads are padded to the query's)
+  // on CUDA the attention kernels' head size bound, for query and value heads alike
   EXPECT_NO_THROW(load_recipe_text(mla, "r.yaml", {"device=cuda"}, 1));
   expect_error(mla, {"model.mla.qk_nope_head_dim", "device cuda", "up to 256", "= 257"},
                {"device=cuda", "model.mla.qk_nope_head_dim=193", "model.mla.qk_rope_head_dim=64"});
+  expect_error(mla, {"model.mla.v_head_dim", "device cuda", "up to 256", "found 257"},
+               {"device=cuda", "model.mla.v_head_dim=257"});
   expect_error(mla, {"model.mla", "set model.attention: mla"}, {"model.attention=standard"});
   expect_error(mla, {"model.attention", "expected one of", "standard", "mla"}, {"model.attention=latent"});
 }

@@ -186,28 +186,32 @@ TEST(Cuda, GeluAndSwiglu) {
 TEST(Cuda, FlashAttentionMatchesMaterialisedSoftmax) {
   REQUIRE_GPU();
   struct Shape {
-    int64_t B, T, H, KV, D;
+    int64_t B, T, H, KV, D, Dv;
   };
-  for (Shape s : {Shape{2, 67, 4, 2, 16}, Shape{1, 130, 2, 1, 64}, Shape{1, 64, 2, 2, 128}, Shape{2, 5, 3, 3, 7},
-                  Shape{1, 200, 4, 4, 96}}) {
-    const int64_t W = (s.H + 2 * s.KV) * s.D, N = s.B * s.T;
+  // the last two: value heads of their own size (multi-head latent attention's 192 and 128)
+  for (Shape s :
+       {Shape{2, 67, 4, 2, 16, 16}, Shape{1, 130, 2, 1, 64, 64}, Shape{1, 64, 2, 2, 128, 128}, Shape{2, 5, 3, 3, 7, 7},
+        Shape{1, 200, 4, 4, 96, 96}, Shape{1, 130, 4, 4, 192, 128}, Shape{2, 67, 2, 1, 24, 40}}) {
+    const int64_t W = attention_qkv_width(s.H, s.KV, s.D, s.Dv), N = s.B * s.T;
     const std::string name = "attention B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " H" +
-                             std::to_string(s.H) + " KV" + std::to_string(s.KV) + " D" + std::to_string(s.D);
-    F qkv = randn(N * W, 1), dout = randn(N * s.H * s.D, 2), out(N * s.H * s.D);
+                             std::to_string(s.H) + " KV" + std::to_string(s.KV) + " D" + std::to_string(s.D) + " Dv" +
+                             std::to_string(s.Dv);
+    F qkv = randn(N * W, 1), dout = randn(N * s.H * s.Dv, 2), out(N * s.H * s.Dv);
     F cpu_lse(static_cast<size_t>(attention_state_elements(s.B, s.T, s.H))), dqkv(N * W);
-    attention_forward(out.data(), cpu_lse.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D);
-    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), cpu_lse.data(), s.B, s.T, s.H, s.KV, s.D);
+    attention_forward(out.data(), cpu_lse.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D, s.Dv);
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), cpu_lse.data(), s.B, s.T, s.H, s.KV, s.D,
+                       s.Dv);
     const int64_t state = attention_state_elements(s.B, s.T, s.H);
     ASSERT_EQ(state, s.B * s.H * s.T) << "no T x T state on the device";
     Dev gqkv(qkv), gdout(dout), gout(F(out.size())), glse(F(static_cast<size_t>(state))), gdqkv(F(dqkv.size()));
-    attention_forward(gout.f(), glse.f(), gqkv.f(), s.B, s.T, s.H, s.KV, s.D);
+    attention_forward(gout.f(), glse.f(), gqkv.f(), s.B, s.T, s.H, s.KV, s.D, s.Dv);
     expect_close(name + " output", out, gout.host(int64_t(out.size())), 1e-5, 1e-5);
     F lse = glse.host(state), lse2(static_cast<size_t>(state));
     Dev glse2(lse2);
-    attention_lse(glse2.f(), gqkv.f(), s.B, s.T, s.H, s.KV, s.D);
+    attention_lse(glse2.f(), gqkv.f(), s.B, s.T, s.H, s.KV, s.D, s.Dv);
     expect_close(name + " attention_lse (recompute) = forward's lse", lse, glse2.host(state), 0, 0);
     expect_close(name + " lse against the CPU twin's", cpu_lse, lse, 1e-5, 1e-5);
-    attention_backward(gdqkv.f(), gdout.f(), gqkv.f(), gout.f(), glse.f(), s.B, s.T, s.H, s.KV, s.D);
+    attention_backward(gdqkv.f(), gdout.f(), gqkv.f(), gout.f(), glse.f(), s.B, s.T, s.H, s.KV, s.D, s.Dv);
     expect_close(name + " dqkv", dqkv, gdqkv.host(int64_t(dqkv.size())), 1e-4, 1e-5);
   }
 }
@@ -239,7 +243,7 @@ TEST(Cuda, AttentionBlocksMatchTheCpu) {
   const Dev gdout(dout);
   auto block = [&](int64_t src, bool device) {
     AttentionBlock<float> a;
-    a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D, a.ldq = W, a.ldkv = W;
+    a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = a.Dv = D, a.ldq = W, a.ldkv = W;
     const float* q = device ? gqkv[1]->f() : qkv[1].data();
     const float* kv = device ? gqkv[size_t(src)]->f() : qkv[size_t(src)].data();
     a.q = q, a.k = kv + H * D, a.v = kv + (H + KV) * D;
@@ -288,12 +292,12 @@ TEST(Cuda, DocumentMaskedAttentionRotaryAndPositions) {
   rope_forward(gqkv.f(), table.data(), B, T, H, KV, D, gds.i());
   expect_close("masked rope forward", qkv, gqkv.host(N * W), 1e-6, 1e-6);
   F out(N * H * D), cpu_lse(static_cast<size_t>(B * H * T)), dqkv(N * W);
-  attention_forward(out.data(), cpu_lse.data(), qkv.data(), B, T, H, KV, D, ds.data());
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), cpu_lse.data(), B, T, H, KV, D, ds.data());
+  attention_forward(out.data(), cpu_lse.data(), qkv.data(), B, T, H, KV, D, D, ds.data());
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), cpu_lse.data(), B, T, H, KV, D, D, ds.data());
   Dev gout(F(out.size())), glse(F(static_cast<size_t>(B * H * T))), gdqkv(F(dqkv.size()));
-  attention_forward(gout.f(), glse.f(), gqkv.f(), B, T, H, KV, D, gds.i());
+  attention_forward(gout.f(), glse.f(), gqkv.f(), B, T, H, KV, D, D, gds.i());
   expect_close("masked attention output", out, gout.host(N * H * D), 1e-5, 1e-5);
-  attention_backward(gdqkv.f(), gdout.f(), gqkv.f(), gout.f(), glse.f(), B, T, H, KV, D, gds.i());
+  attention_backward(gdqkv.f(), gdout.f(), gqkv.f(), gout.f(), glse.f(), B, T, H, KV, D, D, gds.i());
   expect_close("masked attention dqkv", dqkv, gdqkv.host(N * W), 1e-4, 1e-5);
   const int64_t row0 = 40, rows = 200;
   F wpe = randn(T * C, 23), pin = randn(rows * C, 24), p1(rows * C), dp1 = randn(T * C, 25);

@@ -48,25 +48,31 @@ F randn(int64_t n, uint32_t seed, float scale = 1.f) { return test::randn_f(n, s
 
 TEST(CudaEmulated, FlashAttentionForwardBackward) {
   struct Shape {
-    int64_t B, T, H, KV, D;
+    int64_t B, T, H, KV, D, Dv;
   };
-  // above 128 (multi-head latent attention's 192) the kernels take tiles of 32 rows
-  for (Shape s : {Shape{2, 67, 4, 2, 16}, Shape{1, 130, 2, 1, 64}, Shape{1, 65, 2, 2, 128}, Shape{2, 5, 3, 3, 7},
-                  Shape{1, 64, 4, 1, 96}, Shape{1, 70, 2, 1, 192}, Shape{2, 33, 2, 2, 129}, Shape{1, 40, 1, 1, 256}}) {
-    const int64_t W = (s.H + 2 * s.KV) * s.D, N = s.B * s.T;
+  // above 128 (multi-head latent attention's 192) the kernels take tiles of
+  // 32 rows; value heads of their own size (MLA: 192 and 128), narrower or wider
+  for (Shape s : {Shape{2, 67, 4, 2, 16, 16}, Shape{1, 130, 2, 1, 64, 64}, Shape{1, 65, 2, 2, 128, 128},
+                  Shape{2, 5, 3, 3, 7, 7}, Shape{1, 64, 4, 1, 96, 96}, Shape{1, 70, 2, 1, 192, 192},
+                  Shape{2, 33, 2, 2, 129, 129}, Shape{1, 40, 1, 1, 256, 256}, Shape{1, 70, 2, 2, 192, 128},
+                  Shape{2, 33, 3, 3, 24, 16}, Shape{1, 66, 2, 1, 16, 40}}) {
+    const int64_t W = attention_qkv_width(s.H, s.KV, s.D, s.Dv), N = s.B * s.T;
     const std::string name = "attention B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " H" +
-                             std::to_string(s.H) + " KV" + std::to_string(s.KV) + " D" + std::to_string(s.D);
-    F qkv = randn(N * W, 1), dout = randn(N * s.H * s.D, 2), out(N * s.H * s.D);
+                             std::to_string(s.H) + " KV" + std::to_string(s.KV) + " D" + std::to_string(s.D) + " Dv" +
+                             std::to_string(s.Dv);
+    F qkv = randn(N * W, 1), dout = randn(N * s.H * s.Dv, 2), out(N * s.H * s.Dv);
     F cpu_lse(static_cast<size_t>(attention_state_elements(s.B, s.T, s.H))), dqkv(N * W);
-    attention_forward(out.data(), cpu_lse.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D);
-    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), cpu_lse.data(), s.B, s.T, s.H, s.KV, s.D);
+    attention_forward(out.data(), cpu_lse.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D, s.Dv);
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), cpu_lse.data(), s.B, s.T, s.H, s.KV, s.D,
+                       s.Dv);
     F eout(out.size(), -7.f), lse(static_cast<size_t>(s.B * s.H * s.T), -7.f), lse2 = lse, edqkv(dqkv.size(), -7.f);
-    emu::attention_forward(eout.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D);
+    emu::attention_forward(eout.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D, s.Dv);
     expect_close(name + " output", out, eout, 1e-5, 1e-6);
-    emu::attention_lse(lse2.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D);
+    emu::attention_lse(lse2.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D, s.Dv);
     expect_close(name + " lse recomputed", lse, lse2, 0, 0);
     expect_close(name + " lse against the CPU twin's", cpu_lse, lse, 1e-5, 1e-6);
-    emu::attention_backward(edqkv.data(), dout.data(), qkv.data(), eout.data(), lse.data(), s.B, s.T, s.H, s.KV, s.D);
+    emu::attention_backward(edqkv.data(), dout.data(), qkv.data(), eout.data(), lse.data(), s.B, s.T, s.H, s.KV, s.D,
+                            s.Dv);
     expect_close(name + " dqkv", dqkv, edqkv, 1e-5, 1e-6);
   }
 }
@@ -75,8 +81,8 @@ TEST(CudaEmulated, FlashAttentionForwardBackward) {
 // 3 (chunks 1 and 4 of 6, 40 rows each: two query tiles, positions not
 // contiguous) attends to its own block, then merges rank 0's and rank 2's;
 // backward adds each block's dq, dk, dv. With and without documents.
-void attention_blocks_match_the_cpu(const int64_t D) {
-  const int64_t B = 2, N = 3, c = 40, T = 2 * N * c, Tl = 2 * c, H = 4, KV = 2, W = (H + 2 * KV) * D;
+void attention_blocks_match_the_cpu(const int64_t D, const int64_t Dv) {
+  const int64_t B = 2, N = 3, c = 40, T = 2 * N * c, Tl = 2 * c, H = 4, KV = 2, W = attention_qkv_width(H, KV, D, Dv);
   std::vector<std::vector<int32_t>> pos(N);
   for (int64_t r = 0; r < N; ++r)
     for (int64_t chunk : {r, 2 * N - 1 - r})
@@ -88,36 +94,37 @@ void attention_blocks_match_the_cpu(const int64_t D) {
       for (int32_t p : pos[1]) ds.push_back(whole[size_t(b * T + p)]);
     std::vector<F> qkv;
     for (int64_t r = 0; r < N; ++r) qkv.push_back(randn(B * Tl * W, uint32_t(40 + r)));
-    const F dout = randn(B * Tl * H * D, 50);
+    const F dout = randn(B * Tl * H * Dv, 50);
     auto block = [&](int64_t src) {
       AttentionBlock<float> a;
-      a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D;
+      a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D, a.Dv = Dv;
       a.q = qkv[1].data(), a.ldq = W, a.k = qkv[size_t(src)].data() + H * D,
       a.v = qkv[size_t(src)].data() + (H + KV) * D;
       a.ldkv = W, a.q_pos = pos[1].data(), a.k_pos = pos[size_t(src)].data(),
       a.doc_start = documents ? ds.data() : nullptr;
       return a;
     };
-    const std::string what = std::string(documents ? "blocks with documents" : "blocks") + " D" + std::to_string(D);
-    F out(size_t(B * Tl * H * D)), lse(size_t(B * H * Tl)), eout(out.size(), -7.f), lse_emu(lse.size(), -7.f);
+    const std::string what = std::string(documents ? "blocks with documents" : "blocks") + " D" + std::to_string(D) +
+                             " Dv" + std::to_string(Dv);
+    F out(size_t(B * Tl * H * Dv)), lse(size_t(B * H * Tl)), eout(out.size(), -7.f), lse_emu(lse.size(), -7.f);
     for (int64_t step = 0; step < N; ++step) {
       const int64_t src = (1 - step + N) % N;
-      attention_block_forward(out.data(), H * D, lse.data(), block(src), step > 0);
-      emu::attention_block_forward(eout.data(), H * D, lse_emu.data(), block(src), step > 0);
+      attention_block_forward(out.data(), H * Dv, lse.data(), block(src), step > 0);
+      emu::attention_block_forward(eout.data(), H * Dv, lse_emu.data(), block(src), step > 0);
       expect_close(what + " output after " + std::to_string(step + 1) + " block(s)", out, eout, 1e-5, 1e-6);
       expect_close(what + " lse after " + std::to_string(step + 1) + " block(s)", lse, lse_emu, 1e-5, 1e-6);
     }
     F delta(lse.size()), edelta(lse.size(), -7.f);
-    attention_delta(delta.data(), dout.data(), out.data(), H * D, B, Tl, H, D);
-    emu::attention_delta(edelta.data(), dout.data(), out.data(), H * D, B, Tl, H, D);
+    attention_delta(delta.data(), dout.data(), out.data(), H * Dv, B, Tl, H, Dv);
+    emu::attention_delta(edelta.data(), dout.data(), out.data(), H * Dv, B, Tl, H, Dv);
     expect_close(what + " delta", delta, edelta, 1e-5, 1e-6);
     F dq(qkv[1].size(), 0.f), edq = dq;
     std::vector<F> dkv(N, F(qkv[1].size(), 0.f)), edkv = dkv;
     for (int64_t src = 0; src < N; ++src) {
       attention_block_backward(dq.data(), W, dkv[size_t(src)].data() + H * D, dkv[size_t(src)].data() + (H + KV) * D, W,
-                               dout.data(), H * D, lse.data(), delta.data(), block(src));
+                               dout.data(), H * Dv, lse.data(), delta.data(), block(src));
       emu::attention_block_backward(edq.data(), W, edkv[size_t(src)].data() + H * D,
-                                    edkv[size_t(src)].data() + (H + KV) * D, W, dout.data(), H * D, lse.data(),
+                                    edkv[size_t(src)].data() + (H + KV) * D, W, dout.data(), H * Dv, lse.data(),
                                     delta.data(), block(src));
       expect_close(what + " dk, dv of block " + std::to_string(src), dkv[size_t(src)], edkv[size_t(src)], 1e-4, 1e-5);
     }
@@ -125,9 +132,12 @@ void attention_blocks_match_the_cpu(const int64_t D) {
   }
 }
 
-// Head sizes 16 (tiles of 64) and 192 (tiles of 32: three query tiles).
+// Head sizes 16 (tiles of 64) and 192 (tiles of 32: three query tiles),
+// and multi-head latent attention's values of their own size.
 TEST(CudaEmulated, AttentionBlocksMatchTheCpu) {
-  for (const int64_t D : {16, 192}) attention_blocks_match_the_cpu(D);
+  for (const int64_t D : {16, 192}) attention_blocks_match_the_cpu(D, D);
+  attention_blocks_match_the_cpu(192, 128);
+  attention_blocks_match_the_cpu(12, 20);
 }
 
 // The device keeps a copy of each rope table: a table rewritten in place
@@ -157,12 +167,12 @@ TEST(CudaEmulated, DocumentMaskedAttentionRotaryAndPositions) {
   emu::rope_forward(q2.data(), table.data(), B, T, H, KV, D, ds.data());
   expect_close("masked rope forward", qkv, q2, 1e-6, 1e-6);
   F out(N * H * D), cpu_lse(static_cast<size_t>(B * H * T)), dqkv(N * W);
-  attention_forward(out.data(), cpu_lse.data(), qkv.data(), B, T, H, KV, D, ds.data());
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), cpu_lse.data(), B, T, H, KV, D, ds.data());
+  attention_forward(out.data(), cpu_lse.data(), qkv.data(), B, T, H, KV, D, D, ds.data());
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), cpu_lse.data(), B, T, H, KV, D, D, ds.data());
   F eout(out.size(), -7.f), lse(static_cast<size_t>(B * H * T), -7.f), edqkv(dqkv.size(), -7.f);
-  emu::attention_forward(eout.data(), lse.data(), qkv.data(), B, T, H, KV, D, ds.data());
+  emu::attention_forward(eout.data(), lse.data(), qkv.data(), B, T, H, KV, D, D, ds.data());
   expect_close("masked attention output", out, eout, 1e-5, 1e-6);
-  emu::attention_backward(edqkv.data(), dout.data(), qkv.data(), eout.data(), lse.data(), B, T, H, KV, D, ds.data());
+  emu::attention_backward(edqkv.data(), dout.data(), qkv.data(), eout.data(), lse.data(), B, T, H, KV, D, D, ds.data());
   expect_close("masked attention dqkv", dqkv, edqkv, 1e-5, 1e-6);
   F g1 = dqkv, g2 = dqkv;
   rope_backward(g1.data(), table.data(), B, T, H, KV, D, ds.data());
@@ -379,7 +389,7 @@ TEST(CudaEmulated, MlaHeadsAndInterleavedRope) {
     int64_t B, T, H, Dn, Dr, Dv;
   };
   for (Mla s : {Mla{2, 7, 4, 4, 4, 3}, Mla{1, 33, 2, 8, 6, 14}, Mla{1, 5, 3, 2, 2, 4}}) {
-    const int64_t N = s.B * s.T, Dq = s.Dn + s.Dr, W = 3 * s.H * Dq, Wkv = s.H * (s.Dn + s.Dv);
+    const int64_t N = s.B * s.T, Dq = s.Dn + s.Dr, W = s.H * (2 * Dq + s.Dv), Wkv = s.H * (s.Dn + s.Dv);
     const std::string name =
         "mla H" + std::to_string(s.H) + " Dn" + std::to_string(s.Dn) + " Dv" + std::to_string(s.Dv);
     const F q = randn(N * s.H * Dq, 51), kvb = randn(N * Wkv, 52), kr = randn(N * s.Dr, 53), g = randn(N * W, 54);
@@ -399,15 +409,8 @@ TEST(CudaEmulated, MlaHeadsAndInterleavedRope) {
       return d;
     };
     EXPECT_NEAR(dot(qkv, g), dot(q, dq) + dot(kvb, dkvb) + dot(kr, dkr), 1e-3) << name << ": backward is the adjoint";
-    F attv(N * s.H * s.Dv), eattv(attv.size(), -7.f), wide(N * s.H * Dq, -7.f), ewide(wide.size(), -3.f);
-    heads_narrow(attv.data(), qkv.data(), N, s.H, Dq, s.Dv),
-        emu::heads_narrow(eattv.data(), qkv.data(), N, s.H, Dq, s.Dv);
-    expect_close(name + " narrow", attv, eattv, 0, 0);
-    EXPECT_EQ(attv[size_t(s.Dv)], qkv[size_t(Dq)]) << name << ": the second head starts at Dq";
-    heads_widen(wide.data(), attv.data(), N, s.H, s.Dv, Dq),
-        emu::heads_widen(ewide.data(), attv.data(), N, s.H, s.Dv, Dq);
-    expect_close(name + " widen", wide, ewide, 0, 0);
-    EXPECT_EQ(wide[size_t(Dq - 1)], Dq > s.Dv ? 0.f : attv[size_t(Dq - 1)]) << name << ": padding is zero";
+    EXPECT_EQ(qkv[size_t(2 * s.H * Dq + s.Dv)], kvb[size_t(2 * s.Dn + s.Dv)])
+        << name << ": value head 1 starts Dv after value head 0, unpadded";
     // rotary on the query heads' rope parts (rows of H Dq) and on the shared key (rows of Dr)
     const auto table = rope_table(s.T, s.Dr, 10000.0);
     F x = q, ex = q;

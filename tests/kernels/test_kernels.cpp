@@ -117,45 +117,82 @@ TEST(Kernels, SwigluBackwardMatchesFiniteDifferences) {
   expect_fd_gradient("swiglu", x, dx, f);
 }
 
-void check_attention(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
-  const int64_t W = (H + 2 * KV) * D;
-  V qkv = randn(B * T * W, 16), r = randn(B * T * H * D, 17), out(B * T * H * D), lse(B * H * T);
+// Queries and keys of D, values of Dv: the forward against the plain
+// softmax formula (scale 1/sqrt(D)), the backward against finite
+// differences, attention_lse against the forward.
+void check_attention(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv) {
+  const int64_t W = attention_qkv_width(H, KV, D, Dv);
+  const std::string name =
+      "H=" + std::to_string(H) + " KV=" + std::to_string(KV) + " D=" + std::to_string(D) + " Dv=" + std::to_string(Dv);
+  V qkv = randn(B * T * W, 16), r = randn(B * T * H * Dv, 17), out(B * T * H * Dv), lse(B * H * T);
   auto f = [&] {
-    attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D);
+    attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D, Dv);
     return dot(out, r);
   };
   f();
+  double worst = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t kvh = h / (H / KV);
+        const double* q = qkv.data() + (b * T + t) * W + h * D;
+        std::vector<double> s(size_t(t + 1));
+        double top = -INFINITY, sum = 0;
+        for (int64_t u = 0; u <= t; ++u) {
+          const double* k = qkv.data() + (b * T + u) * W + (H + kvh) * D;
+          double d = 0;
+          for (int64_t e = 0; e < D; ++e) d += q[e] * k[e];
+          s[size_t(u)] = d / std::sqrt(double(D)), top = std::max(top, s[size_t(u)]);
+        }
+        for (double& x : s) sum += (x = std::exp(x - top));
+        for (int64_t e = 0; e < Dv; ++e) {
+          double o = 0;
+          for (int64_t u = 0; u <= t; ++u)
+            o += s[size_t(u)] / sum * qkv[size_t((b * T + u) * W + (H + KV) * D + kvh * Dv + e)];
+          worst = std::max(worst, std::abs(o - out[size_t((b * T + t) * H * Dv + h * Dv + e)]));
+        }
+      }
+  EXPECT_LT(worst, 1e-12) << name << ": the forward against softmax(q k / sqrt(D)) v";
   V dqkv(B * T * W);
-  attention_backward(dqkv.data(), r.data(), qkv.data(), out.data(), lse.data(), B, T, H, KV, D);
-  expect_fd_gradient("attention dqkv H=" + std::to_string(H) + " KV=" + std::to_string(KV), qkv, dqkv, f, 1e-6, 400);
+  attention_backward(dqkv.data(), r.data(), qkv.data(), out.data(), lse.data(), B, T, H, KV, D, Dv);
+  expect_fd_gradient("attention dqkv " + name, qkv, dqkv, f, 1e-6, 400);
   // attention_lse reproduces the forward's log-sum-exp exactly
   V again(lse.size());
-  attention_lse(again.data(), qkv.data(), B, T, H, KV, D);
+  attention_lse(again.data(), qkv.data(), B, T, H, KV, D, Dv);
   f();
   EXPECT_EQ(0, std::memcmp(again.data(), lse.data(), lse.size() * sizeof(double)));
 }
 
-TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) { check_attention(2, 5, 3, 3, 3); }
-TEST(Kernels, GroupedQueryAttentionBackwardMatchesFiniteDifferences) { check_attention(2, 6, 4, 2, 4); }
+TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) { check_attention(2, 5, 3, 3, 3, 3); }
+TEST(Kernels, GroupedQueryAttentionBackwardMatchesFiniteDifferences) { check_attention(2, 6, 4, 2, 4, 4); }
+// Multi-head latent attention's shape: value heads narrower (or wider) than
+// the query and key heads.
+TEST(Kernels, AttentionWithValueHeadsOfTheirOwnSize) {
+  check_attention(2, 6, 3, 3, 6, 4);
+  check_attention(1, 5, 4, 2, 3, 5);
+}
 
 // Tiles: a sequence longer than one 64-key tile, with and without documents
 // that start inside and across tiles.
-TEST(Kernels, TiledAttentionBackwardMatchesFiniteDifferences) { check_attention(1, 150, 2, 1, 2); }
+TEST(Kernels, TiledAttentionBackwardMatchesFiniteDifferences) {
+  check_attention(1, 150, 2, 1, 2, 2);
+  check_attention(1, 150, 2, 2, 3, 2);
+}
 
 // Context parallelism: the sequence in 2N chunks, rank r holding chunks r
 // and 2N-1-r; each rank's queries against every rank's keys, block by block
 // in ring order and merged by their log-sum-exp, give the whole sequence's
 // output, lse and gradients. Without the merge (each block overwriting) the
 // output is wrong.
-void check_blocks(bool documents) {
-  const int64_t B = 2, N = 3, c = 23, T = 2 * N * c, H = 4, KV = 2, D = 8, W = (H + 2 * KV) * D;
+void check_blocks(bool documents, int64_t D, int64_t Dv) {
+  const int64_t B = 2, N = 3, c = 23, T = 2 * N * c, H = 4, KV = 2, W = attention_qkv_width(H, KV, D, Dv);
   const std::vector<int32_t> ds =
       documents ? test::doc_starts(B, T, {{0, 5, 60, 61, 100}, {0, 70}}) : std::vector<int32_t>(size_t(B * T), 0);
-  const V qkv = randn(B * T * W, 41), dout = randn(B * T * H * D, 42);
-  V out(size_t(B * T * H * D)), lse(size_t(B * H * T)), dqkv(qkv.size());
+  const V qkv = randn(B * T * W, 41), dout = randn(B * T * H * Dv, 42);
+  V out(size_t(B * T * H * Dv)), lse(size_t(B * H * T)), dqkv(qkv.size());
   const int32_t* whole_ds = documents ? ds.data() : nullptr;
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D, whole_ds);
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KV, D, whole_ds);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D, Dv, whole_ds);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KV, D, Dv, whole_ds);
   // each rank's rows (global positions) and their slices of the tensors
   std::vector<std::vector<int32_t>> pos(N);
   for (int64_t r = 0; r < N; ++r)
@@ -172,7 +209,7 @@ void check_blocks(bool documents) {
   std::vector<V> lq(N), lo(N), ll(N), ld(N), lg(N), lds(N);
   std::vector<std::vector<int32_t>> lstart(N);
   for (int64_t r = 0; r < N; ++r) {
-    lq[size_t(r)] = local(qkv, W, r), lg[size_t(r)] = local(dout, H * D, r);
+    lq[size_t(r)] = local(qkv, W, r), lg[size_t(r)] = local(dout, H * Dv, r);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < Tl; ++t) lstart[size_t(r)].push_back(ds[size_t(b * T + pos[size_t(r)][size_t(t)])]);
   }
@@ -180,10 +217,10 @@ void check_blocks(bool documents) {
     std::vector<V> dkv(N, V(size_t(B * Tl * W), 0.0));
     double worst = 0;
     for (int64_t r = 0; r < N; ++r) {
-      V o(size_t(B * Tl * H * D)), l(size_t(B * H * Tl));
+      V o(size_t(B * Tl * H * Dv)), l(size_t(B * H * Tl));
       auto block = [&](int64_t src) {
         AttentionBlock<double> a;
-        a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D;
+        a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D, a.Dv = Dv;
         a.q = lq[size_t(r)].data(), a.ldq = W;
         a.k = lq[size_t(src)].data() + H * D, a.v = lq[size_t(src)].data() + (H + KV) * D, a.ldkv = W;
         a.q_pos = pos[size_t(r)].data(), a.k_pos = pos[size_t(src)].data(),
@@ -191,8 +228,8 @@ void check_blocks(bool documents) {
         return a;
       };
       for (int64_t step = 0; step < N; ++step)  // ring order: own block first, then r-1, r-2, ...
-        attention_block_forward(o.data(), H * D, l.data(), block((r - step + N) % N), merge ? step > 0 : false);
-      const V want = local(out, H * D, r);
+        attention_block_forward(o.data(), H * Dv, l.data(), block((r - step + N) % N), merge ? step > 0 : false);
+      const V want = local(out, H * Dv, r);
       for (size_t i = 0; i < o.size(); ++i) worst = std::max(worst, std::abs(o[i] - want[i]));
       if (!merge) continue;
       for (int64_t b = 0; b < B; ++b)
@@ -201,12 +238,12 @@ void check_blocks(bool documents) {
             ASSERT_NEAR(l[size_t((b * H + h) * Tl + t)], lse[size_t((b * H + h) * T + pos[size_t(r)][size_t(t)])],
                         1e-12);
       V delta(size_t(B * H * Tl));
-      attention_delta(delta.data(), lg[size_t(r)].data(), o.data(), H * D, B, Tl, H, D);
+      attention_delta(delta.data(), lg[size_t(r)].data(), o.data(), H * Dv, B, Tl, H, Dv);
       V dq(size_t(B * Tl * W), 0.0);
       for (int64_t step = 0; step < N; ++step) {
         const int64_t src = (r - step + N) % N;
         attention_block_backward(dq.data(), W, dkv[size_t(src)].data() + H * D, dkv[size_t(src)].data() + (H + KV) * D,
-                                 W, lg[size_t(r)].data(), H * D, l.data(), delta.data(), block(src));
+                                 W, lg[size_t(r)].data(), H * Dv, l.data(), delta.data(), block(src));
       }
       const V want_d = local(dqkv, W, r);
       for (int64_t row = 0; row < B * Tl; ++row)
@@ -226,16 +263,19 @@ void check_blocks(bool documents) {
     }
   }
 }
-TEST(Kernels, AttentionBlocksMergeToTheWholeSequence) { check_blocks(false); }
-TEST(Kernels, DocumentMaskedAttentionBlocksMergeToTheWholeSequence) { check_blocks(true); }
+TEST(Kernels, AttentionBlocksMergeToTheWholeSequence) {
+  check_blocks(false, 8, 8);
+  check_blocks(false, 8, 5);  // value heads of their own size (multi-head latent attention)
+}
+TEST(Kernels, DocumentMaskedAttentionBlocksMergeToTheWholeSequence) { check_blocks(true, 8, 8); }
 
 TEST(Kernels, AttentionIsCausal) {
   const int64_t B = 1, T = 6, H = 2, KV = 1, D = 4, W = (H + 2 * KV) * D;
   V qkv = randn(B * T * W, 18), out(B * T * H * D), lse(B * H * T);
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D, D);
   V out2(out.size());
   qkv[(T - 1) * W + (H + KV) * D] += 10.0;  // change the last token's value
-  attention_forward(out2.data(), lse.data(), qkv.data(), B, T, H, KV, D);
+  attention_forward(out2.data(), lse.data(), qkv.data(), B, T, H, KV, D, D);
   for (int64_t i = 0; i < (T - 1) * H * D; ++i) EXPECT_EQ(out[i], out2[i]) << "future token leaked at " << i;
 }
 
@@ -442,8 +482,8 @@ TEST(Kernels, DocumentMaskEqualsEachDocumentAlone) {
   // the packed batch, masked
   V qkv = qkv0, out(size_t(B * T * H * D)), lse(size_t(B * H * T)), dqkv(qkv.size()), pos(x.size());
   rope_forward(qkv.data(), table.data(), B, T, H, KV, D, doc_start.data());
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D, doc_start.data());
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KV, D, doc_start.data());
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D, D, doc_start.data());
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KV, D, D, doc_start.data());
   rope_backward(dqkv.data(), table.data(), B, T, H, KV, D, doc_start.data());
   position_forward(pos.data(), x.data(), wpe.data(), 0, B * T, T, C, doc_start.data());
   V dwpe(wpe.size(), 0.0);
@@ -458,8 +498,8 @@ TEST(Kernels, DocumentMaskEqualsEachDocumentAlone) {
           dq(q.size());
       V go(dout.begin() + (b * T + s) * H * D, dout.begin() + (b * T + s + n) * H * D);
       rope_forward(q.data(), table.data(), 1, n, H, KV, D);
-      attention_forward(o.data(), p.data(), q.data(), 1, n, H, KV, D);
-      attention_backward(dq.data(), go.data(), q.data(), o.data(), p.data(), 1, n, H, KV, D);
+      attention_forward(o.data(), p.data(), q.data(), 1, n, H, KV, D, D);
+      attention_backward(dq.data(), go.data(), q.data(), o.data(), p.data(), 1, n, H, KV, D, D);
       rope_backward(dq.data(), table.data(), 1, n, H, KV, D);
       for (int64_t i = 0; i < n * H * D; ++i)
         ASSERT_NEAR(out[size_t((b * T + s) * H * D + i)], o[size_t(i)], 1e-12)
@@ -476,7 +516,7 @@ TEST(Kernels, DocumentMaskEqualsEachDocumentAlone) {
   for (size_t i = 0; i < dwpe.size(); ++i) ASSERT_NEAR(dwpe[i], dwpe_alone[i], 1e-12) << "position gradient " << i;
   // and the mask matters: without it the outputs differ
   V plain(out.size()), pprobs(lse.size());
-  attention_forward(plain.data(), pprobs.data(), qkv.data(), B, T, H, KV, D);
+  attention_forward(plain.data(), pprobs.data(), qkv.data(), B, T, H, KV, D, D);
   EXPECT_GT(std::abs(plain[size_t(6 * H * D)] - out[size_t(6 * H * D)]), 1e-6);
 }
 

@@ -199,8 +199,8 @@ TEST_P(Layer, AttentionHeadsSplit) {
   for (int64_t KV : {int64_t(4), int64_t(2), int64_t(1)}) {
     const int64_t W = (H + 2 * KV) * D, Hl = H / t, KVl = std::max<int64_t>(KV / t, 1), kv0 = r * KV / t;
     V qkv = randn(N * W, 12), datty = randn(N * H * D, 13), atty(N * H * D), lse(B * H * T), dqkv(N * W);
-    k::attention_forward(atty.data(), lse.data(), qkv.data(), B, T, H, KV, D);
-    k::attention_backward(dqkv.data(), datty.data(), qkv.data(), atty.data(), lse.data(), B, T, H, KV, D);
+    k::attention_forward(atty.data(), lse.data(), qkv.data(), B, T, H, KV, D, D);
+    k::attention_backward(dqkv.data(), datty.data(), qkv.data(), atty.data(), lse.data(), B, T, H, KV, D, D);
     // this rank's columns of the global qkv: its q heads, then its k and v heads
     const int64_t Wl = (Hl + 2 * KVl) * D;
     const int64_t starts[3] = {r * Hl * D, H * D + kv0 * D, (H + KV) * D + kv0 * D};
@@ -210,11 +210,12 @@ TEST_P(Layer, AttentionHeadsSplit) {
       for (int p = 0, c = 0; p < 3; c += int(widths[p]), ++p)
         std::copy_n(qkv.begin() + n * W + starts[p], widths[p], qkv_r.begin() + n * Wl + c);
     V atty_r(N * Hl * D), probs_r(B * Hl * T), dqkv_r(N * Wl);
-    k::attention_forward(atty_r.data(), probs_r.data(), qkv_r.data(), B, T, Hl, KVl, D);
+    k::attention_forward(atty_r.data(), probs_r.data(), qkv_r.data(), B, T, Hl, KVl, D, D);
     expect_near("attention output, kv_heads " + std::to_string(KV), atty_r.data(),
                 cols_of(atty, N, H * D, r * Hl * D, Hl * D));
     V datty_r = cols_of(datty, N, H * D, r * Hl * D, Hl * D);
-    k::attention_backward(dqkv_r.data(), datty_r.data(), qkv_r.data(), atty_r.data(), probs_r.data(), B, T, Hl, KVl, D);
+    k::attention_backward(dqkv_r.data(), datty_r.data(), qkv_r.data(), atty_r.data(), probs_r.data(), B, T, Hl, KVl, D,
+                          D);
     V sum(N * W, 0.0);
     for (int64_t n = 0; n < N; ++n)
       for (int p = 0, c = 0; p < 3; c += int(widths[p]), ++p)

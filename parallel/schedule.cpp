@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/error.hpp"
+#include "core/schedule_rules.hpp"
 
 namespace trident::parallel {
 
@@ -56,24 +57,7 @@ bool is_compute(ActionType t) {
 void validate_schedule(ScheduleKind kind, int P, int V, int M) {
   if (P < 1 || V < 1 || M < 1)
     fail_input("schedule: pipeline({}), virtual_stages({}) and micro-batches({}) must be >= 1", P, V, M);
-  if (kind == ScheduleKind::interleaved_1f1b) {
-    if (V < 2) fail_input("schedule interleaved_1f1b: needs virtual_stages >= 2, found {}", V);
-    if (M % P != 0)
-      fail_input(
-          "schedule interleaved_1f1b: micro-batches({}) % pipeline({}) = {} != 0 (each round of the "
-          "interleaving takes one micro-batch per stage)",
-          M, P, M % P);
-  } else if (kind == ScheduleKind::dualpipev) {
-    if (V != 2) fail_input("schedule dualpipev: needs virtual_stages 2 (the two arms of the V), found {}", V);
-    if (M < 2 * P)
-      fail_input("schedule dualpipev: micro-batches({}) must be >= 2 x pipeline({}) = {} (its warm-up fills both arms)",
-                 M, P, 2 * P);
-  } else if (V != 1) {
-    fail_input(
-        "schedule {}: virtual_stages must be 1 (only interleaved_1f1b and dualpipev have several chunks per rank), "
-        "found {}",
-        schedule_name(kind), V);
-  }
+  if (const auto broken = broken_schedule_rule(kind, P, V, M)) fail_input("{}", broken->message);
 }
 
 namespace {

@@ -18,7 +18,9 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/recipe/model_checks.hpp"
 #include "core/recipe/yaml_reader.hpp"
+#include "core/schedule_rules.hpp"
 
 namespace trident {
 namespace {
@@ -98,135 +100,6 @@ void resolve_auto_mesh(Reader& r, ParallelConfig& p, int64_t world) {
   (p.data == 0 ? p.data : p.tensor == 0 ? p.tensor : p.pipeline) = world / known;
 }
 
-void validate_model(Reader& r, const ModelConfig& m) {
-  if (!m.is_mla() && m.hidden % m.heads != 0)
-    r.inconsistent("model.heads",
-                   fmt::format("hidden({}) % heads({}) = {} != 0", m.hidden, m.heads, m.hidden % m.heads));
-  if (m.heads % m.kv_heads != 0)
-    r.inconsistent("model.kv_heads",
-                   fmt::format("heads({}) % kv_heads({}) = {} != 0", m.heads, m.kv_heads, m.heads % m.kv_heads));
-  if (m.arch == Arch::gpt2 && m.kv_heads != m.heads)
-    r.inconsistent("model.kv_heads",
-                   fmt::format("gpt2 uses multi-head attention: kv_heads({}) != heads({})", m.kv_heads, m.heads));
-  if (m.arch == Arch::llama && !m.is_mla() && m.head_dim() % 2 != 0)
-    r.inconsistent("model.heads", fmt::format("rotary embedding needs an even head size, hidden({}) / heads({}) = {}",
-                                              m.hidden, m.heads, m.head_dim()));
-}
-
-// model.qk_norm: the LLaMA family.
-void validate_qk_norm(Reader& r, const Recipe& rc) {
-  if (!rc.model.qk_norm) return;
-  if (rc.model.arch != Arch::llama)
-    r.inconsistent("model.qk_norm",
-                   fmt::format("QK-norm is built for arch llama, found arch {}", enum_name(rc.model.arch)));
-}
-
-// model.attention: mla (docs/mla.md): its sizes, and what is not built yet.
-void validate_mla(Reader& r, const Recipe& rc) {
-  const ModelConfig& m = rc.model;
-  if (!m.is_mla()) {
-    if (r.has("model.mla"))
-      r.inconsistent("model.mla", "model.mla sizes multi-head latent attention: set model.attention: mla");
-    return;
-  }
-  const MlaConfig& a = m.mla;
-  if (m.arch != Arch::llama)
-    r.inconsistent("model.attention", fmt::format("multi-head latent attention is built for arch llama, found arch {}",
-                                                  enum_name(m.arch)));
-  if (m.kv_heads != m.heads)
-    r.inconsistent("model.kv_heads", fmt::format("multi-head latent attention gives every query head its own key and "
-                                                 "value head: kv_heads({}) != heads({}) (leave kv_heads out)",
-                                                 m.kv_heads, m.heads));
-  if (a.qk_rope_head_dim % 2 != 0)
-    r.inconsistent("model.mla.qk_rope_head_dim",
-                   fmt::format("rotary embedding needs an even size, found {}", a.qk_rope_head_dim));
-  if (m.qk_norm)
-    r.inconsistent("model.qk_norm",
-                   "QK-norm is for standard attention; multi-head latent attention normalises its "
-                   "latents (kv_a_layernorm, q_a_layernorm)");
-  if (rc.device == DeviceType::cuda && a.qk_head_dim() > 256)
-    r.inconsistent("model.mla.qk_nope_head_dim",
-                   fmt::format("device cuda: the attention kernels take heads of up to 256 values, found "
-                               "qk_nope_head_dim + qk_rope_head_dim = {}",
-                               a.qk_head_dim()));
-  if (rc.device == DeviceType::cuda && a.v_head_dim > 256)
-    r.inconsistent(
-        "model.mla.v_head_dim",
-        fmt::format("device cuda: the attention kernels take heads of up to 256 values, found {}", a.v_head_dim));
-}
-
-// model.mtp (docs/mtp.md): what the modules need, and what is not built yet.
-void validate_mtp(Reader& r, const Recipe& rc) {
-  const ModelConfig& m = rc.model;
-  if (m.mtp.depth == 0) return;
-  if (m.arch != Arch::llama)
-    r.inconsistent("model.mtp",
-                   fmt::format("multi-token prediction is built for arch llama, found arch {}", enum_name(m.arch)));
-  if (m.mtp.depth >= m.seq_len)
-    r.inconsistent("model.mtp.depth", fmt::format("depth({}) >= seq_len({}): depth k predicts from T - k positions",
-                                                  m.mtp.depth, m.seq_len));
-  if (m.tie_embeddings)
-    r.inconsistent("model.tie_embeddings",
-                   "multi-token prediction shares the embedding and the LM head as "
-                   "DeepSeek-V3 does, untied: set tie_embeddings: false");
-  if (rc.parallel.context > 1)
-    r.inconsistent("parallel.context",
-                   fmt::format("context({}) with model.mtp: each depth shifts the sequence by k tokens across the "
-                               "context ranks' chunks, which is not built yet (context: 1)",
-                               rc.parallel.context));
-  if (rc.data.document_mask || rc.data.mask_eod_loss)
-    r.inconsistent(rc.data.document_mask ? "data.document_mask" : "data.mask_eod_loss",
-                   "with model.mtp: the shifted targets would cross documents; not built yet");
-  if (rc.device == DeviceType::cuda)
-    r.inconsistent("model.mtp",
-                   "model.mtp on device cuda: multi-token prediction is built for the CPU in this version");
-  if (m.moe.enabled && m.moe.balance == Balance::hf)
-    r.inconsistent("model.moe.balance.kind",
-                   "hf with model.mtp: transformers' cross-layer form does not count the "
-                   "prediction modules' blocks; use aux_loss, seq_aux_loss or none");
-}
-
-// model.moe: what the layer needs of its keys, and what is not built yet.
-void validate_moe(Reader& r, Recipe& rc) {
-  MoeConfig& e = rc.model.moe;
-  // enabled: set where the YAML is read (read_recipe), kept by validate_on_mesh
-  if (!e.enabled) return;
-  const ModelConfig& m = rc.model;
-  if (m.arch != Arch::llama)
-    r.inconsistent("model.moe",
-                   fmt::format("mixture-of-experts layers are built for arch llama, found arch {}", enum_name(m.arch)));
-  if (e.top_k > e.experts)
-    r.inconsistent("model.moe.top_k", fmt::format("top_k({}) > experts({})", e.top_k, e.experts));
-  if (e.experts % e.groups != 0)
-    r.inconsistent("model.moe.router.groups",
-                   fmt::format("experts({}) % groups({}) = {} != 0", e.experts, e.groups, e.experts % e.groups));
-  if (e.group_topk > e.groups)
-    r.inconsistent("model.moe.router.group_topk", fmt::format("group_topk({}) > groups({})", e.group_topk, e.groups));
-  if (e.top_k > e.group_topk * (e.experts / e.groups))
-    r.inconsistent("model.moe.top_k",
-                   fmt::format("top_k({}) > group_topk({}) x experts({}) / groups({}) = {}: the "
-                               "chosen groups hold too few experts",
-                               e.top_k, e.group_topk, e.experts, e.groups, e.group_topk * (e.experts / e.groups)));
-  if (e.shared_expert_gate && e.shared_experts == 0)
-    r.inconsistent("model.moe.shared_expert_gate", "the shared-expert gate needs model.moe.shared_experts >= 1");
-  for (int64_t l : e.dense_layers)
-    if (l >= m.layers)
-      r.inconsistent("model.moe.dense_layers", fmt::format("layer {} >= model.layers({})", l, m.layers));
-  bool any = false;
-  for (int64_t l = 0; l < m.layers; ++l) any |= e.is_moe(l);
-  if (!any)
-    r.inconsistent("model.moe", fmt::format("no layer of {} is an MoE layer (first_dense {}, every {}, dense_layers "
-                                            "[{}])",
-                                            m.layers, e.first_dense, e.every, fmt::join(e.dense_layers, ", ")));
-  if (e.balance == Balance::hf && (e.score != RouterScore::softmax || e.groups != 1))
-    r.inconsistent("model.moe.balance.kind",
-                   "kind hf is transformers' Mixtral / Qwen-MoE loss, for softmax routers "
-                   "without groups (router.score softmax, router.groups 1)");
-  if (e.capacity_factor > 0)
-    r.inconsistent("model.moe.capacity_factor",
-                   "token dropping is not built yet: MoE layers are dropless; use capacity_factor: 0");
-}
-
 // "data(2) x tensor(1) x pipeline(1)", with " x context(C)" when context > 1
 std::string mesh_product(const ParallelConfig& p) {
   std::string s = fmt::format("data({}) x tensor({}) x pipeline({})", p.data, p.tensor, p.pipeline);
@@ -304,17 +177,10 @@ void validate_mesh(Reader& r, const ModelConfig& m, const ParallelConfig& p, int
                                                   "shared_experts({}) x shared_ffn_hidden({}) % tensor({}) != 0",
                                                   m.moe.shared_experts, m.moe.shared_ffn_hidden, p.tensor));
   validate_expert(r, m, p);
-  if (p.schedule == ScheduleKind::dualpipev) {
-    if (p.virtual_stages != 2)
-      r.inconsistent("parallel.virtual_stages",
-                     fmt::format("schedule dualpipev holds two chunks per pipeline rank (the arms of its V): needs "
-                                 "virtual_stages 2, found {}",
-                                 p.virtual_stages));
-    if (m.tie_embeddings)
-      r.inconsistent("model.tie_embeddings",
-                     "schedule dualpipev puts the embedding and the LM head on pipeline rank 0, in two chunks; a "
-                     "table tied across two chunks of one rank is not supported: set tie_embeddings false");
-  }
+  if (p.schedule == ScheduleKind::dualpipev && m.tie_embeddings)
+    r.inconsistent("model.tie_embeddings",
+                   "schedule dualpipev puts the embedding and the LM head on pipeline rank 0, in two chunks; a "
+                   "table tied across two chunks of one rank is not supported: set tie_embeddings false");
   if (!p.stage_layers.empty()) {
     const int64_t chunks = p.pipeline * p.virtual_stages;
     const int64_t sum = std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), int64_t(0));
@@ -398,32 +264,18 @@ void validate_train(Reader& r, const Recipe& rc, bool placed) {
     r.inconsistent("train.global_batch",
                    fmt::format("global_batch({}) % (micro_batch({}) x data({})) = {} != 0", t.global_batch,
                                t.micro_batch, p.data, t.global_batch % (t.micro_batch * p.data)));
-  // the schedule's rules on this mesh (parallel::validate_schedule applies them again to the action lists)
-  const bool interleaved = p.schedule == ScheduleKind::interleaved_1f1b,
-             dualpipev = p.schedule == ScheduleKind::dualpipev;
-  if (interleaved && p.virtual_stages < 2)
-    r.inconsistent("parallel.virtual_stages",
-                   fmt::format("schedule interleaved_1f1b needs virtual_stages >= 2, found {}", p.virtual_stages));
-  if (!interleaved && !dualpipev && p.virtual_stages != 1)
-    r.inconsistent(
-        "parallel.virtual_stages",
-        fmt::format("schedule {} runs one chunk per pipeline rank: needs virtual_stages 1, found {} (several "
-                    "chunks: interleaved_1f1b or dualpipev)",
-                    enum_name(p.schedule), p.virtual_stages));
-  if (t.global_batch % (t.micro_batch * p.data) == 0 && (interleaved || dualpipev)) {
-    const int64_t M = t.global_batch / (t.micro_batch * p.data);
-    const std::string per_step =
-        fmt::format("global_batch({}) / (micro_batch({}) x data({}))", t.global_batch, t.micro_batch, p.data);
-    if (interleaved && M % p.pipeline != 0)
-      r.inconsistent("train.micro_batch",
-                     fmt::format("schedule interleaved_1f1b takes one micro-batch per stage in each round: "
-                                 "micro-batches({}) % pipeline({}) = {} != 0, micro-batches = {}",
-                                 M, p.pipeline, M % p.pipeline, per_step));
-    if (dualpipev && M < 2 * p.pipeline)
-      r.inconsistent("train.micro_batch",
-                     fmt::format("schedule dualpipev's warm-up fills both arms of its V: needs micro-batches >= 2 x "
-                                 "pipeline({}) = {}, found {} = {}",
-                                 p.pipeline, 2 * p.pipeline, per_step, M));
+  // the schedule's rules on this mesh (core/schedule_rules.hpp; parallel::validate_schedule applies them again
+  // to the action lists)
+  {  // micro-batches per step: 0 (not known) when global_batch is refused above
+    const int64_t per = t.micro_batch * p.data, M = t.global_batch % per == 0 ? t.global_batch / per : 0;
+    if (const auto broken = broken_schedule_rule(p.schedule, p.pipeline, p.virtual_stages, M)) {
+      if (broken->of == ScheduleRuleBroken::Of::virtual_stages)
+        r.inconsistent("parallel.virtual_stages", broken->message);
+      else
+        r.inconsistent("train.micro_batch",
+                       fmt::format("{}, micro-batches = global_batch({}) / (micro_batch({}) x data({}))",
+                                   broken->message, t.global_batch, t.micro_batch, p.data));
+    }
   }
   const int64_t rows = t.micro_batch * rc.model.seq_len / p.context;
   if (p.sequence_parallel && rows % p.tensor != 0)
@@ -476,11 +328,7 @@ void validate_data(Reader& r, Recipe& rc) {
 constexpr int64_t kUnplaced = 0;
 void validate(Reader& r, Recipe& rc, int64_t world) {
   const bool placed = world != kUnplaced;
-  validate_model(r, rc.model);
-  validate_moe(r, rc);
-  validate_qk_norm(r, rc);
-  validate_mla(r, rc);
-  validate_mtp(r, rc);
+  recipe_detail::validate_model_keys(r, rc);
   if (placed) {
     resolve_auto_mesh(r, rc.parallel, world);
     validate_mesh(r, rc.model, rc.parallel, world);

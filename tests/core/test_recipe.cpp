@@ -131,8 +131,8 @@ TEST(Recipe, ScheduleRulesOnTheMesh) {
                4);
   expect_error(
       kGood,
-      {"key 'train.micro_batch'", "dualpipev", "needs micro-batches >= 2 x pipeline(2) = 4",
-       "global_batch(8) / (micro_batch(4) x data(1)) = 2"},
+      {"key 'train.micro_batch'", "dualpipev", "micro-batches(2) must be >= 2 x pipeline(2) = 4",
+       "micro-batches = global_batch(8) / (micro_batch(4) x data(1))"},
       sets({"parallel.schedule=dualpipev", "parallel.virtual_stages=2", "model.layers=4", "train.micro_batch=4"}), 2);
   EXPECT_EQ(error_of(kGood, sets({"parallel.schedule=dualpipev", "parallel.virtual_stages=2", "model.layers=4"}), 2),
             "no error");

@@ -204,8 +204,8 @@ TEST(Schedule, InvalidCombinationsAreClearErrors) {
   EXPECT_NE(error(ScheduleKind::interleaved_1f1b, 4, 2, 6).find("micro-batches(6) % pipeline(4) = 2 != 0"),
             std::string::npos);
   EXPECT_NE(error(ScheduleKind::interleaved_1f1b, 4, 1, 8).find("virtual_stages >= 2"), std::string::npos);
-  EXPECT_NE(error(ScheduleKind::one_f_one_b, 4, 2, 8).find("virtual_stages must be 1"), std::string::npos);
-  EXPECT_NE(error(ScheduleKind::zero_bubble, 2, 3, 8).find("virtual_stages must be 1"), std::string::npos);
+  EXPECT_NE(error(ScheduleKind::one_f_one_b, 4, 2, 8).find("needs virtual_stages 1, found 2"), std::string::npos);
+  EXPECT_NE(error(ScheduleKind::zero_bubble, 2, 3, 8).find("needs virtual_stages 1, found 3"), std::string::npos);
   EXPECT_NE(error(ScheduleKind::dualpipev, 4, 1, 8).find("needs virtual_stages 2"), std::string::npos);
   EXPECT_NE(error(ScheduleKind::dualpipev, 4, 3, 8).find("needs virtual_stages 2"), std::string::npos);
   EXPECT_NE(error(ScheduleKind::dualpipev, 4, 2, 7).find("micro-batches(7) must be >= 2 x pipeline(4) = 8"),

@@ -8,8 +8,8 @@
 namespace trident::model {
 
 ChunkRunner::ChunkRunner(Transformer<float>& net, const std::vector<parallel::Action>& actions, int64_t micro_batch,
-                         int64_t micro_batches, Recompute recompute, bool split_backward)
-    : net_(net), recompute_(recompute) {
+                         int64_t micro_batches, Recompute recompute, bool split_backward, bool pair_passes)
+    : net_(net), recompute_(recompute), pair_passes_(pair_passes) {
   const int chunks = net.num_chunks();
   const std::vector<int> in_flight = parallel::in_flight_per_chunk(actions, chunks);
   contexts_.resize(size_t(chunks));
@@ -54,6 +54,7 @@ parallel::PipelineHooks ChunkRunner::hooks(const std::vector<MicroBatchInputs>& 
     return contexts_[size_t(c)][size_t(slot_of_[size_t(c)][size_t(micro)])]->x_final;
   };
   h.input_grad = [this](int, int) { return net_.input_grad(); };
+  if (pair_passes_ && !forward_only) h.switch_lane = [this] { net_.swap_lane(); };
   h.backward = [this, dp](int c, int micro, const float* d_out, parallel::ActionType type) {
     TRIDENT_CHECK(dp, "a backward in a forward-only run");
     const int slot = slot_of_[size_t(c)][size_t(micro)];

@@ -34,8 +34,11 @@ class ChunkRunner {
   // The contexts for `actions` (this rank's schedule of `micro_batches`).
   // The model's precision and context parallelism must be set before
   // (contexts decide their packing and rows when they are made).
+  // pair_passes: dualpipev's paired forward and backward run as paired
+  // passes (PipelineHooks::switch_lane; the model's expert exchanges
+  // overlap the other pass's compute).
   ChunkRunner(Transformer<float>& net, const std::vector<parallel::Action>& actions, int64_t micro_batch,
-              int64_t micro_batches, Recompute recompute, bool split_backward);
+              int64_t micro_batches, Recompute recompute, bool split_backward, bool pair_passes = false);
   ~ChunkRunner();
 
   // Hooks for one run of the executor over `inputs` (one per micro-batch,
@@ -51,6 +54,7 @@ class ChunkRunner {
  private:
   Transformer<float>& net_;
   Recompute recompute_;
+  bool pair_passes_;
   // per chunk: its contexts, which are free, which micro-batch holds which
   std::vector<std::vector<std::unique_ptr<Activations<float>>>> contexts_;
   std::vector<std::vector<int>> free_, slot_of_;

@@ -316,6 +316,19 @@ void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, co
 }
 
 template <typename T>
+void MoeMlp<T>::swap_lane() {
+  Lane& o = lane_;
+  std::swap(scratch_N_, o.scratch_N), std::swap(scratch_, o.scratch), std::swap(host_scratch_, o.host_scratch);
+  std::swap(ep_scratch_, o.ep_scratch);
+  std::swap(x_, o.x), std::swap(dx_, o.dx), std::swap(dys_, o.dys), std::swap(dfc_, o.dfc), std::swap(dact_, o.dact);
+  std::swap(dlogits_, o.dlogits), std::swap(dweight_, o.dweight), std::swap(d_router_h_, o.d_router_h);
+  std::swap(d_shared_, o.d_shared), std::swap(sdfc_, o.sdfc), std::swap(sdact_, o.sdact);
+  std::swap(dscores_h_, o.dscores_h), std::swap(dlogits_h_, o.dlogits_h), std::swap(dweight_h_, o.dweight_h);
+  std::swap(bias_h_, o.bias_h);
+  if (ep_) ep_->swap_lane();
+}
+
+template <typename T>
 T* MoeMlp<T>::exchange_scratch(int64_t n) {
   if (ep_scratch_.numel() < n) ep_scratch_ = Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_);
   return ep_scratch_.template data<T>();

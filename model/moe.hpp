@@ -131,6 +131,10 @@ class MoeMlp {
   void backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, const MoeWeights<T>& w, const MoeGrads<T>& g,
                 int64_t N, int64_t B, T aux_scale, bool acc);
   const T* router_input_grad() const { return d_router_h_; }
+  // Paired passes (parallel/paired_passes.hpp): a forward and a backward
+  // pass interleave at the expert exchanges, each with scratch of its own
+  // (this layer's and the exchange's staging); called at every switch.
+  void swap_lane();
   // balance kind hf (transformers' load_balancing_loss_func, one cross-layer
   // product): after the forward of every MoE layer of the micro-batch (all
   // on this rank), their counts summed; sets each layer's share of the loss.
@@ -154,6 +158,15 @@ class MoeMlp {
     *dweight_ = nullptr, *d_router_h_ = nullptr, *d_shared_ = nullptr, *sdfc_ = nullptr, *sdact_ = nullptr;
   T *dscores_h_ = nullptr, *dlogits_h_ = nullptr, *dweight_h_ = nullptr, *bias_h_ = nullptr;
   std::vector<T> counts_h_;  // [E] one micro-batch's tokens per expert (the correction bias's slot)
+  // the other paired pass's scratch (swap_lane)
+  struct Lane {
+    int64_t scratch_N = 0;
+    Tensor scratch, host_scratch, ep_scratch;
+    T *x = nullptr, *dx = nullptr, *dys = nullptr, *dfc = nullptr, *dact = nullptr, *dlogits = nullptr,
+      *dweight = nullptr, *d_router_h = nullptr, *d_shared = nullptr, *sdfc = nullptr, *sdact = nullptr,
+      *dscores_h = nullptr, *dlogits_h = nullptr, *dweight_h = nullptr, *bias_h = nullptr;
+  };
+  Lane lane_;
   void ensure_scratch(int64_t N);
   T* exchange_scratch(int64_t n);
   // N: the rows routed here; all: the rows of the micro-batch on this context rank (the losses' normalisation)

@@ -614,6 +614,12 @@ void Transformer<T>::layer_weight_grads(const Activations<T>& ctx, int l, const 
 }
 
 template <typename T>
+void Transformer<T>::swap_lane() {
+  std::swap(doc_start_, lane_doc_start_), std::swap(origin_, lane_origin_);
+  if (moe_) moe_->swap_lane();
+}
+
+template <typename T>
 void Transformer<T>::reset_moe_step() {
   std::fill(moe_step_.counts.begin(), moe_step_.counts.end(), 0.0);
   moe_step_.aux_loss = moe_step_.z_loss = 0;

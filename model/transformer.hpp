@@ -217,6 +217,13 @@ class Transformer {
   void backward_chunk(Activations<T>& ctx, const T* d_out, Recompute recompute, bool accumulate = true,
                       BackwardPart part = BackwardPart::all, const std::function<void(int64_t)>& on_ready = {});
   const T* input_grad() const { return d_res_; }
+  // Paired passes (parallel/paired_passes.hpp, dualpipev): a forward and a
+  // backward chunk of different micro-batches interleave at the expert
+  // exchanges; at every switch the pass-specific state (the MoE layers'
+  // scratch and staging, the context's document starts and position
+  // origins) is swapped with the other pass's. The rest of the model's
+  // scratch is not live across an exchange in the other pass (docs/moe.md).
+  void swap_lane();
 
   // The balancing losses of the context's last forward (coefficients
   // applied, summed over its MoE layers): the aux loss, the z-loss.
@@ -399,6 +406,7 @@ class Transformer {
   void done_grads(int s);
   const int32_t* doc_start_ = nullptr;  // of the context being run
   const int32_t* origin_ = nullptr;
+  const int32_t *lane_doc_start_ = nullptr, *lane_origin_ = nullptr;  // the other paired pass's (swap_lane)
   T *wte_ = nullptr, *wpe_ = nullptr, *nfw_ = nullptr, *nfb_ = nullptr, *head_ = nullptr;
   T *dwte_ = nullptr, *dwpe_ = nullptr, *dnfw_ = nullptr, *dnfb_ = nullptr, *dhead_ = nullptr;
   // the head chunk's copy of the token table, where multi-token prediction reads it (no embedding chunk here)

@@ -7,6 +7,7 @@
 
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
+#include "parallel/paired_passes.hpp"
 
 namespace trident::parallel {
 
@@ -91,11 +92,14 @@ PendingDispatch ExpertParallel::issue(T* out, const T* in, const std::vector<int
 }
 
 void ExpertParallel::complete(PendingDispatch& x, bool combine) {
+  // a paired pass (dualpipev): the other pass computes while these rows travel
+  if (group_ && size() > 1) switch_pass();
   const double wait = clock_seconds();
   if (x.work) x.work->wait(), x.work.reset();
   const double end = clock_seconds();
   traffic_.rows_sent += x.rows_sent, traffic_.rows_received += x.rows_received, ++traffic_.calls;
   traffic_.seconds += end - x.start;
+  traffic_.overlapped_s += wait - x.start, traffic_.waited_s += end - wait;
   if (record_ && group_ && size() > 1) spans_.push_back({combine, x.start, wait, end});
 }
 

@@ -28,6 +28,7 @@
 // layers of the same micro-batches).
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "parallel/communicator.hpp"
@@ -39,6 +40,9 @@ namespace trident::parallel {
 struct ExpertTraffic {
   int64_t rows_sent = 0, rows_received = 0, calls = 0;
   double seconds = 0;  // inside the exchanges (issue to completion)
+  // of which: before the wait began (other work ran: the shared experts, or
+  // the other paired pass), and waited for
+  double overlapped_s = 0, waited_s = 0;
 };
 
 // One exchange as the trace shows it: issued at `start`, waited for from
@@ -103,6 +107,10 @@ class ExpertParallel {
   template <typename T>
   void combine(const ExpertPlan& p, T* out, const T* rows, int64_t C);
 
+  // Paired passes (paired_passes.hpp): the staging buffer a pass's exchange
+  // in flight uses is its own; the model swaps it at every switch.
+  void swap_lane() { std::swap(scratch_, lane_scratch_); }
+
   ExpertTraffic take_traffic();
   // The exchanges since the last call, in order, while recording (for the
   // trace; off by default).
@@ -112,7 +120,8 @@ class ExpertParallel {
  private:
   Communicator* group_ = nullptr;
   int64_t experts_ = 0;
-  Tensor scratch_;  // the rows in arrival (source) order, on the rows' device
+  Tensor scratch_;       // the rows in arrival (source) order, on the rows' device
+  Tensor lane_scratch_;  // the other paired pass's
   ExpertTraffic traffic_;
   std::vector<ExpertSpan> spans_;
   bool record_ = false;

@@ -6,6 +6,7 @@
 
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
+#include "parallel/paired_passes.hpp"
 
 namespace trident::parallel {
 
@@ -125,38 +126,45 @@ void PipelineExecutor::run_list(const std::vector<Action>& actions, const Pipeli
   spans_.clear();
   idle_s_ = 0;
   next_post_ = 0;
-  const float* received = nullptr;  // the last receive, consumed by the next compute action
-  Transfer held;                    // its buffer
+  pairs_ = 0;
+  const float* received = nullptr;            // the last receive, consumed by the next compute action
+  Transfer held;                              // its buffer
+  std::vector<char> done(actions.size(), 0);  // run ahead of their turn (a paired backward and its receive)
+  // a receive: its buffer into `into`, the message's data returned
+  auto receive = [&](size_t i, Transfer& into) -> const float* {
+    const Action& a = actions[i];
+    const double start = now();
+    if (in_memory(a)) {
+      auto local = local_.find(tag(a));
+      TRIDENT_CHECK(local != local_.end(), "{} of chunk {} micro-batch {} before its send", enum_name(a.type), a.chunk,
+                    a.micro);
+      into.buf = std::move(local->second);
+      local_.erase(local);
+      return into.buf.data<float>();
+    }
+    auto it = posted_.find(i);
+    TRIDENT_CHECK(it != posted_.end(), "receive {} was not posted", i);
+    into = std::move(it->second);
+    posted_.erase(it);
+    try {
+      wait(into, a);
+    } catch (...) {
+      (void)into.work.release();
+      throw;
+    }
+    idle_s_ += now() - start;
+    return into.buf.data<float>();
+  };
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     if (group_) post_receives(actions, i);
+    if (done[i]) continue;
     const double start = now();
     switch (a.type) {
       case ActionType::recv_act:
-      case ActionType::recv_grad: {
-        if (in_memory(a)) {
-          auto local = local_.find(tag(a));
-          TRIDENT_CHECK(local != local_.end(), "{} of chunk {} micro-batch {} before its send", enum_name(a.type),
-                        a.chunk, a.micro);
-          held.buf = std::move(local->second);
-          local_.erase(local);
-          received = held.buf.data<float>();
-          break;
-        }
-        auto it = posted_.find(i);
-        TRIDENT_CHECK(it != posted_.end(), "receive {} was not posted", i);
-        held = std::move(it->second);
-        posted_.erase(it);
-        try {
-          wait(held, a);
-        } catch (...) {
-          (void)held.work.release();
-          throw;
-        }
-        received = held.buf.data<float>();
-        idle_s_ += now() - start;
+      case ActionType::recv_grad:
+        received = receive(i, held);
         break;
-      }
       case ActionType::send_act:
       case ActionType::send_grad: {
         const float* src =
@@ -173,9 +181,33 @@ void PipelineExecutor::run_list(const std::vector<Action>& actions, const Pipeli
         reap_sends(false);
         break;
       }
-      case ActionType::forward:
-        hooks.forward(a.chunk, a.micro, received);
+      case ActionType::forward: {
+        // a paired forward and the next compute action, a backward: its receive first, then both at once
+        size_t b = i + 1;
+        while (b < actions.size() && !is_compute(actions[b].type)) ++b;
+        const bool pair =
+            a.paired && hooks.switch_lane && b < actions.size() && actions[b].type == ActionType::backward;
+        if (!pair) {
+          hooks.forward(a.chunk, a.micro, received);
+          break;
+        }
+        Transfer held_b;
+        const float* received_b = nullptr;
+        for (size_t j = i + 1; j < b; ++j)
+          if (actions[j].type == ActionType::recv_grad) {
+            if (group_) post_receives(actions, j);
+            received_b = receive(j, held_b), done[j] = 1;
+          }
+        const Action& ab = actions[b];
+        const double pair_start = now();
+        run_paired([&] { hooks.forward(a.chunk, a.micro, received); },
+                   [&] { hooks.backward(ab.chunk, ab.micro, received_b, ab.type); }, hooks.switch_lane);
+        done[b] = 1;
+        ++pairs_;
+        if (held_b.buf.defined()) give_back(std::move(held_b.buf));
+        spans_.push_back({ab.type, ab.chunk, ab.micro, pair_start, now()});
         break;
+      }
       case ActionType::backward:
       case ActionType::backward_input:
       case ActionType::backward_weight:

@@ -39,6 +39,12 @@ struct PipelineHooks {
   std::function<void(int chunk, int micro, const float* d_output, ActionType part)> backward;
   // after backward / backward_input: the chunk's input gradient [R,C], sent back
   std::function<const float*(int chunk, int micro)> input_grad;
+  // Set: a paired forward (Action::paired, dualpipev) and the backward after
+  // it run as paired passes (parallel/paired_passes.hpp), each computing
+  // while the other's expert exchange travels, once both inputs are here;
+  // called at every switch (the model swaps its per-pass scratch). Unset:
+  // one after the other.
+  std::function<void()> switch_lane;
 };
 
 // A span of this rank's step, for traces: seconds from the step's start.
@@ -59,6 +65,7 @@ class PipelineExecutor {
 
   double step_seconds() const { return step_s_; }
   double idle_seconds() const { return idle_s_; }  // blocked on receives and on the final sends
+  int paired_steps() const { return pairs_; }      // forward-backward pairs run as paired passes
   const std::vector<PipelineSpan>& spans() const { return spans_; }
 
  private:
@@ -91,6 +98,7 @@ class PipelineExecutor {
   std::vector<std::pair<Action, Transfer>> sends_;
   std::map<int, Tensor> local_;  // messages between this rank's chunks, by tag
   double step_s_ = 0, idle_s_ = 0;
+  int pairs_ = 0;
   std::chrono::steady_clock::time_point t0_;
   std::vector<PipelineSpan> spans_;
   double now() const;

@@ -106,6 +106,7 @@ struct ParallelConfig {
   int64_t virtual_stages = 1;
   int64_t zero = 0;
   bool sequence_parallel = false;
+  bool overlap_paired = true;  // dualpipev: paired passes overlap their expert exchanges
   int64_t bucket_bytes = 25 << 20;
   std::vector<int64_t> stage_layers;  // layers per pipeline chunk (P x V entries); empty: even split
   double timeout_s = 600;             // a pipeline transfer waiting longer is an error

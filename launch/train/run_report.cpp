@@ -293,6 +293,10 @@ void RunReport::expert_exchanges(const std::vector<parallel::ExpertSpan>& spans)
   }
 }
 
+void RunReport::expert_traffic(const parallel::ExpertTraffic& t, int pairs, long switches) {
+  expert_ = t, pairs_ = pairs, switches_ = switches;
+}
+
 void RunReport::end_step(const StepFacts& f) {
   const int64_t step = f.step;
   // GPU time of the step's kernels (TRIDENT_KERNEL_TIMES=1 on CUDA): the step
@@ -372,6 +376,11 @@ void RunReport::end_step(const StepFacts& f) {
     r["slowest_rank"] = int64_t(slowest), r["straggler_excess"] = rounded(excess, 4);
     if (!kernel_times.empty()) r["kernel_s"] = rounded(kernel_s, 5);
     r["bubble"] = bubble_json, r["bubble_predicted"] = rounded(facts_.predicted_bubble, 4);
+    if (expert_) {  // this rank's exchanges: issue to wait (other work ran), and waited
+      r["expert_overlapped_s"] = rounded(expert_->overlapped_s, 4),
+      r["expert_waited_s"] = rounded(expert_->waited_s, 4);
+      if (pairs_ > 0) r["paired_passes"] = pairs_, r["pass_switches"] = int64_t(switches_);
+    }
     r["peak_bytes"] = peak_bytes_json(memory());
     if (!f.mtp_loss.empty()) {
       Json m = Json::array();

@@ -93,6 +93,9 @@ class RunReport {
   // each dispatch or combine from issue to completion, and the part waited for.
   bool traced() const { return traced_; }
   void expert_exchanges(const std::vector<parallel::ExpertSpan>& spans);
+  // Every step's expert exchanges (the metrics' expert_overlapped_s and
+  // expert_waited_s) and, under dualpipev, its paired passes and their switches.
+  void expert_traffic(const parallel::ExpertTraffic& t, int pairs, long switches);
   void end_step(const StepFacts& f);
   // per_dataset: the validation loss of each dataset of a blend (names from
   // data.valid), empty for one dataset.
@@ -115,6 +118,9 @@ class RunReport {
   std::chrono::steady_clock::time_point run_start_, step_start_;
   bool traced_ = false;
   double sched_s_ = 0, idle_s_ = 0, tensor_comm_s_ = 0;
+  std::optional<parallel::ExpertTraffic> expert_;
+  int pairs_ = 0;
+  long switches_ = 0;
   double timed_seconds_ = 0, timed_steps_ = 0;
   int64_t stopped_after_ = 0;  // the step a stop signal ended the run after
 };

@@ -19,6 +19,9 @@ StepShape step_shape(const Recipe& rc, int stage_rank, int data_rank) {
   s.stage_rank = stage_rank, s.data_rank = data_rank;
   s.schedule = rc.parallel.schedule, s.recompute = rc.train.recompute, s.timeout_s = rc.parallel.timeout_s;
   s.document_mask = rc.data.document_mask, s.mask_eod_loss = rc.data.mask_eod_loss;
+  s.pair_passes = rc.parallel.overlap_paired && rc.parallel.schedule == ScheduleKind::dualpipev &&
+                  rc.model.moe.enabled && rc.parallel.expert > 1 && rc.parallel.zero < 3 &&
+                  rc.train.recompute != Recompute::full;
   return s;  // eod: set by the trainer from the datasets' records
 }
 
@@ -32,7 +35,8 @@ StepRunner::StepRunner(model::Transformer<float>& net, parallel::DataParallelPar
   executor_ = std::make_unique<parallel::PipelineExecutor>(pipeline, shape.schedule, shape.stages, shape.virtual_stages,
                                                            rows * net.config().hidden, shape.timeout_s,
                                                            /*lookahead=*/2, net.device());
-  runner_ = std::make_unique<model::ChunkRunner>(net, actions_, B, M, shape.recompute, shape.split_backward());
+  runner_ = std::make_unique<model::ChunkRunner>(net, actions_, B, M, shape.recompute, shape.split_backward(),
+                                                 shape.pair_passes);
   for (int c = 0; c < net.num_chunks(); ++c)
     reads_tokens_ |= net.chunk(c).embedding, reads_targets_ |= net.chunk(c).head;
   // with document masking every stage's attention needs the boundaries: every rank reads the batch

@@ -37,6 +37,7 @@
 #include "optim/mixed_precision.hpp"
 #include "parallel/data_parallel.hpp"
 #include "parallel/mesh.hpp"
+#include "parallel/paired_passes.hpp"
 #include "parallel/rank_reductions.hpp"
 #include "parallel/schedule.hpp"
 
@@ -367,7 +368,10 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     if (pm.ep) pm.ep->record_spans(report.traced());
     const double loss_sum = runner.forward_backward(scaler.scale()) + (nan_loss ? std::nan("") : 0.0);
     report.schedule_done(runner.executor(), tp.traffic().seconds - tensor_comm0);
-    if (pm.ep) report.expert_exchanges(pm.ep->take_spans());
+    if (pm.ep) {
+      report.expert_exchanges(pm.ep->take_spans());
+      report.expert_traffic(pm.ep->take_traffic(), runner.executor().paired_steps(), parallel::take_pass_switches());
+    }
 
     const double sync_start = report.seconds();
     const bool nan_grads = fault::hit(fault::Phase::backward, step + 1);

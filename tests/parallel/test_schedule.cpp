@@ -7,10 +7,14 @@
 // published formulas; zero_bubble strictly below 1f1b at the same peak.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 
 #include "core/error.hpp"
+#include "parallel/paired_passes.hpp"
 #include "parallel/schedule.hpp"
 
 namespace trident::parallel {
@@ -221,5 +225,42 @@ TEST(Schedule, TimelineRendersEveryRank) {
   EXPECT_NE(text.find("rank  3"), std::string::npos);
   EXPECT_NE(text.find("bubble 27.3%"), std::string::npos) << text;  // 3 / 11
 }
+
+// Paired passes (dualpipev's F&B): the first pass runs to its first switch
+// point, then the second to its own, and so on; a finished pass is not
+// switched to; on_switch runs at every switch; outside a pair switch_pass
+// does nothing; an exception of either pass comes out once both ended.
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+TEST(PairedPasses, AlternateAtTheirSwitchPoints) {
+  std::string order;
+  int lane = 0;  // which pass's state is in place, as the model's swap_lane keeps it
+  auto pass = [&](char name, int points, int own) {
+    return [&order, &lane, name, points, own] {
+      for (int i = 0; i < points; ++i) {
+        EXPECT_EQ(lane, own) << name << " runs with its own state";
+        order += name;
+        switch_pass();
+      }
+      order += char(std::tolower(name));  // its end
+    };
+  };
+  switch_pass();  // outside a pair: nothing
+  take_pass_switches();
+  run_paired(pass('F', 3, 0), pass('B', 1, 1), [&] { lane = 1 - lane; });
+  // F to its first exchange, B to its only one, F on (B's rest after F's second switch), then F alone
+  EXPECT_EQ(order, "FBFbFf");
+  EXPECT_EQ(take_pass_switches(), 4);
+  order.clear(), lane = 0;
+  run_paired(pass('F', 0, 0), pass('B', 2, 1), [&] { lane = 1 - lane; });  // a forward without exchanges
+  EXPECT_EQ(order, "fBBb");
+  EXPECT_EQ(take_pass_switches(), 1);
+  // an exception in the first pass ends it; the second still runs to its end
+  order.clear(), lane = 0;
+  EXPECT_THROW(
+      run_paired([&] { switch_pass(), throw std::runtime_error("first"); }, pass('B', 2, 1), [&] { lane = 1 - lane; }),
+      std::runtime_error);
+  EXPECT_EQ(order, "BBb");
+}
+#endif
 
 }  // namespace trident::parallel

@@ -368,7 +368,12 @@ TEST(Pipeline, DeepseekV3MatchesSingleRank) {
   Case v_mtp{1, 2, 4, "dualpipev", 3, "deepseek"}, v_mtp_experts{2, 2, 2, "dualpipev", 1, "deepseek", true},
       one_stage_two_chunks{8, 1, 1, "interleaved_1f1b", 2, "deepseek"};
   v_mtp.sets = one_stage_two_chunks.sets = mtp, v_mtp_experts.sets = {"model.mtp.depth=2", "parallel.expert=2"};
-  for (const Case& c : {v_mtp, v_mtp_experts, one_stage_two_chunks}) v.push_back(c);
+  // paired passes (expert 2, ZeRO below 3): each paired forward and backward interleave at their expert
+  // exchanges, on 4 stages (5 pairs on the first rank), and with selective recompute and ZeRO 2
+  Case v_paired{2, 1, 4, "dualpipev", 0, "deepseek"}, v_paired_selective{2, 1, 4, "dualpipev", 2, "deepseek"};
+  v_paired.sets = v_paired_selective.sets = {"model.mtp=null", "parallel.expert=2", "train.micro_batch=1"};
+  v_paired_selective.recompute = "selective";
+  for (const Case& c : {v_mtp, v_mtp_experts, one_stage_two_chunks, v_paired, v_paired_selective}) v.push_back(c);
   for (const Case& c : v) list.push_back(c);
   for (const Case& c : list) {
     if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;

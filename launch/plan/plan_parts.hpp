@@ -21,6 +21,10 @@ namespace trident::launch {
 struct ScheduleFacts {
   std::vector<std::vector<int>> in_flight;  // [pipeline rank][chunk]
   double bubble = 0;
+  // dualpipev: the fewest of any rank's compute passes (forwards and
+  // backwards of all its chunks) that run inside a paired step, as a
+  // fraction of them; 0 for the other schedules
+  double paired = 0;
 };
 // Where the groups of one kind sit: all inside a node, or across nodes with
 // `per_node` members on each (the first group's count; groups are alike).

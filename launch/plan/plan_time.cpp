@@ -142,6 +142,13 @@ void expert_comm_time(const PlanContext& x, PlanResult& r, double passes) {
   const double a2a = double(g - 1) / g * bytes / el.bandwidth_at(bytes / g) + double(g - 1) * el.latency;
   const double exchanges = 4 + (c.recompute == Recompute::none ? 0 : 2);
   r.time.expert_comm = passes * exchanges * a2a;
+  // dualpipev's paired passes (parallel/paired_passes.hpp): the exchanges of the passes inside a pair run
+  // under the other pass's compute, up to that compute
+  const bool paired = c.schedule == ScheduleKind::dualpipev && x.q.parallel.overlap_paired && c.zero < 3 &&
+                      c.recompute != Recompute::full;
+  if (paired)
+    r.time.expert_comm_hidden =
+        std::min(x.schedule.paired * r.time.expert_comm, x.schedule.paired * (r.time.compute() + r.time.recompute));
 }
 
 }  // namespace

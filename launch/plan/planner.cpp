@@ -76,9 +76,15 @@ const ScheduleFacts& PlanMemo::schedule(ScheduleKind kind, int P, int V, int M) 
   auto it = schedules_.find(key);
   if (it != schedules_.end()) return it->second;
   ScheduleFacts f;
+  f.paired = kind == ScheduleKind::dualpipev ? 1.0 : 0.0;
   for (int p = 0; p < P; ++p) {
-    f.in_flight.push_back(parallel::in_flight_per_chunk(parallel::make_schedule(kind, P, V, M, p), V));
+    const std::vector<parallel::Action> list = parallel::make_schedule(kind, P, V, M, p);
+    f.in_flight.push_back(parallel::in_flight_per_chunk(list, V));
     for (int& n : f.in_flight.back()) n = std::max(n, 1);
+    if (kind != ScheduleKind::dualpipev) continue;
+    int pairs = 0;  // a paired forward and the backward after it
+    for (const parallel::Action& a : list) pairs += a.type == parallel::ActionType::forward && a.paired;
+    f.paired = std::min(f.paired, 2.0 * pairs / (2.0 * M * V));  // of M x V forwards and as many backwards
   }
   f.bubble = P > 1 ? parallel::simulate(kind, P, V, M).bubble_fraction() : 0.0;
   return schedules_.emplace(key, std::move(f)).first->second;
@@ -319,6 +325,7 @@ std::string plan_json(const std::vector<PlanResult>& results) {
                      {"context_comm", timed ? r.time.context_comm : 0.0},
                      {"context_comm_hidden", timed ? r.time.context_comm_hidden : 0.0},
                      {"expert_comm", timed ? r.time.expert_comm : 0.0},
+                     {"expert_comm_hidden", timed ? r.time.expert_comm_hidden : 0.0},
                      {"optimizer", timed ? r.time.optimizer : 0.0}}},
                    {"tokens_per_s", timed ? r.tokens_per_s : 0.0},
                    {"tflops_per_device", timed ? r.tflops_per_device : 0.0},
@@ -365,8 +372,10 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
     s += fmt::format("context comm {:.4g} ({}), {:.4g} of it hidden behind attention: {:.4g} exposed\n", t.context_comm,
                      link(r.context_intra_node), t.context_comm_hidden, t.context_comm - t.context_comm_hidden);
   if (c.expert > 1)
-    s += fmt::format("expert comm {:.4g} ({}): each MoE layer's dispatch and combine, forward and backward\n",
-                     t.expert_comm, link(r.expert_intra_node));
+    s += fmt::format(
+        "expert comm {:.4g} ({}): each MoE layer's dispatch and combine, forward and backward; {:.4g} of it under "
+        "the other pass of dualpipev's paired steps: {:.4g} exposed\n",
+        t.expert_comm, link(r.expert_intra_node), t.expert_comm_hidden, t.expert_comm - t.expert_comm_hidden);
   if (!r.ops.empty()) {
     s += fmt::format(
         "operations of one micro-batch on one tensor rank ({} attention, {:.0f} GB/s for memory-bound "

@@ -76,12 +76,13 @@ struct PlanTime {
   // context parallelism: the ring's (or all-to-all's) transfers, and the part
   // of them the attention of the block in hand does not hide (in step())
   double context_comm = 0, context_comm_hidden = 0;
-  // expert parallelism: the MoE layers' token dispatch and combine (all-to-all over the expert group)
-  double expert_comm = 0;
+  // expert parallelism: the MoE layers' token dispatch and combine (all-to-all over the expert group),
+  // and the part a dualpipev paired step runs under the other pass's compute
+  double expert_comm = 0, expert_comm_hidden = 0;
   double compute() const { return gemm + attention + memory; }
   double step() const {
     return compute() + recompute + bubble + tensor_comm + pipeline_comm + data_comm - data_comm_hidden + optimizer +
-           context_comm - context_comm_hidden + expert_comm;
+           context_comm - context_comm_hidden + expert_comm - expert_comm_hidden;
   }
 };
 

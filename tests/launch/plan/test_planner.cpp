@@ -269,6 +269,17 @@ TEST(Planner, DualPipeVActivationBytesEqualTheMeasuredPeak) {
   EXPECT_LT(rv.bubble_fraction, rf.bubble_fraction / 2) << rv.bubble_fraction << " vs " << rf.bubble_fraction;
   EXPECT_LT(rv.time.step(), rf.time.step());
   EXPECT_EQ(rv.params, rf.params);
+  // paired passes: the exchanges inside rank 0's 193 pairs of 240 forwards (the fewest of any rank) run under
+  // the other pass's compute, up to that compute; none under 1F1B, none with parallel.overlap_paired false
+  EXPECT_EQ(rf.time.expert_comm_hidden, 0.0);
+  const double pairs = 193.0 / 240.0, compute = rv.time.compute() + rv.time.recompute;
+  EXPECT_NEAR(rv.time.expert_comm_hidden, std::min(pairs * rv.time.expert_comm, pairs * compute), 1e-9);
+  EXPECT_GT(rv.time.expert_comm_hidden, 0.5 * rv.time.expert_comm);
+  sets.push_back("parallel.overlap_paired=false");
+  const Recipe off = load_plan_recipe(src("configs/deepseek-v3.yaml"), sets);
+  const PlanResult ro = plan_one(off, h800, mesh_choices(off, 128, 1, 16, 1, 64));
+  EXPECT_EQ(ro.time.expert_comm_hidden, 0.0);
+  EXPECT_NEAR(ro.time.step() - rv.time.step(), rv.time.expert_comm_hidden, 1e-9);
 }
 
 // Context parallelism in the plan: activations and attention per rank

@@ -108,8 +108,8 @@ int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s) {
   const MoeConfig& e = cfg.moe;
   if (e.enabled) {  // MoeMlp's: gathered rows and their gradients, router gradients, the shared experts'
     const int64_t N = z.N, M = N * e.top_k, C = z.C, I = e.ffn_hidden / s.tensor, S = e.shared_width() / s.tensor;
-    n += M * C + std::max(M, N) * C + M * C + M * 2 * I + M * I + 2 * N * e.experts + (M + N) + 2 * N * C + N * 2 * S +
-         N * S;
+    n += (s.paired_passes ? 2 : 1) * (M * C + std::max(M, N) * C + M * C + M * 2 * I + M * I + 2 * N * e.experts +
+                                      (M + N) + 2 * N * C + N * 2 * S + N * S);
   }
   return n;
 }

@@ -25,6 +25,9 @@ struct ActivationShape {
   // each MoE layer's experts split over this many ranks: the layer keeps the
   // rows its experts received (the balanced load: as many as it routed)
   int expert = 1;
+  // dualpipev's paired passes (parallel/paired_passes.hpp): the MoE layer's
+  // scratch twice, one per pass
+  bool paired_passes = false;
 };
 
 // Elements of each buffer, on this rank (its share of heads, ffn, vocabulary).

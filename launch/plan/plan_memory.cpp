@@ -40,10 +40,11 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
   mem.optimizer = dense.optimizer + experts.optimizer;
   if (c.zero == 1 && DC > 1) mem.buffers += 4 * x.dense_params / DC;
   if (c.zero == 1 && x.EDC > 1) mem.buffers += 4 * x.expert_params / x.EDC;
+  const bool paired = pairs_overlap(x);  // each paired pass has its own exchange buffers and MoE scratch
   if (x.EP > 1)  // the exchange's rows in arrival order and the experts' output until it is sent back
-    mem.buffers += 2 * pb * double(c.micro_batch * m.seq_len / CP * m.moe.top_k * m.hidden);
+    mem.buffers += (paired ? 2 : 1) * 2 * pb * double(c.micro_batch * m.seq_len / CP * m.moe.top_k * m.hidden);
   const model::ActivationShape shape{
-      c.micro_batch, T, c.sequence_parallel, c.recompute, parallel::splits_backward(c.schedule), CP, x.EP};
+      c.micro_batch, T, c.sequence_parallel, c.recompute, parallel::splits_backward(c.schedule), CP, x.EP, paired};
   double act = 0;
   for (int pp = 0; pp < P; ++pp) {
     double a = double(model::scratch_elements(m, shape));

@@ -85,6 +85,10 @@ struct PlanContext {
   const MeshPlacement& where;
 };
 
+// dualpipev's paired passes overlap the expert exchanges of this configuration
+// (as launch/train/step.cpp decides for the trainer)
+bool pairs_overlap(const PlanContext& x);
+
 void plan_memory(const PlanContext& x, PlanResult& r);
 void plan_time(const PlanContext& x, PlanResult& r);
 

@@ -144,14 +144,17 @@ void expert_comm_time(const PlanContext& x, PlanResult& r, double passes) {
   r.time.expert_comm = passes * exchanges * a2a;
   // dualpipev's paired passes (parallel/paired_passes.hpp): the exchanges of the passes inside a pair run
   // under the other pass's compute, up to that compute
-  const bool paired = c.schedule == ScheduleKind::dualpipev && x.q.parallel.overlap_paired && c.zero < 3 &&
-                      c.recompute != Recompute::full;
-  if (paired)
+  if (pairs_overlap(x))
     r.time.expert_comm_hidden =
         std::min(x.schedule.paired * r.time.expert_comm, x.schedule.paired * (r.time.compute() + r.time.recompute));
 }
 
 }  // namespace
+
+bool pairs_overlap(const PlanContext& x) {
+  return x.c.schedule == ScheduleKind::dualpipev && x.q.parallel.overlap_paired && x.q.model.moe.enabled && x.EP > 1 &&
+         x.c.zero < 3 && x.c.recompute != Recompute::full;
+}
 
 MeshPlacement place_groups(int D, int T, int P, int CP, int EP, const std::vector<MeshAxis>& order,
                            int devices_per_node, bool whole_experts) {

@@ -53,9 +53,10 @@ Cluster load_cluster(const std::string& path, Precision prec) {
   if (!root.IsMap())
     fail_input("{}: expected a map of cluster keys (docs/planner.md), found {}", path, yaml_detail::describe(root));
   YamlReader r(root, path, {});
-  r.check_section("", {"name", "device", "devices_per_node", "memory_gib", "peak_tflops", "gemm_fraction",
-                       "gemm_efficiency", "attention", "attention_fraction", "memory_bandwidth_gbps", "memory_fraction",
-                       "kernel_floor_us", "intra_node", "inter_node", "attention_dropout"});
+  r.check_section(
+      "", {"name", "device", "devices_per_node", "memory_gib", "peak_tflops", "gemm_fraction", "gemm_efficiency",
+           "attention", "attention_fraction", "memory_bandwidth_gbps", "memory_fraction", "kernel_floor_us",
+           "intra_node", "inter_node", "attention_dropout", "usable_memory_gib", "software"});
   Cluster c;
   c.source = path;
   c.precision = prec;
@@ -63,6 +64,10 @@ Cluster load_cluster(const std::string& path, Precision prec) {
   c.device = r.enumerated<DeviceType>("device", c.device);
   c.devices_per_node = int(r.integer("devices_per_node", 1, 1 << 20, std::nullopt));
   c.memory_bytes = r.positive("memory_gib", std::nullopt) * kGiB;
+  c.usable_bytes = r.positive("usable_memory_gib", c.memory_bytes / kGiB) * kGiB;
+  if (c.usable_bytes > c.memory_bytes)
+    fail_input("{}: key 'usable_memory_gib': expected at most memory_gib ({}), found {}", r.where("usable_memory_gib"),
+               c.memory_bytes / kGiB, c.usable_bytes / kGiB);
   const std::string precision = enum_name(prec), peak = "peak_tflops." + precision;
   if (!r.has("peak_tflops") || !r.find("peak_tflops").IsMap()) r.bad("peak_tflops", "a map {fp32, bf16, fp16}");
   r.check_section("peak_tflops", {"fp32", "bf16", "fp16"});
@@ -82,6 +87,17 @@ Cluster load_cluster(const std::string& path, Precision prec) {
   c.kernel_floor = r.positive("kernel_floor_us", 0.0) * 1e-6;
   c.intra = link(r, "intra_node");
   c.inter = link(r, "inter_node");
+  if (r.has("software")) {
+    if (!r.find("software").IsMap())
+      r.bad("software", "a map {name, tensor_comm_overlap, data_comm_overlap, activations}");
+    r.check_section("software", {"name", "tensor_comm_overlap", "data_comm_overlap", "activations"});
+    c.software = r.text("software.name", c.software);
+    c.tensor_comm_overlap = r.boolean("software.tensor_comm_overlap", false);
+    c.data_comm_overlap = r.boolean("software.data_comm_overlap", false);
+    const std::string kept = r.text("software.activations", "trident");
+    if (kept != "trident" && kept != "megatron") r.bad("software.activations", "trident or megatron");
+    c.megatron_activations = kept == "megatron";
+  }
   return c;
 }
 

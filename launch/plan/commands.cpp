@@ -16,9 +16,13 @@ namespace {
 void print_plan_table(const PlanCommand& c, const Cluster& cl, const std::vector<PlanResult>& results) {
   int64_t feasible = 0, invalid = 0;
   for (const auto& r : results) feasible += r.feasible, invalid += !r.feasible && r.memory.total() == 0;
-  fmt::print("{} on {} x {} ({} per node, {:.0f} GiB, {:.4g} TFLOP/s {} peak, large GEMMs at {:.2f} of it)\n", c.recipe,
-             c.gpus, cl.name, cl.devices_per_node, cl.memory_bytes / (1024.0 * 1024 * 1024), cl.peak_flops / 1e12,
-             cl.precision, cl.gemm_table.empty() ? cl.gemm_fraction : cl.gemm_table.back().second);
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  fmt::print(
+      "{} on {} x {} ({} per node, {:.0f} GiB, {:.4g} usable, {:.4g} TFLOP/s {} peak, large GEMMs at {:.2f} of it; "
+      "software: {})\n",
+      c.recipe, c.gpus, cl.name, cl.devices_per_node, cl.memory_bytes / kGiB, cl.usable_bytes / kGiB,
+      cl.peak_flops / 1e12, cl.precision, cl.gemm_table.empty() ? cl.gemm_fraction : cl.gemm_table.back().second,
+      cl.software);
   fmt::print("{} configurations: {} fit, {} out of memory, {} invalid\n", results.size(), feasible,
              int64_t(results.size()) - feasible - invalid, invalid);
   fmt::print("{:>4} {:>4} {:>4} {:>7} {:>3} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10} {:>12} {:>8} {:>6} {:>10}\n", "D", "T",

@@ -11,6 +11,59 @@
 
 namespace trident::launch {
 
+namespace {
+
+// Megatron-Core's theoretical activation memory of the first pipeline stage
+// (megatron/training/theoretical_memory_usage.py, after Korthikanti et al.
+// 2022, Table 2), for software that keeps what Megatron-Core keeps
+// (`activations: megatron`): per layer s b h (18 + 4 F / h) bytes, all of it
+// split over the tensor group with sequence parallelism, s b h (10 + 24 / T)
+// without; 2 s b h (split with sequence parallelism) with full
+// recomputation (each layer's input), 5 a s^2 b / T more without flash
+// attention and recomputation (the scores); the embedding's input (8 s b)
+// and dropout mask (s b h) for P micro-batches; the first stage's share of
+// the layers in flight: 1F1B min(1, M / P), the interleaved schedule
+// 1 + (P - 1) / (P V), the other schedules the simulated count; without a
+// pipeline the output layer's input and logits. Megatron counts bf16 bytes;
+// fp32 doubles them.
+double megatron_activation_bytes(const PlanContext& x, const PlanResult& r) {
+  const ModelConfig& m = x.q.model;
+  const PlanConfig& c = x.c;
+  const double s = double(m.seq_len / x.CP), b = double(c.micro_batch), h = double(m.hidden);
+  const double F = double(m.ffn_hidden), L = double(m.layers), P = x.P, V = x.V, T = x.T, M = r.micro_batches;
+  const bool sp = c.sequence_parallel && x.T > 1;
+  // per layer, on one tensor rank
+  double layer = c.recompute == Recompute::full ? 2 * s * b * h / (sp ? T : 1)
+                 : sp                           ? s * b * h * (18 + 4 * F / h) / T
+                                                : s * b * h * (10 + 24 / T);
+  if (c.recompute == Recompute::none && !x.cl.flash_attention) layer += 5 * double(m.heads) * s * s * b / T;
+  double in_flight = 1;  // the first stage's layers in flight, as a fraction of all the layers
+  if (x.P > 1) {
+    if (c.schedule == ScheduleKind::interleaved_1f1b)
+      in_flight = 1 + (P - 1) / (P * V);
+    else if (c.schedule == ScheduleKind::one_f_one_b)
+      in_flight = std::min(1.0, M / P);
+    else {
+      const auto chunks = model::pipeline_chunks(m, x.P, x.V, c.stage_layers, 0, c.schedule);
+      double held = 0;
+      for (size_t v = 0; v < chunks.size(); ++v) held += double(x.schedule.in_flight[0][v]) * double(chunks[v].layers);
+      in_flight = held / L;
+    }
+  }
+  const double embedding = (8 * s * b + s * b * h) * P / (sp ? T : 1);
+  double bytes = (layer * L + embedding) * in_flight;
+  const double vocab = double(m.padded_vocab(x.T));
+  if (x.P == 1) {
+    if (sp)  // the output layer's input and the logits
+      bytes += 4 * s * b * h * (1 + vocab / h) / T;
+    else  // the logits split over the tensor group, the final norm's output; 5% for temporaries
+      bytes = (bytes + 2 * (s * b * vocab / T + s * b * h)) * 1.05;
+  }
+  return bytes * x.pb / 2;
+}
+
+}  // namespace
+
 // Model-state bytes per device for the largest pipeline stage (the one
 // formula of parallel/data_parallel.hpp) plus what each ZeRO stage adds, the
 // activations of the contexts the schedule holds, and the transfer buffers.
@@ -59,7 +112,7 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
     }
     act = std::max(act, a);
   }
-  mem.activations = pb * act;
+  mem.activations = x.cl.megatron_activations ? megatron_activation_bytes(x, r) : pb * act;
   const double R = double(c.micro_batch * m.seq_len / CP) / (c.sequence_parallel ? T : 1);
   if (P > 1) mem.buffers += 4.0 * V * R * double(m.hidden) * pb;  // send/receive pools
   if (CP > 1) {  // the context transfer buffers, fp32 (parallel/context_parallel.hpp): per rank's rows

@@ -82,6 +82,39 @@ void context_comm_time(const PlanContext& x, PlanResult& r, double passes) {
   }
 }
 
+// The tensor group's collectives per step; `passes`: layer passes of the
+// slowest stage (layers x micro-batches). Per layer and micro-batch two
+// all-reduces forward and two backward (with sequence parallelism an
+// all-gather and a reduce-scatter each: the same volume), two more when full
+// recomputation repeats the forward. Software that keeps the sequence-parallel
+// norm outputs sharded (`activations: megatron`) gathers them again in the
+// backward for the weight gradients: one all-reduce's volume more. With
+// `tensor_comm_overlap` (Megatron-Core's --tp-comm-overlap, torchtitan's
+// async tensor parallelism; sequence parallelism only) each collective is cut
+// into T chunks pipelined with the GEMM it feeds or drains: what its GEMMs
+// take is hidden, and at least one chunk of T stays exposed.
+void tensor_comm_time(const PlanContext& x, PlanResult& r, double passes) {
+  const PlanConfig& c = x.c;
+  const ModelConfig& m = x.q.model;
+  const int T = x.T;
+  if (T <= 1) return;
+  const Link tl = group_link(x.cl, x.where[kTensor]);
+  const double act_bytes = double(c.micro_batch * m.seq_len / x.CP * m.hidden) * x.pb;
+  const double ar = all_reduce_time(act_bytes, T, tl);
+  const bool regather = x.cl.megatron_activations && c.sequence_parallel;
+  const double again = c.recompute == Recompute::full ? 1 : 0;  // the forward's collectives again
+  const double fwd = 2 * ar, bwd = (regather ? 3 : 2) * ar;
+  PlanTime& t = r.time;
+  t.tensor_comm = passes * ((1 + again) * fwd + bwd);
+  if (!x.cl.tensor_comm_overlap || !c.sequence_parallel) return;
+  double gemm_f = 0, gemm_b = 0;  // one layer's tensor-parallel GEMMs (a dense layer's)
+  for (const Op& op : r.ops)
+    if (op.kind == OpKind::gemm && !op.head && op.layers != OpLayers::moe)
+      gemm_f += op.forward_s, gemm_b += op.backward_s;
+  auto exposed = [&](double comm, double gemm) { return std::max(comm / T, comm - gemm); };
+  t.tensor_comm_hidden = t.tensor_comm - passes * ((1 + again) * exposed(fwd, gemm_f) + exposed(bwd, gemm_b));
+}
+
 // One part's gradient reduction (and ZeRO's parameter gathers) per step
 // over its replicas (g ranks at placement `where`), for `params` elements of
 // this rank's; returns the time and what the backward can hide of it
@@ -100,11 +133,18 @@ std::pair<double, double> reduce_time(const PlanContext& x, const PlanResult& r,
   // micro-batch's backward. ZeRO 2: a reduce-scatter per micro-batch, behind
   // each backward. ZeRO 3: also the parameters gathered for every forward and
   // backward, prefetched behind compute.
+  // With `data_comm_overlap` (Megatron-Core's --overlap-grad-reduce and
+  // --overlap-param-gather) ZeRO 1 also gathers the parameters bucket by
+  // bucket behind the next step's first forward, and the overlap holds with a
+  // pipeline too; the last bucket's reduction stays exposed.
+  const bool gather_ahead = x.cl.data_comm_overlap;
   double comm = 0, hide = 0;
   if (c.zero == 0) {
     comm = all_reduce_time(grads, g, dl), hide = busy * 2 / 3 / M;
   } else if (c.zero == 1) {
-    comm = half_collective_time(grads, g, dl) + half_collective_time(pb * params, g, dl), hide = busy * 2 / 3 / M;
+    const double reduce = half_collective_time(grads, g, dl), gather = half_collective_time(pb * params, g, dl);
+    comm = reduce + gather, hide = busy * 2 / 3 / M;
+    if (gather_ahead) hide = std::min(std::min(reduce, hide) + std::min(gather, busy / 3 / M), comm - reduce / buckets);
   } else if (c.zero == 2) {
     comm = M * half_collective_time(grads, g, dl) + half_collective_time(pb * params, g, dl), hide = busy * 2 / 3;
   } else {
@@ -121,8 +161,9 @@ void data_comm_time(const PlanContext& x, PlanResult& r, double busy) {
   const auto [experts, experts_hide] = reduce_time(x, r, x.expert_params, x.EDC, x.where[kExpertData], busy);
   PlanTime& t = r.time;
   t.data_comm = dense + experts;
-  // the trainer overlaps when not piped
-  if (x.P == 1 && x.V == 1) t.data_comm_hidden = std::min(t.data_comm, std::max(dense_hide, experts_hide));
+  // Trident's trainer overlaps when not piped; `data_comm_overlap` software with a pipeline too
+  if ((x.P == 1 && x.V == 1) || x.cl.data_comm_overlap)
+    t.data_comm_hidden = std::min(t.data_comm, std::max(dense_hide, experts_hide));
 }
 
 // Expert parallelism's token exchange per step: each MoE layer's dispatch
@@ -206,16 +247,10 @@ void plan_time(const PlanContext& x, PlanResult& r) {
   }
   const double busy = t.compute() + t.recompute;
   t.bubble = r.bubble_fraction < 1 ? busy * r.bubble_fraction / (1 - r.bubble_fraction) : 0;
-  const Link tl = group_link(cl, where[0]);
-  const double act_bytes = double(c.micro_batch * m.seq_len / CP * m.hidden) * pb;
-  // per layer and micro-batch: two all-reduces forward, two backward (with
-  // sequence parallelism an all-gather and a reduce-scatter each: the same
-  // volume), two more when full recomputation repeats the forward
-  const double layer_ops = most_layers * mbs * (4 + (c.recompute == Recompute::full ? 2 : 0));
-  t.tensor_comm = layer_ops * all_reduce_time(act_bytes, T, tl);
+  tensor_comm_time(x, r, most_layers * mbs);
   if (P > 1) {
     const Link pl = group_link(cl, where[2]);
-    const double bytes = act_bytes / (c.sequence_parallel ? T : 1);
+    const double bytes = double(c.micro_batch * m.seq_len / CP * m.hidden) * pb / (c.sequence_parallel ? T : 1);
     t.pipeline_comm = 2.0 * mbs * V * (bytes / pl.bandwidth_at(bytes) + pl.latency);
   }
   if (CP > 1) context_comm_time(x, r, most_layers * mbs);

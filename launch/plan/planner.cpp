@@ -215,14 +215,14 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c, Pl
   r.tflops_per_device = model::flops_per_token(m) * r.tokens_per_s / double(N) / 1e12;
   r.mfu = r.tflops_per_device * 1e12 / cl.peak_flops;
   const double total = mem.total();
-  if (total > cl.memory_bytes) {
+  if (total > cl.usable_bytes) {
     std::vector<std::pair<double, const char*>> parts = {{mem.params, "parameters"},
                                                          {mem.grads, "gradients"},
                                                          {mem.optimizer, "optimizer states"},
                                                          {mem.activations, "activations"},
                                                          {mem.buffers, "buffers"}};
     const auto big = *std::max_element(parts.begin(), parts.end());
-    r.reason = fmt::format("needs {} > {}: {} {}", gib(total), gib(cl.memory_bytes), big.second, gib(big.first));
+    r.reason = fmt::format("needs {} > {} usable: {} {}", gib(total), gib(cl.usable_bytes), big.second, gib(big.first));
     return r;
   }
   r.feasible = true;
@@ -319,6 +319,7 @@ std::string plan_json(const std::vector<PlanResult>& results) {
                      {"recompute", timed ? r.time.recompute : 0.0},
                      {"bubble", timed ? r.time.bubble : 0.0},
                      {"tensor_comm", timed ? r.time.tensor_comm : 0.0},
+                     {"tensor_comm_hidden", timed ? r.time.tensor_comm_hidden : 0.0},
                      {"pipeline_comm", timed ? r.time.pipeline_comm : 0.0},
                      {"data_comm", timed ? r.time.data_comm : 0.0},
                      {"data_comm_hidden", timed ? r.time.data_comm_hidden : 0.0},
@@ -358,16 +359,17 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
                                              : "");
   s += fmt::format(
       "memory per device: params {} | grads {} | optimizer {} | activations {} ({} micro-batches in flight on the "
-      "first stage) | buffers {} | total {} of {}{}\n",
-      gib(m.params), gib(m.grads), gib(m.optimizer), gib(m.activations), r.in_flight, gib(m.buffers), gib(m.total()),
-      gib(cl.memory_bytes), r.feasible ? "" : " -> " + r.reason);
+      "first stage{}) | buffers {} | total {} of {} usable{}\n",
+      gib(m.params), gib(m.grads), gib(m.optimizer), gib(m.activations), r.in_flight,
+      cl.megatron_activations ? ", Megatron-Core's formula" : "", gib(m.buffers), gib(m.total()), gib(cl.usable_bytes),
+      r.feasible ? "" : " -> " + r.reason);
   s += fmt::format(
       "step time {:.4g} s: gemm {:.4g} | attention {:.4g} | memory-bound {:.4g} | recompute {:.4g} | pipeline bubble "
-      "{:.4g} ({:.1f}% simulated) | tensor comm {:.4g} ({}) | pipeline comm {:.4g} ({}) | data comm {:.4g} ({}, "
-      "{:.4g} hidden behind backward) | optimizer {:.4g}\n",
+      "{:.4g} ({:.1f}% simulated) | tensor comm {:.4g} ({}, {:.4g} hidden behind its GEMMs) | pipeline comm {:.4g} "
+      "({}) | data comm {:.4g} ({}, {:.4g} hidden behind compute) | optimizer {:.4g}\n",
       t.step(), t.gemm, t.attention, t.memory, t.recompute, t.bubble, 100 * r.bubble_fraction, t.tensor_comm,
-      link(r.tensor_intra_node), t.pipeline_comm, link(r.pipeline_intra_node), t.data_comm, link(r.data_intra_node),
-      t.data_comm_hidden, t.optimizer);
+      link(r.tensor_intra_node), t.tensor_comm_hidden, t.pipeline_comm, link(r.pipeline_intra_node), t.data_comm,
+      link(r.data_intra_node), t.data_comm_hidden, t.optimizer);
   if (c.context > 1)
     s += fmt::format("context comm {:.4g} ({}), {:.4g} of it hidden behind attention: {:.4g} exposed\n", t.context_comm,
                      link(r.context_intra_node), t.context_comm_hidden, t.context_comm - t.context_comm_hidden);

@@ -34,9 +34,10 @@ struct Cluster {
   DeviceType device = DeviceType::cuda;   // `device:` in the file (default cuda): the activation layout
   Precision precision = Precision::fp32;  // what the plan assumes: peak FLOP/s and bytes per value
   int devices_per_node = 1;
-  double memory_bytes = 0;                            // per device
-  double peak_flops = 0;                              // per device, for the recipe's precision
-  double gemm_fraction = 1;                           // of peak: large GEMMs (every GEMM without `gemm_efficiency`)
+  double memory_bytes = 0;   // per device
+  double usable_bytes = 0;   // `usable_memory_gib` (default memory_gib): what a training process can allocate
+  double peak_flops = 0;     // per device, for the recipe's precision
+  double gemm_fraction = 1;  // of peak: large GEMMs (every GEMM without `gemm_efficiency`)
   std::vector<std::pair<double, double>> gemm_table;  // `gemm_efficiency`: smallest dimension -> fraction
   double attention_fraction = 0;   // flash attention's rate as a fraction of peak (default gemm_fraction)
   bool flash_attention = true;     // `attention: flash | materialized` (default: flash, on both devices)
@@ -45,6 +46,12 @@ struct Cluster {
   double memory_fraction = 1;      // of it, what elementwise kernels and the optimizer reach
   double kernel_floor = 0;         // s: the least time a kernel takes (launch, tail)
   Link intra, inter;
+  // `software:` what the training software the plan models hides and keeps
+  // (docs/planner.md#software); the defaults are Trident's trainer
+  std::string software = "Trident";
+  bool tensor_comm_overlap = false;   // sequence-parallel all-gathers / reduce-scatters pipelined with their GEMMs
+  bool data_comm_overlap = false;     // gradient reduce-scatter and parameter gather overlapped, pipelined too
+  bool megatron_activations = false;  // `activations: megatron`: Megatron-Core's kept tensors (its formula)
   DeviceRates rates() const;
 };
 // InputError naming the file and key. precision: fp32, bf16 or fp16 (bf16 and
@@ -73,6 +80,7 @@ struct PlanTime {
   double gemm = 0, attention = 0, memory = 0;  // forward and backward of every micro-batch
   double recompute = 0, bubble = 0, tensor_comm = 0, pipeline_comm = 0, data_comm = 0, data_comm_hidden = 0,
          optimizer = 0;
+  double tensor_comm_hidden = 0;  // the part of tensor_comm pipelined with its GEMMs (`tensor_comm_overlap`)
   // context parallelism: the ring's (or all-to-all's) transfers, and the part
   // of them the attention of the block in hand does not hide (in step())
   double context_comm = 0, context_comm_hidden = 0;
@@ -81,8 +89,8 @@ struct PlanTime {
   double expert_comm = 0, expert_comm_hidden = 0;
   double compute() const { return gemm + attention + memory; }
   double step() const {
-    return compute() + recompute + bubble + tensor_comm + pipeline_comm + data_comm - data_comm_hidden + optimizer +
-           context_comm - context_comm_hidden + expert_comm - expert_comm_hidden;
+    return compute() + recompute + bubble + tensor_comm - tensor_comm_hidden + pipeline_comm + data_comm -
+           data_comm_hidden + optimizer + context_comm - context_comm_hidden + expert_comm - expert_comm_hidden;
   }
 };
 

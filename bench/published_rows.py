@@ -1,71 +1,113 @@
 #!/usr/bin/env python3
-"""The planner against published step times (docs/planner.md): runs
-`trident plan --mesh ... --json` for each published configuration and prints
-measured vs predicted step time. Usage: bench/published_rows.py TRIDENT [--markdown]"""
+"""The planner against published training runs (docs/planner.md, "Against
+published results"): plans every row of configs/published/rows.yaml on its
+mesh (`trident plan --mesh ... --json`) and prints measured vs predicted step
+time, the errors of the fitted and the unfitted rows apart, the rows planned
+out of memory, and the ranking check (for each model planned on one GPU count
+at several meshes, the planner's fastest of them against the published
+fastest). Usage: bench/published_rows.py TRIDENT [--markdown]"""
 import json, subprocess, sys
+from collections import defaultdict
 
-# SC21 Table 1 (Narayanan et al. 2021): name, GPUs, mesh D,T,P, published
-# TFLOP/s per GPU. Their FLOPs per step count the recomputed forward:
-# 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
-SC21 = [("gpt-1.7b", 32, (32, 1, 1), 137), ("gpt-3.6b", 64, (32, 2, 1), 138), ("gpt-7.5b", 128, (32, 4, 1), 142),
-        ("gpt-18b", 256, (32, 8, 1), 135), ("gpt-39b", 512, (32, 8, 2), 138), ("gpt-76b", 1024, (32, 8, 4), 140),
-        ("gpt-145b", 1536, (24, 8, 8), 148), ("gpt-310b", 1920, (15, 8, 16), 155),
-        ("gpt-530b", 2520, (9, 8, 35), 163), ("gpt-1t", 3072, (6, 8, 64), 163)]
-# GPT-3 175B on H100, bf16, NeMo (dgxc-benchmarking nemo_megatron/README_175b.md): GPUs, measured s/step
-H100_175B = [(128, 8.309), (256, 8.408), (512, 8.42), (1024, 8.453), (2048, 8.49)]
-# Mixtral 8x7B on 64 H100, bf16, expert 8 x pipeline 4 (Megatron-Core MoE README, MCore v0.9): 468 TFLOP/s per
-# GPU; their FLOPs per token (num_floating_point_operations) equal the planner's model FLOPs for this model
-MIXTRAL_TFLOPS = 468
+import yaml
+
+ROWS = "configs/published/rows.yaml"
 
 
-def plan(trident, recipe, cluster, gpus, mesh, sets=()):
-    cmd = [trident, "plan", recipe, "--cluster", cluster, "--gpus", str(gpus), "--mesh", ",".join(map(str, mesh)),
-           "--json"]
-    for s in sets:
+def shape(row):
+    """The row's model and train sections: the recipe's with the row's --set keys."""
+    rc = yaml.safe_load(open(f"configs/published/{row['recipe']}"))
+    model, train = dict(rc["model"]), dict(rc["train"])
+    for s in row["set"]:
+        key, value = s.split("=", 1)
+        section, name = key.split(".", 1)
+        if section in ("model", "train"):
+            (model if section == "model" else train)[name] = yaml.safe_load(value)
+    return model, train
+
+
+def megatron_flops(m, batch):
+    """Megatron-LM's num_floating_point_operations (dense models)."""
+    s, l, h, a = m["seq_len"], m["layers"], m["hidden"], m["heads"]
+    g, F, V = m.get("kv_heads", a), m.get("ffn_hidden", 4 * h), m["vocab"]
+    gated = 1.5 if m["arch"] == "llama" else 1.0
+    return 12 * batch * s * l * h * h * ((1 + g / a + s / h) + F / h * gated + V / (2 * l * h))
+
+
+def measured_step(row, m, t, gpus, plan):
+    pub, batch = row["published"], t["global_batch"]
+    if "step_s" in pub:
+        return pub["step_s"]
+    if "tokens_per_s_per_gpu" in pub:
+        return batch * m["seq_len"] / (gpus * pub["tokens_per_s_per_gpu"])
+    tflops = pub["tflops_per_gpu"] * 1e12
+    if pub["flops"] == "megatron":
+        return megatron_flops(m, batch) / (gpus * tflops)
+    if pub["flops"] == "sc21":
+        s, l, h, V = m["seq_len"], m["layers"], m["hidden"], m["vocab"]
+        return 96 * batch * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)) / (gpus * tflops)
+    # Trident's model FLOPs: the plan's predicted rate times its step time
+    return plan["step_time_s"] * plan["tflops_per_device"] * 1e12 / tflops
+
+
+def plan(trident, row, gpus):
+    cmd = [trident, "plan", f"configs/published/{row['recipe']}", "--cluster", f"configs/clusters/{row['cluster']}",
+           "--gpus", str(gpus), "--mesh", ",".join(map(str, row["mesh"])), "--json"]
+    for s in row["set"]:
         cmd += ["--set", s]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return json.loads(out)[0]
+    return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)[0]
 
 
 def main():
     trident = sys.argv[1]
     md = "--markdown" in sys.argv
-    rows = []
-    for name, gpus, mesh, tflops in SC21:
-        import yaml  # noqa: the recipe's shape
-        rc = yaml.safe_load(open(f"configs/published/{name}.yaml"))
-        m, t = rc["model"], rc["train"]
-        B, s, l, h, V = t["global_batch"], m["seq_len"], m["layers"], m["hidden"], m["vocab"]
-        flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
-        measured = flops / (gpus * tflops * 1e12)
-        p = plan(trident, f"configs/published/{name}.yaml", "configs/clusters/selene-a100-2021.yaml", gpus, mesh)
-        rows.append(("SC21 Table 1", name, gpus, mesh, measured, p))
-    for gpus, step in H100_175B:
-        d = gpus // 32
-        p = plan(trident, "configs/published/gpt3-175b-h100.yaml", "configs/clusters/dgx-h100.yaml", gpus, (d, 4, 8),
-                 [f"parallel.data={d}", f"train.global_batch={16 * gpus // 8}"])
-        rows.append(("NeMo GPT-3 175B H100 bf16", "gpt3-175b-h100", gpus, (d, 4, 8), step, p))
-    p = plan(trident, "configs/published/mixtral-8x7b-h100.yaml", "configs/clusters/dgx-h100.yaml", 64, (16, 1, 4, 1, 8))
-    # the planner's TFLOP/s are model FLOPs at its predicted rate: the measured step time follows from 468
-    measured = p["step_time_s"] * p["tflops_per_device"] / MIXTRAL_TFLOPS
-    rows.append(("Megatron-Core Mixtral 8x7B H100 bf16", "mixtral-8x7b-h100", 64, (16, 1, 4, 1, 8), measured, p))
-    within10 = within15 = 0
+    results = []
+    for row in yaml.safe_load(open(ROWS)):
+        m, t = shape(row)
+        gpus = 1
+        for n in row["mesh"][:4]:
+            gpus *= n
+        p = plan(trident, row, gpus)
+        results.append((row, m, gpus, measured_step(row, m, t, gpus, p), p))
     if md:
-        print("| source | config | GPUs | mesh D x T x P (x C x E) | measured s/step | predicted | error |")
-        print("|---|---|---|---|---|---|---|")
-    for src, name, gpus, mesh, measured, p in rows:
+        print("| source | model | GPUs | mesh D x T x P (x C x E) | fitted | measured s/step | predicted | error | memory GiB |")
+        print("|---|---|---|---|---|---|---|---|---|")
+    errors = {True: [], False: []}
+    out_of_memory = []
+    for row, m, gpus, measured, p in results:
         pred = p["step_time_s"]
         err = pred / measured - 1
-        within10 += abs(err) <= 0.10
-        within15 += abs(err) <= 0.15
-        meshs = " x ".join(map(str, mesh))
+        errors[row["fitted"]].append(err)
+        mesh = " x ".join(map(str, row["mesh"]))
+        mem = p["memory_bytes"]["total"] / 2**30
+        if not p["feasible"]:
+            out_of_memory.append(f"{row['name']} on {gpus} ({row['source']}): {p['reason']}")
         if md:
-            print(f"| {src} | {name} | {gpus} | {meshs} | {measured:.3f} | {pred:.3f} | {100 * err:+.1f}% |")
+            flag = "yes" if row["fitted"] else ""
+            oom = "" if p["feasible"] else " (over)"
+            print(f"| {row['source']} | {row['name']} | {gpus} | {mesh} | {flag} | {measured:.3f} | {pred:.3f} | "
+                  f"{100 * err:+.1f}% | {mem:.1f}{oom} |")
         else:
-            t = p["time_s"]
-            parts = " ".join(f"{k}={v:.3g}" for k, v in t.items() if v)
-            print(f"{name:16} {gpus:5} {meshs:12} measured {measured:8.3f} predicted {pred:8.3f} {100 * err:+6.1f}%  {parts}")
-    print(f"{within15}/{len(rows)} within 15%, {within10}/{len(rows)} within 10%")
+            parts = " ".join(f"{k}={v:.3g}" for k, v in p["time_s"].items() if v)
+            print(f"{row['name']:14} {gpus:6} {mesh:16} {'F' if row['fitted'] else ' '} measured {measured:8.3f} "
+                  f"predicted {pred:8.3f} {100 * err:+6.1f}%  {mem:5.1f} GiB  {parts}")
+    for fitted in (False, True):
+        e = errors[fitted]
+        if e:
+            print(f"{'fitted' if fitted else 'unfitted'} rows: {len(e)}, {sum(abs(x) <= 0.10 for x in e)} within 10%, "
+                  f"{sum(abs(x) <= 0.20 for x in e)} within 20%, largest {100 * max(e, key=abs):+.1f}%")
+    print(f"out of memory: {len(out_of_memory)}" + "".join(f"\n  {o}" for o in out_of_memory))
+    # ranking: one model on one GPU count at several meshes
+    groups = defaultdict(list)
+    for row, m, gpus, measured, p in results:
+        groups[(row["name"], gpus, m["seq_len"])].append((row, measured, p))
+    for (name, gpus, _), g in groups.items():
+        if len({tuple(r["mesh"]) for r, _, _ in g}) < 2:
+            continue
+        best_published = min(measured for _, measured, _ in g)
+        pick = min(g, key=lambda x: x[2]["step_time_s"])
+        print(f"ranking {name} on {gpus}: the planner picks {pick[0]['mesh']} ({pick[0]['source']}), published "
+              f"{pick[1]:.3f} s against the best {best_published:.3f} s ({100 * (pick[1] / best_published - 1):+.1f}%)")
 
 
 main()

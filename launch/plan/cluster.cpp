@@ -70,7 +70,7 @@ Cluster load_cluster(const std::string& path, Precision prec) {
                c.memory_bytes / kGiB, c.usable_bytes / kGiB);
   const std::string precision = enum_name(prec), peak = "peak_tflops." + precision;
   if (!r.has("peak_tflops") || !r.find("peak_tflops").IsMap()) r.bad("peak_tflops", "a map {fp32, bf16, fp16}");
-  r.check_section("peak_tflops", {"fp32", "bf16", "fp16"});
+  r.check_section("peak_tflops", {"fp32", "bf16", "fp16", "fp8"});
   if (!r.has(peak))
     fail_input("{}: key '{}': missing (the recipe trains in {})", r.where("peak_tflops"), peak, precision);
   c.peak_flops = r.positive(peak, std::nullopt) * 1e12;
@@ -90,13 +90,26 @@ Cluster load_cluster(const std::string& path, Precision prec) {
   if (r.has("software")) {
     if (!r.find("software").IsMap())
       r.bad("software", "a map {name, tensor_comm_overlap, data_comm_overlap, activations}");
-    r.check_section("software", {"name", "tensor_comm_overlap", "data_comm_overlap", "activations"});
+    r.check_section("software", {"name", "tensor_comm_overlap", "data_comm_overlap", "activations", "gemm_precision",
+                                 "fp8_gemm_fraction"});
     c.software = r.text("software.name", c.software);
     c.tensor_comm_overlap = r.boolean("software.tensor_comm_overlap", false);
     c.data_comm_overlap = r.boolean("software.data_comm_overlap", false);
     const std::string kept = r.text("software.activations", "trident");
     if (kept != "trident" && kept != "megatron") r.bad("software.activations", "trident or megatron");
     c.megatron_activations = kept == "megatron";
+    // Transformer Engine's fp8 recipes: the GEMMs (forward, input and weight gradients) in fp8, the rest as planned
+    const std::string gemms = r.text("software.gemm_precision", enum_name(prec));
+    if (gemms != enum_name(prec) && gemms != "fp8")
+      r.bad("software.gemm_precision", fmt::format("fp8 or the planned precision ({})", enum_name(prec)));
+    if (gemms == "fp8") {
+      if (!r.has("peak_tflops.fp8"))
+        fail_input("{}: key 'peak_tflops.fp8': missing (software.gemm_precision is fp8)", r.where("peak_tflops"));
+      // fp8 GEMMs reach this fraction of what the GEMM table gives bf16 ones of their peak (their casts,
+      // scaling and amax reductions included)
+      c.gemm_peak_flops =
+          r.positive("peak_tflops.fp8", std::nullopt) * 1e12 * r.real("software.fp8_gemm_fraction", 0, 1, 1.0, true);
+    }
   }
   return c;
 }
@@ -104,6 +117,7 @@ Cluster load_cluster(const std::string& path, Precision prec) {
 DeviceRates Cluster::rates() const {
   DeviceRates r;
   r.peak_flops = peak_flops;
+  r.gemm_peak_flops = gemm_peak_flops > 0 ? gemm_peak_flops : peak_flops;
   r.gemm_table = gemm_table;
   r.gemm_fraction = gemm_fraction;
   r.attention_fraction = attention_fraction;

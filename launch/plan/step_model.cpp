@@ -35,8 +35,8 @@ Op gemm(const std::string& name, int64_t m, int64_t n, int64_t k, int64_t batch,
   op.bytes =
       double(batch) * (double(m) * double(k) + double(k) * double(n) + double(m) * double(n)) * r.bytes_per_value;
   op.efficiency = r.gemm_efficiency(double(std::min({m, n, k})));
-  const double one =
-      std::max({op.flops / (r.peak_flops * op.efficiency), op.bytes / r.memory_bandwidth, r.kernel_floor});
+  const double peak = r.gemm_peak_flops > 0 ? r.gemm_peak_flops : r.peak_flops;
+  const double one = std::max({op.flops / (peak * op.efficiency), op.bytes / r.memory_bandwidth, r.kernel_floor});
   op.forward_s = one;
   op.backward_s = 2 * one;
   return op;

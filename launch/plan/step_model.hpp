@@ -17,7 +17,8 @@ namespace trident::launch {
 
 // What the device achieves, from the cluster file (launch/plan/planner.hpp).
 struct DeviceRates {
-  double peak_flops = 0;  // per device, in the planned precision
+  double peak_flops = 0;       // per device, in the planned precision
+  double gemm_peak_flops = 0;  // the GEMMs' peak: peak_flops, or fp8's where the software runs its GEMMs in fp8
   // fraction of peak a GEMM reaches by its smallest dimension (ascending
   // dimensions; interpolated in log2 of the dimension, held at the ends).
   // Empty: `gemm_fraction` for every shape.

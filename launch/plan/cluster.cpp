@@ -88,16 +88,18 @@ Cluster load_cluster(const std::string& path, Precision prec) {
   c.intra = link(r, "intra_node");
   c.inter = link(r, "inter_node");
   if (r.has("software")) {
-    if (!r.find("software").IsMap())
-      r.bad("software", "a map {name, tensor_comm_overlap, data_comm_overlap, activations}");
+    if (!r.find("software").IsMap()) r.bad("software", "a map of software keys (docs/planner.md#software)");
     r.check_section("software", {"name", "tensor_comm_overlap", "data_comm_overlap", "activations", "gemm_precision",
-                                 "fp8_gemm_fraction"});
+                                 "fp8_gemm_fraction", "cross_entropy"});
     c.software = r.text("software.name", c.software);
     c.tensor_comm_overlap = r.boolean("software.tensor_comm_overlap", false);
     c.data_comm_overlap = r.boolean("software.data_comm_overlap", false);
     const std::string kept = r.text("software.activations", "trident");
     if (kept != "trident" && kept != "megatron") r.bad("software.activations", "trident or megatron");
     c.megatron_activations = kept == "megatron";
+    const std::string loss = r.text("software.cross_entropy", "fused");
+    if (loss != "fused" && loss != "fp32") r.bad("software.cross_entropy", "fused or fp32");
+    c.fp32_cross_entropy = loss == "fp32";
     // Transformer Engine's fp8 recipes: the GEMMs (forward, input and weight gradients) in fp8, the rest as planned
     const std::string gemms = r.text("software.gemm_precision", enum_name(prec));
     if (gemms != enum_name(prec) && gemms != "fp8")
@@ -118,6 +120,13 @@ DeviceRates Cluster::rates() const {
   DeviceRates r;
   r.peak_flops = peak_flops;
   r.gemm_peak_flops = gemm_peak_flops > 0 ? gemm_peak_flops : peak_flops;
+  if (fp32_cross_entropy) {
+    // Megatron-Core's vocab_parallel_cross_entropy: forward the logits cast to fp32 (2 + 4 bytes), the maximum
+    // read (4), the shift and the exponential in place (8 + 8), the sum read (4), the normalisation in place (8);
+    // backward the gradient scaled in place (8) and cast back (4 + 2)
+    r.loss_bytes_forward = 2 + 4 + 4 + 8 + 8 + 4 + 8;
+    r.loss_bytes_backward = 8 + 4 + 2;
+  }
   r.gemm_table = gemm_table;
   r.gemm_fraction = gemm_fraction;
   r.attention_fraction = attention_fraction;

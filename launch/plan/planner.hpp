@@ -53,6 +53,7 @@ struct Cluster {
   bool data_comm_overlap = false;     // gradient reduce-scatter and parameter gather overlapped, pipelined too
   bool megatron_activations = false;  // `activations: megatron`: Megatron-Core's kept tensors (its formula)
   double gemm_peak_flops = 0;         // `gemm_precision: fp8`: the GEMMs at peak_tflops.fp8 (else peak_flops)
+  bool fp32_cross_entropy = false;    // `cross_entropy: fp32`: Megatron-Core's unfused loss over fp32 logits
   DeviceRates rates() const;
 };
 // InputError naming the file and key. precision: fp32, bf16 or fp16 (bf16 and

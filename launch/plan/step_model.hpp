@@ -30,6 +30,9 @@ struct DeviceRates {
   double memory_bandwidth = 0;     // bytes/s the elementwise kernels achieve
   double kernel_floor = 0;         // s: no kernel takes less (launch and tail)
   double bytes_per_value = 4;      // activations and parameters (2 for bf16/fp16)
+  // cross-entropy's bytes through memory per logit, forward and backward (0: Trident's fused kernel, two values
+  // forward and three backward)
+  double loss_bytes_forward = 0, loss_bytes_backward = 0;
   // The efficiency of a GEMM whose smallest dimension is `dim`.
   double gemm_efficiency(double dim) const;
 };

@@ -97,17 +97,18 @@ def main():
             print(f"{'fitted' if fitted else 'unfitted'} rows: {len(e)}, {sum(abs(x) <= 0.10 for x in e)} within 10%, "
                   f"{sum(abs(x) <= 0.20 for x in e)} within 20%, largest {100 * max(e, key=abs):+.1f}%")
     print(f"out of memory: {len(out_of_memory)}" + "".join(f"\n  {o}" for o in out_of_memory))
-    # ranking: one model on one GPU count at several meshes
+    # ranking: for each source with one model on several meshes, the mesh the planner would pick (its best
+    # predicted tokens/s per GPU) against the published best
     groups = defaultdict(list)
     for row, m, gpus, measured, p in results:
-        groups[(row["name"], gpus, m["seq_len"])].append((row, measured, p))
-    for (name, gpus, _), g in groups.items():
-        if len({tuple(r["mesh"]) for r, _, _ in g}) < 2:
+        tokens = shape(row)[1]["global_batch"] * m["seq_len"] / gpus
+        groups[(row["source"], row["name"])].append((row, gpus, tokens / measured, tokens / p["step_time_s"]))
+    for (source, name), g in groups.items():
+        if len({(tuple(r["mesh"]), gpus) for r, gpus, _, _ in g}) < 2:
             continue
-        best_published = min(measured for _, measured, _ in g)
-        pick = min(g, key=lambda x: x[2]["step_time_s"])
-        print(f"ranking {name} on {gpus}: the planner picks {pick[0]['mesh']} ({pick[0]['source']}), published "
-              f"{pick[1]:.3f} s against the best {best_published:.3f} s ({100 * (pick[1] / best_published - 1):+.1f}%)")
-
+        best = max(published for _, _, published, _ in g)
+        row, gpus, published, _ = max(g, key=lambda x: x[3])
+        print(f"ranking {name} ({source}): the planner picks {row['mesh']} on {gpus}, published {published:.4g} "
+              f"tokens/s per GPU against the best {best:.4g} ({100 * (published / best - 1):+.1f}%)")
 
 main()

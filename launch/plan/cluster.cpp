@@ -90,13 +90,18 @@ Cluster load_cluster(const std::string& path, Precision prec) {
   if (r.has("software")) {
     if (!r.find("software").IsMap()) r.bad("software", "a map of software keys (docs/planner.md#software)");
     r.check_section("software", {"name", "tensor_comm_overlap", "data_comm_overlap", "activations", "gemm_precision",
-                                 "fp8_gemm_fraction", "cross_entropy"});
+                                 "fp8_gemm_fraction", "cross_entropy", "grad_reduce", "pipeline_comm_overlap"});
     c.software = r.text("software.name", c.software);
     c.tensor_comm_overlap = r.boolean("software.tensor_comm_overlap", false);
     c.data_comm_overlap = r.boolean("software.data_comm_overlap", false);
+    c.pipeline_comm_overlap = r.boolean("software.pipeline_comm_overlap", false);
     const std::string kept = r.text("software.activations", "trident");
     if (kept != "trident" && kept != "megatron") r.bad("software.activations", "trident or megatron");
     c.megatron_activations = kept == "megatron";
+    // NVIDIA's performance recipes reduce the gradients in bf16 (grad_reduce_in_fp32 = False)
+    const std::string reduce = r.text("software.grad_reduce", "fp32");
+    if (reduce != "fp32" && reduce != "bf16") r.bad("software.grad_reduce", "fp32 or bf16");
+    c.grad_reduce_bytes = reduce == "bf16" ? 2 : 4;
     const std::string loss = r.text("software.cross_entropy", "fused");
     if (loss != "fused" && loss != "fp32") r.bad("software.cross_entropy", "fused or fp32");
     c.fp32_cross_entropy = loss == "fp32";
@@ -120,6 +125,7 @@ DeviceRates Cluster::rates() const {
   DeviceRates r;
   r.peak_flops = peak_flops;
   r.gemm_peak_flops = gemm_peak_flops > 0 ? gemm_peak_flops : peak_flops;
+  r.fp8_casts = gemm_peak_flops > 0;
   if (fp32_cross_entropy) {
     // Megatron-Core's vocab_parallel_cross_entropy: forward the logits cast to fp32 (2 + 4 bytes), the maximum
     // read (4), the shift and the exponential in place (8 + 8), the sum read (4), the normalisation in place (8);

@@ -125,7 +125,7 @@ std::pair<double, double> reduce_time(const PlanContext& x, const PlanResult& r,
   const PlanConfig& c = x.c;
   const double pb = x.pb;
   const Link dl = group_link(x.cl, where);
-  const double grads = 4 * params;
+  const double grads = x.cl.grad_reduce_bytes * params;  // fp32, or bf16 where the software reduces in bf16
   const double buckets = std::max(1.0, std::ceil(grads / double(x.q.parallel.bucket_bytes)));
   const double M = r.micro_batches;
   // ZeRO 0/1: one reduction of the accumulated gradients per step (all-reduce,
@@ -251,7 +251,12 @@ void plan_time(const PlanContext& x, PlanResult& r) {
   if (P > 1) {
     const Link pl = group_link(cl, where[2]);
     const double bytes = double(c.micro_batch * m.seq_len / CP * m.hidden) * pb / (c.sequence_parallel ? T : 1);
-    t.pipeline_comm = 2.0 * mbs * V * (bytes / pl.bandwidth_at(bytes) + pl.latency);
+    const double one = bytes / pl.bandwidth_at(bytes) + pl.latency;
+    t.pipeline_comm = 2.0 * mbs * V * one;
+    // Megatron-Core's --overlap-p2p-communication (on by default with the interleaved schedule): each transfer
+    // is waited for only when its chunk runs, behind another chunk's compute; the first receive and the last
+    // send of the step stay exposed
+    if (cl.pipeline_comm_overlap && V > 1) t.pipeline_comm_hidden = std::max(0.0, t.pipeline_comm - 2 * one);
   }
   if (CP > 1) context_comm_time(x, r, most_layers * mbs);
   if (DC > 1) data_comm_time(x, r, busy);

@@ -321,6 +321,7 @@ std::string plan_json(const std::vector<PlanResult>& results) {
                      {"tensor_comm", timed ? r.time.tensor_comm : 0.0},
                      {"tensor_comm_hidden", timed ? r.time.tensor_comm_hidden : 0.0},
                      {"pipeline_comm", timed ? r.time.pipeline_comm : 0.0},
+                     {"pipeline_comm_hidden", timed ? r.time.pipeline_comm_hidden : 0.0},
                      {"data_comm", timed ? r.time.data_comm : 0.0},
                      {"data_comm_hidden", timed ? r.time.data_comm_hidden : 0.0},
                      {"context_comm", timed ? r.time.context_comm : 0.0},
@@ -366,10 +367,10 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
   s += fmt::format(
       "step time {:.4g} s: gemm {:.4g} | attention {:.4g} | memory-bound {:.4g} | recompute {:.4g} | pipeline bubble "
       "{:.4g} ({:.1f}% simulated) | tensor comm {:.4g} ({}, {:.4g} hidden behind its GEMMs) | pipeline comm {:.4g} "
-      "({}) | data comm {:.4g} ({}, {:.4g} hidden behind compute) | optimizer {:.4g}\n",
+      "({}, {:.4g} hidden) | data comm {:.4g} ({}, {:.4g} hidden behind compute) | optimizer {:.4g}\n",
       t.step(), t.gemm, t.attention, t.memory, t.recompute, t.bubble, 100 * r.bubble_fraction, t.tensor_comm,
-      link(r.tensor_intra_node), t.tensor_comm_hidden, t.pipeline_comm, link(r.pipeline_intra_node), t.data_comm,
-      link(r.data_intra_node), t.data_comm_hidden, t.optimizer);
+      link(r.tensor_intra_node), t.tensor_comm_hidden, t.pipeline_comm, link(r.pipeline_intra_node),
+      t.pipeline_comm_hidden, t.data_comm, link(r.data_intra_node), t.data_comm_hidden, t.optimizer);
   if (c.context > 1)
     s += fmt::format("context comm {:.4g} ({}), {:.4g} of it hidden behind attention: {:.4g} exposed\n", t.context_comm,
                      link(r.context_intra_node), t.context_comm_hidden, t.context_comm - t.context_comm_hidden);

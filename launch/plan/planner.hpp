@@ -49,11 +49,13 @@ struct Cluster {
   // `software:` what the training software the plan models hides and keeps
   // (docs/planner.md#software); the defaults are Trident's trainer
   std::string software = "Trident";
-  bool tensor_comm_overlap = false;   // sequence-parallel all-gathers / reduce-scatters pipelined with their GEMMs
-  bool data_comm_overlap = false;     // gradient reduce-scatter and parameter gather overlapped, pipelined too
-  bool megatron_activations = false;  // `activations: megatron`: Megatron-Core's kept tensors (its formula)
-  double gemm_peak_flops = 0;         // `gemm_precision: fp8`: the GEMMs at peak_tflops.fp8 (else peak_flops)
-  bool fp32_cross_entropy = false;    // `cross_entropy: fp32`: Megatron-Core's unfused loss over fp32 logits
+  bool tensor_comm_overlap = false;    // sequence-parallel all-gathers / reduce-scatters pipelined with their GEMMs
+  bool pipeline_comm_overlap = false;  // the interleaved schedule's sends and receives behind other chunks' compute
+  bool data_comm_overlap = false;      // gradient reduce-scatter and parameter gather overlapped, pipelined too
+  bool megatron_activations = false;   // `activations: megatron`: Megatron-Core's kept tensors (its formula)
+  double gemm_peak_flops = 0;          // `gemm_precision: fp8`: the GEMMs at peak_tflops.fp8 (else peak_flops)
+  bool fp32_cross_entropy = false;     // `cross_entropy: fp32`: Megatron-Core's unfused loss over fp32 logits
+  double grad_reduce_bytes = 4;        // `grad_reduce: fp32 | bf16`: bytes per gradient the data group reduces
   DeviceRates rates() const;
 };
 // InputError naming the file and key. precision: fp32, bf16 or fp16 (bf16 and
@@ -82,7 +84,8 @@ struct PlanTime {
   double gemm = 0, attention = 0, memory = 0;  // forward and backward of every micro-batch
   double recompute = 0, bubble = 0, tensor_comm = 0, pipeline_comm = 0, data_comm = 0, data_comm_hidden = 0,
          optimizer = 0;
-  double tensor_comm_hidden = 0;  // the part of tensor_comm pipelined with its GEMMs (`tensor_comm_overlap`)
+  double tensor_comm_hidden = 0;    // the part of tensor_comm pipelined with its GEMMs (`tensor_comm_overlap`)
+  double pipeline_comm_hidden = 0;  // the part of pipeline_comm behind other chunks' compute (`pipeline_comm_overlap`)
   // context parallelism: the ring's (or all-to-all's) transfers, and the part
   // of them the attention of the block in hand does not hide (in step())
   double context_comm = 0, context_comm_hidden = 0;
@@ -91,8 +94,9 @@ struct PlanTime {
   double expert_comm = 0, expert_comm_hidden = 0;
   double compute() const { return gemm + attention + memory; }
   double step() const {
-    return compute() + recompute + bubble + tensor_comm - tensor_comm_hidden + pipeline_comm + data_comm -
-           data_comm_hidden + optimizer + context_comm - context_comm_hidden + expert_comm - expert_comm_hidden;
+    return compute() + recompute + bubble + tensor_comm - tensor_comm_hidden + pipeline_comm - pipeline_comm_hidden +
+           data_comm - data_comm_hidden + optimizer + context_comm - context_comm_hidden + expert_comm -
+           expert_comm_hidden;
   }
 };
 

@@ -147,6 +147,15 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
     for (Op& op : moe) op.layers = OpLayers::moe, ops.push_back(op);
   }
   ops.push_back(memory("residual add (mlp)", 3 * R * double(C), 1, 1, r));
+  if (r.fp8_casts && !m.is_mla()) {
+    // Transformer Engine's fp8 GEMMs: each input read in bf16 and written in fp8 twice (as is and transposed,
+    // for the weight gradient), 4 bytes an element: forward the four GEMMs' inputs (sequence-parallel ones cast
+    // on this rank's rows, then gathered), backward their output gradients
+    const double qkv = double(M) * double((H + 2 * KV) * hd), in = double(M) * double(arch.mlp_in_width(F));
+    const double forward = 2 * R * double(C) + double(M) * double(H * hd) + double(M) * double(F);
+    const double backward = qkv + 2 * R * double(C) + in;
+    ops.push_back(memory("fp8 casts", 4 / r.bytes_per_value * forward, backward / forward, 4, r));
+  }
   // the head: final norm, the LM head over this rank's vocabulary rows, cross-entropy
   Op norm = memory("final norm", 2 * R * double(C), 2, 1, r);
   Op logits = gemm("lm head", M, local.vocab, C, 1, r);

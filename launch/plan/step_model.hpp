@@ -33,6 +33,7 @@ struct DeviceRates {
   // cross-entropy's bytes through memory per logit, forward and backward (0: Trident's fused kernel, two values
   // forward and three backward)
   double loss_bytes_forward = 0, loss_bytes_backward = 0;
+  bool fp8_casts = false;  // fp8 GEMMs: each GEMM input cast (and transposed) to fp8 first
   // The efficiency of a GEMM whose smallest dimension is `dim`.
   double gemm_efficiency(double dim) const;
 };

@@ -7,7 +7,6 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <tuple>
 
 #include "core/error.hpp"
 #include "core/recipe/recipe.hpp"
@@ -530,20 +529,21 @@ TEST(Planner, MeshKeepsEveryRecipeChoice) {
 // configs/published/rows.yaml (docs/planner.md lists every row with its
 // source and error; bench/published_rows.py prints the table). Measured step
 // time from each row's published figure: seconds per step, tokens/s per GPU,
-// or TFLOP/s per GPU with its source's FLOP count. The bounds are today's
-// (the targets, 90% of the unfitted rows within 10% and every one within
-// 20%, are not met yet: docs/planner.md says which rows miss and why):
-// every fitted row within 10%; of the unfitted ones at least 24 within 10%
-// and every one within 25%; every run planned feasible except the three
-// whose kept activations no cluster file models yet; and where one model ran
-// on one GPU count at several meshes, the planner's pick is within 5% of the
-// published best.
+// or TFLOP/s per GPU with its source's FLOP count. Each cluster file has at
+// most one fitted figure, fitted on the rows marked `fitted` (at most a third
+// of them); of the others at least 90% within 10% and all but one within 20%
+// (torchtitan's Llama 3.1 8B on tensor 8: docs/planner.md), none beyond 25%;
+// every run planned feasible but three (the Llama 3 paper's two and
+// torchtitan's 8B on 8 GPUs: their kept activations are no published
+// formula's). Ranking: for each source with one model on several meshes,
+// the mesh with the planner's best tokens/s per GPU has the published best.
 TEST(Planner, PublishedStepTimes) {
   const YAML::Node rows = YAML::LoadFile(src("configs/published/rows.yaml"));
   ASSERT_GE(rows.size(), 42u);
-  int unfitted = 0, fitted = 0, within10 = 0, infeasible = 0;
+  int unfitted = 0, fitted = 0, within10 = 0, within20 = 0, infeasible = 0;
   std::set<std::string> sources;
-  std::map<std::tuple<std::string, int64_t, int64_t>, std::vector<std::pair<double, double>>> groups;
+  // per source and model: the mesh (and GPUs) with predicted and published tokens/s per GPU
+  std::map<std::pair<std::string, std::string>, std::map<std::vector<int64_t>, std::pair<double, double>>> groups;
   for (const YAML::Node& row : rows) {
     std::vector<std::string> sets;
     for (const YAML::Node& s : row["set"]) sets.push_back(s.as<std::string>());
@@ -586,26 +586,33 @@ TEST(Planner, PublishedStepTimes) {
     } else {
       ++unfitted;
       within10 += std::abs(error) <= 0.10;
+      within20 += std::abs(error) <= 0.20;
       EXPECT_LE(std::abs(error), 0.25) << name << " on " << gpus << ": predicted " << r.time.step() << " s, measured "
                                        << measured << " s";
     }
-    groups[{name, gpus, m.seq_len}].push_back({r.time.step(), measured});
+    std::vector<int64_t> where = mesh;
+    where.push_back(gpus);
+    const double tokens = B * s / double(gpus);
+    groups[{row["source"].as<std::string>(), name}][where] = {tokens / r.time.step(), tokens / measured};
   }
-  EXPECT_GE(unfitted, 30);
+  EXPECT_GE(unfitted, 28);
   EXPECT_LE(3 * fitted, fitted + unfitted);  // fitted to at most a third of the rows
-  EXPECT_GE(sources.size(), 6u);
-  EXPECT_GE(within10, 24) << within10 << " of " << unfitted << " unfitted rows within 10%";
+  EXPECT_GE(sources.size(), 7u);
+  EXPECT_GE(10 * within10, 9 * unfitted) << within10 << " of " << unfitted << " unfitted rows within 10%";
+  EXPECT_GE(within20, unfitted - 1) << within20 << " of " << unfitted << " unfitted rows within 20%";
   EXPECT_LE(infeasible, 3);
   int ranked = 0;
-  for (const auto& [key, g] : groups) {
-    if (g.size() < 2) continue;
+  for (const auto& [key, meshes] : groups) {
+    if (meshes.size() < 2) continue;
     ++ranked;
-    const auto pick = *std::min_element(g.begin(), g.end());  // the planner's fastest of the meshes
-    double best = g.front().second;
-    for (const auto& [predicted, measured] : g) best = std::min(best, measured);
-    EXPECT_LE(pick.second, 1.05 * best) << std::get<0>(key) << " on " << std::get<1>(key);
+    double best = 0, pick = 0, pick_published = 0;
+    for (const auto& [where, rates] : meshes) {
+      best = std::max(best, rates.second);
+      if (rates.first > pick) pick = rates.first, pick_published = rates.second;
+    }
+    EXPECT_GE(pick_published, best / 1.05) << key.second << " (" << key.first << ")";
   }
-  EXPECT_GE(ranked, 1);
+  EXPECT_GE(ranked, 4);
 }
 
 // `activations: megatron` is Megatron-Core's theoretical activation memory

@@ -96,8 +96,11 @@ Cluster load_cluster(const std::string& path, Precision prec) {
     c.data_comm_overlap = r.boolean("software.data_comm_overlap", false);
     c.pipeline_comm_overlap = r.boolean("software.pipeline_comm_overlap", false);
     const std::string kept = r.text("software.activations", "trident");
-    if (kept != "trident" && kept != "megatron") r.bad("software.activations", "trident or megatron");
-    c.megatron_activations = kept == "megatron";
+    if (kept != "trident" && kept != "megatron" && kept != "torchtitan")
+      r.bad("software.activations", "trident, megatron or torchtitan");
+    c.kept = kept == "megatron"     ? Cluster::Kept::megatron
+             : kept == "torchtitan" ? Cluster::Kept::torchtitan
+                                    : Cluster::Kept::trident;
     // NVIDIA's performance recipes reduce the gradients in bf16 (grad_reduce_in_fp32 = False)
     const std::string reduce = r.text("software.grad_reduce", "fp32");
     if (reduce != "fp32" && reduce != "bf16") r.bad("software.grad_reduce", "fp32 or bf16");

@@ -67,6 +67,31 @@ double megatron_activation_bytes(const PlanContext& x, const PlanResult& r) {
   return bytes * x.pb / 2;
 }
 
+// torchtitan's activation checkpointing (torchtitan/models/llama3's
+// apply_ac), for software that keeps what it keeps (`activations:
+// torchtitan`), without a pipeline: `full` each block's input; `selective`
+// (its per-op policy: every other matmul's output and the attention's saved,
+// the rest recomputed from the block's input) the block's input, the query,
+// value and attention outputs, the first MLP projection and the second's
+// output (after its reduce-scatter); `none` Megatron-Core's formula. The
+// loss keeps the logits in bf16 and their fp32 copy. Tensors split over the
+// tensor group; the block input and the second projection's output only
+// with sequence parallelism.
+double torchtitan_activation_bytes(const PlanContext& x, const PlanResult& r) {
+  const PlanConfig& c = x.c;
+  if (c.recompute == Recompute::none) return megatron_activation_bytes(x, r);
+  const ModelConfig& m = x.q.model;
+  const double T = x.T, rows = double(c.micro_batch * m.seq_len / x.CP), h = double(m.hidden);
+  const double seq = c.sequence_parallel && x.T > 1 ? T : 1;  // the residual stream's split
+  const double kv = double(m.kv_heads * m.head_dim()), F = double(m.ffn_hidden);
+  const double layer = c.recompute == Recompute::full ? h / seq : 2 * h / seq + (2 * h + kv + F) / T;
+  const auto chunks = model::pipeline_chunks(m, x.P, x.V, c.stage_layers, 0, c.schedule);
+  double held = 0;  // layers in flight on the first stage
+  for (size_t v = 0; v < chunks.size(); ++v) held += double(x.schedule.in_flight[0][v]) * double(chunks[v].layers);
+  const double logits = x.P == 1 ? rows * double(m.padded_vocab(x.T)) / T * (x.pb + 4) : 0;
+  return rows * layer * held * x.pb + logits;
+}
+
 }  // namespace
 
 // Model-state bytes per device for the largest pipeline stage (the one
@@ -117,7 +142,9 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
     }
     act = std::max(act, a);
   }
-  mem.activations = x.cl.megatron_activations ? megatron_activation_bytes(x, r) : pb * act;
+  mem.activations = x.cl.kept == Cluster::Kept::megatron     ? megatron_activation_bytes(x, r)
+                    : x.cl.kept == Cluster::Kept::torchtitan ? torchtitan_activation_bytes(x, r)
+                                                             : pb * act;
   const double R = double(c.micro_batch * m.seq_len / CP) / (c.sequence_parallel ? T : 1);
   if (P > 1) mem.buffers += 4.0 * V * R * double(m.hidden) * pb;  // send/receive pools
   if (CP > 1) {  // the context transfer buffers, fp32 (parallel/context_parallel.hpp): per rank's rows

@@ -101,7 +101,7 @@ void tensor_comm_time(const PlanContext& x, PlanResult& r, double passes) {
   const Link tl = group_link(x.cl, x.where[kTensor]);
   const double act_bytes = double(c.micro_batch * m.seq_len / x.CP * m.hidden) * x.pb;
   const double ar = all_reduce_time(act_bytes, T, tl);
-  const bool regather = x.cl.megatron_activations && c.sequence_parallel;
+  const bool regather = x.cl.kept == Cluster::Kept::megatron && c.sequence_parallel;
   const double again = c.recompute == Recompute::full ? 1 : 0;  // the forward's collectives again
   const double fwd = 2 * ar, bwd = (regather ? 3 : 2) * ar;
   PlanTime& t = r.time;

@@ -362,8 +362,10 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
       "memory per device: params {} | grads {} | optimizer {} | activations {} ({} micro-batches in flight on the "
       "first stage{}) | buffers {} | total {} of {} usable{}\n",
       gib(m.params), gib(m.grads), gib(m.optimizer), gib(m.activations), r.in_flight,
-      cl.megatron_activations ? ", Megatron-Core's formula" : "", gib(m.buffers), gib(m.total()), gib(cl.usable_bytes),
-      r.feasible ? "" : " -> " + r.reason);
+      cl.kept == Cluster::Kept::megatron     ? ", Megatron-Core's formula"
+      : cl.kept == Cluster::Kept::torchtitan ? ", torchtitan's checkpointing"
+                                             : "",
+      gib(m.buffers), gib(m.total()), gib(cl.usable_bytes), r.feasible ? "" : " -> " + r.reason);
   s += fmt::format(
       "step time {:.4g} s: gemm {:.4g} | attention {:.4g} | memory-bound {:.4g} | recompute {:.4g} | pipeline bubble "
       "{:.4g} ({:.1f}% simulated) | tensor comm {:.4g} ({}, {:.4g} hidden behind its GEMMs) | pipeline comm {:.4g} "

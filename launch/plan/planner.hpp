@@ -52,10 +52,12 @@ struct Cluster {
   bool tensor_comm_overlap = false;    // sequence-parallel all-gathers / reduce-scatters pipelined with their GEMMs
   bool pipeline_comm_overlap = false;  // the interleaved schedule's sends and receives behind other chunks' compute
   bool data_comm_overlap = false;      // gradient reduce-scatter and parameter gather overlapped, pipelined too
-  bool megatron_activations = false;   // `activations: megatron`: Megatron-Core's kept tensors (its formula)
-  double gemm_peak_flops = 0;          // `gemm_precision: fp8`: the GEMMs at peak_tflops.fp8 (else peak_flops)
-  bool fp32_cross_entropy = false;     // `cross_entropy: fp32`: Megatron-Core's unfused loss over fp32 logits
-  double grad_reduce_bytes = 4;        // `grad_reduce: fp32 | bf16`: bytes per gradient the data group reduces
+  // `activations:` what the software keeps for the backward: Trident's allocation, Megatron-Core's formula, or
+  // torchtitan's activation checkpointing (docs/planner.md#software)
+  enum class Kept { trident, megatron, torchtitan } kept = Kept::trident;
+  double gemm_peak_flops = 0;       // `gemm_precision: fp8`: the GEMMs at peak_tflops.fp8 (else peak_flops)
+  bool fp32_cross_entropy = false;  // `cross_entropy: fp32`: Megatron-Core's unfused loss over fp32 logits
+  double grad_reduce_bytes = 4;     // `grad_reduce: fp32 | bf16`: bytes per gradient the data group reduces
   DeviceRates rates() const;
 };
 // InputError naming the file and key. precision: fp32, bf16 or fp16 (bf16 and

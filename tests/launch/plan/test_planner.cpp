@@ -451,7 +451,7 @@ TEST(Planner, ClusterFileErrorsNameTheLineAndKey) {
   EXPECT_NE(usable.find("key 'usable_memory_gib': expected at most memory_gib (12), found 13"), std::string::npos)
       << usable;
   const std::string kept = error_of(good + "software: {activations: deepspeed}\n");
-  EXPECT_NE(kept.find("key 'software.activations': expected trident or megatron, found 'deepspeed'"), std::string::npos)
+  EXPECT_NE(kept.find("key 'software.activations': expected trident, megatron or torchtitan, found 'deepspeed'"), std::string::npos)
       << kept;
   const std::string fp8 = error_of(good + "software: {gemm_precision: fp8}\n");
   EXPECT_NE(fp8.find("key 'peak_tflops.fp8': missing (software.gemm_precision is fp8)"), std::string::npos) << fp8;
@@ -533,9 +533,9 @@ TEST(Planner, MeshKeepsEveryRecipeChoice) {
 // most one fitted figure, fitted on the rows marked `fitted` (at most a third
 // of them); of the others at least 90% within 10% and all but one within 20%
 // (torchtitan's Llama 3.1 8B on tensor 8: docs/planner.md), none beyond 25%;
-// every run planned feasible but three (the Llama 3 paper's two and
-// torchtitan's 8B on 8 GPUs: their kept activations are no published
-// formula's). Ranking: for each source with one model on several meshes,
+// every run planned feasible but the Llama 3 paper's two (the paper does not
+// say what its 405B run keeps or recomputes; by Megatron-Core's formula its
+// selective recomputation needs 90 GiB of activations). Ranking: for each source with one model on several meshes,
 // the mesh with the planner's best tokens/s per GPU has the published best.
 TEST(Planner, PublishedStepTimes) {
   const YAML::Node rows = YAML::LoadFile(src("configs/published/rows.yaml"));
@@ -600,7 +600,7 @@ TEST(Planner, PublishedStepTimes) {
   EXPECT_GE(sources.size(), 7u);
   EXPECT_GE(10 * within10, 9 * unfitted) << within10 << " of " << unfitted << " unfitted rows within 10%";
   EXPECT_GE(within20, unfitted - 1) << within20 << " of " << unfitted << " unfitted rows within 20%";
-  EXPECT_LE(infeasible, 3);
+  EXPECT_LE(infeasible, 2);
   int ranked = 0;
   for (const auto& [key, meshes] : groups) {
     if (meshes.size() < 2) continue;

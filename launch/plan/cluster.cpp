@@ -2,7 +2,9 @@
 // device, its rates and memory, the links inside and between nodes, read
 // through the recipes' YAML reader: each key validated with an InputError
 // naming file:line:column, the key, what was expected and what was found.
+#include <algorithm>
 #include <optional>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/recipe/yaml_reader.hpp"
@@ -44,6 +46,17 @@ std::vector<std::pair<double, double>> gemm_table(YamlReader& r, const std::stri
     table.emplace_back(*dim, *f);
   }
   return table;
+}
+
+// A text key that must be one of `choices` (the first is the default).
+std::string one_of(YamlReader& r, const std::string& key, const std::vector<std::string>& choices) {
+  const std::string v = r.text(key, choices.front());
+  if (std::find(choices.begin(), choices.end(), v) == choices.end()) {
+    std::string expected = choices.front();
+    for (size_t i = 1; i < choices.size(); ++i) expected += (i + 1 == choices.size() ? " or " : ", ") + choices[i];
+    r.bad(key, expected);
+  }
+  return v;
 }
 
 }  // namespace
@@ -95,28 +108,20 @@ Cluster load_cluster(const std::string& path, Precision prec) {
     c.tensor_comm_overlap = r.boolean("software.tensor_comm_overlap", false);
     c.data_comm_overlap = r.boolean("software.data_comm_overlap", false);
     c.pipeline_comm_overlap = r.boolean("software.pipeline_comm_overlap", false);
-    const std::string kept = r.text("software.activations", "trident");
-    if (kept != "trident" && kept != "megatron" && kept != "torchtitan")
-      r.bad("software.activations", "trident, megatron or torchtitan");
+    const std::string kept = one_of(r, "software.activations", {"trident", "megatron", "torchtitan"});
     c.kept = kept == "megatron"     ? Cluster::Kept::megatron
              : kept == "torchtitan" ? Cluster::Kept::torchtitan
                                     : Cluster::Kept::trident;
     // NVIDIA's performance recipes reduce the gradients in bf16 (grad_reduce_in_fp32 = False)
-    const std::string reduce = r.text("software.grad_reduce", "fp32");
-    if (reduce != "fp32" && reduce != "bf16") r.bad("software.grad_reduce", "fp32 or bf16");
-    c.grad_reduce_bytes = reduce == "bf16" ? 2 : 4;
-    const std::string loss = r.text("software.cross_entropy", "fused");
-    if (loss != "fused" && loss != "fp32") r.bad("software.cross_entropy", "fused or fp32");
-    c.fp32_cross_entropy = loss == "fp32";
+    c.grad_reduce_bytes = one_of(r, "software.grad_reduce", {"fp32", "bf16"}) == "bf16" ? 2 : 4;
+    c.fp32_cross_entropy = one_of(r, "software.cross_entropy", {"fused", "fp32"}) == "fp32";
     // Transformer Engine's fp8 recipes: the GEMMs (forward, input and weight gradients) in fp8, the rest as planned
-    const std::string gemms = r.text("software.gemm_precision", enum_name(prec));
-    if (gemms != enum_name(prec) && gemms != "fp8")
-      r.bad("software.gemm_precision", fmt::format("fp8 or the planned precision ({})", enum_name(prec)));
+    const std::string gemms = one_of(r, "software.gemm_precision", {std::string(enum_name(prec)), "fp8"});
     if (gemms == "fp8") {
       if (!r.has("peak_tflops.fp8"))
         fail_input("{}: key 'peak_tflops.fp8': missing (software.gemm_precision is fp8)", r.where("peak_tflops"));
-      // fp8 GEMMs reach this fraction of what the GEMM table gives bf16 ones of their peak (their casts,
-      // scaling and amax reductions included)
+      // fp8 GEMMs reach this fraction of what the GEMM table gives bf16 ones of their peak (scaling and
+      // amax reductions included; the casts are costed apart, step_model.cpp)
       c.gemm_peak_flops =
           r.positive("peak_tflops.fp8", std::nullopt) * 1e12 * r.real("software.fp8_gemm_fraction", 0, 1, 1.0, true);
     }

@@ -624,6 +624,7 @@ TEST(Planner, PublishedStepTimes) {
 // virtual stages the interleaved schedule's 1 + (P - 1) / (P V); without a
 // pipeline the output layer's 4 s b h (1 + V / h) / T. Tensor communication
 // overlap hides what the GEMMs take and leaves at least one chunk in T.
+// torchtitan's checkpointing keeps its own set.
 TEST(Planner, MegatronActivationsAndOverlaps) {
   const std::vector<std::string> sets = {"model.layers=112",
                                          "model.hidden=18432",
@@ -664,6 +665,17 @@ TEST(Planner, MegatronActivationsAndOverlaps) {
   EXPECT_EQ(t.time.tensor_comm_hidden, 0);
   EXPECT_GT(r.time.data_comm_hidden, 0);  // behind the pipeline's compute too
   EXPECT_EQ(t.time.data_comm_hidden, 0);  // Trident's trainer: not when piped
+  // `activations: torchtitan`, Llama 3.1 8B, micro-batch 2 x 8192, per-op selective checkpointing: per layer and
+  // row the block input, q, v, the attention output, w1's output and w2's (2h + 2h + kv + F), bf16; the
+  // logits in bf16 and fp32
+  const Recipe tt = load_plan_recipe(src("configs/published/torchtitan-llama3-8b.yaml"), {});
+  const Cluster titan = load_cluster(src("configs/clusters/grand-teton-h100-torchtitan.yaml"), tt.train.precision);
+  const double rows = 2 * 8192.0, per_row = 4 * 4096 + 1024 + 14336;
+  EXPECT_NEAR(plan_one(tt, titan, mesh_choices(tt, 8, 1, 1)).memory.activations,
+              2 * rows * per_row * 32 + rows * 128256 * (2 + 4), 1.0);
+  const Recipe full = load_plan_recipe(src("configs/published/torchtitan-llama3-8b.yaml"), {"train.recompute=full"});
+  EXPECT_NEAR(plan_one(full, titan, mesh_choices(full, 8, 1, 1)).memory.activations,
+              2 * rows * 4096 * 32 + rows * 128256 * (2 + 4), 1.0);
 }
 
 // DeepSeek-V3 (configs/deepseek-v3.yaml) on its published mesh: pipeline 16

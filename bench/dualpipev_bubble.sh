@@ -9,13 +9,7 @@
 # schedule's time, mean over stages and over steps 3..STEPS), the
 # simulator's bubble (unit costs), and the mean step time.
 # Usage: bench/dualpipev_bubble.sh [extra --set ...]
-set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$ROOT/build}
-STEPS=${STEPS:-12}
-ROUNDS=${ROUNDS:-3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/dualpipev_common.sh"
 printf '%-6s %-10s %16s %18s %10s\n' round schedule measured_bubble simulator_bubble step_s
 for round in $(seq 1 "$ROUNDS"); do
   for sched in 1f1b dualpipev; do

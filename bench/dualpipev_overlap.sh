@@ -10,13 +10,7 @@
 # step time, the expert exchanges' time before their wait began (other work
 # ran) and waited, and the paired passes and switches per step.
 # Usage: bench/dualpipev_overlap.sh [extra --set ...]
-set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$ROOT/build}
-STEPS=${STEPS:-12}
-ROUNDS=${ROUNDS:-3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/dualpipev_common.sh"
 printf '%-6s %-8s %8s %14s %10s %7s %9s\n' round overlap step_s overlapped_s waited_s pairs switches
 for round in $(seq 1 "$ROUNDS"); do
   for overlap in true false; do

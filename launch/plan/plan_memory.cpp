@@ -13,6 +13,15 @@ namespace trident::launch {
 
 namespace {
 
+// Layers the first pipeline rank holds activations for: its chunks' layers x
+// their micro-batches in flight (as the schedule's simulation counts them).
+double first_stage_layers_in_flight(const PlanContext& x) {
+  const auto chunks = model::pipeline_chunks(x.q.model, x.P, x.V, x.c.stage_layers, 0, x.c.schedule);
+  double held = 0;
+  for (size_t v = 0; v < chunks.size(); ++v) held += double(x.schedule.in_flight[0][v]) * double(chunks[v].layers);
+  return held;
+}
+
 // Megatron-Core's theoretical activation memory of the first pipeline stage
 // (megatron/training/theoretical_memory_usage.py, after Korthikanti et al.
 // 2022, Table 2), for software that keeps what Megatron-Core keeps
@@ -48,12 +57,8 @@ double megatron_activation_bytes(const PlanContext& x, const PlanResult& r) {
       in_flight = 1 + (P - 1) / (P * V);
     else if (c.schedule == ScheduleKind::one_f_one_b)
       in_flight = std::min(1.0, M / P);
-    else {
-      const auto chunks = model::pipeline_chunks(m, x.P, x.V, c.stage_layers, 0, c.schedule);
-      double held = 0;
-      for (size_t v = 0; v < chunks.size(); ++v) held += double(x.schedule.in_flight[0][v]) * double(chunks[v].layers);
-      in_flight = held / L;
-    }
+    else
+      in_flight = first_stage_layers_in_flight(x) / L;
   }
   const double embedding = (8 * s * b + s * b * h) * P / (sp ? T : 1);
   double bytes = (layer * L + embedding) * in_flight;
@@ -85,11 +90,8 @@ double torchtitan_activation_bytes(const PlanContext& x, const PlanResult& r) {
   const double seq = c.sequence_parallel && x.T > 1 ? T : 1;  // the residual stream's split
   const double kv = double(m.kv_heads * m.head_dim()), F = double(m.ffn_hidden);
   const double layer = c.recompute == Recompute::full ? h / seq : 2 * h / seq + (2 * h + kv + F) / T;
-  const auto chunks = model::pipeline_chunks(m, x.P, x.V, c.stage_layers, 0, c.schedule);
-  double held = 0;  // layers in flight on the first stage
-  for (size_t v = 0; v < chunks.size(); ++v) held += double(x.schedule.in_flight[0][v]) * double(chunks[v].layers);
   const double logits = x.P == 1 ? rows * double(m.padded_vocab(x.T)) / T * (x.pb + 4) : 0;
-  return rows * layer * held * x.pb + logits;
+  return rows * layer * first_stage_layers_in_flight(x) * x.pb + logits;
 }
 
 }  // namespace

@@ -159,13 +159,11 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
   // the head: final norm, the LM head over this rank's vocabulary rows, cross-entropy
   Op norm = memory("final norm", 2 * R * double(C), 2, 1, r);
   Op logits = gemm("lm head", M, local.vocab, C, 1, r);
-  Op loss = memory("cross-entropy", 2.0 * double(M) * double(local.vocab), 1.5, 1, r);
-  if (r.loss_bytes_forward > 0) {  // the software's own loss (`software.cross_entropy: fp32`)
-    const double logits = double(M) * double(local.vocab);
-    loss.bytes = r.loss_bytes_forward * logits;
-    loss.forward_s = std::max(loss.bytes / r.memory_bandwidth, r.kernel_floor);
-    loss.backward_s = std::max(r.loss_bytes_backward * logits / r.memory_bandwidth, r.kernel_floor);
-  }
+  // Trident's fused loss, or the software's own (`software.cross_entropy: fp32`): bytes per logit
+  const double scores = double(M) * double(local.vocab);
+  Op loss = r.loss_bytes_forward > 0 ? memory("cross-entropy", scores * r.loss_bytes_forward / r.bytes_per_value,
+                                              r.loss_bytes_backward / r.loss_bytes_forward, 1, r)
+                                     : memory("cross-entropy", 2.0 * scores, 1.5, 1, r);
   for (Op* op : {&norm, &logits, &loss}) op->head = true, ops.push_back(*op);
   return ops;
 }

@@ -105,7 +105,11 @@ Cluster load_cluster(const std::string& path, Precision prec) {
     r.check_section("software", {"name", "tensor_comm_overlap", "data_comm_overlap", "activations", "gemm_precision",
                                  "fp8_gemm_fraction", "cross_entropy", "grad_reduce", "pipeline_comm_overlap"});
     c.software = r.text("software.name", c.software);
-    c.tensor_comm_overlap = r.boolean("software.tensor_comm_overlap", false);
+    // true: forward and backward (Megatron-Core's --tp-comm-overlap); forward: the forward's and the recomputed
+    // forward's only (torchtitan's async tensor parallelism, docs/planner.md#software)
+    const std::string tp_overlap = one_of(r, "software.tensor_comm_overlap", {"false", "true", "forward"});
+    c.tensor_comm_overlap = tp_overlap != "false";
+    c.tensor_comm_overlap_backward = tp_overlap == "true";
     c.data_comm_overlap = r.boolean("software.data_comm_overlap", false);
     c.pipeline_comm_overlap = r.boolean("software.pipeline_comm_overlap", false);
     const std::string kept = one_of(r, "software.activations", {"trident", "megatron", "torchtitan"});

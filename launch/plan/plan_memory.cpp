@@ -22,6 +22,20 @@ double first_stage_layers_in_flight(const PlanContext& x) {
   return held;
 }
 
+// The most layer activations the first pipeline rank holds at once (the
+// peak over its schedule of the layers of every forward not yet backwarded),
+// for uneven splits where the chunks' peaks do not coincide.
+double first_stage_layers_live(const PlanContext& x, const PlanResult& r) {
+  const auto chunks = model::pipeline_chunks(x.q.model, x.P, x.V, x.c.stage_layers, 0, x.c.schedule);
+  double live = 0, peak = 0;
+  for (const parallel::Action& a : parallel::make_schedule(x.c.schedule, x.P, x.V, r.micro_batches, 0)) {
+    const double layers = double(chunks[size_t(a.chunk)].layers);
+    if (a.type == parallel::ActionType::forward) peak = std::max(peak, live += layers);
+    if (a.type == parallel::ActionType::backward || a.type == parallel::ActionType::backward_weight) live -= layers;
+  }
+  return peak;
+}
+
 // Megatron-Core's theoretical activation memory of the first pipeline stage
 // (megatron/training/theoretical_memory_usage.py, after Korthikanti et al.
 // 2022, Table 2), for software that keeps what Megatron-Core keeps
@@ -32,7 +46,7 @@ double first_stage_layers_in_flight(const PlanContext& x) {
 // attention and recomputation (the scores); the embedding's input (8 s b)
 // and dropout mask (s b h) for P micro-batches; the first stage's share of
 // the layers in flight: 1F1B min(1, M / P), the interleaved schedule
-// 1 + (P - 1) / (P V), the other schedules the simulated count; without a
+// 1 + (P - 1) / (P V), the other schedules and uneven splits the simulated count; without a
 // pipeline the output layer's input and logits. Megatron counts bf16 bytes;
 // fp32 doubles them.
 double megatron_activation_bytes(const PlanContext& x, const PlanResult& r) {
@@ -53,7 +67,11 @@ double megatron_activation_bytes(const PlanContext& x, const PlanResult& r) {
     layer -= s * b * h * (2 / (sp ? T : 1) + (1 + F / h) / T);
   double in_flight = 1;  // the first stage's layers in flight, as a fraction of all the layers
   if (x.P > 1) {
-    if (c.schedule == ScheduleKind::interleaved_1f1b)
+    // Megatron's closed forms assume L / (P V) layers in every chunk; an uneven split (parallel.stage_layers:
+    // Llama 3's embedding-only first chunk) takes the simulated count of the first stage's layers in flight
+    if (!c.stage_layers.empty())
+      in_flight = first_stage_layers_live(x, r) / L;
+    else if (c.schedule == ScheduleKind::interleaved_1f1b)
       in_flight = 1 + (P - 1) / (P * V);
     else if (c.schedule == ScheduleKind::one_f_one_b)
       in_flight = std::min(1.0, M / P);

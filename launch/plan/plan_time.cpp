@@ -86,13 +86,18 @@ void context_comm_time(const PlanContext& x, PlanResult& r, double passes) {
 // slowest stage (layers x micro-batches). Per layer and micro-batch two
 // all-reduces forward and two backward (with sequence parallelism an
 // all-gather and a reduce-scatter each: the same volume), two more when full
-// recomputation repeats the forward. Software that keeps the sequence-parallel
-// norm outputs sharded (`activations: megatron`) gathers them again in the
-// backward for the weight gradients: one all-reduce's volume more. With
-// `tensor_comm_overlap` (Megatron-Core's --tp-comm-overlap, torchtitan's
-// async tensor parallelism; sequence parallelism only) each collective is cut
-// into T chunks pipelined with the GEMM it feeds or drains: what its GEMMs
-// take is hidden, and at least one chunk of T stays exposed.
+// recomputation repeats the forward, one more under torchtitan's per-op
+// selective policy (the two all-gathers of the norm outputs, or without
+// sequence parallelism the attention's all-reduce, are not saved). Software
+// that keeps the sequence-parallel norm outputs sharded (`activations:
+// megatron`) gathers them again in the backward for the weight gradients: one
+// all-reduce's volume more. With `tensor_comm_overlap` (sequence parallelism
+// only) each collective is cut into T chunks pipelined with the GEMM it feeds
+// or drains: what its GEMMs take is hidden, and at least one chunk of T stays
+// exposed; forward and backward apart, the repeated forward's behind the
+// repeated GEMMs. `forward` (torchtitan's async tensor parallelism, whose
+// compiler pass fuses the forward's all-gather-matmul and matmul-reduce-scatter
+// pairs) leaves the backward's exposed.
 void tensor_comm_time(const PlanContext& x, PlanResult& r, double passes) {
   const PlanConfig& c = x.c;
   const ModelConfig& m = x.q.model;
@@ -102,17 +107,20 @@ void tensor_comm_time(const PlanContext& x, PlanResult& r, double passes) {
   const double act_bytes = double(c.micro_batch * m.seq_len / x.CP * m.hidden) * x.pb;
   const double ar = all_reduce_time(act_bytes, T, tl);
   const bool regather = x.cl.kept == Cluster::Kept::megatron && c.sequence_parallel;
-  const double again = c.recompute == Recompute::full ? 1 : 0;  // the forward's collectives again
+  const bool per_op = x.cl.kept == Cluster::Kept::torchtitan && c.recompute == Recompute::selective;
+  const double again = c.recompute == Recompute::full ? 1 : per_op ? 0.5 : 0;  // the forward's collectives again
   const double fwd = 2 * ar, bwd = (regather ? 3 : 2) * ar;
   PlanTime& t = r.time;
   t.tensor_comm = passes * ((1 + again) * fwd + bwd);
   if (!x.cl.tensor_comm_overlap || !c.sequence_parallel) return;
-  double gemm_f = 0, gemm_b = 0;  // one layer's tensor-parallel GEMMs (a dense layer's)
+  double gemm_f = 0, gemm_b = 0, gemm_again = 0;  // one layer's tensor-parallel GEMMs (a dense layer's)
   for (const Op& op : r.ops)
     if (op.kind == OpKind::gemm && !op.head && op.layers != OpLayers::moe)
-      gemm_f += op.forward_s, gemm_b += op.backward_s;
+      gemm_f += op.forward_s, gemm_b += op.backward_s, gemm_again += op.forward_s * (per_op ? op.per_op : 1);
   auto exposed = [&](double comm, double gemm) { return std::max(comm / T, comm - gemm); };
-  t.tensor_comm_hidden = t.tensor_comm - passes * ((1 + again) * exposed(fwd, gemm_f) + exposed(bwd, gemm_b));
+  const double bwd_exposed = x.cl.tensor_comm_overlap_backward ? exposed(bwd, gemm_b) : bwd;
+  t.tensor_comm_hidden =
+      t.tensor_comm - passes * (exposed(fwd, gemm_f) + exposed(again * fwd, gemm_again) + bwd_exposed);
 }
 
 // One part's gradient reduction (and ZeRO's parameter gathers) per step
@@ -238,8 +246,9 @@ void plan_time(const PlanContext& x, PlanResult& r) {
       layers += double(m.mtp.depth), moe += double(model::moe_layers_in(m, m.layers, m.mtp.depth));
     most_layers = std::max(most_layers, layers), most_moe = std::max(most_moe, moe);
     const OpTimes ot = stage_op_times(r.ops, layers - moe, moe, head ? double(1 + m.mtp.depth) : 0.0);
+    const bool per_op = cl.kept == Cluster::Kept::torchtitan;  // its selective policy, not Megatron's
     const double again = c.recompute == Recompute::full        ? ot.forward
-                         : c.recompute == Recompute::selective ? ot.selective
+                         : c.recompute == Recompute::selective ? (per_op ? ot.per_op : ot.selective)
                                                                : 0;
     if (ot.total() + again <= slowest) continue;
     slowest = ot.total() + again;

@@ -49,7 +49,8 @@ struct Cluster {
   // `software:` what the training software the plan models hides and keeps
   // (docs/planner.md#software); the defaults are Trident's trainer
   std::string software = "Trident";
-  bool tensor_comm_overlap = false;    // sequence-parallel all-gathers / reduce-scatters pipelined with their GEMMs
+  bool tensor_comm_overlap = false;  // sequence-parallel all-gathers / reduce-scatters pipelined with their GEMMs
+  bool tensor_comm_overlap_backward = false;  // the backward's too (Megatron-Core's userbuffers; not torchtitan's)
   bool pipeline_comm_overlap = false;  // the interleaved schedule's sends and receives behind other chunks' compute
   bool data_comm_overlap = false;      // gradient reduce-scatter and parameter gather overlapped, pipelined too
   // `activations:` what the software keeps for the backward: Trident's allocation, Megatron-Core's formula, or

@@ -55,6 +55,10 @@ struct Op {
   double forward_s = 0, backward_s = 0;
   bool head = false;        // once per micro-batch on the stage with the LM head, else once per layer
   bool recomputed = false;  // selective recomputation repeats its forward
+  // the share of its forward that torchtitan's per-op selective checkpointing
+  // repeats (`activations: torchtitan`): what the backward needs and the policy
+  // did not save (every second matmul's output, the elementwise ops)
+  double per_op = 0;
   OpLayers layers = OpLayers::all;
 };
 
@@ -81,6 +85,7 @@ struct OpTimes {
   double gemm = 0, attention = 0, memory = 0;  // forward + backward
   double forward = 0;                          // of all three: what full recomputation repeats
   double selective = 0;                        // what selective recomputation repeats
+  double per_op = 0, per_op_gemm = 0;          // what torchtitan's per-op policy repeats; its GEMMs
   double total() const { return gemm + attention + memory; }
 };
 OpTimes stage_op_times(const std::vector<Op>& ops, double dense, double moe, double heads);

@@ -462,6 +462,10 @@ TEST(Planner, ClusterFileErrorsNameTheLineAndKey) {
       << kept;
   const std::string fp8 = error_of(good + "software: {gemm_precision: fp8}\n");
   EXPECT_NE(fp8.find("key 'peak_tflops.fp8': missing (software.gemm_precision is fp8)"), std::string::npos) << fp8;
+  const std::string async = error_of(good + "software: {tensor_comm_overlap: sometimes}\n");
+  EXPECT_NE(async.find("key 'software.tensor_comm_overlap': expected false, true or forward, found 'sometimes'"),
+            std::string::npos)
+      << async;
   const std::string overlap = error_of(good + "software: {tensor_overlap: true}\n");
   EXPECT_NE(overlap.find("unknown key 'software.tensor_overlap'"), std::string::npos) << overlap;
   std::filesystem::remove(path);
@@ -538,17 +542,15 @@ TEST(Planner, MeshKeepsEveryRecipeChoice) {
 // time from each row's published figure: seconds per step, tokens/s per GPU,
 // or TFLOP/s per GPU with its source's FLOP count. Each cluster file has at
 // most one fitted figure, fitted on the rows marked `fitted` (at most a third
-// of them); of the others at least 90% within 10% and all but one within 20%
-// (torchtitan's Llama 3.1 8B on tensor 8, -25%: docs/planner.md), none
-// beyond 30%;
-// every run planned feasible but the Llama 3 paper's two (the paper does not
-// say what its 405B run keeps or recomputes; by Megatron-Core's formula its
-// selective recomputation needs 90 GiB of activations). Ranking: for each source with one model on several meshes,
-// the mesh with the planner's best tokens/s per GPU has the published best.
+// of them); of the others at least 90% within 10% and every one within 20%;
+// every run planned feasible (the Llama 3 paper's 405B without recomputation
+// too: its embedding-only first chunk holds the extra warm-up micro-batches).
+// Ranking: for each source with one model on several meshes, the mesh with
+// the planner's best tokens/s per GPU has the published best.
 TEST(Planner, PublishedStepTimes) {
   const YAML::Node rows = YAML::LoadFile(src("configs/published/rows.yaml"));
   ASSERT_GE(rows.size(), 42u);
-  int unfitted = 0, fitted = 0, within10 = 0, within20 = 0, infeasible = 0;
+  int unfitted = 0, fitted = 0, within10 = 0, infeasible = 0;
   std::set<std::string> sources;
   // per source and model: the mesh (and GPUs) with predicted and published tokens/s per GPU
   std::map<std::pair<std::string, std::string>, std::map<std::vector<int64_t>, std::pair<double, double>>> groups;
@@ -594,8 +596,7 @@ TEST(Planner, PublishedStepTimes) {
     } else {
       ++unfitted;
       within10 += std::abs(error) <= 0.10;
-      within20 += std::abs(error) <= 0.20;
-      EXPECT_LE(std::abs(error), 0.30) << name << " on " << gpus << ": predicted " << r.time.step() << " s, measured "
+      EXPECT_LE(std::abs(error), 0.20) << name << " on " << gpus << ": predicted " << r.time.step() << " s, measured "
                                        << measured << " s";
     }
     std::vector<int64_t> where = mesh;
@@ -607,8 +608,7 @@ TEST(Planner, PublishedStepTimes) {
   EXPECT_LE(3 * fitted, fitted + unfitted);  // fitted to at most a third of the rows
   EXPECT_GE(sources.size(), 7u);
   EXPECT_GE(10 * within10, 9 * unfitted) << within10 << " of " << unfitted << " unfitted rows within 10%";
-  EXPECT_GE(within20, unfitted - 1) << within20 << " of " << unfitted << " unfitted rows within 20%";
-  EXPECT_LE(infeasible, 2);
+  EXPECT_EQ(infeasible, 0);
   int ranked = 0;
   for (const auto& [key, meshes] : groups) {
     if (meshes.size() < 2) continue;
@@ -682,6 +682,73 @@ TEST(Planner, MegatronActivationsAndOverlaps) {
   const Recipe full = load_plan_recipe(src("configs/published/torchtitan-llama3-8b.yaml"), {"train.recompute=full"});
   EXPECT_NEAR(plan_one(full, titan, mesh_choices(full, 8, 1, 1)).memory.activations,
               2 * rows * 4096 * 32 + rows * 128256 * (2 + 4), 1.0);
+}
+
+// torchtitan's software (`activations: torchtitan`, `tensor_comm_overlap:
+// forward`) on Llama 3.1 8B, FSDP 8 x tensor 8: its per-op selective
+// checkpointing repeats the forward of wk (the key heads' share of the fused
+// qkv GEMM), w3 (half of the MLP's first GEMM) and every elementwise op but
+// the block's last residual add, and the two all-gathers (a quarter more
+// tensor communication than without recomputation); async tensor
+// parallelism hides part of the forward's collectives and none of the
+// backward's, less than Megatron-Core's overlap of both.
+TEST(Planner, TorchtitanRecomputeAndAsyncTensorParallel) {
+  const std::vector<std::string> sets = {"parallel.data=8", "parallel.tensor=8", "parallel.sequence_parallel=true",
+                                         "train.global_batch=96", "train.micro_batch=12"};
+  const Recipe rc = load_plan_recipe(src("configs/published/torchtitan-llama3-8b.yaml"), sets);
+  Cluster titan = load_cluster(src("configs/clusters/grand-teton-h100-torchtitan.yaml"), rc.train.precision);
+  ASSERT_TRUE(titan.tensor_comm_overlap);
+  ASSERT_FALSE(titan.tensor_comm_overlap_backward);
+  const PlanResult r = plan_one(rc, titan, mesh_choices(rc, 8, 8, 1));
+  ASSERT_TRUE(r.feasible) << r.reason;
+  double per_layer = 0;  // one layer's repeated forward, by hand
+  for (const Op& op : r.ops) {
+    if (op.head) continue;
+    if (op.name == "qkv") per_layer += op.forward_s / 6;     // 4 query heads and 1 key/value head per rank: wk's 1/6
+    if (op.name == "mlp in") per_layer += op.forward_s / 2;  // [w1 w3]: w3
+    if (op.kind == OpKind::memory && op.name != "residual add (mlp)") per_layer += op.forward_s;
+  }
+  EXPECT_NEAR(r.time.recompute, 32 * per_layer, 1e-12);
+  const Recipe none = load_plan_recipe(src("configs/published/torchtitan-llama3-8b.yaml"), [&] {
+    auto v = sets;
+    v.push_back("train.recompute=none");
+    return v;
+  }());
+  const PlanResult n = plan_one(none, titan, mesh_choices(none, 8, 8, 1));
+  EXPECT_NEAR(r.time.tensor_comm, 1.25 * n.time.tensor_comm, 1e-12);
+  EXPECT_EQ(n.time.recompute, 0);
+  // forward only: at most the forward's and the repeated all-gathers' share (3 of 5), less one chunk in 8
+  EXPECT_GT(r.time.tensor_comm_hidden, 0);
+  EXPECT_LE(r.time.tensor_comm_hidden, r.time.tensor_comm * 3 / 5 * (1 - 1.0 / 8) + 1e-12);
+  Cluster both = titan;
+  both.tensor_comm_overlap_backward = true;
+  const PlanResult b = plan_one(rc, both, mesh_choices(rc, 8, 8, 1));
+  EXPECT_GT(b.time.tensor_comm_hidden, r.time.tensor_comm_hidden + 0.1 * r.time.tensor_comm);
+  EXPECT_LT(b.time.step(), r.time.step());
+}
+
+// The Llama 3 paper's 405B layout (configs/published/llama3-405b-h100.yaml):
+// 126 layers in 16 x 8 one-layer chunks with an embedding-only first chunk
+// and a head-only last one. Megatron-Core's closed form assumes even chunks;
+// for an uneven split the planner counts the layers the first rank holds at
+// its schedule's peak: 16 micro-batches of its 7 layers (the warm-up's extra
+// micro-batches sit on the empty chunk), 54.5 GiB, and the run fits 80 GB
+// without recomputation as the paper trains it.
+TEST(Planner, UnevenSplitCountsTheLayersLive) {
+  const Recipe rc = load_plan_recipe(src("configs/published/llama3-405b-h100.yaml"), {});
+  const Cluster meta = load_cluster(src("configs/clusters/meta-h100-llama3.yaml"), rc.train.precision);
+  const PlanResult r = plan_one(rc, meta, mesh_choices(rc, 64, 8, 16));
+  ASSERT_TRUE(r.feasible) << r.reason;
+  const double s = 8192, h = 16384, F = 53248, L = 126, P = 16, T = 8;
+  const double layer = s * h * (18 + 4 * F / h) / T, embedding = (8 * s + s * h) * P / T;
+  EXPECT_NEAR(r.memory.activations, (layer * L + embedding) * (16 * 7) / L, 1.0);
+  EXPECT_NEAR(r.memory.activations / double(1 << 30), 54.5, 0.05);
+  // the same layers in even chunks of 8 (no empty chunk): Megatron's interleaved count, over the usable memory
+  const Recipe even = load_plan_recipe(src("configs/published/llama3-405b-h100.yaml"),
+                                       {"model.layers=128", "parallel.stage_layers=[]"});
+  const PlanResult e = plan_one(even, meta, mesh_choices(even, 64, 8, 16));
+  EXPECT_FALSE(e.feasible);
+  EXPECT_GT(e.memory.activations, 1.2 * r.memory.activations);
 }
 
 // DeepSeek-V3 (configs/deepseek-v3.yaml) on its published mesh: pipeline 16

@@ -55,6 +55,8 @@ def plan(trident, row, gpus):
            "--gpus", str(gpus), "--mesh", ",".join(map(str, row["mesh"])), "--json"]
     for s in row["set"]:
         cmd += ["--set", s]
+    for s in row.get("cluster_set", []):
+        cmd += ["--cluster-set", s]
     return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)[0]
 
 
@@ -79,6 +81,8 @@ def main():
         err = pred / measured - 1
         errors[row["fitted"]].append(err)
         mesh = " x ".join(map(str, row["mesh"]))
+        if row.get("cluster_set"):
+            mesh += " (" + ", ".join(k.removeprefix("software.") for k in row["cluster_set"]) + ")"
         mem = p["memory_bytes"]["total"] / 2**30
         if not p["feasible"]:
             out_of_memory.append(f"{row['name']} on {gpus} ({row['source']}): {p['reason']}")
@@ -89,7 +93,7 @@ def main():
                   f"{100 * err:+.1f}% | {mem:.1f}{oom} |")
         else:
             parts = " ".join(f"{k}={v:.3g}" for k, v in p["time_s"].items() if v)
-            print(f"{row['name']:14} {gpus:6} {mesh:16} {'F' if row['fitted'] else ' '} measured {measured:8.3f} "
+            print(f"{row['name']:14} {gpus:6} {mesh:16.40} {'F' if row['fitted'] else ' '} measured {measured:8.3f} "
                   f"predicted {pred:8.3f} {100 * err:+6.1f}%  {mem:5.1f} GiB  {parts}")
     for fitted in (False, True):
         e = errors[fitted]
@@ -102,6 +106,8 @@ def main():
     groups = defaultdict(list)
     for row, m, gpus, measured, p in results:
         tokens = shape(row)[1]["global_batch"] * m["seq_len"] / gpus
+        if row.get("cluster_set"):  # a software variant, not a mesh choice
+            continue
         groups[(row["source"], row["name"])].append((row, gpus, tokens / measured, tokens / p["step_time_s"]))
     for (source, name), g in groups.items():
         if len({(tuple(r["mesh"]), gpus) for r, gpus, _, _ in g}) < 2:

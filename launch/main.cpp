@@ -269,6 +269,9 @@ std::vector<Command> commands() {
          c.add_flag("--json", p.json, "every configuration as JSON");
          c.add_flag("--calibrate", p.calibrate, "measure this machine (under the sweep's launcher)");
          add_sets(c, p.sets);
+         c.add_option("--cluster-set", p.cluster_sets, "override a cluster file key (YAML value); repeatable")
+             ->allow_extra_args(false)
+             ->type_name("KEY.PATH=VALUE");
        },
        [](Options& o) { return run_plan(o.plan, g_argc, g_argv); }},
       {"sweep", "measure every mesh of the world size against the plan (under mpirun/srun)",

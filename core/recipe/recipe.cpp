@@ -28,42 +28,6 @@ namespace {
 using recipe_detail::Reader;
 using yaml_detail::describe;
 
-// Applies --set overrides onto the parsed tree, creating maps as needed.
-std::map<std::string, std::string> apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides) {
-  std::map<std::string, std::string> origin;
-  for (const auto& o : overrides) {
-    auto eq = o.find('=');
-    if (eq == std::string::npos || eq == 0) fail_input("--set {}: expected key.path=value, found no '='", o);
-    std::string path = o.substr(0, eq), value = o.substr(eq + 1);
-    YAML::Node parsed;
-    try {
-      parsed = YAML::Load(value);
-    } catch (const YAML::Exception& e) {
-      fail_input("--set {}: value is not valid YAML: {}", o, e.msg);
-    }
-    std::vector<std::string> parts;
-    std::stringstream ss(path);
-    for (std::string p; std::getline(ss, p, '.');) {
-      if (p.empty()) fail_input("--set {}: empty component in key path '{}'", o, path);
-      parts.push_back(p);
-    }
-    std::vector<YAML::Node> chain{root};
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      YAML::Node next = chain.back()[parts[i]];
-      if (next.IsDefined() && !next.IsNull() && !next.IsMap())
-        fail_input("--set {}: '{}' is not a section", o, parts[i]);
-      if (!next.IsDefined() || next.IsNull()) {
-        chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
-        next.reset(chain.back()[parts[i]]);
-      }
-      chain.push_back(next);
-    }
-    chain.back()[parts.back()] = parsed;
-    origin[path] = o;
-  }
-  return origin;
-}
-
 std::string mesh_fits(int64_t world) {
   std::vector<std::string> fits;
   for (int64_t t = 1; t <= world; ++t)  // divisors only: linear in the world size
@@ -342,7 +306,7 @@ void validate(Reader& r, Recipe& rc, int64_t world) {
 Recipe read_recipe(YAML::Node root, const std::string& file, const std::vector<std::string>& overrides, int64_t world) {
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) fail_input("{}: expected a map of sections at the top level, found {}", file, describe(root));
-  auto origin = apply_overrides(root, overrides);
+  auto origin = apply_yaml_overrides(root, overrides);
   Reader r(root, file, origin);
   Recipe rc;
   rc.source = file;
@@ -411,6 +375,42 @@ YAML::Node parse_yaml(const std::string& text, const std::string& name, const st
   }
 }
 
+std::map<std::string, std::string> apply_yaml_overrides(YAML::Node& root, const std::vector<std::string>& overrides,
+                                                        const std::string& flag) {
+  std::map<std::string, std::string> origin;
+  for (const auto& o : overrides) {
+    auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) fail_input("{} {}: expected key.path=value, found no '='", flag, o);
+    std::string path = o.substr(0, eq), value = o.substr(eq + 1);
+    YAML::Node parsed;
+    try {
+      parsed = YAML::Load(value);
+    } catch (const YAML::Exception& e) {
+      fail_input("{} {}: value is not valid YAML: {}", flag, o, e.msg);
+    }
+    std::vector<std::string> parts;
+    std::stringstream ss(path);
+    for (std::string p; std::getline(ss, p, '.');) {
+      if (p.empty()) fail_input("{} {}: empty component in key path '{}'", flag, o, path);
+      parts.push_back(p);
+    }
+    std::vector<YAML::Node> chain{root};
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      YAML::Node next = chain.back()[parts[i]];
+      if (next.IsDefined() && !next.IsNull() && !next.IsMap())
+        fail_input("{} {}: '{}' is not a section", flag, o, parts[i]);
+      if (!next.IsDefined() || next.IsNull()) {
+        chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
+        next.reset(chain.back()[parts[i]]);
+      }
+      chain.push_back(next);
+    }
+    chain.back()[parts.back()] = parsed;
+    origin[path] = flag + " " + o;
+  }
+  return origin;
+}
+
 YAML::Node read_yaml_file(const std::string& path, const std::string& what) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail_input("{}: a directory, expected {}", path, what);
@@ -446,7 +446,7 @@ int64_t recipe_ranks(const std::string& path, const std::vector<std::string>& ov
     return 0;  // load_recipe names the error
   }
   if (!root.IsMap()) return 0;
-  apply_overrides(root, overrides);
+  apply_yaml_overrides(root, overrides);
   int64_t n = 1;
   for (const char* k : {"data", "tensor", "pipeline", "context"}) {
     const YAML::Node v = root["parallel"] ? root["parallel"][k] : YAML::Node();

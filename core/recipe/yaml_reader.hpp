@@ -28,6 +28,12 @@ namespace trident {
 YAML::Node parse_yaml(const std::string& text, const std::string& name, const std::string& what);
 // The file at `path` through parse_yaml; InputError when it is a directory or cannot be read.
 YAML::Node read_yaml_file(const std::string& path, const std::string& what);
+// Sets each "key.path=value" of `overrides` (the value parsed as YAML) in
+// `root`, creating sections as needed; InputError naming `flag` for a
+// malformed one. Returns each key path's override as given ("--set k=v"),
+// for YamlReader to name in place of a file line.
+std::map<std::string, std::string> apply_yaml_overrides(YAML::Node& root, const std::vector<std::string>& overrides,
+                                                        const std::string& flag = "--set");
 
 namespace yaml_detail {
 
@@ -127,7 +133,7 @@ class YamlReader {
   // (the file alone for a node with no place in it).
   std::string key_location(const std::string& path, const YAML::Mark& m) const {
     for (const auto& [set_path, option] : set_origin_)
-      if (set_path == path || set_path.rfind(path + ".", 0) == 0) return "--set " + option;
+      if (set_path == path || set_path.rfind(path + ".", 0) == 0) return option;
     return m.line >= 0 && !m.is_null() ? fmt::format("{}:{}:{}", file_, m.line + 1, m.column + 1) : file_;
   }
 

@@ -61,11 +61,12 @@ std::string one_of(YamlReader& r, const std::string& key, const std::vector<std:
 
 }  // namespace
 
-Cluster load_cluster(const std::string& path, Precision prec) {
-  const YAML::Node root = read_yaml_file(path, "a cluster file");
+Cluster load_cluster(const std::string& path, Precision prec, const std::vector<std::string>& overrides) {
+  YAML::Node root = read_yaml_file(path, "a cluster file");
   if (!root.IsMap())
     fail_input("{}: expected a map of cluster keys (docs/planner.md), found {}", path, yaml_detail::describe(root));
-  YamlReader r(root, path, {});
+  const auto origin = apply_yaml_overrides(root, overrides, "--cluster-set");
+  YamlReader r(root, path, origin);
   r.check_section(
       "", {"name", "device", "devices_per_node", "memory_gib", "peak_tflops", "gemm_fraction", "gemm_efficiency",
            "attention", "attention_fraction", "memory_bandwidth_gbps", "memory_fraction", "kernel_floor_us",
@@ -74,6 +75,7 @@ Cluster load_cluster(const std::string& path, Precision prec) {
   c.source = path;
   c.precision = prec;
   c.name = r.text("name", path);
+  if (!overrides.empty()) c.name += fmt::format(" ({})", fmt::join(overrides, ", "));
   c.device = r.enumerated<DeviceType>("device", c.device);
   c.devices_per_node = int(r.integer("devices_per_node", 1, 1 << 20, std::nullopt));
   c.memory_bytes = r.positive("memory_gib", std::nullopt) * kGiB;

@@ -124,7 +124,7 @@ int run_plan(const PlanCommand& c, int* argc, char*** argv) {
   const Recipe rc = load_plan_recipe(c.recipe, c.sets);
   Precision precision = rc.train.precision;
   if (!c.precision.empty()) precision = *parse_enum<Precision>(c.precision);  // checked by the command line
-  const Cluster cl = load_cluster(c.cluster, precision);
+  const Cluster cl = load_cluster(c.cluster, precision, c.cluster_sets);
   std::vector<PlanResult> results;
   if (!c.mesh.empty()) {
     const auto dims = parse_mesh("plan: --mesh", c.mesh);

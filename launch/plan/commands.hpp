@@ -27,7 +27,7 @@ int run_schedule(const ScheduleCommand& c);
 
 struct PlanCommand {
   std::string recipe, cluster, mesh, out;
-  std::vector<std::string> sets;
+  std::vector<std::string> sets, cluster_sets;  // --set (recipe keys), --cluster-set (cluster file keys)
   int64_t gpus = 0, top = 10;
   int64_t max_context = 1;  // plan_all: context sizes up to this
   std::string precision;    // "" = the recipe's

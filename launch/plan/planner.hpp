@@ -64,7 +64,7 @@ struct Cluster {
 // InputError naming the file and key. precision: fp32, bf16 or fp16 (bf16 and
 // fp16: 2-byte parameters and activations, fp32 master weights, gradients and
 // optimizer states).
-Cluster load_cluster(const std::string& path, Precision precision);
+Cluster load_cluster(const std::string& path, Precision precision, const std::vector<std::string>& overrides = {});
 
 struct PlanConfig {
   int64_t data = 1, tensor = 1, pipeline = 1, virtual_stages = 1, micro_batch = 1, zero = 0;

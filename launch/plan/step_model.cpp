@@ -160,12 +160,12 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
   // second, fourth and sixth of a block (wk, wo, w3), the attention's and the reduce-scatters': the backward
   // needs wk's (the keys) and w3's (SwiGLU's second input) again, not wo's (its reduce-scattered output is kept),
   // and the elementwise ops between (the norms' outputs for the weight gradients, rotary, SwiGLU, the first
-  // residual add, the second norm's input); the experts' grouped GEMMs are not matmuls it saves: repeated whole
+  // residual add, the second norm's input); the experts' grouped GEMMs and the all-to-alls are saved (compute-
+  // intensive and communication ops), the routing, permutation and combination repeated
   for (Op& op : ops) {
     if (op.kind == OpKind::memory && op.name != "residual add (mlp)" && op.name != "fp8 casts") op.per_op = 1;
     if (op.name == "qkv") op.per_op = double(KV) / double(H + 2 * KV);
     if (op.name == "mlp in" && arch.mlp == model::MlpKind::swiglu) op.per_op = 0.5;
-    if (op.layers == OpLayers::moe && op.kind == OpKind::gemm && op.name != "router") op.per_op = 1;
   }
   // the head: final norm, the LM head over this rank's vocabulary rows, cross-entropy
   Op norm = memory("final norm", 2 * R * double(C), 2, 1, r);
@@ -190,7 +190,6 @@ OpTimes stage_op_times(const std::vector<Op>& ops, double dense, double moe, dou
     if (!op.head) t.forward += times * op.forward_s;  // the head is not recomputed
     if (op.recomputed) t.selective += times * op.forward_s;
     t.per_op += times * op.forward_s * op.per_op;
-    if (op.kind == OpKind::gemm) t.per_op_gemm += times * op.forward_s * op.per_op;
   }
   return t;
 }

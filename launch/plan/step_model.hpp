@@ -85,7 +85,7 @@ struct OpTimes {
   double gemm = 0, attention = 0, memory = 0;  // forward + backward
   double forward = 0;                          // of all three: what full recomputation repeats
   double selective = 0;                        // what selective recomputation repeats
-  double per_op = 0, per_op_gemm = 0;          // what torchtitan's per-op policy repeats; its GEMMs
+  double per_op = 0;                           // what torchtitan's per-op policy repeats
   double total() const { return gemm + attention + memory; }
 };
 OpTimes stage_op_times(const std::vector<Op>& ops, double dense, double moe, double heads);

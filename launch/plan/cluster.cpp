@@ -105,7 +105,8 @@ Cluster load_cluster(const std::string& path, Precision prec, const std::vector<
   if (r.has("software")) {
     if (!r.find("software").IsMap()) r.bad("software", "a map of software keys (docs/planner.md#software)");
     r.check_section("software", {"name", "tensor_comm_overlap", "data_comm_overlap", "activations", "gemm_precision",
-                                 "fp8_gemm_fraction", "cross_entropy", "grad_reduce", "pipeline_comm_overlap"});
+                                 "fp8_gemm_fraction", "cross_entropy", "grad_reduce", "pipeline_comm_overlap",
+                                 "zero_grad_accumulation"});
     c.software = r.text("software.name", c.software);
     // true: forward and backward (Megatron-Core's --tp-comm-overlap); forward: the forward's and the recomputed
     // forward's only (torchtitan's async tensor parallelism, docs/planner.md#software)
@@ -121,6 +122,9 @@ Cluster load_cluster(const std::string& path, Precision prec, const std::vector<
     // NVIDIA's performance recipes reduce the gradients in bf16 (grad_reduce_in_fp32 = False)
     c.grad_reduce_bytes = one_of(r, "software.grad_reduce", {"fp32", "bf16"}) == "bf16" ? 2 : 4;
     c.fp32_cross_entropy = one_of(r, "software.cross_entropy", {"fused", "fp32"}) == "fp32";
+    // ZeRO 2/3 with several micro-batches: Trident accumulates a whole gradient buffer and reduce-scatters it once;
+    // Megatron-FSDP and PyTorch's FSDP reduce-scatter every micro-batch's into the shard
+    c.sharded_grad_accumulation = one_of(r, "software.zero_grad_accumulation", {"buffer", "shard"}) == "shard";
     // Transformer Engine's fp8 recipes: the GEMMs (forward, input and weight gradients) in fp8, the rest as planned
     const std::string gemms = one_of(r, "software.gemm_precision", {std::string(enum_name(prec)), "fp8"});
     if (gemms == "fp8") {

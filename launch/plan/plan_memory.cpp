@@ -136,9 +136,12 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
   const parallel::ZeroStateBytes experts = parallel::zero_state_bytes(int(c.zero), x.expert_params, x.EDC, pb);
   mem.params = dense.params + experts.params + (c.zero >= 3 && DC > 1 ? 2 * pb * segment : 0);
   // ZeRO 2/3 gradients beyond the shard: with accumulation (several
-  // micro-batches) a whole accumulation buffer; with one micro-batch the
-  // windows in flight (two reducing, one being written)
-  const double windows = r.micro_batches > 1 ? 4 * Ps : 3 * 4 * segment;
+  // micro-batches) a whole accumulation buffer (Trident's trainer), unless the
+  // software reduce-scatters every micro-batch into the shard
+  // (`zero_grad_accumulation: shard`); otherwise the windows in flight (two
+  // reducing, one being written)
+  const bool whole = r.micro_batches > 1 && !x.cl.sharded_grad_accumulation;
+  const double windows = whole ? 4 * Ps : 3 * 4 * segment;
   mem.grads = dense.grads + experts.grads + (c.zero >= 2 && DC > 1 ? windows : 0);
   mem.optimizer = dense.optimizer + experts.optimizer;
   if (c.zero == 1 && DC > 1) mem.buffers += 4 * x.dense_params / DC;

@@ -56,9 +56,10 @@ struct Cluster {
   // `activations:` what the software keeps for the backward: Trident's allocation, Megatron-Core's formula, or
   // torchtitan's activation checkpointing (docs/planner.md#software)
   enum class Kept { trident, megatron, torchtitan } kept = Kept::trident;
-  double gemm_peak_flops = 0;       // `gemm_precision: fp8`: the GEMMs at peak_tflops.fp8 (else peak_flops)
-  bool fp32_cross_entropy = false;  // `cross_entropy: fp32`: Megatron-Core's unfused loss over fp32 logits
-  double grad_reduce_bytes = 4;     // `grad_reduce: fp32 | bf16`: bytes per gradient the data group reduces
+  double gemm_peak_flops = 0;              // `gemm_precision: fp8`: the GEMMs at peak_tflops.fp8 (else peak_flops)
+  bool sharded_grad_accumulation = false;  // `zero_grad_accumulation: shard`: ZeRO 2/3 accumulate in the shard
+  bool fp32_cross_entropy = false;         // `cross_entropy: fp32`: Megatron-Core's unfused loss over fp32 logits
+  double grad_reduce_bytes = 4;            // `grad_reduce: fp32 | bf16`: bytes per gradient the data group reduces
   DeviceRates rates() const;
 };
 // InputError naming the file and key. precision: fp32, bf16 or fp16 (bf16 and

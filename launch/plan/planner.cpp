@@ -359,9 +359,10 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
                                                            double(r.stage_expert_params) / 1e9)
                                              : "");
   s += fmt::format(
-      "memory per device: params {} | grads {} | optimizer {} | activations {} ({} micro-batches in flight on the "
+      "memory per device: params {} | grads {} | optimizer {} | activations {} ({} {} in flight on the "
       "first stage{}) | buffers {} | total {} of {} usable{}\n",
       gib(m.params), gib(m.grads), gib(m.optimizer), gib(m.activations), r.in_flight,
+      r.config.virtual_stages > 1 ? "chunk-micro-batches" : "micro-batches",
       cl.kept == Cluster::Kept::megatron     ? ", Megatron-Core's formula"
       : cl.kept == Cluster::Kept::torchtitan ? ", torchtitan's checkpointing"
                                              : "",

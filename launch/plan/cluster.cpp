@@ -111,8 +111,9 @@ Cluster load_cluster(const std::string& path, Precision prec, const std::vector<
     // true: forward and backward (Megatron-Core's --tp-comm-overlap); forward: the forward's and the recomputed
     // forward's only (torchtitan's async tensor parallelism, docs/planner.md#software)
     const std::string tp_overlap = one_of(r, "software.tensor_comm_overlap", {"false", "true", "forward"});
-    c.tensor_comm_overlap = tp_overlap != "false";
-    c.tensor_comm_overlap_backward = tp_overlap == "true";
+    c.tensor_overlap = tp_overlap == "true"      ? Cluster::TensorOverlap::both
+                       : tp_overlap == "forward" ? Cluster::TensorOverlap::forward
+                                                 : Cluster::TensorOverlap::none;
     c.data_comm_overlap = r.boolean("software.data_comm_overlap", false);
     c.pipeline_comm_overlap = r.boolean("software.pipeline_comm_overlap", false);
     const std::string kept = one_of(r, "software.activations", {"trident", "megatron", "torchtitan"});

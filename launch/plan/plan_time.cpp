@@ -82,6 +82,11 @@ void context_comm_time(const PlanContext& x, PlanResult& r, double passes) {
   }
 }
 
+// Selective recomputation as torchtitan's per-op policy does it (`activations: torchtitan`), not Megatron's.
+bool torchtitan_selective(const PlanContext& x) {
+  return x.cl.kept == Cluster::Kept::torchtitan && x.c.recompute == Recompute::selective;
+}
+
 // The tensor group's collectives per step; `passes`: layer passes of the
 // slowest stage (layers x micro-batches). Per layer and micro-batch two
 // all-reduces forward and two backward (with sequence parallelism an
@@ -107,18 +112,18 @@ void tensor_comm_time(const PlanContext& x, PlanResult& r, double passes) {
   const double act_bytes = double(c.micro_batch * m.seq_len / x.CP * m.hidden) * x.pb;
   const double ar = all_reduce_time(act_bytes, T, tl);
   const bool regather = x.cl.kept == Cluster::Kept::megatron && c.sequence_parallel;
-  const bool per_op = x.cl.kept == Cluster::Kept::torchtitan && c.recompute == Recompute::selective;
+  const bool per_op = torchtitan_selective(x);
   const double again = c.recompute == Recompute::full ? 1 : per_op ? 0.5 : 0;  // the forward's collectives again
   const double fwd = 2 * ar, bwd = (regather ? 3 : 2) * ar;
   PlanTime& t = r.time;
   t.tensor_comm = passes * ((1 + again) * fwd + bwd);
-  if (!x.cl.tensor_comm_overlap || !c.sequence_parallel) return;
+  if (x.cl.tensor_overlap == Cluster::TensorOverlap::none || !c.sequence_parallel) return;
   double gemm_f = 0, gemm_b = 0, gemm_again = 0;  // one layer's tensor-parallel GEMMs (a dense layer's)
   for (const Op& op : r.ops)
     if (op.kind == OpKind::gemm && !op.head && op.layers != OpLayers::moe)
       gemm_f += op.forward_s, gemm_b += op.backward_s, gemm_again += op.forward_s * (per_op ? op.per_op : 1);
   auto exposed = [&](double comm, double gemm) { return std::max(comm / T, comm - gemm); };
-  const double bwd_exposed = x.cl.tensor_comm_overlap_backward ? exposed(bwd, gemm_b) : bwd;
+  const double bwd_exposed = x.cl.tensor_overlap == Cluster::TensorOverlap::both ? exposed(bwd, gemm_b) : bwd;
   t.tensor_comm_hidden =
       t.tensor_comm - passes * (exposed(fwd, gemm_f) + exposed(again * fwd, gemm_again) + bwd_exposed);
 }
@@ -246,9 +251,9 @@ void plan_time(const PlanContext& x, PlanResult& r) {
       layers += double(m.mtp.depth), moe += double(model::moe_layers_in(m, m.layers, m.mtp.depth));
     most_layers = std::max(most_layers, layers), most_moe = std::max(most_moe, moe);
     const OpTimes ot = stage_op_times(r.ops, layers - moe, moe, head ? double(1 + m.mtp.depth) : 0.0);
-    const bool per_op = cl.kept == Cluster::Kept::torchtitan;  // its selective policy, not Megatron's
     const double again = c.recompute == Recompute::full        ? ot.forward
-                         : c.recompute == Recompute::selective ? (per_op ? ot.per_op : ot.selective)
+                         : torchtitan_selective(x)             ? ot.per_op
+                         : c.recompute == Recompute::selective ? ot.selective
                                                                : 0;
     if (ot.total() + again <= slowest) continue;
     slowest = ot.total() + again;

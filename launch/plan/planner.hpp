@@ -49,8 +49,9 @@ struct Cluster {
   // `software:` what the training software the plan models hides and keeps
   // (docs/planner.md#software); the defaults are Trident's trainer
   std::string software = "Trident";
-  bool tensor_comm_overlap = false;  // sequence-parallel all-gathers / reduce-scatters pipelined with their GEMMs
-  bool tensor_comm_overlap_backward = false;  // the backward's too (Megatron-Core's userbuffers; not torchtitan's)
+  // `tensor_comm_overlap:` the sequence-parallel all-gathers and reduce-scatters pipelined with their GEMMs:
+  // none, the forward's (torchtitan's async tensor parallelism), or the backward's too (Megatron-Core's)
+  enum class TensorOverlap { none, forward, both } tensor_overlap = TensorOverlap::none;
   bool pipeline_comm_overlap = false;  // the interleaved schedule's sends and receives behind other chunks' compute
   bool data_comm_overlap = false;      // gradient reduce-scatter and parameter gather overlapped, pipelined too
   // `activations:` what the software keeps for the backward: Trident's allocation, Megatron-Core's formula, or

@@ -475,9 +475,9 @@ TEST(Planner, ClusterFileErrorsNameTheLineAndKey) {
   std::filesystem::remove(path);
   // --cluster-set: a key changed on the command line, named as given when it is wrong
   const std::string titan = src("configs/clusters/grand-teton-h100-torchtitan.yaml");
-  EXPECT_TRUE(load_cluster(titan, Precision::bf16).tensor_comm_overlap);
+  EXPECT_EQ(load_cluster(titan, Precision::bf16).tensor_overlap, Cluster::TensorOverlap::forward);
   const Cluster plain = load_cluster(titan, Precision::bf16, {"software.tensor_comm_overlap=false", "memory_gib=100"});
-  EXPECT_FALSE(plain.tensor_comm_overlap);
+  EXPECT_EQ(plain.tensor_overlap, Cluster::TensorOverlap::none);
   EXPECT_DOUBLE_EQ(plain.memory_bytes, 100.0 * (1 << 30));
   EXPECT_NE(plain.name.find("(software.tensor_comm_overlap=false, memory_gib=100)"), std::string::npos) << plain.name;
   auto set_error = [&](const std::string& set) {
@@ -726,8 +726,7 @@ TEST(Planner, TorchtitanRecomputeAndAsyncTensorParallel) {
                                          "train.global_batch=96", "train.micro_batch=12"};
   const Recipe rc = load_plan_recipe(src("configs/published/torchtitan-llama3-8b.yaml"), sets);
   Cluster titan = load_cluster(src("configs/clusters/grand-teton-h100-torchtitan.yaml"), rc.train.precision);
-  ASSERT_TRUE(titan.tensor_comm_overlap);
-  ASSERT_FALSE(titan.tensor_comm_overlap_backward);
+  ASSERT_EQ(titan.tensor_overlap, Cluster::TensorOverlap::forward);
   const PlanResult r = plan_one(rc, titan, mesh_choices(rc, 8, 8, 1));
   ASSERT_TRUE(r.feasible) << r.reason;
   double per_layer = 0;  // one layer's repeated forward, by hand
@@ -750,7 +749,7 @@ TEST(Planner, TorchtitanRecomputeAndAsyncTensorParallel) {
   EXPECT_GT(r.time.tensor_comm_hidden, 0);
   EXPECT_LE(r.time.tensor_comm_hidden, r.time.tensor_comm * 3 / 5 * (1 - 1.0 / 8) + 1e-12);
   Cluster both = titan;
-  both.tensor_comm_overlap_backward = true;
+  both.tensor_overlap = Cluster::TensorOverlap::both;
   const PlanResult b = plan_one(rc, both, mesh_choices(rc, 8, 8, 1));
   EXPECT_GT(b.time.tensor_comm_hidden, r.time.tensor_comm_hidden + 0.1 * r.time.tensor_comm);
   EXPECT_LT(b.time.step(), r.time.step());

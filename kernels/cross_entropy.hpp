@@ -1,8 +1,10 @@
 // Softmax cross-entropy over the vocabulary, in place, whole or split.
 // Shapes: N rows (tokens), V vocab columns held (row stride); only the first
 // Vvalid are real, the rest are padding and never win nor take probability.
-// losses[N] = -log softmax(logits)[target]; when `dscale` is non-zero the
-// logits are overwritten by dlogits = dscale * (softmax - onehot(target)).
+// losses[N] = -log softmax(logits)[target]; with grad.write the logits are
+// overwritten by dlogits = grad.scale * (softmax - onehot(target)) (a scale of
+// 0 writes a zero gradient); without, they are left as they are (forward
+// only: evaluation, sampling).
 // A negative target is ignored: loss 0 and a zero dlogits row
 // (data.mask_eod_loss).
 //
@@ -17,9 +19,18 @@
 
 namespace trident::kernels {
 
+// What the loss leaves in the logits: an explicit flag, never a magic scale.
+template <typename T>
+struct LossGrad {
+  bool write = false;  // overwrite the logits with their gradient
+  T scale = 0;         // dloss/dlogit's weight per token (may be 0)
+  static LossGrad forward_only() { return {}; }
+  static LossGrad scaled(T s) { return {true, s}; }
+};
+
 template <typename T>
 void softmax_cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
-                           T dscale);
+                           LossGrad<T> grad);
 
 // row_max[N] = max over the valid local columns (-inf when there are none)
 template <typename T>
@@ -31,6 +42,6 @@ void cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const 
 // losses[N] = log(sum) + max - target logit; dlogits as above, local columns
 template <typename T>
 void cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums, const int32_t* targets, int64_t N,
-                          int64_t V, int64_t Vvalid, int64_t vocab_begin, T dscale);
+                          int64_t V, int64_t Vvalid, int64_t vocab_begin, LossGrad<T> grad);
 
 }  // namespace trident::kernels

@@ -133,9 +133,9 @@ KERNEL_OP(double, sum_of_squares_ranges, (const T* x, const std::vector<std::pai
 
 // kernels/cross_entropy.hpp
 KERNEL_OP(void, softmax_cross_entropy,
-          (T * losses, T* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid, T dscale),
-          (losses, logits, targets, N, V, Vvalid, dscale), logits,
-          cuda::softmax_cross_entropy(losses, logits, targets, N, V, Vvalid, dscale));
+          (T * losses, T* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid, LossGrad<T> grad),
+          (losses, logits, targets, N, V, Vvalid, grad), logits,
+          cuda::softmax_cross_entropy(losses, logits, targets, N, V, Vvalid, grad.write, grad.scale));
 KERNEL_OP(void, cross_entropy_local_max, (T * row_max, const T* logits, int64_t N, int64_t V, int64_t Vvalid),
           (row_max, logits, N, V, Vvalid), logits, cuda::cross_entropy_local_max(row_max, logits, N, V, Vvalid));
 KERNEL_OP(void, cross_entropy_local_sums,
@@ -145,9 +145,10 @@ KERNEL_OP(void, cross_entropy_local_sums,
           cuda::cross_entropy_local_sums(sums, logits, row_max, targets, N, V, Vvalid, vocab_begin));
 KERNEL_OP(void, cross_entropy_finish,
           (T * losses, T* logits, const T* row_max, const T* sums, const int32_t* targets, int64_t N, int64_t V,
-           int64_t Vvalid, int64_t vocab_begin, T dscale),
-          (losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, dscale), logits,
-          cuda::cross_entropy_finish(losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, dscale));
+           int64_t Vvalid, int64_t vocab_begin, LossGrad<T> grad),
+          (losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, grad), logits,
+          cuda::cross_entropy_finish(losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, grad.write,
+                                     grad.scale));
 
 // kernels/embedding.hpp
 KERNEL_OP(void, embedding_forward,

@@ -79,8 +79,9 @@ void Transformer<T>::mtp_forward(Activations<T>& ctx, const int32_t* targets, T 
     store(a.logits, N * V);
     // each depth's mean over its T - k positions per sequence, weighted loss_weight / D
     const double weight = cfg_.mtp.loss_weight / double(depth) * double(cfg_.seq_len) / double(cfg_.seq_len - kd);
+    // always a gradient (training): a weight of 0 gives zero dlogits, never leaves the logits in their place
     tp_->cross_entropy(a.losses, a.logits, a.targets.data(), N, V, dims_.vocab_valid, dims_.vocab_begin,
-                       T(double(dscale) * weight));
+                       k::LossGrad<T>::scaled(T(double(dscale) * weight)));
     store(a.logits, N * V);  // dlogits
     mtp_losses_[size_t(kd - 1)] += k::sum(a.losses, N);
     if (es >= 0) done_params(es);

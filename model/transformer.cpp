@@ -297,7 +297,8 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   }
   ctx.mtp_ran = false;
   if (!targets) return 0;
-  tp_->cross_entropy(ctx.losses, ctx.logits, targets, N, dims_.vocab, dims_.vocab_valid, dims_.vocab_begin, dscale);
+  const auto grad = dscale != T(0) ? k::LossGrad<T>::scaled(dscale) : k::LossGrad<T>::forward_only();
+  tp_->cross_entropy(ctx.losses, ctx.logits, targets, N, dims_.vocab, dims_.vocab_valid, dims_.vocab_begin, grad);
   if (dscale != T(0)) store(ctx.logits, N * dims_.vocab);  // dlogits
   const double loss = k::sum(ctx.losses, N);
   if (cfg_.mtp.depth > 0 && dscale != T(0)) mtp_forward(ctx, targets, dscale);  // their losses: mtp_losses()

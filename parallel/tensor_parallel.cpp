@@ -68,9 +68,9 @@ const T* TensorParallel::exit_backward(T* dfull, const T* dlocal, int64_t N, int
 
 template <typename T>
 void TensorParallel::cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
-                                   int64_t vocab_begin, T dscale) {
+                                   int64_t vocab_begin, kernels::LossGrad<T> grad) {
   if (!group_) {
-    kernels::softmax_cross_entropy(losses, logits, targets, N, V, Vvalid, dscale);
+    kernels::softmax_cross_entropy(losses, logits, targets, N, V, Vvalid, grad);
     return;
   }
   const Device where = Tensor::borrow(logits, 1).device();  // the scratch lives with the logits
@@ -85,7 +85,7 @@ void TensorParallel::cross_entropy(T* losses, T* logits, const int32_t* targets,
   kernels::cross_entropy_local_sums(sums, logits, row_max, targets, N, V, Vvalid, vocab_begin);
   group_->all_reduce(scratch_.view(N, {2 * N}))->wait();
   traffic_.all_reduce += 3 * N, traffic_.calls += 2;
-  kernels::cross_entropy_finish(losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, dscale);
+  kernels::cross_entropy_finish(losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, grad);
 }
 
 void all_reduce_ranges(Communicator* group, float* base, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
@@ -105,13 +105,14 @@ void all_reduce_ranges(Communicator* group, float* base, const std::vector<std::
   for (auto [b, e] : ranges) kernels::copy(base + b, p, e - b), p += e - b;
 }
 
-#define INSTANTIATE(T)                                                                \
-  template const T* TensorParallel::enter<T>(T*, const T*, int64_t, int64_t);         \
-  template const T* TensorParallel::enter_backward<T>(T*, T*, int64_t, int64_t);      \
-  template const T* TensorParallel::exit<T>(T*, T*, int64_t, int64_t);                \
-  template const T* TensorParallel::exit_backward<T>(T*, const T*, int64_t, int64_t); \
-  template void TensorParallel::sum_partials<T>(T*, int64_t);                         \
-  template void TensorParallel::cross_entropy<T>(T*, T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, T);
+#define INSTANTIATE(T)                                                                                       \
+  template const T* TensorParallel::enter<T>(T*, const T*, int64_t, int64_t);                                \
+  template const T* TensorParallel::enter_backward<T>(T*, T*, int64_t, int64_t);                             \
+  template const T* TensorParallel::exit<T>(T*, T*, int64_t, int64_t);                                       \
+  template const T* TensorParallel::exit_backward<T>(T*, const T*, int64_t, int64_t);                        \
+  template void TensorParallel::sum_partials<T>(T*, int64_t);                                                \
+  template void TensorParallel::cross_entropy<T>(T*, T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, \
+                                                 kernels::LossGrad<T>);
 INSTANTIATE(float)
 INSTANTIATE(double)
 

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cross_entropy.hpp"
 #include "parallel/communicator.hpp"
 
 namespace trident::parallel {
@@ -83,7 +84,7 @@ class TensorParallel {
   // + V), the first Vvalid of them real. Every rank gets all N losses.
   template <typename T>
   void cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
-                     int64_t vocab_begin, T dscale);
+                     int64_t vocab_begin, kernels::LossGrad<T> grad);
 
   const TensorTraffic& traffic() const { return traffic_; }
   void reset_traffic() { traffic_ = {}; }

@@ -13,7 +13,8 @@ namespace trident::kernels {
 namespace cpu {
 template <typename T>
 void softmax_cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
-                           T dscale) {
+                           LossGrad<T> grad) {
+  const T dscale = grad.scale;
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     T* row = logits + n * V;
@@ -27,11 +28,11 @@ void softmax_cross_entropy(T* losses, T* logits, const int32_t* targets, int64_t
     int64_t tgt = targets[n];
     if (tgt < 0) {  // an ignored target: no loss, no gradient
       losses[n] = 0;
-      if (dscale != T(0)) std::fill(row, row + V, T(0));
+      if (grad.write) std::fill(row, row + V, T(0));
       continue;
     }
     losses[n] = lse - row[tgt];
-    if (dscale != T(0)) {
+    if (grad.write) {
 #pragma omp simd
       for (int64_t v = 0; v < Vvalid; ++v) row[v] = vexp(row[v] - lse) * dscale;
       for (int64_t v = Vvalid; v < V; ++v) row[v] = 0;
@@ -70,18 +71,19 @@ void cross_entropy_local_sums(T* sums, const T* logits, const T* row_max, const 
 
 template <typename T>
 void cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums, const int32_t* targets, int64_t N,
-                          int64_t V, int64_t Vvalid, int64_t vocab_begin, T dscale) {
+                          int64_t V, int64_t Vvalid, int64_t vocab_begin, LossGrad<T> grad) {
+  const T dscale = grad.scale;
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n) {
     const T lse = row_max[n] + std::log(sums[n]);
     T* row = logits + n * V;
     if (targets[n] < 0) {  // an ignored target: no loss, no gradient
       losses[n] = 0;
-      if (dscale != T(0)) std::fill(row, row + V, T(0));
+      if (grad.write) std::fill(row, row + V, T(0));
       continue;
     }
     losses[n] = lse - sums[N + n];
-    if (dscale == T(0)) continue;
+    if (!grad.write) continue;
 #pragma omp simd
     for (int64_t v = 0; v < Vvalid; ++v) row[v] = vexp(row[v] - lse) * dscale;
     for (int64_t v = Vvalid; v < V; ++v) row[v] = 0;
@@ -92,12 +94,12 @@ void cross_entropy_finish(T* losses, T* logits, const T* row_max, const T* sums,
 }  // namespace cpu
 
 #define INSTANTIATE(T)                                                                                              \
-  template void cpu::softmax_cross_entropy<T>(T*, T*, const int32_t*, int64_t, int64_t, int64_t, T);                \
+  template void cpu::softmax_cross_entropy<T>(T*, T*, const int32_t*, int64_t, int64_t, int64_t, LossGrad<T>);      \
   template void cpu::cross_entropy_local_max<T>(T*, const T*, int64_t, int64_t, int64_t);                           \
   template void cpu::cross_entropy_local_sums<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
                                                  int64_t);                                                          \
   template void cpu::cross_entropy_finish<T>(T*, T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
-                                             int64_t, T);
+                                             int64_t, LossGrad<T>);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

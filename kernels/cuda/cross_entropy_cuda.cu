@@ -27,7 +27,7 @@ __device__ void write_dlogits(float* row, int64_t V, int64_t Vvalid, float lse, 
 }
 
 __global__ void ce_fused(float* losses, float* logits, const int32_t* targets, int64_t V, int64_t Vvalid,
-                         float dscale) {
+                         bool write_grad, float dscale) {
   const int64_t n = blockIdx.x;
   float* row = logits + n * V;
   const float mx = row_max_of(row, Vvalid);
@@ -36,7 +36,7 @@ __global__ void ce_fused(float* losses, float* logits, const int32_t* targets, i
   const float target_logit = tgt >= 0 ? row[tgt] : 0.f;
   __syncthreads();  // every thread has read row[tgt] before it is overwritten
   if (threadIdx.x == 0) losses[n] = tgt >= 0 ? lse - target_logit : 0.f;
-  if (dscale != 0.f) write_dlogits(row, V, Vvalid, lse, tgt, tgt >= 0 ? dscale : 0.f);
+  if (write_grad) write_dlogits(row, V, Vvalid, lse, tgt, tgt >= 0 ? dscale : 0.f);
 }
 
 __global__ void ce_max(float* row_max, const float* logits, int64_t V, int64_t Vvalid) {
@@ -58,12 +58,12 @@ __global__ void ce_sums(float* sums, const float* logits, const float* row_max, 
 }
 
 __global__ void ce_finish(float* losses, float* logits, const float* row_max, const float* sums, const int32_t* targets,
-                          int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin, float dscale) {
+                          int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin, bool write_grad, float dscale) {
   const int64_t n = blockIdx.x;
   const float lse = row_max[n] + logf(sums[n]);
   const bool ignored = targets[n] < 0;
   if (threadIdx.x == 0) losses[n] = ignored ? 0.f : lse - sums[N + n];
-  if (dscale == 0.f) return;
+  if (!write_grad) return;
   const int64_t tgt = int64_t(targets[n]) - vocab_begin;
   write_dlogits(logits + n * V, V, Vvalid, lse, tgt >= 0 && tgt < Vvalid ? tgt : -1, ignored ? 0.f : dscale);
 }
@@ -71,9 +71,9 @@ __global__ void ce_finish(float* losses, float* logits, const float* row_max, co
 }  // namespace
 
 void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
-                           float dscale) {
+                           bool write_grad, float dscale) {
   if (N == 0) return;
-  KERNEL_LAUNCH(ce_fused, unsigned(N), kThreads, 0)(losses, logits, targets, V, Vvalid, dscale);
+  KERNEL_LAUNCH(ce_fused, unsigned(N), kThreads, 0)(losses, logits, targets, V, Vvalid, write_grad, dscale);
   CUDA_LAUNCHED("ce_fused");
 }
 
@@ -91,10 +91,10 @@ void cross_entropy_local_sums(float* sums, const float* logits, const float* row
 }
 
 void cross_entropy_finish(float* losses, float* logits, const float* row_max, const float* sums, const int32_t* targets,
-                          int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin, float dscale) {
+                          int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin, bool write_grad, float dscale) {
   if (N == 0) return;
   KERNEL_LAUNCH(ce_finish, unsigned(N), kThreads, 0)
-  (losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, dscale);
+  (losses, logits, row_max, sums, targets, N, V, Vvalid, vocab_begin, write_grad, dscale);
   CUDA_LAUNCHED("ce_finish");
 }
 

@@ -115,13 +115,14 @@ void position_forward(float* out, const float* inp, const float* wpe, int64_t ro
 void position_backward(float* dwpe, const float* dout, int64_t row_begin, int64_t rows, int64_t T, int64_t C,
                        const int32_t* doc_start = nullptr);
 
+// write_grad: overwrite the logits with dscale * (softmax - onehot) (kernels/cross_entropy.hpp's LossGrad)
 void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vvalid,
-                           float dscale);
+                           bool write_grad, float dscale);
 void cross_entropy_local_max(float* row_max, const float* logits, int64_t N, int64_t V, int64_t Vvalid);
 void cross_entropy_local_sums(float* sums, const float* logits, const float* row_max, const int32_t* targets, int64_t N,
                               int64_t V, int64_t Vvalid, int64_t vocab_begin);
 void cross_entropy_finish(float* losses, float* logits, const float* row_max, const float* sums, const int32_t* targets,
-                          int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin, float dscale);
+                          int64_t N, int64_t V, int64_t Vvalid, int64_t vocab_begin, bool write_grad, float dscale);
 
 void residual_forward(float* out, const float* a, const float* b, const float* bias, int64_t N, int64_t C);
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C, bool accumulate);

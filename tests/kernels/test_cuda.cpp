@@ -404,8 +404,8 @@ TEST(Cuda, CrossEntropyFusedAndVocabParallel) {
   for (int64_t i = 0; i < N; ++i) tgt[size_t(i)] = int32_t((i * 11) % Vvalid);
   F logits = randn(N * V, 1, 3.f), losses(N), l2 = logits;
   Dev gl(logits), glosses(losses), gtgt(tgt);
-  softmax_cross_entropy(losses.data(), l2.data(), tgt.data(), N, V, Vvalid, 0.5f);
-  softmax_cross_entropy(glosses.f(), gl.f(), gtgt.i(), N, V, Vvalid, 0.5f);
+  softmax_cross_entropy(losses.data(), l2.data(), tgt.data(), N, V, Vvalid, LossGrad<float>::scaled(0.5f));
+  softmax_cross_entropy(glosses.f(), gl.f(), gtgt.i(), N, V, Vvalid, LossGrad<float>::scaled(0.5f));
   expect_close("cross-entropy losses", losses, glosses.host(N), 1e-5, 1e-6);
   expect_close("cross-entropy dlogits", l2, gl.host(N * V), 1e-5, 1e-7);
   // vocab-parallel passes over columns [30, 70) of the vocabulary (this rank's 40)
@@ -420,8 +420,10 @@ TEST(Cuda, CrossEntropyFusedAndVocabParallel) {
   cross_entropy_local_sums(sums.data(), part_cpu.data(), mx.data(), tgt.data(), N, Vl, Vlvalid, vb);
   cross_entropy_local_sums(gsums.f(), gpart.f(), gmx.f(), gtgt.i(), N, Vl, Vlvalid, vb);
   expect_close("local sums", sums, gsums.host(2 * N), 1e-5, 1e-6);
-  cross_entropy_finish(pl.data(), part_cpu.data(), mx.data(), sums.data(), tgt.data(), N, Vl, Vlvalid, vb, 0.25f);
-  cross_entropy_finish(gpl.f(), gpart.f(), gmx.f(), gsums.f(), gtgt.i(), N, Vl, Vlvalid, vb, 0.25f);
+  cross_entropy_finish(pl.data(), part_cpu.data(), mx.data(), sums.data(), tgt.data(), N, Vl, Vlvalid, vb,
+                       LossGrad<float>::scaled(0.25f));
+  cross_entropy_finish(gpl.f(), gpart.f(), gmx.f(), gsums.f(), gtgt.i(), N, Vl, Vlvalid, vb,
+                       LossGrad<float>::scaled(0.25f));
   expect_close("finish losses", pl, gpl.host(N), 1e-5, 1e-6);
   expect_close("finish dlogits", part_cpu, gpart.host(N * Vl), 1e-5, 1e-7);
 }

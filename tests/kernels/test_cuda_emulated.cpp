@@ -273,8 +273,8 @@ TEST(CudaEmulated, CrossEntropyFusedAndVocabParallel) {
   std::vector<int32_t> tgt(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i) tgt[size_t(i)] = i % 4 == 3 ? -1 : int32_t((i * 11) % Vvalid);  // -1: ignored
   F logits = randn(N * V, 1, 3.f), l1 = logits, l2 = logits, loss1(N), loss2(N);
-  softmax_cross_entropy(loss1.data(), l1.data(), tgt.data(), N, V, Vvalid, 0.5f);
-  emu::softmax_cross_entropy(loss2.data(), l2.data(), tgt.data(), N, V, Vvalid, 0.5f);
+  softmax_cross_entropy(loss1.data(), l1.data(), tgt.data(), N, V, Vvalid, LossGrad<float>::scaled(0.5f));
+  emu::softmax_cross_entropy(loss2.data(), l2.data(), tgt.data(), N, V, Vvalid, true, 0.5f);
   expect_close("cross-entropy losses", loss1, loss2, 1e-5, 1e-6);
   expect_close("cross-entropy dlogits", l1, l2, 1e-5, 1e-7);
   const int64_t vb = 30, Vl = 40, Vlvalid = Vvalid - vb;
@@ -287,10 +287,17 @@ TEST(CudaEmulated, CrossEntropyFusedAndVocabParallel) {
   cross_entropy_local_sums(s1.data(), p1.data(), mx1.data(), tgt.data(), N, Vl, Vlvalid, vb);
   emu::cross_entropy_local_sums(s2.data(), p2.data(), mx1.data(), tgt.data(), N, Vl, Vlvalid, vb);
   expect_close("local sums", s1, s2, 1e-5, 1e-6);
-  cross_entropy_finish(f1.data(), p1.data(), mx1.data(), s1.data(), tgt.data(), N, Vl, Vlvalid, vb, 0.25f);
-  emu::cross_entropy_finish(f2.data(), p2.data(), mx1.data(), s1.data(), tgt.data(), N, Vl, Vlvalid, vb, 0.25f);
+  cross_entropy_finish(f1.data(), p1.data(), mx1.data(), s1.data(), tgt.data(), N, Vl, Vlvalid, vb,
+                       LossGrad<float>::scaled(0.25f));
+  emu::cross_entropy_finish(f2.data(), p2.data(), mx1.data(), s1.data(), tgt.data(), N, Vl, Vlvalid, vb, true, 0.25f);
   expect_close("finish losses", f1, f2, 1e-5, 1e-6);
   expect_close("finish dlogits", p1, p2, 1e-5, 1e-7);
+  // a zero scale writes a zero gradient, forward only leaves the logits
+  F z = logits, kept = logits;
+  emu::softmax_cross_entropy(loss2.data(), z.data(), tgt.data(), N, V, Vvalid, true, 0.f);
+  emu::softmax_cross_entropy(loss2.data(), kept.data(), tgt.data(), N, V, Vvalid, false, 0.5f);
+  expect_close("zero-scale dlogits", z, F(z.size(), 0.f), 0, 0);
+  expect_close("forward-only logits", kept, logits, 0, 0);
 }
 
 TEST(CudaEmulated, MultiTensorAdamWRoundingAndSums) {

@@ -358,7 +358,7 @@ TEST(Kernels, CrossEntropyVocabParallelMatchesFused) {
   std::vector<int32_t> tgt = {0, 9, 3, 4, 7, 8};
   V logits = randn(N * R * Vl, 25, 3.0), losses(N);
   V fused = logits;
-  softmax_cross_entropy(losses.data(), fused.data(), tgt.data(), N, R * Vl, Vreal, 0.5);
+  softmax_cross_entropy(losses.data(), fused.data(), tgt.data(), N, R * Vl, Vreal, LossGrad<double>::scaled(0.5));
   std::vector<V> part(size_t(R), V(size_t(N * Vl)));
   for (int64_t r = 0; r < R; ++r)
     for (int64_t n = 0; n < N; ++n)
@@ -378,7 +378,7 @@ TEST(Kernels, CrossEntropyVocabParallelMatchesFused) {
   for (int64_t r = 0; r < R; ++r) {
     V l(N);
     cross_entropy_finish(l.data(), part[size_t(r)].data(), mx.data(), sums.data(), tgt.data(), N, Vl, valid(r), r * Vl,
-                         0.5);
+                         LossGrad<double>::scaled(0.5));
     for (int64_t n = 0; n < N; ++n) {
       EXPECT_NEAR(l[size_t(n)], losses[size_t(n)], 1e-12);
       for (int64_t v = 0; v < Vl; ++v)
@@ -394,20 +394,48 @@ TEST(Kernels, CrossEntropyBackwardMatchesFiniteDifferences) {
   V logits = randn(N * Vocab, 24, 3.0), losses(N);
   auto f = [&] {
     V tmp = logits;
-    softmax_cross_entropy(losses.data(), tmp.data(), tgt.data(), N, Vocab, Vocab, 0.0);
+    softmax_cross_entropy(losses.data(), tmp.data(), tgt.data(), N, Vocab, Vocab, LossGrad<double>::forward_only());
     double s = 0;
     for (double l : losses) s += l;
     return s;
   };
   V d = logits;
-  softmax_cross_entropy(losses.data(), d.data(), tgt.data(), N, Vocab, Vocab, 1.0);
+  softmax_cross_entropy(losses.data(), d.data(), tgt.data(), N, Vocab, Vocab, LossGrad<double>::scaled(1.0));
   expect_fd_gradient("cross-entropy", logits, d, f);
   // uniform logits: loss = log(V)
   V flat(Vocab, 0.0);
   double loss;
   int32_t t0 = 2;
-  softmax_cross_entropy(&loss, flat.data(), &t0, 1, Vocab, Vocab, 0.0);
+  softmax_cross_entropy(&loss, flat.data(), &t0, 1, Vocab, Vocab, LossGrad<double>::forward_only());
   EXPECT_NEAR(loss, std::log(double(Vocab)), 1e-12);
+}
+
+// The gradient is an explicit flag, never a magic scale: a zero scale
+// writes a zero gradient (a loss weighted 0 in training), forward only
+// leaves the logits as they are, fused and vocab-parallel alike.
+TEST(Kernels, CrossEntropyZeroScaleWritesZeroGradient) {
+  const int64_t N = 3, Vocab = 6;
+  std::vector<int32_t> tgt = {1, 5, -1};
+  const V logits = randn(N * Vocab, 27, 2.0);
+  V zero = logits, kept = logits, l1(N), l2(N);
+  softmax_cross_entropy(l1.data(), zero.data(), tgt.data(), N, Vocab, Vocab, LossGrad<double>::scaled(0.0));
+  softmax_cross_entropy(l2.data(), kept.data(), tgt.data(), N, Vocab, Vocab, LossGrad<double>::forward_only());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    EXPECT_EQ(zero[i], 0.0) << "element " << i;
+    EXPECT_EQ(kept[i], logits[i]) << "element " << i;
+  }
+  EXPECT_EQ(l1, l2);
+  V mx(N), sums(2 * N), part = logits, partk = logits, lp(N);
+  cross_entropy_local_max(mx.data(), part.data(), N, Vocab, Vocab);
+  cross_entropy_local_sums(sums.data(), part.data(), mx.data(), tgt.data(), N, Vocab, Vocab, 0);
+  cross_entropy_finish(lp.data(), part.data(), mx.data(), sums.data(), tgt.data(), N, Vocab, Vocab, 0,
+                       LossGrad<double>::scaled(0.0));
+  cross_entropy_finish(lp.data(), partk.data(), mx.data(), sums.data(), tgt.data(), N, Vocab, Vocab, 0,
+                       LossGrad<double>::forward_only());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    EXPECT_EQ(part[i], 0.0) << "element " << i;
+    EXPECT_EQ(partk[i], logits[i]) << "element " << i;
+  }
 }
 
 TEST(Kernels, CrossEntropyPaddingTakesNoProbability) {
@@ -415,7 +443,7 @@ TEST(Kernels, CrossEntropyPaddingTakesNoProbability) {
   V logits = {0, 1, 2, 3, 4, 100, 100, 100};
   double loss;
   int32_t t = 4;
-  softmax_cross_entropy(&loss, logits.data(), &t, 1, Vocab, Valid, 1.0);
+  softmax_cross_entropy(&loss, logits.data(), &t, 1, Vocab, Valid, LossGrad<double>::scaled(1.0));
   for (int64_t v = Valid; v < Vocab; ++v) EXPECT_EQ(logits[v], 0.0);
   EXPECT_LT(loss, 1.0);
 }
@@ -535,8 +563,8 @@ TEST(Kernels, IgnoredTargetsTakeNoLossNorGradient) {
   some[1] = some[4] = -1;
   const V logits = test::randn(N * Vv, 41);
   V l1 = logits, l2 = logits, loss1(N), loss2(N);
-  softmax_cross_entropy(loss1.data(), l1.data(), all.data(), N, Vv, Vv, 0.5);
-  softmax_cross_entropy(loss2.data(), l2.data(), some.data(), N, Vv, Vv, 0.5);
+  softmax_cross_entropy(loss1.data(), l1.data(), all.data(), N, Vv, Vv, LossGrad<double>::scaled(0.5));
+  softmax_cross_entropy(loss2.data(), l2.data(), some.data(), N, Vv, Vv, LossGrad<double>::scaled(0.5));
   // vocab-parallel over two column ranges [0, 4) and [4, 9)
   V lp = logits, mx(N, -INFINITY), sums(2 * N, 0.0), lossp(N);
   for (auto [vb, vn] : {std::pair<int64_t, int64_t>{0, 4}, {4, 5}}) {
@@ -554,7 +582,8 @@ TEST(Kernels, IgnoredTargetsTakeNoLossNorGradient) {
   for (auto [vb, vn] : {std::pair<int64_t, int64_t>{0, 4}, {4, 5}}) {
     V part(size_t(N * vn));
     for (int64_t n = 0; n < N; ++n) std::copy_n(logits.begin() + n * Vv + vb, vn, part.begin() + n * vn);
-    cross_entropy_finish(lossp.data(), part.data(), mx.data(), sums.data(), some.data(), N, vn, vn, vb, 0.5);
+    cross_entropy_finish(lossp.data(), part.data(), mx.data(), sums.data(), some.data(), N, vn, vn, vb,
+                         LossGrad<double>::scaled(0.5));
     for (int64_t n = 0; n < N; ++n) std::copy_n(part.begin() + n * vn, vn, lp.begin() + n * Vv + vb);
   }
   for (int64_t n = 0; n < N; ++n) {

@@ -137,6 +137,35 @@ TEST(Model, FirstMicroBatchOverwritesGradients) {
   }
 }
 
+// model.mtp.loss_weight 0 (in range) trains the main model exactly as
+// without multi-token prediction: the depths' loss gradients are zero, not
+// the logits left where the gradients belong.
+TEST(Model, MtpWeightZeroGivesTheModelWithoutMtpGradients) {
+  ModelConfig m = tiny("llama"), with = m;
+  with.mtp = {1, 0.0};
+  const int64_t B = 2, N = B * m.seq_len;
+  Batch b(N, m.vocab, 31);
+  Transformer<double> plain(m, 5), net(with, 5);
+  auto c1 = plain.make_activations(B, Recompute::none), c2 = net.make_activations(B, Recompute::none);
+  const double l1 = plain.forward(*c1, b.tokens.data(), b.targets.data(), 1.0 / double(N));
+  const double l2 = net.forward(*c2, b.tokens.data(), b.targets.data(), 1.0 / double(N));
+  EXPECT_EQ(l1, l2);
+  plain.backward(*c1, Recompute::none);
+  net.backward(*c2, Recompute::none);
+  const double *g1 = plain.grads().data<double>(), *g2 = net.grads().data<double>();
+  int matched = 0;
+  for (const auto& p : net.registry().params()) {
+    const ParamSpec* q = nullptr;
+    for (const auto& r : plain.registry().params()) q = r.name == p.name ? &r : q;
+    for (int64_t i = 0; i < p.numel; ++i) {
+      const double want = q ? g1[q->offset + i] : 0.0;  // the prediction module's own: zero
+      ASSERT_NEAR(g2[p.offset + i], want, 1e-12 * (1 + std::abs(want))) << p.name << " element " << i;
+    }
+    matched += q != nullptr;
+  }
+  EXPECT_EQ(matched, int(plain.registry().params().size()));
+}
+
 // Split backward (zero-bubble pipelines): the input pass, then the weight
 // pass, give the full backward's gradients, over two accumulated micro-batches.
 TEST(Model, SplitBackwardMatchesFullBackward) {

@@ -186,7 +186,8 @@ TEST_P(Layer, VocabParallelCrossEntropy) {
   }
   V lr = cols_of(logits, N, Vpad, r * Vl, Vl), losses(N);
   const int64_t valid = std::clamp<int64_t>(Vreal - r * Vl, 0, Vl);
-  tp.cross_entropy(losses.data(), lr.data(), targets.data(), N, Vl, valid, r * Vl, dscale);
+  tp.cross_entropy(losses.data(), lr.data(), targets.data(), N, Vl, valid, r * Vl,
+                   kernels::LossGrad<double>::scaled(dscale));
   expect_near("vocab-parallel losses", losses.data(), want);
   expect_near("vocab-parallel dlogits", lr.data(), cols_of(dwant, N, Vpad, r * Vl, Vl));
 }

@@ -52,7 +52,7 @@ class Tensor {
   const Shape& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
   int ndim() const { return int(shape_.size()); }
-  int64_t numel() const { return shape_numel(shape_); }
+  int64_t numel() const { return storage_ ? shape_numel(shape_) : 0; }  // an undefined tensor holds nothing
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device : Device{}; }

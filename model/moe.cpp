@@ -330,7 +330,10 @@ void MoeMlp<T>::swap_lane() {
 
 template <typename T>
 T* MoeMlp<T>::exchange_scratch(int64_t n) {
-  if (ep_scratch_.numel() < n) ep_scratch_ = Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_);
+  // a rank whose experts receive no rows (R = 0) still gets a valid pointer: nothing is read or written through it
+  n = std::max<int64_t>(n, 1);
+  if (!ep_scratch_.defined() || ep_scratch_.numel() < n)
+    ep_scratch_ = Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_);
   return ep_scratch_.template data<T>();
 }
 

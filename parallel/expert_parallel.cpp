@@ -61,7 +61,7 @@ template <typename T>
 T* ExpertParallel::staging(int64_t elements, const void* like) {
   const Device dev = device_of(like);
   const int64_t n = std::max<int64_t>(elements, 1);
-  if (scratch_.nbytes() < size_t(n) * sizeof(T) || scratch_.device().type != dev.type)
+  if (!scratch_.defined() || scratch_.nbytes() < size_t(n) * sizeof(T) || scratch_.device().type != dev.type)
     scratch_ = Tensor::empty({n}, dtype_of<T>(), MemCategory::comm, dev);
   return static_cast<T*>(scratch_.raw());
 }

@@ -40,6 +40,29 @@ ModelConfig moe_model(bool sigmoid) {
   return m;
 }
 
+// The split model's gradients against the unsplit one's: every non-expert
+// gradient equal, each expert's equal to the unsplit model's summed over the
+// ranks (what its data reduction would give); the shards hold the same weights.
+void expect_split_matches_whole(Transformer<double>& split, Transformer<double>& whole, const std::string& what) {
+  Tensor summed = Tensor::empty({whole.registry().total()}, DType::f64, MemCategory::other);
+  std::copy_n(whole.grads().data<double>(), whole.registry().total(), summed.data<double>());
+  g_world->all_reduce(summed)->wait();
+  const double *gs = split.grads().data<double>(), *gw = whole.grads().data<double>(),
+               *ps = split.params().data<double>(), *pw = whole.params().data<double>();
+  for (const auto& p : split.registry().params()) {
+    const auto& q = whole.registry().at(p.name);
+    const double* ref = p.expert_major ? summed.data<double>() : gw;
+    double worst = 0, scale = 0;
+    for (int64_t e = 0; e < p.numel; ++e) {
+      const int64_t g = q.offset + p.global_index(e);
+      ASSERT_EQ(ps[p.offset + e], pw[g]) << what << " " << p.name << ": the shard holds the same weights";
+      worst = std::max(worst, std::abs(gs[p.offset + e] - ref[g]));
+      scale = std::max(scale, std::abs(ref[g]));
+    }
+    EXPECT_LE(worst, 1e-12 * std::max(scale, 1.0)) << what << " " << p.name << (p.expert_major ? " (expert)" : "");
+  }
+}
+
 TEST(MoeExpertParallel, MatchesEveryExpertOnEveryRank) {
   const int n = g_world->size(), me = g_world->rank();
   for (bool sigmoid : {false, true})
@@ -64,26 +87,59 @@ TEST(MoeExpertParallel, MatchesEveryExpertOnEveryRank) {
       }
       EXPECT_NEAR(loss[0], loss[1], 1e-12 * std::abs(loss[1])) << what;
       EXPECT_NEAR(aux[0], aux[1], 1e-12) << what;
-      // the unsplit model's gradients summed over the ranks, for the experts
-      Tensor summed = Tensor::empty({whole.registry().total()}, DType::f64, MemCategory::other);
-      std::copy_n(whole.grads().data<double>(), whole.registry().total(), summed.data<double>());
-      g_world->all_reduce(summed)->wait();
-      const double *gs = split.grads().data<double>(), *gw = whole.grads().data<double>(),
-                   *ps = split.params().data<double>(), *pw = whole.params().data<double>();
-      for (const auto& p : split.registry().params()) {
-        const auto& q = whole.registry().at(p.name);
-        const double* ref = p.expert_major ? summed.data<double>() : gw;
-        double worst = 0, scale = 0;
-        for (int64_t e = 0; e < p.numel; ++e) {
-          const int64_t g = q.offset + p.global_index(e);
-          ASSERT_EQ(ps[p.offset + e], pw[g]) << what << " " << p.name << ": the shard holds the same weights";
-          worst = std::max(worst, std::abs(gs[p.offset + e] - ref[g]));
-          scale = std::max(scale, std::abs(ref[g]));
-        }
-        EXPECT_LE(worst, 1e-12 * std::max(scale, 1.0)) << what << " " << p.name << (p.expert_major ? " (expert)" : "");
-      }
+      expect_split_matches_whole(split, whole, what);
       EXPECT_EQ(split.registry().at("model.layers.1.mlp.experts.gate_up_proj").numel * n,
                 whole.registry().at("model.layers.1.mlp.experts.gate_up_proj").numel);
+    }
+}
+
+// Degenerate routes, forward and backward (both exchange directions each
+// way), with and without the exchange rerun by full recompute: experts and
+// whole ranks that receive no rows in the very first exchange (64 experts,
+// top-1, two tokens a rank), and every route to one rank (a zero router: its
+// scores tie, and ties go to the lowest ids, experts 0 and 1 on rank 0). A
+// rank whose experts receive nothing allocates nothing for them: the
+// all-to-one case's exchange memory on the other ranks stays at its floor.
+TEST(MoeExpertParallel, EmptyExpertsEmptyRanksAndAllToOne) {
+  const int me = g_world->rank();
+  for (const bool all_to_one : {false, true})
+    for (const Recompute rc : {Recompute::none, Recompute::full}) {
+      ModelConfig m = moe_model(all_to_one);
+      int64_t B = 3;
+      if (!all_to_one) m.moe.experts = 64, m.moe.top_k = 1, m.seq_len = 2, B = 1;
+      const std::string what = std::string(all_to_one ? "all to one" : "empty experts") + " recompute " +
+                               enum_name(rc) + " rank " + std::to_string(me);
+      const int64_t N = B * m.seq_len;
+      std::mt19937 rng(uint32_t(5 + me));
+      std::vector<int32_t> tokens, targets;
+      for (int64_t i = 0; i < N; ++i) tokens.push_back(int32_t(rng() % 11)), targets.push_back(int32_t(rng() % 11));
+      parallel::ExpertParallel ep(g_world, m.moe.experts);
+      Transformer<double> split(m, 7, {.ep = &ep}), whole(m, 7);
+      if (all_to_one)
+        for (Transformer<double>* net : {&split, &whole})
+          for (const auto& p : net->registry().params())
+            if (p.name.ends_with("mlp.gate.weight")) std::fill_n(net->param(p.name), p.numel, 0.0);
+      double loss[2];
+      std::vector<double> counts[2];
+      int64_t received = 0, received_elements = 0;  // layer 1's on this rank (split model)
+      for (int k = 0; k < 2; ++k) {
+        Transformer<double>& net = k == 0 ? split : whole;
+        const Recompute mode = k == 0 ? rc : Recompute::none;
+        auto ctx = net.make_activations(B, mode);
+        loss[k] = net.forward(*ctx, tokens.data(), targets.data(), 1.0 / double(N));
+        for (const auto& a : ctx->moe) counts[k].insert(counts[k].end(), a.counts.begin(), a.counts.end());
+        if (k == 0) received = ctx->moe[1].plan.received, received_elements = ctx->moe[1].received.numel();
+        net.backward(*ctx, mode, false);
+      }
+      EXPECT_NEAR(loss[0], loss[1], 1e-12 * std::abs(loss[1])) << what;
+      EXPECT_EQ(counts[0], counts[1]) << what << ": tokens per expert";
+      if (all_to_one) {  // every route on rank 0's experts 0 and 1: the others receive and hold nothing
+        const int64_t rows = N * m.moe.top_k * g_world->size();
+        EXPECT_EQ(received, me == 0 ? rows : 0) << what << ": rows received";
+        if (rc == Recompute::none)  // (full recompute keeps none of them after the forward)
+          EXPECT_EQ(received_elements, me == 0 ? rows * (m.hidden + 3 * m.moe.ffn_hidden) : 1) << what;
+      }
+      expect_split_matches_whole(split, whole, what);
     }
 }
 

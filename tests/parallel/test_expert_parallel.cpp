@@ -87,6 +87,28 @@ TEST(ExpertParallel, DispatchArrivesByLocalExpertThenSourceAndCombineComesBack) 
   }
 }
 
+// Every row to one expert of rank 0, from the first exchange of a fresh
+// group on: the other ranks receive nothing (no staging yet, R = 0) and
+// send everything, both ways; rank 0 sends nothing to them.
+TEST(ExpertParallel, AllToOneFromTheFirstExchange) {
+  const int n = g_world->size(), me = g_world->rank();
+  const int64_t E = 2 * n, C = 2, M = 3 + me;
+  ExpertParallel ep(g_world, E);
+  std::vector<int64_t> offsets(size_t(E + 1), M);
+  offsets[0] = 0;  // every row to expert 0
+  std::vector<float> rows(size_t(M * C));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = float(me * 100 + int(i));
+  const ExpertPlan plan = ep.plan(offsets.data());
+  const int64_t all = int64_t(n) * 3 + int64_t(n) * (n - 1) / 2;
+  ASSERT_EQ(plan.received, me == 0 ? all : 0);
+  std::vector<float> got(size_t(std::max<int64_t>(plan.received, 1) * C), -1.f);
+  ep.dispatch(plan, got.data(), rows.data(), C);
+  for (float& x : got) x *= 2;
+  std::vector<float> back(rows.size(), -1.f);
+  ep.combine(plan, back.data(), got.data(), C);
+  for (size_t i = 0; i < rows.size(); ++i) ASSERT_EQ(back[i], 2 * rows[i]) << "rank " << me << " element " << i;
+}
+
 // One rank (no group): the exchange is a copy, the layout the same.
 TEST(ExpertParallel, OneRankIsTheIdentity) {
   const int64_t E = 4, C = 2;

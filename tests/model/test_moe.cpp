@@ -69,6 +69,25 @@ void set_bias(Transformer<T>& net) {
       for (int64_t i = 0; i < p.numel; ++i) net.params().template data<T>()[p.offset + i] = T(0.05 * double(i % 3));
 }
 
+// The smallest routing margin of the last forward over every MoE layer
+// (kernels::router_margin): a route is a discrete decision downstream of a
+// float, so tests that compare two roundings (float against double, a
+// finite difference) first assert that no route sits near a tie.
+double min_router_margin(Transformer<double>& net, const Activations<double>& ctx, int64_t N) {
+  double margin = INFINITY;
+  const MoeConfig& e = net.config().moe;
+  const kernels::RouterSpec spec{e.experts, e.top_k, e.score, e.norm_topk, e.groups, e.group_topk, e.scaling};
+  for (size_t l = 0; l < ctx.moe.size(); ++l) {
+    if (!ctx.moe[l].logits) continue;
+    const std::string bias_name = layer_prefix(net.config(), int64_t(l)) + "mlp.gate.e_score_correction_bias";
+    const double* bias = nullptr;
+    for (const auto& p : net.registry().params())
+      if (p.name == bias_name) bias = net.param(p.name);
+    margin = std::min(margin, kernels::router_margin(ctx.moe[l].logits, bias, N, spec));
+  }
+  return margin;
+}
+
 TEST(Moe, RegistryHoldsExpertsOnMoeLayersOnly) {
   const ModelConfig m = variants()[2].second;
   const ParamRegistry reg(m);
@@ -147,6 +166,7 @@ TEST(Moe, GradientsMatchFiniteDifferences) {
     net.forward(*ctx, batch.tokens.data(), batch.targets.data(), 1.0 / double(N));
     net.backward(*ctx, Recompute::none);
     const auto [aux, z] = net.balance_losses(*ctx);
+    ASSERT_GT(min_router_margin(net, *ctx, N), 1e-4) << name << ": a route near a tie (the differences step 1e-6)";
     EXPECT_GT(aux, 0) << name;
     EXPECT_GT(z, 0) << name;
     double* P = net.params().data<double>();
@@ -223,6 +243,7 @@ TEST(Moe, SameBitsOnASecondRunAndFloatNearDouble) {
     set_bias(d);
     auto cd = d.make_activations(B, Recompute::none);
     const double ld = d.forward(*cd, batch.tokens.data(), batch.targets.data(), 1.0 / double(N));
+    ASSERT_GT(min_router_margin(d, *cd, N), 1e-4) << name << ": a route near a tie (float rounds it)";
     d.backward(*cd, Recompute::none, false);
     EXPECT_NEAR(loss[0] / ld, 1.0, 1e-6) << name;
     double diff = 0, norm = 0;

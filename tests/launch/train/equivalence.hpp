@@ -6,8 +6,11 @@
 // on_gradients observer), and one comparison with its failure output.
 #pragma once
 #include <gtest/gtest.h>
+#include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
@@ -72,20 +75,79 @@ inline double relative_l2(const std::vector<float>& ref, const std::vector<float
 
 struct Tolerance {
   double grads = 1e-5;      // relative L2 of the step-1 gradients
-  double loss = 1e-4;       // relative, every step
-  double grad_norm = 1e-4;  // relative, every step (< 0: not compared)
-  // MoE: step 1's tokens per expert exactly, later steps' within this fraction
-  // of the routed tokens (rounding differences between meshes grow with
-  // training and can flip a route that sits near a tie); < 0: not compared
-  // (16-bit runs round the router's input differently)
-  double routes = 0.01;
+  double loss = 1e-4;       // relative, every step compared
+  double grad_norm = 1e-4;  // relative, every step compared (< 0: not compared)
+  // MoE: the routes (tokens per expert of every layer, the correction
+  // bias's counts) are compared exactly. A route that sits near a tie can
+  // flip under rounding that differs between meshes, CPUs and GEMM kernels;
+  // from the first step whose routes differ, the runs follow different
+  // (equally right) trajectories, so the steps before it are compared and
+  // the rest are not. A flip is reported, never silent, and must be what
+  // rounding does: not at step 1 (the same weights route the same), and at
+  // most `flip_routes` of the step's routes (at least 2 routes) moved; a
+  // wrong reduction or update moves far more.
+  bool routes = true;  // false: 16-bit runs (router inputs round per mesh): every step compared, routes not
+  double flip_routes = 1e-3;
 };
 
-// Step-1 gradients, then every step's loss and gradient norm. On failure the
-// message names the case, the worst gradient element and the step.
+// MoE: the first step (0-based) whose routes differ, and how many routes
+// moved at it, of how many; step = steps when none differs.
+struct RouteFlip {
+  size_t step = 0;
+  double moved = 0, total = 0;
+};
+// The routes that moved at one step: |a - b| summed over the counts, halved
+// (a moved route leaves one count and joins another), of how many.
+template <typename A, typename B>
+void add_moved(const std::vector<std::vector<A>>& ref, const std::vector<std::vector<B>>& run, size_t s, double& moved,
+               double& total) {
+  if (s >= ref.size() || s >= run.size() || ref[s].size() != run[s].size()) return;
+  for (size_t i = 0; i < ref[s].size(); ++i)
+    moved += std::abs(double(run[s][i]) - double(ref[s][i])) / 2, total += double(ref[s][i]);
+}
+inline RouteFlip first_route_flip(const EquivalenceRun& ref, const EquivalenceRun& run) {
+  const size_t steps = ref.losses.size();
+  for (size_t s = 0; s < steps; ++s) {
+    double moved = 0, total = 0, counted_moved = 0, counted = 0;  // the layers' routes; the bias's counts
+    add_moved(ref.expert_tokens, run.expert_tokens, s, moved, total);
+    add_moved(ref.expert_counts, run.expert_counts, s, counted_moved, counted);
+    if (moved > 0 || counted_moved > 0)
+      return total > 0 ? RouteFlip{s, std::max(moved, counted_moved), total} : RouteFlip{s, counted_moved, counted};
+  }
+  return {steps, 0, 0};
+}
+
+// Step-1 gradients, then every step's loss and gradient norm (MoE: up to
+// the first route flip). On failure the message names the case, the worst
+// gradient element and the step.
 inline void expect_equivalent(const EquivalenceRun& ref, const EquivalenceRun& run, const std::string& what,
                               const Tolerance& tol = {}) {
   ASSERT_EQ(run.step1_grads.size(), ref.step1_grads.size()) << what << ": consolidated gradient sizes";
+  ASSERT_EQ(run.losses.size(), ref.losses.size()) << what << ": steps";
+  ASSERT_EQ(run.expert_tokens.size(), ref.expert_tokens.size()) << what << ": steps with MoE statistics";
+  ASSERT_EQ(run.expert_counts.size(), ref.expert_counts.size()) << what << ": steps with expert counts";
+  size_t compared = ref.losses.size();  // the steps compared: up to the first route flip
+  if (tol.routes) {
+    const RouteFlip flip = first_route_flip(ref, run);
+    if (flip.step == 0) {
+      ADD_FAILURE() << what << ", step 1: " << flip.moved << " of " << flip.total
+                    << " routes differ from the single-rank run's: the same weights must route the same";
+      return;
+    }
+    if (flip.step < compared) {
+      EXPECT_LE(flip.moved, std::max(2.0, tol.flip_routes * flip.total))
+          << what << ", step " << flip.step + 1 << ": " << flip.moved << " of " << flip.total
+          << " routes differ from the single-rank run's: more than rounding near a tie flips";
+      int rank = 0, mpi = 0;  // said once, by the world's rank 0
+      MPI_Initialized(&mpi);
+      if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      if (rank == 0)
+        std::fprintf(stderr, "[route flip] %s: step %zu, %g of %g routes moved; steps 1-%zu compared\n", what.c_str(),
+                     flip.step + 1, flip.moved, flip.total, flip.step);
+      ::testing::Test::RecordProperty("route_flip", what + ": step " + std::to_string(flip.step + 1));
+      compared = flip.step;
+    }
+  }
   const double rel = relative_l2(ref.step1_grads, run.step1_grads);
   if (!(rel <= tol.grads)) {
     size_t worst = 0;
@@ -105,36 +167,7 @@ inline void expect_equivalent(const EquivalenceRun& ref, const EquivalenceRun& r
     EXPECT_LE(std::abs(run.grad_norms[0] / norm - 1), 1e-4)
         << what << ": step-1 gradient norm " << run.grad_norms[0] << ", but the gradients' norm is " << norm;
   }
-  // every MoE layer's tokens per expert: step 1's exactly (the same weights route the same), later steps'
-  // up to the few routes that rounding differences can flip near a tie
-  ASSERT_EQ(run.expert_tokens.size(), ref.expert_tokens.size()) << what << ": steps with MoE statistics";
-  for (size_t s = 0; s < ref.expert_tokens.size() && tol.routes >= 0; ++s) {
-    if (s == 0) {
-      EXPECT_EQ(run.expert_tokens[s], ref.expert_tokens[s]) << what << ", step 1: tokens per expert";
-      continue;
-    }
-    double moved = 0, total = 0;
-    for (size_t i = 0; i < ref.expert_tokens[s].size(); ++i)
-      moved += std::abs(run.expert_tokens[s][i] - ref.expert_tokens[s][i]), total += ref.expert_tokens[s][i];
-    EXPECT_LE(moved, tol.routes * total) << what << ", step " << s + 1 << ": " << moved / 2
-                                         << " routes differ from the single-rank run's, of " << total;
-  }
-  // the correction bias's counts (reduced over every rank before the bias moves): the same rule
-  ASSERT_EQ(run.expert_counts.size(), ref.expert_counts.size()) << what << ": steps with expert counts";
-  for (size_t s = 0; s < ref.expert_counts.size(); ++s) {
-    if (s == 0 || tol.routes < 0) {
-      EXPECT_EQ(run.expert_counts[s], ref.expert_counts[s]) << what << ", step " << s + 1 << ": expert counts";
-      continue;
-    }
-    ASSERT_EQ(run.expert_counts[s].size(), ref.expert_counts[s].size()) << what << ": expert count sizes";
-    double moved = 0, total = 0;
-    for (size_t i = 0; i < ref.expert_counts[s].size(); ++i)
-      moved += std::abs(run.expert_counts[s][i] - ref.expert_counts[s][i]), total += ref.expert_counts[s][i];
-    EXPECT_LE(moved, tol.routes * total) << what << ", step " << s + 1 << ": " << moved / 2
-                                         << " counted routes differ from the single-rank run's, of " << total;
-  }
-  ASSERT_EQ(run.losses.size(), ref.losses.size()) << what << ": steps";
-  for (size_t s = 0; s < ref.losses.size(); ++s) {
+  for (size_t s = 0; s < compared; ++s) {
     EXPECT_LE(std::abs(run.losses[s] / ref.losses[s] - 1), tol.loss)
         << what << ", step " << s + 1 << ": loss " << run.losses[s] << " vs single-rank " << ref.losses[s];
     if (tol.grad_norm >= 0)

@@ -4,6 +4,7 @@
 // its lists of known keys from here, and `trident keys` prints the tables of
 // docs/recipes.md from here (a test keeps the two equal).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <functional>
 #include <sstream>
@@ -60,36 +61,44 @@ std::string int_type(int64_t lo, int64_t hi) {
 }
 
 #define FIELD(member) \
-  [](Recipe & r) -> auto& { return r.member; }
+  [](auto& r) -> auto& { return r.member; }
 
 template <typename F>
 Key integer(const char* path, F field, int64_t lo, int64_t hi, Default<int64_t> def, const char* doc) {
   return {{path, int_type(lo, hi), def.text, doc},
-          [=](Reader& in, Recipe& r) { field(r) = in.integer(path, lo, hi, def.of(r)); }};
+          [=](Reader& in, Recipe& r) { field(r) = in.integer(path, lo, hi, def.of(r)); },
+          [=](const Recipe& r) { return fmt::format("{}", field(r)); }};
 }
 template <typename F>
 Key real(const char* path, F field, double lo, double hi, Open open, Default<double> def, const char* doc) {
   const std::string type = fmt::format("number in {}{}, {:g}]", open == Open::low ? "(" : "[", lo, hi);
   return {{path, type, def.text, doc},
-          [=](Reader& in, Recipe& r) { field(r) = in.real(path, lo, hi, def.of(r), open == Open::low); }};
+          [=](Reader& in, Recipe& r) { field(r) = in.real(path, lo, hi, def.of(r), open == Open::low); },
+          [=](const Recipe& r) { return fmt::format("{}", field(r)); }};
 }
 template <typename F>
 Key boolean(const char* path, F field, Default<bool> def, const char* doc) {
-  return {{path, "bool", def.text, doc}, [=](Reader& in, Recipe& r) { field(r) = in.boolean(path, *def.of(r)); }};
+  return {{path, "bool", def.text, doc},
+          [=](Reader& in, Recipe& r) { field(r) = in.boolean(path, *def.of(r)); },
+          [=](const Recipe& r) { return std::string(field(r) ? "true" : "false"); }};
 }
 template <typename E, typename F>
 Key choice(const char* path, F field, Default<E> def, const char* doc) {
   return {{path, "`" + enum_choices<E>("` \\| `") + "`", def.text, doc},
-          [=](Reader& in, Recipe& r) { field(r) = in.enumerated<E>(path, def.of(r)); }};
+          [=](Reader& in, Recipe& r) { field(r) = in.enumerated<E>(path, def.of(r)); },
+          [=](const Recipe& r) { return std::string(enum_name(field(r))); }};
 }
 template <typename F>
 Key text(const char* path, F field, const char* default_text, const char* doc) {
-  return {{path, "string", default_text, doc}, [=](Reader& in, Recipe& r) { field(r) = in.text(path, ""); }};
+  return {{path, "string", default_text, doc},
+          [=](Reader& in, Recipe& r) { field(r) = in.text(path, ""); },
+          [=](const Recipe& r) { return std::string(field(r)); }};
 }
 template <typename F>
 Key integers(const char* path, F field, int64_t lo, int64_t hi, const char* default_text, const char* doc) {
   return {{path, "list of " + int_type(lo, hi).replace(0, 3, "ints"), default_text, doc},
-          [=](Reader& in, Recipe& r) { field(r) = in.integers(path, lo, hi); }};
+          [=](Reader& in, Recipe& r) { field(r) = in.integers(path, lo, hi); },
+          [=](const Recipe& r) { return fmt::format("[{}]", fmt::join(field(r), ", ")); }};
 }
 template <typename F>
 Key mesh_size(const char* path, F field, const char* doc) {
@@ -467,6 +476,13 @@ const std::vector<RecipeKey>& recipe_keys() {
     return out;
   }();
   return docs;
+}
+
+std::vector<std::pair<std::string, std::string>> recipe_values(const Recipe& r, const std::string& section) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& k : recipe_detail::keys())
+    if (k.show && k.doc.path.starts_with(section + ".")) out.emplace_back(k.doc.path, k.show(r));
+  return out;
 }
 
 std::string recipe_section(const std::string& path) {

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/enums.hpp"
@@ -218,6 +219,10 @@ struct RecipeKey {
   std::string path, type, default_text, doc;
 };
 const std::vector<RecipeKey>& recipe_keys();
+// Every key of a section ("model": model.*) with this recipe's typed value
+// as YAML reads it back, in the key table's order: what a checkpoint
+// records of the model, so that every key, present and future, is compared.
+std::vector<std::pair<std::string, std::string>> recipe_values(const Recipe& r, const std::string& section);
 // "model" for "model.layers", "" for a top-level key.
 std::string recipe_section(const std::string& path);
 // The markdown table of one section's keys, as docs/recipes.md shows it.

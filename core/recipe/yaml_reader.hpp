@@ -370,6 +370,9 @@ using Reader = YamlReader;
 struct Key {
   RecipeKey doc;
   std::function<void(Reader&, Recipe&)> read;
+  // the typed value as YAML reads it back (null: a section, or a key not
+  // recorded: lists of maps, the mesh's own)
+  std::function<std::string(const Recipe&)> show = nullptr;
 };
 // The key table, in reading order (core/recipe/keys.cpp).
 const std::vector<Key>& keys();

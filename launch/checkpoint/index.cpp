@@ -35,7 +35,8 @@ const IndexFile* CheckpointIndex::find_file(const std::string& name) const {
 
 std::string index_json(const CheckpointIndex& x) {
   const auto& m = x.model;
-  Json files = Json::array(), tensors = Json::object();
+  Json files = Json::array(), tensors = Json::object(), model_keys = Json::object();
+  for (const auto& [key, value] : x.model_keys) model_keys[key] = value;
   for (const auto& f : x.files) {
     files.push_back({{"file", f.file},
                      {"dp", f.dp},
@@ -86,6 +87,7 @@ std::string index_json(const CheckpointIndex& x) {
               {"tie_embeddings", m.tie_embeddings},
               {"norm_eps", m.norm_eps},
               {"rope_theta", m.rope_theta}}},
+            {"model_keys", model_keys},
             {"optimizer", {{"type", "adamw"}, {"step", x.optimizer_step}, {"states", {"exp_avg", "exp_avg_sq"}}}},
             {"precision",
              {{"train", enum_name(x.precision.value_or(Precision::fp32))},
@@ -164,6 +166,11 @@ void read_model(const Reader& r, const Json& j, CheckpointIndex& x) {
                                                                          {"vocab", &x.model.vocab},
                                                                          {"vocab_multiple", &x.model.vocab_multiple}})
     *field = r.get<int64_t>(m, key, "model.", "an integer");
+  if (!j.contains("model_keys")) return;  // older indexes: the sizes above only
+  const Json& keys = j["model_keys"];
+  if (!keys.is_object()) fail_input("{}: key 'model_keys': expected an object of key: value text", r.file());
+  for (const auto& [key, value] : keys.items())
+    x.model_keys.emplace_back(key, r.get<std::string>(keys, key, "model_keys.", "a string"));
 }
 
 void read_mesh(const Reader& r, const Json& j, CheckpointIndex& x) {

@@ -65,6 +65,9 @@ struct CheckpointIndex {
   int64_t step = 0, consumed_samples = 0, seed = 0;
   ParallelConfig mesh;  // data, tensor, pipeline, virtual_stages, zero, stage_layers
   ModelConfig model;    // arch and the sizes that must match
+  // every model.* key of the recipe that saved, with its value as YAML reads
+  // it back (core/recipe's recipe_values; absent in older indexes: empty)
+  std::vector<std::pair<std::string, std::string>> model_keys;
   int64_t optimizer_step = 0;
   // mixed precision (absent in older indexes: fp32, scale 1)
   std::optional<Precision> precision;

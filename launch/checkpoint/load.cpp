@@ -44,9 +44,49 @@ void restore_scaler(const CheckpointIndex& x, const std::string& index_path, con
     s.loss_scale = rc.train.loss_scale, s.good_steps = 0;
 }
 
-// The model the checkpoint holds is the recipe's.
-void check_model(const CheckpointIndex& x, const std::string& index_path, const ModelConfig& m) {
+// The model keys a resumed run may change (said, not refused): training
+// coefficients, not the architecture. The initialisation is over once
+// weights are loaded; balancing coefficients, the bias's update rate and
+// the multi-token loss weight are changed mid-run by design (DeepSeek-V3
+// lowers its MTP weight and stops the bias late in training); the capacity
+// factor decides only which tokens a step drops.
+bool may_differ_on_resume(const std::string& key) {
+  static const std::vector<std::string> keys = {
+      "model.init_std",           "model.moe.balance.kind",      "model.moe.balance.coef",
+      "model.moe.balance.z_loss", "model.moe.balance.bias_rate", "model.moe.capacity_factor",
+      "model.mtp.loss_weight"};
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+// The model the checkpoint holds is the recipe's: every model key the index
+// records (each key of the recipe that saved, with its value) equals this
+// recipe's, bar the training coefficients above; older indexes record the
+// sizes only.
+void check_model(const CheckpointIndex& x, const std::string& index_path, const Recipe& rc) {
   const ModelConfig& saved = x.model;
+  const ModelConfig& m = rc.model;
+  std::vector<std::string> differs;
+  auto saved_keys = x.model_keys;
+  if (saved_keys.empty() && !x.recipe_text.empty()) try {  // an older index: the keys of the recipe it saved
+      saved_keys =
+          recipe_values(load_recipe_text_on_one_process(x.recipe_text, index_path, x.recipe_overrides), "model");
+    } catch (const InputError&) {
+      // a saved recipe this version no longer reads: the sizes below are checked
+    }
+  if (!saved_keys.empty()) {
+    const auto mine = recipe_values(rc, "model");
+    for (const auto& [key, have] : saved_keys) {
+      const auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& kv) { return kv.first == key; });
+      if (it == mine.end() || it->second == have) continue;  // a key this version does not know, or the same
+      if (!may_differ_on_resume(key))
+        fail_input("{}: {}: the checkpoint has {}, the recipe {} (set {}={} to continue this checkpoint)",
+                   index_path, key, have, it->second, key, have);
+      differs.push_back(fmt::format("{} {} -> {}", key, have, it->second));
+    }
+  }
+  if (!differs.empty())
+    log::info("{}: the model's training coefficients differ from the run that saved: {}", index_path,
+              fmt::join(differs, "; "));
   if (saved.arch != m.arch)
     fail_input("{}: model.arch: the checkpoint has {}, the recipe {}", index_path, saved.arch, m.arch);
   for (auto [key, have, want] : std::vector<std::tuple<const char*, int64_t, int64_t>>{
@@ -215,7 +255,7 @@ LoadPlan verify(const Recipe& rc, const std::string& dir, const RankState& s) {
   const bool split = x.mesh.expert > 1 || x.mesh.whole_experts() || s.experts.params;
   const bool same_mesh = saved == mine && x.mesh.stage_layers == rc.parallel.stage_layers && !split;
   if (!same_mesh && saved != mine) log::info("resharding {} saved under mesh {} onto this run's {}", dir, saved, mine);
-  check_model(x, index_path, rc.model);
+  check_model(x, index_path, rc);
   describe_changes(x, index_path, rc);
   if (same_mesh) {
     plan.own_file = check_own_file(x, index_path, dir, rc, s);

@@ -336,6 +336,51 @@ TEST(Checkpoint, DamageIsAClearErrorAndChangesNothing) {
   EXPECT_EQ(launch::train(rc, {.quiet = true, .resume = ck}).losses.size(), 0u);
 }
 
+// A resume never reinterprets a checkpoint: the index records every model
+// key of the recipe that saved, and a change of any of them (even one that
+// keeps every tensor's size: MLA's head split, where the dense layer is, the
+// router's keys) is refused naming the key and both values; the training
+// coefficients are said and accepted.
+TEST(Checkpoint, ResumeRefusesAnotherModelKeyNamingIt) {
+  const std::string dir = fresh_dir("model_keys");
+  const std::vector<std::string> tiny = {"model.layers=3", "model.seq_len=16", "model.mtp.depth=1",
+                                         "parallel.data=" + std::to_string(g_world)};
+  const Recipe rc = recipe(dir, tiny, 1, 1, "deepseek-v3-tiny.yaml");
+  launch::train(rc, {.quiet = true});
+  const std::string ck = dir + "/step_00000001";
+  ASSERT_TRUE(fs::exists(ck + "/index.json"));
+  std::ifstream in(ck + "/index.json");
+  const std::string index((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(index.find("\"model.moe.router.scaling\":\"2.5\""), std::string::npos) << "recorded";
+  struct Change {
+    std::vector<std::string> sets;
+    std::string fragment;
+  };
+  const std::vector<Change> changes = {
+      {{"model.mla.qk_rope_head_dim=8", "model.mla.qk_nope_head_dim=40"},
+       "model.mla.qk_nope_head_dim: the checkpoint has 32, the recipe 40"},
+      {{"model.moe.first_dense=0", "model.moe.dense_layers=[0]"},
+       "model.moe.first_dense: the checkpoint has 1, the recipe 0"},
+      {{"model.moe.top_k=1"}, "model.moe.top_k: the checkpoint has 2, the recipe 1"},
+      {{"model.moe.router.groups=2"}, "model.moe.router.groups: the checkpoint has 4, the recipe 2"},
+      {{"model.moe.router.scaling=1.5"}, "model.moe.router.scaling: the checkpoint has 2.5, the recipe 1.5"},
+      {{"model.moe.router.norm_topk=false"}, "model.moe.router.norm_topk: the checkpoint has true, the recipe false"},
+      {{"model.moe.router.score=softmax"}, "model.moe.router.score: the checkpoint has sigmoid, the recipe softmax"}};
+  for (const Change& c : changes) {
+    std::vector<std::string> sets = tiny;
+    sets.insert(sets.end(), c.sets.begin(), c.sets.end());
+    const std::string msg = error_of(recipe(dir, sets, 2, 1, "deepseek-v3-tiny.yaml"), ck);
+    EXPECT_NE(msg.find(c.fragment), std::string::npos) << msg;
+    EXPECT_NE(msg.find("index.json"), std::string::npos) << msg;
+  }
+  // the training coefficients may change: the run goes on
+  std::vector<std::string> sets = tiny;
+  for (const char* s : {"model.mtp.loss_weight=0.1", "model.moe.balance.bias_rate=0", "model.init_std=0.01"})
+    sets.push_back(s);
+  EXPECT_EQ(
+      launch::train(recipe(dir, sets, 2, 1, "deepseek-v3-tiny.yaml"), {.quiet = true, .resume = ck}).losses.size(), 1u);
+}
+
 // Ranks that see different checkpoints (a damaged copy, an empty directory:
 // what a shared filesystem that is not yet consistent shows) all refuse to
 // resume, with a message; none goes on to train while the others have left

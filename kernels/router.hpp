@@ -10,6 +10,10 @@
 //     the group_topk of `groups` equal groups whose two best biased scores
 //     sum highest; weights p of the chosen (unbiased), divided by their sum
 //     + 1e-20 when norm_topk; then times `scaling`.
+// A row with a non-finite choice score (a NaN logit, or a NaN bias) routes
+// to experts 0..k-1 with NaN weights: its output and the step's loss are not
+// finite, which the trainer's non-finite guard refuses; a NaN never silently
+// picks or excludes an expert.
 // Ties go to the lower expert (and group) id; a token's chosen experts are
 // listed in increasing id, the order their outputs are added in. Rows are
 // independent: the result does not depend on threads or on which rows are

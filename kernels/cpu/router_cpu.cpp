@@ -120,7 +120,15 @@ void router_forward(int32_t* expert, T* weight, T* scores, const T* logits, cons
     T* p = scores + n * E;
     row_scores(p, logits + n * E, E, s.score);
     std::vector<T> buf;
-    std::vector<int32_t> chosen = row_choice(choice_scores(buf, p, bias, E), s);
+    const T* c = choice_scores(buf, p, bias, E);
+    if (!std::all_of(c, c + E, [](T x) { return std::isfinite(double(x)); })) {
+      // NaN routing: the first k experts with NaN weights, so the step's loss is not finite and the run's
+      // non-finite guard stops or skips it (never a silent choice among NaNs)
+      for (int64_t j = 0; j < k; ++j)
+        expert[n * k + j] = int32_t(j), weight[n * k + j] = std::numeric_limits<T>::quiet_NaN();
+      continue;
+    }
+    std::vector<int32_t> chosen = row_choice(c, s);
     chosen.resize(size_t(k));
     std::sort(chosen.begin(), chosen.end());  // added in increasing expert id
     int32_t* ex = expert + n * k;

@@ -7,6 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -45,6 +49,12 @@ void check_new_dir(const std::string& flag, const std::string& dir) {
   if (dir.empty()) fail_input("{}: missing", flag);
   if (fs::exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir)))
     fail_input("{} {}: exists and is not empty (nothing is overwritten: choose a new directory)", flag, dir);
+  // the nearest existing directory above it must take new entries (a read-only file system does not)
+  fs::path at = fs::absolute(dir).parent_path();
+  while (!at.empty() && !fs::exists(at) && at != at.parent_path()) at = at.parent_path();
+  if (::access(at.c_str(), W_OK) != 0)
+    fail_input("{}: expected a directory that can be created, found {} not writable ({})", flag, at.string(),
+               std::strerror(errno));
 }
 
 // DIR.tmp, fresh; renamed to DIR by commit().
@@ -55,7 +65,9 @@ struct StagedDir {
   bool done = false, created = false;
   explicit StagedDir(std::string dir) : final_dir(std::move(dir)), tmp(final_dir + ".tmp." + std::to_string(getpid())) {
     if (fs::exists(tmp)) fail_input("{}: exists (left by an earlier process?); remove it and run again", tmp);
-    fs::create_directories(tmp);
+    std::error_code ec;
+    fs::create_directories(tmp, ec);
+    if (ec) fail_input("--out: expected a directory that can be created, found {}: {}", tmp, ec.message());
     created = true;
   }
   void commit() {
@@ -336,7 +348,12 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
       fail_input("{}: tensor '{}': expected shape [{}], found [{}]", r.path(), name, fmt::join(piece.shape, ","),
                  fmt::join(e.shape, ","));
     used.insert(piece.name);
-    return read_floats(r, name, e);
+    std::vector<float> v = read_floats(r, name, e);
+    const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+    if (bad != v.end())
+      fail_input("{}: tensor '{}': element {} (of {}) is {}: a model with non-finite weights is not imported", r.path(),
+                 name, bad - v.begin(), v.size(), *bad);
+    return v;
   };
   std::vector<float> params(static_cast<size_t>(reg.total()), 0.0f);  // vocabulary padding stays zero
   for (const auto& p : reg.params()) {

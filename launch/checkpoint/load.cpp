@@ -3,6 +3,7 @@
 // shapes) on every rank before any state changes.
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <regex>
@@ -79,8 +80,8 @@ void check_model(const CheckpointIndex& x, const std::string& index_path, const 
       const auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& kv) { return kv.first == key; });
       if (it == mine.end() || it->second == have) continue;  // a key this version does not know, or the same
       if (!may_differ_on_resume(key))
-        fail_input("{}: {}: the checkpoint has {}, the recipe {} (set {}={} to continue this checkpoint)",
-                   index_path, key, have, it->second, key, have);
+        fail_input("{}: {}: the checkpoint has {}, the recipe {} (set {}={} to continue this checkpoint)", index_path,
+                   key, have, it->second, key, have);
       differs.push_back(fmt::format("{} {} -> {}", key, have, it->second));
     }
   }
@@ -270,9 +271,32 @@ LoadPlan verify(const Recipe& rc, const std::string& dir, const RankState& s) {
   return plan;
 }
 
-// Reads one shard (by `read` into host memory), then copies it where the
-// state lives (a shard in device memory is read into host buffers first).
-void read_shard(const RankState& s, const std::function<void(const RankState&)>& read) {
+// A loaded shard holds finite numbers only: the first that is not is
+// refused naming its parameter (this rank's slice of it) and element.
+void check_finite(const RankState& s, const RankState& h, const std::string& dir) {
+  const int64_t n = s.shard_end - s.shard_begin;
+  const std::pair<const char*, const float*> states[3] = {
+      {"params", h.params}, {"exp_avg", h.exp_avg}, {"exp_avg_sq", h.exp_avg_sq}};
+  for (const auto& [state, x] : states) {
+    if (!x) continue;
+    const float* bad = std::find_if(x, x + n, [](float v) { return !std::isfinite(v); });
+    if (bad == x + n) continue;
+    const int64_t at = s.shard_begin + (bad - x);
+    for (const auto& p : s.registry->params())
+      if (at >= p.offset && at < p.offset + p.numel)
+        fail_input(
+            "{}: {} of tensor '{}': element {} (of this rank's {}) is {}: a checkpoint with non-finite "
+            "values is not loaded",
+            dir, state, p.name, at - p.offset, p.numel, *bad);
+    fail_input("{}: {}: element {} of the flat buffer is {}: a checkpoint with non-finite values is not loaded", dir,
+               state, at, *bad);
+  }
+}
+
+// Reads one shard (by `read` into host memory), refuses non-finite values,
+// then copies it where the state lives (a shard in device memory is read
+// into host buffers first).
+void read_shard(const RankState& s, const std::string& dir, const std::function<void(const RankState&)>& read) {
   const bool device = is_device_pointer(s.params);
   const int64_t n = s.shard_end - s.shard_begin;
   std::vector<float> host[3];
@@ -282,6 +306,7 @@ void read_shard(const RankState& s, const std::function<void(const RankState&)>&
     for (int i = 0; i < 3; ++i)
       if (*fields[i]) host[i].resize(static_cast<size_t>(n)), *fields[i] = host[i].data();
   read(h);
+  check_finite(s, h, dir);
   if (device) {
     float* dst[3] = {s.params, s.exp_avg, s.exp_avg_sq};
     for (int i = 0; i < 3; ++i)
@@ -291,7 +316,7 @@ void read_shard(const RankState& s, const std::function<void(const RankState&)>&
 }
 
 void read_state(const LoadPlan& plan, const std::string& dir, const RankState& s) {
-  read_shard(s, [&](const RankState& h) {
+  read_shard(s, dir, [&](const RankState& h) {
     if (plan.own_file.empty()) return checkpoint::run_reshard(plan.reshard, dir, h);
     const SafetensorsReader reader(plan.own_file);
     reader.read("params", h.params);
@@ -299,7 +324,7 @@ void read_state(const LoadPlan& plan, const std::string& dir, const RankState& s
     if (h.exp_avg_sq) reader.read("exp_avg_sq", h.exp_avg_sq);
   });
   if (s.experts.params)
-    read_shard(expert_part(s), [&](const RankState& h) { checkpoint::run_reshard(plan.experts, dir, h); });
+    read_shard(expert_part(s), dir, [&](const RankState& h) { checkpoint::run_reshard(plan.experts, dir, h); });
 }
 
 }  // namespace
@@ -364,7 +389,8 @@ int64_t load_checkpoint(const Recipe& rc, const std::string& dir, const RankStat
   LoadPlan plan;
   parallel::agree_or_fail(
       world, [&] { plan = verify(rc, dir, s); }, fmt::format("{}: rejected by another rank (its error says why)", dir));
-  read_state(plan, dir, s);
+  parallel::agree_or_fail(  // what is read is checked too (non-finite values)
+      world, [&] { read_state(plan, dir, s); }, fmt::format("{}: rejected by another rank (its error says why)", dir));
   return plan.step;
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/error.hpp"
@@ -128,6 +129,25 @@ TEST(Router, TiesGoToTheLowerId) {
   EXPECT_EQ(router_margin(some.data(), static_cast<const double*>(nullptr), 2,
                           {.experts = 8, .top_k = 3, .score = RouterScore::sigmoid, .groups = 4, .group_topk = 2}),
             0.0);
+}
+
+// NaN routing is refused, not chosen around: a row with a NaN logit, or any
+// row under a NaN correction bias, goes to experts 0..k-1 with NaN weights
+// (the step's loss is then not finite, which the trainer's guard refuses);
+// the other rows route as without it.
+TEST(Router, NonFiniteScoresGiveNonFiniteWeights) {
+  V logits = test::randn(16, 3);
+  logits[3] = std::numeric_limits<double>::quiet_NaN();  // row 0
+  const RouterSpec spec{.experts = 8, .top_k = 2, .score = RouterScore::sigmoid};
+  Routed r = route(logits, nullptr, 2, spec);
+  EXPECT_EQ(std::vector<int32_t>(r.expert.begin(), r.expert.begin() + 2), (std::vector<int32_t>{0, 1}));
+  EXPECT_TRUE(std::isnan(r.weight[0]) && std::isnan(r.weight[1]));
+  EXPECT_TRUE(std::isfinite(r.weight[2]) && std::isfinite(r.weight[3])) << "row 1 routes as without it";
+  const V clean = test::randn(16, 3);
+  V bias(8, 0.0);
+  bias[6] = std::numeric_limits<double>::quiet_NaN();
+  r = route(clean, &bias, 2, spec);
+  for (double w : r.weight) EXPECT_TRUE(std::isnan(w));
 }
 
 // L = <weights, R> + <scores, Q> with the routes fixed: the backward is the

@@ -86,6 +86,13 @@ TEST_F(Interop, ExportWritesAModelDirectoryOrNothing) {
   r = run("export " + path("ck") + " --format onnx --out " + path("x"));
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r, "--format: expected hf, found 'onnx'")) << r.out;
+  // a place where nothing can be created (as on a read-only file system): exit 2 naming --out, nothing left
+  r = run("export " + path("ck") + " --format hf --out /proc/trident_interop_export");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(has(r, "--out: expected a directory that can be created")) << r.out;
+  r = run("import " + path("hf") + " --recipe " + src("configs/demo.yaml") + " --out /proc/trident_interop_import");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(has(r, "--out: expected a directory that can be created")) << r.out;
   r = run("export " + path("nothing") + " --format hf --out " + path("x"));
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r, "no such checkpoint")) << r.out;
@@ -135,6 +142,14 @@ TEST_F(Interop, ImportRefusesWhatDoesNotFitAndTrainsFromWhatDoes) {
               " --recipe " + src("configs/demo.yaml"),
           "tensor 'transformer.h.9.ln_1.weight' is not a parameter");
 
+  refused(edited_export("nan",
+                        [](auto& ts) {
+                          for (auto& t : ts)
+                            if (t.name == "transformer.h.2.mlp.c_fc.weight")
+                              const_cast<float*>(static_cast<const float*>(t.data))[7] = std::nanf("");
+                        }) +
+              " --recipe " + src("configs/demo.yaml"),
+          "tensor 'transformer.h.2.mlp.c_fc.weight': element 7 (of 65536) is nan");
   const CliRun ok = run("import " + path("hf") + " --recipe " + src("configs/demo.yaml") + " --out " + path("imp"));
   ASSERT_EQ(ok.code, 0) << ok.out;
   EXPECT_TRUE(fs::exists(path("imp/step_00000000/index.json")));

@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "core/data/dataset.hpp"
 #include "core/error.hpp"
@@ -379,6 +380,27 @@ TEST(Checkpoint, ResumeRefusesAnotherModelKeyNamingIt) {
     sets.push_back(s);
   EXPECT_EQ(
       launch::train(recipe(dir, sets, 2, 1, "deepseek-v3-tiny.yaml"), {.quiet = true, .resume = ck}).losses.size(), 1u);
+}
+
+// Non-finite values are never loaded: a checkpoint whose files are intact
+// (sizes and checksums agree) but hold a NaN or an infinity is refused,
+// naming the tensor and the element, on every rank.
+TEST(Checkpoint, NonFiniteValuesAreRefusedNamingTheTensor) {
+  if (g_world != 1) GTEST_SKIP() << "one process writes the checkpoint";
+  const std::string dir = fresh_dir("nonfinite");
+  Recipe rc = recipe(dir, {}, 1, 1);
+  const model::ParamRegistry reg(rc.model);
+  const auto& bias = reg.at("transformer.h.1.attn.c_attn.bias");
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> params(size_t(reg.total()), 0.01f), m(params.size(), 0.0f), v(params.size(), 0.0f);
+    params[size_t(bias.offset + 5)] = bad;
+    rc.checkpoint.dir = dir + (std::isnan(bad) ? "/nan" : "/inf");
+    const launch::RankState s{&reg, 0, 0, 0, 0, reg.total(), params.data(), m.data(), v.data()};
+    ASSERT_FALSE(launch::save_checkpoint(rc, 1, s, nullptr).empty());
+    const std::string msg = error_of(rc, rc.checkpoint.dir);
+    EXPECT_NE(msg.find("params of tensor 'transformer.h.1.attn.c_attn.bias': element 5"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::isnan(bad) ? "nan" : "inf"), std::string::npos) << msg;
+  }
 }
 
 // Ranks that see different checkpoints (a damaged copy, an empty directory:

@@ -1,0 +1,49 @@
+// Import's config.json check (launch/checkpoint/hf_config.hpp) on the keys
+// that change what the model computes: a Mixtral config with a sliding
+// window shorter than the recipe's sequence is another model (transformers'
+// Mixtral attends to the last `sliding_window` positions only) and is
+// refused naming the key; a window that covers the sequence, or none, is
+// the same model.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/recipe/recipe.hpp"
+#include "launch/checkpoint/hf_config.hpp"
+
+namespace trident::launch {
+
+TEST(HfConfig, MixtralSlidingWindowShorterThanTheSequenceIsRefused) {
+  const Recipe rc = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/moe-tiny.yaml",
+                                {"model.moe.first_dense=0", "model.moe.balance.kind=hf"}, 1);
+  const auto& m = rc.model;
+  nlohmann::json c = {{"model_type", "mixtral"},
+                      {"num_hidden_layers", m.layers},
+                      {"hidden_size", m.hidden},
+                      {"num_attention_heads", m.heads},
+                      {"num_key_value_heads", m.kv_heads},
+                      {"intermediate_size", m.moe.ffn_hidden},
+                      {"vocab_size", m.vocab},
+                      {"max_position_embeddings", m.seq_len},
+                      {"rms_norm_eps", m.norm_eps},
+                      {"rope_theta", m.rope_theta},
+                      {"tie_word_embeddings", false},
+                      {"num_local_experts", m.moe.experts},
+                      {"num_experts_per_tok", m.moe.top_k},
+                      {"sliding_window", nullptr}};
+  EXPECT_NO_THROW(check_hf_config("config.json", c, rc));
+  c["sliding_window"] = m.seq_len;  // covers every position trained on
+  EXPECT_NO_THROW(check_hf_config("config.json", c, rc));
+  c["sliding_window"] = m.seq_len / 2;
+  try {
+    check_hf_config("config.json", c, rc);
+    ADD_FAILURE() << "a window of " << m.seq_len / 2 << " imported";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("config.json: key 'sliding_window' is 32, shorter than model.seq_len 64"), std::string::npos)
+        << msg;
+  }
+}
+
+}  // namespace trident::launch

@@ -132,8 +132,11 @@ class YamlReader {
   // The --set option that made `path` (or a key under it), else file:line:column
   // (the file alone for a node with no place in it).
   std::string key_location(const std::string& path, const YAML::Mark& m) const {
+    auto under = [](const std::string& a, const std::string& b) {  // a is b, or a key or element inside b
+      return a == b || a.rfind(b + ".", 0) == 0 || a.rfind(b + "[", 0) == 0;
+    };
     for (const auto& [set_path, option] : set_origin_)
-      if (set_path == path || set_path.rfind(path + ".", 0) == 0) return option;
+      if (under(set_path, path) || under(path, set_path)) return option;
     return m.line >= 0 && !m.is_null() ? fmt::format("{}:{}:{}", file_, m.line + 1, m.column + 1) : file_;
   }
 

@@ -494,6 +494,9 @@ TEST(Planner, ClusterFileErrorsNameTheLineAndKey) {
             std::string::npos);
   EXPECT_NE(set_error("software").find("--cluster-set software: expected key.path=value"), std::string::npos);
   EXPECT_NE(set_error("name.x=1").find("--cluster-set name.x=1: 'name' is not a section"), std::string::npos);
+  // a list value: an element of it is named by the option too, never by a place inside the option's string
+  const std::string list = set_error("gemm_efficiency=[1, 2]");
+  EXPECT_EQ(list.find("--cluster-set gemm_efficiency=[1, 2]: key 'gemm_efficiency[0]'"), 0u) << list;
 }
 
 // `--mesh` plans the recipe's own choices and --set's, key by key; without

@@ -28,8 +28,10 @@ void install_stop_signals() {
     for (;;) {
       int sig = 0;
       if (sigwait(&set, &sig) != 0) continue;
-      if (g_stop_accepted) {
-        g_stop_signal = sig;
+      // while a run can save, and through the whole shutdown after it took a stop signal (its save, the
+      // marker, MPI's end), a signal is recorded or absorbed: a second one never kills a stopping run
+      if (g_stop_accepted || g_stop_signal != 0) {
+        if (g_stop_accepted) g_stop_signal = sig;
         continue;
       }
       std::signal(sig, SIG_DFL);

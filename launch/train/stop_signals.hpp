@@ -5,8 +5,10 @@
 // interrupt MPI or a kernel mid-call, and one thread waits for them.
 // While a StopWindow is open (a run with somewhere to save) a signal is
 // recorded and the trainer stops after the current step with a checkpoint;
-// otherwise the default action (termination) is restored and the signal
-// raised again.
+// once a run has taken a stop signal, later ones are absorbed until the
+// process exits (a second signal during the save or the shutdown changes
+// nothing); otherwise the default action (termination) is restored and the
+// signal raised again.
 #pragma once
 
 namespace trident::launch {

@@ -32,8 +32,11 @@ CliRun run_env(const std::string& env, const std::string& args) {
 // checkpoint and exit code 0; --resume continues after it.
 // Where the launcher's own exit code says nothing (mpirun signalled with
 // SIGTERM exits 1), checkpoint.dir/stopped.json says the stop was clean.
+// repeat: once the run says it is stopping, the same signal again at every
+// poll until it exits (a scheduler or a user that signals twice): the
+// whole shutdown (the save, the marker, MPI's end) absorbs them.
 void stop_and_resume(const std::string& launcher, int sig, const std::string& name, const std::string& mesh = "",
-                     bool exits_zero = true) {
+                     bool exits_zero = true, bool repeat = false) {
   namespace fs = std::filesystem;
   const std::string dir = fs::temp_directory_path() / ("trident_signal_" + name + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -67,7 +70,21 @@ void stop_and_resume(const std::string& launcher, int sig, const std::string& na
   }
   kill(pid, sig);
   int status = 0;
-  waitpid(pid, &status, 0);
+  if (repeat) {
+    auto said_stopping = [&] {
+      std::ifstream f(dir + "/out.txt");
+      const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      return text.find("stopping after step") != std::string::npos;
+    };
+    int signals = 1;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (said_stopping()) kill(pid, sig), ++signals;
+      usleep(20000);
+    }
+    EXPECT_GT(signals, 1) << "the run ended before a second signal could be sent";
+  } else {
+    waitpid(pid, &status, 0);
+  }
   std::ifstream out_file(dir + "/out.txt");
   const std::string out((std::istreambuf_iterator<char>(out_file)), std::istreambuf_iterator<char>());
   ASSERT_TRUE(WIFEXITED(status)) << out;
@@ -100,6 +117,12 @@ TEST(Train, SigtermSavesAndExitsZero) { stop_and_resume("", SIGTERM, "term"); }
 TEST(Train, SigusrThroughMpirunStopsEveryRank) {
   stop_and_resume("mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2", SIGUSR1, "usr1",
                   "--set parallel.data=2");
+}
+// Signals repeated through the whole shutdown (after the save, while the
+// ranks end) change nothing: exit 0, the checkpoint and the marker as for one.
+TEST(Train, RepeatedSigusrThroughMpirunStillExitsZero) {
+  stop_and_resume("mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2", SIGUSR1, "usr1_again",
+                  "--set parallel.data=2", true, /*repeat=*/true);
 }
 // SIGTERM to mpirun: every rank saves and stops; mpirun's exit code is its
 // own (1), stopped.json is the run's.

@@ -4,8 +4,9 @@
 // (ASAN_OPTIONS etc. still add to or override these).
 //
 // The suppressions cover only libraries that are not built with the
-// sanitizers: what Open MPI, its runtime (PMIx, hwloc, libevent), oneDNN and
-// OpenMP allocate once and keep for the process's life, and their internal
+// sanitizers: what Open MPI, its runtime (PMIx, hwloc, libevent), oneDNN,
+// OpenMP and the chart renderer's libraries (librsvg, pango, fontconfig,
+// cairo, GLib) allocate once and keep for the process's life, and their internal
 // synchronisation, which ThreadSanitizer cannot see. Leaks and races in
 // Trident's own code are never suppressed.
 
@@ -28,7 +29,17 @@ TRIDENT_SANITIZER_HOOK __lsan_default_suppressions() {
          "leak:libucp.so\n"
          "leak:libucs.so\n"
          "leak:libdnnl.so\n"
-         "leak:libgomp.so\n";
+         "leak:libgomp.so\n"
+         // `trident report` renders its charts with librsvg, whose text goes through pango, fontconfig,
+         // harfbuzz, cairo and GLib's type system: caches they fill once and keep (on a machine with fonts)
+         "leak:librsvg\n"
+         "leak:libpango\n"
+         "leak:libfontconfig.so\n"
+         "leak:libharfbuzz.so\n"
+         "leak:libcairo.so\n"
+         "leak:libglib-2.0.so\n"
+         "leak:libgobject-2.0.so\n"
+         "leak:libgio-2.0.so\n";
 }
 
 TRIDENT_SANITIZER_HOOK __tsan_default_options() { return "halt_on_error=1:second_deadlock_stack=1"; }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -49,6 +50,12 @@ inline CliRun run_cli(const std::string& binary, const std::string& args) {
 
 // A checkpoint index.json text as written before indexes were checksummed
 // (accepted as such): for tests that edit an index to check one key's message.
+// A small file's whole contents ("" when it cannot be read).
+inline std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
 inline std::string without_index_checksum(std::string text) {
   const size_t at = text.rfind(",\"index_crc32c\"");
   return at == std::string::npos ? text : text.substr(0, at) + "}\n";

@@ -239,6 +239,16 @@ void RunReport::start(bool append) {
   std::error_code ec;
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  // a fresh run never truncates an earlier run's record: it is kept as PATH.N (the first free N)
+  if (!append && std::filesystem::file_size(path, ec) > 0 && !ec) {
+    std::string kept;
+    for (int n = 1; kept.empty() || std::filesystem::exists(kept); ++n) kept = fmt::format("{}.{}", path, n);
+    std::filesystem::rename(path, kept, ec);
+    if (ec)
+      fail_input("log.metrics: {} holds an earlier run's records and cannot be kept as {} ({})", path, kept,
+                 ec.message());
+    log::info("log.metrics: {} held an earlier run's records: kept as {}", path, kept);
+  }
   metrics_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (!metrics_) fail_input("log.metrics: cannot create '{}' ({})", path, std::strerror(errno));
   const bool synthetic = rc_.data.synthetic;

@@ -215,6 +215,26 @@ void check_resume_tokenizer(const std::string& from, const data::DatasetRecord& 
         *data.tokenizer, data.tokenizer_file.empty() ? "none" : mine);
 }
 
+// A resume writes its checkpoints into checkpoint.dir and moves `latest`
+// there: when that directory holds checkpoints, the resume must continue
+// its own latest one (`--resume auto`, the directory, or that step), never
+// another checkpoint (an import, another run's, an older step of its own),
+// whose steps would be written beside them and take `latest` away.
+void check_resume_keeps_other_runs(const Recipe& rc, const std::string& arg, const std::string& from) {
+  if (from.empty() || rc.checkpoint.dir.empty()) return;
+  const std::string held = existing_checkpoints(rc.checkpoint.dir);
+  if (held.empty()) return;
+  namespace fs = std::filesystem;
+  const std::string own = resolve_resume(rc, "auto");
+  std::error_code ec;
+  if (!own.empty() && fs::equivalent(fs::path(own), fs::path(from), ec)) return;
+  fail_input(
+      "--resume {}: checkpoint.dir {} already holds checkpoints ({}); resuming from {} would write its steps "
+      "beside them and move `latest` away from them: continue that run with --resume auto, or set another "
+      "checkpoint.dir",
+      arg, rc.checkpoint.dir, held, from);
+}
+
 // Resume: the checkpoint fills this rank's shard (parameters and optimizer
 // state, from any mesh); returns the step to continue from, or nothing when
 // no checkpoint was loaded (a step-0 checkpoint, e.g. `trident import`'s, is
@@ -240,6 +260,7 @@ std::optional<int64_t> resume(const Recipe& rc, const std::string& arg, const Ra
       [&] {
         from = resolve_resume(rc, arg);
         if (!from.empty()) check_resume_tokenizer(from, data);
+        check_resume_keeps_other_runs(rc, arg, from);
       },
       fmt::format("--resume {}: rejected by another rank (its error says why)", arg));
   const double mine = from.empty() ? 1 : 0;

@@ -143,6 +143,51 @@ TEST(Train, UnwritableMetricsIsAnError) {
   EXPECT_NE(r.out.find("log.metrics: writing '/dev/full' failed"), std::string::npos) << r.out;
 }
 
+// A run never destroys another run's history. A fresh run keeps an earlier
+// run's metrics file as PATH.1 (then .2, ...) instead of truncating it;
+// resuming from a checkpoint other than checkpoint.dir's own latest one
+// (an import, another run's) into a directory that holds checkpoints is
+// refused (exit 2, naming the directory and what it holds), leaving its
+// checkpoints, `latest` and metrics as they were.
+TEST(Train, NoRunOverwritesAnotherRunsHistory) {
+  namespace fs = std::filesystem;
+  const std::string dir = fs::temp_directory_path() / ("trident_history_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string metrics = dir + "/metrics.jsonl";
+  auto lines = [](const std::string& path) {
+    std::ifstream f(path);
+    int n = 0;
+    for (std::string l; std::getline(f, l);) ++n;
+    return n;
+  };
+  const std::string common =
+      "train " + src("configs/demo.yaml") + " --set eval.batches=0 --set model.layers=1 --set log.metrics=" + metrics;
+  CliRun r = run(common + " --set train.steps=3 --set checkpoint.dir=" + dir + "/a --set checkpoint.every=3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(lines(metrics), 1 + 3);
+  r = run(common + " --set train.steps=2 --set checkpoint.dir=" + dir + "/b --set checkpoint.every=2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("held an earlier run's records: kept as " + metrics + ".1"), std::string::npos) << r.out;
+  EXPECT_EQ(lines(metrics + ".1"), 1 + 3) << "the first run's record, whole";
+  EXPECT_EQ(lines(metrics), 1 + 2);
+  // resume b's step 2 into a, which holds its own step 3: refused, nothing of a's changes
+  const std::string latest_before = test::read_text(dir + "/a/latest");
+  r = run(common + " --set train.steps=4 --set checkpoint.dir=" + dir + "/a --resume " + dir + "/b");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("checkpoint.dir " + dir + "/a already holds checkpoints (`latest` -> step_00000003)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(test::read_text(dir + "/a/latest"), latest_before);
+  EXPECT_FALSE(fs::exists(dir + "/a/step_00000004"));
+  EXPECT_FALSE(fs::exists(metrics + ".2")) << "a refused run keeps the metrics as they are";
+  EXPECT_EQ(lines(metrics), 1 + 2);
+  // its own latest continues as before (and appends)
+  r = run(common + " --set train.steps=4 --set checkpoint.dir=" + dir + "/a --resume auto");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(lines(metrics), 1 + 2 + 1 + 1);
+  fs::remove_all(dir);
+}
+
 TEST(Train, FailedSaveKeepsThePreviousCheckpointAndTrains) {
   namespace fs = std::filesystem;
   const std::string dir = fs::temp_directory_path() / ("trident_diskfull_" + std::to_string(::getpid()));

@@ -210,8 +210,11 @@ std::string check_own_file(const CheckpointIndex& x, const std::string& index_pa
   const auto& entry = check_file(x, index_path, dir, checkpoint::file_name(dp, s.pp, s.tp));
   const std::string file = (fs::path(dir) / entry.file).string();
   if (entry.shard_begin != s.shard_begin || entry.shard_end != s.shard_end)
-    fail_input("{}: holds elements [{}, {}), this rank's shard is [{}, {})", file, entry.shard_begin, entry.shard_end,
-               s.shard_begin, s.shard_end);
+    fail_input(
+        "{}: holds elements [{}, {}), this rank's shard is [{}, {}): the checkpoint's model is not the recipe's in "
+        "a way its index does not record (an index without model_keys or recipe_text: compare the recipe that "
+        "saved it with this one)",
+        file, entry.shard_begin, entry.shard_end, s.shard_begin, s.shard_end);
   const SafetensorsReader reader(file);
   for (const char* t : {"params", "exp_avg", "exp_avg_sq"}) {
     const auto& e = reader.at(t);

@@ -217,21 +217,21 @@ void check_resume_tokenizer(const std::string& from, const data::DatasetRecord& 
 
 // A resume writes its checkpoints into checkpoint.dir and moves `latest`
 // there: when that directory holds checkpoints, the resume must continue
-// its own latest one (`--resume auto`, the directory, or that step), never
-// another checkpoint (an import, another run's, an older step of its own),
-// whose steps would be written beside them and take `latest` away.
+// one of them (`--resume auto`, the directory, or one of its steps: going
+// back in one's own run is a choice), never a checkpoint from elsewhere (an
+// import, another run's), whose steps would be written beside that run's
+// and take `latest` away from it.
 void check_resume_keeps_other_runs(const Recipe& rc, const std::string& arg, const std::string& from) {
   if (from.empty() || rc.checkpoint.dir.empty()) return;
   const std::string held = existing_checkpoints(rc.checkpoint.dir);
   if (held.empty()) return;
   namespace fs = std::filesystem;
-  const std::string own = resolve_resume(rc, "auto");
   std::error_code ec;
-  if (!own.empty() && fs::equivalent(fs::path(own), fs::path(from), ec)) return;
+  if (fs::equivalent(fs::path(from).parent_path(), fs::path(rc.checkpoint.dir), ec)) return;
   fail_input(
-      "--resume {}: checkpoint.dir {} already holds checkpoints ({}); resuming from {} would write its steps "
-      "beside them and move `latest` away from them: continue that run with --resume auto, or set another "
-      "checkpoint.dir",
+      "--resume {}: checkpoint.dir {} already holds another run's checkpoints ({}); resuming from {} would write "
+      "its steps beside them and move `latest` away from them: continue that run with --resume auto, or set "
+      "another checkpoint.dir",
       arg, rc.checkpoint.dir, held, from);
 }
 

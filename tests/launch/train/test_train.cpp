@@ -145,8 +145,8 @@ TEST(Train, UnwritableMetricsIsAnError) {
 
 // A run never destroys another run's history. A fresh run keeps an earlier
 // run's metrics file as PATH.1 (then .2, ...) instead of truncating it;
-// resuming from a checkpoint other than checkpoint.dir's own latest one
-// (an import, another run's) into a directory that holds checkpoints is
+// resuming from a checkpoint outside checkpoint.dir (an import, another
+// run's) into a directory that holds checkpoints is
 // refused (exit 2, naming the directory and what it holds), leaving its
 // checkpoints, `latest` and metrics as they were.
 TEST(Train, NoRunOverwritesAnotherRunsHistory) {
@@ -174,8 +174,9 @@ TEST(Train, NoRunOverwritesAnotherRunsHistory) {
   const std::string latest_before = test::read_text(dir + "/a/latest");
   r = run(common + " --set train.steps=4 --set checkpoint.dir=" + dir + "/a --resume " + dir + "/b");
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find("checkpoint.dir " + dir + "/a already holds checkpoints (`latest` -> step_00000003)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.out.find("checkpoint.dir " + dir + "/a already holds another run's checkpoints (`latest` -> step_00000003)"),
+      std::string::npos)
       << r.out;
   EXPECT_EQ(test::read_text(dir + "/a/latest"), latest_before);
   EXPECT_FALSE(fs::exists(dir + "/a/step_00000004"));

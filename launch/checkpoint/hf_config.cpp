@@ -128,13 +128,12 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
           fail_input("{}: key 'router_jitter_noise': router jitter is not supported (0 only)", path);
         // transformers' Mixtral attends to the last sliding_window positions whenever the key is set (no
         // use_sliding_window flag): a window shorter than the trained sequence is another model
-        if (given("sliding_window") && num("sliding_window", -1) < m.seq_len)
+        if (const int64_t window = given("sliding_window") ? num("sliding_window", -1) : m.seq_len; window < m.seq_len)
           fail_input(
               "{}: key 'sliding_window' is {}, shorter than model.seq_len {} of the recipe {}: transformers' Mixtral "
               "attends to the last {} positions only, and Trident has no sliding-window attention yet (train with "
               "model.seq_len <= {}, or a config whose sliding_window is null)",
-              path, num("sliding_window", -1), m.seq_len, rc.source, num("sliding_window", -1),
-              num("sliding_window", -1));
+              path, window, m.seq_len, rc.source, window, window);
         break;
       case HfFamily::qwen3_moe:
       case HfFamily::qwen2_moe:

@@ -101,8 +101,9 @@ Key integers(const char* path, F field, int64_t lo, int64_t hi, const char* defa
           [=](const Recipe& r) { return fmt::format("[{}]", fmt::join(field(r), ", ")); }};
 }
 template <typename F>
-Key mesh_size(const char* path, F field, const char* doc) {
-  return {{path, "int >= 1 or `auto`", "`1`", doc}, [=](Reader& in, Recipe& r) { field(r) = in.mesh_size(path); }};
+Key mesh_size(const char* path, F field, bool auto_by_default, const char* doc) {
+  return {{path, "int >= 1 or `auto`", auto_by_default ? "`auto`" : "`1`", doc},
+          [=](Reader& in, Recipe& r) { field(r) = in.mesh_size(path, auto_by_default); }};
 }
 template <typename F>
 Key axes(const char* path, F field, const char* doc) {
@@ -176,8 +177,8 @@ const std::vector<Key>& table() {
           "their rows get no gradient, and export strips them. `1`: pad only to a multiple of the tensor size"),
       boolean("model.qk_norm", FIELD(model.qk_norm), value(false),
               "RMSNorm over each query and key head (weights `self_attn.q_norm.weight`, `k_norm.weight` of size "
-              "hidden / heads) after the projection and before rotary, as Qwen3 (llama; cpu; under tensor parallelism "
-              "its weights' gradients, each rank's over its heads, are summed over the tensor group)"),
+              "hidden / heads) after the projection and before rotary, as Qwen3 (llama; under tensor parallelism its "
+              "weights' gradients, each rank's over its heads, are summed over the tensor group)"),
       choice<AttentionKind>(
           "model.attention", FIELD(model.attention), value(AttentionKind::standard),
           "`standard`: grouped-query attention with `heads`, `kv_heads` of size `hidden / heads`; `mla`: multi-head "
@@ -259,12 +260,15 @@ const std::vector<Key>& table() {
            "`bias_rate x sign(mean - count)` from the step's counts over every rank; 0: the bias stays as loaded"),
       real("model.moe.capacity_factor", FIELD(model.moe.capacity_factor), 0, 1e6, Open::none, value(0.0),
            "0: dropless (every routed token is computed); token dropping is not supported yet"),
-      mesh_size("parallel.data", FIELD(parallel.data), "data-parallel size"),
+      mesh_size("parallel.data", FIELD(parallel.data), true,
+                "data-parallel size; `auto`: the world size over `tensor x pipeline x context` (as Megatron-Core and "
+                "torchtitan infer it; the start-up line says what was inferred), or 1 when `tensor` or `pipeline` is "
+                "`auto`"),
       mesh_size(
-          "parallel.tensor", FIELD(parallel.tensor),
+          "parallel.tensor", FIELD(parallel.tensor), false,
           "tensor-parallel size (docs/parallelism.md); `heads % tensor == 0`, `ffn_hidden % tensor == 0`; `kv_heads % "
           "tensor == 0` when `kv_heads >= tensor`, else `tensor % kv_heads == 0` (KV heads replicated)"),
-      mesh_size("parallel.pipeline", FIELD(parallel.pipeline),
+      mesh_size("parallel.pipeline", FIELD(parallel.pipeline), false,
                 "pipeline stages; `layers % (pipeline * virtual_stages) == 0`"),
       integer(
           "parallel.context", FIELD(parallel.context), 1, 65536, value<int64_t>(1),

@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "core/recipe/model_checks.hpp"
@@ -27,15 +28,6 @@ namespace {
 
 using recipe_detail::Reader;
 using yaml_detail::describe;
-
-std::string mesh_fits(int64_t world) {
-  std::vector<std::string> fits;
-  for (int64_t t = 1; t <= world; ++t)  // divisors only: linear in the world size
-    if (world % t == 0)
-      for (int64_t p = 1; p <= world / t; ++p)
-        if ((world / t) % p == 0) fits.push_back(fmt::format("{}x{}x{}", world / (t * p), t, p));
-  return fmt::format("meshes (data x tensor x pipeline) that fit world size {}: {}", world, fmt::join(fits, ", "));
-}
 
 // The known keys of a section ("" = top level, "data.synthetic", ...): the
 // next path component of every table key under it.
@@ -51,17 +43,72 @@ std::vector<std::string> known_keys(const std::string& section) {
   return out;
 }
 
-// The one `auto` mesh size becomes the world size over the others.
-void resolve_auto_mesh(Reader& r, ParallelConfig& p, int64_t world) {
+void validate_mesh(Reader& r, const Recipe& rc, int64_t world);
+void validate_context(Reader& r, const Recipe& rc);
+void validate_train(Reader& r, const Recipe& rc, bool placed);
+
+// Does this recipe pass every mesh check with `p` on `world` ranks?
+bool passes_on(Reader& r, const Recipe& rc, const ParallelConfig& p, int64_t world) {
+  Recipe q = rc;
+  q.parallel = p;
+  try {
+    validate_mesh(r, q, world);
+    validate_context(r, q);
+    validate_train(r, q, true);
+    return true;
+  } catch (const InputError&) {
+    return false;
+  }
+}
+
+// "meshes (data x tensor x pipeline) of 8 ranks this recipe can use: 4x1x2, ..."
+// (context, expert and the rest as the recipe gives them): only meshes that
+// pass every check, so that each one listed works as it is.
+std::string mesh_fits(Reader& r, const Recipe& rc, int64_t world) {
+  const ParallelConfig& given = rc.parallel;
+  const int64_t c = given.context;
+  std::vector<std::string> fits;
+  if (world % c == 0)
+    for (int64_t t = 1; t <= world / c; ++t)  // divisors only: linear in the world size
+      if ((world / c) % t == 0)
+        for (int64_t pp = 1; pp <= world / (c * t); ++pp)
+          if ((world / (c * t)) % pp == 0) {
+            ParallelConfig p = given;
+            p.data = world / (c * t * pp), p.tensor = t, p.pipeline = pp;
+            if (passes_on(r, rc, p, world)) fits.push_back(fmt::format("{}x{}x{}", p.data, t, pp));
+          }
+  const std::string ctx = c > 1 ? fmt::format(", with context {}", c) : "";
+  if (fits.empty()) return fmt::format("no mesh of {} ranks{} passes this recipe's checks", world, ctx);
+  return fmt::format("meshes (data x tensor x pipeline{}) of {} ranks this recipe can use: {}", ctx, world,
+                     fmt::join(fits, ", "));
+}
+
+// The one `auto` mesh size becomes the world size over the others; `data`
+// is auto unless given, and 1 when another axis is auto.
+void resolve_auto_mesh(Reader& r, Recipe& rc, int64_t world) {
+  ParallelConfig& p = rc.parallel;
+  if (p.data == 0 && !r.has("parallel.data") && (p.tensor == 0 || p.pipeline == 0)) p.data = 1;
   const int autos = (p.data == 0) + (p.tensor == 0) + (p.pipeline == 0);
   if (autos > 1) r.inconsistent("parallel.data", "at most one of data, tensor, pipeline may be 'auto'");
   if (autos == 0) return;
-  const int64_t known =
-      std::max<int64_t>(p.data, 1) * std::max<int64_t>(p.tensor, 1) * std::max<int64_t>(p.pipeline, 1) * p.context;
+  int64_t& axis = p.data == 0 ? p.data : p.tensor == 0 ? p.tensor : p.pipeline;
+  const std::string name = p.data == 0 ? "data" : p.tensor == 0 ? "tensor" : "pipeline";
+  std::vector<std::string> fixed;
+  int64_t known = p.context;
+  for (const auto& [n, v] : {std::pair<const char*, int64_t>{"data", p.data},
+                             {"tensor", p.tensor},
+                             {"pipeline", p.pipeline},
+                             {"context", p.context}})
+    if (v > 0) fixed.push_back(fmt::format("{}({})", n, v)), known *= std::string(n) == "context" ? 1 : v;
+  if (world == 1 && known > 1) {  // validate_mesh says: started without a launcher
+    axis = 1;
+    return;
+  }
   if (world % known != 0)
-    r.inconsistent("parallel.data", fmt::format("world size {} is not divisible by the fixed mesh sizes ({}); {}",
-                                                world, known, mesh_fits(world)));
-  (p.data == 0 ? p.data : p.tensor == 0 ? p.tensor : p.pipeline) = world / known;
+    r.inconsistent("parallel." + name, fmt::format("`auto`: world size {} is not divisible by {} = {}; {}", world,
+                                                   fmt::join(fixed, " x "), known, mesh_fits(r, rc, world)));
+  axis = world / known;
+  p.inferred = name;
 }
 
 // "data(2) x tensor(1) x pipeline(1)", with " x context(C)" when context > 1
@@ -96,13 +143,28 @@ void validate_expert(Reader& r, const ModelConfig& m, const ParallelConfig& p) {
   else if (m.moe.experts % p.expert != 0)
     r.inconsistent("parallel.expert", fmt::format("experts({}) % expert({}) != 0", m.moe.experts, p.expert));
   const int64_t grid = p.data * p.context * p.tensor;
-  if (grid % (p.expert * et) != 0)
-    r.inconsistent("parallel.expert", fmt::format("expert({}) x expert_tensor({}) = {} does not divide data x context "
-                                                  "x tensor = {}",
-                                                  p.expert, et, p.expert * et, grid));
+  if (grid % (p.expert * et) != 0) {
+    // expert_tensor unset is the tensor split: say so, and offer whole experts where they fit
+    const std::string split = p.expert_tensor == 0 ? fmt::format("expert_tensor (unset: = tensor({}))", p.tensor)
+                                                   : fmt::format("expert_tensor({})", et);
+    const bool whole_fits =
+        et > 1 && grid % p.expert == 0 && (m.moe.balance == Balance::aux_loss || m.moe.balance == Balance::none);
+    r.inconsistent(
+        "parallel.expert",
+        fmt::format("expert({}) x {} = {} does not divide data x context x tensor = {} x {} x {} = {}; {}", p.expert,
+                    split, p.expert * et, p.data, p.context, p.tensor, grid,
+                    whole_fits
+                        ? fmt::format("set parallel.expert_tensor=1 (each expert whole on one rank, the expert "
+                                      "group carved out of data x context x tensor = {}; CPU), or a "
+                                      "parallel.expert that divides data x context = {}",
+                                      grid, p.data * p.context)
+                        : fmt::format("set a parallel.expert that divides data x context = {}", p.data * p.context)));
+  }
 }
 
-void validate_mesh(Reader& r, const ModelConfig& m, const ParallelConfig& p, int64_t world) {
+void validate_mesh(Reader& r, const Recipe& rc, int64_t world) {
+  const ModelConfig& m = rc.model;
+  const ParallelConfig& p = rc.parallel;
   const int64_t mesh = p.data * p.tensor * p.pipeline * p.context;
   if (mesh != world && world == 1)  // the usual mistake: a multi-rank recipe started without a launcher
     r.inconsistent("parallel.data",
@@ -110,12 +172,18 @@ void validate_mesh(Reader& r, const ModelConfig& m, const ParallelConfig& p, int
                                "without a launcher, or with one rank): run it under `mpirun -np {} trident ...`, "
                                "`srun -n {} --mpi=pmix trident ...` or `trident submit` (docs/slurm.md)",
                                mesh_product(p), mesh, mesh, mesh));
-  if (mesh != world)
-    r.inconsistent("parallel.data",
-                   fmt::format("{} = {} != world size {}; {}", mesh_product(p), mesh, world,
-                               p.context > 1 && world % p.context == 0
-                                   ? mesh_fits(world / p.context) + fmt::format(" (x context {})", p.context)
-                                   : mesh_fits(world)));
+  if (mesh != world) {
+    const int64_t others = p.tensor * p.pipeline * p.context;
+    ParallelConfig inferred = p;
+    inferred.data = world % others == 0 ? world / others : 0;
+    const std::string fix =
+        inferred.data > 0 && passes_on(r, rc, inferred, world)
+            ? fmt::format("set parallel.data=auto (data {} on {} ranks), or use one of the ", inferred.data, world)
+            : "use one of the ";
+    const std::string fits = mesh_fits(r, rc, world);
+    r.inconsistent("parallel.data", fmt::format("{} = {} != world size {}; {}", mesh_product(p), mesh, world,
+                                                fits.rfind("no mesh", 0) == 0 ? fits : fix + fits));
+  }
   if (m.heads % p.tensor != 0)
     r.inconsistent("parallel.tensor", fmt::format("heads({}) % tensor({}) != 0", m.heads, p.tensor));
   // KV heads are split when there are at least `tensor` of them, replicated otherwise
@@ -294,8 +362,8 @@ void validate(Reader& r, Recipe& rc, int64_t world) {
   const bool placed = world != kUnplaced;
   recipe_detail::validate_model_keys(r, rc);
   if (placed) {
-    resolve_auto_mesh(r, rc.parallel, world);
-    validate_mesh(r, rc.model, rc.parallel, world);
+    resolve_auto_mesh(r, rc, world);
+    validate_mesh(r, rc, world);
     validate_context(r, rc);
   }
   validate_train(r, rc, placed);
@@ -451,12 +519,13 @@ int64_t recipe_ranks(const std::string& path, const std::vector<std::string>& ov
   for (const char* k : {"data", "tensor", "pipeline", "context"}) {
     const YAML::Node v = root["parallel"] ? root["parallel"][k] : YAML::Node();
     if (!v) continue;
+    if (v.IsScalar() && v.Scalar() == "auto") continue;  // the smallest mesh: 1
     try {
       const int64_t x = v.as<int64_t>();
       if (x < 1) return 0;
       n *= x;
     } catch (const YAML::Exception&) {
-      return 0;  // auto, or not a number (load_recipe says which)
+      return 0;  // not a number (load_recipe says which)
     }
   }
   return n;
@@ -478,6 +547,28 @@ Recipe load_recipe_on_one_process(const std::string& path, const std::vector<std
   Recipe rc = load_recipe_unplaced(path, overrides);
   place_on_one_process(rc);
   return rc;
+}
+
+Recipe load_model_recipe_on_one_process(const std::string& path, const std::vector<std::string>& overrides) {
+  std::vector<std::string> sets = overrides;
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception&) {
+    return load_recipe_on_one_process(path, overrides);  // names what is wrong
+  }
+  if (!root.IsMap()) return load_recipe_on_one_process(path, overrides);
+  YAML::Node given = YAML::Clone(root);
+  apply_yaml_overrides(given, overrides);
+  // the required keys outside `model`, with values any model passes
+  for (const auto& [section, key, value] :
+       std::vector<std::tuple<const char*, const char*, const char*>>{{"train", "global_batch", "1"},
+                                                                      {"train", "micro_batch", "1"},
+                                                                      {"train", "steps", "1"},
+                                                                      {"optim", "lr", "0.001"}})
+    if (!given[section] || !given[section].IsMap() || !given[section][key])
+      sets.push_back(fmt::format("{}.{}={}", section, key, value));
+  return load_recipe_on_one_process(path, sets);
 }
 
 Recipe load_recipe_text_on_one_process(const std::string& yaml_text, const std::string& name,

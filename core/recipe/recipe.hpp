@@ -93,7 +93,8 @@ struct ModelConfig {
 };
 
 struct ParallelConfig {
-  int64_t data = 1, tensor = 1, pipeline = 1;  // 0 = auto (at most one of them)
+  int64_t data = 1, tensor = 1, pipeline = 1;  // 0 = auto (at most one of them; data unless given)
+  std::string inferred;                        // the axis `auto` resolved ("data", ...), "" when none
   int64_t context = 1;                         // sequence split (context parallelism)
   int64_t expert = 1;                          // expert parallelism: the expert group, carved out of data x context
   int64_t expert_tensor = 0;                   // each expert's FFN split; 0: = tensor
@@ -235,8 +236,9 @@ std::string recipe_doc_with_tables(const std::string& doc);
 // Loads and validates a recipe; overrides are "key.path=value" (YAML scalar or
 // flow value). `world` is the number of processes the run has.
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {}, int64_t world = 1);
-// The ranks the recipe's mesh asks for (data x tensor x pipeline, with the
-// overrides), without validating the rest; 0 when a size is auto or invalid.
+// The fewest ranks the recipe's mesh asks for (data x tensor x pipeline x
+// context, with the overrides; an `auto` or absent size counts 1), without
+// validating the rest; 0 when a size is invalid.
 int64_t recipe_ranks(const std::string& path, const std::vector<std::string>& overrides = {});
 Recipe load_recipe_text(const std::string& yaml_text, const std::string& name,
                         const std::vector<std::string>& overrides = {}, int64_t world = 1);
@@ -255,6 +257,11 @@ void validate_on_mesh(Recipe& rc, int64_t world);
 // read the recipe unplaced (load_recipe_unplaced) and place it so.
 void place_on_one_process(Recipe& rc);
 Recipe load_recipe_on_one_process(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same for a recipe read for its model alone (`trident import`): the
+// training keys it does not use may be absent; each required one that is
+// gets a placeholder override (train.global_batch=1, ...), kept in
+// `overrides` so that the recipe reloads as it was read.
+Recipe load_model_recipe_on_one_process(const std::string& path, const std::vector<std::string>& overrides = {});
 Recipe load_recipe_text_on_one_process(const std::string& yaml_text, const std::string& name,
                                        const std::vector<std::string>& overrides = {});
 

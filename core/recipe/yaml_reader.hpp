@@ -349,13 +349,14 @@ class YamlReader {
     return out;
   }
 
-  // An integer mesh size, or the word `auto` (returned as 0).
-  int64_t mesh_size(const std::string& path) {
+  // An integer mesh size, or the word `auto` (returned as 0); absent: 0 when
+  // auto_by_default, else 1.
+  int64_t mesh_size(const std::string& path, bool auto_by_default) {
     if (has(path) && find(path).IsScalar() && find(path).Scalar() == "auto") {
       note(path);
       return 0;
     }
-    return integer(path, 1, 1 << 20, 1);
+    return integer(path, 1, 1 << 20, auto_by_default ? 0 : 1);
   }
 
  private:

@@ -1,6 +1,7 @@
 // Recipe validation: each bad recipe fails with a message that names the
 // place (file:line or --set), the key, what was expected and what was found.
 // Also: defaults, overrides, and that docs/recipes.md documents every key.
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -100,12 +101,43 @@ TEST(Recipe, MeshDoesNotMatchWorld) {
   expect_error(with("parallel: {data: 2, tensor: 2}"),
                {"data(2) x tensor(2) x pipeline(1) = 4 ranks, but this is one process", "mpirun -np 4 trident",
                 "srun -n 4 --mpi=pmix"});
-  expect_error(with("parallel: {data: 2}"), {"= 2 != world size 4", "4x1x1", "2x2x1", "1x2x2"}, {}, 4);
+  expect_error(with("parallel: {tensor: 2}"),
+               {"data(1) x tensor(2) x pipeline(1) = 2 ranks, but this is one process", "mpirun -np 2 trident"});
+  // the fix is named, and only meshes this recipe passes are listed: not 1x1x4 (2 layers on 4 stages)
+  expect_error(with("parallel: {data: 2}"),
+               {"= 2 != world size 4; set parallel.data=auto (data 4 on 4 ranks), or use one of the meshes (data x "
+                "tensor x pipeline) of 4 ranks this recipe can use: 4x1x1, 2x1x2, 2x2x1, 1x2x2, 1x4x1"},
+               {}, 4);
+  EXPECT_EQ(error_of(with("parallel: {data: 2}"), {}, 4).find("1x1x4"), std::string::npos);
+  // data 8 leaves global_batch 8 / micro_batch 2 on 8 ranks no whole micro-batch: auto is not offered
+  expect_error(with("parallel: {data: 2}"),
+               {"= 2 != world size 8; use one of the meshes (data x tensor x pipeline) of 8 ranks this recipe can "
+                "use: 4x1x2, 4x2x1, 2x2x2, 2x4x1, 1x4x2"},
+               {}, 8);
+  expect_error(
+      with("parallel: {tensor: 2}"),
+      {"key 'parallel.data': `auto`: world size 3 is not divisible by tensor(2) x pipeline(1) x context(1) = 2; "
+       "no mesh of 3 ranks passes this recipe's checks"},
+      {}, 3);
 }
 TEST(Recipe, AutoMeshSizeIsInferred) {
   Recipe r = load_recipe_text(with("parallel: {data: auto, tensor: 2}"), "r.yaml", {}, 8);
   EXPECT_EQ(r.parallel.data, 4);
+  EXPECT_EQ(r.parallel.inferred, "data");
+  // data is auto unless given, as Megatron-Core and torchtitan infer it
+  r = load_recipe_text(with("parallel: {tensor: 2}"), "r.yaml", {}, 4);
+  EXPECT_EQ(r.parallel.data, 2);
+  EXPECT_EQ(r.parallel.inferred, "data");
+  r = load_recipe_text(with("parallel: {data: 2, tensor: 2}"), "r.yaml", {}, 4);
+  EXPECT_EQ(r.parallel.inferred, "");
+  // another axis auto: data is 1
+  r = load_recipe_text(with("parallel: {tensor: auto}"), "r.yaml", {}, 4);
+  EXPECT_EQ(r.parallel.data, 1);
+  EXPECT_EQ(r.parallel.tensor, 4);
+  EXPECT_EQ(r.parallel.inferred, "tensor");
   expect_error(with("parallel: {data: auto, tensor: auto}"), {"at most one"}, {}, 4);
+  // unplaced (the planner): data stays auto until a mesh is chosen
+  EXPECT_EQ(load_recipe_text(kGood, "r.yaml", {}, 0).parallel.data, 0);
 }
 TEST(Recipe, LayersNotDivisibleByPipeline) {
   expect_error(with("parallel: {pipeline: 2, virtual_stages: 2}"),
@@ -258,10 +290,32 @@ TEST(Recipe, ReferenceTablesComeFromTheKeyTable) {
   EXPECT_EQ(r.keys_read, table);
 }
 
-TEST(Recipe, ShippedRecipesLoad) {
-  for (std::string name : {"demo", "gpt2-124m", "gpt2-350m", "llama-tiny", "llama-1b", "llama-8b", "llama3-70b"}) {
-    EXPECT_NO_THROW(load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + name + ".yaml")) << name;
+// Every recipe in configs/ loads (placed on its own mesh where it names one)
+// and is named in the README and in docs/.
+TEST(Recipe, ShippedRecipesLoadAndAreDocumented) {
+  const std::string root = TRIDENT_SOURCE_DIR;
+  auto text = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  const std::string readme = text(root + "/README.md");
+  std::string docs;
+  for (const auto& e : std::filesystem::directory_iterator(root + "/docs"))
+    if (e.path().extension() == ".md") docs += text(e.path().string());
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(root + "/configs")) {
+    if (e.path().extension() != ".yaml") continue;
+    const std::string name = e.path().filename().string();
+    ++n;
+    EXPECT_NO_THROW(load_recipe_unplaced(e.path().string())) << name;
+    EXPECT_NE(readme.find("configs/" + name), std::string::npos) << name << " is not named in README.md";
+    EXPECT_NE(docs.find(name), std::string::npos) << name << " is not named in docs/";
   }
+  EXPECT_GE(n, 16);
+  for (std::string name : {"demo", "gpt2-124m", "gpt2-350m", "llama-tiny", "llama-1b", "moe-tiny", "deepseek-v3-tiny"})
+    EXPECT_NO_THROW(load_recipe(root + "/configs/" + name + ".yaml")) << name << " on one process";
 }
 
 }  // namespace trident

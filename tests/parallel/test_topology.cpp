@@ -80,7 +80,10 @@ TEST(Topology, RecipeValidationMessages) {
   auto err = [&](std::vector<std::string> sets, int64_t world) { return recipe_error(base, sets, world); };
   EXPECT_NE(err({"parallel.data=2"}, 8).find("data(2) x tensor(1) x pipeline(1) = 2 != world size 8"),
             std::string::npos);
-  EXPECT_NE(err({"parallel.data=2"}, 8).find("8x1x1, 4x1x2"), std::string::npos);
+  // only meshes this recipe passes: not 8x1x1 (global_batch 8 / micro_batch 2 gives 4 data ranks at most)
+  EXPECT_NE(err({"parallel.data=2"}, 8).find("of 8 ranks this recipe can use: 4x1x2, 2x1x4, 4x2x1"), std::string::npos)
+      << err({"parallel.data=2"}, 8);
+  EXPECT_EQ(err({"parallel.data=2"}, 8).find("8x1x1"), std::string::npos);
   EXPECT_NE(err({"parallel.tensor=8"}, 8).find("heads(4) % tensor(8) != 0"), std::string::npos);
   EXPECT_NE(err({"parallel.pipeline=3"}, 3).find("layers(4) % (pipeline(3) x virtual_stages(1)) != 0"),
             std::string::npos);
@@ -138,8 +141,10 @@ TEST(Topology, ContextRecipeValidationMessages) {
       "train: {global_batch: 8, micro_batch: 2, steps: 1}\noptim: {lr: 1.0e-3}\n";
   auto err = [&](std::vector<std::string> sets, int64_t world) { return recipe_error(base, sets, world); };
   EXPECT_EQ(err({"parallel.context=2"}, 2), "no error");
-  EXPECT_NE(err({"parallel.context=2"}, 4).find("data(1) x tensor(1) x pipeline(1) x context(2) = 2 != world size 4"),
+  EXPECT_NE(err({"parallel.context=2", "parallel.data=1"}, 4)
+                .find("data(1) x tensor(1) x pipeline(1) x context(2) = 2 != world size 4"),
             std::string::npos);
+  EXPECT_EQ(err({"parallel.context=2"}, 4), "no error");  // data 2 inferred
   EXPECT_NE(err({"parallel.context=8"}, 8).find("seq_len(24) % (2 x context(8)) = 8 != 0"), std::string::npos);
   EXPECT_NE(err({"parallel.context=2", "device=cuda"}, 2).find("its ring and all-to-all move host buffers"),
             std::string::npos);
@@ -217,8 +222,18 @@ TEST(Topology, ExpertRecipeValidationMessages) {
   EXPECT_EQ(err({"parallel.data=4", "parallel.expert=2"}, 4), "no error");
   EXPECT_NE(err({"parallel.data=4", "parallel.expert=4"}, 4).find("experts(6) % expert(4) != 0"), std::string::npos);
   EXPECT_NE(err({"parallel.data=2", "parallel.tensor=2", "parallel.expert=3", "model.moe.experts=6"}, 4)
-                .find("expert(3) x expert_tensor(2) = 6 does not divide data x context x tensor = 4"),
+                .find("expert(3) x expert_tensor (unset: = tensor(2)) = 6 does not divide data x context x tensor "
+                      "= 2 x 1 x 2 = 4; set a parallel.expert that divides data x context = 2"),
             std::string::npos);
+  // whole experts would fit: the message names the key that fixes it
+  EXPECT_NE(err({"parallel.data=2", "parallel.tensor=2", "parallel.expert=4", "model.moe.experts=8"}, 4)
+                .find("expert(4) x expert_tensor (unset: = tensor(2)) = 8 does not divide data x context x tensor = 2 "
+                      "x 1 x 2 = 4; set parallel.expert_tensor=1 (each expert whole on one rank"),
+            std::string::npos);
+  EXPECT_EQ(err({"parallel.data=2", "parallel.tensor=2", "parallel.expert=4", "parallel.expert_tensor=1",
+                 "model.moe.experts=8"},
+                4),
+            "no error");
   // whole experts (expert_tensor 1): carved out of data x context x tensor
   EXPECT_EQ(err({"parallel.data=2", "parallel.tensor=2", "parallel.expert=2", "parallel.expert_tensor=1",
                  "model.moe.experts=4"},

@@ -1,5 +1,7 @@
 // Hugging Face export and import (see hf.hpp).
 #include "launch/checkpoint/hf.hpp"
+
+#include <fmt/ranges.h>
 #include "launch/checkpoint/hf_config.hpp"
 #include "launch/checkpoint/hf_names.hpp"
 
@@ -286,7 +288,7 @@ std::vector<float> read_floats(const SafetensorsReader& r, const std::string& na
 void import_hf(const std::string& hf_dir, const std::string& recipe, const std::vector<std::string>& sets,
                const std::string& out_dir) {
   check_new_dir("--out", out_dir);
-  Recipe rc = load_recipe_on_one_process(recipe, sets);
+  Recipe rc = load_model_recipe_on_one_process(recipe, sets);  // the training keys may be absent
   const ModelConfig& m = rc.model;
   const std::string config_path = (fs::path(hf_dir) / "config.json").string();
   if (!fs::exists(config_path)) fail_input("{}: missing (import reads a transformers model directory)", config_path);
@@ -422,8 +424,15 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
   if (save_checkpoint(rc, 0, s, nullptr).empty())
     throw Error(fmt::format("{}: writing the checkpoint failed", out.tmp));
   out.commit();
-  log::info("imported {} ({} {}x{}, {} tensors) -> {}: train with trident train {} --resume {}", hf_dir, m.arch,
-            m.layers, m.hidden, used.size(), out_dir, recipe, out_dir);
+  // the training keys the recipe left out (placeholders for the import): the run needs them
+  std::vector<std::string> to_set;
+  for (const auto& given : sets) to_set.push_back("--set " + given);
+  for (size_t i = sets.size(); i < rc.overrides.size(); ++i)
+    to_set.push_back("--set " + rc.overrides[i].substr(0, rc.overrides[i].find('=')) + "=...");
+  log::info("imported {} ({} {}x{}, {} tensors) -> {}: train with trident train {} --resume {}{}{}", hf_dir, m.arch,
+            m.layers, m.hidden, used.size(), out_dir, recipe, out_dir,
+            to_set.empty() ? "" : " " + fmt::format("{}", fmt::join(to_set, " ")),
+            rc.overrides.size() > sets.size() ? " (the recipe has no training keys: give them)" : "");
 }
 
 }  // namespace trident::launch

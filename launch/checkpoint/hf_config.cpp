@@ -1,14 +1,61 @@
 // Checking a transformers config.json against a recipe (see hf_config.hpp).
 #include "launch/checkpoint/hf_config.hpp"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <vector>
 
 #include "core/error.hpp"
 #include "launch/checkpoint/hf_names.hpp"
 
 namespace trident::launch {
+
+namespace {
+
+// The recipe keys that make a model of this family (hf_family's choice),
+// as `key: value`, for those the recipe does not have.
+std::vector<std::string> keys_for_family(HfFamily f, const ModelConfig& m) {
+  const MoeConfig& e = m.moe;
+  std::vector<std::string> out;
+  auto need = [&](bool holds, const char* what) {
+    if (!holds) out.push_back(what);
+  };
+  if (f == HfFamily::gpt2) {
+    need(m.arch == Arch::gpt2, "model.arch: gpt2");
+    return out;
+  }
+  need(m.arch == Arch::llama, "model.arch: llama");
+  const bool moe = f != HfFamily::llama && f != HfFamily::qwen3;
+  need(e.enabled == moe, moe ? "model.moe (with its experts)" : "no model.moe section (a dense model)");
+  need(m.is_mla() == (f == HfFamily::deepseek_v3),
+       f == HfFamily::deepseek_v3 ? "model.attention: mla" : "model.attention: standard");
+  if (f == HfFamily::deepseek_v3 || f == HfFamily::glm4_moe) {
+    need(e.score == RouterScore::sigmoid, "model.moe.router.score: sigmoid");
+    need(e.shared_experts >= 1, "model.moe.shared_experts: 1 (or more)");
+    need(!e.shared_expert_gate, "model.moe.shared_expert_gate: false");
+    if (f == HfFamily::deepseek_v3) need(!m.qk_norm, "model.qk_norm: false");
+    return out;
+  }
+  need(m.qk_norm == (f == HfFamily::qwen3 || f == HfFamily::qwen3_moe),
+       f == HfFamily::qwen3 || f == HfFamily::qwen3_moe ? "model.qk_norm: true" : "model.qk_norm: false");
+  if (!moe) return out;
+  need(e.score == RouterScore::softmax, "model.moe.router.score: softmax");
+  if (f == HfFamily::qwen2_moe) {
+    need(e.shared_experts == 1, "model.moe.shared_experts: 1");
+    need(e.shared_expert_gate, "model.moe.shared_expert_gate: true");
+  } else {
+    need(e.shared_experts == 0, "model.moe.shared_experts: 0");
+  }
+  if (f == HfFamily::mixtral)
+    need(e.first_dense == 0 && e.every == 1 && e.dense_layers.empty(),
+         "every layer MoE (model.moe.first_dense: 0, every: 1, no dense_layers)");
+  return out;
+}
+
+}  // namespace
 
 // config.json against the recipe's model: every size must agree.
 void check_hf_config(const std::string& path, const nlohmann::json& c, const Recipe& rc) {
@@ -25,9 +72,13 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
         "deepseek_v3, found '{}'",
         path, type);
   const HfFamily want = hf_family(rc);
-  if (*family != want)
-    fail_input("{}: key 'model_type' is '{}', the recipe {} describes a {} model (model.arch {}{})", path, type,
-               rc.source, hf_model_type(want), m.arch, m.moe.enabled ? ", model.moe" : "");
+  if (*family != want) {
+    const std::vector<std::string> keys = keys_for_family(*family, m);
+    fail_input("{}: key 'model_type' is '{}', the recipe {} describes a {} model (model.arch {}{}); for {} set {}",
+               path, type, rc.source, hf_model_type(want), m.arch, m.moe.enabled ? ", model.moe" : "", type,
+               keys.empty() ? std::string("the keys of its family (docs/checkpoint.md#hugging-face)")
+                            : fmt::format("{}", fmt::join(keys, ", ")));
+  }
   const std::optional<Arch> arch = *family == HfFamily::gpt2 ? Arch::gpt2 : Arch::llama;
   auto num = [&](const char* key, int64_t def) -> int64_t {
     if (!given(key)) {
@@ -42,13 +93,25 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
     typed(key, c[key].is_number(), "a number");
     return c[key].get<double>();
   };
+  // each difference names the recipe key and the value that would match (the key before a note in brackets)
+  auto set_key = [](const char* recipe_key) {
+    const std::string k = recipe_key;
+    return k.substr(0, k.find(' '));
+  };
   auto same = [&](const char* key, int64_t found, const char* recipe_key, int64_t want) {
     if (found != want)
-      fail_input("{}: key '{}' is {}, the recipe {} has {} = {}", path, key, found, rc.source, recipe_key, want);
+      fail_input("{}: key '{}' is {}, the recipe {} has {} = {}: set {}: {}", path, key, found, rc.source, recipe_key,
+                 want, set_key(recipe_key), found);
+  };
+  auto same_flag = [&](const char* key, bool found, const char* recipe_key, bool want) {
+    if (found != want)
+      fail_input("{}: key '{}' is {}, the recipe {} has {} = {}: set {}: {}", path, key, found, rc.source, recipe_key,
+                 want, set_key(recipe_key), found);
   };
   auto close = [&](const char* key, double found, const char* recipe_key, double want) {
     if (std::abs(found - want) > 1e-12 * std::max(1.0, std::abs(want)))
-      fail_input("{}: key '{}' is {}, the recipe {} has {} = {}", path, key, found, rc.source, recipe_key, want);
+      fail_input("{}: key '{}' is {}, the recipe {} has {} = {}: set {}: {}", path, key, found, rc.source, recipe_key,
+                 want, set_key(recipe_key), found);
   };
   auto text = [&](const char* key, const std::string& def) {
     if (!given(key)) return def;
@@ -72,7 +135,7 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
       fail_input("{}: key 'activation_function': expected gelu_new (tanh GELU, as Trident), found '{}'", path, act);
     positions = num("n_positions", -1);
-    same("tie_word_embeddings", flag("tie_word_embeddings", true), "model.tie_embeddings", m.tie_embeddings);
+    same_flag("tie_word_embeddings", flag("tie_word_embeddings", true), "model.tie_embeddings", m.tie_embeddings);
   } else {
     same("num_hidden_layers", num("num_hidden_layers", -1), "model.layers", m.layers);
     same("hidden_size", num("hidden_size", -1), "model.hidden", m.hidden);
@@ -81,8 +144,12 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
          m.kv_heads);
     if (*family == HfFamily::deepseek_v3)  // its head_dim is the rotary part's (DeepseekV3Config)
       same("head_dim", num("head_dim", m.mla.qk_rope_head_dim), "model.mla.qk_rope_head_dim", m.mla.qk_rope_head_dim);
-    else
-      same("head_dim", num("head_dim", m.head_dim()), "model.hidden / model.heads", m.head_dim());
+    else if (const int64_t hd = num("head_dim", m.head_dim()); hd != m.head_dim())
+      fail_input(
+          "{}: key 'head_dim' is {}, the recipe {} has model.hidden / model.heads = {} / {} = {}: a head size other "
+          "than hidden / heads (as released Qwen3 and Mistral-Nemo models have) is not supported yet; no recipe "
+          "key matches it",
+          path, hd, rc.source, m.hidden, m.heads, m.head_dim());
     if (*family == HfFamily::mixtral)  // the experts' width (every layer is MoE)
       same("intermediate_size", num("intermediate_size", -1), "model.moe.ffn_hidden", m.moe.ffn_hidden);
     else
@@ -108,7 +175,7 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
       fail_input("{}: key 'hidden_act': expected silu (SwiGLU, as Trident), found '{}'", path, text("hidden_act", ""));
     if (flag("attention_bias", false) || flag("mlp_bias", false))
       fail_input("{}: attention_bias / mlp_bias: Trident's LLaMA has no linear biases", path);
-    if (*family == HfFamily::glm4_moe) same("use_qk_norm", flag("use_qk_norm", false), "model.qk_norm", m.qk_norm);
+    if (*family == HfFamily::glm4_moe) same_flag("use_qk_norm", flag("use_qk_norm", false), "model.qk_norm", m.qk_norm);
     const MoeConfig& e = m.moe;
     auto dense_list = [&](const char* key) {
       std::vector<int64_t> v;
@@ -146,12 +213,14 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
         if (*family == HfFamily::qwen2_moe)
           same("shared_expert_intermediate_size", num("shared_expert_intermediate_size", -1),
                "model.moe.shared_ffn_hidden", e.shared_ffn_hidden);
-        same("norm_topk_prob", flag("norm_topk_prob", false), "model.moe.router.norm_topk", e.norm_topk);
+        same_flag("norm_topk_prob", flag("norm_topk_prob", false), "model.moe.router.norm_topk", e.norm_topk);
         same("decoder_sparse_step", num("decoder_sparse_step", 1), "model.moe.every", e.every);
         if (dense_list("mlp_only_layers") != e.dense_layers)
-          fail_input("{}: key 'mlp_only_layers' is {}, the recipe {} has model.moe.dense_layers [{}]", path,
-                     c.value("mlp_only_layers", nlohmann::json::array()).dump(), rc.source,
-                     fmt::join(e.dense_layers, ", "));
+          fail_input(
+              "{}: key 'mlp_only_layers' is {}, the recipe {} has model.moe.dense_layers [{}]: set "
+              "model.moe.dense_layers: {}",
+              path, c.value("mlp_only_layers", nlohmann::json::array()).dump(), rc.source,
+              fmt::join(e.dense_layers, ", "), c.value("mlp_only_layers", nlohmann::json::array()).dump());
         if (flag("use_sliding_window", false))
           fail_input("{}: key 'use_sliding_window': sliding-window attention is not supported", path);
         break;
@@ -169,8 +238,11 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
               "pairs, the layout of DeepSeek's published weights (true)",
               path);
         if (num("num_nextn_predict_layers", 0) < m.mtp.depth)
-          fail_input("{}: key 'num_nextn_predict_layers' is {}: the recipe {} has model.mtp.depth {}", path,
-                     num("num_nextn_predict_layers", 0), rc.source, m.mtp.depth);
+          fail_input(
+              "{}: key 'num_nextn_predict_layers' is {}: the recipe {} has model.mtp.depth {}: set "
+              "model.mtp.depth: {} or less{}",
+              path, num("num_nextn_predict_layers", 0), rc.source, m.mtp.depth, num("num_nextn_predict_layers", 0),
+              num("num_nextn_predict_layers", 0) == 0 ? " (no model.mtp section)" : "");
         if (text("scoring_func", "sigmoid") != "sigmoid")
           fail_input("{}: key 'scoring_func': expected sigmoid, found '{}'", path, text("scoring_func", ""));
       }
@@ -187,7 +259,7 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
         same("n_group", num("n_group", 1), "model.moe.router.groups", e.groups);
         same("topk_group", num("topk_group", 1), "model.moe.router.group_topk", e.group_topk);
         close("routed_scaling_factor", real("routed_scaling_factor", 1.0), "model.moe.router.scaling", e.scaling);
-        same("norm_topk_prob", flag("norm_topk_prob", true), "model.moe.router.norm_topk", e.norm_topk);
+        same_flag("norm_topk_prob", flag("norm_topk_prob", true), "model.moe.router.norm_topk", e.norm_topk);
         break;
       default:
         break;
@@ -198,11 +270,13 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
           "only), found {}",
           path, c["rope_scaling"].dump());
     positions = num("max_position_embeddings", -1);
-    same("tie_word_embeddings", flag("tie_word_embeddings", false), "model.tie_embeddings", m.tie_embeddings);
+    same_flag("tie_word_embeddings", flag("tie_word_embeddings", false), "model.tie_embeddings", m.tie_embeddings);
   }
   if (positions < m.seq_len)
-    fail_input("{}: the model has {} positions, the recipe {} trains on model.seq_len {}", path, positions, rc.source,
-               m.seq_len);
+    fail_input(
+        "{}: the model has {} positions, the recipe {} trains on model.seq_len {}: set model.seq_len: {} or "
+        "less",
+        path, positions, rc.source, m.seq_len, positions);
 }
 
 }  // namespace trident::launch

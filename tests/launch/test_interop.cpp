@@ -122,7 +122,8 @@ TEST_F(Interop, ImportRefusesWhatDoesNotFitAndTrainsFromWhatDoes) {
   };
   refused(path("hf") + " --recipe " + src("configs/llama-tiny.yaml"), "key 'model_type' is 'gpt2'");
   refused(path("hf") + " --recipe " + src("configs/demo.yaml") + " --set model.layers=2",
-          "config.json: key 'n_layer' is 4, the recipe");
+          "config.json: key 'n_layer' is 4, the recipe " + src("configs/demo.yaml") +
+              " has model.layers = 2: set model.layers: 4");
   refused(path("nothing") + " --recipe " + src("configs/demo.yaml"), "config.json: missing");
   refused(
       edited_export("missing", [](auto& ts) { ts.erase(ts.begin() + 3); }) + " --recipe " + src("configs/demo.yaml"),
@@ -169,6 +170,19 @@ TEST_F(Interop, ImportRefusesWhatDoesNotFitAndTrainsFromWhatDoes) {
   };
   EXPECT_LT(first_loss(from.out), first_loss(fresh.out) - 0.05) << from.out << fresh.out;
   EXPECT_GT(first_loss(from.out), 0);
+  // a recipe of the model alone imports: the training keys it does not use get placeholders, named
+  std::ofstream(path("model-only.yaml")) << "model: {arch: gpt2, layers: 4, hidden: 128, heads: 4, seq_len: 64, "
+                                            "vocab: 32}\n";
+  const CliRun model_only =
+      run("import " + path("hf") + " --recipe " + path("model-only.yaml") + " --out " + path("imp_model"));
+  ASSERT_EQ(model_only.code, 0) << model_only.out;
+  EXPECT_TRUE(has(model_only,
+                  "--set train.global_batch=... --set train.micro_batch=... --set train.steps=... --set "
+                  "optim.lr=... (the recipe has no training keys: give them)"))
+      << model_only.out;
+  const CliRun trained = run("train " + src("configs/demo.yaml") + common("ck4") + " --resume " + path("imp_model"));
+  EXPECT_EQ(trained.code, 0) << trained.out;
+  EXPECT_EQ(first_loss(trained.out), first_loss(from.out)) << "the same weights as the full recipe's import";
 }
 
 TEST_F(Interop, PrepareTrainSample) {

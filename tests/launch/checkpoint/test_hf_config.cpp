@@ -46,4 +46,36 @@ TEST(HfConfig, MixtralSlidingWindowShorterThanTheSequenceIsRefused) {
   }
 }
 
+// A config of another family names the recipe keys that would make it.
+TEST(HfConfig, AnotherFamilyNamesTheKeysToSet) {
+  const Recipe rc = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/moe-tiny.yaml",
+                                {"model.moe.first_dense=0", "model.moe.balance.kind=hf"}, 1);
+  auto refusal = [&](const char* type) {
+    try {
+      check_hf_config("config.json", {{"model_type", type}}, rc);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("imported");
+  };
+  EXPECT_NE(refusal("qwen3_moe")
+                .find("key 'model_type' is 'qwen3_moe', the recipe " + rc.source +
+                      " describes a mixtral model (model.arch llama, model.moe); for qwen3_moe set "
+                      "model.qk_norm: true"),
+            std::string::npos)
+      << refusal("qwen3_moe");
+  EXPECT_NE(
+      refusal("qwen2_moe").find("for qwen2_moe set model.moe.shared_experts: 1, model.moe.shared_expert_gate: true"),
+      std::string::npos)
+      << refusal("qwen2_moe");
+  EXPECT_NE(refusal("deepseek_v3")
+                .find("for deepseek_v3 set model.attention: mla, model.moe.router.score: sigmoid, "
+                      "model.moe.shared_experts: 1 (or more)"),
+            std::string::npos)
+      << refusal("deepseek_v3");
+  EXPECT_NE(refusal("llama").find("for llama set no model.moe section (a dense model)"), std::string::npos)
+      << refusal("llama");
+  EXPECT_NE(refusal("gpt2").find("for gpt2 set model.arch: gpt2"), std::string::npos) << refusal("gpt2");
+}
+
 }  // namespace trident::launch

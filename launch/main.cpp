@@ -235,6 +235,9 @@ std::vector<Command> commands() {
          c.add_option("--nodes", s.nodes, "nodes")->check(integer_in(1, kMaxWorld));
          c.add_option("--tasks-per-node", s.tasks_per_node, "ranks per node")->check(integer_in(1, 4096));
          c.add_option("--gpus-per-node", s.gpus_per_node, "GPUs per node")->check(integer_in(0, 1024));
+         c.add_option("--cpus-per-task", s.cpus_per_task,
+                      "CPUs per rank, and its threads (OMP_NUM_THREADS); default: Slurm's")
+             ->check(integer_in(1, 4096));
          c.add_option("--time", s.time, "time limit")->capture_default_str();
          c.add_option("--partition", s.partition, "Slurm partition");
          c.add_option("--account", s.account, "Slurm account");
@@ -244,7 +247,7 @@ std::vector<Command> commands() {
          c.add_option("--signal-seconds", s.signal_seconds, "SIGUSR1 this long before the limit")
              ->check(integer_in(0, 86400))
              ->capture_default_str();
-         c.add_flag("--dry-run", s.dry_run, "print the script instead of submitting it");
+         c.add_flag("--dry-run", s.dry_run, "write and print the script, do not submit it");
          add_sets(c, s.sets);
        },
        [](Options& o) {
@@ -334,7 +337,11 @@ std::string version_text() {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"trident: 3D-parallel LLM training from YAML recipes (docs/commands.md)", "trident"};
+  CLI::App app{
+      "trident: dense and mixture-of-experts LLM training from YAML recipes, over data (ZeRO), tensor, pipeline, "
+      "context and expert parallelism, on CPUs (the CUDA backend is tested in emulation, not yet on a GPU); "
+      "docs/commands.md",
+      "trident"};
   app.require_subcommand(1);
   app.footer("exit codes: 0 success, 1 failure, 2 bad input\ndocs: docs/commands.md, docs/recipes.md");
   bool version = false;

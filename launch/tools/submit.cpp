@@ -64,6 +64,7 @@ std::string sbatch_script(const SubmitOptions& o, const std::string& script_path
       {"{{NODES}}", std::to_string(o.nodes)},
       {"{{TASKS_PER_NODE}}", std::to_string(o.tasks_per_node)},
       {"{{GPUS}}", o.gpus_per_node > 0 ? fmt::format("#SBATCH --gpus-per-node={}\n", o.gpus_per_node) : ""},
+      {"{{CPUS}}", o.cpus_per_task > 0 ? fmt::format("#SBATCH --cpus-per-task={}\n", o.cpus_per_task) : ""},
       {"{{TIME}}", o.time},
       {"{{PARTITION}}", o.partition.empty() ? "" : "#SBATCH --partition=" + o.partition + "\n"},
       {"{{ACCOUNT}}", o.account.empty() ? "" : "#SBATCH --account=" + o.account + "\n"},
@@ -112,17 +113,28 @@ std::string submit(const SubmitOptions& given) {
   } else {
     o.checkpoint_dir = rc.checkpoint.dir;
   }
+  // what the job asks of Slurm against where the recipe trains
+  if (o.gpus_per_node > 0 && rc.device == DeviceType::cpu)
+    log::warn(
+        "submit: --gpus-per-node {} but {} says device: cpu: the job holds GPUs and trains on the CPUs (set "
+        "device: cuda to use them; the CUDA backend has not yet run on a GPU, docs/cuda.md)",
+        o.gpus_per_node, o.recipe);
+  if (o.gpus_per_node == 0 && rc.device == DeviceType::cuda)
+    log::warn(
+        "submit: {} says device: cuda but no --gpus-per-node was given: the job gets a GPU only where the "
+        "partition gives one by default",
+        o.recipe);
+  if (o.cpus_per_task == 0 && rc.device == DeviceType::cpu)
+    log::info(
+        "submit: no --cpus-per-task: Slurm gives each rank its default (1 CPU where tasks are bound), and each "
+        "trains with the CPUs it may use divided by its node's ranks; give --cpus-per-task C (the node's cores / "
+        "tasks per node) for C threads per rank");
   if (o.name.empty()) o.name = "trident-" + fs::path(o.recipe).stem().string();
   const std::string script_path =
       fs::absolute(fs::path(o.log_dir) / fmt::format("{}-{}.sbatch", o.name, ::getpid())).lexically_normal().string();
   const std::string text = sbatch_script(o, script_path);
   log::info("submit: {} nodes x {} tasks = {} ranks | mesh data {} x tensor {} x pipeline {}", o.nodes,
             o.tasks_per_node, o.nodes * o.tasks_per_node, rc.parallel.data, rc.parallel.tensor, rc.parallel.pipeline);
-  if (o.dry_run) {
-    fmt::print("{}", text);
-    log::info("submit: --dry-run: nothing written or submitted");
-    return "";
-  }
   fs::create_directories(o.log_dir);
   {
     std::ofstream f(script_path);
@@ -132,6 +144,11 @@ std::string submit(const SubmitOptions& given) {
   fs::permissions(script_path, fs::perms::owner_exec, fs::perm_options::add);
   fmt::print("{}", text);
   std::fflush(stdout);
+  if (o.dry_run) {
+    log::info("submit: --dry-run: the script is written to {}, not submitted (submit it with: sbatch {})", script_path,
+              script_path);
+    return "";
+  }
   const std::string cmd = "sbatch --parsable " + shell_word(script_path) + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) throw Error("submit: cannot run sbatch");

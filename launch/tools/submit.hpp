@@ -2,7 +2,7 @@
 // recipe is validated for nodes x tasks-per-node ranks first; the sbatch
 // script is filled in from the template (launch/tools/slurm/trident.sbatch.in,
 // embedded in the binary), written beside the job logs, printed, and given
-// to sbatch unless dry_run. The job runs `srun --mpi=MPI trident train
+// to sbatch unless dry_run (which writes the script and stops). The job runs `srun --mpi=MPI trident train
 // RECIPE --resume auto`, is signalled before its time limit, saves, and
 // requeues itself to resume.
 #pragma once
@@ -18,6 +18,7 @@ struct SubmitOptions {
   int64_t nodes = 0;
   int64_t tasks_per_node = 0;  // 0: gpus_per_node, else the recipe's mesh / nodes
   int64_t gpus_per_node = 0;
+  int64_t cpus_per_task = 0;  // 0: not asked (Slurm's default, 1 CPU per task); else OMP_NUM_THREADS too
   std::string time = "01:00:00";
   std::string partition, account;
   std::string mpi = "pmix";  // srun --mpi=

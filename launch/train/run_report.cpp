@@ -62,6 +62,15 @@ void write_record(FILE* f, const Json& record) {
   std::fflush(f);
 }
 
+// "llama 4 x 128, 8 experts top 2": the model in a few words, for the report
+std::string model_summary(const ModelConfig& m) {
+  std::string s = fmt::format("{} {} x {}", enum_name(m.arch), m.layers, m.hidden);
+  if (m.is_mla()) s += ", MLA";
+  if (m.moe.enabled) s += fmt::format(", {} experts top {}", m.moe.experts, m.moe.top_k);
+  if (m.mtp.depth > 0) s += fmt::format(", MTP {}", m.mtp.depth);
+  return s;
+}
+
 }  // namespace
 
 // A Chrome trace (chrome://tracing, Perfetto): every rank's spans of the
@@ -260,7 +269,18 @@ void RunReport::start(bool append) {
                           {"entropy_floor", synthetic ? Json(facts_.entropy_floor) : Json(nullptr)},
                           {"sequence_floor", synthetic ? Json(facts_.sequence_floor) : Json(nullptr)},
                           {"threads", facts_.threads},
-                          {"precision", enum_name(rc_.train.precision)}});
+                          {"precision", enum_name(rc_.train.precision)},
+                          {"model", model_summary(rc_.model)},
+                          {"mesh",
+                           {{"data", rc_.parallel.data},
+                            {"tensor", rc_.parallel.tensor},
+                            {"pipeline", rc_.parallel.pipeline},
+                            {"context", rc_.parallel.context},
+                            {"expert", rc_.parallel.expert}}},
+                          {"schedule", rc_.parallel.pipeline > 1 ? enum_name(rc_.parallel.schedule) : "none"},
+                          {"virtual_stages", rc_.parallel.virtual_stages},
+                          {"zero", rc_.parallel.zero},
+                          {"steps", rc_.train.steps}});
 }
 
 void RunReport::emit(const Json& record) {
@@ -442,7 +462,8 @@ void RunReport::end_step(const StepFacts& f) {
                              100 * std::max(0.0, 1 - peak / capacity));
       if (!f.mtp_loss.empty()) extra += fmt::format(" | mtp {:.4f}", fmt::join(f.mtp_loss, " "));
       if (f.moe && !f.moe->imbalance.empty())
-        extra += fmt::format(" | aux {:.4f} | expert load max/mean {:.2f}", f.moe->aux_loss,
+        extra += fmt::format(" | aux {:.4f}{} | expert load max/mean {:.2f}", f.moe->aux_loss,
+                             rc_.model.moe.z_loss > 0 ? fmt::format(" | z {:.4f}", f.moe->z_loss) : "",
                              *std::max_element(f.moe->imbalance.begin(), f.moe->imbalance.end()));
       if (f.moe && f.moe->expert_ranks > 1) {  // every MoE layer's tokens per expert rank, over their mean
         std::vector<double> per(size_t(f.moe->expert_ranks), 0.0);
@@ -570,17 +591,29 @@ void log_run_start(const Recipe& rc, const parallel::Mesh& mesh, const RunFacts&
     log::warn(
         "train.precision bf16 on a CPU without bf16 instructions (no AVX512-BF16 or AMX): its GEMMs are emulated "
         "and this run is slower than fp32 (docs/precision.md)");
+  if (mesh.device().type == DeviceType::cpu)
+    if (const int gpus = device_count(); gpus > 0)
+      log::warn(
+          "{} GPU(s) visible, but the recipe says device: cpu: this run trains on the CPUs (set device: cuda "
+          "to use them; the CUDA backend has not yet run on a GPU, docs/cuda.md)",
+          gpus);
   const MemStats mem0 =
       mesh.device().type == DeviceType::cuda ? device_memory_stats() : HostAllocator::instance().stats();
-  log::info("data parallel {} x ZeRO {} | per rank: params {} grads {} optimizer {} activations {} | ZeRO formula: {}",
-            par.data, par.zero, mib(mem0.current[0]), mib(mem0.current[1]), mib(mem0.current[2]), mib(mem0.current[3]),
-            start.zero_memory);
+  log::info(
+      "data parallel {}{} x ZeRO {} | per rank: params {} grads {} optimizer {} activations {} | ZeRO formula: {}",
+      par.data,
+      par.inferred.empty() ? ""
+                           : fmt::format(" ({} inferred: parallel.{} auto = {} ranks / the other axes)", par.inferred,
+                                         par.inferred, mesh.world_size()),
+      par.zero, mib(mem0.current[0]), mib(mem0.current[1]), mib(mem0.current[2]), mib(mem0.current[3]),
+      start.zero_memory);
   if (rc.model.moe.enabled && par.expert > 1)
     log::info(
-        "expert parallel {}: each rank holds {} of each MoE layer's {} experts; their gradients reduce over "
-        "expert-data {} (data x context / expert), the dense ones over data x context {}",
-        par.expert, rc.model.moe.experts / par.expert, rc.model.moe.experts, par.data * par.context / par.expert,
-        par.data * par.context);
+        "expert parallel {}: each rank holds {} of each MoE layer's {} experts{}; their gradients reduce over "
+        "expert-data {} ({} / expert), the dense ones over data x context {}",
+        par.expert, rc.model.moe.experts / par.expert, rc.model.moe.experts, par.whole_experts() ? ", whole" : "",
+        par.data * par.context * (par.whole_experts() ? par.tensor : 1) / par.expert,
+        par.whole_experts() ? "data x context x tensor" : "data x context", par.data * par.context);
   log::info("model FLOPs/token {:.4g} | MFU reference {:.1f} GFLOP/s ({})", facts.flops_per_token,
             facts.peak_flops / 1e9, facts.peak_source);
   if (mesh.device().type == DeviceType::cuda) log::info("{}", mesh.describe_device());

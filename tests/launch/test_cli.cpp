@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include <fmt/format.h>
@@ -117,9 +118,12 @@ TEST(Cli, CountsPastTheirBoundsAreRefusedAtOnce) {
                            "train.global_batch=1048576 --set train.micro_batch=1 | tail -1");
   EXPECT_EQ(r.code, 0) << r.out.substr(0, 2000);
   EXPECT_TRUE(has(r, "1048575     0 1048575    0    0  [1048575]")) << r.out.substr(0, 2000);
-  r = trident("topology " + demo + " --world 1048576");
+  r = trident("topology " + demo +
+              " --world 1048576 --set parallel.data=1 --set train.global_batch=1048576 --set train.micro_batch=1");
   EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(has(r, "meshes (data x tensor x pipeline) that fit world size 1048576: 1048576x1x1, 524288x1x2"))
+  EXPECT_TRUE(has(r,
+                  "set parallel.data=auto (data 1048576 on 1048576 ranks), or use one of the meshes (data x tensor "
+                  "x pipeline) of 1048576 ranks this recipe can use: 1048576x1x1, 524288x1x2"))
       << r.out.substr(0, 2000);
   r = trident("plan " + demo + " --cluster " + cluster + " --gpus 1048576 --top 1");
   EXPECT_NE(r.code, 1) << r.out.substr(0, 2000);
@@ -160,6 +164,19 @@ TEST(Cli, ExpertGroupsShownAndTrainingReportsTheirLoad) {
   EXPECT_EQ(count("\"expert dispatch\""), 2u * 2 * 3 * 2) << trace.substr(0, 400);
   EXPECT_EQ(count("\"expert combine\""), 2u * 2 * 3 * 2);
   EXPECT_EQ(count("\"expert (waiting)\""), 2u * 2 * 2 * 3 * 2);
+  // whole experts carved out of data x context x tensor: the start-up line counts the tensor ranks too
+  r = test::run_cli(
+      "OMPI_MCA_mpi_yield_when_idle=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 " +
+          std::string(TRIDENT_BINARY),
+      "train " + moe +
+          " --set parallel.tensor=2 --set parallel.expert=2 --set parallel.expert_tensor=1 --set log.metrics= "
+          "--set train.steps=1 --set eval.batches=0 --set train.threads=1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r, "data parallel 2 (data inferred: parallel.data auto = 4 ranks / the other axes)")) << r.out;
+  EXPECT_TRUE(has(r,
+                  "expert parallel 2: each rank holds 4 of each MoE layer's 8 experts, whole; their gradients "
+                  "reduce over expert-data 2 (data x context x tensor / expert)"))
+      << r.out;
 }
 
 // A sweep in which no mesh ran is a failure, with no results written; an
@@ -231,6 +248,37 @@ TEST(Cli, UnusableOutputPlacesAreBadInputEverywhere) {
   EXPECT_TRUE(has(r, "key 'data.cache_dir': expected a directory this run can write the sample index to, found '" +
                          ro.dir + "' (not writable)"))
       << r.out;
+}
+
+// `submit --dry-run` writes the script it names (and submits nothing);
+// `--cpus-per-task` reaches the job and its ranks' threads; GPUs asked for
+// a `device: cpu` recipe are one warning line.
+TEST(Cli, SubmitDryRunWritesItsScriptAndSaysWhatRunsWhere) {
+  Scratch s("submit");
+  const std::string demo = src("configs/demo.yaml");
+  test::CliRun r = trident("submit " + demo + " --nodes 1 --tasks-per-node 2 --cpus-per-task 3 --gpus-per-node 1 " +
+                           "--dry-run --log-dir " + s.dir);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r, "#SBATCH --cpus-per-task=3\n")) << r.out;
+  EXPECT_TRUE(has(r, "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK")) << r.out;
+  EXPECT_TRUE(has(r, "--gpus-per-node 1 but " + demo + " says device: cpu: the job holds GPUs and trains on the CPUs"))
+      << r.out;
+  const auto at = r.out.find("--dry-run: the script is written to ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string rest = r.out.substr(at + 36);
+  const std::string script = rest.substr(0, rest.find(','));
+  ASSERT_TRUE(fs::exists(script)) << script;
+  std::ifstream in(script);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("# Resubmit as it is with: sbatch " + script), std::string::npos) << text;
+  EXPECT_TRUE(has(r, text.substr(0, 200))) << "the printed script is the written one";
+  EXPECT_FALSE(has(r, "submit: job ")) << r.out;
+  // without --cpus-per-task the job sets no thread count and says so
+  r = trident("submit " + demo + " --nodes 1 --tasks-per-node 2 --dry-run --log-dir " + s.dir);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(has(r, "#SBATCH --cpus-per-task")) << r.out;
+  EXPECT_TRUE(has(r, "no --cpus-per-task")) << r.out;
+  EXPECT_FALSE(has(r, "GPUs")) << r.out;
 }
 
 }  // namespace trident

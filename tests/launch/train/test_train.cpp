@@ -9,9 +9,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
 
 #include "core/recipe/recipe.hpp"
 #include "launch/train/trainer.hpp"
@@ -344,6 +347,45 @@ TEST(Train, MetricsSchemaAndDeterminism) {
   launch::TrainSummary b = launch::train(
       load_recipe(src("configs/demo.yaml"), {"train.steps=6", "log.metrics=", "model.layers=1"}), {.quiet = true});
   EXPECT_EQ(a.losses, b.losses);
+}
+
+// The progress line shows what docs/metrics.md says it shows, each number
+// the metrics record's rounded: loss, lr, grad norm, tok/s, mfu, eta, mem,
+// and for an MoE model aux, z and the worst layer's load.
+TEST(Train, ProgressLineShowsWhatTheDocsSay) {
+  const std::string path =
+      std::filesystem::temp_directory_path() / ("trident_progress_" + std::to_string(getpid()) + ".jsonl");
+  std::filesystem::remove(path);
+  const CliRun r = run("train " + src("configs/moe-tiny.yaml") +
+                       " --set train.steps=2 --set log.every=1 --set eval.batches=0 --set log.metrics=" + path);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::regex line(
+      R"(step +2/2 \| loss ([0-9.]+) \| lr ([0-9.e+-]+) \| grad norm ([0-9.]+) \| ([0-9]+) tok/s \| mfu ([0-9.]+)% \| )"
+      R"(eta [0-9a-z.]+ \| mem [0-9.]+ [KMGT]?i?B of [0-9.]+ [KMGT]?i?B \([0-9]+% free\) \| aux ([0-9.]+) \| z ([0-9.]+) \| )"
+      R"(expert load max/mean ([0-9.]+))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, line)) << r.out;
+  std::ifstream in(path);
+  nlohmann::json step2;
+  for (std::string l; std::getline(in, l);) {
+    const auto j = nlohmann::json::parse(l);
+    if (j["type"] == "train" && j["step"] == 2) step2 = j;
+  }
+  ASSERT_FALSE(step2.is_null()) << "no step 2 record in " << path;
+  auto near = [&](int group, double want, double half_ulp) {
+    EXPECT_NEAR(std::stod(m[group].str()), want, half_ulp) << m[0].str() << " vs " << step2.dump();
+  };
+  near(1, step2["loss"].get<double>(), 5e-5);
+  near(2, step2["lr"].get<double>(), 5e-4 * step2["lr"].get<double>());
+  near(3, step2["grad_norm"].get<double>(), 5e-4);
+  near(6, step2["aux_loss"].get<double>(), 5e-5);
+  near(7, step2["z_loss"].get<double>(), 5e-5);
+  EXPECT_GT(std::stod(m[7].str()), 0) << "z-loss weight 0.001 gives a z-loss";
+  double worst = 0;
+  for (const auto& layer : step2["expert_load"]) worst = std::max(worst, layer["imbalance"].get<double>());
+  near(8, worst, 5e-3);
+  std::filesystem::remove(path);
+  std::filesystem::remove(path + ".1");
 }
 
 // The MFU reference: measured once per machine and thread count, cached

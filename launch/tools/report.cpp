@@ -24,14 +24,16 @@ using Json = nlohmann::ordered_json;
 namespace {
 
 struct Series {
-  std::string name;
+  std::string name;                               // the run's name: its legend entry
   std::vector<std::pair<double, double>> points;  // (x, y)
-  bool dashed = false;
+  bool dashed = false;                            // the chart's second kind of line (valid, simulated)
+  size_t color = 0;                               // the run's colour, the same in every chart
 };
 
 // A line chart (series of points) or a bar chart (groups x stacks).
 struct Chart {
   std::string id, title, x_label, y_label;
+  std::string solid, dashed;  // what the two line styles mean ("train", "valid"); "" when one style
   std::vector<Series> series;
   std::vector<std::string> groups, stacks;  // bars: one group per label, stacks within (stacked or side by side)
   std::vector<std::vector<double>> bars;    // [group][stack]
@@ -95,7 +97,62 @@ std::string number(double v) {
   return fmt::format("{:.4g}", v);
 }
 
-constexpr int kW = 760, kH = 360, kLeft = 70, kRight = 170, kTop = 40, kBottom = 50;
+constexpr int kW = 760, kPlotH = 340, kLeft = 70, kRight = 20, kTop = 40, kBottom = 60;
+constexpr double kCharW = 6.8, kLineH = 17;  // 12 px sans-serif: mean character width, line height
+
+struct Legend {
+  std::string svg;
+  double height = 0;
+};
+
+struct LegendEntry {
+  std::string text, color;
+  bool dashed = false, box = false;  // a dashed line sample; a filled box (bars) instead of a line
+};
+
+// Legend entries below the plot, left to right, wrapping to the chart's
+// width; an entry longer than a line is wrapped itself, never cut.
+Legend legend(const std::vector<LegendEntry>& entries, double y0) {
+  Legend out;
+  const double x_start = kLeft, x_end = kW - kRight, sample = 28;
+  const size_t max_chars = size_t((x_end - x_start - sample) / kCharW);
+  double x = x_start, y = y0;
+  for (const auto& e : entries) {
+    std::vector<std::string> lines;
+    for (size_t at = 0; at < e.text.size(); at += max_chars) lines.push_back(e.text.substr(at, max_chars));
+    if (lines.empty()) lines.push_back("");
+    size_t widest = 0;
+    for (const auto& l : lines) widest = std::max(widest, l.size());
+    const double w = sample + double(widest) * kCharW + 18;
+    if (x > x_start && x + w > x_end) x = x_start, y += kLineH;
+    if (e.box)
+      out.svg +=
+          fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"10\" fill=\"{}\"/>", x, y - 9, e.color);
+    else
+      out.svg += fmt::format(
+          "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"2\"{}/>", x,
+          x + 22, y - 4, y - 4, e.color, e.dashed ? " stroke-dasharray=\"6 4\"" : "");
+    for (size_t i = 0; i < lines.size(); ++i)
+      out.svg +=
+          fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>", x + sample, y + kLineH * double(i), esc(lines[i]));
+    out.svg += "\n";
+    y += kLineH * double(lines.size() - 1);
+    x = lines.size() > 1 ? x_end : x + w;  // after a wrapped entry, a new line
+  }
+  out.height = entries.empty() ? 0 : y - y0 + kLineH;
+  return out;
+}
+
+// The svg element and title of a chart of `height` pixels.
+std::string svg_head(const Chart& c, double height) {
+  return fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{:.0f}\" viewBox=\"0 0 {} {:.0f}\" "
+      "font-family=\"sans-serif\" font-size=\"12\" id=\"chart-{}\">\n<rect width=\"100%\" height=\"100%\" "
+      "fill=\"white\"/>\n<text x=\"{}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
+      kW, height, kW, height, c.id, kLeft, esc(c.title));
+}
+
+const char* run_color(size_t i) { return kPalette[i % std::size(kPalette)]; }
 
 std::string svg_line_chart(const Chart& c) {
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
@@ -106,14 +163,17 @@ std::string svg_line_chart(const Chart& c) {
   if (x1 == x0) x1 = x0 + 1;
   const double pad = (y1 - y0) * 0.05 + (y1 == y0 ? std::max(std::abs(y0) * 0.05, 1e-3) : 0);
   y0 -= pad, y1 += pad;
-  const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
+  const double pw = kW - kLeft - kRight, ph = kPlotH - kTop - kBottom;
   auto X = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
   auto Y = [&](double y) { return kTop + (1 - (y - y0) / (y1 - y0)) * ph; };
-  std::string s = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
-      "font-family=\"sans-serif\" font-size=\"12\" id=\"chart-{}\">\n<rect width=\"100%\" height=\"100%\" "
-      "fill=\"white\"/>\n<text x=\"{}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
-      kW, kH, kW, kH, c.id, kLeft, esc(c.title));
+  // the legend: each run once, in its colour; then what the two line styles mean
+  std::vector<LegendEntry> entries;
+  for (const auto& se : c.series)
+    if (std::none_of(entries.begin(), entries.end(), [&](const LegendEntry& e) { return e.text == se.name; }))
+      entries.push_back({se.name, run_color(se.color)});
+  if (!c.dashed.empty()) entries.push_back({c.solid, "#555"}), entries.push_back({c.dashed, "#555", true});
+  const Legend key = legend(entries, kPlotH + 8);
+  std::string s = svg_head(c, kPlotH + key.height + 8);
   for (double t : ticks(y0, y1))
     s += fmt::format(
         "<line x1=\"{}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ddd\"/><text x=\"{}\" "
@@ -123,13 +183,12 @@ std::string svg_line_chart(const Chart& c) {
     s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", X(t), kTop + ph + 16, number(t));
   s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#444\"/>\n", kLeft, kTop,
                    pw, ph);
-  s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", kLeft + pw / 2, kH - 10,
+  s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", kLeft + pw / 2, kTop + ph + 34,
                    esc(c.x_label));
   s += fmt::format("<text transform=\"translate(16 {:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
                    kTop + ph / 2, esc(c.y_label));
-  for (size_t i = 0; i < c.series.size(); ++i) {
-    const auto& se = c.series[i];
-    const char* color = kPalette[i % std::size(kPalette)];
+  for (const auto& se : c.series) {
+    const char* color = run_color(se.color);
     std::string pts;
     for (auto [x, y] : se.points)
       if (std::isfinite(y)) pts += fmt::format("{:.1f},{:.1f} ", X(x), Y(y));
@@ -138,14 +197,8 @@ std::string svg_line_chart(const Chart& c) {
     if (se.points.size() == 1)
       s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", X(se.points[0].first),
                        Y(se.points[0].second), color);
-    const double ly = kTop + 14 + 18 * double(i);
-    s += fmt::format(
-        "<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"2\"{}/>"
-        "<text x=\"{}\" y=\"{:.1f}\">{}</text>\n",
-        kW - kRight + 10, kW - kRight + 34, ly, ly, color, se.dashed ? " stroke-dasharray=\"6 4\"" : "",
-        kW - kRight + 40, ly + 4, esc(se.name));
   }
-  return s + "</svg>\n";
+  return s + key.svg + "</svg>\n";
 }
 
 std::string svg_bar_chart(const Chart& c) {
@@ -157,25 +210,25 @@ std::string svg_bar_chart(const Chart& c) {
   }
   if (top <= 0) top = 1;
   top *= 1.05;
-  const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
+  const double pw = kW - kLeft - kRight, ph = kPlotH - kTop - kBottom;
   auto Y = [&](double y) { return kTop + (1 - y / top) * ph; };
-  std::string s = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
-      "font-family=\"sans-serif\" font-size=\"12\" id=\"chart-{}\">\n<rect width=\"100%\" height=\"100%\" "
-      "fill=\"white\"/>\n<text x=\"{}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
-      kW, kH, kW, kH, c.id, kLeft, esc(c.title));
+  std::vector<LegendEntry> entries;
+  for (size_t k = 0; k < c.stacks.size(); ++k) entries.push_back({c.stacks[k], run_color(k), false, true});
+  const Legend key = legend(entries, kPlotH + 8);
+  std::string s = svg_head(c, kPlotH + key.height + 8);
   for (double t : ticks(0, top))
     s += fmt::format(
         "<line x1=\"{}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ddd\"/><text x=\"{}\" "
         "y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n",
         kLeft, kLeft + pw, Y(t), Y(t), kLeft - 6, Y(t) + 4, number(t));
   const double slot = pw / double(c.groups.size()), width = slot * 0.7;
+  const size_t label_chars = std::max<size_t>(4, size_t(slot / kCharW));
   for (size_t g = 0; g < c.groups.size(); ++g) {
     const double gx = kLeft + slot * double(g) + (slot - width) / 2;
     double base = 0;
     for (size_t k = 0; k < c.stacks.size(); ++k) {
       const double v = c.bars[g][k];
-      const char* color = kPalette[k % std::size(kPalette)];
+      const char* color = run_color(k);
       if (c.stacked) {
         s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"/>\n", gx,
                          Y(base + v), width, Y(base) - Y(base + v), color);
@@ -186,23 +239,22 @@ std::string svg_bar_chart(const Chart& c) {
                          gx + w * double(k), Y(v), w * 0.95, Y(0) - Y(v), color);
       }
     }
-    s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", gx + width / 2, kTop + ph + 16,
-                     esc(c.groups[g]));
+    // the group's label under its bars, wrapped to its slot (two lines at most: the full name is in the table)
+    const std::string& label = c.groups[g];
+    for (size_t line = 0, at = 0; at < label.size() && line < 2; ++line, at += label_chars) {
+      std::string part = label.substr(at, label_chars);
+      if (line == 1 && at + label_chars < label.size()) part = part.substr(0, part.size() - 1) + "~";
+      s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", gx + width / 2,
+                       kTop + ph + 16 + 13 * double(line), esc(part));
+    }
   }
   s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#444\"/>\n", kLeft, kTop,
                    pw, ph);
   s += fmt::format("<text transform=\"translate(16 {:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
                    kTop + ph / 2, esc(c.y_label));
-  s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", kLeft + pw / 2, kH - 10,
+  s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", kLeft + pw / 2, kTop + ph + 44,
                    esc(c.x_label));
-  for (size_t k = 0; k < c.stacks.size(); ++k) {
-    const double ly = kTop + 14 + 18 * double(k);
-    s += fmt::format(
-        "<rect x=\"{}\" y=\"{:.1f}\" width=\"14\" height=\"10\" fill=\"{}\"/><text x=\"{}\" "
-        "y=\"{:.1f}\">{}</text>\n",
-        kW - kRight + 10, ly - 8, kPalette[k % std::size(kPalette)], kW - kRight + 30, ly + 1, esc(c.stacks[k]));
-  }
-  return s + "</svg>\n";
+  return s + key.svg + "</svg>\n";
 }
 
 std::string svg(const Chart& c) { return c.is_bars() ? svg_bar_chart(c) : svg_line_chart(c); }
@@ -218,7 +270,9 @@ Json chart_json(const Chart& c) {
   for (const auto& s : c.series) {
     Json pts = Json::array();
     for (auto [x, y] : s.points) pts.push_back({x, y});
-    series.push_back({{"name", s.name}, {"points", pts}});
+    // "a train", "a valid": the run and, where the chart has two kinds of line, which
+    const std::string kind = c.dashed.empty() ? "" : " " + (s.dashed ? c.dashed : c.solid);
+    series.push_back({{"name", s.name + kind}, {"run", s.name}, {"color", run_color(s.color)}, {"points", pts}});
   }
   j["series"] = series;
   return j;
@@ -228,11 +282,13 @@ void render_png(const std::string& svg_text, const std::string& path) {
   GError* err = nullptr;
   RsvgHandle* h = rsvg_handle_new_from_data(reinterpret_cast<const guint8*>(svg_text.data()), svg_text.size(), &err);
   if (!h) throw Error(fmt::format("report: librsvg could not read a chart: {}", err ? err->message : "?"));
-  cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, kW, kH);
+  gdouble width = kW, height = kPlotH;  // the chart's own size (its legend's height varies)
+  if (!rsvg_handle_get_intrinsic_size_in_pixels(h, &width, &height)) width = kW, height = kPlotH;
+  cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, int(width), int(height));
   cairo_t* cr = cairo_create(surface);
   cairo_set_source_rgb(cr, 1, 1, 1);
   cairo_paint(cr);
-  const RsvgRectangle viewport{0, 0, double(kW), double(kH)};
+  const RsvgRectangle viewport{0, 0, width, height};
   const bool ok = rsvg_handle_render_document(h, cr, &viewport, &err);
   const cairo_status_t written = ok ? cairo_surface_write_to_png(surface, path.c_str()) : CAIRO_STATUS_WRITE_ERROR;
   cairo_destroy(cr);
@@ -378,36 +434,36 @@ double number_at(const Json& r, const char* key) {
 std::vector<Chart> make_charts(const std::vector<Run>& runs, const std::vector<Sweep>& sweeps) {
   std::vector<Chart> out;
   if (!runs.empty()) {
-    Chart loss{"loss", "Loss", "step", "nats per token", {}, {}, {}, {}, false};
-    Chart speed{"tokens_per_s", "Throughput", "step", "tokens/s", {}, {}, {}, {}, false};
-    Chart mfu{"mfu", "Model FLOPs utilisation", "step", "MFU (fraction of peak)", {}, {}, {}, {}, false};
-    Chart bubble{"bubble", "Pipeline bubble: measured vs simulated", "step", "fraction of the schedule", {}, {}, {}, {},
-                 false};
-    Chart memory{"memory", "Peak memory by category (rank 0)", "run", "bytes", {}, {}, {}, {}, true};
+    auto line_chart = [](const char* id, const char* title, const char* y) {
+      Chart c;
+      c.id = id, c.title = title, c.x_label = "step", c.y_label = y;
+      return c;
+    };
+    Chart loss = line_chart("loss", "Loss", "nats per token");
+    Chart speed = line_chart("tokens_per_s", "Throughput", "tokens/s");
+    Chart mfu = line_chart("mfu", "Model FLOPs utilisation", "MFU (fraction of peak)");
+    Chart bubble = line_chart("bubble", "Pipeline bubble: measured vs simulated (runs with a pipeline)",
+                              "fraction of the schedule");
+    Chart load = line_chart("expert_load", "MoE expert load: the most-loaded expert over the mean (worst layer)",
+                            "max / mean tokens per expert");
+    Chart memory;
+    memory.id = "memory", memory.title = "Peak memory by category (rank 0)", memory.x_label = "run";
+    memory.y_label = "MiB", memory.stacked = true;
     memory.stacks = {"params", "grads", "optimizer", "activations", "comm", "other"};
-    Chart load{"expert_load",
-               "MoE expert load: the most-loaded expert against the mean (worst layer)",
-               "step",
-               "max / mean tokens per expert",
-               {},
-               {},
-               {},
-               {},
-               false};
-    bool piped = false, moe = false;
-    for (const Run& r : runs) {
-      Series lm{r.name, {}, false};
+    bubble.solid = "measured", bubble.dashed = "simulated";
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const Run& r = runs[i];
+      Series lm{r.name, {}, false, i};
       for (const Json& x : r.train)
         if (x.contains("expert_load") && x["expert_load"].is_array() && !x["expert_load"].empty()) {
           double worst = 0;
           for (const auto& layer : x["expert_load"]) worst = std::max(worst, number_at(layer, "imbalance"));
           lm.points.push_back({x["step"].get<double>(), worst});
         }
-      moe |= !lm.points.empty();
-      load.series.push_back(lm);
-      Series l{r.name + " train", {}, false}, v{r.name + " valid", {}, true}, t{r.name, {}, false},
-          m{r.name, {}, false};
-      Series bm{r.name + " measured", {}, false}, bp{r.name + " simulated", {}, true};
+      if (!lm.points.empty()) load.series.push_back(lm);  // MoE runs only
+      Series l{r.name, {}, false, i}, v{r.name, {}, true, i}, t{r.name, {}, false, i}, m{r.name, {}, false, i};
+      Series bm{r.name, {}, false, i}, bp{r.name, {}, true, i};
+      bool piped = false;
       for (const Json& x : r.train) {
         const double step = x["step"].get<double>();
         l.points.push_back({step, number_at(x, "loss")});
@@ -423,33 +479,27 @@ std::vector<Chart> make_charts(const std::vector<Run>& runs, const std::vector<S
       }
       for (const Json& x : r.eval) v.points.push_back({number_at(x, "step"), number_at(x, "val_loss")});
       loss.series.push_back(l);
-      if (!v.points.empty()) loss.series.push_back(v);
+      if (!v.points.empty()) loss.series.push_back(v), loss.solid = "train", loss.dashed = "valid";
       speed.series.push_back(t), mfu.series.push_back(m);
-      bubble.series.push_back(bm), bubble.series.push_back(bp);
+      if (piped) bubble.series.push_back(bm), bubble.series.push_back(bp);  // runs with a pipeline only
       memory.groups.push_back(r.name);
       std::vector<double> cats;
       const Json& last = r.train.back();
       for (const auto& c : memory.stacks)
         cats.push_back(last.contains("peak_bytes") && std::isfinite(number_at(last["peak_bytes"], c.c_str()))
-                           ? number_at(last["peak_bytes"], c.c_str())
+                           ? number_at(last["peak_bytes"], c.c_str()) / (1 << 20)
                            : 0);
       memory.bars.push_back(cats);
     }
     out.push_back(loss), out.push_back(speed), out.push_back(mfu);
-    if (piped) out.push_back(bubble);
-    if (moe) out.push_back(load);
+    if (!bubble.series.empty()) out.push_back(bubble);
+    if (!load.series.empty()) out.push_back(load);
     out.push_back(memory);
   }
   for (const Sweep& s : sweeps) {
-    Chart c{"sweep_" + s.name,
-            "Sweep " + s.name + ": planner vs measured",
-            "mesh (D x T x P [x C])",
-            "tokens/s",
-            {},
-            {},
-            {"measured", "predicted"},
-            {},
-            false};
+    Chart c;
+    c.id = "sweep_" + s.name, c.title = "Sweep " + s.name + ": planner vs measured";
+    c.x_label = "mesh (D x T x P [x C])", c.y_label = "tokens/s", c.stacks = {"measured", "predicted"};
     for (const auto& [label, measured, predicted] : s.meshes) {
       c.groups.push_back(label);
       c.bars.push_back({measured, predicted});
@@ -464,13 +514,16 @@ std::string html_page(const std::vector<Run>& runs, const std::vector<Sweep>& sw
                       const std::vector<Chart>& charts) {
   std::string h =
       "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Trident report</title>\n<style>body{font-family:"
-      "sans-serif;margin:24px;max-width:820px}table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px "
+      "sans-serif;margin:24px;max-width:1100px}table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px "
       "solid #ccc;padding:3px 8px;text-align:right}th{background:#f4f4f4}td:first-child{text-align:left}"
       "figure{margin:0 0 24px}</style></head><body>\n<h1>Trident report</h1>\n";
   if (!runs.empty()) {
-    h += "<h2>Runs</h2>\n<table><tr><th>run</th><th>steps</th><th>last loss</th><th>best val loss</th><th>median "
-         "tokens/s</th><th>median MFU</th><th>peak bytes</th><th>checkpoints</th></tr>\n";
-    for (const Run& r : runs) {
+    // one row per run: what it was (from its start record) and how it ended, in the run's chart colour
+    h += "<h2>Runs</h2>\n<table><tr><th>run</th><th>recipe</th><th>model</th><th>mesh (D x T x P x C, expert)</th>"
+         "<th>schedule</th><th>ZeRO</th><th>precision</th><th>steps</th><th>last loss</th><th>best val loss</th>"
+         "<th>median tokens/s</th><th>median MFU</th><th>peak MiB</th><th>checkpoints</th></tr>\n";
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const Run& r = runs[i];
       std::vector<double> tps, mfu;
       for (const Json& x : r.train) tps.push_back(number_at(x, "tokens_per_s")), mfu.push_back(number_at(x, "mfu"));
       auto median = [](std::vector<double> v) {
@@ -482,12 +535,35 @@ std::string html_page(const std::vector<Run>& runs, const std::vector<Sweep>& sw
       double best = INFINITY;
       for (const Json& x : r.eval) best = std::min(best, number_at(x, "val_loss"));
       const Json& last = r.train.back();
+      const Json& st = r.start;
+      auto text = [&](const char* key) -> std::string {  // a start field, "-" in a file written before it existed
+        if (!st.is_object() || !st.contains(key)) return "-";
+        return st[key].is_string() ? st[key].get<std::string>() : st[key].dump();
+      };
+      std::string mesh = "-";
+      if (st.is_object() && st.contains("mesh") && st["mesh"].is_object()) {
+        const Json& m = st["mesh"];
+        mesh = fmt::format("{} x {} x {} x {}", m.value("data", 0), m.value("tensor", 0), m.value("pipeline", 0),
+                           m.value("context", 0));
+        if (m.value("expert", 1) > 1) mesh += fmt::format(", expert {}", m.value("expert", 1));
+      }
+      std::string schedule = text("schedule");
+      if (schedule != "-" && schedule != "none" && st.value("virtual_stages", 1) > 1)
+        schedule += fmt::format(" (v {})", st.value("virtual_stages", 1));
+      const double steps =
+          st.is_object() && st.contains("steps") && st["steps"].is_number() ? st["steps"].get<double>() : NAN;
       h += fmt::format(
-          "<tr><td>{}</td><td>{}</td><td>{:.4f}</td><td>{}</td><td>{:.0f}</td><td>{:.1f}%</td><td>{}</td>"
+          "<tr><td><span style=\"color:{}\">&#9632;</span> {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+          "<td>{}</td><td>{}</td><td>{}{}</td><td>{:.4f}</td><td>{}</td><td>{:.0f}</td><td>{:.1f}%</td><td>{}</td>"
           "<td>{}</td></tr>\n",
-          esc(r.name), last["step"].get<int64_t>(), number_at(last, "loss"),
-          std::isfinite(best) ? fmt::format("{:.4f}", best) : "-", median(tps), 100 * median(mfu),
-          last.contains("peak_bytes") ? number(number_at(last["peak_bytes"], "total")) : "-",
+          run_color(i), esc(r.name), esc(text("recipe")), esc(text("model")), esc(mesh), esc(schedule),
+          esc(text("zero")), esc(text("precision")), last["step"].get<int64_t>(),
+          std::isfinite(steps) && steps != last["step"].get<double>() ? fmt::format(" of {:.0f}", steps) : "",
+          number_at(last, "loss"), std::isfinite(best) ? fmt::format("{:.4f}", best) : "-", median(tps),
+          100 * median(mfu),
+          last.contains("peak_bytes") && std::isfinite(number_at(last["peak_bytes"], "total"))
+              ? fmt::format("{:.1f}", number_at(last["peak_bytes"], "total") / (1 << 20))
+              : "-",
           r.checkpoints.empty() ? std::string("-") : fmt::format("{}", r.checkpoints.size()));
     }
     h += "</table>\n";

@@ -99,7 +99,12 @@ TEST(Report, ChartsHoldTheRunsSeries) {
      "measured": {"tokens_per_s": 9000}, "predicted": {"tokens_per_s": 9500}},
     {"data": 1, "tensor": 3, "pipeline": 1, "context": 1, "valid": false, "reason": "heads",
      "measured": {"tokens_per_s": 0}, "predicted": {"tokens_per_s": 0}}])";
-  const auto r = trident(fmt::format("report {} {} {} --out {}", s / "a", s / "b.jsonl", s / "sw", s / "out"));
+  // a run with a name longer than a legend line: shown whole
+  const std::string long_name =
+      "lr-1e-3-data-1-tensor-1-pipeline-1-zero-0-fp32-demo-recipe-with-a-long-name-" + std::string(40, 'x');
+  fs::copy_file(s / "b.jsonl", s / (long_name + ".jsonl"));
+  const auto r = trident(fmt::format("report {} {} {} {} --out {}", s / "a", s / "b.jsonl", s / "sw",
+                                     s / (long_name + ".jsonl"), s / "out"));
   ASSERT_EQ(r.code, 0) << r.out;
   std::ifstream page(s / "out/index.html");
   const std::string html((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
@@ -126,10 +131,36 @@ TEST(Report, ChartsHoldTheRunsSeries) {
   EXPECT_EQ(valid[1][1].get<double>(), evals[1]["val_loss"].get<double>());
   // memory: the last record's peak bytes, by category, stacked per run
   const Json& mem = chart(data, "memory");
-  EXPECT_EQ(mem["groups"], Json({"a", "b"}));
+  EXPECT_EQ(mem["groups"], Json({"a", "b", long_name}));
+  EXPECT_EQ(mem["y"], "MiB");
   ASSERT_EQ(mem["stacks"][3], "activations");
-  EXPECT_EQ(mem["values"][0][3].get<double>(), a.back()["peak_bytes"]["activations"].get<double>());
-  EXPECT_EQ(mem["values"][1][2].get<double>(), b.back()["peak_bytes"]["optimizer"].get<double>());
+  EXPECT_EQ(mem["values"][0][3].get<double>(), a.back()["peak_bytes"]["activations"].get<double>() / (1 << 20));
+  EXPECT_EQ(mem["values"][1][2].get<double>(), b.back()["peak_bytes"]["optimizer"].get<double>() / (1 << 20));
+  // one colour per run in every chart; no pipeline chart for runs without a pipeline
+  for (const char* id : {"loss", "tokens_per_s", "mfu"}) {
+    EXPECT_EQ(series(chart(data, id), id == std::string("loss") ? "a train" : "a")["color"],
+              series(loss, "a valid")["color"])
+        << id;
+    EXPECT_NE(series(chart(data, id), id == std::string("loss") ? "b train" : "b")["color"],
+              series(loss, "a train")["color"])
+        << id;
+  }
+  for (const Json& c : data["charts"]) EXPECT_NE(c["id"], "bubble") << "no run has a pipeline";
+  // the legend holds every name whole (wrapped over lines, never cut), and says what the line styles mean
+  const auto svg_at = html.find("id=\"chart-loss\"");
+  const std::string svg = html.substr(svg_at, html.find("</svg>", svg_at) - svg_at);
+  std::string text;  // the legend's text, lines joined
+  for (size_t at = svg.find("<text"); at != std::string::npos; at = svg.find("<text", at + 1)) {
+    const size_t open = svg.find('>', at) + 1;
+    text += svg.substr(open, svg.find("</text>", open) - open);
+  }
+  EXPECT_NE(text.find(long_name), std::string::npos) << svg;
+  EXPECT_NE(text.find("train"), std::string::npos) << svg;
+  EXPECT_NE(text.find("valid"), std::string::npos) << svg;
+  // the runs' table: recipe, model, mesh, schedule, ZeRO, precision, steps
+  EXPECT_NE(html.find("<td>gpt2 4 x 128</td><td>1 x 1 x 1 x 1</td><td>none</td><td>0</td><td>fp32</td><td>8</td>"),
+            std::string::npos)
+      << html.substr(html.find("<h2>Runs"), 1500);
   // the sweep: valid meshes only, measured and predicted
   const Json& sw = chart(data, "sweep_sw");
   EXPECT_EQ(sw["groups"], Json({"2x1x1", "1x1x1x2"}));
@@ -141,7 +172,9 @@ TEST(Report, ChartsHoldTheRunsSeries) {
   for (const Json& c : data["charts"]) {
     const std::string png = s / ("out/" + c["id"].get<std::string>() + ".png");
     ASSERT_TRUE(fs::exists(png)) << png;
-    EXPECT_EQ(png_size(png), (std::pair<int, int>{760, 360})) << png;
+    const auto [w, h] = png_size(png);
+    EXPECT_EQ(w, 760) << png;
+    EXPECT_GE(h, 340 + 17) << png << ": the plot and at least one legend line";
   }
   // a second report replaces the first whole
   ASSERT_EQ(trident(fmt::format("report {} --out {}", s / "b.jsonl", s / "out")).code, 0);

@@ -327,158 +327,182 @@ void RunReport::expert_traffic(const parallel::ExpertTraffic& t, int pairs, long
   expert_ = t, pairs_ = pairs, switches_ = switches;
 }
 
-void RunReport::end_step(const StepFacts& f) {
-  const int64_t step = f.step;
-  // GPU time of the step's kernels (TRIDENT_KERNEL_TIMES=1 on CUDA): the step
-  // should take little more than their sum
-  const auto kernel_times = kernels::take_kernel_times();
-  double kernel_s = 0;
-  for (const auto& [name, s] : kernel_times) kernel_s += s;
-  if (!kernel_times.empty() && !quiet_ && step + 1 == rc_.train.steps) {
-    auto sorted = kernel_times;
-    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-    std::string top;
-    for (size_t i = 0; i < std::min<size_t>(sorted.size(), 8); ++i)
-      top += fmt::format("{}{} {:.1f} ms", i ? ", " : "", sorted[i].first, 1e3 * sorted[i].second);
-    log::info("kernels of the last step: {:.1f} ms in all | {}", 1e3 * kernel_s, top);
-  }
-  const double tokens_per_step = double(rc_.train.global_batch * rc_.model.seq_len);
-  const double dt = seconds();
-  if (step > 0 || rc_.train.steps == 1) timed_seconds_ += dt, timed_steps_ += 1;
-  const double tps = tokens_per_step / dt;
-  // the reference is a peak: a step faster than it shows the reference was
-  // measured low (a busy machine); it is raised (and cached) rather than
-  // reporting an MFU above 100%
-  const double achieved = facts_.flops_per_token * tps / mesh_.world_size();  // per rank
-  if (achieved > facts_.peak_flops && step > 0) {
-    if (!quiet_ && facts_.peak_source.rfind("achieved", 0) != 0)
-      log::info(
-          "MFU reference {:.1f} GFLOP/s ({}) is below what step {} achieved ({:.1f} GFLOP/s per rank): "
-          "raised to the best step's throughput from here on",
-          facts_.peak_flops / 1e9, facts_.peak_source, step + 1, achieved / 1e9);
-    facts_.peak_flops = achieved, facts_.peak_source = "achieved by the best step";
-    if (!facts_.peak_cache_key.empty()) cache_gemm_peak(facts_.peak_cache_key, achieved);
-  }
-  const double mfu = std::min(1.0, achieved / facts_.peak_flops);
+// The step's measures: its time and throughput, the MFU (the reference
+// raised where a step beats it), the CUDA kernels' times, and two gathers
+// every rank joins: the bubble per pipeline stage and each rank's busy time.
+StepMeasures RunReport::measure(const StepFacts& f) {
+  StepMeasures m;
+  m.kernel_times = kernels::take_kernel_times();
+  for (const auto& [name, s] : m.kernel_times) m.kernel_s += s;
+  m.seconds = seconds();
+  if (f.step > 0 || rc_.train.steps == 1) timed_seconds_ += m.seconds, timed_steps_ += 1;
+  m.tokens_per_s = double(rc_.train.global_batch * rc_.model.seq_len) / m.seconds;
+  const double achieved = facts_.flops_per_token * m.tokens_per_s / mesh_.world_size();  // per rank
+  raise_mfu_peak(f.step, achieved);
+  m.mfu = std::min(1.0, achieved / facts_.peak_flops);
   // measured bubble per stage: time blocked on pipeline transfers / schedule time
-  const std::vector<double> bubble = parallel::gather_scalar(mesh_.pipeline(), sched_s_ > 0 ? idle_s_ / sched_s_ : 0);
-  Json bubble_json = Json::array();  // as the metrics record and the trace write it
-  for (double x : bubble) bubble_json.push_back(rounded(x, 4));
-  if (traced_) {
-    trace_->bubbles[std::to_string(step + 1)] = bubble_json, trace_->predicted = facts_.predicted_bubble;
-    if (step + 1 == *std::max_element(rc_.log.trace_steps.begin(), rc_.log.trace_steps.end()))
-      trace_->write(rc_.log.trace, mesh_.world());
-  }
+  m.bubble = parallel::gather_scalar(mesh_.pipeline(), sched_s_ > 0 ? idle_s_ / sched_s_ : 0);
   // stragglers: each rank's busy time, the step less what it waited for the
   // others (data-parallel reductions, pipeline transfers, tensor-parallel
   // collectives); the slowest against the median rank
-  const std::vector<double> busy =
-      parallel::gather_scalar(mesh_.world(), std::max(0.0, dt - f.comm_wait_s - idle_s_ - tensor_comm_s_));
-  const size_t slowest = size_t(std::max_element(busy.begin(), busy.end()) - busy.begin());
-  std::vector<double> sorted = busy;
+  m.busy = parallel::gather_scalar(mesh_.world(), std::max(0.0, m.seconds - f.comm_wait_s - idle_s_ - tensor_comm_s_));
+  m.slowest = size_t(std::max_element(m.busy.begin(), m.busy.end()) - m.busy.begin());
+  std::vector<double> sorted = m.busy;
   std::sort(sorted.begin(), sorted.end());
-  const double median = sorted[(sorted.size() - 1) / 2];
-  const double excess = median > 0 ? busy[slowest] / median - 1 : 0;
+  m.median_busy = sorted[(sorted.size() - 1) / 2];
+  m.straggler_excess = m.median_busy > 0 ? m.busy[m.slowest] / m.median_busy - 1 : 0;
+  return m;
+}
+
+// The reference is a peak: a step faster than it shows the reference was
+// measured low (a busy machine); it is raised (and cached) rather than
+// reporting an MFU above 100%.
+void RunReport::raise_mfu_peak(int64_t step, double achieved) {
+  if (achieved <= facts_.peak_flops || step == 0) return;
+  if (!quiet_ && facts_.peak_source.rfind("achieved", 0) != 0)
+    log::info(
+        "MFU reference {:.1f} GFLOP/s ({}) is below what step {} achieved ({:.1f} GFLOP/s per rank): "
+        "raised to the best step's throughput from here on",
+        facts_.peak_flops / 1e9, facts_.peak_source, step + 1, achieved / 1e9);
+  facts_.peak_flops = achieved, facts_.peak_source = "achieved by the best step";
+  if (!facts_.peak_cache_key.empty()) cache_gemm_peak(facts_.peak_cache_key, achieved);
+}
+
+namespace {
+Json bubble_json(const std::vector<double>& bubble) {  // as the metrics record and the trace write it
+  Json out = Json::array();
+  for (double x : bubble) out.push_back(rounded(x, 4));
+  return out;
+}
+}  // namespace
+
+void RunReport::trace_step(int64_t step, const StepMeasures& m) {
+  if (!traced_) return;
+  trace_->bubbles[std::to_string(step + 1)] = bubble_json(m.bubble), trace_->predicted = facts_.predicted_bubble;
+  if (step + 1 == *std::max_element(rc_.log.trace_steps.begin(), rc_.log.trace_steps.end()))
+    trace_->write(rc_.log.trace, mesh_.world());
+}
+
+void RunReport::keep(const StepFacts& f, const StepMeasures& m) {
   out_.losses.push_back(f.loss);
   out_.grad_norms.push_back(f.grad_norm);
   out_.loss_scales.push_back(f.loss_scale);
   out_.skipped.push_back(f.skipped);
-  out_.step_seconds.push_back(dt);
-  out_.bubbles.push_back(bubble);
+  out_.step_seconds.push_back(m.seconds);
+  out_.bubbles.push_back(m.bubble);
   if (f.moe) out_.expert_tokens.push_back(f.moe->counts);
   out_.comm_wait_s += f.comm_wait_s;
-  if (!quiet_ && f.skipped)
-    log::info("step {}: inf/NaN gradients at loss scale {:g}; step skipped, scale now {:g}", step + 1, f.loss_scale,
-              f.next_loss_scale);
-  const bool fp16 = rc_.train.precision == Precision::fp16;
-  if (metrics_ || tensorboard_) {
-    Json r = {{"type", "train"},
-              {"step", step + 1},
-              {"loss", finite_or_null(f.loss)},
-              {"lr", f.lr},
-              {"grad_norm", finite_or_null(f.grad_norm)}};
-    if (fp16) r["loss_scale"] = f.loss_scale, r["skipped"] = f.skipped;
-    if (f.nonfinite) r["nonfinite_skipped"] = true;
-    r["tokens_per_s"] = rounded(tps, 1), r["mfu"] = rounded(mfu, 4), r["step_s"] = rounded(dt, 4);
-    r["comm_wait_s"] = rounded(f.comm_wait_s, 4), r["tensor_comm_s"] = rounded(tensor_comm_s_, 4);
-    r["checkpoint_s"] = rounded(f.checkpoint_s, 4);
-    r["busy_s_median"] = rounded(median, 4), r["busy_s_max"] = rounded(busy[slowest], 4);
-    r["slowest_rank"] = int64_t(slowest), r["straggler_excess"] = rounded(excess, 4);
-    if (!kernel_times.empty()) r["kernel_s"] = rounded(kernel_s, 5);
-    r["bubble"] = bubble_json, r["bubble_predicted"] = rounded(facts_.predicted_bubble, 4);
-    if (expert_) {  // this rank's exchanges: issue to wait (other work ran), and waited
-      r["expert_overlapped_s"] = rounded(expert_->overlapped_s, 4),
-      r["expert_waited_s"] = rounded(expert_->waited_s, 4);
-      if (pairs_ > 0) r["paired_passes"] = pairs_, r["pass_switches"] = int64_t(switches_);
-    }
-    r["peak_bytes"] = peak_bytes_json(memory());
-    if (!f.mtp_loss.empty()) {
-      Json m = Json::array();
-      for (double x : f.mtp_loss) m.push_back(rounded(x, 6));
-      r["mtp_loss"] = m;
-    }
-    if (f.moe) {
-      r["aux_loss"] = rounded(f.moe->aux_loss, 8), r["z_loss"] = rounded(f.moe->z_loss, 8);
-      Json load = Json::array();
-      for (size_t i = 0; i < f.moe->layers.size(); ++i) {
-        Json layer = {{"layer", f.moe->layers[i]},
-                      {"tokens", f.moe->tokens[i]},
-                      {"min", f.moe->min[i]},
-                      {"max", f.moe->max[i]},
-                      {"imbalance", rounded(f.moe->imbalance[i], 4)}};
-        if (f.moe->expert_ranks > 1) {  // the tokens each expert rank's experts take
-          const auto first = f.moe->rank_tokens.begin() + int64_t(i) * f.moe->expert_ranks;
-          layer["rank_tokens"] = std::vector<double>(first, first + f.moe->expert_ranks);
-        }
-        if (std::isfinite(f.moe->bias_min[i]))
-          layer["bias_min"] = rounded(f.moe->bias_min[i], 6), layer["bias_max"] = rounded(f.moe->bias_max[i], 6);
-        load.push_back(layer);
-      }
-      r["expert_load"] = load;
-    }
-    if (f.samples_per_dataset.size() > 1) {  // a blend: tokens consumed per dataset so far
-      Json t = Json::object();
-      for (size_t i = 0; i < f.samples_per_dataset.size(); ++i)
-        t[rc_.data.train[i].path] = f.samples_per_dataset[i] * rc_.model.seq_len;
-      r["tokens_per_dataset"] = t;
-    }
-    emit(r);
+}
+
+// The metrics file's `train` record (docs/metrics.md).
+Json RunReport::train_record(const StepFacts& f, const StepMeasures& m) const {
+  Json r = {{"type", "train"},
+            {"step", f.step + 1},
+            {"loss", finite_or_null(f.loss)},
+            {"lr", f.lr},
+            {"grad_norm", finite_or_null(f.grad_norm)}};
+  if (rc_.train.precision == Precision::fp16) r["loss_scale"] = f.loss_scale, r["skipped"] = f.skipped;
+  if (f.nonfinite) r["nonfinite_skipped"] = true;
+  r["tokens_per_s"] = rounded(m.tokens_per_s, 1), r["mfu"] = rounded(m.mfu, 4), r["step_s"] = rounded(m.seconds, 4);
+  r["comm_wait_s"] = rounded(f.comm_wait_s, 4), r["tensor_comm_s"] = rounded(tensor_comm_s_, 4);
+  r["checkpoint_s"] = rounded(f.checkpoint_s, 4);
+  r["busy_s_median"] = rounded(m.median_busy, 4), r["busy_s_max"] = rounded(m.busy[m.slowest], 4);
+  r["slowest_rank"] = int64_t(m.slowest), r["straggler_excess"] = rounded(m.straggler_excess, 4);
+  if (!m.kernel_times.empty()) r["kernel_s"] = rounded(m.kernel_s, 5);
+  r["bubble"] = bubble_json(m.bubble), r["bubble_predicted"] = rounded(facts_.predicted_bubble, 4);
+  if (expert_) {  // this rank's exchanges: issue to wait (other work ran), and waited
+    r["expert_overlapped_s"] = rounded(expert_->overlapped_s, 4), r["expert_waited_s"] = rounded(expert_->waited_s, 4);
+    if (pairs_ > 0) r["paired_passes"] = pairs_, r["pass_switches"] = int64_t(switches_);
   }
-  const bool last = step + 1 == rc_.train.steps;
-  if ((step + 1) % rc_.log.every == 0 || step == 0 || last) {  // the same steps on every rank
-    // memory headroom: the fullest rank's peak against what one rank has (its
-    // GPU, or its share of the node's RAM)
-    const double peak = parallel::max_over(mesh_.world(), double(memory().total_peak));
-    if (!quiet_) {
-      const double elapsed = std::chrono::duration<double>(Clock::now() - run_start_).count();
-      const double eta = elapsed / double(step + 1) * double(rc_.train.steps - step - 1);
-      const double capacity = mesh_.device().type == DeviceType::cuda
-                                  ? double(device_total_bytes())
-                                  : double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE)) /
-                                        double(std::max(1, mesh_.node_size()));
-      std::string extra;
-      if (capacity > 0)
-        extra += fmt::format(" | mem {} of {} ({:.0f}% free)", human_bytes(peak), human_bytes(capacity),
-                             100 * std::max(0.0, 1 - peak / capacity));
-      if (!f.mtp_loss.empty()) extra += fmt::format(" | mtp {:.4f}", fmt::join(f.mtp_loss, " "));
-      if (f.moe && !f.moe->imbalance.empty())
-        extra += fmt::format(" | aux {:.4f}{} | expert load max/mean {:.2f}", f.moe->aux_loss,
-                             rc_.model.moe.z_loss > 0 ? fmt::format(" | z {:.4f}", f.moe->z_loss) : "",
-                             *std::max_element(f.moe->imbalance.begin(), f.moe->imbalance.end()));
-      if (f.moe && f.moe->expert_ranks > 1) {  // every MoE layer's tokens per expert rank, over their mean
-        std::vector<double> per(size_t(f.moe->expert_ranks), 0.0);
-        for (size_t i = 0; i < f.moe->rank_tokens.size(); ++i) per[i % per.size()] += f.moe->rank_tokens[i];
-        const double mean = std::accumulate(per.begin(), per.end(), 0.0) / double(per.size());
-        std::string each;
-        for (double x : per) each += fmt::format("{}{:.2f}", each.empty() ? "" : " ", mean > 0 ? x / mean : 0);
-        extra += fmt::format(" | expert rank load {} x mean", each);
+  r["peak_bytes"] = peak_bytes_json(memory());
+  if (!f.mtp_loss.empty()) {
+    Json mtp = Json::array();
+    for (double x : f.mtp_loss) mtp.push_back(rounded(x, 6));
+    r["mtp_loss"] = mtp;
+  }
+  if (f.moe) {
+    r["aux_loss"] = rounded(f.moe->aux_loss, 8), r["z_loss"] = rounded(f.moe->z_loss, 8);
+    Json load = Json::array();
+    for (size_t i = 0; i < f.moe->layers.size(); ++i) {
+      Json layer = {{"layer", f.moe->layers[i]},
+                    {"tokens", f.moe->tokens[i]},
+                    {"min", f.moe->min[i]},
+                    {"max", f.moe->max[i]},
+                    {"imbalance", rounded(f.moe->imbalance[i], 4)}};
+      if (f.moe->expert_ranks > 1) {  // the tokens each expert rank's experts take
+        const auto first = f.moe->rank_tokens.begin() + int64_t(i) * f.moe->expert_ranks;
+        layer["rank_tokens"] = std::vector<double>(first, first + f.moe->expert_ranks);
       }
-      if (busy.size() > 1 && excess > rc_.log.straggler)
-        extra += fmt::format(" | slowest rank {} +{:.0f}% ({:.0f} ms busy, median {:.0f} ms)", slowest, 100 * excess,
-                             1e3 * busy[slowest], 1e3 * median);
-      log::info("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | mfu {:.1f}% | eta {}{}",
-                step + 1, rc_.train.steps, f.loss, f.lr, f.grad_norm, tps, 100 * mfu, log::format_duration(eta), extra);
+      if (std::isfinite(f.moe->bias_min[i]))
+        layer["bias_min"] = rounded(f.moe->bias_min[i], 6), layer["bias_max"] = rounded(f.moe->bias_max[i], 6);
+      load.push_back(layer);
     }
+    r["expert_load"] = load;
+  }
+  if (f.samples_per_dataset.size() > 1) {  // a blend: tokens consumed per dataset so far
+    Json t = Json::object();
+    for (size_t i = 0; i < f.samples_per_dataset.size(); ++i)
+      t[rc_.data.train[i].path] = f.samples_per_dataset[i] * rc_.model.seq_len;
+    r["tokens_per_dataset"] = t;
+  }
+  return r;
+}
+
+// The progress line (docs/metrics.md#the-progress-line); `peak`: the
+// fullest rank's peak bytes.
+std::string RunReport::progress_line(const StepFacts& f, const StepMeasures& m, double peak) const {
+  const double elapsed = std::chrono::duration<double>(Clock::now() - run_start_).count();
+  const double eta = elapsed / double(f.step + 1) * double(rc_.train.steps - f.step - 1);
+  // memory headroom: against what one rank has (its GPU, or its share of the node's RAM)
+  const double capacity = mesh_.device().type == DeviceType::cuda
+                              ? double(device_total_bytes())
+                              : double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE)) /
+                                    double(std::max(1, mesh_.node_size()));
+  std::string extra;
+  if (capacity > 0)
+    extra += fmt::format(" | mem {} of {} ({:.0f}% free)", human_bytes(peak), human_bytes(capacity),
+                         100 * std::max(0.0, 1 - peak / capacity));
+  if (!f.mtp_loss.empty()) extra += fmt::format(" | mtp {:.4f}", fmt::join(f.mtp_loss, " "));
+  if (f.moe && !f.moe->imbalance.empty())
+    extra += fmt::format(" | aux {:.4f}{} | expert load max/mean {:.2f}", f.moe->aux_loss,
+                         rc_.model.moe.z_loss > 0 ? fmt::format(" | z {:.4f}", f.moe->z_loss) : "",
+                         *std::max_element(f.moe->imbalance.begin(), f.moe->imbalance.end()));
+  if (f.moe && f.moe->expert_ranks > 1) {  // every MoE layer's tokens per expert rank, over their mean
+    std::vector<double> per(size_t(f.moe->expert_ranks), 0.0);
+    for (size_t i = 0; i < f.moe->rank_tokens.size(); ++i) per[i % per.size()] += f.moe->rank_tokens[i];
+    const double mean = std::accumulate(per.begin(), per.end(), 0.0) / double(per.size());
+    std::string each;
+    for (double x : per) each += fmt::format("{}{:.2f}", each.empty() ? "" : " ", mean > 0 ? x / mean : 0);
+    extra += fmt::format(" | expert rank load {} x mean", each);
+  }
+  if (m.busy.size() > 1 && m.straggler_excess > rc_.log.straggler)
+    extra += fmt::format(" | slowest rank {} +{:.0f}% ({:.0f} ms busy, median {:.0f} ms)", m.slowest,
+                         100 * m.straggler_excess, 1e3 * m.busy[m.slowest], 1e3 * m.median_busy);
+  return fmt::format(
+      "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | mfu {:.1f}% | eta {}{}", f.step + 1,
+      rc_.train.steps, f.loss, f.lr, f.grad_norm, m.tokens_per_s, 100 * m.mfu, log::format_duration(eta), extra);
+}
+
+void RunReport::end_step(const StepFacts& f) {
+  const StepMeasures m = measure(f);
+  const bool last = f.step + 1 == rc_.train.steps;
+  if (!m.kernel_times.empty() && !quiet_ && last) {  // the step should take little more than their sum
+    auto sorted = m.kernel_times;
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::string top;
+    for (size_t i = 0; i < std::min<size_t>(sorted.size(), 8); ++i)
+      top += fmt::format("{}{} {:.1f} ms", i ? ", " : "", sorted[i].first, 1e3 * sorted[i].second);
+    log::info("kernels of the last step: {:.1f} ms in all | {}", 1e3 * m.kernel_s, top);
+  }
+  trace_step(f.step, m);
+  keep(f, m);
+  if (!quiet_ && f.skipped)
+    log::info("step {}: inf/NaN gradients at loss scale {:g}; step skipped, scale now {:g}", f.step + 1, f.loss_scale,
+              f.next_loss_scale);
+  if (metrics_ || tensorboard_) emit(train_record(f, m));
+  if ((f.step + 1) % rc_.log.every == 0 || f.step == 0 || last) {  // the same steps on every rank
+    const double peak = parallel::max_over(mesh_.world(), double(memory().total_peak));
+    if (!quiet_) log::info("{}", progress_line(f, m, peak));
   }
 }
 

@@ -76,6 +76,17 @@ struct StepFacts {
   std::vector<double> mtp_loss;              // model.mtp: each depth's mean loss (unweighted)
 };
 
+// What end_step measured of a step, shared by its record, trace and line.
+struct StepMeasures {
+  double seconds = 0, tokens_per_s = 0, mfu = 0;
+  std::vector<std::pair<std::string, double>> kernel_times;  // CUDA kernels (TRIDENT_KERNEL_TIMES=1)
+  double kernel_s = 0;
+  std::vector<double> bubble;  // per pipeline stage
+  std::vector<double> busy;    // per world rank: the step less its waits for the others
+  size_t slowest = 0;
+  double median_busy = 0, straggler_excess = 0;
+};
+
 class RunReport {
  public:
   enum class Span { grad_sync, optimizer };
@@ -113,6 +124,13 @@ class RunReport {
   FILE* metrics_ = nullptr;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // log.tensorboard, rank 0
   void emit(const nlohmann::ordered_json& record);  // to the metrics file and TensorBoard
+  // end_step's jobs, in order
+  StepMeasures measure(const StepFacts& f);  // every rank: the world gathers
+  void raise_mfu_peak(int64_t step, double achieved);
+  void trace_step(int64_t step, const StepMeasures& m);
+  void keep(const StepFacts& f, const StepMeasures& m);  // into the summary
+  nlohmann::ordered_json train_record(const StepFacts& f, const StepMeasures& m) const;
+  std::string progress_line(const StepFacts& f, const StepMeasures& m, double peak) const;
   std::unique_ptr<Trace> trace_;
   TrainSummary out_;
   std::chrono::steady_clock::time_point run_start_, step_start_;

@@ -372,8 +372,9 @@ TEST(Train, ProgressLineShowsWhatTheDocsSay) {
     if (j["type"] == "train" && j["step"] == 2) step2 = j;
   }
   ASSERT_FALSE(step2.is_null()) << "no step 2 record in " << path;
-  auto near = [&](int group, double want, double half_ulp) {
-    EXPECT_NEAR(std::stod(m[group].str()), want, half_ulp) << m[0].str() << " vs " << step2.dump();
+  // the printed digits' half unit, and a little for the record's own rounding (docs/metrics.md)
+  auto near = [&](int group, double want, double half_unit) {
+    EXPECT_NEAR(std::stod(m[group].str()), want, 1.02 * half_unit) << m[0].str() << " vs " << step2.dump();
   };
   near(1, step2["loss"].get<double>(), 5e-5);
   near(2, step2["lr"].get<double>(), 5e-4 * step2["lr"].get<double>());

@@ -46,18 +46,14 @@ namespace {
 
 const char* kind_name(const data::DatasetRecord& r) { return r.tokenizer ? enum_name(*r.tokenizer) : "none"; }
 
-// Threads: every core for one rank; an even share of the node's cores per
-// rank otherwise; train.threads or OMP_NUM_THREADS override.
-int threads_per_rank(const Recipe& rc, int world) {
+// Threads: every core for one rank; an even share of the cores it may use
+// among the ranks on its machine otherwise (the mesh's node group: MPI's
+// shared-memory split, whatever the launcher); train.threads or
+// OMP_NUM_THREADS override.
+int threads_per_rank(const Recipe& rc, int ranks_on_node) {
   if (rc.train.threads > 0) return int(rc.train.threads);
   if (std::getenv("OMP_NUM_THREADS")) return omp_get_max_threads();  // the launcher's word
-  int local = world;
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
-    if (const char* v = std::getenv(var)) {
-      local = std::max(1, std::atoi(v));
-      break;
-    }
-  return std::max(1, omp_get_num_procs() / local);
+  return std::max(1, omp_get_num_procs() / std::max(1, ranks_on_node));
 }
 
 // The token source, and the synthetic source's entropy floors (else 0).
@@ -299,7 +295,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   parallel::Mesh mesh(parallel::mesh_spec(rc, opts.single_process), rc.source);
   const parallel::Coords at = mesh.coords();
   RunFacts facts;
-  facts.threads = threads_per_rank(rc, mesh.world_size());
+  facts.threads = threads_per_rank(rc, mesh.node_size());
   kernels::set_num_threads(facts.threads);
   kernels::set_matmul_precision(rc.train.precision);
   fault::configure(mesh.world() ? mesh.world()->rank() : 0);

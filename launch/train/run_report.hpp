@@ -18,6 +18,7 @@
 #include "core/recipe/recipe.hpp"
 #include "launch/train/tensorboard.hpp"
 #include "launch/train/trainer.hpp"
+#include "model/moe_stats.hpp"
 #include "model/parallel_plan.hpp"
 #include "parallel/expert_parallel.hpp"
 #include "parallel/mesh.hpp"
@@ -49,20 +50,7 @@ std::pair<double, std::string> mfu_reference(const Recipe& rc, Device device, st
 void cache_gemm_peak(const std::string& key, double flops);
 std::string peak_cache_file();  // "" when there is nowhere to cache
 
-// An MoE model's step (docs/metrics.md): per MoE layer (global ids, in
-// order) the tokens of the fewest- and most-loaded experts and max / mean;
-// the balancing losses, each the mean over the step's micro-batches of
-// their sum over the layers (coefficients applied).
-struct MoeLoad {
-  std::vector<int64_t> layers;
-  std::vector<double> min, max, imbalance, tokens;  // tokens: routed to the layer's experts (batch x seq x top_k)
-  std::vector<double> bias_min, bias_max;           // the correction bias's range (NaN: none, or sharded by ZeRO 3)
-  std::vector<double> counts;                       // [layers x E]: the tokens routed to each expert
-  // parallel.expert > 1: [layers x expert]: the tokens each expert rank's experts take (its load)
-  std::vector<double> rank_tokens;
-  int64_t expert_ranks = 1;
-  double aux_loss = 0, z_loss = 0;
-};
+using model::MoeLoad;  // an MoE model's step (model/moe_stats.hpp)
 
 // What the loop measured in one step (0-based `step`).
 struct StepFacts {

@@ -102,54 +102,9 @@ double StepRunner::forward_backward(double loss_scale) {
   return runner_->loss_sum();
 }
 
-MoeLoad StepRunner::moe_load() const {
-  const auto& mine = net_.moe_step();
-  const int64_t E = net_.config().moe.experts;
-  // [layer, counts...] per local MoE layer, counts over the data and context groups
-  std::vector<double> counts = parallel::sum_over(data_, parallel::sum_over(context_, mine.counts));
-  // whole experts: each tensor rank routed its slice of the rows
-  if (net_.registry().experts().whole) counts = parallel::sum_over(net_.tensor_parallel().group(), counts);
-  // ... and the layer's correction bias range where this rank holds it whole (NaN otherwise: ZeRO 3 shards it)
-  std::vector<double> packed;
-  const bool whole = net_.params().defined() && net_.device().type == DeviceType::cpu;
-  for (size_t i = 0; i < mine.layers.size(); ++i) {
-    packed.push_back(double(mine.layers[i]));
-    packed.insert(packed.end(), counts.begin() + int64_t(i) * E, counts.begin() + int64_t(i + 1) * E);
-    double lo = NAN, hi = NAN;
-    const std::string bias = model::layer_prefix(net_.config(), mine.layers[i]) + "mlp.gate.e_score_correction_bias";
-    for (const auto& p : net_.registry().params())
-      if (whole && p.name == bias) {
-        const float* b = net_.params().data<float>() + p.offset;
-        lo = *std::min_element(b, b + p.numel), hi = *std::max_element(b, b + p.numel);
-      }
-    packed.push_back(lo), packed.push_back(hi);
-  }
-  const std::vector<double> all = parallel::gather_varying(pipeline_, packed);
-  MoeLoad out;
-  std::vector<std::pair<int64_t, size_t>> order;  // layer, where its counts start
-  for (size_t at = 0; at < all.size(); at += size_t(E) + 3) order.push_back({int64_t(all[at]), at + 1});
-  std::sort(order.begin(), order.end());
-  for (auto [layer, at] : order) {
-    const auto first = all.begin() + int64_t(at), last = first + E;
-    const double total = std::accumulate(first, last, 0.0);
-    out.layers.push_back(layer);
-    out.min.push_back(*std::min_element(first, last));
-    out.max.push_back(*std::max_element(first, last));
-    out.imbalance.push_back(total > 0 ? out.max.back() / (total / double(E)) : 0);
-    out.tokens.push_back(total);
-    out.counts.insert(out.counts.end(), first, last);
-    out.bias_min.push_back(all[at + size_t(E)]), out.bias_max.push_back(all[at + size_t(E) + 1]);
-    const int64_t ranks = net_.registry().experts().size, per = E / ranks;  // rank r: experts [r per, (r+1) per)
-    for (int64_t r = 0; ranks > 1 && r < ranks; ++r)
-      out.rank_tokens.push_back(std::accumulate(first + r * per, first + (r + 1) * per, 0.0));
-  }
-  out.expert_ranks = net_.registry().experts().size;
-  const double micro = double(shape_.micro_batches) * double(data_ ? data_->size() : 1);
-  auto mean = [&](double x) {
-    return parallel::sum_over(pipeline_, parallel::sum_over(data_, parallel::sum_over(context_, x))) / micro;
-  };
-  out.aux_loss = mean(mine.aux_loss), out.z_loss = mean(mine.z_loss);
-  return out;
+model::MoeLoad StepRunner::moe_load() const {
+  return model::gather_moe_load(net_, pipeline_, data_, context_,
+                                double(shape_.micro_batches) * double(data_ ? data_->size() : 1));
 }
 
 std::vector<double> StepRunner::mtp_loss() const {

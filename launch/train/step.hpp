@@ -17,6 +17,7 @@
 #include "core/recipe/recipe.hpp"
 #include "launch/train/run_report.hpp"
 #include "model/chunk_runner.hpp"
+#include "model/moe_stats.hpp"
 #include "model/transformer.hpp"
 #include "parallel/data_parallel.hpp"
 #include "parallel/pipeline.hpp"
@@ -62,11 +63,9 @@ class StepRunner {
   // the loss gradient is multiplied by loss_scale. Returns the sum of the
   // token losses this rank computed (the last stage's; 0 elsewhere).
   double forward_backward(double loss_scale);
-  // An MoE model's statistics of the last forward_backward (collective over
-  // the pipeline, data and context groups; every rank gets them): counts
-  // summed over the data and context groups (the tensor group's ranks route
-  // the same rows), layers gathered from the pipeline stages.
-  MoeLoad moe_load() const;
+  // An MoE model's statistics of the last forward_backward
+  // (model::gather_moe_load: collective, every rank gets them).
+  model::MoeLoad moe_load() const;
   // model.mtp: each depth's mean loss over the step's global batch (its
   // T - k positions of each sequence; collective over the pipeline and data
   // groups, every rank gets them).

@@ -7,6 +7,11 @@
 
 namespace trident::model {
 
+bool runs_paired_passes(const Recipe& rc) {
+  return rc.parallel.overlap_paired && rc.parallel.schedule == ScheduleKind::dualpipev && rc.model.moe.enabled &&
+         rc.parallel.expert > 1 && rc.parallel.zero < 3 && rc.train.recompute != Recompute::full;
+}
+
 ChunkRunner::ChunkRunner(Transformer<float>& net, const std::vector<parallel::Action>& actions, int64_t micro_batch,
                          int64_t micro_batches, Recompute recompute, bool split_backward, bool pair_passes)
     : net_(net), recompute_(recompute), pair_passes_(pair_passes) {

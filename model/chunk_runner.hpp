@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/recipe/recipe.hpp"
 #include "model/transformer.hpp"
 #include "parallel/data_parallel.hpp"
 #include "parallel/pipeline.hpp"
@@ -28,6 +29,12 @@ struct MicroBatchInputs {
   const int32_t* doc_start = nullptr;  // [B,T], document masking
   const int32_t* origin = nullptr;     // [B,T], context parallelism
 };
+
+// Whether this run's dualpipev pairs run as paired passes: with MoE layers
+// whose experts are split (parallel.expert > 1) and parallel.overlap_paired,
+// where no ZeRO-3 gather or full recompute holds state across an exchange
+// (each pass's scratch is the shared model's; docs/parallelism.md#dualpipev).
+bool runs_paired_passes(const Recipe& rc);
 
 class ChunkRunner {
  public:

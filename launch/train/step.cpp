@@ -19,9 +19,7 @@ StepShape step_shape(const Recipe& rc, int stage_rank, int data_rank) {
   s.stage_rank = stage_rank, s.data_rank = data_rank;
   s.schedule = rc.parallel.schedule, s.recompute = rc.train.recompute, s.timeout_s = rc.parallel.timeout_s;
   s.document_mask = rc.data.document_mask, s.mask_eod_loss = rc.data.mask_eod_loss;
-  s.pair_passes = rc.parallel.overlap_paired && rc.parallel.schedule == ScheduleKind::dualpipev &&
-                  rc.model.moe.enabled && rc.parallel.expert > 1 && rc.parallel.zero < 3 &&
-                  rc.train.recompute != Recompute::full;
+  s.pair_passes = model::runs_paired_passes(rc);
   return s;  // eod: set by the trainer from the datasets' records
 }
 

@@ -34,10 +34,7 @@ struct StepShape {
   int32_t eod = -1;            // the datasets' end-of-document token (-1: none)
   bool document_mask = false;  // attention and positions stay inside documents (ending at eod)
   bool mask_eod_loss = false;  // targets equal to eod take no loss
-  // dualpipev's paired forward and backward as paired passes, their expert
-  // exchanges under each other's compute: with expert parallelism, where no
-  // ZeRO-3 gather or full recompute holds state across an exchange
-  bool pair_passes = false;
+  bool pair_passes = false;    // dualpipev's pairs as paired passes (model::runs_paired_passes)
   bool split_backward() const { return parallel::splits_backward(schedule); }
   // Gradients are final only after the whole schedule: chunks exchange
   // activations, or the backward is split.

@@ -20,9 +20,12 @@ namespace trident::parallel {
 // `second` on the caller's until its own, and so on; a finished pass is not
 // switched to. on_switch runs at every switch, before the other pass resumes
 // (the model swaps the per-pass scratch of its layers: each pass finds its
-// own). An exception of either pass is rethrown once both have ended. In a
-// sanitizer build the passes run one after the other (the runtimes do not
-// follow a stack switch).
+// own). An exception of either pass is rethrown once both have ended. The
+// sanitizer builds run the interleaving too, told of every switch (ASan:
+// the stacks; TSan: each pass a fiber; with TRIDENT_TSAN_CONCURRENT_PASSES=1
+// concurrent with the other, so memory both passes touch outside on_switch
+// is a reported race). TRIDENT_PAIRED_SEQUENTIAL=1 runs the passes one
+// after the other instead.
 void run_paired(const std::function<void()>& first, const std::function<void()>& second,
                 const std::function<void()>& on_switch);
 

@@ -98,12 +98,7 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
     const std::string k = recipe_key;
     return k.substr(0, k.find(' '));
   };
-  auto same = [&](const char* key, int64_t found, const char* recipe_key, int64_t want) {
-    if (found != want)
-      fail_input("{}: key '{}' is {}, the recipe {} has {} = {}: set {}: {}", path, key, found, rc.source, recipe_key,
-                 want, set_key(recipe_key), found);
-  };
-  auto same_flag = [&](const char* key, bool found, const char* recipe_key, bool want) {
+  auto same = [&](const char* key, auto found, const char* recipe_key, auto want) {  // integers and flags
     if (found != want)
       fail_input("{}: key '{}' is {}, the recipe {} has {} = {}: set {}: {}", path, key, found, rc.source, recipe_key,
                  want, set_key(recipe_key), found);
@@ -135,7 +130,7 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
       fail_input("{}: key 'activation_function': expected gelu_new (tanh GELU, as Trident), found '{}'", path, act);
     positions = num("n_positions", -1);
-    same_flag("tie_word_embeddings", flag("tie_word_embeddings", true), "model.tie_embeddings", m.tie_embeddings);
+    same("tie_word_embeddings", flag("tie_word_embeddings", true), "model.tie_embeddings", m.tie_embeddings);
   } else {
     same("num_hidden_layers", num("num_hidden_layers", -1), "model.layers", m.layers);
     same("hidden_size", num("hidden_size", -1), "model.hidden", m.hidden);
@@ -175,7 +170,7 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
       fail_input("{}: key 'hidden_act': expected silu (SwiGLU, as Trident), found '{}'", path, text("hidden_act", ""));
     if (flag("attention_bias", false) || flag("mlp_bias", false))
       fail_input("{}: attention_bias / mlp_bias: Trident's LLaMA has no linear biases", path);
-    if (*family == HfFamily::glm4_moe) same_flag("use_qk_norm", flag("use_qk_norm", false), "model.qk_norm", m.qk_norm);
+    if (*family == HfFamily::glm4_moe) same("use_qk_norm", flag("use_qk_norm", false), "model.qk_norm", m.qk_norm);
     const MoeConfig& e = m.moe;
     auto dense_list = [&](const char* key) {
       std::vector<int64_t> v;
@@ -213,7 +208,7 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
         if (*family == HfFamily::qwen2_moe)
           same("shared_expert_intermediate_size", num("shared_expert_intermediate_size", -1),
                "model.moe.shared_ffn_hidden", e.shared_ffn_hidden);
-        same_flag("norm_topk_prob", flag("norm_topk_prob", false), "model.moe.router.norm_topk", e.norm_topk);
+        same("norm_topk_prob", flag("norm_topk_prob", false), "model.moe.router.norm_topk", e.norm_topk);
         same("decoder_sparse_step", num("decoder_sparse_step", 1), "model.moe.every", e.every);
         if (dense_list("mlp_only_layers") != e.dense_layers)
           fail_input(
@@ -259,7 +254,7 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
         same("n_group", num("n_group", 1), "model.moe.router.groups", e.groups);
         same("topk_group", num("topk_group", 1), "model.moe.router.group_topk", e.group_topk);
         close("routed_scaling_factor", real("routed_scaling_factor", 1.0), "model.moe.router.scaling", e.scaling);
-        same_flag("norm_topk_prob", flag("norm_topk_prob", true), "model.moe.router.norm_topk", e.norm_topk);
+        same("norm_topk_prob", flag("norm_topk_prob", true), "model.moe.router.norm_topk", e.norm_topk);
         break;
       default:
         break;
@@ -270,7 +265,7 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
           "only), found {}",
           path, c["rope_scaling"].dump());
     positions = num("max_position_embeddings", -1);
-    same_flag("tie_word_embeddings", flag("tie_word_embeddings", false), "model.tie_embeddings", m.tie_embeddings);
+    same("tie_word_embeddings", flag("tie_word_embeddings", false), "model.tie_embeddings", m.tie_embeddings);
   }
   if (positions < m.seq_len)
     fail_input(

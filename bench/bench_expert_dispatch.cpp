@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   std::vector<float> x(static_cast<size_t>(M * C)), back(x.size());
   kernels::moe_permute(x.data(), h.data(), token.data(), M, C);
   const parallel::ExpertPlan plan = ep.plan(offsets.data());
+  Tensor staging;  // the exchanges' (ExpertParallel::dispatch)
   const int64_t R = plan.received;
   std::vector<float> recv(static_cast<size_t>(std::max<int64_t>(R, 1) * C)), fc(static_cast<size_t>(R * 2 * I + 1)),
       act(static_cast<size_t>(R * I + 1)), y(recv.size());
@@ -96,13 +97,13 @@ int main(int argc, char** argv) {
   for (int64_t rep = 0; rep <= reps; ++rep) {
     world->barrier()->wait();
     auto t0 = Clock::now();
-    ep.dispatch(plan, recv.data(), x.data(), C);
+    ep.dispatch(plan, recv.data(), x.data(), C, staging);
     auto t1 = Clock::now();
     kernels::grouped_linear_forward(fc.data(), recv.data(), w_in.data(), plan.local_offsets.data(), L, C, 2 * I);
     kernels::swiglu_forward(act.data(), fc.data(), R, I);
     kernels::grouped_linear_forward(y.data(), act.data(), w_out.data(), plan.local_offsets.data(), L, I, C);
     auto t2 = Clock::now();
-    ep.combine(plan, back.data(), y.data(), C);
+    ep.combine(plan, back.data(), y.data(), C, staging);
     auto t3 = Clock::now();
     if (rep == 0) continue;  // warm-up
     t_exchange.push_back(std::chrono::duration<double>((t1 - t0) + (t3 - t2)).count());

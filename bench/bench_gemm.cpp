@@ -28,23 +28,21 @@ static void gemm_bench(benchmark::State& st, kernels::Precision precision) {
   const bool tb = st.range(3) != 0;
   const int threads = int(st.range(4));
   kernels::set_num_threads(threads);
-  kernels::set_matmul_precision(precision);
   std::vector<float> a(static_cast<size_t>(M * K)), b(size_t(K * N)), c(size_t(M * N));
   for (size_t i = 0; i < a.size(); ++i) a[i] = float(i % 7) * 0.125f;  // bf16 values: the bf16 path is exact
   for (size_t i = 0; i < b.size(); ++i) b[i] = float(i % 5) * 0.25f;
-  kernels::gemm<float>(false, tb, M, N, K, 1.f, a.data(), K, b.data(), tb ? K : N, 0.f, c.data(), N);
+  kernels::gemm<float>(false, tb, M, N, K, 1.f, a.data(), K, b.data(), tb ? K : N, 0.f, c.data(), N, precision);
   double ref = 0;  // verify c[0][N-1]
   for (int64_t k = 0; k < K; ++k)
     ref += double(a[size_t(k)]) * double(tb ? b[size_t((N - 1) * K + k)] : b[size_t(k * N + N - 1)]);
   if (std::abs(ref - c[size_t(N - 1)]) > 1e-3 * std::max(1.0, std::abs(ref))) st.SkipWithError("wrong result");
   for (auto _ : st) {
-    kernels::gemm<float>(false, tb, M, N, K, 1.f, a.data(), K, b.data(), tb ? K : N, 0.f, c.data(), N);
+    kernels::gemm<float>(false, tb, M, N, K, 1.f, a.data(), K, b.data(), tb ? K : N, 0.f, c.data(), N, precision);
     benchmark::DoNotOptimize(c.data());
   }
   const double flops = 2.0 * double(M * N * K);
   st.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   st.counters["peak_GFLOP/s"] = peak_for(threads) / 1e9;  // the fp32 FMA peak
-  kernels::set_matmul_precision(kernels::Precision::fp32);
 }
 static void BM_sgemm(benchmark::State& st) { gemm_bench(st, kernels::Precision::fp32); }
 static void BM_bf16_gemm(benchmark::State& st) { gemm_bench(st, kernels::Precision::bf16); }

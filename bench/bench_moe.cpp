@@ -49,14 +49,16 @@ struct Experts {
     return 3 * (2.0 * double(M) * double(C) * double(2 * I) + 2.0 * double(M) * double(I) * double(C));
   }
   void step(kernels::GroupedSchedule s) {
-    kernels::grouped_linear_forward(fc.data(), x.data(), w_in.data(), offsets.data(), E, C, 2 * I, s);
+    kernels::grouped_linear_forward(fc.data(), x.data(), w_in.data(), offsets.data(), E, C, 2 * I,
+                                    kernels::Precision::fp32, s);
     kernels::swiglu_forward(act.data(), fc.data(), M, I);
-    kernels::grouped_linear_forward(y.data(), act.data(), w_out.data(), offsets.data(), E, I, C, s);
+    kernels::grouped_linear_forward(y.data(), act.data(), w_out.data(), offsets.data(), E, I, C,
+                                    kernels::Precision::fp32, s);
     kernels::grouped_linear_backward(dact.data(), dw_out.data(), dy.data(), act.data(), w_out.data(), offsets.data(), E,
-                                     I, C, false, s);
+                                     I, C, false, kernels::Precision::fp32, s);
     kernels::swiglu_backward(dfc.data(), fc.data(), dact.data(), M, I);
     kernels::grouped_linear_backward(dx.data(), dw_in.data(), dfc.data(), x.data(), w_in.data(), offsets.data(), E, C,
-                                     2 * I, false, s);
+                                     2 * I, false, kernels::Precision::fp32, s);
   }
 };
 

@@ -28,10 +28,9 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
   kernels::set_num_threads(threads);
   Recipe rc = load_recipe(recipe_path, sets);
   const int64_t B = rc.train.micro_batch, T = rc.model.seq_len, micro = rc.micro_batches_per_step(1);
-  // train.precision as the trainer sets it: the GEMMs' math and the model's
-  // storage rounding (the master-weight copy is left out: one pass over the
-  // parameters per step)
-  kernels::set_matmul_precision(rc.train.precision);
+  // train.precision as the trainer sets it, carried by the model: its GEMMs'
+  // math and its storage rounding (the master-weight copy is left out: one
+  // pass over the parameters per step)
   model::Transformer<float> net(rc.model, uint64_t(rc.seed), {.precision = rc.train.precision});
   auto recompute = rc.train.recompute;
   auto ctx = net.make_activations(B, recompute);
@@ -70,12 +69,9 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
       benchmark::Counter(tokens_per_step * fpt / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   // the GEMM peaks in the same process: fp32 sgemm always, and under bf16
   // the bf16 GEMM's too (their ratio bounds what bf16 can gain over fp32)
-  kernels::set_matmul_precision(Precision::fp32);
   st.counters["sgemm_peak_GFLOP/s"] = kernels::measure_gemm_peak(0.5) / 1e9;
-  if (rc.train.precision == Precision::bf16) {
-    kernels::set_matmul_precision(Precision::bf16);
-    st.counters["bf16_gemm_peak_GFLOP/s"] = kernels::measure_gemm_peak(0.5) / 1e9;
-  }
+  if (rc.train.precision == Precision::bf16)
+    st.counters["bf16_gemm_peak_GFLOP/s"] = kernels::measure_gemm_peak(0.5, Precision::bf16) / 1e9;
   st.counters["fma_peak_GFLOP/s"] = measure_fma_peak(threads) / 1e9;
 }
 

@@ -53,17 +53,6 @@ std::string cuda_backend() {
 
 [[maybe_unused]] static int cuda_mode(Precision p) { return p == Precision::bf16 ? 1 : p == Precision::fp16 ? 2 : 0; }
 
-void set_cpu_matmul_precision(Precision p);  // kernels/cpu/gemm_cpu.cpp
-
-void set_matmul_precision(Precision p) {
-  set_cpu_matmul_precision(p);
-#ifdef TRIDENT_HAVE_CUDA
-  cuda::set_matmul_mode(cuda_mode(p));
-#else
-  (void)p;
-#endif
-}
-
 std::vector<std::pair<std::string, double>> take_kernel_times() {
 #ifdef TRIDENT_HAVE_CUDA
   if (cuda::kernel_timing_enabled()) return cuda::take_kernel_times();

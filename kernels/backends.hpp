@@ -16,10 +16,6 @@ std::string cuda_backend();      // device summary, or why there is none
 bool cpu_has_bf16_instructions();
 bool cuda_built();
 
-// GEMM math for train.precision: fp32 exact; bf16 on bf16 units with fp32
-// accumulation (CUDA tensor cores; on the CPU oneDNN's bf16 matmul, AMX or
-// AVX512-BF16); fp16 on CUDA tensor cores (the CPU keeps fp32 sgemm).
-void set_matmul_precision(Precision p);
 // The bound GPU's dense peak for that math, FLOP/s (the MFU reference); 0
 // without a CUDA backend.
 double cuda_peak_flops(Precision p);

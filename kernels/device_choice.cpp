@@ -26,6 +26,10 @@
 #ifdef TRIDENT_HAVE_CUDA
 #include "core/device_memory.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
+// the GEMMs' math as the CUDA files take it (kernels/cuda/cuda_kernels.hpp)
+[[maybe_unused]] static int cuda_mode(trident::Precision p) {
+  return p == trident::Precision::bf16 ? 1 : p == trident::Precision::fp16 ? 2 : 0;
+}
 #define CHOOSE(T, ptr, cuda_call, cpu_call)                             \
   do {                                                                  \
     if constexpr (std::is_same_v<T, float>) {                           \
@@ -172,17 +176,18 @@ KERNEL_OP(void, position_backward,
 // kernels/gemm.hpp
 KERNEL_OP(void, gemm,
           (bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
-           int64_t ldb, T beta, T* C, int64_t ldc),
-          (trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), C,
-          cuda::gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
+           int64_t ldb, T beta, T* C, int64_t ldc, Precision math),
+          (trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, math), C,
+          cuda::gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cuda_mode(math)));
 KERNEL_OP(void, linear_forward,
-          (T * out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC),
-          (out, inp, weight, bias, N, C, OC), out, cuda::linear_forward(out, inp, weight, bias, N, C, OC));
+          (T * out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC, Precision math),
+          (out, inp, weight, bias, N, C, OC, math), out,
+          cuda::linear_forward(out, inp, weight, bias, N, C, OC, cuda_mode(math)));
 KERNEL_OP(void, linear_backward,
           (T * dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int64_t C,
-           int64_t OC, bool accumulate),
-          (dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate), dout,
-          cuda::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate));
+           int64_t OC, bool accumulate, Precision math),
+          (dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate, math), dout,
+          cuda::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate, cuda_mode(math)));
 
 // kernels/norm.hpp
 KERNEL_OP(void, layernorm_forward,
@@ -204,14 +209,15 @@ KERNEL_OP(void, rmsnorm_backward,
 
 // kernels/grouped_gemm.hpp (on CUDA one grouped cuBLAS call; the schedule is the CPU's)
 KERNEL_OP(void, grouped_linear_forward,
-          (T * y, const T* x, const T* w, const int64_t* offsets, int64_t G, int64_t C, int64_t OC,
+          (T * y, const T* x, const T* w, const int64_t* offsets, int64_t G, int64_t C, int64_t OC, Precision math,
            GroupedSchedule schedule),
-          (y, x, w, offsets, G, C, OC, schedule), y, cuda::grouped_linear_forward(y, x, w, offsets, G, C, OC));
+          (y, x, w, offsets, G, C, OC, math, schedule), y,
+          cuda::grouped_linear_forward(y, x, w, offsets, G, C, OC, cuda_mode(math)));
 KERNEL_OP(void, grouped_linear_backward,
           (T * dx, T* dw, const T* dy, const T* x, const T* w, const int64_t* offsets, int64_t G, int64_t C, int64_t OC,
-           bool accumulate, GroupedSchedule schedule),
-          (dx, dw, dy, x, w, offsets, G, C, OC, accumulate, schedule), dw,
-          cuda::grouped_linear_backward(dx, dw, dy, x, w, offsets, G, C, OC, accumulate));
+           bool accumulate, Precision math, GroupedSchedule schedule),
+          (dx, dw, dy, x, w, offsets, G, C, OC, accumulate, math, schedule), dw,
+          cuda::grouped_linear_backward(dx, dw, dy, x, w, offsets, G, C, OC, accumulate, cuda_mode(math)));
 
 // kernels/moe_permute.hpp (the routes are integers: the choice by hand)
 namespace cpu {

@@ -12,6 +12,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/precision.hpp"
+
 namespace trident::kernels {
 
 enum class GroupedSchedule { automatic, per_group, across_groups };
@@ -19,12 +21,12 @@ enum class GroupedSchedule { automatic, per_group, across_groups };
 // y[rows of g] = x[rows of g] w_g^T
 template <typename T>
 void grouped_linear_forward(T* y, const T* x, const T* w, const int64_t* offsets, int64_t G, int64_t C, int64_t OC,
-                            GroupedSchedule schedule = GroupedSchedule::automatic);
+                            Precision math = Precision::fp32, GroupedSchedule schedule = GroupedSchedule::automatic);
 
 // dx[rows of g] = dy[rows of g] w_g (dx may be null); dw_g (+)= dy_g^T x_g.
 template <typename T>
 void grouped_linear_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const int64_t* offsets, int64_t G,
-                             int64_t C, int64_t OC, bool accumulate,
+                             int64_t C, int64_t OC, bool accumulate, Precision math = Precision::fp32,
                              GroupedSchedule schedule = GroupedSchedule::automatic);
 
 }  // namespace trident::kernels

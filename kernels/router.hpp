@@ -52,6 +52,12 @@ template <typename T>
 void router_backward(T* dlogits, const T* dweight, const T* dscores, const T* scores, const int32_t* expert, int64_t N,
                      const RouterSpec& s);
 
+// The router z-loss (ST-MoE) of logits [N,E]: returns sum_n lse_n^2, lse_n
+// = logsumexp(logits_n), summed in double. With dlogits [N,E] given, also
+// adds its gradient times scale: dlogits_ne += scale 2 lse_n softmax(logits_n)_e.
+template <typename T>
+double router_z_loss(const T* logits, int64_t N, int64_t E, T* dlogits = nullptr, double scale = 0);
+
 // The smallest routing margin over the N rows: the gap between the k-th and
 // the (k+1)-th choice score of the chosen groups, and (groups > 1) between
 // the group_topk-th and the next group score, relative to the largest

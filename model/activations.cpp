@@ -198,9 +198,10 @@ typename Transformer<T>::GemmIn Transformer<T>::saved_in(const Activations<T>& c
 template <typename T>
 void Transformer<T>::linear_fwd(T* out, GemmIn inp, GemmIn w, const T* bias, int64_t N, int64_t C, int64_t OC) {
   if constexpr (std::is_same_v<T, float>) {
-    if (gemm_reads_16bit()) return k::linear_forward16(out, {inp.f32, inp.b16}, {w.f32, w.b16}, bias, N, C, OC);
+    if (gemm_reads_16bit())
+      return k::linear_forward16(out, {inp.f32, inp.b16}, {w.f32, w.b16}, bias, N, C, OC, precision_);
   }
-  k::linear_forward(out, inp.f32, w.f32, bias, N, C, OC);
+  k::linear_forward(out, inp.f32, w.f32, bias, N, C, OC, precision_);
 }
 
 template <typename T>
@@ -208,35 +209,36 @@ void Transformer<T>::linear_bwd(T* dinp, T* dw, T* db, GemmIn dout, GemmIn inp, 
                                 int64_t OC, bool acc) {
   if constexpr (std::is_same_v<T, float>) {
     if (gemm_reads_16bit())
-      return k::linear_backward16(dinp, dw, db, {dout.f32, dout.b16}, {inp.f32, inp.b16}, {w.f32, w.b16}, N, C, OC,
-                                  acc);
+      return k::linear_backward16(dinp, dw, db, {dout.f32, dout.b16}, {inp.f32, inp.b16}, {w.f32, w.b16}, N, C, OC, acc,
+                                  precision_);
   }
-  k::linear_backward(dinp, dw, db, dout.f32, inp.f32, w.f32, N, C, OC, acc);
+  k::linear_backward(dinp, dw, db, dout.f32, inp.f32, w.f32, N, C, OC, acc, precision_);
 }
 
 template <typename T>
-void Transformer<T>::ensure_scratch(int64_t B) {
-  const int64_t N = B * seq(), C = cfg_.hidden, R = tp_->rows(N);
-  if (gemm_reads_16bit() && B > scratch16_B_) {  // dy [N,C], d_fc, d_qkv, and dlogits [N,V] with a head
+void Transformer<T>::ensure_scratch(Workspace<T>& w, int64_t B) const {
+  const int64_t N = B * cp_->local_len(), C = cfg_.hidden, R = tp_->rows(N);
+  if (gemm_reads_16bit() && B > w.B16) {  // dy [N,C], d_fc, d_qkv, and dlogits [N,V] with a head
     bool head = false;
     for (const Chunk& ch : chunks_) head |= ch.spec.head;
     const int64_t dlogits = head ? N * dims_.vocab : 0;
-    scratch16_ =
+    w.buffers16 =
         Tensor::empty({N * (C + fc_width_ + qkv_width_) + dlogits}, DType::bf16, MemCategory::activations, device_);
-    dy16_ = static_cast<uint16_t*>(scratch16_.raw());
-    dfc16_ = dy16_ + N * C, dqkv16_ = dfc16_ + N * fc_width_, dlogits16_ = dqkv16_ + N * qkv_width_;
-    scratch16_B_ = B;
+    w.dy16 = static_cast<uint16_t*>(w.buffers16.raw());
+    w.dfc16 = w.dy16 + N * C, w.dqkv16 = w.dfc16 + N * fc_width_, w.dlogits16 = w.dqkv16 + N * qkv_width_;
+    w.B16 = B;
   }
-  if (B <= scratch_B_) return;
+  if (B <= w.B) return;
   const int64_t sizes[10] = {
       N * C, R * C, R * C, N * C, N * C, R * C, N * qkv_width_, N * dims_.heads * dv_, N * fc_width_, N * dims_.ffn};
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
-  scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, device_);
-  T* p = scratch_.data<T>();
-  T** outs[10] = {&partial_, &reduced_, &d_res_, &d_full_, &d_ln_, &d_local_, &d_qkv_, &d_atty_, &d_fc_, &d_act_};
+  w.buffers = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, device_);
+  T* p = w.buffers.template data<T>();
+  T** outs[10] = {&w.partial, &w.reduced, &w.d_res,  &w.d_full, &w.d_ln,
+                  &w.d_local, &w.d_qkv,   &w.d_atty, &w.d_fc,   &w.d_act};
   for (int i = 0; i < 10; ++i) *outs[i] = p, p += sizes[i];
-  scratch_B_ = B;
+  w.B = B;
 }
 
 // The members defined here, for the two instantiations of transformer.cpp.
@@ -251,7 +253,7 @@ void Transformer<T>::ensure_scratch(int64_t B) {
   template Transformer<T>::GemmIn Transformer<T>::saved_in(const Activations<T>&, int, size_t, const T*) const;       \
   template void Transformer<T>::linear_fwd(T*, GemmIn, GemmIn, const T*, int64_t, int64_t, int64_t);                  \
   template void Transformer<T>::linear_bwd(T*, T*, T*, GemmIn, GemmIn, GemmIn, int64_t, int64_t, int64_t, bool);      \
-  template void Transformer<T>::ensure_scratch(int64_t);
+  template void Transformer<T>::ensure_scratch(Workspace<T>&, int64_t) const;
 INSTANTIATE(float)
 INSTANTIATE(double)
 

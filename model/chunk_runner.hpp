@@ -31,9 +31,11 @@ struct MicroBatchInputs {
 };
 
 // Whether this run's dualpipev pairs run as paired passes: with MoE layers
-// whose experts are split (parallel.expert > 1) and parallel.overlap_paired,
-// where no ZeRO-3 gather or full recompute holds state across an exchange
-// (each pass's scratch is the shared model's; docs/parallelism.md#dualpipev).
+// whose experts are split (parallel.expert > 1) and parallel.overlap_paired
+// (docs/parallelism.md#dualpipev). Every ZeRO stage and both recompute
+// modes dualpipev takes (none, selective) take them: each pass has its own
+// workspace, gathers its own segments (ZeRO 3 counts a segment's users) and
+// rebuilds its attention state in its own chunk's buffers.
 bool runs_paired_passes(const Recipe& rc);
 
 class ChunkRunner {
@@ -42,8 +44,8 @@ class ChunkRunner {
   // The model's precision and context parallelism must be set before
   // (contexts decide their packing and rows when they are made).
   // pair_passes: dualpipev's paired forward and backward run as paired
-  // passes (PipelineHooks::switch_lane; the model's expert exchanges
-  // overlap the other pass's compute).
+  // passes (PipelineHooks::paired; the model's expert exchanges overlap the
+  // other pass's compute), the backward in a workspace of its own.
   ChunkRunner(Transformer<float>& net, const std::vector<parallel::Action>& actions, int64_t micro_batch,
               int64_t micro_batches, Recompute recompute, bool split_backward, bool pair_passes = false);
   ~ChunkRunner();
@@ -62,6 +64,14 @@ class ChunkRunner {
   Transformer<float>& net_;
   Recompute recompute_;
   bool pair_passes_;
+  // The passes' workspaces (model/workspace.hpp): [0] every pass's but a
+  // pair's backward, [1] a pair's backward (sized at its first use).
+  Workspace<float> workspaces_[2];
+  // [chunk][micro]: the last backward's input gradient (in its workspace)
+  std::vector<std::vector<const float*>> input_grads_;
+  // one backward (a hook's), in the given workspace
+  void backward(parallel::DataParallelParts* dp, int c, int micro, const float* d_out, parallel::ActionType type,
+                Workspace<float>& workspace);
   // per chunk: its contexts, which are free, which micro-batch holds which
   std::vector<std::vector<std::unique_ptr<Activations<float>>>> contexts_;
   std::vector<std::vector<int>> free_, slot_of_;

@@ -39,9 +39,9 @@ void Transformer<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T
 // QK-norm: the query heads' rows [N H, D] and the key heads' [N KV, D] of
 // qkv, gathered into pre (kept), RMS-normalised with their weights, back.
 template <typename T>
-void Transformer<T>::qk_norm_forward(T* qkv, T* pre, T* rstd, const LayerParams& p, int64_t N) {
+void Transformer<T>::qk_norm_forward(T* qkv, T* pre, T* rstd, const LayerParams& p, int64_t N, Workspace<T>& w) {
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), W = qkv_width_;
-  T* out = qk_scratch(N);
+  T* out = qk_scratch(w, N);
   k::heads_gather(pre, qkv, N, H, KV, D, W);
   k::rmsnorm_forward(out, rstd, pre, p.qnw, N * H, D, cfg_.norm_eps);
   k::rmsnorm_forward(out + N * H * D, rstd + N * H, pre + N * H * D, p.knw, N * KV, D, cfg_.norm_eps);
@@ -49,9 +49,10 @@ void Transformer<T>::qk_norm_forward(T* qkv, T* pre, T* rstd, const LayerParams&
 }
 
 template <typename T>
-void Transformer<T>::qk_norm_backward(T* dqkv, const T* pre, const T* rstd, const LayerParams& p, int64_t N, bool acc) {
+void Transformer<T>::qk_norm_backward(T* dqkv, const T* pre, const T* rstd, const LayerParams& p, int64_t N, bool acc,
+                                      Workspace<T>& w) {
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = cfg_.head_dim(), W = qkv_width_, heads = H + KV;
-  T *g = qk_scratch(N), *din = g + N * heads * D;
+  T *g = qk_scratch(w, N), *din = g + N * heads * D;
   k::heads_gather(g, dqkv, N, H, KV, D, W);
   k::fill_zero(din, N * heads * D);  // the backward adds to its input gradient
   k::rmsnorm_backward(din, p.dqnw, g, pre, p.qnw, rstd, N * H, D, acc);
@@ -60,41 +61,42 @@ void Transformer<T>::qk_norm_backward(T* dqkv, const T* pre, const T* rstd, cons
 }
 
 template <typename T>
-T* Transformer<T>::qk_scratch(int64_t N) {
+T* Transformer<T>::qk_scratch(Workspace<T>& w, int64_t N) const {
   const int64_t n = 2 * N * (dims_.heads + dims_.kv_heads) * cfg_.head_dim();
-  if (qk_scratch_.numel() < n) qk_scratch_ = Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_);
-  return qk_scratch_.data<T>();
+  if (w.qk.numel() < n) w.qk = Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_);
+  return w.qk.template data<T>();
 }
 
 // x_out = x_mid + exit(MLP(norm2(x_mid))), x_mid = x_in + exit(attention(norm1(x_in)))
 template <typename T>
-void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B, MoeActs<T>* m) {
+void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B, MoeActs<T>* m,
+                                   Workspace<T>& w) {
   const int64_t Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = dq_, F = dims_.ffn;
-  ensure_scratch(B);
+  ensure_scratch(w, B);
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x_in, p.n1w, p.n1b, R);
   store(a.ln1, R * C);
   const T* h = tp_->enter(a.ln1_full, a.ln1, N, C);
   if (cfg_.is_mla()) {
-    mla_forward(a, h, p, B);
+    mla_forward(a, h, p, B, w);
   } else {
     linear_fwd(a.qkv, {h}, {p.qkvw}, p.qkvb, N, C, qkv_width_);
-    if (a.qk_pre) qk_norm_forward(a.qkv, a.qk_pre, a.qk_rstd, p, N);
-    if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D, origin_);
+    if (a.qk_pre) qk_norm_forward(a.qkv, a.qk_pre, a.qk_rstd, p, N, w);
+    if (arch_.positions == Positions::rotary) k::rope_forward(a.qkv, rope_.data(), B, Tn, H, KV, D, w.origin);
   }
   store(a.qkv, N * qkv_width_);
-  cp_->attention_forward(a.atty, a.lse, a.qkv, B, H, KV, D, dv_, doc_start_);
+  cp_->attention_forward(a.atty, a.lse, a.qkv, B, H, KV, D, dv_, w.doc_start);
   store(a.atty, N * H * dv_);
-  linear_fwd(partial_, {a.atty}, {p.ow}, nullptr, N, H * dv_, C);
-  store(partial_, N * C);
-  const T* y = tp_->exit(reduced_, partial_, N, C);
+  linear_fwd(w.partial, {a.atty}, {p.ow}, nullptr, N, H * dv_, C);
+  store(w.partial, N * C);
+  const T* y = tp_->exit(w.reduced, w.partial, N, C);
   k::residual_forward(a.x_mid, a.x_in, y, p.ob, R, C);
   store(a.x_mid, R * C);
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.n2w, p.n2b, R);
   store(a.ln2, R * C);
   h = tp_->enter(a.ln2_full, a.ln2, N, C);
   if (m) {
-    moe_->forward(partial_, h, *m, p.moe(), N, B);
+    moe_->forward(w.partial, h, *m, p.moe(), N, B, w.moe);
   } else {
     linear_fwd(a.fc, {h}, {p.fcw}, p.fcb, N, C, fc_width_);
     store(a.fc, N * fc_width_);
@@ -103,16 +105,16 @@ void Transformer<T>::layer_forward(const LayerActs<T>& a, T* x_out, const LayerP
     else
       k::gelu_forward(a.act, a.fc, N * F);
     store(a.act, N * F);
-    linear_fwd(partial_, {a.act}, {p.pw}, nullptr, N, F, C);
+    linear_fwd(w.partial, {a.act}, {p.pw}, nullptr, N, F, C);
   }
-  store(partial_, N * C);
-  y = tp_->exit(reduced_, partial_, N, C);
+  store(w.partial, N * C);
+  y = tp_->exit(w.reduced, w.partial, N, C);
   k::residual_forward(x_out, a.x_mid, y, p.pb, R, C);
   store(x_out, R * C);
 }
 
 // Local layer l of the context (layers_[li], segment s, its expert segment
-// if any; next_s / next_es: the segments to prefetch): d_res_, the gradient
+// if any; next_s / next_es: the segments to prefetch): the workspace's d_res, the gradient
 // of its output, becomes that of its input.
 template <typename T>
 void Transformer<T>::layer_backward(Activations<T>& ctx, int l, int li, int s, int next_s, int next_es,
@@ -121,6 +123,7 @@ void Transformer<T>::layer_backward(Activations<T>& ctx, int l, int li, int s, i
   const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int64_t H = dims_.heads, KV = dims_.kv_heads, D = dq_, F = dims_.ffn;
   const int es = expert_seg_[size_t(li)];
+  Workspace<T>& w = workspace(ctx);
   auto finish = [&] {
     if (!manage) return;
     done_params(s);
@@ -141,8 +144,8 @@ void Transformer<T>::layer_backward(Activations<T>& ctx, int l, int li, int s, i
   const LayerActs<T>& a = ctx.layers[size_t(l)];
   const LayerParams& p = layers_[size_t(li)];
   // split: the four linears' output gradients go where the weight pass finds them
-  T* d_qkv = split ? ctx.saved[size_t(l)].d_qkv : d_qkv_;
-  T* d_fc = split ? ctx.saved[size_t(l)].d_fc : d_fc_;
+  T* d_qkv = split ? ctx.saved[size_t(l)].d_qkv : w.d_qkv;
+  T* d_fc = split ? ctx.saved[size_t(l)].d_fc : w.d_fc;
   T* dpw = split ? nullptr : p.dpw;
   T* dfcw = split ? nullptr : p.dfcw;
   // MLA's attention weights get their gradients in the input pass (docs/mla.md)
@@ -150,68 +153,69 @@ void Transformer<T>::layer_backward(Activations<T>& ctx, int l, int li, int s, i
   T* dqkvw = split ? nullptr : p.dqkvw;
   if (recompute == Recompute::full) {
     // Rerun this layer's forward from its saved input; the output goes to a
-    // scratch row nobody reads (d_ln_ is overwritten below before use).
-    layer_forward(a, d_ln_, p, B, moe_acts(ctx, l));
+    // scratch row nobody reads (w.d_ln is overwritten below before use).
+    layer_forward(a, w.d_ln, p, B, moe_acts(ctx, l), w);
   } else if (recompute == Recompute::selective) {
-    cp_->attention_state(a.lse, d_atty_, a.qkv, B, H, KV, D, dv_, doc_start_);
+    cp_->attention_state(a.lse, w.d_atty, a.qkv, B, H, KV, D, dv_, w.doc_start);
   }
-  // MLP: d_res_ is the gradient of x_out = x_mid + exit(act pw^T) + pb
-  k::bias_backward(p.dpb, d_res_, R, C, acc);
-  const T* dy = tp_->exit_backward(d_full_, d_res_, N, C);
+  // MLP: w.d_res is the gradient of x_out = x_mid + exit(act pw^T) + pb
+  k::bias_backward(p.dpb, w.d_res, R, C, acc);
+  const T* dy = tp_->exit_backward(w.d_full, w.d_res, N, C);
   MoeActs<T>* m = moe_acts(ctx, l);
   if (m) {  // its weight gradients too, in a split backward (docs/moe.md)
-    moe_->backward(d_ln_, dy, a.ln2_full, *m, p.moe(), p.moe_grads(), N, B, ctx.aux_scale, acc);
+    moe_->backward(w.d_ln, dy, a.ln2_full, *m, p.moe(), p.moe_grads(), N, B, ctx.aux_scale, acc, w.moe);
     if (recompute == Recompute::full) m->received = Tensor();
   } else {
     if (split) k::copy(ctx.saved[size_t(l)].d_mlp_out, dy, N * C);
-    if (gemm_reads_16bit()) k::pack_16(dy16_, dy, N * C, precision_);  // d_res_ is rounded: exact
-    linear_bwd(d_act_, dpw, nullptr, {dy, dy16_}, saved_in(ctx, l, 7, a.act), {p.pw}, N, F, C, acc);
-    store(d_act_, N * F);
+    if (gemm_reads_16bit()) k::pack_16(w.dy16, dy, N * C, precision_);  // w.d_res is rounded: exact
+    linear_bwd(w.d_act, dpw, nullptr, {dy, w.dy16}, saved_in(ctx, l, 7, a.act), {p.pw}, N, F, C, acc);
+    store(w.d_act, N * F);
     if (arch_.mlp == MlpKind::swiglu)
-      k::swiglu_backward(d_fc, a.fc, d_act_, N, F);
+      k::swiglu_backward(d_fc, a.fc, w.d_act, N, F);
     else
-      k::gelu_backward(d_fc, a.fc, d_act_, N * F);
+      k::gelu_backward(d_fc, a.fc, w.d_act, N * F);
     if (gemm_reads_16bit())
-      k::store_16(d_fc, dfc16_, N * fc_width_, precision_);
+      k::store_16(d_fc, w.dfc16, N * fc_width_, precision_);
     else
       store(d_fc, N * fc_width_);
-    linear_bwd(d_ln_, dfcw, p.dfcb, {d_fc, dfc16_}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw}, N, C, fc_width_, acc);
+    linear_bwd(w.d_ln, dfcw, p.dfcb, {d_fc, w.dfc16}, saved_in(ctx, l, 5, a.ln2_full), {p.fcw}, N, C, fc_width_, acc);
   }
-  store(d_ln_, N * C);
-  const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
+  store(w.d_ln, N * C);
+  const T* d = tp_->enter_backward(w.d_local, w.d_ln, N, C);
   if (m) {  // the router's and gate's part, complete on every rank: this rank's rows
-    k::residual_forward(d_local_, d, moe_->router_input_grad() + tp_->row_begin(N) * C, static_cast<T*>(nullptr), R, C);
-    d = d_local_;
+    k::residual_forward(w.d_local, d, w.moe.d_router_h + tp_->row_begin(N) * C, static_cast<T*>(nullptr), R, C);
+    d = w.d_local;
   }
-  norm_backward(d_res_, p.dn2w, p.dn2b, d, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, R, acc);
-  store(d_res_, R * C);
-  // attention: d_res_ is now the gradient of x_mid = x_in + exit(atty ow^T) + ob
-  k::bias_backward(p.dob, d_res_, R, C, acc);
-  dy = tp_->exit_backward(d_full_, d_res_, N, C);
+  norm_backward(w.d_res, p.dn2w, p.dn2b, d, a.x_mid, p.n2w, a.ln2_mean, a.ln2_rstd, R, acc);
+  store(w.d_res, R * C);
+  // attention: w.d_res is now the gradient of x_mid = x_in + exit(atty ow^T) + ob
+  k::bias_backward(p.dob, w.d_res, R, C, acc);
+  dy = tp_->exit_backward(w.d_full, w.d_res, N, C);
   if (split) k::copy(ctx.saved[size_t(l)].d_attn_out, dy, N * C);
-  if (gemm_reads_16bit()) k::pack_16(dy16_, dy, N * C, precision_);
-  linear_bwd(d_atty_, dow, nullptr, {dy, dy16_}, saved_in(ctx, l, 3, a.atty), {p.ow}, N, H * dv_, C, acc);
-  store(d_atty_, N * H * dv_);
-  cp_->attention_backward(d_qkv, d_atty_, a.qkv, a.atty, a.lse, B, H, KV, D, dv_, doc_start_);
+  if (gemm_reads_16bit()) k::pack_16(w.dy16, dy, N * C, precision_);
+  linear_bwd(w.d_atty, dow, nullptr, {dy, w.dy16}, saved_in(ctx, l, 3, a.atty), {p.ow}, N, H * dv_, C, acc);
+  store(w.d_atty, N * H * dv_);
+  cp_->attention_backward(d_qkv, w.d_atty, a.qkv, a.atty, a.lse, B, H, KV, D, dv_, w.doc_start);
   if (cfg_.is_mla()) {
-    mla_backward(a, saved_in(ctx, l, 1, a.ln1_full), d_qkv, p, B, acc);
-    d = tp_->enter_backward(d_local_, d_ln_, N, C);
-    norm_backward(d_res_, p.dn1w, p.dn1b, d, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, R, acc);
-    store(d_res_, R * C);
+    mla_backward(a, saved_in(ctx, l, 1, a.ln1_full), d_qkv, p, B, acc, w);
+    d = tp_->enter_backward(w.d_local, w.d_ln, N, C);
+    norm_backward(w.d_res, p.dn1w, p.dn1b, d, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, R, acc);
+    store(w.d_res, R * C);
     finish();
     return;
   }
-  if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D, origin_);
-  if (a.qk_pre) qk_norm_backward(d_qkv, a.qk_pre, a.qk_rstd, p, N, acc);
+  if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D, w.origin);
+  if (a.qk_pre) qk_norm_backward(d_qkv, a.qk_pre, a.qk_rstd, p, N, acc, w);
   if (gemm_reads_16bit())
-    k::store_16(d_qkv, dqkv16_, N * qkv_width_, precision_);
+    k::store_16(d_qkv, w.dqkv16, N * qkv_width_, precision_);
   else
     store(d_qkv, N * qkv_width_);
-  linear_bwd(d_ln_, dqkvw, p.dqkvb, {d_qkv, dqkv16_}, saved_in(ctx, l, 1, a.ln1_full), {p.qkvw}, N, C, qkv_width_, acc);
-  store(d_ln_, N * C);
-  d = tp_->enter_backward(d_local_, d_ln_, N, C);
-  norm_backward(d_res_, p.dn1w, p.dn1b, d, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, R, acc);
-  store(d_res_, R * C);
+  linear_bwd(w.d_ln, dqkvw, p.dqkvb, {d_qkv, w.dqkv16}, saved_in(ctx, l, 1, a.ln1_full), {p.qkvw}, N, C, qkv_width_,
+             acc);
+  store(w.d_ln, N * C);
+  d = tp_->enter_backward(w.d_local, w.d_ln, N, C);
+  norm_backward(w.d_res, p.dn1w, p.dn1b, d, a.x_in, p.n1w, a.ln1_mean, a.ln1_rstd, R, acc);
+  store(w.d_res, R * C);
   finish();
 }
 
@@ -233,10 +237,12 @@ void Transformer<T>::layer_weight_grads(const Activations<T>& ctx, int l, const 
   template void Transformer<T>::norm_forward(T*, T*, T*, const T*, const T*, const T*, int64_t);                     \
   template void Transformer<T>::norm_backward(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, \
                                               bool);                                                                 \
-  template void Transformer<T>::qk_norm_forward(T*, T*, T*, const LayerParams&, int64_t);                            \
-  template void Transformer<T>::qk_norm_backward(T*, const T*, const T*, const LayerParams&, int64_t, bool);         \
-  template T* Transformer<T>::qk_scratch(int64_t);                                                                   \
-  template void Transformer<T>::layer_forward(const LayerActs<T>&, T*, const LayerParams&, int64_t, MoeActs<T>*);    \
+  template void Transformer<T>::qk_norm_forward(T*, T*, T*, const LayerParams&, int64_t, Workspace<T>&);             \
+  template void Transformer<T>::qk_norm_backward(T*, const T*, const T*, const LayerParams&, int64_t, bool,          \
+                                                 Workspace<T>&);                                                     \
+  template T* Transformer<T>::qk_scratch(Workspace<T>&, int64_t) const;                                              \
+  template void Transformer<T>::layer_forward(const LayerActs<T>&, T*, const LayerParams&, int64_t, MoeActs<T>*,     \
+                                              Workspace<T>&);                                                        \
   template void Transformer<T>::layer_weight_grads(const Activations<T>&, int, const LayerParams&, bool);            \
   template void Transformer<T>::layer_backward(Activations<T>&, int, int, int, int, int, Recompute, bool, bool,      \
                                                const std::function<void(int)>&, bool);

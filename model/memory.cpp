@@ -108,10 +108,10 @@ int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s) {
   const MoeConfig& e = cfg.moe;
   if (e.enabled) {  // MoeMlp's: gathered rows and their gradients, router gradients, the shared experts'
     const int64_t N = z.N, M = N * e.top_k, C = z.C, I = e.ffn_hidden / s.tensor, S = e.shared_width() / s.tensor;
-    n += (s.paired_passes ? 2 : 1) * (M * C + std::max(M, N) * C + M * C + M * 2 * I + M * I + 2 * N * e.experts +
-                                      (M + N) + 2 * N * C + N * 2 * S + N * S);
+    n += M * C + std::max(M, N) * C + M * C + M * 2 * I + M * I + 2 * N * e.experts + (M + N) + 2 * N * C + N * 2 * S +
+         N * S;
   }
-  return n;
+  return (s.paired_passes ? 2 : 1) * n;  // a pair's second pass has a workspace of its own
 }
 
 }  // namespace trident::model

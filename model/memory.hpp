@@ -25,8 +25,8 @@ struct ActivationShape {
   // each MoE layer's experts split over this many ranks: the layer keeps the
   // rows its experts received (the balanced load: as many as it routed)
   int expert = 1;
-  // dualpipev's paired passes (parallel/paired_passes.hpp): the MoE layer's
-  // scratch twice, one per pass
+  // dualpipev's paired passes (parallel/paired_passes.hpp): two pass
+  // workspaces (model/workspace.hpp), one per pass
   bool paired_passes = false;
 };
 
@@ -59,7 +59,8 @@ int64_t moe_layers_in(const ModelConfig& cfg, int64_t first, int64_t layers);
 // layers), whose routes and counts each context keeps.
 int64_t shared_recompute_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers,
                                   int64_t moe_layers = 0);
-// The model's shared scratch (forward partial sums, backward gradients).
+// A pass's workspace (model/workspace.hpp: forward partial sums, backward
+// gradients), twice with paired passes.
 int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s);
 
 }  // namespace trident::model

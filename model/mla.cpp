@@ -24,11 +24,11 @@ namespace k = trident::kernels;
 // and transformers' code: RMSNorm(rank) with its default).
 constexpr double kMlaNormEps = 1e-6;
 template <typename T>
-void Transformer<T>::mla_forward(const LayerActs<T>& a, const T* h, const LayerParams& p, int64_t B) {
+void Transformer<T>::mla_forward(const LayerActs<T>& a, const T* h, const LayerParams& p, int64_t B, Workspace<T>& w) {
   const MlaConfig& c = cfg_.mla;
   const int64_t N = B * seq(), C = cfg_.hidden, H = dims_.heads, Dn = c.qk_nope_head_dim, Dr = c.qk_rope_head_dim;
   const int64_t QL = c.q_lora_rank, KL = c.kv_lora_rank, Dkv = Dn + dv_;
-  const MlaScratch m = mla_scratch(N);
+  const MlaScratch m = mla_scratch(w, N);
   const MlaActs<T>& s = a.mla;
   if (QL > 0) {
     linear_fwd(s.q_lat, {h}, {p.qaw}, nullptr, N, C, QL);
@@ -45,23 +45,23 @@ void Transformer<T>::mla_forward(const LayerActs<T>& a, const T* h, const LayerP
   k::rmsnorm_forward(s.kv_norm, s.kv_rstd, s.kv_lat, p.kvan, N, KL, kMlaNormEps);
   store(s.kv_norm, N * KL);
   linear_fwd(m.kvb, {s.kv_norm}, {p.kvbw}, nullptr, N, KL, H * Dkv);
-  k::rope_pairs_forward(m.q, rope_.data(), B, seq(), H, H * dq_, dq_, Dn, Dr, origin_);
-  k::rope_pairs_forward(m.kr, rope_.data(), B, seq(), 1, Dr, Dr, 0, Dr, origin_);
+  k::rope_pairs_forward(m.q, rope_.data(), B, seq(), H, H * dq_, dq_, Dn, Dr, w.origin);
+  k::rope_pairs_forward(m.kr, rope_.data(), B, seq(), 1, Dr, Dr, 0, Dr, w.origin);
   k::mla_heads(a.qkv, m.q, m.kvb, m.kr, N, H, Dn, Dr, dv_);
 }
 
-// d_qkv [N, H (2 Dq + Dv)] -> d_ln_ [N, C], the gradient of h; every weight's gradient
+// d_qkv [N, H (2 Dq + Dv)] -> w.d_ln [N, C], the gradient of h; every weight's gradient
 template <typename T>
-void Transformer<T>::mla_backward(const LayerActs<T>& a, GemmIn h, T* d_qkv, const LayerParams& p, int64_t B,
-                                  bool acc) {
+void Transformer<T>::mla_backward(const LayerActs<T>& a, GemmIn h, T* d_qkv, const LayerParams& p, int64_t B, bool acc,
+                                  Workspace<T>& w) {
   const MlaConfig& c = cfg_.mla;
   const int64_t N = B * seq(), C = cfg_.hidden, H = dims_.heads, Dn = c.qk_nope_head_dim, Dr = c.qk_rope_head_dim;
   const int64_t QL = c.q_lora_rank, KL = c.kv_lora_rank, Dkv = Dn + dv_;
-  const MlaScratch m = mla_scratch(N);
+  const MlaScratch m = mla_scratch(w, N);
   const MlaActs<T>& s = a.mla;
   k::mla_heads_backward(m.q, m.kvb, m.kr, d_qkv, N, H, Dn, Dr, dv_);
-  k::rope_pairs_backward(m.q, rope_.data(), B, seq(), H, H * dq_, dq_, Dn, Dr, origin_);
-  k::rope_pairs_backward(m.kr, rope_.data(), B, seq(), 1, Dr, Dr, 0, Dr, origin_);
+  k::rope_pairs_backward(m.q, rope_.data(), B, seq(), H, H * dq_, dq_, Dn, Dr, w.origin);
+  k::rope_pairs_backward(m.kr, rope_.data(), B, seq(), 1, Dr, Dr, 0, Dr, w.origin);
   store(m.q, N * H * dq_);
   store(m.kvb, N * H * Dkv);
   store(m.kr, N * Dr);
@@ -70,9 +70,9 @@ void Transformer<T>::mla_backward(const LayerActs<T>& a, GemmIn h, T* d_qkv, con
   k::fill_zero(m.d_kv_lat, N * KL);  // the norm's backward adds to its input gradient
   k::rmsnorm_backward(m.d_kv_lat, p.dkvan, m.d_kv_norm, s.kv_lat, p.kvan, s.kv_rstd, N, KL, acc);
   store(m.d_kv_lat, N * KL);
-  linear_bwd(d_ln_, p.dkvaw, nullptr, {m.d_kv_lat}, h, {p.kvaw}, N, C, KL, acc);
+  linear_bwd(w.d_ln, p.dkvaw, nullptr, {m.d_kv_lat}, h, {p.kvaw}, N, C, KL, acc);
   linear_bwd(m.d_h, p.dkvaw + KL * C, nullptr, {m.kr}, h, {p.kvaw + KL * C}, N, C, Dr, acc);
-  k::residual_forward(d_ln_, d_ln_, m.d_h, static_cast<T*>(nullptr), N, C);
+  k::residual_forward(w.d_ln, w.d_ln, m.d_h, static_cast<T*>(nullptr), N, C);
   // queries
   if (QL > 0) {
     linear_bwd(m.d_q_norm, p.dqkvw, nullptr, {m.q}, {s.q_norm}, {p.qkvw}, N, QL, H * dq_, acc);
@@ -83,12 +83,12 @@ void Transformer<T>::mla_backward(const LayerActs<T>& a, GemmIn h, T* d_qkv, con
   } else {
     linear_bwd(m.d_h, p.dqkvw, nullptr, {m.q}, h, {p.qkvw}, N, C, H * dq_, acc);
   }
-  k::residual_forward(d_ln_, d_ln_, m.d_h, static_cast<T*>(nullptr), N, C);
-  store(d_ln_, N * C);
+  k::residual_forward(w.d_ln, w.d_ln, m.d_h, static_cast<T*>(nullptr), N, C);
+  store(w.d_ln, N * C);
 }
 
 template <typename T>
-typename Transformer<T>::MlaScratch Transformer<T>::mla_scratch(int64_t N) {
+typename Transformer<T>::MlaScratch Transformer<T>::mla_scratch(Workspace<T>& w, int64_t N) const {
   const MlaConfig& c = cfg_.mla;
   const int64_t H = dims_.heads;
   const int64_t sizes[8] = {N * H * dq_,
@@ -101,19 +101,20 @@ typename Transformer<T>::MlaScratch Transformer<T>::mla_scratch(int64_t N) {
                             N * cfg_.hidden};
   int64_t total = 0;
   for (int64_t n : sizes) total += n;
-  if (mla_scratch_.numel() < total)
-    mla_scratch_ = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, device_);
+  if (w.mla.numel() < total) w.mla = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, device_);
   MlaScratch m{};
-  T* at = mla_scratch_.data<T>();
+  T* at = w.mla.template data<T>();
   T** outs[8] = {&m.q, &m.kvb, &m.kr, &m.d_kv_norm, &m.d_kv_lat, &m.d_q_norm, &m.d_q_lat, &m.d_h};
   for (int i = 0; i < 8; ++i) *outs[i] = at, at += sizes[i];
   return m;
 }
 
-#define INSTANTIATE(T)                                                                                            \
-  template void Transformer<T>::mla_forward(const LayerActs<T>&, const T*, const LayerParams&, int64_t);          \
-  template void Transformer<T>::mla_backward(const LayerActs<T>&, GemmIn, T*, const LayerParams&, int64_t, bool); \
-  template typename Transformer<T>::MlaScratch Transformer<T>::mla_scratch(int64_t);
+#define INSTANTIATE(T)                                                                                           \
+  template void Transformer<T>::mla_forward(const LayerActs<T>&, const T*, const LayerParams&, int64_t,          \
+                                            Workspace<T>&);                                                      \
+  template void Transformer<T>::mla_backward(const LayerActs<T>&, GemmIn, T*, const LayerParams&, int64_t, bool, \
+                                             Workspace<T>&);                                                     \
+  template typename Transformer<T>::MlaScratch Transformer<T>::mla_scratch(Workspace<T>&, int64_t) const;
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

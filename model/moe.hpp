@@ -22,7 +22,7 @@
 // output gradient with partial outputs: summed over the tensor group
 // (TensorParallel::sum_partials) before the router's backward. The router
 // and the gate see every row on every rank, so their input gradient
-// (router_input_grad(), [N,C]) is complete on each rank: the caller adds this
+// (MoeScratch::d_router_h, [N,C]) is complete on each rank: the caller adds this
 // rank's rows after the column-parallel input gradient is reduced; their
 // weights' gradients are complete too (ParamRow::all_rows).
 //
@@ -48,6 +48,7 @@
 
 #include "core/recipe/recipe.hpp"
 #include "core/tensor.hpp"
+#include "kernels/precision.hpp"
 #include "kernels/router.hpp"
 #include "parallel/context_parallel.hpp"
 #include "parallel/expert_parallel.hpp"
@@ -99,6 +100,26 @@ struct MoeActs {
   double aux_loss = 0, z_loss = 0;  // this micro-batch's balancing losses (coefficients applied)
 };
 
+// One pass's scratch of the MoE layers (a part of its model::Workspace,
+// model/workspace.hpp): what a forward or backward writes and drops, sized
+// by MoeMlp for the largest micro-batch seen: where the layer runs, and the
+// router's side in host memory (the same buffers on the CPU). Two passes
+// with scratch of their own never touch each other's.
+template <typename T>
+struct MoeScratch {
+  int64_t N = 0;  // rows it is sized for
+  Tensor buffers, host, counts_dev;
+  Tensor exchanged;  // the backward's exchanged rows, the forward's expert output (expert parallelism)
+  Tensor staging;    // the exchange's rows in arrival order (parallel::ExpertParallel)
+  T *x = nullptr, *dx = nullptr, *dys = nullptr, *dfc = nullptr, *dact = nullptr, *dlogits = nullptr,
+    *dweight = nullptr, *d_shared = nullptr, *sdfc = nullptr, *sdact = nullptr;
+  // [N,C] the backward's input gradient through the router and the gate
+  // (complete on every rank: the caller adds this rank's rows)
+  T* d_router_h = nullptr;
+  T *dscores_h = nullptr, *dlogits_h = nullptr, *dweight_h = nullptr, *bias_h = nullptr;
+  std::vector<T> counts_h;  // [E] one micro-batch's tokens per expert (the correction bias's slot)
+};
+
 template <typename T>
 class MoeMlp {
  public:
@@ -107,7 +128,8 @@ class MoeMlp {
   // it). ep: the expert group (null: every expert here): the weights hold
   // this rank's experts only, and the routed rows go to their experts' ranks
   // and back around the grouped GEMMs (parallel/expert_parallel.hpp).
-  // device: where the layer's buffers live and its kernels run.
+  // device: where the layer's buffers live and its kernels run; math: its
+  // GEMMs' precision (kernels/gemm.hpp), the model's.
   // whole_experts (expert_tensor 1 < tensor): ffn is every expert's whole
   // width; each tensor rank routes its 1/tensor of the rows (its slice of
   // out and dh is complete, the rest zero, so the tensor group's sum
@@ -116,25 +138,21 @@ class MoeMlp {
   // group: the router's gradient by the data-parallel step).
   MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t shared, parallel::TensorParallel* tp,
          parallel::ContextParallel* cp, parallel::ExpertParallel* ep = nullptr, Device device = {},
-         bool whole_experts = false);
+         bool whole_experts = false, kernels::Precision math = kernels::Precision::fp32);
 
   // Buffers of one micro-batch of N rows; `storage` owns them.
   MoeActs<T> make_acts(int64_t N, std::vector<Tensor>& storage) const;
 
   // out [N,C] (overwritten): this rank's partial MoE output for h [N,C].
-  void forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& w, int64_t N, int64_t B);
+  // s: the pass's scratch.
+  void forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& w, int64_t N, int64_t B, MoeScratch<T>& s);
   // dh [N,C] (overwritten): the partial gradient of h through the experts
   // (to be summed over the tensor group like a column-parallel input's);
-  // router_input_grad() then holds the complete part through the router and
-  // gate. dy [N,C]: the gradient of out (every row). acc: add to the
-  // gradients (else overwrite).
+  // s.d_router_h then holds the complete part through the router and gate.
+  // dy [N,C]: the gradient of out (every row). acc: add to the gradients
+  // (else overwrite). s: the pass's scratch.
   void backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, const MoeWeights<T>& w, const MoeGrads<T>& g,
-                int64_t N, int64_t B, T aux_scale, bool acc);
-  const T* router_input_grad() const { return d_router_h_; }
-  // Paired passes (parallel/paired_passes.hpp): a forward and a backward
-  // pass interleave at the expert exchanges, each with scratch of its own
-  // (this layer's and the exchange's staging); called at every switch.
-  void swap_lane();
+                int64_t N, int64_t B, T aux_scale, bool acc, MoeScratch<T>& s);
   // balance kind hf (transformers' load_balancing_loss_func, one cross-layer
   // product): after the forward of every MoE layer of the micro-batch (all
   // on this rank), their counts summed; sets each layer's share of the loss.
@@ -148,27 +166,11 @@ class MoeMlp {
   parallel::ContextParallel* cp_;
   parallel::ExpertParallel* ep_;
   Device device_;
-  bool on_host_;       // the layer runs in host memory: the router's mirrors are its own buffers
-  Tensor ep_scratch_;  // the backward's exchanged rows (expert parallelism)
-  // backward scratch, sized for the largest N seen: where the layer runs,
-  // and the router's side in host memory (the same buffers on the CPU)
-  int64_t scratch_N_ = 0;
-  Tensor scratch_, host_scratch_, counts_dev_;
-  T *x_ = nullptr, *dx_ = nullptr, *dys_ = nullptr, *dfc_ = nullptr, *dact_ = nullptr, *dlogits_ = nullptr,
-    *dweight_ = nullptr, *d_router_h_ = nullptr, *d_shared_ = nullptr, *sdfc_ = nullptr, *sdact_ = nullptr;
-  T *dscores_h_ = nullptr, *dlogits_h_ = nullptr, *dweight_h_ = nullptr, *bias_h_ = nullptr;
-  std::vector<T> counts_h_;  // [E] one micro-batch's tokens per expert (the correction bias's slot)
-  // the other paired pass's scratch (swap_lane)
-  struct Lane {
-    int64_t scratch_N = 0;
-    Tensor scratch, host_scratch, ep_scratch;
-    T *x = nullptr, *dx = nullptr, *dys = nullptr, *dfc = nullptr, *dact = nullptr, *dlogits = nullptr,
-      *dweight = nullptr, *d_router_h = nullptr, *d_shared = nullptr, *sdfc = nullptr, *sdact = nullptr,
-      *dscores_h = nullptr, *dlogits_h = nullptr, *dweight_h = nullptr, *bias_h = nullptr;
-  };
-  Lane lane_;
-  void ensure_scratch(int64_t N);
-  T* exchange_scratch(int64_t n);
+  kernels::Precision math_;
+  bool on_host_;  // the layer runs in host memory: the router's mirrors are its own buffers
+  // s sized for N rows (the order of model/memory.cpp's scratch_elements)
+  void ensure_scratch(MoeScratch<T>& s, int64_t N) const;
+  T* exchange_scratch(MoeScratch<T>& s, int64_t n) const;
   // N: the rows routed here; all: the rows of the micro-batch on this context rank (the losses' normalisation)
   void balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t all, int64_t B, double scale, bool wrt_q) const;
   bool slice_ = false;  // whole experts: this tensor rank routes rows [rank N / t, (rank + 1) N / t)

@@ -33,6 +33,7 @@ void Transformer<T>::mtp_forward(Activations<T>& ctx, const int32_t* targets, T 
   const Chunk& ch = chunks_[size_t(ctx.chunk)];
   const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N), V = dims_.vocab;
   const int L = int(ch.spec.layers), depth = int(cfg_.mtp.depth);
+  Workspace<T>& w = workspace(ctx);
   // the embedding's table where this rank holds it (in this chunk or another), else the head's copy
   const bool shared = ch.spec.embedding || mtp_shared_table_;
   if (shared) use_params(emb_seg_, -1);
@@ -53,8 +54,8 @@ void Transformer<T>::mtp_forward(Activations<T>& ctx, const int32_t* targets, T 
       }
     use_params(s, -1);
     if (es >= 0) use_params(es, -1);
-    k::embedding_forward(partial_, a.tokens.data(), table, N, C, dims_.vocab_begin, V);
-    k::copy(a.emb, tp_->exit(reduced_, partial_, N, C), R * C);
+    k::embedding_forward(w.partial, a.tokens.data(), table, N, C, dims_.vocab_begin, V);
+    k::copy(a.emb, tp_->exit(w.reduced, w.partial, N, C), R * C);
     store(a.emb, R * C);
     const T* prev = kd == 1 ? ctx.lnf : ctx.mtp[size_t(kd - 2)].o;
     k::rmsnorm_forward(a.e_norm, a.e_rstd, a.emb, p.enw, R, C, cfg_.norm_eps);
@@ -65,7 +66,7 @@ void Transformer<T>::mtp_forward(Activations<T>& ctx, const int32_t* targets, T 
     store(la.x_in, R * C);
     if (ctx.is_packed()) pack(ctx, l, 0, 1);
     MoeActs<T>* m = moe_acts(ctx, l);
-    layer_forward(la, a.x_out, p, B, m);
+    layer_forward(la, a.x_out, p, B, m, w);
     if (m) {
       count_routes(*m, cfg_.layers + kd - 1);
       moe_step_.aux_loss += m->aux_loss, moe_step_.z_loss += m->z_loss;
@@ -97,10 +98,10 @@ void Transformer<T>::mtp_backward(Activations<T>& ctx, T* d_lnf, Recompute recom
   const Chunk& ch = chunks_[size_t(ctx.chunk)];
   const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N), V = dims_.vocab;
   const int L = int(ch.spec.layers), depth = int(cfg_.mtp.depth);
-  if (mtp_scratch_.numel() < 5 * R * C)
-    mtp_scratch_ = Tensor::empty({5 * R * C}, dtype_of<T>(), MemCategory::activations, device_);
+  Workspace<T>& w = workspace(ctx);
+  if (w.mtp.numel() < 5 * R * C) w.mtp = Tensor::empty({5 * R * C}, dtype_of<T>(), MemCategory::activations, device_);
   // d_next: the gradient of h^k from depth k + 1; dcat [R, 2C]; d_e, d_h [R, C]
-  T *d_next = mtp_scratch_.data<T>(), *dcat = d_next + R * C, *d_e = dcat + 2 * R * C, *d_h = d_e + R * C;
+  T *d_next = w.mtp.template data<T>(), *dcat = d_next + R * C, *d_e = dcat + 2 * R * C, *d_h = d_e + R * C;
   // the head's copy of the table (no embedding chunk here): written by these depths alone
   if (!ch.spec.embedding && !mtp_shared_table_ && !acc) k::fill_zero(dmtp_wte_, V * C);
   for (int kd = depth; kd >= 1; --kd) {
@@ -112,20 +113,20 @@ void Transformer<T>::mtp_backward(Activations<T>& ctx, T* d_lnf, Recompute recom
     use_grads(s);
     if (es >= 0) use_params(es, -1), use_grads(es);
     // the LM head (dlogits in a.logits), and the next depth's gradient of h^k
-    linear_bwd(d_ln_, dhead_, nullptr, {a.logits}, {a.o_full}, {head_}, N, C, V, kd == depth ? head_acc : true);
-    store(d_ln_, N * C);
-    const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
+    linear_bwd(w.d_ln, dhead_, nullptr, {a.logits}, {a.o_full}, {head_}, N, C, V, kd == depth ? head_acc : true);
+    store(w.d_ln, N * C);
+    const T* d = tp_->enter_backward(w.d_local, w.d_ln, N, C);
     if (kd < depth) {
-      k::residual_forward(d_local_, d, d_next, static_cast<T*>(nullptr), R, C);
-      d = d_local_;
+      k::residual_forward(w.d_local, d, d_next, static_cast<T*>(nullptr), R, C);
+      d = w.d_local;
     }
-    k::fill_zero(d_res_, R * C);  // the norm's backward adds to its input gradient
-    k::rmsnorm_backward(d_res_, p.dshnw, d, a.x_out, p.shnw, a.o_rstd, R, C, acc);
-    store(d_res_, R * C);
-    // d_res_ becomes the block's input's gradient; its weights' gradients come now in a split backward too
+    k::fill_zero(w.d_res, R * C);  // the norm's backward adds to its input gradient
+    k::rmsnorm_backward(w.d_res, p.dshnw, d, a.x_out, p.shnw, a.o_rstd, R, C, acc);
+    store(w.d_res, R * C);
+    // w.d_res becomes the block's input's gradient; its weights' gradients come now in a split backward too
     layer_backward(ctx, l, li, s, -1, -1, recompute, acc, false, ready, false);
     // eh_proj over the normalised embedding and hidden state
-    linear_bwd(dcat, p.dehw, nullptr, {d_res_}, {a.cat}, {p.ehw}, R, 2 * C, C, acc);
+    linear_bwd(dcat, p.dehw, nullptr, {w.d_res}, {a.cat}, {p.ehw}, R, 2 * C, C, acc);
     k::columns_split(d_e, d_h, dcat, R, C, C);
     k::fill_zero(a.d_emb, R * C);
     k::rmsnorm_backward(a.d_emb, p.denw, d_e, a.emb, p.enw, a.e_rstd, R, C, acc);
@@ -139,11 +140,11 @@ void Transformer<T>::mtp_backward(Activations<T>& ctx, T* d_lnf, Recompute recom
       use_grads(emb_seg_);
       if (table_fresh_) k::fill_zero(dwte_, V * C);
       table_fresh_ = false;
-      k::embedding_backward(dwte_, tp_->exit_backward(d_full_, a.d_emb, N, C), a.tokens.data(), N, C, dims_.vocab_begin,
-                            V);
+      k::embedding_backward(dwte_, tp_->exit_backward(w.d_full, a.d_emb, N, C), a.tokens.data(), N, C,
+                            dims_.vocab_begin, V);
       done_grads(emb_seg_);
     } else if (!ch.spec.embedding) {  // the head's copy of the table; else added with the embedding's (backward_chunk)
-      const T* demb = tp_->exit_backward(d_full_, a.d_emb, N, C);
+      const T* demb = tp_->exit_backward(w.d_full, a.d_emb, N, C);
       k::embedding_backward(dmtp_wte_, demb, a.tokens.data(), N, C, dims_.vocab_begin, V);
     }
     done_params(s);

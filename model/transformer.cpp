@@ -66,7 +66,7 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
   if (cfg.moe.enabled)
     moe_ = std::make_unique<MoeMlp<T>>(
         cfg.moe, cfg.hidden, cfg.moe.ffn_hidden / (reg_.experts().whole ? 1 : tp_->size()),
-        cfg.moe.shared_width() / tp_->size(), tp_, cp_, where.ep, device_, reg_.experts().whole);
+        cfg.moe.shared_width() / tp_->size(), tp_, cp_, where.ep, device_, reg_.experts().whole, where.precision);
   // Segments, in registry order: each chunk's embedding, its layers, its
   // head, as many parameters each as the architecture's table gives them.
   const auto& params = reg_.params();
@@ -230,9 +230,10 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   const Chunk& ch = chunks_[size_t(ctx.chunk)];
   const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int L = int(ch.spec.layers);
-  ensure_scratch(B);
-  doc_start_ = ctx.doc_start;
-  origin_ = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
+  Workspace<T>& w = workspace(ctx);
+  ensure_scratch(w, B);
+  w.doc_start = ctx.doc_start;
+  w.origin = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
   ctx.aux_scale = dscale * T(B * cfg_.seq_len);  // the loss's weight of this micro-batch's tokens
   T* first_in = L > 0 ? ctx.layers[0].x_in : ctx.x_final;
   // the segment after s in this chunk's forward order (-1: none)
@@ -240,9 +241,9 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   if (ch.spec.embedding) {
     ctx.tokens = tokens;
     use_params(ch.emb_seg, next_seg(ch.emb_seg));
-    k::embedding_forward(partial_, tokens, wte_, N, C, dims_.vocab_begin, dims_.vocab);
-    const T* emb = tp_->exit(reduced_, partial_, N, C);
-    k::position_forward(first_in, emb, wpe_, tp_->row_begin(N), R, Tn, C, origin_);
+    k::embedding_forward(w.partial, tokens, wte_, N, C, dims_.vocab_begin, dims_.vocab);
+    const T* emb = tp_->exit(w.reduced, w.partial, N, C);
+    k::position_forward(first_in, emb, wpe_, tp_->row_begin(N), R, Tn, C, w.origin);
     store(first_in, R * C);
     done_params(ch.emb_seg);
   } else {
@@ -262,7 +263,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     // packed: the input first (the output may go to the same working buffer), the rest after
     if (ctx.is_packed()) pack(ctx, l, 0, 1);
     MoeActs<T>* m = moe_acts(ctx, l);
-    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], B, m);
+    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], B, m, w);
     if (m && dscale != T(0)) count_routes(*m, ch.spec.first_layer + l);  // a training forward: its routes count
     if (ctx.is_packed()) pack(ctx, l, 1, SIZE_MAX);
     // full recompute: the rows the experts received are received again by the recomputation
@@ -315,11 +316,12 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
   const bool acc = accumulate;
   const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int64_t V = dims_.vocab;
-  doc_start_ = ctx.doc_start;
-  origin_ = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
+  Workspace<T>& w = workspace(ctx);
+  w.doc_start = ctx.doc_start;
+  w.origin = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
   const int L = int(ch.spec.layers);
   const bool split = part != BackwardPart::all;
-  ensure_scratch(B);
+  ensure_scratch(w, B);
   if (part == BackwardPart::weight) {  // the linears' weight gradients, from what the input pass kept
     if (ch.spec.head) {
       use_grads(ch.head_seg);
@@ -347,28 +349,28 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     use_grads(head);
     if (tied_local_) use_grads(emb_seg_);
     // dlogits were rounded in forward: their copy is exact
-    if (gemm_reads_16bit()) k::pack_16(dlogits16_, ctx.logits, N * V, precision_);
-    linear_bwd(d_ln_, split ? nullptr : dhead_, nullptr, {ctx.logits, gemm_reads_16bit() ? dlogits16_ : nullptr},
+    if (gemm_reads_16bit()) k::pack_16(w.dlogits16, ctx.logits, N * V, precision_);
+    linear_bwd(w.d_ln, split ? nullptr : dhead_, nullptr, {ctx.logits, gemm_reads_16bit() ? w.dlogits16 : nullptr},
                {ctx.lnf_full}, {head_}, N, C, V, acc);
-    store(d_ln_, N * C);
-    const T* d = tp_->enter_backward(d_local_, d_ln_, N, C);
+    store(w.d_ln, N * C);
+    const T* d = tp_->enter_backward(w.d_local, w.d_ln, N, C);
     if (ctx.mtp_ran) {  // multi-token prediction's depths add to the final norm's output gradient
-      T* d_lnf = mtp_lnf_grad(R);
+      T* d_lnf = mtp_lnf_grad(w, R);
       k::copy(d_lnf, d, R * C);
       // the head's weight: after the main head's (or, split, first: the weight pass adds the main head's)
       mtp_backward(ctx, d_lnf, recompute, acc, split ? acc : true, ready);
       d = d_lnf;
     }
-    k::fill_zero(d_res_, R * C);
-    norm_backward(d_res_, dnfw_, dnfb_, d, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, R, acc);
-    store(d_res_, R * C);
+    k::fill_zero(w.d_res, R * C);
+    norm_backward(w.d_res, dnfw_, dnfb_, d, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, R, acc);
+    store(w.d_res, R * C);
     done_params(head);
     if (tied_local_) done_params(emb_seg_);
     done_grads(head);
     // a tied head also writes the table, which is final only at the end
     ready(head);
   } else {
-    k::copy(d_res_, d_out, R * C);
+    k::copy(w.d_res, d_out, R * C);
   }
   // the expert segment of the next MoE layer before local layer l of this chunk (-1: none)
   auto prev_experts = [&](int l) {
@@ -380,7 +382,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     const int s = ch.first_layer_seg + l;
     layer_backward(ctx, l, ch.first_local + l, s, l > 0 ? s - 1 : -1, prev_experts(l), recompute, acc, split, ready);
   }
-  if (!ch.spec.embedding) return;  // d_res_ is the gradient of the chunk's input
+  if (!ch.spec.embedding) return;  // w.d_res is the gradient of the chunk's input
   const int emb = ch.emb_seg;
   if (!tied_local_) use_grads(emb);  // a tied head on this rank acquired it already
   // The embedding gradient is a scatter-add: start from zero when not
@@ -394,21 +396,15 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     if (!tied_local_ || split) k::fill_zero(dwte_, V * C);
   }
   if (!acc && dwpe_) k::fill_zero(dwpe_, cfg_.seq_len * C);  // the table has a row per global position
-  if (dwpe_) k::position_backward(dwpe_, d_res_, tp_->row_begin(N), R, Tn, C, origin_);
-  const T* demb = tp_->exit_backward(d_full_, d_res_, N, C);
+  if (dwpe_) k::position_backward(dwpe_, w.d_res, tp_->row_begin(N), R, Tn, C, w.origin);
+  const T* demb = tp_->exit_backward(w.d_full, w.d_res, N, C);
   k::embedding_backward(dwte_, demb, ctx.tokens, N, C, dims_.vocab_begin, V);
   if (ctx.mtp_ran && ch.spec.head)  // multi-token prediction's lookups of the same table
     for (const MtpActs<T>& a : ctx.mtp)
-      k::embedding_backward(dwte_, tp_->exit_backward(d_full_, a.d_emb, N, C), a.tokens.data(), N, C, dims_.vocab_begin,
-                            V);
+      k::embedding_backward(dwte_, tp_->exit_backward(w.d_full, a.d_emb, N, C), a.tokens.data(), N, C,
+                            dims_.vocab_begin, V);
   done_grads(emb);
   ready(emb);
-}
-
-template <typename T>
-void Transformer<T>::swap_lane() {
-  std::swap(doc_start_, lane_doc_start_), std::swap(origin_, lane_origin_);
-  if (moe_) moe_->swap_lane();
 }
 
 template <typename T>
@@ -428,10 +424,10 @@ std::pair<double, double> Transformer<T>::balance_losses(const Activations<T>& c
 }
 
 template <typename T>
-T* Transformer<T>::mtp_lnf_grad(int64_t R) {
+T* Transformer<T>::mtp_lnf_grad(Workspace<T>& w, int64_t R) {
   const int64_t n = R * cfg_.hidden;
-  if (mtp_lnf_grad_.numel() < n) mtp_lnf_grad_ = Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_);
-  return mtp_lnf_grad_.data<T>();
+  if (w.mtp_lnf_grad.numel() < n) w.mtp_lnf_grad = Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_);
+  return w.mtp_lnf_grad.template data<T>();
 }
 
 template class Transformer<float>;

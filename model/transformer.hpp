@@ -37,6 +37,7 @@
 #include "model/moe.hpp"
 #include "model/parallel_plan.hpp"
 #include "model/params.hpp"
+#include "model/workspace.hpp"
 #include "parallel/context_parallel.hpp"
 #include "parallel/tensor_parallel.hpp"
 
@@ -108,6 +109,10 @@ struct Activations {
   int64_t B = 0;
   int chunk = 0;  // this rank's chunk index
   Recompute recompute = Recompute::none;
+  // The workspace of the pass that runs on this context (model/workspace.hpp),
+  // set by the caller before each forward_chunk / backward_chunk; null: the
+  // model's own.
+  Workspace<T>* workspace = nullptr;
   // 16-bit precision: each layer's saved activations as 2-byte values (pack
   // order x_in, ln1_full, qkv, atty, x_mid, ln2_full, fc, act; x_in alone
   // with full recompute). The layers' large buffers then point into the
@@ -212,18 +217,12 @@ class Transformer {
   // With split experts each part has its frontier: F below
   // registry().expert_begin() says [F, expert_begin) is final, F at or
   // above it [F, numel) (after each MoE layer, its experts').
-  // After it, input_grad() [R,C] is the gradient of the chunk's input (until
-  // the next call), except on the embedding chunk.
+  // After it, input_grad(ctx) [R,C] is the gradient of the chunk's input (in
+  // the context's workspace, until that workspace's next pass), except on
+  // the embedding chunk.
   void backward_chunk(Activations<T>& ctx, const T* d_out, Recompute recompute, bool accumulate = true,
                       BackwardPart part = BackwardPart::all, const std::function<void(int64_t)>& on_ready = {});
-  const T* input_grad() const { return d_res_; }
-  // Paired passes (parallel/paired_passes.hpp, dualpipev): a forward and a
-  // backward chunk of different micro-batches interleave at the expert
-  // exchanges; at every switch the pass-specific state (the MoE layers'
-  // scratch and staging, the context's document starts and position
-  // origins) is swapped with the other pass's. The rest of the model's
-  // scratch is not live across an exchange in the other pass (docs/moe.md).
-  void swap_lane();
+  const T* input_grad(const Activations<T>& ctx) const { return (ctx.workspace ? *ctx.workspace : own_).d_res; }
 
   // The balancing losses of the context's last forward (coefficients
   // applied, summed over its MoE layers): the aux loss, the z-loss.
@@ -318,10 +317,6 @@ class Transformer {
   GemmIn saved_in(const Activations<T>& ctx, int l, size_t i, const T* f32) const;
   // Whether saved buffer i is left packed in backward (only GEMMs read it).
   bool gemm_only(const Activations<T>& ctx, size_t i) const;
-  // 2-byte copies of the linears' output gradients in backward
-  Tensor scratch16_;
-  int64_t scratch16_B_ = 0;
-  uint16_t *dy16_ = nullptr, *dfc16_ = nullptr, *dqkv16_ = nullptr, *dlogits16_ = nullptr;
   // A layer's saved buffers in pack order: (buffer in the working set, elements).
   std::vector<std::pair<T*, int64_t>> saved_buffers(const LayerActs<T>& a, int64_t B, Recompute r) const;
   // Buffers [first, last) of layer l to its packed copy, and all of them back.
@@ -332,7 +327,7 @@ class Transformer {
     return size_t(l) < ctx.moe.size() && ctx.moe[size_t(l)].logits ? &ctx.moe[size_t(l)] : nullptr;
   }
   // m: the layer's MoE buffers (null: a dense layer)
-  void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B, MoeActs<T>* m);
+  void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B, MoeActs<T>* m, Workspace<T>& w);
   void layer_weight_grads(const Activations<T>& ctx, int l, const LayerParams& p, bool acc);
   // manage = false: the caller acquires and releases the layer's segments
   void layer_backward(Activations<T>& ctx, int l, int li, int s, int next_s, int next_es, Recompute recompute, bool acc,
@@ -348,25 +343,24 @@ class Transformer {
   // the routes of an MoE layer's training forward, counted into moe_step_
   void count_routes(const MoeActs<T>& m, int64_t global);
   std::vector<double> mtp_losses_;
-  Tensor mtp_scratch_, mtp_lnf_grad_;
-  T* mtp_lnf_grad(int64_t R);  // [R, C]: the final norm's output gradient, the depths' added
+  T* mtp_lnf_grad(Workspace<T>& w, int64_t R);  // [R, C]: the final norm's output gradient, the depths' added
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N);
   // QK-norm of the query and key heads in qkv [N, (H + 2 KV) D], in place
   // (pre: the heads before it, kept for backward), and its backward on dqkv.
-  void qk_norm_forward(T* qkv, T* pre, T* rstd, const LayerParams& p, int64_t N);
-  void qk_norm_backward(T* dqkv, const T* pre, const T* rstd, const LayerParams& p, int64_t N, bool acc);
-  T* qk_scratch(int64_t N);  // 2 N (H + KV) D: the heads and their gradients
-  Tensor qk_scratch_;
+  void qk_norm_forward(T* qkv, T* pre, T* rstd, const LayerParams& p, int64_t N, Workspace<T>& w);
+  void qk_norm_backward(T* dqkv, const T* pre, const T* rstd, const LayerParams& p, int64_t N, bool acc,
+                        Workspace<T>& w);
+  T* qk_scratch(Workspace<T>& w, int64_t N) const;  // 2 N (H + KV) D: the heads and their gradients
   // Multi-head latent attention: the projections from h (the gathered norm1
-  // output) to qkv [N, H (2 Dq + Dv)], and back from its gradient to d_ln_ (the
+  // output) to qkv [N, H (2 Dq + Dv)], and back from its gradient to w.d_ln (the
   // weight gradients included, in either backward part).
-  void mla_forward(const LayerActs<T>& a, const T* h, const LayerParams& p, int64_t B);
-  void mla_backward(const LayerActs<T>& a, GemmIn h, T* d_qkv, const LayerParams& p, int64_t B, bool acc);
+  void mla_forward(const LayerActs<T>& a, const T* h, const LayerParams& p, int64_t B, Workspace<T>& w);
+  void mla_backward(const LayerActs<T>& a, GemmIn h, T* d_qkv, const LayerParams& p, int64_t B, bool acc,
+                    Workspace<T>& w);
   struct MlaScratch {
     T *q, *kvb, *kr, *d_kv_norm, *d_kv_lat, *d_q_norm, *d_q_lat, *d_h;
   };
-  MlaScratch mla_scratch(int64_t N);
-  Tensor mla_scratch_;
+  MlaScratch mla_scratch(Workspace<T>& w, int64_t N) const;
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,
                      int64_t N, bool accumulate);
 
@@ -404,9 +398,6 @@ class Transformer {
   void done_params(int s);
   void use_grads(int s);
   void done_grads(int s);
-  const int32_t* doc_start_ = nullptr;  // of the context being run
-  const int32_t* origin_ = nullptr;
-  const int32_t *lane_doc_start_ = nullptr, *lane_origin_ = nullptr;  // the other paired pass's (swap_lane)
   T *wte_ = nullptr, *wpe_ = nullptr, *nfw_ = nullptr, *nfb_ = nullptr, *head_ = nullptr;
   T *dwte_ = nullptr, *dwpe_ = nullptr, *dnfw_ = nullptr, *dnfb_ = nullptr, *dhead_ = nullptr;
   // the head chunk's copy of the token table, where multi-token prediction reads it (no embedding chunk here)
@@ -428,14 +419,11 @@ class Transformer {
     std::vector<MoeActs<T>> moe;
   };
   mutable std::vector<SharedRecompute> shared_recompute_;
-  // scratch shared by all layers, sized for the largest context seen:
-  // forward [N,C] partial sums and [R,C] their reduction; backward d_res_
-  // [R,C] (the residual stream's gradient), d_full_ / d_ln_ [N,C], d_local_ [R,C]
-  int64_t scratch_B_ = 0;
-  Tensor scratch_;
-  T *partial_, *reduced_;
-  T *d_res_ = nullptr, *d_full_, *d_ln_, *d_local_, *d_qkv_, *d_atty_, *d_fc_, *d_act_;
-  void ensure_scratch(int64_t B);
+  // The pass's workspace: the context's, else the model's own
+  // (model/workspace.hpp); its layer buffers sized for B.
+  Workspace<T> own_;
+  Workspace<T>& workspace(Activations<T>& ctx) { return ctx.workspace ? *ctx.workspace : own_; }
+  void ensure_scratch(Workspace<T>& w, int64_t B) const;
 };
 
 }  // namespace trident::model

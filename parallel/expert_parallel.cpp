@@ -58,12 +58,12 @@ ExpertPlan ExpertParallel::plan(const int64_t* offsets) {
 }
 
 template <typename T>
-T* ExpertParallel::staging(int64_t elements, const void* like) {
+T* ExpertParallel::grow(Tensor& staging, int64_t elements, const void* like) {
   const Device dev = device_of(like);
   const int64_t n = std::max<int64_t>(elements, 1);
-  if (!scratch_.defined() || scratch_.nbytes() < size_t(n) * sizeof(T) || scratch_.device().type != dev.type)
-    scratch_ = Tensor::empty({n}, dtype_of<T>(), MemCategory::comm, dev);
-  return static_cast<T*>(scratch_.raw());
+  if (!staging.defined() || staging.nbytes() < size_t(n) * sizeof(T) || staging.device().type != dev.type)
+    staging = Tensor::empty({n}, dtype_of<T>(), MemCategory::comm, dev);
+  return static_cast<T*>(staging.raw());
 }
 
 namespace {
@@ -104,28 +104,29 @@ void ExpertParallel::complete(PendingDispatch& x, bool combine) {
 }
 
 template <typename T>
-PendingDispatch ExpertParallel::start_dispatch(const ExpertPlan& p, const T* rows, int64_t C) {
-  T* arrived = staging<T>(p.received * C, rows);
+PendingDispatch ExpertParallel::start_dispatch(const ExpertPlan& p, const T* rows, int64_t C, Tensor& staging) {
+  T* arrived = grow<T>(staging, p.received * C, rows);
   return issue(arrived, rows, p.send_rows, p.recv_rows, C);
 }
 
 template <typename T>
-void ExpertParallel::finish_dispatch(PendingDispatch& pending, const ExpertPlan& p, T* out, int64_t C) {
+void ExpertParallel::finish_dispatch(PendingDispatch& pending, const ExpertPlan& p, T* out, int64_t C,
+                                     const Tensor& staging) {
   complete(pending, false);
-  const T* arrived = static_cast<const T*>(scratch_.raw());
+  const T* arrived = static_cast<const T*>(staging.raw());
   for (const ExpertPlan::Block& b : p.blocks)
     copy_bytes(out + b.by_expert * C, arrived + b.by_source * C, size_t(b.rows * C) * sizeof(T));
 }
 
 template <typename T>
-void ExpertParallel::dispatch(const ExpertPlan& p, T* out, const T* rows, int64_t C) {
-  PendingDispatch x = start_dispatch(p, rows, C);
-  finish_dispatch(x, p, out, C);
+void ExpertParallel::dispatch(const ExpertPlan& p, T* out, const T* rows, int64_t C, Tensor& staging) {
+  PendingDispatch x = start_dispatch(p, rows, C, staging);
+  finish_dispatch(x, p, out, C, staging);
 }
 
 template <typename T>
-void ExpertParallel::combine(const ExpertPlan& p, T* out, const T* rows, int64_t C) {
-  T* leaving = staging<T>(p.received * C, rows);
+void ExpertParallel::combine(const ExpertPlan& p, T* out, const T* rows, int64_t C, Tensor& staging) {
+  T* leaving = grow<T>(staging, p.received * C, rows);
   for (const ExpertPlan::Block& b : p.blocks)
     copy_bytes(leaving + b.by_source * C, rows + b.by_expert * C, size_t(b.rows * C) * sizeof(T));
   PendingDispatch x = issue(out, leaving, p.recv_rows, p.send_rows, C);
@@ -144,13 +145,15 @@ ExpertTraffic ExpertParallel::take_traffic() {
   return t;
 }
 
-template PendingDispatch ExpertParallel::start_dispatch<float>(const ExpertPlan&, const float*, int64_t);
-template PendingDispatch ExpertParallel::start_dispatch<double>(const ExpertPlan&, const double*, int64_t);
-template void ExpertParallel::finish_dispatch<float>(PendingDispatch&, const ExpertPlan&, float*, int64_t);
-template void ExpertParallel::finish_dispatch<double>(PendingDispatch&, const ExpertPlan&, double*, int64_t);
-template void ExpertParallel::dispatch<float>(const ExpertPlan&, float*, const float*, int64_t);
-template void ExpertParallel::dispatch<double>(const ExpertPlan&, double*, const double*, int64_t);
-template void ExpertParallel::combine<float>(const ExpertPlan&, float*, const float*, int64_t);
-template void ExpertParallel::combine<double>(const ExpertPlan&, double*, const double*, int64_t);
+template PendingDispatch ExpertParallel::start_dispatch<float>(const ExpertPlan&, const float*, int64_t, Tensor&);
+template PendingDispatch ExpertParallel::start_dispatch<double>(const ExpertPlan&, const double*, int64_t, Tensor&);
+template void ExpertParallel::finish_dispatch<float>(PendingDispatch&, const ExpertPlan&, float*, int64_t,
+                                                     const Tensor&);
+template void ExpertParallel::finish_dispatch<double>(PendingDispatch&, const ExpertPlan&, double*, int64_t,
+                                                      const Tensor&);
+template void ExpertParallel::dispatch<float>(const ExpertPlan&, float*, const float*, int64_t, Tensor&);
+template void ExpertParallel::dispatch<double>(const ExpertPlan&, double*, const double*, int64_t, Tensor&);
+template void ExpertParallel::combine<float>(const ExpertPlan&, float*, const float*, int64_t, Tensor&);
+template void ExpertParallel::combine<double>(const ExpertPlan&, double*, const double*, int64_t, Tensor&);
 
 }  // namespace trident::parallel

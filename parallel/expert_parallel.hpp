@@ -91,25 +91,26 @@ class ExpertParallel {
   // offsets [E+1]: this rank's expert-major rows of one layer's micro-batch.
   ExpertPlan plan(const int64_t* offsets);
 
+  // Every exchange lays rows out in `staging`, a buffer of the caller's
+  // (grown as needed, on the rows' device): two passes that interleave
+  // (paired_passes.hpp) each give their own, so a pass's rows in flight are
+  // never the other's.
+  //
   // rows [p.rows, C] in this rank's expert order -> out [p.received, C] by local expert
   template <typename T>
-  void dispatch(const ExpertPlan& p, T* out, const T* rows, int64_t C);
+  void dispatch(const ExpertPlan& p, T* out, const T* rows, int64_t C, Tensor& staging);
   // The same in two halves, so that other work (the shared experts) runs
   // while the rows travel: start_dispatch issues the exchange (rows must
   // stay unchanged until finish_dispatch), finish_dispatch waits for it and
   // lays the rows out. One dispatch in flight at a time; nothing else of
   // this group's in between.
   template <typename T>
-  PendingDispatch start_dispatch(const ExpertPlan& p, const T* rows, int64_t C);
+  PendingDispatch start_dispatch(const ExpertPlan& p, const T* rows, int64_t C, Tensor& staging);
   template <typename T>
-  void finish_dispatch(PendingDispatch& pending, const ExpertPlan& p, T* out, int64_t C);
+  void finish_dispatch(PendingDispatch& pending, const ExpertPlan& p, T* out, int64_t C, const Tensor& staging);
   // rows [p.received, C] by local expert -> out [p.rows, C] in this rank's expert order
   template <typename T>
-  void combine(const ExpertPlan& p, T* out, const T* rows, int64_t C);
-
-  // Paired passes (paired_passes.hpp): the staging buffer a pass's exchange
-  // in flight uses is its own; the model swaps it at every switch.
-  void swap_lane() { std::swap(scratch_, lane_scratch_); }
+  void combine(const ExpertPlan& p, T* out, const T* rows, int64_t C, Tensor& staging);
 
   ExpertTraffic take_traffic();
   // The exchanges since the last call, in order, while recording (for the
@@ -120,13 +121,11 @@ class ExpertParallel {
  private:
   Communicator* group_ = nullptr;
   int64_t experts_ = 0;
-  Tensor scratch_;       // the rows in arrival (source) order, on the rows' device
-  Tensor lane_scratch_;  // the other paired pass's
   ExpertTraffic traffic_;
   std::vector<ExpertSpan> spans_;
   bool record_ = false;
   template <typename T>
-  T* staging(int64_t elements, const void* like);
+  static T* grow(Tensor& staging, int64_t elements, const void* like);
   template <typename T>
   PendingDispatch issue(T* out, const T* in, const std::vector<int64_t>& send, const std::vector<int64_t>& recv,
                         int64_t C);

@@ -19,11 +19,6 @@
 #endif
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
-// ThreadSanitizer's dynamic annotations (its runtime defines them)
-extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
-extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
-extern "C" void AnnotateIgnoreWritesBegin(const char* file, int line);
-extern "C" void AnnotateIgnoreWritesEnd(const char* file, int line);
 #endif
 
 namespace trident::parallel {
@@ -49,7 +44,6 @@ constexpr size_t kStackBytes = size_t(64) << 20;
 struct Pair {
   ucontext_t main_ctx{}, fiber_ctx{};
   const std::function<void()>* first = nullptr;
-  const std::function<void()>* on_switch = nullptr;
   bool in_fiber = false, fiber_done = false, main_done = false;
   std::exception_ptr error;
   // The sanitizers follow a stack switch only when told. ASan: the stack
@@ -59,8 +53,8 @@ struct Pair {
   // only the first switch in and the last out do (the caller's set-up
   // happens before the first pass, both passes before what follows the
   // pair), so that the passes are concurrent to TSan and any memory both
-  // touch is a reported race, the per-pass state the swap lists keep apart
-  // included (docs/testing.md#sanitizers).
+  // write is a reported race: each pass's workspace must be its own
+  // (docs/testing.md#sanitizers).
   const void* fiber_bottom = nullptr;
   size_t fiber_size = 0;
   const void* main_bottom = nullptr;
@@ -106,20 +100,6 @@ void after_switch(Pair& p, bool in_fiber) {
   (void)p, (void)in_fiber;
 }
 
-// The model's swap of the per-pass state at a switch: bookkeeping of the
-// switch itself, not of either pass, so TSan does not count it as either's
-// access (the state it swaps is what keeps the passes apart).
-void swap_state(const std::function<void()>& on_switch) {
-#if defined(__SANITIZE_THREAD__)
-  AnnotateIgnoreReadsBegin(__FILE__, __LINE__), AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
-#endif
-  on_switch();
-  ++switches;
-#if defined(__SANITIZE_THREAD__)
-  AnnotateIgnoreWritesEnd(__FILE__, __LINE__), AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
-#endif
-}
-
 void fiber_entry() {
   Pair* p = active;
   after_switch(*p, true);
@@ -130,7 +110,7 @@ void fiber_entry() {
   }
   p->fiber_done = true;
   p->in_fiber = false;
-  if (!p->main_done) swap_state(*p->on_switch);  // the second pass resumes with its own state
+  if (!p->main_done) ++switches;  // the second pass resumes
   before_switch(*p, false, true, true);
   setcontext(&p->main_ctx);  // never returns: this stack's frames end here (no return through the sanitizers)
 }
@@ -153,8 +133,7 @@ struct Stack {
 
 }  // namespace
 
-void run_paired(const std::function<void()>& first, const std::function<void()>& second,
-                const std::function<void()>& on_switch) {
+void run_paired(const std::function<void()>& first, const std::function<void()>& second) {
   TRIDENT_CHECK(active == nullptr, "paired passes do not nest");
   if (sequential()) {
     first();
@@ -163,7 +142,7 @@ void run_paired(const std::function<void()>& first, const std::function<void()>&
   }
   thread_local Stack stack;  // one per thread, kept: a step makes many pairs
   Pair p;
-  p.first = &first, p.on_switch = &on_switch;
+  p.first = &first;
   TRIDENT_CHECK(getcontext(&p.fiber_ctx) == 0, "paired passes: getcontext failed");
   p.fiber_ctx.uc_stack.ss_sp = static_cast<char*>(stack.base) + stack.guard;
   p.fiber_ctx.uc_stack.ss_size = kStackBytes;
@@ -187,7 +166,7 @@ void run_paired(const std::function<void()>& first, const std::function<void()>&
   }
   p.main_done = true;
   if (!p.fiber_done) {  // the first pass's rest
-    swap_state(on_switch);
+    ++switches;
     p.in_fiber = true;
     before_switch(p, true, false, false);
     swapcontext(&p.main_ctx, &p.fiber_ctx);
@@ -206,14 +185,14 @@ void switch_pass() {
   if (!p) return;
   if (p->in_fiber) {
     if (p->main_done) return;  // the second pass has ended: the first runs on to its end
-    swap_state(*p->on_switch);
+    ++switches;
     p->in_fiber = false;
     before_switch(*p, false, false, false);
     swapcontext(&p->fiber_ctx, &p->main_ctx);
     after_switch(*p, true);
   } else {
     if (p->fiber_done) return;
-    swap_state(*p->on_switch);
+    ++switches;
     p->in_fiber = true;
     before_switch(*p, true, false, false);
     swapcontext(&p->main_ctx, &p->fiber_ctx);

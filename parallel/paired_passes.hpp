@@ -18,16 +18,15 @@ namespace trident::parallel {
 
 // Runs `first` on a stack of its own until its first switch point, then
 // `second` on the caller's until its own, and so on; a finished pass is not
-// switched to. on_switch runs at every switch, before the other pass resumes
-// (the model swaps the per-pass scratch of its layers: each pass finds its
-// own). An exception of either pass is rethrown once both have ended. The
-// sanitizer builds run the interleaving too, told of every switch (ASan:
-// the stacks; TSan: each pass a fiber; with TRIDENT_TSAN_CONCURRENT_PASSES=1
-// concurrent with the other, so memory both passes touch outside on_switch
-// is a reported race). TRIDENT_PAIRED_SEQUENTIAL=1 runs the passes one
-// after the other instead.
-void run_paired(const std::function<void()>& first, const std::function<void()>& second,
-                const std::function<void()>& on_switch);
+// switched to. Nothing is swapped at a switch: the two passes must not
+// share written memory (the model gives each a workspace of its own,
+// model/workspace.hpp). An exception of either pass is rethrown once both
+// have ended. The sanitizer builds run the interleaving too, told of every
+// switch (ASan: the stacks; TSan: each pass a fiber; with
+// TRIDENT_TSAN_CONCURRENT_PASSES=1 concurrent with the other, so memory
+// both passes write is a reported race). TRIDENT_PAIRED_SEQUENTIAL=1 runs
+// the passes one after the other instead.
+void run_paired(const std::function<void()>& first, const std::function<void()>& second);
 
 // Inside run_paired: hand the thread to the other pass, if it has not
 // finished. Elsewhere: nothing.

@@ -6,7 +6,6 @@
 
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
-#include "parallel/paired_passes.hpp"
 
 namespace trident::parallel {
 
@@ -185,8 +184,7 @@ void PipelineExecutor::run_list(const std::vector<Action>& actions, const Pipeli
         // a paired forward and the next compute action, a backward: its receive first, then both at once
         size_t b = i + 1;
         while (b < actions.size() && !is_compute(actions[b].type)) ++b;
-        const bool pair =
-            a.paired && hooks.switch_lane && b < actions.size() && actions[b].type == ActionType::backward;
+        const bool pair = a.paired && hooks.paired && b < actions.size() && actions[b].type == ActionType::backward;
         if (!pair) {
           hooks.forward(a.chunk, a.micro, received);
           break;
@@ -200,8 +198,7 @@ void PipelineExecutor::run_list(const std::vector<Action>& actions, const Pipeli
           }
         const Action& ab = actions[b];
         const double pair_start = now();
-        run_paired([&] { hooks.forward(a.chunk, a.micro, received); },
-                   [&] { hooks.backward(ab.chunk, ab.micro, received_b, ab.type); }, hooks.switch_lane);
+        hooks.paired(a, received, ab, received_b);
         done[b] = 1;
         ++pairs_;
         if (held_b.buf.defined()) give_back(std::move(held_b.buf));

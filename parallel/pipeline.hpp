@@ -40,11 +40,11 @@ struct PipelineHooks {
   // after backward / backward_input: the chunk's input gradient [R,C], sent back
   std::function<const float*(int chunk, int micro)> input_grad;
   // Set: a paired forward (Action::paired, dualpipev) and the backward after
-  // it run as paired passes (parallel/paired_passes.hpp), each computing
-  // while the other's expert exchange travels, once both inputs are here;
-  // called at every switch (the model swaps its per-pass scratch). Unset:
-  // one after the other.
-  std::function<void()> switch_lane;
+  // it run together, once both inputs are here: the model runs them as
+  // paired passes (parallel/paired_passes.hpp), each computing while the
+  // other's expert exchange travels, each in a workspace of its own.
+  // Unset: one after the other.
+  std::function<void(const Action& forward, const float* input, const Action& backward, const float* d_output)> paired;
 };
 
 // A span of this rank's step, for traces: seconds from the step's start.

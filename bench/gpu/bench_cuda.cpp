@@ -91,9 +91,9 @@ int main() {
   for (G g : {G{"qkv", 3 * C, C}, G{"fc", 4 * C, C}, G{"proj", C, 4 * C}, G{"lm_head", 50304, C}}) {
     Tensor x = dev_random(N * g.c, 1, 1.f, true), w = dev_random(g.oc * g.c, 2, 0.02f, true);
     Tensor b = dev_random(g.oc, 3, 0.02f, true), y = dev_random(N * g.oc, 4, 0.f, false);
-    kernels::set_matmul_precision(kernels::Precision::bf16);
     auto ours = [&] {
-      kernels::linear_forward(y.data<float>(), x.data<float>(), w.data<float>(), b.data<float>(), N, g.c, g.oc);
+      kernels::linear_forward(y.data<float>(), x.data<float>(), w.data<float>(), b.data<float>(), N, g.c, g.oc,
+                              kernels::Precision::bf16);
     };
     const double ms = time_ms(ours);
     // cuBLAS alone on native bf16 buffers (no bias), same product
@@ -115,7 +115,6 @@ int main() {
         g.name, long(N), long(g.oc), long(g.c), ms, flops / ms / 1e9, ref_ms, flops / ref_ms / 1e9, ref_ms / ms);
     std::fflush(stdout);
   }
-  kernels::set_matmul_precision(kernels::Precision::fp32);
 
   // Attention: B 4, T 2048, H 16, D 128 (the 1.3B recipe's)
   {

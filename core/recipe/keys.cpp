@@ -309,7 +309,8 @@ const std::vector<Key>& table() {
               "`dualpipev` with MoE layers and `expert > 1`: each paired forward and backward (chunks of different "
               "micro-batches) run as paired passes on one thread, switching at every expert dispatch and combine so "
               "that one's tokens travel while the other computes, as DualPipe overlaps them "
-              "([parallelism.md](parallelism.md#dualpipev)); not with `zero: 3` or `train.recompute: full`. `false`: "
+              "([parallelism.md](parallelism.md#dualpipev)); every ZeRO stage, with recompute none or selective "
+              "(dualpipev refuses full). `false`: "
               "one after the other"),
       integer("parallel.zero", FIELD(parallel.zero), 0, 3, value<int64_t>(0),
               "ZeRO stage of the data-parallel group: 0 replicate, 1 shard optimizer state, 2 also gradients, 3 also "

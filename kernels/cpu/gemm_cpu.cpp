@@ -1,6 +1,7 @@
 // CPU GEMM: oneDNN sgemm for float, a reference loop nest for double.
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <atomic>
 #include <chrono>
 
 #include <map>
@@ -21,7 +22,8 @@ static std::string dnnl_status_string(dnnl_status_t s) { return fmt::format("dnn
 
 namespace {
 
-Precision g_matmul = Precision::fp32;  // set_matmul_precision
+std::atomic<int64_t> g_calls[3];  // cpu_gemm_calls, by Precision
+void count_call(Precision math) { g_calls[size_t(math)].fetch_add(1, std::memory_order_relaxed); }
 
 // bf16 GEMM on the CPU: oneDNN's matmul primitive on bf16 operands with an
 // fp32 result (AMX or AVX512-BF16 where the CPU has them). A CPU without
@@ -176,18 +178,17 @@ const float* f32_of(In16 x, int64_t n, std::vector<float>& scratch) {
 
 }  // namespace
 
-void set_cpu_matmul_precision(Precision p) { g_matmul = p; }
-
 namespace cpu {
 // the CPU GEMM: oneDNN for float (or its bf16 path), a plain loop for double
 template <typename T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
-          T beta, T* C, int64_t ldc);
+          T beta, T* C, int64_t ldc, Precision math);
 
 template <>
 void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (g_matmul == Precision::bf16 && M > 0 && N > 0 && K > 0 &&
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Precision math) {
+  count_call(math);
+  if (math == Precision::bf16 && M > 0 && N > 0 && K > 0 &&
       gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
     return;
   DNNL_CHECK(dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
@@ -195,7 +196,7 @@ void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 
 template <>
 void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
-                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc, Precision) {
 #pragma omp parallel for collapse(2)
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
@@ -235,34 +236,37 @@ static void column_sums(T* dbias, const T* dout, int64_t N, int64_t OC, bool acc
 
 namespace cpu {
 template <typename T>
-void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC) {
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC,
+                    Precision math) {
   if (bias) bias_rows(out, bias, N, OC);
-  gemm<T>(false, true, N, OC, C, T(1), inp, C, weight, C, bias ? T(1) : T(0), out, OC);
+  gemm<T>(false, true, N, OC, C, T(1), inp, C, weight, C, bias ? T(1) : T(0), out, OC, math);
 }
 
 template <typename T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int64_t C,
-                     int64_t OC, bool accumulate) {
-  if (dinp) gemm<T>(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
-  if (dweight) gemm<T>(true, false, OC, C, N, T(1), dout, OC, inp, C, accumulate ? T(1) : T(0), dweight, C);
+                     int64_t OC, bool accumulate, Precision math) {
+  if (dinp) gemm<T>(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C, math);
+  if (dweight) gemm<T>(true, false, OC, C, N, T(1), dout, OC, inp, C, accumulate ? T(1) : T(0), dweight, C, math);
   if (dbias) column_sums(dbias, dout, N, OC, accumulate);
 }
 }  // namespace cpu
 
-template void cpu::linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
+template void cpu::linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                                         Precision);
 template void cpu::linear_forward<double>(double*, const double*, const double*, const double*, int64_t, int64_t,
-                                          int64_t);
+                                          int64_t, Precision);
 template void cpu::linear_backward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t,
-                                          int64_t, int64_t, bool);
+                                          int64_t, int64_t, bool, Precision);
 template void cpu::linear_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                           int64_t, int64_t, int64_t, bool);
+                                           int64_t, int64_t, int64_t, bool, Precision);
 
 void gemm16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, In16 A, In16 B, float beta, float* C,
-            int64_t ldc) {
+            int64_t ldc, Precision math) {
   TRIDENT_CHECK((A.f32 || A.bf16) && (B.f32 || B.bf16), "gemm16: an operand has neither fp32 values nor a bf16 copy");
   if (M <= 0 || N <= 0) return;
+  count_call(math);
   const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-  if (g_matmul == Precision::bf16 && K > 0 && !bf16_state().unavailable) {
+  if (math == Precision::bf16 && K > 0 && !bf16_state().unavailable) {
     thread_local std::vector<uint16_t> a16, b16;
     const uint16_t* a = bf16_of(A, a_rows, a_cols, a16);
     const uint16_t* b = bf16_of(B, b_rows, b_cols, b16);
@@ -274,15 +278,16 @@ void gemm16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, In16
   DNNL_CHECK(dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc));
 }
 
-void linear_forward16(float* out, In16 inp, In16 weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
+void linear_forward16(float* out, In16 inp, In16 weight, const float* bias, int64_t N, int64_t C, int64_t OC,
+                      Precision math) {
   if (bias) bias_rows(out, bias, N, OC);
-  gemm16(false, true, N, OC, C, 1.f, inp, weight, bias ? 1.f : 0.f, out, OC);
+  gemm16(false, true, N, OC, C, 1.f, inp, weight, bias ? 1.f : 0.f, out, OC, math);
 }
 
 void linear_backward16(float* dinp, float* dweight, float* dbias, In16 dout, In16 inp, In16 weight, int64_t N,
-                       int64_t C, int64_t OC, bool accumulate) {
-  if (dinp) gemm16(false, false, N, C, OC, 1.f, dout, weight, 0.f, dinp, C);
-  if (dweight) gemm16(true, false, OC, C, N, 1.f, dout, inp, accumulate ? 1.f : 0.f, dweight, C);
+                       int64_t C, int64_t OC, bool accumulate, Precision math) {
+  if (dinp) gemm16(false, false, N, C, OC, 1.f, dout, weight, 0.f, dinp, C, math);
+  if (dweight) gemm16(true, false, OC, C, N, 1.f, dout, inp, accumulate ? 1.f : 0.f, dweight, C, math);
   if (dbias) {
     thread_local std::vector<float> d32;
     const float* d = f32_of(dout, N * OC, d32);
@@ -292,20 +297,22 @@ void linear_backward16(float* dinp, float* dweight, float* dbias, In16 dout, In1
 
 void set_num_threads(int n) { omp_set_num_threads(n); }
 
-double measure_gemm_peak(double seconds) {
+double measure_gemm_peak(double seconds, Precision math) {
   using Clock = std::chrono::steady_clock;
   const int64_t n = 1024;
   std::vector<float> a(size_t(n * n), 1.0f), b(size_t(n * n), 0.5f), c(size_t(n * n));
-  gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+  gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n, math);
   double best = 0;
   const auto end = Clock::now() + std::chrono::duration<double>(seconds);
   while (Clock::now() < end) {
     const auto t0 = Clock::now();
-    gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n, math);
     best = std::max(best, 2.0 * double(n * n * n) / std::chrono::duration<double>(Clock::now() - t0).count());
   }
   return best;
 }
 int num_threads() { return omp_get_max_threads(); }
+
+int64_t cpu_gemm_calls(Precision math) { return g_calls[size_t(math)].load(std::memory_order_relaxed); }
 
 }  // namespace trident::kernels

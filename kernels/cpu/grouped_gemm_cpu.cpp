@@ -47,17 +47,17 @@ namespace cpu {
 
 template <typename T>
 void grouped_linear_forward(T* y, const T* x, const T* w, const int64_t* offsets, int64_t G, int64_t C, int64_t OC,
-                            GroupedSchedule schedule) {
+                            Precision math, GroupedSchedule schedule) {
   for_groups(across(schedule, G), offsets, G, [&](int64_t g) {
     const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
     if (rows > 0)
-      kernels::gemm<T>(false, true, rows, OC, C, T(1), x + r0 * C, C, w + g * OC * C, C, T(0), y + r0 * OC, OC);
+      kernels::gemm<T>(false, true, rows, OC, C, T(1), x + r0 * C, C, w + g * OC * C, C, T(0), y + r0 * OC, OC, math);
   });
 }
 
 template <typename T>
 void grouped_linear_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const int64_t* offsets, int64_t G,
-                             int64_t C, int64_t OC, bool accumulate, GroupedSchedule schedule) {
+                             int64_t C, int64_t OC, bool accumulate, Precision math, GroupedSchedule schedule) {
   for_groups(across(schedule, G), offsets, G, [&](int64_t g) {
     const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
     T* dwg = dw + g * OC * C;
@@ -66,19 +66,22 @@ void grouped_linear_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, 
       return;
     }
     if (dx)
-      kernels::gemm<T>(false, false, rows, C, OC, T(1), dy + r0 * OC, OC, w + g * OC * C, C, T(0), dx + r0 * C, C);
-    kernels::gemm<T>(true, false, OC, C, rows, T(1), dy + r0 * OC, OC, x + r0 * C, C, accumulate ? T(1) : T(0), dwg, C);
+      kernels::gemm<T>(false, false, rows, C, OC, T(1), dy + r0 * OC, OC, w + g * OC * C, C, T(0), dx + r0 * C, C,
+                       math);
+    kernels::gemm<T>(true, false, OC, C, rows, T(1), dy + r0 * OC, OC, x + r0 * C, C, accumulate ? T(1) : T(0), dwg, C,
+                     math);
   });
 }
 
 template void grouped_linear_forward<float>(float*, const float*, const float*, const int64_t*, int64_t, int64_t,
-                                            int64_t, GroupedSchedule);
+                                            int64_t, Precision, GroupedSchedule);
 template void grouped_linear_forward<double>(double*, const double*, const double*, const int64_t*, int64_t, int64_t,
-                                             int64_t, GroupedSchedule);
+                                             int64_t, Precision, GroupedSchedule);
 template void grouped_linear_backward<float>(float*, float*, const float*, const float*, const float*, const int64_t*,
-                                             int64_t, int64_t, int64_t, bool, GroupedSchedule);
+                                             int64_t, int64_t, int64_t, bool, Precision, GroupedSchedule);
 template void grouped_linear_backward<double>(double*, double*, const double*, const double*, const double*,
-                                              const int64_t*, int64_t, int64_t, int64_t, bool, GroupedSchedule);
+                                              const int64_t*, int64_t, int64_t, int64_t, bool, Precision,
+                                              GroupedSchedule);
 
 }  // namespace cpu
 }  // namespace trident::kernels

@@ -185,10 +185,28 @@ double router_margin(const T* logits, const T* bias, int64_t N, const RouterSpec
   return margin;
 }
 
+template <typename T>
+double router_z_loss(const T* logits, int64_t N, int64_t E, T* dlogits, double scale) {
+  double total = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const T* l = logits + n * E;
+    double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (int64_t e = 0; e < E; ++e) mx = std::max(mx, double(l[e]));
+    for (int64_t e = 0; e < E; ++e) sum += std::exp(double(l[e]) - mx);
+    const double lse = mx + std::log(sum);
+    total += lse * lse;
+    if (!dlogits) continue;
+    const double f = scale * 2 * lse;
+    for (int64_t e = 0; e < E; ++e) dlogits[n * E + e] += T(f * std::exp(double(l[e]) - mx) / sum);
+  }
+  return total;
+}
+
 #define INSTANTIATE(T)                                                                                            \
   template void router_forward<T>(int32_t*, T*, T*, const T*, const T*, int64_t, const RouterSpec&);              \
   template void router_backward<T>(T*, const T*, const T*, const T*, const int32_t*, int64_t, const RouterSpec&); \
-  template double router_margin<T>(const T*, const T*, int64_t, const RouterSpec&);
+  template double router_margin<T>(const T*, const T*, int64_t, const RouterSpec&);                               \
+  template double router_z_loss<T>(const T*, int64_t, int64_t, T*, double);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

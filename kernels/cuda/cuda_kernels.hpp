@@ -18,31 +18,31 @@
 
 namespace trident::kernels::cuda {
 
-// GEMM math: 0 fp32 (exact), 1 bf16 tensor cores, 2 fp16 tensor cores; the
-// 16-bit modes convert the fp32 operands (exactly, when they hold 16-bit
-// values) and accumulate in fp32 (cuBLASLt compute type 32F_FAST_16BF/16F).
-void set_matmul_mode(int mode);
-int matmul_mode();
-
+// GEMM math, the caller's (kernels/gemm.hpp's math, as `mode`): 0 fp32
+// (exact), 1 bf16 tensor cores, 2 fp16 tensor cores; the 16-bit modes
+// convert the fp32 operands (exactly, when they hold 16-bit values) and
+// accumulate in fp32 (cuBLASLt compute type 32F_FAST_16BF/16F).
+//
 // Row-major, as kernels/gemm.hpp.
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int mode);
 // Column-major cuBLASLt call: C[m,n] = alpha op(A) op(B) + beta C (+ bias[m]
 // per row, fused as the BIAS epilogue when bias is not null).
 void matmul_cublaslt(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A,
-                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias);
+                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
+                     int mode);
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
-                    int64_t OC);
+                    int64_t OC, int mode);
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int64_t C, int64_t OC, bool accumulate);
+                     const float* weight, int64_t N, int64_t C, int64_t OC, bool accumulate, int mode);
 
 // As kernels/grouped_gemm.hpp: host offsets, device operands; one
 // cublasGemmGroupedBatchedEx call per direction (a group per expert with
-// rows, in the matmul mode's compute type).
+// rows, in the mode's compute type).
 void grouped_linear_forward(float* y, const float* x, const float* w, const int64_t* offsets, int64_t G, int64_t C,
-                            int64_t OC);
+                            int64_t OC, int mode);
 void grouped_linear_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
-                             const int64_t* offsets, int64_t G, int64_t C, int64_t OC, bool accumulate);
+                             const int64_t* offsets, int64_t G, int64_t C, int64_t OC, bool accumulate, int mode);
 
 // As kernels/rows.hpp.
 void rows_scale_add(float* out, const float* x, const float* g, int64_t N, int64_t C);

@@ -22,7 +22,6 @@ namespace trident::kernels::cuda {
 
 namespace {
 
-int g_mode = 0;
 constexpr size_t kWorkspace = size_t(32) << 20;
 
 // The pointers' alignment is part of a plan: cuBLASLt's heuristic assumes
@@ -134,11 +133,9 @@ __global__ void scale_plus_bias(float* C, float beta, const float* bias, int64_t
 
 }  // namespace
 
-void set_matmul_mode(int mode) { g_mode = mode; }
-int matmul_mode() { return g_mode; }
-
 void matmul_cublaslt(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A,
-                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
+                     int mode) {
   if (m == 0 || n == 0) return;
   if (k == 0) {  // op(A) op(B) is empty: C = beta C (+ bias)
     scale_plus_bias<<<grid_for(m * n, 256), 256, 0, stream()>>>(C, beta, bias, m, n, ldc);
@@ -158,7 +155,7 @@ void matmul_cublaslt(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
           lda,
           ldb,
           ldc,
-          g_mode,
+          mode,
           alignment(A),
           alignment(B),
           alignment(C),
@@ -190,23 +187,23 @@ void matmul_cublaslt(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int mode) {
   // row-major C[M,N] = op(A) op(B)  <=>  column-major C^T[N,M] = op(B)^T op(A)^T
-  matmul_cublaslt(trans_b, trans_a, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc, nullptr);
+  matmul_cublaslt(trans_b, trans_a, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc, nullptr, mode);
 }
 
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
-                    int64_t OC) {
+                    int64_t OC, int mode) {
   // out^T[OC,N] = W[OC,C] inp^T[C,N]; W row-major is W^T column-major (ld C)
-  matmul_cublaslt(true, false, OC, N, C, 1.f, weight, C, inp, C, 0.f, out, OC, bias);
+  matmul_cublaslt(true, false, OC, N, C, 1.f, weight, C, inp, C, 0.f, out, OC, bias, mode);
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int64_t C, int64_t OC, bool accumulate) {
+                     const float* weight, int64_t N, int64_t C, int64_t OC, bool accumulate, int mode) {
   if (dinp)  // dinp^T[C,N] = W^T[C,OC] dout^T[OC,N]
-    matmul_cublaslt(false, false, C, N, OC, 1.f, weight, C, dout, OC, 0.f, dinp, C, nullptr);
+    matmul_cublaslt(false, false, C, N, OC, 1.f, weight, C, dout, OC, 0.f, dinp, C, nullptr, mode);
   if (dweight)  // dW^T[C,OC] (+)= inp^T[C,N] dout[N,OC]
-    matmul_cublaslt(false, true, C, OC, N, 1.f, inp, C, dout, OC, accumulate ? 1.f : 0.f, dweight, C, nullptr);
+    matmul_cublaslt(false, true, C, OC, N, 1.f, inp, C, dout, OC, accumulate ? 1.f : 0.f, dweight, C, nullptr, mode);
   if (dbias) bias_backward(dbias, dout, N, OC, accumulate);
 }
 

@@ -36,8 +36,7 @@ Handle& blas() {
   return h;
 }
 
-cublasComputeType_t compute_type() {
-  const int mode = matmul_mode();
+cublasComputeType_t compute_type(int mode) {
   return mode == 1 ? CUBLAS_COMPUTE_32F_FAST_16BF : mode == 2 ? CUBLAS_COMPUTE_32F_FAST_16F : CUBLAS_COMPUTE_32F;
 }
 
@@ -63,7 +62,7 @@ struct Problems {
     a.push_back(A), b.push_back(B), c.push_back(C);
   }
 
-  void run() const {
+  void run(int mode) const {
     const size_t G = m.size();
     if (G == 0) return;
     const size_t bytes = 3 * G * sizeof(void*);
@@ -75,9 +74,10 @@ struct Problems {
     {
       std::lock_guard<std::mutex> lock(h.mutex);
       CUBLAS_GROUPED_CHECK(cublasSetStream(h.handle, stream()));
-      CUBLAS_GROUPED_CHECK(cublasGemmGroupedBatchedEx(
-          h.handle, ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(), d, CUDA_R_32F, lda.data(), d + G,
-          CUDA_R_32F, ldb.data(), beta.data(), d + 2 * G, CUDA_R_32F, ldc.data(), int(G), size.data(), compute_type()));
+      CUBLAS_GROUPED_CHECK(cublasGemmGroupedBatchedEx(h.handle, ta.data(), tb.data(), m.data(), n.data(), k.data(),
+                                                      alpha.data(), d, CUDA_R_32F, lda.data(), d + G, CUDA_R_32F,
+                                                      ldb.data(), beta.data(), d + 2 * G, CUDA_R_32F, ldc.data(),
+                                                      int(G), size.data(), compute_type(mode)));
     }
     // (a copy from pageable memory has read the host array when it returns;
     // the block is reused in stream order)
@@ -88,18 +88,18 @@ struct Problems {
 }  // namespace
 
 void grouped_linear_forward(float* y, const float* x, const float* w, const int64_t* offsets, int64_t G, int64_t C,
-                            int64_t OC) {
+                            int64_t OC, int mode) {
   Problems p;
   for (int64_t g = 0; g < G; ++g) {
     const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
     // y_g^T[OC,rows] = W_g[OC,C] x_g^T[C,rows]; W row-major is W^T column-major (ld C)
     if (rows > 0) p.add(true, false, OC, rows, C, w + g * OC * C, C, x + r0 * C, C, 0.f, y + r0 * OC, OC);
   }
-  p.run();
+  p.run(mode);
 }
 
 void grouped_linear_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
-                             const int64_t* offsets, int64_t G, int64_t C, int64_t OC, bool accumulate) {
+                             const int64_t* offsets, int64_t G, int64_t C, int64_t OC, bool accumulate, int mode) {
   Problems p;
   for (int64_t g = 0; g < G; ++g) {
     const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
@@ -113,7 +113,7 @@ void grouped_linear_backward(float* dx, float* dw, const float* dy, const float*
     // dW_g^T[C,OC] (+)= x_g^T[C,rows] dy_g[rows,OC]
     p.add(false, true, C, OC, rows, x + r0 * C, C, dy + r0 * OC, OC, accumulate ? 1.f : 0.f, dwg, C);
   }
-  p.run();
+  p.run(mode);
 }
 
 }  // namespace trident::kernels::cuda

@@ -206,8 +206,7 @@ void expert_comm_time(const PlanContext& x, PlanResult& r, double passes) {
 }  // namespace
 
 bool pairs_overlap(const PlanContext& x) {
-  return x.c.schedule == ScheduleKind::dualpipev && x.q.parallel.overlap_paired && x.q.model.moe.enabled && x.EP > 1 &&
-         x.c.zero < 3 && x.c.recompute != Recompute::full;
+  return x.c.schedule == ScheduleKind::dualpipev && x.q.parallel.overlap_paired && x.q.model.moe.enabled && x.EP > 1;
 }
 
 MeshPlacement place_groups(int D, int T, int P, int CP, int EP, const std::vector<MeshAxis>& order,

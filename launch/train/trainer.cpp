@@ -297,7 +297,6 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   RunFacts facts;
   facts.threads = threads_per_rank(rc, mesh.node_size());
   kernels::set_num_threads(facts.threads);
-  kernels::set_matmul_precision(rc.train.precision);
   fault::configure(mesh.world() ? mesh.world()->rank() : 0);
   if (!fault::describe().empty()) log::warn("TRIDENT_FAULT (tests only): {}", fault::describe());
   data::DatasetRecord data_record;  // the tokenizer the data was made with (none: synthetic)

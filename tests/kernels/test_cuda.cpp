@@ -85,9 +85,7 @@ TEST(Cuda, GemmBf16TensorCoresOnBf16Values) {
   round_to_storage(B.data(), K * N, Precision::bf16);
   gemm<float>(false, false, M, N, K, 1.f, A.data(), K, B.data(), N, 0.f, ref.data(), N);
   Dev dA(A), dB(B), dC(F(static_cast<size_t>(M * N)));
-  set_matmul_precision(Precision::bf16);
-  gemm<float>(false, false, M, N, K, 1.f, dA.f(), K, dB.f(), N, 0.f, dC.f(), N);
-  set_matmul_precision(Precision::fp32);
+  gemm<float>(false, false, M, N, K, 1.f, dA.f(), K, dB.f(), N, 0.f, dC.f(), N, Precision::bf16);
   // exact bf16 products, fp32 accumulation in another order
   expect_close("bf16 gemm", ref, dC.host(M * N), 1e-5, 1e-5);
 }

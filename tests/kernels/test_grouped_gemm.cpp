@@ -48,15 +48,16 @@ TEST(GroupedGemm, MatchesOneLinearPerGroup) {
     for (GroupedSchedule s : {GroupedSchedule::per_group, GroupedSchedule::across_groups, GroupedSchedule::automatic}) {
       set_num_threads(threads);
       V y(size_t(M * OC)), dx(size_t(M * C)), dw(size_t(G * OC * C), 123.0);  // stale gradients
-      grouped_linear_forward(y.data(), x.data(), w.data(), offsets.data(), G, C, OC, s);
-      grouped_linear_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), offsets.data(), G, C, OC, false, s);
+      grouped_linear_forward(y.data(), x.data(), w.data(), offsets.data(), G, C, OC, Precision::fp32, s);
+      grouped_linear_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), offsets.data(), G, C, OC, false,
+                              Precision::fp32, s);
       EXPECT_LT(max_diff(y, y_ref), 1e-12) << threads << " threads, schedule " << int(s);
       EXPECT_LT(max_diff(dx, dx_ref), 1e-12);
       EXPECT_LT(max_diff(dw, dw_ref), 1e-12);
       for (int64_t i = OC * C; i < 2 * OC * C; ++i) ASSERT_EQ(dw[size_t(i)], 0.0) << "the empty group";
       // accumulate: a second pass adds the same again
       grouped_linear_backward(static_cast<double*>(nullptr), dw.data(), dy.data(), x.data(), w.data(), offsets.data(),
-                              G, C, OC, true, s);
+                              G, C, OC, true, Precision::fp32, s);
       for (size_t i = 0; i < dw.size(); ++i) ASSERT_NEAR(dw[i], 2 * dw_ref[i], 1e-12);
     }
   set_num_threads(1);

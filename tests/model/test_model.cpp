@@ -231,7 +231,8 @@ TEST(Model, PipelineChunksMatchWholeModel) {
     std::vector<double> d(static_cast<size_t>(N * C));
     for (int c = 3; c >= 0; --c) {
       owner[c]->backward_chunk(*ctx[size_t(c)], c < 3 ? d.data() : nullptr, Recompute::none, false);
-      if (c > 0) std::copy(owner[c]->input_grad(), owner[c]->input_grad() + N * C, d.begin());
+      if (c > 0)
+        std::copy(owner[c]->input_grad(*ctx[size_t(c)]), owner[c]->input_grad(*ctx[size_t(c)]) + N * C, d.begin());
     }
     if (m.tie_embeddings) {  // the embedding group's all-reduce, by hand
       const auto& copy = r1.registry().params().back();

@@ -339,7 +339,7 @@ TEST(Moe, PipelineChunksMatchWholeModel) {
   loss += r1.forward_chunk(*c1, nullptr, c0->x_final, batch.targets.data(), 1.0);
   EXPECT_NEAR(loss, want, 1e-12 * std::abs(want));
   r1.backward_chunk(*c1, nullptr, Recompute::none, false);
-  std::vector<double> d(r1.input_grad(), r1.input_grad() + N * C);
+  std::vector<double> d(r1.input_grad(*c1), r1.input_grad(*c1) + N * C);
   r0.backward_chunk(*c0, d.data(), Recompute::none, false);
   std::vector<double> got(size_t(consolidated_numel(m))), ref(got.size());
   consolidate(got.data(), m,

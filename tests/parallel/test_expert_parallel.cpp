@@ -52,6 +52,7 @@ TEST(ExpertParallel, DispatchArrivesByLocalExpertThenSourceAndCombineComesBack) 
     for (int64_t i = 0; i < M; ++i)
       for (int64_t c = 0; c < C; ++c) rows[size_t(i * C + c)] = value(me, i, c);
     const ExpertPlan plan = ep.plan(mine.offsets.data());
+    Tensor staging;  // the exchanges' (ExpertParallel::dispatch)
     ASSERT_EQ(plan.rows, M);
     // what must arrive: for each local expert, each source's rows for it, in order
     std::vector<double> want;
@@ -68,14 +69,14 @@ TEST(ExpertParallel, DispatchArrivesByLocalExpertThenSourceAndCombineComesBack) 
     ASSERT_EQ(plan.received, int64_t(want.size()) / C);
     EXPECT_EQ(plan.local_offsets, want_offsets);
     std::vector<double> got(want.size(), -1.0);
-    ep.dispatch(plan, got.data(), rows.data(), C);
+    ep.dispatch(plan, got.data(), rows.data(), C, staging);
     EXPECT_EQ(got, want) << "rank " << me << ", " << per_rank << " experts per rank";
     // each expert scales its rows by (expert + 1); the combine returns them home
     for (int64_t l = 0; l < per_rank; ++l)
       for (int64_t r = plan.local_offsets[size_t(l)] * C; r < plan.local_offsets[size_t(l + 1)] * C; ++r)
         got[size_t(r)] *= double(ep.first_expert() + l + 1);
     std::vector<double> back(size_t(M * C), -1.0);
-    ep.combine(plan, back.data(), got.data(), C);
+    ep.combine(plan, back.data(), got.data(), C, staging);
     for (int64_t i = 0; i < M; ++i)
       for (int64_t c = 0; c < C; ++c)
         ASSERT_EQ(back[size_t(i * C + c)], value(me, i, c) * double(mine.expert[size_t(i)] + 1))
@@ -99,13 +100,14 @@ TEST(ExpertParallel, AllToOneFromTheFirstExchange) {
   std::vector<float> rows(size_t(M * C));
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = float(me * 100 + int(i));
   const ExpertPlan plan = ep.plan(offsets.data());
+  Tensor staging;  // the exchanges' (ExpertParallel::dispatch)
   const int64_t all = int64_t(n) * 3 + int64_t(n) * (n - 1) / 2;
   ASSERT_EQ(plan.received, me == 0 ? all : 0);
   std::vector<float> got(size_t(std::max<int64_t>(plan.received, 1) * C), -1.f);
-  ep.dispatch(plan, got.data(), rows.data(), C);
+  ep.dispatch(plan, got.data(), rows.data(), C, staging);
   for (float& x : got) x *= 2;
   std::vector<float> back(rows.size(), -1.f);
-  ep.combine(plan, back.data(), got.data(), C);
+  ep.combine(plan, back.data(), got.data(), C, staging);
   for (size_t i = 0; i < rows.size(); ++i) ASSERT_EQ(back[i], 2 * rows[i]) << "rank " << me << " element " << i;
 }
 
@@ -118,10 +120,11 @@ TEST(ExpertParallel, OneRankIsTheIdentity) {
   std::vector<float> rows(size_t(M * C)), out(rows.size()), back(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = float(i);
   const ExpertPlan plan = ep.plan(r.offsets.data());
+  Tensor staging;  // the exchanges' (ExpertParallel::dispatch)
   EXPECT_EQ(plan.local_offsets, r.offsets);
-  ep.dispatch(plan, out.data(), rows.data(), C);
+  ep.dispatch(plan, out.data(), rows.data(), C, staging);
   EXPECT_EQ(out, rows);
-  ep.combine(plan, back.data(), out.data(), C);
+  ep.combine(plan, back.data(), out.data(), C, staging);
   EXPECT_EQ(back, rows);
   EXPECT_THROW(ExpertParallel(g_world, g_world->size() + 1), Error);
 }

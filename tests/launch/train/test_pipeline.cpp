@@ -368,18 +368,22 @@ TEST(Pipeline, DeepseekV3MatchesSingleRank) {
   Case v_mtp{1, 2, 4, "dualpipev", 3, "deepseek"}, v_mtp_experts{2, 2, 2, "dualpipev", 1, "deepseek", true},
       one_stage_two_chunks{8, 1, 1, "interleaved_1f1b", 2, "deepseek"};
   v_mtp.sets = one_stage_two_chunks.sets = mtp, v_mtp_experts.sets = {"model.mtp.depth=2", "parallel.expert=2"};
-  // paired passes (expert 2, ZeRO below 3): each paired forward and backward interleave at their expert
-  // exchanges, on 4 stages (5 pairs on the first rank), and with selective recompute and ZeRO 2
-  Case v_paired{2, 1, 4, "dualpipev", 0, "deepseek"}, v_paired_selective{2, 1, 4, "dualpipev", 2, "deepseek"};
-  v_paired.sets = v_paired_selective.sets = {"model.mtp=null", "parallel.expert=2", "train.micro_batch=1"};
-  v_paired_selective.recompute = "selective";
+  // paired passes (expert 2): each paired forward and backward interleave at their expert exchanges, each
+  // in its own workspace, on 4 stages (5 pairs on the first rank), with selective recompute and ZeRO 2, and
+  // with ZeRO 3 (each pass gathers its own segments) and selective recompute
+  Case v_paired{2, 1, 4, "dualpipev", 0, "deepseek"}, v_paired_selective{2, 1, 4, "dualpipev", 2, "deepseek"},
+      v_paired_zero3{2, 1, 4, "dualpipev", 3, "deepseek"};
+  v_paired.sets = v_paired_selective.sets =
+      v_paired_zero3.sets = {"model.mtp=null", "parallel.expert=2", "train.micro_batch=1"};
+  v_paired_selective.recompute = v_paired_zero3.recompute = "selective";
   // paired passes over empty experts and ranks whose experts receive nothing: 64 experts, top-1, 4 tokens a
   // micro-batch (each expert rank's 32 experts get none of them in about one micro-batch of 16)
   Case v_paired_empty{2, 1, 4, "dualpipev", 1, "deepseek"};
   v_paired_empty.sets = {
       "model.mtp=null",       "parallel.expert=2", "train.micro_batch=1",       "model.seq_len=4",
       "model.moe.experts=64", "model.moe.top_k=1", "model.moe.router.groups=1", "model.moe.router.group_topk=1"};
-  for (const Case& c : {v_mtp, v_mtp_experts, one_stage_two_chunks, v_paired, v_paired_selective, v_paired_empty})
+  for (const Case& c :
+       {v_mtp, v_mtp_experts, one_stage_two_chunks, v_paired, v_paired_selective, v_paired_zero3, v_paired_empty})
     v.push_back(c);
   for (const Case& c : v) list.push_back(c);
   for (const Case& c : list) {

@@ -85,7 +85,6 @@ TEST(Precision, BufferRoundingAndNonFiniteCount) {
 // values it computes exact products with fp32 accumulation, in every
 // transposition, with alpha and beta, on odd shapes.
 TEST(Precision, CpuBf16GemmOnBf16Values) {
-  kernels::set_matmul_precision(Precision::bf16);
   for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{37, 53, 29}, {1, 7, 3}, {64, 96, 200}})
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb) {
@@ -95,7 +94,8 @@ TEST(Precision, CpuBf16GemmOnBf16Values) {
         for (size_t i = 0; i < B.size(); ++i) B[i] = kernels::round_bf16(std::cos(float(i) * 0.11f));
         for (size_t i = 0; i < C.size(); ++i) C[i] = float(i % 5) - 2.f;
         std::vector<float> got = C;
-        kernels::gemm<float>(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, got.data(), N);
+        kernels::gemm<float>(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, got.data(), N,
+                             Precision::bf16);
         double worst = 0;
         for (int64_t i = 0; i < M; ++i)
           for (int64_t j = 0; j < N; ++j) {
@@ -107,7 +107,37 @@ TEST(Precision, CpuBf16GemmOnBf16Values) {
           }
         EXPECT_LT(worst, 2e-5 * double(K)) << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb;
       }
-  kernels::set_matmul_precision(Precision::fp32);
+}
+
+// The GEMMs' math is the model's own (its placement's precision), chosen
+// once, not a process setting: a bf16 model's GEMMs (attention projections,
+// MLP, MoE router, experts and shared experts, MLA, MTP, the head) are all
+// bf16 ones, an fp32 or fp16 model built after it on the same thread asks
+// for none, so a tool or a benchmark that builds a model gets its GEMMs.
+TEST(Precision, ModelGemmsTakeThePlacementsPrecision) {
+  for (const char* file : {"configs/moe-tiny.yaml", "configs/deepseek-v3-tiny.yaml"}) {
+    Recipe r = load_recipe(src(file), {"model.layers=2"});
+    const int64_t B = 2, N = B * r.model.seq_len;
+    std::vector<int32_t> tokens(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i)
+      tokens[size_t(i)] = int32_t((i * 7 + 3) % 31), targets[size_t(i)] = int32_t((i * 5 + 1) % 31);
+    for (Precision p : {Precision::bf16, Precision::fp32, Precision::fp16, Precision::bf16}) {
+      int64_t before[3];
+      for (int q = 0; q < 3; ++q) before[q] = kernels::cpu_gemm_calls(Precision(q));
+      model::Transformer<float> net(r.model, 3, {.precision = p});
+      auto ctx = net.make_activations(B, model::Recompute::none);
+      net.forward(*ctx, tokens.data(), targets.data(), 1.0f / float(N));
+      net.backward(*ctx, model::Recompute::none, false);
+      for (int q = 0; q < 3; ++q) {
+        const int64_t calls = kernels::cpu_gemm_calls(Precision(q)) - before[q];
+        if (Precision(q) == p)
+          EXPECT_GT(calls, 10) << file << " " << enum_name(p);
+        else
+          EXPECT_EQ(calls, 0) << file << ": a " << enum_name(p) << " model ran " << calls << " "
+                              << enum_name(Precision(q)) << " GEMMs";
+      }
+    }
+  }
 }
 
 TEST(Precision, RecipeKeysAreValidated) {
@@ -225,7 +255,6 @@ TEST(Precision, PackedActivationsAreExactAndSmaller) {
 // the results of converting every fp32 input at each GEMM, across recompute
 // modes, split backward and packing, and after the weights change.
 TEST(Precision, Bf16GemmCopiesMatchConvertingEveryGemm) {
-  kernels::set_matmul_precision(Precision::bf16);
   for (const char* file : {"configs/demo.yaml", "configs/llama-tiny.yaml"})
     for (auto rc : {model::Recompute::none, model::Recompute::selective, model::Recompute::full})
       for (bool split : {false, true})
@@ -262,7 +291,6 @@ TEST(Precision, Bf16GemmCopiesMatchConvertingEveryGemm) {
                                    (split ? " split" : "") + (packed ? " packed" : "");
           EXPECT_TRUE(run_two(true) == run_two(false)) << what << ": the 2-byte copies change the results";
         }
-  kernels::set_matmul_precision(Precision::fp32);
 }
 
 launch::TrainSummary run(const std::string& precision, std::vector<std::string> sets) {

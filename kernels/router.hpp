@@ -58,6 +58,28 @@ void router_backward(T* dlogits, const T* dweight, const T* dscores, const T* sc
 template <typename T>
 double router_z_loss(const T* logits, int64_t N, int64_t E, T* dlogits = nullptr, double scale = 0);
 
+// The balancing losses' gradient (docs/moe.md#load-balancing), counts held
+// fixed (the choice is a step): dscores [N,E] += scale x factor x counts of
+// each row's group, as a gradient with respect to the normalised scores q
+// (wrt_q, or a softmax router, whose q is p) or, for a sigmoid router, to
+// its scores p (q = p / sum p: dp_j = (dq_j - sum_i dq_i q_i) / sum p).
+// The N rows are `groups` equal groups (sequences with seq_aux_loss, else
+// one), group b's counts [E] at counts + b E.
+template <typename T>
+void balance_loss_grad(T* dscores, const T* scores, const T* counts, int64_t N, int64_t E, int64_t groups,
+                       double factor, double scale, RouterScore score, bool wrt_q);
+// The loss's value from its gradient with respect to q (the loss is linear
+// in q for fixed counts): sum_ne q_ne dq_ne, summed in double.
+template <typename T>
+double balance_loss_value(const T* scores, const T* dq, int64_t N, int64_t E, RouterScore score);
+
+// The shared experts' gate (Qwen2-MoE): g = sigmoid(g) in place over n
+// values, and its backward dg *= g (1 - g).
+template <typename T>
+void gate_sigmoid(T* g, int64_t n);
+template <typename T>
+void gate_sigmoid_backward(T* dg, const T* g, int64_t n);
+
 // The smallest routing margin over the N rows: the gap between the k-th and
 // the (k+1)-th choice score of the chosen groups, and (groups > 1) between
 // the group_topk-th and the next group score, relative to the largest

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
@@ -79,92 +80,126 @@ MoeActs<T> MoeMlp<T>::make_acts(int64_t N, std::vector<Tensor>& storage) const {
 }
 
 template <typename T>
-void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& w, int64_t N_all, int64_t B,
-                        MoeScratch<T>& s) {
-  ensure_scratch(s, N_all);
-  // the rows routed here: all of them, or (whole experts) this tensor rank's slice
-  const int64_t N = slice_ ? N_all / tp_->size() : N_all, r0 = slice_ ? tp_->rank() * N : 0;
-  const T* hs = h + r0 * C_;
-  const int64_t E = spec_.experts, K = spec_.top_k, M = N * K, C = C_, I = I_, S = S_;
-  // router, in T (fp32 in every precision: the model's T is the master
-  // type), its choice in host memory
-  k::linear_forward(a.logits, hs, w.router, static_cast<const T*>(nullptr), N, C, E, math_);
+typename MoeMlp<T>::Rows MoeMlp<T>::rows_of(const T* h, int64_t N_all) const {
+  Rows r;
+  r.all = N_all;
+  r.n = slice_ ? N_all / tp_->size() : N_all;
+  r.first = slice_ ? tp_->rank() * r.n : 0;
+  r.h = h, r.hs = h + r.first * C_;
+  return r;
+}
+
+// route: logits = hs Wr^T (in T, fp32 in every precision: the model's T is
+// the master type), the choice in host memory, back where the layer runs
+template <typename T>
+void MoeMlp<T>::route(MoeActs<T>& a, const MoeWeights<T>& w, const Rows& r, MoeScratch<T>& s) const {
+  const int64_t E = spec_.experts, N = r.n;
+  k::linear_forward(a.logits, r.hs, w.router, static_cast<const T*>(nullptr), N, C_, E, math_);
   mirror(a.logits_h, a.logits, N * E);
   const T* bias = w.bias;
   if (bias && !on_host_) mirror(s.bias_h, w.bias, E), bias = s.bias_h;
   k::router_forward(a.expert_h, a.weight_h, a.scores, a.logits_h, bias, N, spec_);
-  mirror(a.expert, a.expert_h, M), mirror(a.weight, a.weight_h, M);
-  // permute: expert-major, tokens in increasing index within an expert
-  const int64_t* off = a.offsets.data();
-  k::moe_route_index(a.row, a.token, a.offsets.data(), a.expert, N, K, E);
-  k::moe_permute(s.x, hs, a.token, M, C);
-  // the shared experts (they read only h): their output, added after the routed one
-  T* so = a.shared_out ? a.shared_out : s.dx;  // the ungated output is only added
-  auto shared = [&] {                          // every row (the tensor ranks' partial sums)
-    k::linear_forward(a.shared_fc, h, w.s_in, static_cast<const T*>(nullptr), N_all, C, 2 * S, math_);
-    k::swiglu_forward(a.shared_act, a.shared_fc, N_all, S);
-    k::linear_forward(so, a.shared_act, w.s_out, static_cast<const T*>(nullptr), N_all, S, C, math_);
-    if (a.gate) {  // g = sigmoid(h w_g), one value a token
-      k::linear_forward(a.gate, h, w.s_gate, static_cast<const T*>(nullptr), N_all, C, 1, math_);
-      mirror(a.gate_h, a.gate, N_all);
-      for (int64_t n = 0; n < N_all; ++n) a.gate_h[n] = T(1) / (T(1) + std::exp(-a.gate_h[n]));
-      mirror(a.gate, a.gate_h, N_all);
-    }
-  };
-  // the experts: one grouped GEMM each way, the activation over all rows
-  if (ep_) {  // on the ranks holding them: the rows go there (while the shared experts compute) and come back
-    a.plan = ep_->plan(off);
-    const int64_t R = a.plan.received, L = ep_->local_experts();
-    a.received =
-        Tensor::empty({std::max<int64_t>(R * (C + 3 * I), 1)}, dtype_of<T>(), MemCategory::activations, device_);
-    a.x_in = a.received.template data<T>(), a.fc_in = a.x_in + R * C, a.act_in = a.fc_in + R * 2 * I;
-    T* y_in = exchange_scratch(s, R * C);  // the experts' output, until combine() sends it back
-    parallel::PendingDispatch rows = ep_->start_dispatch(a.plan, s.x, C, s.staging);
-    if (S > 0) shared();
-    ep_->finish_dispatch(rows, a.plan, a.x_in, C, s.staging);
-    k::grouped_linear_forward(a.fc_in, a.x_in, w.w_in, a.plan.local_offsets.data(), L, C, 2 * I, math_);
-    k::swiglu_forward(a.act_in, a.fc_in, R, I);
-    k::grouped_linear_forward(y_in, a.act_in, w.w_out, a.plan.local_offsets.data(), L, I, C, math_);
-    ep_->combine(a.plan, a.y, y_in, C, s.staging);
-  } else {
-    k::grouped_linear_forward(a.fc, s.x, w.w_in, off, E, C, 2 * I, math_);
+  mirror(a.expert, a.expert_h, N * spec_.top_k), mirror(a.weight, a.weight_h, N * spec_.top_k);
+}
+
+// permute: the routed rows expert-major, tokens in increasing index within an expert
+template <typename T>
+void MoeMlp<T>::permute(MoeActs<T>& a, const Rows& r, MoeScratch<T>& s) const {
+  k::moe_route_index(a.row, a.token, a.offsets.data(), a.expert, r.n, spec_.top_k, spec_.experts);
+  k::moe_permute(s.x, r.hs, a.token, r.n * spec_.top_k, C_);
+}
+
+// the shared experts on every row (the tensor ranks' partial sums) into so,
+// and the gate g = sigmoid(h w_g), one value a token
+template <typename T>
+void MoeMlp<T>::shared_forward(T* so, MoeActs<T>& a, const MoeWeights<T>& w, const Rows& r) const {
+  const int64_t N = r.all, C = C_, S = S_;
+  k::linear_forward(a.shared_fc, r.h, w.s_in, static_cast<const T*>(nullptr), N, C, 2 * S, math_);
+  k::swiglu_forward(a.shared_act, a.shared_fc, N, S);
+  k::linear_forward(so, a.shared_act, w.s_out, static_cast<const T*>(nullptr), N, S, C, math_);
+  if (!a.gate) return;
+  k::linear_forward(a.gate, r.h, w.s_gate, static_cast<const T*>(nullptr), N, C, 1, math_);
+  mirror(a.gate_h, a.gate, N);
+  k::gate_sigmoid(a.gate_h, N);
+  mirror(a.gate, a.gate_h, N);
+}
+
+// The experts: one grouped GEMM each way, the activation over all rows, into
+// a.y. Under expert parallelism on the ranks holding them: dispatch (the
+// shared experts compute while the rows travel), experts, combine back;
+// else here, then the shared experts.
+template <typename T>
+void MoeMlp<T>::experts_forward(MoeActs<T>& a, const MoeWeights<T>& w, const Rows& r, MoeScratch<T>& s,
+                                const std::function<void()>& shared) {
+  const int64_t E = spec_.experts, M = r.n * spec_.top_k, C = C_, I = I_;
+  if (!ep_) {
+    k::grouped_linear_forward(a.fc, s.x, w.w_in, a.offsets.data(), E, C, 2 * I, math_);
     k::swiglu_forward(a.act, a.fc, M, I);
-    k::grouped_linear_forward(a.y, a.act, w.w_out, off, E, I, C, math_);
-    if (S > 0) shared();
+    k::grouped_linear_forward(a.y, a.act, w.w_out, a.offsets.data(), E, I, C, math_);
+    if (shared) shared();
+    return;
   }
-  // combine, each token's experts in increasing id (whole experts: this
-  // rank's slice, the other rows zero), then the shared output
-  if (slice_) k::fill_zero(out, N_all * C);
-  k::moe_combine(out + r0 * C, a.y, a.weight, a.row, N, K, C);
-  if (S > 0) k::rows_scale_add(out, so, a.gate, N_all, C);
-  // the balancing counts, over the context group (whole experts: and the tensor group's slices)
+  a.plan = ep_->plan(a.offsets.data());
+  const int64_t R = a.plan.received, L = ep_->local_experts();
+  a.received = Tensor::empty({std::max<int64_t>(R * (C + 3 * I), 1)}, dtype_of<T>(), MemCategory::activations, device_);
+  a.x_in = a.received.template data<T>(), a.fc_in = a.x_in + R * C, a.act_in = a.fc_in + R * 2 * I;
+  T* y_in = exchange_scratch(s, R * C);  // the experts' output, until combine() sends it back
+  parallel::PendingDispatch rows = ep_->start_dispatch(a.plan, s.x, C, s.staging);
+  if (shared) shared();
+  ep_->finish_dispatch(rows, a.plan, a.x_in, C, s.staging);
+  k::grouped_linear_forward(a.fc_in, a.x_in, w.w_in, a.plan.local_offsets.data(), L, C, 2 * I, math_);
+  k::swiglu_forward(a.act_in, a.fc_in, R, I);
+  k::grouped_linear_forward(y_in, a.act_in, w.w_out, a.plan.local_offsets.data(), L, I, C, math_);
+  ep_->combine(a.plan, a.y, y_in, C, s.staging);
+}
+
+// combine: each token's experts in increasing id (whole experts: this
+// rank's slice, the other rows zero), then the shared output so
+template <typename T>
+void MoeMlp<T>::combine(T* out, const T* so, const MoeActs<T>& a, const Rows& r) const {
+  if (slice_) k::fill_zero(out, r.all * C_);
+  k::moe_combine(out + r.first * C_, a.y, a.weight, a.row, r.n, spec_.top_k, C_);
+  if (S_ > 0) k::rows_scale_add(out, so, a.gate, r.all, C_);
+}
+
+// the balancing counts over the context group (whole experts: and the
+// tensor group's slices) and the losses' values (their gradients:
+// balance_grad)
+template <typename T>
+void MoeMlp<T>::balance_losses(MoeActs<T>& a, const Rows& r, int64_t B, MoeScratch<T>& s) const {
+  const int64_t E = spec_.experts, K = spec_.top_k, N = r.n, M = N * K;
   const int64_t groups = cfg_.balance == Balance::seq_aux_loss ? B : 1, rows = N / groups;
   a.counts.assign(size_t(groups * E), T(0));
   for (int64_t i = 0; i < M; ++i) a.counts[size_t(i / (rows * K) * E + a.expert_h[i])] += T(1);
   cp_->sum(a.counts.data(), groups * E);
   if (slice_) tp_->sum_partials(a.counts.data(), groups * E);
-  // the balancing losses' values (their gradients: balance_grad)
   a.aux_loss = a.z_loss = 0;
   if (cfg_.balance != Balance::none && cfg_.balance != Balance::hf && cfg_.balance_coef > 0) {
     std::fill(s.dscores_h, s.dscores_h + N * E, T(0));
-    balance_grad(s.dscores_h, a, N, N_all, B, 1.0, true);
-    // the loss is linear in q for fixed counts: loss = sum_ne q_ne dloss/dq_ne
-    for (int64_t n = 0; n < N; ++n) {
-      double sum = 0, dot = 0;
-      for (int64_t e = 0; e < E; ++e) sum += double(a.scores[n * E + e]);
-      for (int64_t e = 0; e < E; ++e) {
-        const double q = spec_.score == RouterScore::softmax ? double(a.scores[n * E + e]) : a.scores[n * E + e] / sum;
-        dot += q * double(s.dscores_h[n * E + e]);
-      }
-      a.aux_loss += dot;
-    }
+    balance_grad(s.dscores_h, a, N, r.all, B, 1.0, true);
+    a.aux_loss = k::balance_loss_value(a.scores, s.dscores_h, N, E, spec_.score);
   }
-  if (cfg_.z_loss > 0) a.z_loss = cfg_.z_loss * k::router_z_loss(a.logits_h, N, E) / double(N_all * cp_->size());
+  if (cfg_.z_loss > 0) a.z_loss = cfg_.z_loss * k::router_z_loss(a.logits_h, N, E) / double(r.all * cp_->size());
   if (slice_) {  // each tensor rank's slice's share: the whole micro-batch's on every rank
     T losses[2] = {T(a.aux_loss), T(a.z_loss)};
     tp_->sum_partials(losses, 2);
     a.aux_loss = double(losses[0]), a.z_loss = double(losses[1]);
   }
+}
+
+template <typename T>
+void MoeMlp<T>::forward(T* out, const T* h, MoeActs<T>& a, const MoeWeights<T>& w, int64_t N_all, int64_t B,
+                        MoeScratch<T>& s) {
+  ensure_scratch(s, N_all);
+  const Rows r = rows_of(h, N_all);
+  route(a, w, r, s);
+  permute(a, r, s);
+  T* so = a.shared_out ? a.shared_out : s.dx;  // the ungated shared output is only added
+  std::function<void()> shared;
+  if (S_ > 0) shared = [&] { shared_forward(so, a, w, r); };
+  experts_forward(a, w, r, s, shared);
+  combine(out, so, a, r);
+  balance_losses(a, r, B, s);
 }
 
 // dscores [N,E] += scale x the gradient of the balancing loss, counts held
@@ -176,28 +211,13 @@ void MoeMlp<T>::balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t
   const int64_t E = spec_.experts, K = spec_.top_k;
   if (cfg_.balance == Balance::none || cfg_.balance_coef == 0) return;
   const bool per_sequence = cfg_.balance == Balance::seq_aux_loss, hf = cfg_.balance == Balance::hf;
-  const int64_t groups = per_sequence ? B : 1, rows = N / groups;  // sequences, or the whole micro-batch (local rows)
-  const double whole = double(all / groups * cp_->size());         // ... and their tokens over the context group
+  const int64_t groups = per_sequence ? B : 1;              // sequences, or the whole micro-batch (local rows)
+  const double whole = double(all / groups * cp_->size());  // ... and their tokens over the context group
   const double factor = hf ? cfg_.balance_coef * double(E) / (a.hf_rows * a.hf_rows)
                            : cfg_.balance_coef / double(groups) * double(E) / (double(K) * whole * whole);
   TRIDENT_CHECK(!hf || a.hf_counts.size() == size_t(E), "balance hf: finish_hf was not called");
-  std::vector<double> dq(static_cast<size_t>(E));
-  for (int64_t b = 0; b < groups; ++b) {
-    const T* counts = hf ? a.hf_counts.data() : a.counts.data() + b * E;
-    for (int64_t n = b * rows; n < (b + 1) * rows; ++n) {
-      const T* p = a.scores + n * E;
-      for (int64_t e = 0; e < E; ++e) dq[size_t(e)] = scale * factor * double(counts[e]);
-      if (wrt_q || spec_.score == RouterScore::softmax) {  // softmax: q = p
-        for (int64_t e = 0; e < E; ++e) dscores[n * E + e] += T(dq[size_t(e)]);
-        continue;
-      }
-      // sigmoid: q = p / sum p, so dp_j = (dq_j - sum_i dq_i q_i) / sum p
-      double sum = 0, dot = 0;
-      for (int64_t e = 0; e < E; ++e) sum += double(p[e]);
-      for (int64_t e = 0; e < E; ++e) dot += dq[size_t(e)] * double(p[e]) / sum;
-      for (int64_t e = 0; e < E; ++e) dscores[n * E + e] += T((dq[size_t(e)] - dot) / sum);
-    }
-  }
+  k::balance_loss_grad(dscores, a.scores, hf ? a.hf_counts.data() : a.counts.data(), N, E, groups, factor, scale,
+                       spec_.score, wrt_q);
 }
 
 template <typename T>
@@ -216,91 +236,126 @@ void MoeMlp<T>::finish_hf(const std::vector<MoeActs<T>*>& layers, int64_t N) con
   }
 }
 
+// combine's backward: the experts' permuted output gradients (weighted)
+// into s.dys, the routing weights' and the gate's gradients (dot products
+// with partial outputs) into s.dweight [N,k] and after it [N]
+template <typename T>
+void MoeMlp<T>::combine_backward(const T* dy, const MoeActs<T>& a, const Rows& r, MoeScratch<T>& s) const {
+  const int64_t K = spec_.top_k, M = r.n * K, C = C_;
+  T* dgate = s.dweight + r.all * K;  // after the weights': one sum over the group for both
+  k::moe_combine_backward(s.dys, s.dweight, dy + r.first * C, a.y, a.weight, a.row, r.n, K, C);
+  if (a.gate) k::rows_dot(dgate, dy, a.shared_out, r.all, C);
+  if (!slice_)  // the experts' outputs are partial sums over the tensor group
+    tp_->sum_partials(s.dweight, M + (a.gate ? r.n : 0));
+  else if (a.gate)  // whole experts: only the shared output is
+    tp_->sum_partials(dgate, r.all);
+}
+
+// the shared experts' backward: their input gradient into sdx
+template <typename T>
+void MoeMlp<T>::shared_backward(T* sdx, const T* dy, const MoeActs<T>& a, const MoeWeights<T>& w, const MoeGrads<T>& g,
+                                const Rows& r, MoeScratch<T>& s, bool acc) const {
+  const int64_t N = r.all, C = C_, S = S_;
+  const T* dso = dy;
+  if (a.gate) k::rows_scale(s.d_shared, dy, a.gate, N, C), dso = s.d_shared;
+  k::linear_backward(s.sdact, g.s_out, static_cast<T*>(nullptr), dso, a.shared_act, w.s_out, N, S, C, acc, math_);
+  k::swiglu_backward(s.sdfc, a.shared_fc, s.sdact, N, S);
+  k::linear_backward(sdx, g.s_in, static_cast<T*>(nullptr), s.sdfc, r.h, w.s_in, N, C, 2 * S, acc, math_);
+}
+
+// The experts' backward, from s.dys to their input rows' gradient s.dx (an
+// expert without tokens gets a zero, not a stale, gradient). Under expert
+// parallelism the output gradients go to the experts' ranks (the shared
+// experts' backward runs while they travel) and come back. Returns where
+// the shared experts' input gradient is (null: not computed yet).
+template <typename T>
+T* MoeMlp<T>::experts_backward(const MoeActs<T>& a, const MoeWeights<T>& w, const MoeGrads<T>& g, const Rows& r,
+                               MoeScratch<T>& s, bool acc, const std::function<void(T*)>& shared) {
+  const int64_t E = spec_.experts, M = r.n * spec_.top_k, C = C_, I = I_;
+  if (!ep_) {
+    k::moe_permute(s.x, r.hs, a.token, M, C);
+    k::grouped_linear_backward(s.dact, g.w_out, s.dys, a.act, w.w_out, a.offsets.data(), E, I, C, acc, math_);
+    k::swiglu_backward(s.dfc, a.fc, s.dact, M, I);
+    k::grouped_linear_backward(s.dx, g.w_in, s.dfc, s.x, w.w_in, a.offsets.data(), E, C, 2 * I, acc, math_);
+    return nullptr;
+  }
+  const int64_t R = a.plan.received, L = ep_->local_experts();
+  T* d = exchange_scratch(s, R * (2 * C + 3 * I) + (S_ > 0 ? r.all * C : 0));
+  T *dy_in = d, *dact_in = dy_in + R * C, *dfc_in = dact_in + R * I, *dx_in = dfc_in + R * 2 * I;
+  T* sdx = S_ > 0 ? dx_in + R * C : nullptr;
+  parallel::PendingDispatch rows = ep_->start_dispatch(a.plan, s.dys, C, s.staging);
+  if (sdx) shared(sdx);
+  ep_->finish_dispatch(rows, a.plan, dy_in, C, s.staging);
+  const int64_t* off = a.plan.local_offsets.data();
+  k::grouped_linear_backward(dact_in, g.w_out, dy_in, a.act_in, w.w_out, off, L, I, C, acc, math_);
+  k::swiglu_backward(dfc_in, a.fc_in, dact_in, R, I);
+  k::grouped_linear_backward(dx_in, g.w_in, dfc_in, a.x_in, w.w_in, off, L, C, 2 * I, acc, math_);
+  ep_->combine(a.plan, s.dx, dx_in, C, s.staging);
+  return sdx;
+}
+
+// The router's backward (host): from the weights' gradient and the
+// balancing losses', to the router's weight gradient and its input
+// gradient (whole experts: this rank's slice's part added into dh, and
+// s.d_router_h zero), then the gate's part added to s.d_router_h
+template <typename T>
+void MoeMlp<T>::router_backward(T* dh, const MoeActs<T>& a, const MoeWeights<T>& w, const MoeGrads<T>& g, const Rows& r,
+                                MoeScratch<T>& s, int64_t B, T aux_scale, bool acc) const {
+  const int64_t E = spec_.experts, K = spec_.top_k, N = r.n, C = C_;
+  mirror(s.dweight_h, s.dweight, r.all * K + (a.gate ? r.all : 0));
+  std::fill(s.dscores_h, s.dscores_h + N * E, T(0));
+  balance_grad(s.dscores_h, a, N, r.all, B, double(aux_scale), false);
+  k::router_backward(s.dlogits_h, s.dweight_h, s.dscores_h, a.scores, a.expert_h, N, spec_);
+  if (cfg_.z_loss > 0)
+    k::router_z_loss(a.logits_h, N, E, s.dlogits_h, double(aux_scale) * cfg_.z_loss / double(r.all * cp_->size()));
+  mirror(s.dlogits, s.dlogits_h, N * E);
+  if (slice_) {  // the router's part of this rank's slice: into dh, summed over the tensor group with it
+    k::linear_backward(s.dx, g.router, static_cast<T*>(nullptr), s.dlogits, r.hs, w.router, N, C, E, acc, math_);
+    k::rows_scale_add(dh + r.first * C, s.dx, static_cast<const T*>(nullptr), N, C);
+    k::fill_zero(s.d_router_h, r.all * C);  // what is complete on every rank: the gate's part
+  } else {
+    k::linear_backward(s.d_router_h, g.router, static_cast<T*>(nullptr), s.dlogits, r.h, w.router, N, C, E, acc, math_);
+  }
+  if (!a.gate) return;
+  T *dgate_h = s.dweight_h + r.all * K, *dgate = s.dweight + r.all * K;
+  k::gate_sigmoid_backward(dgate_h, a.gate_h, r.all);
+  mirror(dgate, dgate_h, r.all);
+  k::linear_backward(s.d_shared, g.s_gate, static_cast<T*>(nullptr), dgate, r.h, w.s_gate, r.all, C, 1, acc, math_);
+  k::rows_scale_add(s.d_router_h, s.d_shared, static_cast<const T*>(nullptr), r.all, C);
+}
+
+// the correction bias moves by counts, never by gradient: its slot takes
+// this micro-batch's (kernels::BiasRange)
+template <typename T>
+void MoeMlp<T>::bias_counts(T* slot, const MoeActs<T>& a, MoeScratch<T>& s, bool acc) const {
+  const int64_t E = spec_.experts;
+  for (int64_t e = 0; e < E; ++e) s.counts_h[size_t(e)] = T(a.offsets[size_t(e + 1)] - a.offsets[size_t(e)]);
+  const T* counts = s.counts_h.data();
+  if (!on_host_) mirror(s.counts_dev.template data<T>(), counts, E), counts = s.counts_dev.template data<T>();
+  if (acc)
+    k::rows_scale_add(slot, counts, static_cast<const T*>(nullptr), 1, E);
+  else
+    k::copy(slot, counts, E);
+}
+
 template <typename T>
 void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, const MoeWeights<T>& w,
                          const MoeGrads<T>& g, int64_t N_all, int64_t B, T aux_scale, bool acc, MoeScratch<T>& s) {
   ensure_scratch(s, N_all);
-  // the rows routed here: all of them, or (whole experts) this tensor rank's slice
-  const int64_t N = slice_ ? N_all / tp_->size() : N_all, r0 = slice_ ? tp_->rank() * N : 0;
-  const T* hs = h + r0 * C_;
-  const int64_t E = spec_.experts, K = spec_.top_k, M = N * K, C = C_, I = I_, S = S_;
-  T* dgate = s.dweight + N_all * K;  // [N], after the weights' [N,k]: one sum over the group for both
-  // the experts' permuted output gradients (weighted), and the routing
-  // weights' and the gate's gradients: dot products with partial outputs
-  k::moe_combine_backward(s.dys, s.dweight, dy + r0 * C, a.y, a.weight, a.row, N, K, C);
-  if (a.gate) k::rows_dot(dgate, dy, a.shared_out, N_all, C);
-  if (!slice_)  // the experts' outputs are partial sums over the tensor group
-    tp_->sum_partials(s.dweight, M + (a.gate ? N : 0));
-  else if (a.gate)  // whole experts: only the shared output is
-    tp_->sum_partials(dgate, N_all);
-  // the shared experts' backward: their input gradient into sdx, added after the routed one
-  auto shared = [&](T* sdx) {
-    const T* dso = dy;
-    if (a.gate) k::rows_scale(s.d_shared, dy, a.gate, N_all, C), dso = s.d_shared;
-    k::linear_backward(s.sdact, g.s_out, static_cast<T*>(nullptr), dso, a.shared_act, w.s_out, N_all, S, C, acc, math_);
-    k::swiglu_backward(s.sdfc, a.shared_fc, s.sdact, N_all, S);
-    k::linear_backward(sdx, g.s_in, static_cast<T*>(nullptr), s.sdfc, h, w.s_in, N_all, C, 2 * S, acc, math_);
-  };
-  T* sdx = s.dx;  // where the shared experts' input gradient is (after the routed one's, when it is s.dx)
-  // an expert without tokens gets a zero (not a stale) gradient
-  if (ep_) {  // the output gradients go to the experts' ranks (while the shared experts' backward runs) and come back
-    const int64_t R = a.plan.received, L = ep_->local_experts();
-    T* d = exchange_scratch(s, R * (2 * C + 3 * I) + (S > 0 ? N_all * C : 0));
-    T *dy_in = d, *dact_in = dy_in + R * C, *dfc_in = dact_in + R * I, *dx_in = dfc_in + R * 2 * I;
-    parallel::PendingDispatch rows = ep_->start_dispatch(a.plan, s.dys, C, s.staging);
-    if (S > 0) sdx = dx_in + R * C, shared(sdx);
-    ep_->finish_dispatch(rows, a.plan, dy_in, C, s.staging);
-    k::grouped_linear_backward(dact_in, g.w_out, dy_in, a.act_in, w.w_out, a.plan.local_offsets.data(), L, I, C, acc,
-                               math_);
-    k::swiglu_backward(dfc_in, a.fc_in, dact_in, R, I);
-    k::grouped_linear_backward(dx_in, g.w_in, dfc_in, a.x_in, w.w_in, a.plan.local_offsets.data(), L, C, 2 * I, acc,
-                               math_);
-    ep_->combine(a.plan, s.dx, dx_in, C, s.staging);
-  } else {
-    k::moe_permute(s.x, hs, a.token, M, C);
-    k::grouped_linear_backward(s.dact, g.w_out, s.dys, a.act, w.w_out, a.offsets.data(), E, I, C, acc, math_);
-    k::swiglu_backward(s.dfc, a.fc, s.dact, M, I);
-    k::grouped_linear_backward(s.dx, g.w_in, s.dfc, s.x, w.w_in, a.offsets.data(), E, C, 2 * I, acc, math_);
-  }
+  const Rows r = rows_of(h, N_all);
+  combine_backward(dy, a, r, s);
+  auto shared = [&](T* sdx) { shared_backward(sdx, dy, a, w, g, r, s, acc); };
+  T* sdx = experts_backward(a, w, g, r, s, acc, shared);
   // unpermute: each token's rows added in increasing expert id (whole
   // experts: this rank's slice, the other rows zero), then the shared experts'
-  if (slice_) k::fill_zero(dh, N_all * C);
-  k::moe_unpermute(dh + r0 * C, s.dx, a.row, N, K, C);
-  if (S > 0) {
-    if (!ep_) shared(sdx);  // s.dx is free again
-    k::rows_scale_add(dh, sdx, static_cast<const T*>(nullptr), N_all, C);
+  if (slice_) k::fill_zero(dh, N_all * C_);
+  k::moe_unpermute(dh + r.first * C_, s.dx, a.row, r.n, spec_.top_k, C_);
+  if (S_ > 0) {
+    if (!sdx) sdx = s.dx, shared(sdx);  // s.dx is free again
+    k::rows_scale_add(dh, sdx, static_cast<const T*>(nullptr), N_all, C_);
   }
-  // router (host): from the weights' gradient and the balancing losses'
-  mirror(s.dweight_h, s.dweight, N_all * K + (a.gate ? N_all : 0));
-  std::fill(s.dscores_h, s.dscores_h + N * E, T(0));
-  balance_grad(s.dscores_h, a, N, N_all, B, double(aux_scale), false);
-  k::router_backward(s.dlogits_h, s.dweight_h, s.dscores_h, a.scores, a.expert_h, N, spec_);
-  if (cfg_.z_loss > 0)
-    k::router_z_loss(a.logits_h, N, E, s.dlogits_h, double(aux_scale) * cfg_.z_loss / double(N_all * cp_->size()));
-  mirror(s.dlogits, s.dlogits_h, N * E);
-  if (slice_) {  // the router's part of this rank's slice: into dh, summed over the tensor group with it
-    k::linear_backward(s.dx, g.router, static_cast<T*>(nullptr), s.dlogits, hs, w.router, N, C, E, acc, math_);
-    k::rows_scale_add(dh + r0 * C, s.dx, static_cast<const T*>(nullptr), N, C);
-    k::fill_zero(s.d_router_h, N_all * C);  // what is complete on every rank: the gate's part
-  } else {
-    k::linear_backward(s.d_router_h, g.router, static_cast<T*>(nullptr), s.dlogits, h, w.router, N, C, E, acc, math_);
-  }
-  if (a.gate) {
-    T* dgate_h = s.dweight_h + N_all * K;
-    for (int64_t n = 0; n < N_all; ++n) dgate_h[n] *= a.gate_h[n] * (T(1) - a.gate_h[n]);  // through the sigmoid
-    mirror(dgate, dgate_h, N_all);
-    k::linear_backward(s.d_shared, g.s_gate, static_cast<T*>(nullptr), dgate, h, w.s_gate, N_all, C, 1, acc, math_);
-    k::rows_scale_add(s.d_router_h, s.d_shared, static_cast<const T*>(nullptr), N_all, C);
-  }
-  if (g.bias) {  // the bias moves by counts, never by gradient: its slot takes this micro-batch's (kernels::BiasRange)
-    for (int64_t e = 0; e < E; ++e) s.counts_h[size_t(e)] = T(a.offsets[size_t(e + 1)] - a.offsets[size_t(e)]);
-    const T* counts = s.counts_h.data();
-    if (!on_host_) mirror(s.counts_dev.template data<T>(), counts, E), counts = s.counts_dev.template data<T>();
-    if (acc)
-      k::rows_scale_add(g.bias, counts, static_cast<const T*>(nullptr), 1, E);
-    else
-      k::copy(g.bias, counts, E);
-  }
+  router_backward(dh, a, w, g, r, s, B, aux_scale, acc);
+  if (g.bias) bias_counts(g.bias, a, s, acc);
 }
 
 template <typename T>

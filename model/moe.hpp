@@ -44,6 +44,7 @@
 // and every pipeline schedule weigh them as they weigh the loss.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/recipe/recipe.hpp"
@@ -171,6 +172,33 @@ class MoeMlp {
   // s sized for N rows (the order of model/memory.cpp's scratch_elements)
   void ensure_scratch(MoeScratch<T>& s, int64_t N) const;
   T* exchange_scratch(MoeScratch<T>& s, int64_t n) const;
+  // The layer's phases, in the order forward and backward run them (each
+  // the same on the plain path and under expert parallelism, and whichever
+  // pass runs them, on the pass's scratch s).
+  // The rows of one call: `all` (the micro-batch's on this context rank, h
+  // [all, C]) and the n routed here starting at `first` (whole experts:
+  // this tensor rank's slice; else all of them), hs = h + first C.
+  struct Rows {
+    int64_t all = 0, n = 0, first = 0;
+    const T *h = nullptr, *hs = nullptr;
+  };
+  Rows rows_of(const T* h, int64_t N_all) const;
+  void route(MoeActs<T>& a, const MoeWeights<T>& w, const Rows& r, MoeScratch<T>& s) const;
+  void permute(MoeActs<T>& a, const Rows& r, MoeScratch<T>& s) const;
+  void shared_forward(T* so, MoeActs<T>& a, const MoeWeights<T>& w, const Rows& r) const;
+  // dispatch, experts, combine back (shared: the shared experts, run where they overlap the exchange)
+  void experts_forward(MoeActs<T>& a, const MoeWeights<T>& w, const Rows& r, MoeScratch<T>& s,
+                       const std::function<void()>& shared);
+  void combine(T* out, const T* so, const MoeActs<T>& a, const Rows& r) const;
+  void balance_losses(MoeActs<T>& a, const Rows& r, int64_t B, MoeScratch<T>& s) const;
+  void combine_backward(const T* dy, const MoeActs<T>& a, const Rows& r, MoeScratch<T>& s) const;
+  void shared_backward(T* sdx, const T* dy, const MoeActs<T>& a, const MoeWeights<T>& w, const MoeGrads<T>& g,
+                       const Rows& r, MoeScratch<T>& s, bool acc) const;
+  T* experts_backward(const MoeActs<T>& a, const MoeWeights<T>& w, const MoeGrads<T>& g, const Rows& r,
+                      MoeScratch<T>& s, bool acc, const std::function<void(T*)>& shared);
+  void router_backward(T* dh, const MoeActs<T>& a, const MoeWeights<T>& w, const MoeGrads<T>& g, const Rows& r,
+                       MoeScratch<T>& s, int64_t B, T aux_scale, bool acc) const;
+  void bias_counts(T* slot, const MoeActs<T>& a, MoeScratch<T>& s, bool acc) const;
   // N: the rows routed here; all: the rows of the micro-batch on this context rank (the losses' normalisation)
   void balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t all, int64_t B, double scale, bool wrt_q) const;
   bool slice_ = false;  // whole experts: this tensor rank routes rows [rank N / t, (rank + 1) N / t)

@@ -19,6 +19,11 @@
 #endif
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
+// ThreadSanitizer's dynamic annotations (its runtime defines them)
+extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
+extern "C" void AnnotateIgnoreWritesBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreWritesEnd(const char* file, int line);
 #endif
 
 namespace trident::parallel {
@@ -100,6 +105,21 @@ void after_switch(Pair& p, bool in_fiber) {
   (void)p, (void)in_fiber;
 }
 
+// The switcher's own state (which side runs, which has ended, the switch
+// count), read and written by both sides at a switch: bookkeeping of the
+// switch itself, not of either pass, so TSan does not count it as either
+// pass's memory (what the passes write must be their own).
+struct Bookkeeping {
+#if defined(__SANITIZE_THREAD__)
+  Bookkeeping() { AnnotateIgnoreReadsBegin(__FILE__, __LINE__), AnnotateIgnoreWritesBegin(__FILE__, __LINE__); }
+  ~Bookkeeping() { AnnotateIgnoreWritesEnd(__FILE__, __LINE__), AnnotateIgnoreReadsEnd(__FILE__, __LINE__); }
+#else
+  Bookkeeping() = default;
+#endif
+  Bookkeeping(const Bookkeeping&) = delete;
+  Bookkeeping& operator=(const Bookkeeping&) = delete;
+};
+
 void fiber_entry() {
   Pair* p = active;
   after_switch(*p, true);
@@ -108,9 +128,12 @@ void fiber_entry() {
   } catch (...) {
     p->error = std::current_exception();
   }
-  p->fiber_done = true;
-  p->in_fiber = false;
-  if (!p->main_done) ++switches;  // the second pass resumes
+  {
+    [[maybe_unused]] Bookkeeping b;
+    p->fiber_done = true;
+    p->in_fiber = false;
+    if (!p->main_done) ++switches;  // the second pass resumes
+  }
   before_switch(*p, false, true, true);
   setcontext(&p->main_ctx);  // never returns: this stack's frames end here (no return through the sanitizers)
 }
@@ -164,10 +187,14 @@ void run_paired(const std::function<void()>& first, const std::function<void()>&
   } catch (...) {
     second_error = std::current_exception();
   }
-  p.main_done = true;
-  if (!p.fiber_done) {  // the first pass's rest
-    ++switches;
-    p.in_fiber = true;
+  bool rest = false;
+  {
+    [[maybe_unused]] Bookkeeping b;
+    p.main_done = true;
+    rest = !p.fiber_done;
+    if (rest) ++switches, p.in_fiber = true;
+  }
+  if (rest) {  // the first pass's rest
     before_switch(p, true, false, false);
     swapcontext(&p.main_ctx, &p.fiber_ctx);
     after_switch(p, false);
@@ -183,20 +210,23 @@ void run_paired(const std::function<void()>& first, const std::function<void()>&
 void switch_pass() {
   Pair* p = active;
   if (!p) return;
-  if (p->in_fiber) {
-    if (p->main_done) return;  // the second pass has ended: the first runs on to its end
+  bool to_fiber = false;
+  {
+    [[maybe_unused]] Bookkeeping b;
+    // a pass whose other has ended runs on to its end
+    if (p->in_fiber ? p->main_done : p->fiber_done) return;
+    to_fiber = !p->in_fiber;
     ++switches;
-    p->in_fiber = false;
-    before_switch(*p, false, false, false);
-    swapcontext(&p->fiber_ctx, &p->main_ctx);
-    after_switch(*p, true);
-  } else {
-    if (p->fiber_done) return;
-    ++switches;
-    p->in_fiber = true;
+    p->in_fiber = to_fiber;
+  }
+  if (to_fiber) {
     before_switch(*p, true, false, false);
     swapcontext(&p->main_ctx, &p->fiber_ctx);
     after_switch(*p, false);
+  } else {
+    before_switch(*p, false, false, false);
+    swapcontext(&p->fiber_ctx, &p->main_ctx);
+    after_switch(*p, true);
   }
 }
 

@@ -202,11 +202,63 @@ double router_z_loss(const T* logits, int64_t N, int64_t E, T* dlogits, double s
   return total;
 }
 
-#define INSTANTIATE(T)                                                                                            \
-  template void router_forward<T>(int32_t*, T*, T*, const T*, const T*, int64_t, const RouterSpec&);              \
-  template void router_backward<T>(T*, const T*, const T*, const T*, const int32_t*, int64_t, const RouterSpec&); \
-  template double router_margin<T>(const T*, const T*, int64_t, const RouterSpec&);                               \
-  template double router_z_loss<T>(const T*, int64_t, int64_t, T*, double);
+template <typename T>
+void balance_loss_grad(T* dscores, const T* scores, const T* counts, int64_t N, int64_t E, int64_t groups,
+                       double factor, double scale, RouterScore score, bool wrt_q) {
+  const int64_t rows = N / groups;
+  std::vector<double> dq(static_cast<size_t>(E));
+  for (int64_t b = 0; b < groups; ++b) {
+    const T* c = counts + b * E;
+    for (int64_t n = b * rows; n < (b + 1) * rows; ++n) {
+      const T* p = scores + n * E;
+      for (int64_t e = 0; e < E; ++e) dq[size_t(e)] = scale * factor * double(c[e]);
+      if (wrt_q || score == RouterScore::softmax) {  // softmax: q = p
+        for (int64_t e = 0; e < E; ++e) dscores[n * E + e] += T(dq[size_t(e)]);
+        continue;
+      }
+      double sum = 0, dot = 0;
+      for (int64_t e = 0; e < E; ++e) sum += double(p[e]);
+      for (int64_t e = 0; e < E; ++e) dot += dq[size_t(e)] * double(p[e]) / sum;
+      for (int64_t e = 0; e < E; ++e) dscores[n * E + e] += T((dq[size_t(e)] - dot) / sum);
+    }
+  }
+}
+
+template <typename T>
+double balance_loss_value(const T* scores, const T* dq, int64_t N, int64_t E, RouterScore score) {
+  double loss = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    double sum = 0, dot = 0;
+    for (int64_t e = 0; e < E; ++e) sum += double(scores[n * E + e]);
+    for (int64_t e = 0; e < E; ++e) {
+      const double q = score == RouterScore::softmax ? double(scores[n * E + e]) : scores[n * E + e] / sum;
+      dot += q * double(dq[n * E + e]);
+    }
+    loss += dot;
+  }
+  return loss;
+}
+
+template <typename T>
+void gate_sigmoid(T* g, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) g[i] = T(1) / (T(1) + std::exp(-g[i]));
+}
+
+template <typename T>
+void gate_sigmoid_backward(T* dg, const T* g, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dg[i] *= g[i] * (T(1) - g[i]);
+}
+
+#define INSTANTIATE(T)                                                                                               \
+  template void router_forward<T>(int32_t*, T*, T*, const T*, const T*, int64_t, const RouterSpec&);                 \
+  template void router_backward<T>(T*, const T*, const T*, const T*, const int32_t*, int64_t, const RouterSpec&);    \
+  template double router_margin<T>(const T*, const T*, int64_t, const RouterSpec&);                                  \
+  template double router_z_loss<T>(const T*, int64_t, int64_t, T*, double);                                          \
+  template void balance_loss_grad<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, double, double, RouterScore, \
+                                     bool);                                                                          \
+  template double balance_loss_value<T>(const T*, const T*, int64_t, int64_t, RouterScore);                          \
+  template void gate_sigmoid<T>(T*, int64_t);                                                                        \
+  template void gate_sigmoid_backward<T>(T*, const T*, int64_t);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Speed before and after a change, measured in the same run: one full
-# training step (bench_train_step: demo and gpt2-124m, micro-batch 4 x 64, at
-# 1 and 2 threads) and the end-to-end tokens/s of `trident train` on the demo
+# training step (bench_train_step: demo, gpt2-124m and moe-tiny, micro-batch
+# 4 x 64, at 1 and 2 threads) and the end-to-end tokens/s of `trident train` on the demo
 # recipe (40 steps), alternating between the two builds REPS times (default
 # 3, which of the two goes first alternating too) because the machine is
 # shared; prints the medians and new / old.
@@ -29,6 +29,8 @@ for rep in $(seq "$REPS"); do
   [ $((rep % 2)) -eq 0 ] && order="new old"  # alternate which goes first
   for side in $order; do
     "${step_bin[$side]}" --benchmark_format=json --benchmark_min_time=1.0 2>/dev/null > "$out/step_${side}_$rep.json"
+    (cd "$ROOT" && "${step_bin[$side]}" --recipe configs/moe-tiny.yaml --benchmark_format=json \
+        --benchmark_min_time=1.0 2>/dev/null) > "$out/step_${side}_moe_$rep.json"
     "${train_bin[$side]}" train "$ROOT/configs/demo.yaml" --set train.steps=40 --set eval.batches=0 \
         --set log.metrics="$out/train_${side}_$rep.jsonl" > /dev/null 2>&1
   done

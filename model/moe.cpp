@@ -13,6 +13,7 @@
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/moe_permute.hpp"
 #include "kernels/rows.hpp"
+#include "parallel/paired_passes.hpp"
 
 namespace trident::model {
 
@@ -146,11 +147,11 @@ void MoeMlp<T>::experts_forward(MoeActs<T>& a, const MoeWeights<T>& w, const Row
   T* y_in = exchange_scratch(s, R * C);  // the experts' output, until combine() sends it back
   parallel::PendingDispatch rows = ep_->start_dispatch(a.plan, s.x, C, s.staging);
   if (shared) shared();
-  ep_->finish_dispatch(rows, a.plan, a.x_in, C, s.staging);
+  ep_->finish_dispatch(rows, a.plan, a.x_in, C, s.staging, parallel::switch_pass);
   k::grouped_linear_forward(a.fc_in, a.x_in, w.w_in, a.plan.local_offsets.data(), L, C, 2 * I, math_);
   k::swiglu_forward(a.act_in, a.fc_in, R, I);
   k::grouped_linear_forward(y_in, a.act_in, w.w_out, a.plan.local_offsets.data(), L, I, C, math_);
-  ep_->combine(a.plan, a.y, y_in, C, s.staging);
+  ep_->combine(a.plan, a.y, y_in, C, s.staging, parallel::switch_pass);
 }
 
 // combine: each token's experts in increasing id (whole experts: this
@@ -285,12 +286,12 @@ T* MoeMlp<T>::experts_backward(const MoeActs<T>& a, const MoeWeights<T>& w, cons
   T* sdx = S_ > 0 ? dx_in + R * C : nullptr;
   parallel::PendingDispatch rows = ep_->start_dispatch(a.plan, s.dys, C, s.staging);
   if (sdx) shared(sdx);
-  ep_->finish_dispatch(rows, a.plan, dy_in, C, s.staging);
+  ep_->finish_dispatch(rows, a.plan, dy_in, C, s.staging, parallel::switch_pass);
   const int64_t* off = a.plan.local_offsets.data();
   k::grouped_linear_backward(dact_in, g.w_out, dy_in, a.act_in, w.w_out, off, L, I, C, acc, math_);
   k::swiglu_backward(dfc_in, a.fc_in, dact_in, R, I);
   k::grouped_linear_backward(dx_in, g.w_in, dfc_in, a.x_in, w.w_in, off, L, C, 2 * I, acc, math_);
-  ep_->combine(a.plan, s.dx, dx_in, C, s.staging);
+  ep_->combine(a.plan, s.dx, dx_in, C, s.staging, parallel::switch_pass);
   return sdx;
 }
 

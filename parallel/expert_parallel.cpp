@@ -7,7 +7,6 @@
 
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
-#include "parallel/paired_passes.hpp"
 
 namespace trident::parallel {
 
@@ -91,9 +90,8 @@ PendingDispatch ExpertParallel::issue(T* out, const T* in, const std::vector<int
   return x;
 }
 
-void ExpertParallel::complete(PendingDispatch& x, bool combine) {
-  // a paired pass (dualpipev): the other pass computes while these rows travel
-  if (group_ && size() > 1) switch_pass();
+void ExpertParallel::complete(PendingDispatch& x, bool combine, const std::function<void()>& before_wait) {
+  if (before_wait && group_ && size() > 1) before_wait();  // e.g. the other paired pass computes while the rows travel
   const double wait = clock_seconds();
   if (x.work) x.work->wait(), x.work.reset();
   const double end = clock_seconds();
@@ -111,26 +109,28 @@ PendingDispatch ExpertParallel::start_dispatch(const ExpertPlan& p, const T* row
 
 template <typename T>
 void ExpertParallel::finish_dispatch(PendingDispatch& pending, const ExpertPlan& p, T* out, int64_t C,
-                                     const Tensor& staging) {
-  complete(pending, false);
+                                     const Tensor& staging, const std::function<void()>& before_wait) {
+  complete(pending, false, before_wait);
   const T* arrived = static_cast<const T*>(staging.raw());
   for (const ExpertPlan::Block& b : p.blocks)
     copy_bytes(out + b.by_expert * C, arrived + b.by_source * C, size_t(b.rows * C) * sizeof(T));
 }
 
 template <typename T>
-void ExpertParallel::dispatch(const ExpertPlan& p, T* out, const T* rows, int64_t C, Tensor& staging) {
+void ExpertParallel::dispatch(const ExpertPlan& p, T* out, const T* rows, int64_t C, Tensor& staging,
+                              const std::function<void()>& before_wait) {
   PendingDispatch x = start_dispatch(p, rows, C, staging);
-  finish_dispatch(x, p, out, C, staging);
+  finish_dispatch(x, p, out, C, staging, before_wait);
 }
 
 template <typename T>
-void ExpertParallel::combine(const ExpertPlan& p, T* out, const T* rows, int64_t C, Tensor& staging) {
+void ExpertParallel::combine(const ExpertPlan& p, T* out, const T* rows, int64_t C, Tensor& staging,
+                             const std::function<void()>& before_wait) {
   T* leaving = grow<T>(staging, p.received * C, rows);
   for (const ExpertPlan::Block& b : p.blocks)
     copy_bytes(leaving + b.by_source * C, rows + b.by_expert * C, size_t(b.rows * C) * sizeof(T));
   PendingDispatch x = issue(out, leaving, p.recv_rows, p.send_rows, C);
-  complete(x, true);
+  complete(x, true, before_wait);
 }
 
 std::vector<ExpertSpan> ExpertParallel::take_spans() {
@@ -148,12 +148,16 @@ ExpertTraffic ExpertParallel::take_traffic() {
 template PendingDispatch ExpertParallel::start_dispatch<float>(const ExpertPlan&, const float*, int64_t, Tensor&);
 template PendingDispatch ExpertParallel::start_dispatch<double>(const ExpertPlan&, const double*, int64_t, Tensor&);
 template void ExpertParallel::finish_dispatch<float>(PendingDispatch&, const ExpertPlan&, float*, int64_t,
-                                                     const Tensor&);
+                                                     const Tensor&, const std::function<void()>&);
 template void ExpertParallel::finish_dispatch<double>(PendingDispatch&, const ExpertPlan&, double*, int64_t,
-                                                      const Tensor&);
-template void ExpertParallel::dispatch<float>(const ExpertPlan&, float*, const float*, int64_t, Tensor&);
-template void ExpertParallel::dispatch<double>(const ExpertPlan&, double*, const double*, int64_t, Tensor&);
-template void ExpertParallel::combine<float>(const ExpertPlan&, float*, const float*, int64_t, Tensor&);
-template void ExpertParallel::combine<double>(const ExpertPlan&, double*, const double*, int64_t, Tensor&);
+                                                      const Tensor&, const std::function<void()>&);
+template void ExpertParallel::dispatch<float>(const ExpertPlan&, float*, const float*, int64_t, Tensor&,
+                                              const std::function<void()>&);
+template void ExpertParallel::dispatch<double>(const ExpertPlan&, double*, const double*, int64_t, Tensor&,
+                                               const std::function<void()>&);
+template void ExpertParallel::combine<float>(const ExpertPlan&, float*, const float*, int64_t, Tensor&,
+                                             const std::function<void()>&);
+template void ExpertParallel::combine<double>(const ExpertPlan&, double*, const double*, int64_t, Tensor&,
+                                              const std::function<void()>&);
 
 }  // namespace trident::parallel

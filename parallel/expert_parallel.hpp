@@ -28,6 +28,7 @@
 // layers of the same micro-batches).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -94,11 +95,15 @@ class ExpertParallel {
   // Every exchange lays rows out in `staging`, a buffer of the caller's
   // (grown as needed, on the rows' device): two passes that interleave
   // (paired_passes.hpp) each give their own, so a pass's rows in flight are
-  // never the other's.
+  // never the other's. `before_wait`, when given, runs once the exchange
+  // is issued and before it is waited for: the MoE layer gives
+  // parallel::switch_pass, so that under paired passes the other pass
+  // computes while these rows travel (nothing runs outside a pair).
   //
   // rows [p.rows, C] in this rank's expert order -> out [p.received, C] by local expert
   template <typename T>
-  void dispatch(const ExpertPlan& p, T* out, const T* rows, int64_t C, Tensor& staging);
+  void dispatch(const ExpertPlan& p, T* out, const T* rows, int64_t C, Tensor& staging,
+                const std::function<void()>& before_wait = {});
   // The same in two halves, so that other work (the shared experts) runs
   // while the rows travel: start_dispatch issues the exchange (rows must
   // stay unchanged until finish_dispatch), finish_dispatch waits for it and
@@ -107,10 +112,12 @@ class ExpertParallel {
   template <typename T>
   PendingDispatch start_dispatch(const ExpertPlan& p, const T* rows, int64_t C, Tensor& staging);
   template <typename T>
-  void finish_dispatch(PendingDispatch& pending, const ExpertPlan& p, T* out, int64_t C, const Tensor& staging);
+  void finish_dispatch(PendingDispatch& pending, const ExpertPlan& p, T* out, int64_t C, const Tensor& staging,
+                       const std::function<void()>& before_wait = {});
   // rows [p.received, C] by local expert -> out [p.rows, C] in this rank's expert order
   template <typename T>
-  void combine(const ExpertPlan& p, T* out, const T* rows, int64_t C, Tensor& staging);
+  void combine(const ExpertPlan& p, T* out, const T* rows, int64_t C, Tensor& staging,
+               const std::function<void()>& before_wait = {});
 
   ExpertTraffic take_traffic();
   // The exchanges since the last call, in order, while recording (for the
@@ -129,7 +136,7 @@ class ExpertParallel {
   template <typename T>
   PendingDispatch issue(T* out, const T* in, const std::vector<int64_t>& send, const std::vector<int64_t>& recv,
                         int64_t C);
-  void complete(PendingDispatch& x, bool combine);
+  void complete(PendingDispatch& x, bool combine, const std::function<void()>& before_wait);
 };
 
 }  // namespace trident::parallel

@@ -126,9 +126,15 @@ void PipelineExecutor::run_list(const std::vector<Action>& actions, const Pipeli
   idle_s_ = 0;
   next_post_ = 0;
   pairs_ = 0;
-  const float* received = nullptr;            // the last receive, consumed by the next compute action
-  Transfer held;                              // its buffer
-  std::vector<char> done(actions.size(), 0);  // run ahead of their turn (a paired backward and its receive)
+  // the last activation and gradient received, consumed by the next compute action that reads each (a paired
+  // step reads both), and their buffers
+  const float* received[2] = {nullptr, nullptr};
+  Transfer held[2];
+  auto consume = [&](int kind) {  // 0: activation, 1: gradient
+    if (held[kind].buf.defined()) give_back(std::move(held[kind].buf));
+    held[kind] = Transfer();
+    received[kind] = nullptr;
+  };
   // a receive: its buffer into `into`, the message's data returned
   auto receive = [&](size_t i, Transfer& into) -> const float* {
     const Action& a = actions[i];
@@ -157,13 +163,14 @@ void PipelineExecutor::run_list(const std::vector<Action>& actions, const Pipeli
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     if (group_) post_receives(actions, i);
-    if (done[i]) continue;
     const double start = now();
     switch (a.type) {
       case ActionType::recv_act:
-      case ActionType::recv_grad:
-        received = receive(i, held);
+      case ActionType::recv_grad: {
+        const int kind = a.type == ActionType::recv_grad ? 1 : 0;
+        received[kind] = receive(i, held[kind]);
         break;
+      }
       case ActionType::send_act:
       case ActionType::send_grad: {
         const float* src =
@@ -180,41 +187,31 @@ void PipelineExecutor::run_list(const std::vector<Action>& actions, const Pipeli
         reap_sends(false);
         break;
       }
-      case ActionType::forward: {
-        // a paired forward and the next compute action, a backward: its receive first, then both at once
-        size_t b = i + 1;
-        while (b < actions.size() && !is_compute(actions[b].type)) ++b;
-        const bool pair = a.paired && hooks.paired && b < actions.size() && actions[b].type == ActionType::backward;
-        if (!pair) {
-          hooks.forward(a.chunk, a.micro, received);
-          break;
-        }
-        Transfer held_b;
-        const float* received_b = nullptr;
-        for (size_t j = i + 1; j < b; ++j)
-          if (actions[j].type == ActionType::recv_grad) {
-            if (group_) post_receives(actions, j);
-            received_b = receive(j, held_b), done[j] = 1;
-          }
-        const Action& ab = actions[b];
-        const double pair_start = now();
-        hooks.paired(a, received, ab, received_b);
-        done[b] = 1;
-        ++pairs_;
-        if (held_b.buf.defined()) give_back(std::move(held_b.buf));
-        spans_.push_back({ab.type, ab.chunk, ab.micro, pair_start, now()});
+      case ActionType::forward:
+        hooks.forward(a.chunk, a.micro, received[0]);
+        consume(0);
         break;
-      }
       case ActionType::backward:
       case ActionType::backward_input:
       case ActionType::backward_weight:
-        hooks.backward(a.chunk, a.micro, received, a.type);
+        hooks.backward(a.chunk, a.micro, received[1], a.type);
+        consume(1);
         break;
-    }
-    if (is_compute(a.type)) {
-      if (held.buf.defined()) give_back(std::move(held.buf));
-      held = Transfer();
-      received = nullptr;
+      case ActionType::paired: {  // both inputs are here: the pair as paired passes, else one after the other
+        const Action f = paired_forward(a), b = paired_backward(a);
+        if (hooks.paired) {
+          hooks.paired(f, received[0], b, received[1]);
+          ++pairs_;
+        } else {
+          hooks.forward(f.chunk, f.micro, received[0]);
+          hooks.backward(b.chunk, b.micro, received[1], b.type);
+        }
+        consume(0), consume(1);
+        const double end = now();  // the trace: both sub-actions over the pair's span
+        spans_.push_back({f.type, f.chunk, f.micro, start, end});
+        spans_.push_back({b.type, b.chunk, b.micro, start, end});
+        continue;
+      }
     }
     spans_.push_back({a.type, a.chunk, a.micro, start, now()});
   }

@@ -39,11 +39,11 @@ struct PipelineHooks {
   std::function<void(int chunk, int micro, const float* d_output, ActionType part)> backward;
   // after backward / backward_input: the chunk's input gradient [R,C], sent back
   std::function<const float*(int chunk, int micro)> input_grad;
-  // Set: a paired forward (Action::paired, dualpipev) and the backward after
-  // it run together, once both inputs are here: the model runs them as
-  // paired passes (parallel/paired_passes.hpp), each computing while the
-  // other's expert exchange travels, each in a workspace of its own.
-  // Unset: one after the other.
+  // A paired step (ActionType::paired, dualpipev), once both inputs are
+  // here: set, the model runs its forward and backward as paired passes
+  // (parallel/paired_passes.hpp), each computing while the other's expert
+  // exchange travels, each in a workspace of its own; unset, forward then
+  // backward.
   std::function<void(const Action& forward, const float* input, const Action& backward, const float* d_output)> paired;
 };
 

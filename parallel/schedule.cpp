@@ -39,9 +39,20 @@ std::vector<Action> make_forward_schedule(ScheduleKind kind, int stages, int vir
   return out;
 }
 
+std::vector<Action> compute_steps(const std::vector<Action>& actions) {
+  std::vector<Action> out;
+  for (const Action& a : actions) {
+    if (a.type == ActionType::paired)
+      out.push_back(paired_forward(a)), out.push_back(paired_backward(a));
+    else if (is_compute(a.type))
+      out.push_back(a);
+  }
+  return out;
+}
+
 std::vector<int> in_flight_per_chunk(const std::vector<Action>& actions, int chunks) {
   std::vector<int> live(size_t(chunks), 0), peak(size_t(chunks), 0);
-  for (const auto& a : actions) {
+  for (const auto& a : compute_steps(actions)) {
     const size_t c = size_t(a.chunk);
     if (a.type == ActionType::forward) peak[c] = std::max(peak[c], ++live[c]);
     if (a.type == ActionType::backward || a.type == ActionType::backward_weight) --live[c];
@@ -51,7 +62,7 @@ std::vector<int> in_flight_per_chunk(const std::vector<Action>& actions, int chu
 
 bool is_compute(ActionType t) {
   return t == ActionType::forward || t == ActionType::backward || t == ActionType::backward_input ||
-         t == ActionType::backward_weight;
+         t == ActionType::backward_weight || t == ActionType::paired;
 }
 
 void validate_schedule(ScheduleKind kind, int P, int V, int M) {
@@ -137,7 +148,7 @@ std::vector<Action> dualpipev(int P, int M, int p) {
   int next_f[2] = {0, 0}, next_b[2] = {0, 0};
   std::vector<std::pair<int, int>> weights;  // queued weight passes (chunk, micro)
   size_t next_w = 0;
-  auto F = [&](int v, bool paired = false) { out.push_back({A::forward, v, next_f[v]++, paired}); };
+  auto F = [&](int v) { out.push_back({A::forward, v, next_f[v]++}); };
   auto B = [&](int v, bool split = false) {
     const int m = next_b[v]++;
     out.push_back({split ? A::backward_input : A::backward, v, m});
@@ -148,7 +159,8 @@ std::vector<Action> dualpipev(int P, int M, int p) {
     const auto [v, m] = weights[next_w++];
     out.push_back({A::backward_weight, v, m});
   };
-  auto FB = [&](int f, int b) { F(f, true), B(b); };
+  // a paired step: arm f's next forward and arm b's next (whole) backward
+  auto FB = [&](int f, int b) { out.push_back({A::paired, f, next_f[f]++, b, next_b[b]++}); };
   const bool last = p == P - 1;
   for (int i = 0; i < (P - p - 1) * 2; ++i) F(0);             // 1: forwards of arm 0
   for (int i = 0; i < p + 1; ++i) F(0), F(1);                 // 2: both arms
@@ -219,6 +231,15 @@ std::vector<Action> make_schedule(ScheduleKind kind, int P, int V, int M, int p)
         out.push_back(a);
         if (c > 0) out.push_back({A::send_grad, a.chunk, a.micro});
         break;
+      case A::paired: {  // both inputs before it, both outputs after it
+        const int cb = global_chunk(kind, P, a.pair_chunk, p);
+        if (c > 0) out.push_back({A::recv_act, a.chunk, a.micro});
+        if (cb < last) out.push_back({A::recv_grad, a.pair_chunk, a.pair_micro});
+        out.push_back(a);
+        if (c < last) out.push_back({A::send_act, a.chunk, a.micro});
+        if (cb > 0) out.push_back({A::send_grad, a.pair_chunk, a.pair_micro});
+        break;
+      }
       default:
         out.push_back(a);
     }
@@ -285,11 +306,12 @@ Simulation simulate(ScheduleKind kind, int P, int V, int M, const Costs& costs) 
     for (int p = 0; p < P; ++p) {
       auto& list = lists[size_t(p)];
       while (next[size_t(p)] < list.size()) {
-        // a paired forward runs with the backward after it, as one unit, once both inputs are there
+        // a paired step: its forward and backward as one unit, once both inputs are there
         const Action& a = list[next[size_t(p)]];
-        const bool pair = a.paired && next[size_t(p)] + 1 < list.size();
-        Readiness r = readiness(a, p), rb;
-        if (pair) rb = readiness(list[next[size_t(p)] + 1], p);
+        const bool pair = a.type == A::paired;
+        const Action sub[2] = {pair ? paired_forward(a) : a, pair ? paired_backward(a) : a};
+        Readiness r = readiness(sub[0], p), rb;
+        if (pair) rb = readiness(sub[1], p);
         if (!r.error.empty() || !rb.error.empty()) {
           sim.deadlock = true;
           sim.deadlock_reason = r.error.empty() ? rb.error : r.error;
@@ -301,7 +323,7 @@ Simulation simulate(ScheduleKind kind, int P, int V, int M, const Costs& costs) 
         const double end = start + whole;
         double at = start;
         for (size_t k = 0; k < (pair ? 2u : 1u); ++k) {
-          const Action& x = list[next[size_t(p)] + k];
+          const Action& x = sub[k];
           const int c = global_chunk(kind, P, x.chunk, p);
           const size_t m = size_t(x.micro);
           const double part = pair ? whole * (k == 0 ? r.cost : rb.cost) / (r.cost + rb.cost) : whole;
@@ -315,7 +337,7 @@ Simulation simulate(ScheduleKind kind, int P, int V, int M, const Costs& costs) 
         }
         sim.busy[size_t(p)] += whole;
         clock[size_t(p)] = end;
-        next[size_t(p)] += pair ? 2 : 1;
+        next[size_t(p)] += 1;
         progress = true;
       }
     }

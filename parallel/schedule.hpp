@@ -36,9 +36,13 @@
 //                     both, zero-bubble B/W/F of chunk 1, the main phase of
 //                     paired forward-backward steps, the drain with split
 //                     backwards and deferred weight passes). A paired step
-//                     is a forward of one micro-batch then the backward of
-//                     another (Action::paired on the forward), the pair whose
-//                     compute and expert all-to-alls DualPipe overlaps.
+//                     (ActionType::paired, DualPipe's overlapped F&B,
+//                     torchtitan's OVERLAP_F_B) is one action holding the
+//                     forward of one micro-batch and the whole backward of
+//                     another, whose compute and expert all-to-alls
+//                     DualPipe overlaps; it starts once both inputs are
+//                     there. The simulator, the planner and the executor
+//                     all take it as that one unit.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -52,15 +56,33 @@ using trident::ScheduleKind;                           // parallel.schedule (cor
 ScheduleKind parse_schedule(const std::string& name);  // InputError on an unknown name
 inline const char* schedule_name(ScheduleKind k) { return enum_name(k); }
 
-enum class ActionType { forward, backward, backward_input, backward_weight, send_act, recv_act, send_grad, recv_grad };
+enum class ActionType {
+  forward,
+  backward,
+  backward_input,
+  backward_weight,
+  send_act,
+  recv_act,
+  send_grad,
+  recv_grad,
+  paired  // a paired step: the forward of (chunk, micro) and the backward of (pair_chunk, pair_micro)
+};
 
 struct Action {
   ActionType type;
-  int chunk;            // local chunk index v (global chunk: global_chunk)
-  int micro;            // micro-batch
-  bool paired = false;  // dualpipev: a forward paired with the next compute action (a backward)
+  int chunk;  // local chunk index v (global chunk: global_chunk)
+  int micro;  // micro-batch
+  // a paired step's backward (local chunk, micro-batch); -1 otherwise
+  int pair_chunk = -1, pair_micro = -1;
   bool operator==(const Action&) const = default;
 };
+
+// A paired step's two sub-actions: its forward and its (whole) backward.
+inline Action paired_forward(const Action& a) { return {ActionType::forward, a.chunk, a.micro}; }
+inline Action paired_backward(const Action& a) { return {ActionType::backward, a.pair_chunk, a.pair_micro}; }
+// The compute actions of a list in order, a paired step as its forward then
+// its backward (what runs on the chunks, for counting).
+std::vector<Action> compute_steps(const std::vector<Action>& actions);
 
 // The global chunk of local chunk v on pipeline rank p: v P + p, or the V
 // shape under dualpipev. chunk_rank: the pipeline rank holding global chunk c.
@@ -114,8 +136,9 @@ struct Simulation {
 
 // Runs every rank's list; a rank runs its next compute action as soon as its
 // inputs exist (forward of chunk c - 1 / backward of chunk c + 1 finished).
-// A paired forward and the backward after it run as one unit of cost
-// Costs::paired once both inputs exist; both outputs exist when it ends.
+// A paired step runs as one unit of cost Costs::paired once both its
+// inputs exist; both outputs exist when it ends (its spans: the forward
+// and the backward, sharing the unit in proportion to their costs).
 Simulation simulate(ScheduleKind kind, int stages, int virtual_stages, int micro_batches, const Costs& costs = {});
 
 // Text timeline: one row per rank, one column per time unit (scaled to
@@ -145,5 +168,6 @@ TRIDENT_ENUM_NAMES(parallel::ActionType, {parallel::ActionType::forward, "forwar
                    {parallel::ActionType::backward_input, "backward_input"},
                    {parallel::ActionType::backward_weight, "backward_weight"},
                    {parallel::ActionType::send_act, "send_act"}, {parallel::ActionType::recv_act, "recv_act"},
-                   {parallel::ActionType::send_grad, "send_grad"}, {parallel::ActionType::recv_grad, "recv_grad"});
+                   {parallel::ActionType::send_grad, "send_grad"}, {parallel::ActionType::recv_grad, "recv_grad"},
+                   {parallel::ActionType::paired, "paired"});
 }  // namespace trident

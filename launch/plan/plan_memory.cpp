@@ -28,7 +28,8 @@ double first_stage_layers_in_flight(const PlanContext& x) {
 double first_stage_layers_live(const PlanContext& x, const PlanResult& r) {
   const auto chunks = model::pipeline_chunks(x.q.model, x.P, x.V, x.c.stage_layers, 0, x.c.schedule);
   double live = 0, peak = 0;
-  for (const parallel::Action& a : parallel::make_schedule(x.c.schedule, x.P, x.V, r.micro_batches, 0)) {
+  for (const parallel::Action& a :
+       parallel::compute_steps(parallel::make_schedule(x.c.schedule, x.P, x.V, r.micro_batches, 0))) {
     const double layers = double(chunks[size_t(a.chunk)].layers);
     if (a.type == parallel::ActionType::forward) peak = std::max(peak, live += layers);
     if (a.type == parallel::ActionType::backward || a.type == parallel::ActionType::backward_weight) live -= layers;

@@ -82,8 +82,8 @@ const ScheduleFacts& PlanMemo::schedule(ScheduleKind kind, int P, int V, int M) 
     f.in_flight.push_back(parallel::in_flight_per_chunk(list, V));
     for (int& n : f.in_flight.back()) n = std::max(n, 1);
     if (kind != ScheduleKind::dualpipev) continue;
-    int pairs = 0;  // a paired forward and the backward after it
-    for (const parallel::Action& a : list) pairs += a.type == parallel::ActionType::forward && a.paired;
+    int pairs = 0;  // paired steps (a forward and a backward each)
+    for (const parallel::Action& a : list) pairs += a.type == parallel::ActionType::paired;
     f.paired = std::min(f.paired, 2.0 * pairs / (2.0 * M * V));  // of M x V forwards and as many backwards
   }
   f.bubble = P > 1 ? parallel::simulate(kind, P, V, M).bubble_fraction() : 0.0;

@@ -114,6 +114,8 @@ struct RunReport::Trace {
       case parallel::ActionType::send_act:
       case parallel::ActionType::send_grad:
         return send;
+      case parallel::ActionType::paired:  // the executor records a paired step as its forward and its backward
+        return -1;
     }
     return -1;
   }

@@ -55,12 +55,12 @@ TEST(Schedule, EveryValidConfigurationRunsToCompletion) {
       // every (chunk, micro-batch) forwarded and backwarded once, in that order
       std::set<std::tuple<int, int, int>> seen;
       std::set<std::tuple<int, int, int>> sends, recvs;
-      for (const Action& a : make_schedule(c.kind, c.P, c.V, c.M, p)) {
-        if (!is_compute(a.type)) {
+      const std::vector<Action> list = make_schedule(c.kind, c.P, c.V, c.M, p);
+      for (const Action& a : list)
+        if (!is_compute(a.type))
           (a.type == A::send_act || a.type == A::send_grad ? sends : recvs)
               .insert({int(a.type == A::send_grad || a.type == A::recv_grad), a.chunk, a.micro});
-          continue;
-        }
+      for (const Action& a : compute_steps(list)) {  // a paired step: its forward, then its backward
         EXPECT_TRUE(seen.insert({int(a.type), a.chunk, a.micro}).second) << name(c) << " repeats an action";
         if (a.type != A::forward)
           EXPECT_TRUE(seen.count({int(A::forward), a.chunk, a.micro})) << name(c) << ": backward before forward";
@@ -224,6 +224,45 @@ TEST(Schedule, TimelineRendersEveryRank) {
   EXPECT_NE(text.find("rank  0 |F0F1F2F3 . . . . . .B0B0F4B1B1"), std::string::npos) << text;
   EXPECT_NE(text.find("rank  3"), std::string::npos);
   EXPECT_NE(text.find("bubble 27.3%"), std::string::npos) << text;  // 3 / 11
+}
+
+// DualPipeV's paired step is one action (the forward of one arm's
+// micro-batch, the whole backward of the other arm's), right after the
+// receives of both its inputs and right before the sends of both its
+// outputs, as many per rank as its main phases make: 2 (M - 2P + p + 1) + P
+// - p - 1, one fewer on the last rank (its first pair stays unpaired).
+TEST(Schedule, DualPipeVPairedStepIsOneAction) {
+  for (int P : {1, 2, 4})
+    for (int M : {2 * P, 2 * P + 3, 4 * P}) {
+      const int last_chunk = 2 * P - 1;
+      for (int p = 0; p < P; ++p) {
+        const std::vector<Action> list = make_schedule(ScheduleKind::dualpipev, P, 2, M, p);
+        int pairs = 0;
+        for (size_t i = 0; i < list.size(); ++i) {
+          const Action& a = list[i];
+          if (a.type != A::paired) continue;
+          ++pairs;
+          const std::string at = fmt::format("P {} M {} rank {} action {}", P, M, p, i);
+          EXPECT_NE(a.chunk, a.pair_chunk) << at << ": a pair of one arm";
+          std::vector<Action> before, after;
+          if (global_chunk(ScheduleKind::dualpipev, P, a.chunk, p) > 0)
+            before.push_back({A::recv_act, a.chunk, a.micro});
+          if (global_chunk(ScheduleKind::dualpipev, P, a.pair_chunk, p) < last_chunk)
+            before.push_back({A::recv_grad, a.pair_chunk, a.pair_micro});
+          if (global_chunk(ScheduleKind::dualpipev, P, a.chunk, p) < last_chunk)
+            after.push_back({A::send_act, a.chunk, a.micro});
+          if (global_chunk(ScheduleKind::dualpipev, P, a.pair_chunk, p) > 0)
+            after.push_back({A::send_grad, a.pair_chunk, a.pair_micro});
+          ASSERT_GE(i, before.size()) << at;
+          EXPECT_EQ(std::vector<Action>(list.begin() + long(i - before.size()), list.begin() + long(i)), before) << at;
+          ASSERT_LE(i + 1 + after.size(), list.size()) << at;
+          EXPECT_EQ(std::vector<Action>(list.begin() + long(i + 1), list.begin() + long(i + 1 + after.size())), after)
+              << at;
+        }
+        EXPECT_EQ(pairs, 2 * (M - 2 * P + p + 1) + P - p - 1 - (p == P - 1 ? 1 : 0))
+            << "P " << P << " M " << M << " rank " << p;
+      }
+    }
 }
 
 // Paired passes (dualpipev's F&B): the first pass runs to its first switch

@@ -31,20 +31,20 @@ void Transformer<T>::mla_forward(const LayerActs<T>& a, const T* h, const LayerP
   const MlaScratch m = mla_scratch(w, N);
   const MlaActs<T>& s = a.mla;
   if (QL > 0) {
-    linear_fwd(s.q_lat, {h}, {p.qaw}, nullptr, N, C, QL);
+    linear_fwd(s.q_lat, {h}, {p.qaw()}, nullptr, N, C, QL);
     store(s.q_lat, N * QL);
-    k::rmsnorm_forward(s.q_norm, s.q_rstd, s.q_lat, p.qan, N, QL, kMlaNormEps);
+    k::rmsnorm_forward(s.q_norm, s.q_rstd, s.q_lat, p.qan(), N, QL, kMlaNormEps);
     store(s.q_norm, N * QL);
-    linear_fwd(m.q, {s.q_norm}, {p.qkvw}, nullptr, N, QL, H * dq_);
+    linear_fwd(m.q, {s.q_norm}, {p.qkvw()}, nullptr, N, QL, H * dq_);
   } else {
-    linear_fwd(m.q, {h}, {p.qkvw}, nullptr, N, C, H * dq_);
+    linear_fwd(m.q, {h}, {p.qkvw()}, nullptr, N, C, H * dq_);
   }
-  linear_fwd(s.kv_lat, {h}, {p.kvaw}, nullptr, N, C, KL);
+  linear_fwd(s.kv_lat, {h}, {p.kvaw()}, nullptr, N, C, KL);
   store(s.kv_lat, N * KL);
-  linear_fwd(m.kr, {h}, {p.kvaw + KL * C}, nullptr, N, C, Dr);
-  k::rmsnorm_forward(s.kv_norm, s.kv_rstd, s.kv_lat, p.kvan, N, KL, kMlaNormEps);
+  linear_fwd(m.kr, {h}, {p.kvaw() + KL * C}, nullptr, N, C, Dr);
+  k::rmsnorm_forward(s.kv_norm, s.kv_rstd, s.kv_lat, p.kvan(), N, KL, kMlaNormEps);
   store(s.kv_norm, N * KL);
-  linear_fwd(m.kvb, {s.kv_norm}, {p.kvbw}, nullptr, N, KL, H * Dkv);
+  linear_fwd(m.kvb, {s.kv_norm}, {p.kvbw()}, nullptr, N, KL, H * Dkv);
   k::rope_pairs_forward(m.q, rope_.data(), B, seq(), H, H * dq_, dq_, Dn, Dr, w.origin);
   k::rope_pairs_forward(m.kr, rope_.data(), B, seq(), 1, Dr, Dr, 0, Dr, w.origin);
   k::mla_heads(a.qkv, m.q, m.kvb, m.kr, N, H, Dn, Dr, dv_);
@@ -66,22 +66,22 @@ void Transformer<T>::mla_backward(const LayerActs<T>& a, GemmIn h, T* d_qkv, con
   store(m.kvb, N * H * Dkv);
   store(m.kr, N * Dr);
   // keys and values: kv_b, kv_a_layernorm, kv_a's two row blocks
-  linear_bwd(m.d_kv_norm, p.dkvbw, nullptr, {m.kvb}, {s.kv_norm}, {p.kvbw}, N, KL, H * Dkv, acc);
+  linear_bwd(m.d_kv_norm, p.dkvbw(), nullptr, {m.kvb}, {s.kv_norm}, {p.kvbw()}, N, KL, H * Dkv, acc);
   k::fill_zero(m.d_kv_lat, N * KL);  // the norm's backward adds to its input gradient
-  k::rmsnorm_backward(m.d_kv_lat, p.dkvan, m.d_kv_norm, s.kv_lat, p.kvan, s.kv_rstd, N, KL, acc);
+  k::rmsnorm_backward(m.d_kv_lat, p.dkvan(), m.d_kv_norm, s.kv_lat, p.kvan(), s.kv_rstd, N, KL, acc);
   store(m.d_kv_lat, N * KL);
-  linear_bwd(w.d_ln, p.dkvaw, nullptr, {m.d_kv_lat}, h, {p.kvaw}, N, C, KL, acc);
-  linear_bwd(m.d_h, p.dkvaw + KL * C, nullptr, {m.kr}, h, {p.kvaw + KL * C}, N, C, Dr, acc);
+  linear_bwd(w.d_ln, p.dkvaw(), nullptr, {m.d_kv_lat}, h, {p.kvaw()}, N, C, KL, acc);
+  linear_bwd(m.d_h, p.dkvaw() + KL * C, nullptr, {m.kr}, h, {p.kvaw() + KL * C}, N, C, Dr, acc);
   k::residual_forward(w.d_ln, w.d_ln, m.d_h, static_cast<T*>(nullptr), N, C);
   // queries
   if (QL > 0) {
-    linear_bwd(m.d_q_norm, p.dqkvw, nullptr, {m.q}, {s.q_norm}, {p.qkvw}, N, QL, H * dq_, acc);
+    linear_bwd(m.d_q_norm, p.dqkvw(), nullptr, {m.q}, {s.q_norm}, {p.qkvw()}, N, QL, H * dq_, acc);
     k::fill_zero(m.d_q_lat, N * QL);
-    k::rmsnorm_backward(m.d_q_lat, p.dqan, m.d_q_norm, s.q_lat, p.qan, s.q_rstd, N, QL, acc);
+    k::rmsnorm_backward(m.d_q_lat, p.dqan(), m.d_q_norm, s.q_lat, p.qan(), s.q_rstd, N, QL, acc);
     store(m.d_q_lat, N * QL);
-    linear_bwd(m.d_h, p.dqaw, nullptr, {m.d_q_lat}, h, {p.qaw}, N, C, QL, acc);
+    linear_bwd(m.d_h, p.dqaw(), nullptr, {m.d_q_lat}, h, {p.qaw()}, N, C, QL, acc);
   } else {
-    linear_bwd(m.d_h, p.dqkvw, nullptr, {m.q}, h, {p.qkvw}, N, C, H * dq_, acc);
+    linear_bwd(m.d_h, p.dqkvw(), nullptr, {m.q}, h, {p.qkvw()}, N, C, H * dq_, acc);
   }
   k::residual_forward(w.d_ln, w.d_ln, m.d_h, static_cast<T*>(nullptr), N, C);
   store(w.d_ln, N * C);

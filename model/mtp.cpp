@@ -58,11 +58,11 @@ void Transformer<T>::mtp_forward(Activations<T>& ctx, const int32_t* targets, T 
     k::copy(a.emb, tp_->exit(w.reduced, w.partial, N, C), R * C);
     store(a.emb, R * C);
     const T* prev = kd == 1 ? ctx.lnf : ctx.mtp[size_t(kd - 2)].o;
-    k::rmsnorm_forward(a.e_norm, a.e_rstd, a.emb, p.enw, R, C, cfg_.norm_eps);
-    k::rmsnorm_forward(a.h_norm, a.h_rstd, prev, p.hnw, R, C, cfg_.norm_eps);
+    k::rmsnorm_forward(a.e_norm, a.e_rstd, a.emb, p.enw(), R, C, cfg_.norm_eps);
+    k::rmsnorm_forward(a.h_norm, a.h_rstd, prev, p.hnw(), R, C, cfg_.norm_eps);
     k::columns_concat(a.cat, a.e_norm, a.h_norm, R, C, C);
     store(a.cat, R * 2 * C);
-    linear_fwd(la.x_in, {a.cat}, {p.ehw}, nullptr, R, 2 * C, C);
+    linear_fwd(la.x_in, {a.cat}, {p.ehw()}, nullptr, R, 2 * C, C);
     store(la.x_in, R * C);
     if (ctx.is_packed()) pack(ctx, l, 0, 1);
     MoeActs<T>* m = moe_acts(ctx, l);
@@ -73,7 +73,7 @@ void Transformer<T>::mtp_forward(Activations<T>& ctx, const int32_t* targets, T 
       if (ctx.recompute == Recompute::full) m->received = Tensor();
     }
     if (ctx.is_packed()) pack(ctx, l, 1, SIZE_MAX);
-    k::rmsnorm_forward(a.o, a.o_rstd, a.x_out, p.shnw, R, C, cfg_.norm_eps);
+    k::rmsnorm_forward(a.o, a.o_rstd, a.x_out, p.shnw(), R, C, cfg_.norm_eps);
     store(a.o, R * C);
     const T* h = tp_->enter(a.o_full, a.o, N, C);
     linear_fwd(a.logits, {h}, {head_}, nullptr, N, C, V);
@@ -121,20 +121,20 @@ void Transformer<T>::mtp_backward(Activations<T>& ctx, T* d_lnf, Recompute recom
       d = w.d_local;
     }
     k::fill_zero(w.d_res, R * C);  // the norm's backward adds to its input gradient
-    k::rmsnorm_backward(w.d_res, p.dshnw, d, a.x_out, p.shnw, a.o_rstd, R, C, acc);
+    k::rmsnorm_backward(w.d_res, p.dshnw(), d, a.x_out, p.shnw(), a.o_rstd, R, C, acc);
     store(w.d_res, R * C);
     // w.d_res becomes the block's input's gradient; its weights' gradients come now in a split backward too
     layer_backward(ctx, l, li, s, -1, -1, recompute, acc, false, ready, false);
     // eh_proj over the normalised embedding and hidden state
-    linear_bwd(dcat, p.dehw, nullptr, {w.d_res}, {a.cat}, {p.ehw}, R, 2 * C, C, acc);
+    linear_bwd(dcat, p.dehw(), nullptr, {w.d_res}, {a.cat}, {p.ehw()}, R, 2 * C, C, acc);
     k::columns_split(d_e, d_h, dcat, R, C, C);
     k::fill_zero(a.d_emb, R * C);
-    k::rmsnorm_backward(a.d_emb, p.denw, d_e, a.emb, p.enw, a.e_rstd, R, C, acc);
+    k::rmsnorm_backward(a.d_emb, p.denw(), d_e, a.emb, p.enw(), a.e_rstd, R, C, acc);
     store(a.d_emb, R * C);
     const T* prev = kd == 1 ? ctx.lnf : ctx.mtp[size_t(kd - 2)].o;
     T* d_prev = kd == 1 ? d_lnf : d_next;  // depth 1: added to the main head's gradient of the final norm's output
     if (kd > 1) k::fill_zero(d_next, R * C);
-    k::rmsnorm_backward(d_prev, p.dhnw, d_h, prev, p.hnw, a.h_rstd, R, C, acc);
+    k::rmsnorm_backward(d_prev, p.dhnw(), d_h, prev, p.hnw(), a.h_rstd, R, C, acc);
     store(d_prev, R * C);
     if (mtp_shared_table_) {  // the embedding's table, in this rank's other chunk: the step's first writer zeroes
       use_grads(emb_seg_);

@@ -159,8 +159,8 @@ void Transformer<T>::bind(int s, T* pbase, T* gbase) {
   const SegInfo& info = seg_info_[size_t(s)];
   const bool layer = info.kind == SegKind::layer || info.kind == SegKind::experts;
   LayerParams* lp = layer ? &layers_[size_t(info.layer)] : nullptr;
-  T** layer_params = lp ? &lp->n1w : nullptr;  // the two halves of LayerParams are in Slot order
-  T** layer_grads = lp ? &lp->dn1w : nullptr;
+  T** layer_params = lp ? lp->param.data() : nullptr;  // indexed by Slot
+  T** layer_grads = lp ? lp->grad.data() : nullptr;
   if (info.kind == SegKind::layer)
     for (int j = 0; j < kLayerSlots; ++j) {  // slots the architecture lacks (LLaMA's biases) stay null
       if (expert_seg_[size_t(info.layer)] >= 0 &&

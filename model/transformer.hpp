@@ -24,6 +24,7 @@
 // Loss: the head chunk's forward returns the sum of per-token losses; with
 // dscale != 0 it also leaves dlogits = dscale * dloss/dlogits for backward.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -274,15 +275,70 @@ class Transformer {
   bool copies_ = true;  // the CPU's bf16 GEMMs read 2-byte copies
 
  private:
-  // each half in Slot order (model/architecture.hpp); an MoE layer's
-  // fcw / pw are its shared experts' (null without them)
+  // A layer's parameters and gradients, one pointer per slot (Slot order,
+  // model/architecture.hpp; null where the architecture has no such slot),
+  // read through named accessors; an MoE layer's fcw / pw are its shared
+  // experts' (null without them).
   struct LayerParams {
-    T *n1w, *n1b, *qkvw, *qkvb, *ow, *ob, *n2w, *n2b, *fcw, *fcb, *pw, *pb, *rw, *rb, *xw, *xpw, *sgw, *qnw, *knw, *qaw,
-        *qan, *kvaw, *kvan, *kvbw, *enw, *hnw, *ehw, *shnw;
-    T *dn1w, *dn1b, *dqkvw, *dqkvb, *dow, *dob, *dn2w, *dn2b, *dfcw, *dfcb, *dpw, *dpb, *drw, *drb, *dxw, *dxpw, *dsgw,
-        *dqnw, *dknw, *dqaw, *dqan, *dkvaw, *dkvan, *dkvbw, *denw, *dhnw, *dehw, *dshnw;
-    MoeWeights<T> moe() const { return {rw, rb, xw, xpw, fcw, pw, sgw}; }
-    MoeGrads<T> moe_grads() const { return {drw, drb, dxw, dxpw, dfcw, dpw, dsgw}; }
+    std::array<T*, kLayerSlots> param{}, grad{};
+    T* n1w() const { return param[size_t(Slot::norm1_weight)]; }
+    T* dn1w() const { return grad[size_t(Slot::norm1_weight)]; }
+    T* n1b() const { return param[size_t(Slot::norm1_bias)]; }
+    T* dn1b() const { return grad[size_t(Slot::norm1_bias)]; }
+    T* qkvw() const { return param[size_t(Slot::qkv_weight)]; }
+    T* dqkvw() const { return grad[size_t(Slot::qkv_weight)]; }
+    T* qkvb() const { return param[size_t(Slot::qkv_bias)]; }
+    T* dqkvb() const { return grad[size_t(Slot::qkv_bias)]; }
+    T* ow() const { return param[size_t(Slot::attn_out_weight)]; }
+    T* dow() const { return grad[size_t(Slot::attn_out_weight)]; }
+    T* ob() const { return param[size_t(Slot::attn_out_bias)]; }
+    T* dob() const { return grad[size_t(Slot::attn_out_bias)]; }
+    T* n2w() const { return param[size_t(Slot::norm2_weight)]; }
+    T* dn2w() const { return grad[size_t(Slot::norm2_weight)]; }
+    T* n2b() const { return param[size_t(Slot::norm2_bias)]; }
+    T* dn2b() const { return grad[size_t(Slot::norm2_bias)]; }
+    T* fcw() const { return param[size_t(Slot::mlp_in_weight)]; }
+    T* dfcw() const { return grad[size_t(Slot::mlp_in_weight)]; }
+    T* fcb() const { return param[size_t(Slot::mlp_in_bias)]; }
+    T* dfcb() const { return grad[size_t(Slot::mlp_in_bias)]; }
+    T* pw() const { return param[size_t(Slot::mlp_out_weight)]; }
+    T* dpw() const { return grad[size_t(Slot::mlp_out_weight)]; }
+    T* pb() const { return param[size_t(Slot::mlp_out_bias)]; }
+    T* dpb() const { return grad[size_t(Slot::mlp_out_bias)]; }
+    T* rw() const { return param[size_t(Slot::router_weight)]; }
+    T* drw() const { return grad[size_t(Slot::router_weight)]; }
+    T* rb() const { return param[size_t(Slot::router_bias)]; }
+    T* drb() const { return grad[size_t(Slot::router_bias)]; }
+    T* xw() const { return param[size_t(Slot::experts_in_weight)]; }
+    T* dxw() const { return grad[size_t(Slot::experts_in_weight)]; }
+    T* xpw() const { return param[size_t(Slot::experts_out_weight)]; }
+    T* dxpw() const { return grad[size_t(Slot::experts_out_weight)]; }
+    T* sgw() const { return param[size_t(Slot::shared_gate_weight)]; }
+    T* dsgw() const { return grad[size_t(Slot::shared_gate_weight)]; }
+    T* qnw() const { return param[size_t(Slot::q_norm_weight)]; }
+    T* dqnw() const { return grad[size_t(Slot::q_norm_weight)]; }
+    T* knw() const { return param[size_t(Slot::k_norm_weight)]; }
+    T* dknw() const { return grad[size_t(Slot::k_norm_weight)]; }
+    T* qaw() const { return param[size_t(Slot::q_down_weight)]; }
+    T* dqaw() const { return grad[size_t(Slot::q_down_weight)]; }
+    T* qan() const { return param[size_t(Slot::q_down_norm)]; }
+    T* dqan() const { return grad[size_t(Slot::q_down_norm)]; }
+    T* kvaw() const { return param[size_t(Slot::kv_down_weight)]; }
+    T* dkvaw() const { return grad[size_t(Slot::kv_down_weight)]; }
+    T* kvan() const { return param[size_t(Slot::kv_down_norm)]; }
+    T* dkvan() const { return grad[size_t(Slot::kv_down_norm)]; }
+    T* kvbw() const { return param[size_t(Slot::kv_up_weight)]; }
+    T* dkvbw() const { return grad[size_t(Slot::kv_up_weight)]; }
+    T* enw() const { return param[size_t(Slot::mtp_embed_norm)]; }
+    T* denw() const { return grad[size_t(Slot::mtp_embed_norm)]; }
+    T* hnw() const { return param[size_t(Slot::mtp_hidden_norm)]; }
+    T* dhnw() const { return grad[size_t(Slot::mtp_hidden_norm)]; }
+    T* ehw() const { return param[size_t(Slot::mtp_proj)]; }
+    T* dehw() const { return grad[size_t(Slot::mtp_proj)]; }
+    T* shnw() const { return param[size_t(Slot::mtp_head_norm)]; }
+    T* dshnw() const { return grad[size_t(Slot::mtp_head_norm)]; }
+    MoeWeights<T> moe() const { return {rw(), rb(), xw(), xpw(), fcw(), pw(), sgw()}; }
+    MoeGrads<T> moe_grads() const { return {drw(), drb(), dxw(), dxpw(), dfcw(), dpw(), dsgw()}; }
   };
   // experts: one MoE layer's routed experts, split over an expert group
   enum class SegKind { embedding, layer, head, experts };
@@ -329,6 +385,11 @@ class Transformer {
   // m: the layer's MoE buffers (null: a dense layer)
   void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B, MoeActs<T>* m, Workspace<T>& w);
   void layer_weight_grads(const Activations<T>& ctx, int l, const LayerParams& p, bool acc);
+  // layer_backward's two parts, each from the gradient of its output in
+  // w.d_res to that of its input (model/layer.cpp)
+  void mlp_backward(Activations<T>& ctx, int l, const LayerParams& p, Workspace<T>& w, Recompute recompute, bool split,
+                    bool acc);
+  void attention_backward(Activations<T>& ctx, int l, const LayerParams& p, Workspace<T>& w, bool split, bool acc);
   // manage = false: the caller acquires and releases the layer's segments
   void layer_backward(Activations<T>& ctx, int l, int li, int s, int next_s, int next_es, Recompute recompute, bool acc,
                       bool split, const std::function<void(int)>& ready, bool manage = true);

@@ -177,10 +177,7 @@ void Transformer<T>::mlp_backward(Activations<T>& ctx, int l, const LayerParams&
       k::swiglu_backward(d_fc, a.fc, w.d_act, N, F);
     else
       k::gelu_backward(d_fc, a.fc, w.d_act, N * F);
-    if (gemm_reads_16bit())
-      k::store_16(d_fc, w.dfc16, N * fc_width_, precision_);
-    else
-      store(d_fc, N * fc_width_);
+    store_grad(d_fc, w.dfc16, N * fc_width_);
     linear_bwd(w.d_ln, split ? nullptr : p.dfcw(), p.dfcb(), {d_fc, w.dfc16}, saved_in(ctx, l, 5, a.ln2_full),
                {p.fcw()}, N, C, fc_width_, acc);
   }
@@ -217,10 +214,7 @@ void Transformer<T>::attention_backward(Activations<T>& ctx, int l, const LayerP
   } else {
     if (arch_.positions == Positions::rotary) k::rope_backward(d_qkv, rope_.data(), B, Tn, H, KV, D, w.origin);
     if (a.qk_pre) qk_norm_backward(d_qkv, a.qk_pre, a.qk_rstd, p, N, acc, w);
-    if (gemm_reads_16bit())
-      k::store_16(d_qkv, w.dqkv16, N * qkv_width_, precision_);
-    else
-      store(d_qkv, N * qkv_width_);
+    store_grad(d_qkv, w.dqkv16, N * qkv_width_);
     linear_bwd(w.d_ln, split ? nullptr : p.dqkvw(), p.dqkvb(), {d_qkv, w.dqkv16}, saved_in(ctx, l, 1, a.ln1_full),
                {p.qkvw()}, N, C, qkv_width_, acc);
     store(w.d_ln, N * C);

@@ -357,6 +357,14 @@ class Transformer {
   };
   // rounds n elements at p to the storage format (a no-op in fp32)
   void store(T* p, int64_t n) const { kernels::round_to_storage(p, n, precision_); }
+  // an output gradient the GEMMs read: rounded, and on the CPU's bf16 path
+  // its 2-byte copy written in the same pass (copy16, n elements)
+  void store_grad(T* p, uint16_t* copy16, int64_t n) const {
+    if (gemm_reads_16bit())
+      kernels::store_16(p, copy16, n, precision_);
+    else
+      store(p, n);
+  }
   // The CPU's bf16 path (docs/precision.md): under bf16, in host memory, the
   // GEMMs read 2-byte operands where the model has them: the saved
   // activations' packed copy, the output gradients' copy (the weights are

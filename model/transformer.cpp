@@ -313,65 +313,19 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
     if (on_ready) on_ready(segments_[size_t(s)].begin);
   };
   const Chunk& ch = chunks_[size_t(ctx.chunk)];
-  const bool acc = accumulate;
-  const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
-  const int64_t V = dims_.vocab;
+  const int64_t R = tp_->rows(ctx.B * seq()), C = cfg_.hidden;
   Workspace<T>& w = workspace(ctx);
   w.doc_start = ctx.doc_start;
   w.origin = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
   const int L = int(ch.spec.layers);
   const bool split = part != BackwardPart::all;
-  ensure_scratch(w, B);
-  if (part == BackwardPart::weight) {  // the linears' weight gradients, from what the input pass kept
-    if (ch.spec.head) {
-      use_grads(ch.head_seg);
-      if (tied_local_) use_grads(emb_seg_);
-      // a tied table already holds this micro-batch's embedding gradient: add to it (as to multi-token
-      // prediction's head gradient)
-      linear_bwd(nullptr, dhead_, nullptr, {ctx.logits}, {ctx.lnf_full}, {head_}, N, C, V,
-                 acc || tied_local_ || ctx.mtp_ran);
-      done_grads(ch.head_seg);
-      if (tied_local_) done_grads(emb_seg_);
-    }
-    for (int l = L - 1; l >= 0; --l) {
-      use_grads(ch.first_layer_seg + l);
-      if (ctx.is_packed()) unpack(ctx, l);
-      layer_weight_grads(ctx, l, layers_[size_t(ch.first_local + l)], acc);
-      done_grads(ch.first_layer_seg + l);
-    }
-    return;
-  }
+  ensure_scratch(w, ctx.B);
+  if (part == BackwardPart::weight) return weight_pass(ctx, accumulate);
   TRIDENT_CHECK(!split || ctx.saved.size() >= size_t(L), "split backward needs make_activations(split_backward)");
-  if (ch.spec.head) {
-    // LM head and final norm (their parameters are still held from forward).
-    // dlogits were left in ctx.logits by forward().
-    const int head = ch.head_seg;
-    use_grads(head);
-    if (tied_local_) use_grads(emb_seg_);
-    // dlogits were rounded in forward: their copy is exact
-    if (gemm_reads_16bit()) k::pack_16(w.dlogits16, ctx.logits, N * V, precision_);
-    linear_bwd(w.d_ln, split ? nullptr : dhead_, nullptr, {ctx.logits, gemm_reads_16bit() ? w.dlogits16 : nullptr},
-               {ctx.lnf_full}, {head_}, N, C, V, acc);
-    store(w.d_ln, N * C);
-    const T* d = tp_->enter_backward(w.d_local, w.d_ln, N, C);
-    if (ctx.mtp_ran) {  // multi-token prediction's depths add to the final norm's output gradient
-      T* d_lnf = mtp_lnf_grad(w, R);
-      k::copy(d_lnf, d, R * C);
-      // the head's weight: after the main head's (or, split, first: the weight pass adds the main head's)
-      mtp_backward(ctx, d_lnf, recompute, acc, split ? acc : true, ready);
-      d = d_lnf;
-    }
-    k::fill_zero(w.d_res, R * C);
-    norm_backward(w.d_res, dnfw_, dnfb_, d, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, R, acc);
-    store(w.d_res, R * C);
-    done_params(head);
-    if (tied_local_) done_params(emb_seg_);
-    done_grads(head);
-    // a tied head also writes the table, which is final only at the end
-    ready(head);
-  } else {
+  if (ch.spec.head)
+    head_backward(ctx, w, recompute, accumulate, split, ready);
+  else
     k::copy(w.d_res, d_out, R * C);
-  }
   // the expert segment of the next MoE layer before local layer l of this chunk (-1: none)
   auto prev_experts = [&](int l) {
     for (int j = l - 1; j >= 0; --j)
@@ -380,15 +334,83 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
   };
   for (int l = L - 1; l >= 0; --l) {
     const int s = ch.first_layer_seg + l;
-    layer_backward(ctx, l, ch.first_local + l, s, l > 0 ? s - 1 : -1, prev_experts(l), recompute, acc, split, ready);
+    layer_backward(ctx, l, ch.first_local + l, s, l > 0 ? s - 1 : -1, prev_experts(l), recompute, accumulate, split,
+                   ready);
   }
   if (!ch.spec.embedding) return;  // w.d_res is the gradient of the chunk's input
+  embedding_backward(ctx, w, accumulate, split);
+  ready(ch.emb_seg);
+}
+
+// BackwardPart::weight: the linears' weight gradients, from what the input pass kept
+template <typename T>
+void Transformer<T>::weight_pass(Activations<T>& ctx, bool acc) {
+  const Chunk& ch = chunks_[size_t(ctx.chunk)];
+  const int64_t N = ctx.B * seq(), C = cfg_.hidden, V = dims_.vocab;
+  if (ch.spec.head) {
+    use_grads(ch.head_seg);
+    if (tied_local_) use_grads(emb_seg_);
+    // a tied table already holds this micro-batch's embedding gradient: add to it (as to multi-token
+    // prediction's head gradient)
+    linear_bwd(nullptr, dhead_, nullptr, {ctx.logits}, {ctx.lnf_full}, {head_}, N, C, V,
+               acc || tied_local_ || ctx.mtp_ran);
+    done_grads(ch.head_seg);
+    if (tied_local_) done_grads(emb_seg_);
+  }
+  for (int l = int(ch.spec.layers) - 1; l >= 0; --l) {
+    use_grads(ch.first_layer_seg + l);
+    if (ctx.is_packed()) unpack(ctx, l);
+    layer_weight_grads(ctx, l, layers_[size_t(ch.first_local + l)], acc);
+    done_grads(ch.first_layer_seg + l);
+  }
+}
+
+// The LM head and the final norm (their parameters still held from the
+// forward, which left dlogits in ctx.logits), multi-token prediction's
+// depths included: w.d_res becomes the gradient of the chunk's last layer's
+// output.
+template <typename T>
+void Transformer<T>::head_backward(Activations<T>& ctx, Workspace<T>& w, Recompute recompute, bool acc, bool split,
+                                   const std::function<void(int)>& ready) {
+  const Chunk& ch = chunks_[size_t(ctx.chunk)];
+  const int64_t N = ctx.B * seq(), C = cfg_.hidden, R = tp_->rows(N), V = dims_.vocab;
+  const int head = ch.head_seg;
+  use_grads(head);
+  if (tied_local_) use_grads(emb_seg_);
+  // dlogits were rounded in forward: their copy is exact
+  if (gemm_reads_16bit()) k::pack_16(w.dlogits16, ctx.logits, N * V, precision_);
+  linear_bwd(w.d_ln, split ? nullptr : dhead_, nullptr, {ctx.logits, gemm_reads_16bit() ? w.dlogits16 : nullptr},
+             {ctx.lnf_full}, {head_}, N, C, V, acc);
+  store(w.d_ln, N * C);
+  const T* d = tp_->enter_backward(w.d_local, w.d_ln, N, C);
+  if (ctx.mtp_ran) {  // multi-token prediction's depths add to the final norm's output gradient
+    T* d_lnf = mtp_lnf_grad(w, R);
+    k::copy(d_lnf, d, R * C);
+    // the head's weight: after the main head's (or, split, first: the weight pass adds the main head's)
+    mtp_backward(ctx, d_lnf, recompute, acc, split ? acc : true, ready);
+    d = d_lnf;
+  }
+  k::fill_zero(w.d_res, R * C);
+  norm_backward(w.d_res, dnfw_, dnfb_, d, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, R, acc);
+  store(w.d_res, R * C);
+  done_params(head);
+  if (tied_local_) done_params(emb_seg_);
+  done_grads(head);
+  // a tied head also writes the table, which is final only at the end
+  ready(head);
+}
+
+// The embeddings' gradients from w.d_res (the token table's a scatter-add,
+// multi-token prediction's lookups of the same table included).
+template <typename T>
+void Transformer<T>::embedding_backward(Activations<T>& ctx, Workspace<T>& w, bool acc, bool split) {
+  const Chunk& ch = chunks_[size_t(ctx.chunk)];
+  const int64_t Tn = seq(), N = ctx.B * Tn, C = cfg_.hidden, R = tp_->rows(N), V = dims_.vocab;
   const int emb = ch.emb_seg;
   if (!tied_local_) use_grads(emb);  // a tied head on this rank acquired it already
-  // The embedding gradient is a scatter-add: start from zero when not
-  // accumulating, unless the tied LM head has just written the same buffer.
-  // (Split backward: the head's weight pass comes later and accumulates, so
-  // the table starts from zero here.)
+  // Start from zero when not accumulating, unless the tied LM head has just
+  // written the same buffer. (Split backward: the head's weight pass comes
+  // later and accumulates, so the table starts from zero here.)
   if (mtp_shared_table_) {  // the head's chunk on this rank may have added its modules' lookups already
     if (table_fresh_) k::fill_zero(dwte_, V * C);
     table_fresh_ = false;
@@ -404,7 +426,6 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
       k::embedding_backward(dwte_, tp_->exit_backward(w.d_full, a.d_emb, N, C), a.tokens.data(), N, C,
                             dims_.vocab_begin, V);
   done_grads(emb);
-  ready(emb);
 }
 
 template <typename T>

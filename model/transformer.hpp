@@ -393,6 +393,11 @@ class Transformer {
   // m: the layer's MoE buffers (null: a dense layer)
   void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B, MoeActs<T>* m, Workspace<T>& w);
   void layer_weight_grads(const Activations<T>& ctx, int l, const LayerParams& p, bool acc);
+  // backward_chunk's parts (model/transformer.cpp)
+  void weight_pass(Activations<T>& ctx, bool acc);
+  void head_backward(Activations<T>& ctx, Workspace<T>& w, Recompute recompute, bool acc, bool split,
+                     const std::function<void(int)>& ready);
+  void embedding_backward(Activations<T>& ctx, Workspace<T>& w, bool acc, bool split);
   // layer_backward's two parts, each from the gradient of its output in
   // w.d_res to that of its input (model/layer.cpp)
   void mlp_backward(Activations<T>& ctx, int l, const LayerParams& p, Workspace<T>& w, Recompute recompute, bool split,

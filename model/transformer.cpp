@@ -23,7 +23,7 @@ namespace k = trident::kernels;
 
 double flops_per_token(const ModelConfig& m) {
   const double C = double(m.hidden), F = double(m.ffn_hidden), D = double(m.head_dim());
-  const double H = double(m.heads), KV = double(m.kv_heads), L = double(m.layers);
+  const double H = double(m.heads), KV = double(m.kv_heads);
   const double mlp = C * F * double(1 + architecture(m.arch).mlp_in_width(1));  // in and out weights
   const MoeConfig& e = m.moe;
   const double moe = C * double(e.experts) + 3 * C * double(e.top_k * e.ffn_hidden + e.shared_width()) +
@@ -230,10 +230,7 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   const Chunk& ch = chunks_[size_t(ctx.chunk)];
   const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int L = int(ch.spec.layers);
-  Workspace<T>& w = workspace(ctx);
-  ensure_scratch(w, B);
-  w.doc_start = ctx.doc_start;
-  w.origin = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
+  Workspace<T>& w = begin_pass(ctx);
   ctx.aux_scale = dscale * T(B * cfg_.seq_len);  // the loss's weight of this micro-batch's tokens
   T* first_in = L > 0 ? ctx.layers[0].x_in : ctx.x_final;
   // the segment after s in this chunk's forward order (-1: none)
@@ -314,12 +311,9 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
   };
   const Chunk& ch = chunks_[size_t(ctx.chunk)];
   const int64_t R = tp_->rows(ctx.B * seq()), C = cfg_.hidden;
-  Workspace<T>& w = workspace(ctx);
-  w.doc_start = ctx.doc_start;
-  w.origin = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
+  Workspace<T>& w = begin_pass(ctx);
   const int L = int(ch.spec.layers);
   const bool split = part != BackwardPart::all;
-  ensure_scratch(w, ctx.B);
   if (part == BackwardPart::weight) return weight_pass(ctx, accumulate);
   TRIDENT_CHECK(!split || ctx.saved.size() >= size_t(L), "split backward needs make_activations(split_backward)");
   if (ch.spec.head)

@@ -498,6 +498,15 @@ class Transformer {
   Workspace<T> own_;
   Workspace<T>& workspace(Activations<T>& ctx) { return ctx.workspace ? *ctx.workspace : own_; }
   void ensure_scratch(Workspace<T>& w, int64_t B) const;
+  // A chunk's pass starts: its workspace sized for the context and given
+  // the context's document starts and position origins.
+  Workspace<T>& begin_pass(Activations<T>& ctx) {
+    Workspace<T>& w = workspace(ctx);
+    ensure_scratch(w, ctx.B);
+    w.doc_start = ctx.doc_start;
+    w.origin = ctx.position_origin ? ctx.position_origin : ctx.doc_start;
+    return w;
+  }
 };
 
 }  // namespace trident::model

@@ -5,6 +5,7 @@
 
 #include "kernels/attention.hpp"
 #include "model/architecture.hpp"
+#include "model/attention.hpp"
 
 namespace trident::model {
 
@@ -25,6 +26,11 @@ ActivationSizes activation_sizes(const ModelConfig& cfg, const ActivationShape& 
   z.logits = z.N * d.vocab;
   z.losses = z.N;
   return z;
+}
+
+std::array<int64_t, 10> workspace_sizes(const ActivationSizes& z) {
+  const int64_t NC = z.N * z.C, RC = z.R * z.C;
+  return {NC, RC, RC, NC, NC, RC, z.qkv, z.atty, z.fc, z.act};
 }
 
 namespace {
@@ -59,14 +65,8 @@ int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, in
   layers += depth, moe_layers += moe_layers_in(cfg, cfg.layers, depth);
   // full recompute: the MoE layers' buffers are the chunk's shared set (shared_recompute_elements)
   int64_t n = s.recompute == Recompute::full ? 0 : moe_layers * moe_layer_elements(cfg, s);
-  if (cfg.qk_norm) {  // the heads before QK-norm, and their statistics
-    const LocalDims d = local_dims(cfg, {0, s.tensor});
-    n += layers * z.N * (d.heads + d.kv_heads) * (cfg.head_dim() + 1);
-  }
-  if (cfg.is_mla()) {  // the latents before and after their norms, and their statistics
-    const MlaConfig& a = cfg.mla;
-    n += layers * z.N * (2 * a.kv_lora_rank + 1 + (a.q_lora_rank > 0 ? 2 * a.q_lora_rank + 1 : 0));
-  }
+  // the attention variant's own buffers per layer (model/attention.hpp: QK-norm's heads, MLA's latents)
+  n += layers * attention_layout(cfg, local_dims(cfg, {0, s.tensor}), z.N).saved_total();
   if (layers > 0 && s.recompute != Recompute::full)
     n += layers * (layer_set_elements(z) + (s.recompute == Recompute::none ? z.attention_state : 0));
   n += layers * z.R * z.C;  // each layer's input
@@ -93,18 +93,11 @@ int64_t shared_recompute_elements(const ModelConfig& cfg, const ActivationShape&
 
 int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s) {
   const ActivationSizes z = activation_sizes(cfg, s);
-  int64_t n = 3 * z.N * z.C + 3 * z.R * z.C + z.qkv + z.atty + z.fc + z.act;
-  if (cfg.qk_norm) {  // the query and key heads as rows, and their gradients
-    const LocalDims d = local_dims(cfg, {0, s.tensor});
-    n += 2 * z.N * (d.heads + d.kv_heads) * cfg.head_dim();
-  }
+  int64_t n = 0;
+  for (int64_t b : workspace_sizes(z)) n += b;
+  // the attention variant's (model/attention.hpp)
+  n += attention_layout(cfg, local_dims(cfg, {0, s.tensor}), z.N).scratch_total();
   if (cfg.mtp.depth > 0) n += 6 * z.R * z.C;  // multi-token prediction's backward (model/mtp.cpp)
-  if (cfg.is_mla()) {                         // Transformer::mla_scratch
-    const MlaConfig& a = cfg.mla;
-    const int64_t H = local_dims(cfg, {0, s.tensor}).heads;
-    n += z.N * (H * cfg.q_head_dim() + H * (a.qk_nope_head_dim + a.v_head_dim) + a.qk_rope_head_dim +
-                2 * a.kv_lora_rank + 2 * a.q_lora_rank + z.C);
-  }
   const MoeConfig& e = cfg.moe;
   if (e.enabled) {  // MoeMlp's: gathered rows and their gradients, router gradients, the shared experts'
     const int64_t N = z.N, M = N * e.top_k, C = z.C, I = e.ffn_hidden / s.tensor, S = e.shared_width() / s.tensor;

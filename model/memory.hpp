@@ -7,11 +7,12 @@
 // Attention state: the tiled (flash-style) kernels, CPU and CUDA, keep one
 // log-sum-exp per row [B, H, T].
 #pragma once
+#include <array>
 #include <cstdint>
 
+#include "core/enums.hpp"
 #include "core/recipe/recipe.hpp"
 #include "model/parallel_plan.hpp"
-#include "model/transformer.hpp"
 
 namespace trident::model {
 
@@ -59,6 +60,10 @@ int64_t moe_layers_in(const ModelConfig& cfg, int64_t first, int64_t layers);
 // layers), whose routes and counts each context keeps.
 int64_t shared_recompute_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers,
                                   int64_t moe_layers = 0);
+// A pass's layer buffers (Workspace::buffers, in its order: partial,
+// reduced, d_res, d_full, d_ln, d_local, d_qkv, d_atty, d_fc, d_act): the
+// allocator (Transformer::ensure_scratch) and scratch_elements read it.
+std::array<int64_t, 10> workspace_sizes(const ActivationSizes& z);
 // A pass's workspace (model/workspace.hpp: forward partial sums, backward
 // gradients), twice with paired passes.
 int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s);

@@ -19,16 +19,6 @@ namespace trident::model {
 namespace k = trident::kernels;
 
 template <typename T>
-void Transformer<T>::count_routes(const MoeActs<T>& m, int64_t global) {
-  const int64_t E = cfg_.moe.experts;
-  const auto at = std::find(moe_step_.layers.begin(), moe_step_.layers.end(), global) - moe_step_.layers.begin();
-  if (size_t(at) == moe_step_.layers.size())
-    moe_step_.layers.push_back(global), moe_step_.counts.resize(moe_step_.counts.size() + size_t(E), 0.0);
-  for (int64_t e = 0; e < E; ++e)
-    moe_step_.counts[size_t(at * E + e)] += double(m.offsets[size_t(e + 1)] - m.offsets[size_t(e)]);
-}
-
-template <typename T>
 void Transformer<T>::mtp_forward(Activations<T>& ctx, const int32_t* targets, T dscale) {
   const Chunk& ch = chunks_[size_t(ctx.chunk)];
   const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N), V = dims_.vocab;
@@ -43,7 +33,7 @@ void Transformer<T>::mtp_forward(Activations<T>& ctx, const int32_t* targets, T 
     MtpActs<T>& a = ctx.mtp[size_t(kd - 1)];
     const int l = L + kd - 1, s = ch.mtp_first_seg + kd - 1;
     const int es = expert_seg_[size_t(ch.first_local + l)];
-    const LayerParams& p = layers_[size_t(ch.first_local + l)];
+    const LayerParams<T>& p = layers_[size_t(ch.first_local + l)];
     LayerActs<T>& la = ctx.layers[size_t(l)];
     // t_{i+k} = targets[i + k - 1]; t_{i+k+1} = targets[i + k], none past the sequence
     for (int64_t b = 0; b < B; ++b)
@@ -62,21 +52,16 @@ void Transformer<T>::mtp_forward(Activations<T>& ctx, const int32_t* targets, T 
     k::rmsnorm_forward(a.h_norm, a.h_rstd, prev, p.hnw(), R, C, cfg_.norm_eps);
     k::columns_concat(a.cat, a.e_norm, a.h_norm, R, C, C);
     store(a.cat, R * 2 * C);
-    linear_fwd(la.x_in, {a.cat}, {p.ehw()}, nullptr, R, 2 * C, C);
+    ops_.linear_fwd(la.x_in, {a.cat}, {p.ehw()}, nullptr, R, 2 * C, C);
     store(la.x_in, R * C);
-    if (ctx.is_packed()) pack(ctx, l, 0, 1);
-    MoeActs<T>* m = moe_acts(ctx, l);
-    layer_forward(la, a.x_out, p, B, m, w);
-    if (m) {
-      count_routes(*m, cfg_.layers + kd - 1);
-      moe_step_.aux_loss += m->aux_loss, moe_step_.z_loss += m->z_loss;
-      if (ctx.recompute == Recompute::full) m->received = Tensor();
-    }
-    if (ctx.is_packed()) pack(ctx, l, 1, SIZE_MAX);
+    if (ctx.is_packed()) ops_.pack(ctx, l, 0, 1);
+    layer_forward(ctx, l, int(ch.first_local) + l, a.x_out, Run::training, w);
+    if (MoeActs<T>* m = moe_acts(ctx, l)) moe_->step().aux_loss += m->aux_loss, moe_->step().z_loss += m->z_loss;
+    if (ctx.is_packed()) ops_.pack(ctx, l, 1, SIZE_MAX);
     k::rmsnorm_forward(a.o, a.o_rstd, a.x_out, p.shnw(), R, C, cfg_.norm_eps);
     store(a.o, R * C);
     const T* h = tp_->enter(a.o_full, a.o, N, C);
-    linear_fwd(a.logits, {h}, {head_}, nullptr, N, C, V);
+    ops_.linear_fwd(a.logits, {h}, {head_}, nullptr, N, C, V);
     store(a.logits, N * V);
     // each depth's mean over its T - k positions per sequence, weighted loss_weight / D
     const double weight = cfg_.mtp.loss_weight / double(depth) * double(cfg_.seq_len) / double(cfg_.seq_len - kd);
@@ -99,21 +84,20 @@ void Transformer<T>::mtp_backward(Activations<T>& ctx, T* d_lnf, Recompute recom
   const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N), V = dims_.vocab;
   const int L = int(ch.spec.layers), depth = int(cfg_.mtp.depth);
   Workspace<T>& w = workspace(ctx);
-  if (w.mtp.numel() < 5 * R * C) w.mtp = Tensor::empty({5 * R * C}, dtype_of<T>(), MemCategory::activations, device_);
   // d_next: the gradient of h^k from depth k + 1; dcat [R, 2C]; d_e, d_h [R, C]
-  T *d_next = w.mtp.template data<T>(), *dcat = d_next + R * C, *d_e = dcat + 2 * R * C, *d_h = d_e + R * C;
+  T *d_next = ops_.scratch(w.mtp, 5 * R * C), *dcat = d_next + R * C, *d_e = dcat + 2 * R * C, *d_h = d_e + R * C;
   // the head's copy of the table (no embedding chunk here): written by these depths alone
   if (!ch.spec.embedding && !mtp_shared_table_ && !acc) k::fill_zero(dmtp_wte_, V * C);
   for (int kd = depth; kd >= 1; --kd) {
     MtpActs<T>& a = ctx.mtp[size_t(kd - 1)];
     const int l = L + kd - 1, s = ch.mtp_first_seg + kd - 1, li = ch.first_local + l;
     const int es = expert_seg_[size_t(li)];
-    const LayerParams& p = layers_[size_t(li)];
+    const LayerParams<T>& p = layers_[size_t(li)];
     use_params(s, -1);
     use_grads(s);
     if (es >= 0) use_params(es, -1), use_grads(es);
     // the LM head (dlogits in a.logits), and the next depth's gradient of h^k
-    linear_bwd(w.d_ln, dhead_, nullptr, {a.logits}, {a.o_full}, {head_}, N, C, V, kd == depth ? head_acc : true);
+    ops_.linear_bwd(w.d_ln, dhead_, nullptr, {a.logits}, {a.o_full}, {head_}, N, C, V, kd == depth ? head_acc : true);
     store(w.d_ln, N * C);
     const T* d = tp_->enter_backward(w.d_local, w.d_ln, N, C);
     if (kd < depth) {
@@ -126,7 +110,7 @@ void Transformer<T>::mtp_backward(Activations<T>& ctx, T* d_lnf, Recompute recom
     // w.d_res becomes the block's input's gradient; its weights' gradients come now in a split backward too
     layer_backward(ctx, l, li, s, -1, -1, recompute, acc, false, ready, false);
     // eh_proj over the normalised embedding and hidden state
-    linear_bwd(dcat, p.dehw(), nullptr, {w.d_res}, {a.cat}, {p.ehw()}, R, 2 * C, C, acc);
+    ops_.linear_bwd(dcat, p.dehw(), nullptr, {w.d_res}, {a.cat}, {p.ehw()}, R, 2 * C, C, acc);
     k::columns_split(d_e, d_h, dcat, R, C, C);
     k::fill_zero(a.d_emb, R * C);
     k::rmsnorm_backward(a.d_emb, p.denw(), d_e, a.emb, p.enw(), a.e_rstd, R, C, acc);
@@ -155,7 +139,6 @@ void Transformer<T>::mtp_backward(Activations<T>& ctx, T* d_lnf, Recompute recom
 }
 
 #define INSTANTIATE(T)                                                                   \
-  template void Transformer<T>::count_routes(const MoeActs<T>&, int64_t);                \
   template void Transformer<T>::mtp_forward(Activations<T>&, const int32_t*, T);         \
   template void Transformer<T>::mtp_backward(Activations<T>&, T*, Recompute, bool, bool, \
                                              const std::function<void(int)>&);

@@ -22,19 +22,12 @@ namespace trident::model {
 namespace k = trident::kernels;
 
 double flops_per_token(const ModelConfig& m) {
-  const double C = double(m.hidden), F = double(m.ffn_hidden), D = double(m.head_dim());
-  const double H = double(m.heads), KV = double(m.kv_heads);
+  const double C = double(m.hidden), F = double(m.ffn_hidden), H = double(m.heads);
   const double mlp = C * F * double(1 + architecture(m.arch).mlp_in_width(1));  // in and out weights
   const MoeConfig& e = m.moe;
   const double moe = C * double(e.experts) + 3 * C * double(e.top_k * e.ffn_hidden + e.shared_width()) +
                      (e.shared_expert_gate ? C : 0);
-  double attn = C * (H + 2 * KV) * D + H * D * C;
-  if (m.is_mla()) {  // the latents' down and up projections, o_proj
-    const MlaConfig& a = m.mla;
-    const double QL = double(a.q_lora_rank), KL = double(a.kv_lora_rank), Dq = double(a.qk_head_dim());
-    attn = (QL > 0 ? C * QL + QL * H * Dq : C * H * Dq) + C * (KL + double(a.qk_rope_head_dim)) +
-           KL * H * double(a.qk_nope_head_dim + a.v_head_dim) + H * double(a.v_head_dim) * C;
-  }
+  const double attn = attention_weights(m);
   // multi-token prediction: each depth's block, eh_proj [C, 2C] and the LM head again
   const int64_t depth = m.mtp.depth;
   double matmul_params = double(m.layers + depth) * attn + double(1 + depth) * double(m.vocab) * C;
@@ -57,16 +50,11 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
            ExpertShard{where.ep ? where.ep->rank() : 0, where.ep ? where.ep->size() : 1,
                        where.whole_experts && tp_->size() > 1}),
       dims_(local_dims(cfg, {tp_->rank(), tp_->size()})),
-      arch_(architecture(cfg.arch)) {
-  dq_ = cfg.q_head_dim(), dv_ = cfg.v_head_dim();
-  qkv_width_ = k::attention_qkv_width(dims_.heads, dims_.kv_heads, dq_, dv_);
-  fc_width_ = arch_.mlp_in_width(dims_.ffn);
-  if (arch_.positions == Positions::rotary)  // MLA: its rotary parts only
-    rope_ = k::rope_table(cfg.seq_len, cfg.is_mla() ? cfg.mla.qk_rope_head_dim : dq_, cfg.rope_theta);
-  if (cfg.moe.enabled)
-    moe_ = std::make_unique<MoeMlp<T>>(
-        cfg.moe, cfg.hidden, cfg.moe.ffn_hidden / (reg_.experts().whole ? 1 : tp_->size()),
-        cfg.moe.shared_width() / tp_->size(), tp_, cp_, where.ep, device_, reg_.experts().whole, where.precision);
+      arch_(architecture(cfg.arch)),
+      ops_(cfg_, dims_, *tp_, *cp_, device_, precision_),
+      attention_(make_attention(ops_)),
+      dense_(std::make_unique<DenseMlp<T>>(ops_)) {
+  if (cfg.moe.enabled) moe_ = std::make_unique<MoeLayer<T>>(ops_, where.ep, reg_.experts().whole);
   // Segments, in registry order: each chunk's embedding, its layers, its
   // head, as many parameters each as the architecture's table gives them.
   const auto& params = reg_.params();
@@ -98,7 +86,6 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
     for (const ParamRow* row : arch_.layer_rows(cfg, global)) n += is_expert_major(*row);
     return split_experts ? n : 0;
   };
-  std::vector<int64_t> globals;  // each local layer's index in the whole model
   for (const ChunkSpec& spec : reg_.chunks()) {
     Chunk ch;
     ch.spec = spec;
@@ -112,7 +99,7 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
       const int64_t global = spec.first_layer + l;
       take(arch_.layer_rows(cfg, global).size() - expert_rows(global), SegKind::layer, int64_t(layers_.size()), global);
       layers_.emplace_back();
-      globals.push_back(global);
+      global_.push_back(global);
     }
     if (spec.head) {
       ch.head_seg = int(segments_.size());
@@ -124,16 +111,18 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
         take(arch_.layer_rows(cfg, global).size() - expert_rows(global), SegKind::layer, int64_t(layers_.size()),
              global);
         layers_.emplace_back();
-        globals.push_back(global);
+        global_.push_back(global);
       }
     }
     chunks_.push_back(ch);
   }
+  for (int64_t global : global_)
+    mlp_.push_back(cfg.moe.is_moe(global) ? static_cast<Mlp<T>*>(moe_.get()) : dense_.get());
   expert_seg_.assign(layers_.size(), -1);
   for (size_t l = 0; l < layers_.size(); ++l)
-    if (const size_t n = expert_rows(globals[l]); n > 0) {
+    if (const size_t n = expert_rows(global_[l]); n > 0) {
       expert_seg_[l] = int(segments_.size());
-      take(n, SegKind::experts, int64_t(l), globals[l]);
+      take(n, SegKind::experts, int64_t(l), global_[l]);
     }
   TRIDENT_CHECK(i == params.size(), "segments cover {} of {} parameters", i, params.size());
   TRIDENT_CHECK(cp_->local_len() * cp_->size() == cfg_.seq_len, "context split of {} rows x {} ranks, seq_len {}",
@@ -158,7 +147,7 @@ template <typename T>
 void Transformer<T>::bind(int s, T* pbase, T* gbase) {
   const SegInfo& info = seg_info_[size_t(s)];
   const bool layer = info.kind == SegKind::layer || info.kind == SegKind::experts;
-  LayerParams* lp = layer ? &layers_[size_t(info.layer)] : nullptr;
+  LayerParams<T>* lp = layer ? &layers_[size_t(info.layer)] : nullptr;
   T** layer_params = lp ? lp->param.data() : nullptr;  // indexed by Slot
   T** layer_grads = lp ? lp->grad.data() : nullptr;
   if (info.kind == SegKind::layer)
@@ -258,13 +247,9 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     if (es >= 0) use_params(es, next_experts(l));
     T* x_out = l + 1 < L ? ctx.layers[size_t(l + 1)].x_in : ctx.x_final;
     // packed: the input first (the output may go to the same working buffer), the rest after
-    if (ctx.is_packed()) pack(ctx, l, 0, 1);
-    MoeActs<T>* m = moe_acts(ctx, l);
-    layer_forward(ctx.layers[size_t(l)], x_out, layers_[size_t(ch.first_local + l)], B, m, w);
-    if (m && dscale != T(0)) count_routes(*m, ch.spec.first_layer + l);  // a training forward: its routes count
-    if (ctx.is_packed()) pack(ctx, l, 1, SIZE_MAX);
-    // full recompute: the rows the experts received are received again by the recomputation
-    if (m && ctx.recompute == Recompute::full) m->received = Tensor();
+    if (ctx.is_packed()) ops_.pack(ctx, l, 0, 1);
+    layer_forward(ctx, l, int(ch.first_local) + l, x_out, dscale != T(0) ? Run::training : Run::eval, w);
+    if (ctx.is_packed()) ops_.pack(ctx, l, 1, SIZE_MAX);
     if (es >= 0) done_params(es);
     done_params(s);
   }
@@ -272,20 +257,20 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     std::vector<MoeActs<T>*> layers;
     for (int l = 0; l < L; ++l)
       if (MoeActs<T>* m = moe_acts(ctx, l)) layers.push_back(m);
-    moe_->finish_hf(layers, N);
+    moe_->experts().finish_hf(layers, N);
   }
   if (moe_ && dscale != T(0)) {
     const auto [aux, z] = balance_losses(ctx);
-    moe_step_.aux_loss += aux, moe_step_.z_loss += z;
+    moe_->step().aux_loss += aux, moe_->step().z_loss += z;
   }
   if (!ch.spec.head) return 0;
   const int head = ch.head_seg;
   use_params(head, tied_local_ ? emb_seg_ : -1);
   if (tied_local_) use_params(emb_seg_, -1);
-  norm_forward(ctx.lnf, ctx.lnf_mean, ctx.lnf_rstd, ctx.x_final, nfw_, nfb_, R);
+  ops_.norm_forward(ctx.lnf, ctx.lnf_mean, ctx.lnf_rstd, ctx.x_final, nfw_, nfb_, R);
   store(ctx.lnf, R * C);
   const T* h = tp_->enter(ctx.lnf_full, ctx.lnf, N, C);
-  linear_fwd(ctx.logits, {h}, {head_}, nullptr, N, C, dims_.vocab);
+  ops_.linear_fwd(ctx.logits, {h}, {head_}, nullptr, N, C, dims_.vocab);
   store(ctx.logits, N * dims_.vocab);
   // A forward for training (dscale != 0) keeps the head's parameters for
   // backward(); otherwise they are released here.
@@ -346,15 +331,15 @@ void Transformer<T>::weight_pass(Activations<T>& ctx, bool acc) {
     if (tied_local_) use_grads(emb_seg_);
     // a tied table already holds this micro-batch's embedding gradient: add to it (as to multi-token
     // prediction's head gradient)
-    linear_bwd(nullptr, dhead_, nullptr, {ctx.logits}, {ctx.lnf_full}, {head_}, N, C, V,
-               acc || tied_local_ || ctx.mtp_ran);
+    ops_.linear_bwd(nullptr, dhead_, nullptr, {ctx.logits}, {ctx.lnf_full}, {head_}, N, C, V,
+                    acc || tied_local_ || ctx.mtp_ran);
     done_grads(ch.head_seg);
     if (tied_local_) done_grads(emb_seg_);
   }
   for (int l = int(ch.spec.layers) - 1; l >= 0; --l) {
     use_grads(ch.first_layer_seg + l);
-    if (ctx.is_packed()) unpack(ctx, l);
-    layer_weight_grads(ctx, l, layers_[size_t(ch.first_local + l)], acc);
+    if (ctx.is_packed()) ops_.unpack(ctx, l);
+    layer_weight_grads(ctx, l, int(ch.first_local) + l, acc);
     done_grads(ch.first_layer_seg + l);
   }
 }
@@ -372,9 +357,9 @@ void Transformer<T>::head_backward(Activations<T>& ctx, Workspace<T>& w, Recompu
   use_grads(head);
   if (tied_local_) use_grads(emb_seg_);
   // dlogits were rounded in forward: their copy is exact
-  if (gemm_reads_16bit()) k::pack_16(w.dlogits16, ctx.logits, N * V, precision_);
-  linear_bwd(w.d_ln, split ? nullptr : dhead_, nullptr, {ctx.logits, gemm_reads_16bit() ? w.dlogits16 : nullptr},
-             {ctx.lnf_full}, {head_}, N, C, V, acc);
+  if (ops_.gemm_reads_16bit()) k::pack_16(w.dlogits16, ctx.logits, N * V, precision_);
+  ops_.linear_bwd(w.d_ln, split ? nullptr : dhead_, nullptr,
+                  {ctx.logits, ops_.gemm_reads_16bit() ? w.dlogits16 : nullptr}, {ctx.lnf_full}, {head_}, N, C, V, acc);
   store(w.d_ln, N * C);
   const T* d = tp_->enter_backward(w.d_local, w.d_ln, N, C);
   if (ctx.mtp_ran) {  // multi-token prediction's depths add to the final norm's output gradient
@@ -385,7 +370,7 @@ void Transformer<T>::head_backward(Activations<T>& ctx, Workspace<T>& w, Recompu
     d = d_lnf;
   }
   k::fill_zero(w.d_res, R * C);
-  norm_backward(w.d_res, dnfw_, dnfb_, d, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, R, acc);
+  ops_.norm_backward(w.d_res, dnfw_, dnfb_, d, ctx.x_final, nfw_, ctx.lnf_mean, ctx.lnf_rstd, R, acc);
   store(w.d_res, R * C);
   done_params(head);
   if (tied_local_) done_params(emb_seg_);
@@ -424,10 +409,15 @@ void Transformer<T>::embedding_backward(Activations<T>& ctx, Workspace<T>& w, bo
 
 template <typename T>
 void Transformer<T>::reset_moe_step() {
-  std::fill(moe_step_.counts.begin(), moe_step_.counts.end(), 0.0);
-  moe_step_.aux_loss = moe_step_.z_loss = 0;
+  if (moe_) moe_->reset_step();
   std::fill(mtp_losses_.begin(), mtp_losses_.end(), 0.0);
   table_fresh_ = true;
+}
+
+template <typename T>
+const MoeStep& Transformer<T>::moe_step() const {
+  static const MoeStep none;
+  return moe_ ? moe_->step() : none;
 }
 
 template <typename T>
@@ -440,9 +430,7 @@ std::pair<double, double> Transformer<T>::balance_losses(const Activations<T>& c
 
 template <typename T>
 T* Transformer<T>::mtp_lnf_grad(Workspace<T>& w, int64_t R) {
-  const int64_t n = R * cfg_.hidden;
-  if (w.mtp_lnf_grad.numel() < n) w.mtp_lnf_grad = Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_);
-  return w.mtp_lnf_grad.template data<T>();
+  return ops_.scratch(w.mtp_lnf_grad, R * cfg_.hidden);
 }
 
 template class Transformer<float>;

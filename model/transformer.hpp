@@ -34,7 +34,12 @@
 #include "core/segment_storage.hpp"
 #include "core/tensor.hpp"
 #include "kernels/precision.hpp"
+#include "model/activations.hpp"
 #include "model/architecture.hpp"
+#include "model/attention.hpp"
+#include "model/layer_ops.hpp"
+#include "model/layer_params.hpp"
+#include "model/mlp.hpp"
 #include "model/moe.hpp"
 #include "model/parallel_plan.hpp"
 #include "model/params.hpp"
@@ -43,8 +48,6 @@
 #include "parallel/tensor_parallel.hpp"
 
 namespace trident::model {
-
-using trident::Recompute;  // train.recompute (core/enums.hpp)
 
 // Model FLOPs per token, forward + backward (3x forward), attention included,
 // recomputation excluded: 6 * (matmul weights incl. the LM head) + 12 L C T
@@ -57,97 +60,6 @@ double flops_per_token(const ModelConfig& cfg);
 // What a backward pass computes: everything, or (zero-bubble pipelines) the
 // input gradients first and the weight gradients of the linears later.
 enum class BackwardPart { all, input, weight };
-
-// [R,C]: x_in, ln1, x_mid, ln2 (means, rstds [R]); [N, ...]: the rest.
-// ln1_full / ln2_full [N,C] are the inputs of the column-parallel linears
-// (the same buffers as ln1 / ln2 unless the region gathers them).
-// qk_pre [N (H + KV), D] / qk_rstd [N (H + KV)]: the query and key heads
-// before QK-norm and their statistics (model.qk_norm; null without it).
-// Multi-head latent attention (model.attention: mla) keeps its latents:
-// q_lat [N, QL] (null without a query latent), kv_lat [N, KL] before their
-// RMSNorm, their statistics [N], and the normalised ones q_norm / kv_norm
-// (the up-projections' inputs). qkv [N, H (2 Dq + Dv)] holds the heads as
-// the attention kernels take them (kernels::mla_heads), atty [N, H Dv] the
-// output.
-template <typename T>
-struct MlaActs {
-  T *q_lat = nullptr, *q_rstd = nullptr, *q_norm = nullptr, *kv_lat = nullptr, *kv_rstd = nullptr, *kv_norm = nullptr;
-};
-template <typename T>
-struct LayerActs {
-  T *x_in, *ln1, *ln1_full, *ln1_mean, *ln1_rstd, *qkv, *lse, *atty, *x_mid, *ln2, *ln2_full, *ln2_mean, *ln2_rstd, *fc,
-      *act, *qk_pre = nullptr, *qk_rstd = nullptr;
-  MlaActs<T> mla{};
-};
-
-// Output gradients of a layer's four linears, kept from the input pass for
-// the weight pass (split backward only): [N, qkv], [N, C], [N, fc], [N, C].
-template <typename T>
-struct SavedGrads {
-  T *d_qkv, *d_attn_out, *d_fc, *d_mlp_out;
-};
-
-// Multi-token prediction (model.mtp), one depth k of a head chunk's
-// context: the shifted tokens t_{i+k} and targets t_{i+k+1} (-1 past the
-// sequence) [N]; the embedding's rows of the tokens and their norm, the
-// previous depth's hidden state's norm (and statistics) [R, C]; eh_proj's
-// input [R, 2C]; the block's output x_out [R, C]; shared_head.norm's output
-// o / o_full (local rows, and gathered as the LM head reads them) and its
-// statistics; logits [N, V] (dlogits after a training forward), losses [N];
-// d_emb [R, C]: the embedding rows' gradient, added to the token table's
-// with the embedding's. The block's own buffers are the context's layer
-// L + k - 1 (Activations::layers, ::moe).
-template <typename T>
-struct MtpActs {
-  std::vector<int32_t> tokens, targets;
-  T *emb = nullptr, *e_norm = nullptr, *e_rstd = nullptr, *h_norm = nullptr, *h_rstd = nullptr, *cat = nullptr;
-  T *x_out = nullptr, *o = nullptr, *o_full = nullptr, *o_rstd = nullptr, *logits = nullptr, *losses = nullptr;
-  T* d_emb = nullptr;
-};
-
-template <typename T>
-struct Activations {
-  int64_t B = 0;
-  int chunk = 0;  // this rank's chunk index
-  Recompute recompute = Recompute::none;
-  // The workspace of the pass that runs on this context (model/workspace.hpp),
-  // set by the caller before each forward_chunk / backward_chunk; null: the
-  // model's own.
-  Workspace<T>* workspace = nullptr;
-  // 16-bit precision: each layer's saved activations as 2-byte values (pack
-  // order x_in, ln1_full, qkv, atty, x_mid, ln2_full, fc, act; x_in alone
-  // with full recompute). The layers' large buffers then point into the
-  // chunk's fp32 working set, refilled from here before each use; norm
-  // statistics and the attention log-sum-exp stay per layer in fp32.
-  std::vector<uint16_t*> packed;
-  bool is_packed() const { return !packed.empty(); }
-  std::vector<Tensor> storage;  // owns the buffers the pointers below see
-  std::vector<LayerActs<T>> layers;
-  std::vector<SavedGrads<T>> saved;  // split backward only
-  // MoE layers (model/moe.hpp): each local layer's buffers (empty for a dense
-  // layer), and the scale of the balancing losses' gradients (the loss's of
-  // the micro-batch's tokens, set by forward_chunk).
-  std::vector<MoeActs<T>> moe;
-  // the head chunk with model.mtp: each depth's (layers and moe then hold
-  // the chunk's layers and, after them, each depth's block); mtp_ran: its
-  // last forward ran them (a training forward), so its backward does
-  std::vector<MtpActs<T>> mtp;
-  bool mtp_ran = false;
-  T aux_scale = 0;
-  T* x_final = nullptr;                                                             // [R,C] the chunk's output
-  T *lnf = nullptr, *lnf_full = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // head chunk
-  T* logits = nullptr;  // [N, V]: this rank's vocabulary columns (head chunk)
-  T* losses = nullptr;  // [N] (head chunk)
-  const int32_t* tokens = nullptr;
-  // Document masking: [B,T] the first (global) position of each row's
-  // document (where the kernels can read it), set by the caller before
-  // forward_chunk; null: plain causal attention.
-  const int32_t* doc_start = nullptr;
-  // [B,T]: local row (b, t) is at position t - position_origin[b*T + t]
-  // (rotary and learned positions): the document's start with masking, the
-  // shift to the global position with context parallelism. Null: doc_start.
-  const int32_t* position_origin = nullptr;
-};
 
 // Where a model runs and what it holds, fixed when it is built (no setter
 // can come too late): model/parallelize.cpp fills it from the recipe and the
@@ -229,20 +141,12 @@ class Transformer {
   // applied, summed over its MoE layers): the aux loss, the z-loss.
   std::pair<double, double> balance_losses(const Activations<T>& ctx) const;
 
-  // This rank's MoE statistics since reset_moe_step(), over its training
-  // forwards (dscale != 0; recomputation reruns are not counted): the
-  // global ids of its MoE layers, the tokens routed to each expert of each
-  // ([layers x E], this rank's rows), the balancing losses summed over
-  // micro-batches and layers (this rank's share under context parallelism).
-  struct MoeStep {
-    std::vector<int64_t> layers;
-    std::vector<double> counts;
-    double aux_loss = 0, z_loss = 0;
-  };
+  // This rank's MoE statistics since reset_moe_step() (model/mlp.hpp).
+  using MoeStep = model::MoeStep;
   // Called before each training step's schedule: resets the statistics
   // below (and starts the step's shared token-table gradient afresh).
   void reset_moe_step();
-  const MoeStep& moe_step() const { return moe_step_; }
+  const MoeStep& moe_step() const;
   // Multi-token prediction: this rank's summed token losses of each depth
   // since reset_moe_step() (training forwards of the head chunk; unweighted).
   const std::vector<double>& mtp_losses() const { return mtp_losses_; }
@@ -268,78 +172,23 @@ class Transformer {
   kernels::Precision precision() const { return precision_; }
 
  protected:
+  ModelConfig cfg_;
+  Device device_;
+  kernels::Precision precision_ = kernels::Precision::fp32;
+  parallel::TensorParallel single_;  // the region of a one-rank model
+  parallel::TensorParallel* tp_;
+  parallel::ContextParallel single_cp_;  // the whole sequence
+  parallel::ContextParallel* cp_ = &single_cp_;
+  ParamRegistry reg_;
+  LocalDims dims_;
+  const Architecture& arch_;
+  LayerOps<T> ops_;  // what the layers' parts call (ops_.copies: the CPU's bf16 GEMMs read 2-byte copies)
   // Both storage choices give bitwise the results of the plain path (the
   // values are rounded to the format before they are stored); the precision
   // tests turn them off through a subclass to prove it.
-  bool pack_ = true;    // packed 2-byte activations
-  bool copies_ = true;  // the CPU's bf16 GEMMs read 2-byte copies
+  bool pack_ = true;  // packed 2-byte activations
 
  private:
-  // A layer's parameters and gradients, one pointer per slot (Slot order,
-  // model/architecture.hpp; null where the architecture has no such slot),
-  // read through named accessors; an MoE layer's fcw / pw are its shared
-  // experts' (null without them).
-  struct LayerParams {
-    std::array<T*, kLayerSlots> param{}, grad{};
-    T* n1w() const { return param[size_t(Slot::norm1_weight)]; }
-    T* dn1w() const { return grad[size_t(Slot::norm1_weight)]; }
-    T* n1b() const { return param[size_t(Slot::norm1_bias)]; }
-    T* dn1b() const { return grad[size_t(Slot::norm1_bias)]; }
-    T* qkvw() const { return param[size_t(Slot::qkv_weight)]; }
-    T* dqkvw() const { return grad[size_t(Slot::qkv_weight)]; }
-    T* qkvb() const { return param[size_t(Slot::qkv_bias)]; }
-    T* dqkvb() const { return grad[size_t(Slot::qkv_bias)]; }
-    T* ow() const { return param[size_t(Slot::attn_out_weight)]; }
-    T* dow() const { return grad[size_t(Slot::attn_out_weight)]; }
-    T* ob() const { return param[size_t(Slot::attn_out_bias)]; }
-    T* dob() const { return grad[size_t(Slot::attn_out_bias)]; }
-    T* n2w() const { return param[size_t(Slot::norm2_weight)]; }
-    T* dn2w() const { return grad[size_t(Slot::norm2_weight)]; }
-    T* n2b() const { return param[size_t(Slot::norm2_bias)]; }
-    T* dn2b() const { return grad[size_t(Slot::norm2_bias)]; }
-    T* fcw() const { return param[size_t(Slot::mlp_in_weight)]; }
-    T* dfcw() const { return grad[size_t(Slot::mlp_in_weight)]; }
-    T* fcb() const { return param[size_t(Slot::mlp_in_bias)]; }
-    T* dfcb() const { return grad[size_t(Slot::mlp_in_bias)]; }
-    T* pw() const { return param[size_t(Slot::mlp_out_weight)]; }
-    T* dpw() const { return grad[size_t(Slot::mlp_out_weight)]; }
-    T* pb() const { return param[size_t(Slot::mlp_out_bias)]; }
-    T* dpb() const { return grad[size_t(Slot::mlp_out_bias)]; }
-    T* rw() const { return param[size_t(Slot::router_weight)]; }
-    T* drw() const { return grad[size_t(Slot::router_weight)]; }
-    T* rb() const { return param[size_t(Slot::router_bias)]; }
-    T* drb() const { return grad[size_t(Slot::router_bias)]; }
-    T* xw() const { return param[size_t(Slot::experts_in_weight)]; }
-    T* dxw() const { return grad[size_t(Slot::experts_in_weight)]; }
-    T* xpw() const { return param[size_t(Slot::experts_out_weight)]; }
-    T* dxpw() const { return grad[size_t(Slot::experts_out_weight)]; }
-    T* sgw() const { return param[size_t(Slot::shared_gate_weight)]; }
-    T* dsgw() const { return grad[size_t(Slot::shared_gate_weight)]; }
-    T* qnw() const { return param[size_t(Slot::q_norm_weight)]; }
-    T* dqnw() const { return grad[size_t(Slot::q_norm_weight)]; }
-    T* knw() const { return param[size_t(Slot::k_norm_weight)]; }
-    T* dknw() const { return grad[size_t(Slot::k_norm_weight)]; }
-    T* qaw() const { return param[size_t(Slot::q_down_weight)]; }
-    T* dqaw() const { return grad[size_t(Slot::q_down_weight)]; }
-    T* qan() const { return param[size_t(Slot::q_down_norm)]; }
-    T* dqan() const { return grad[size_t(Slot::q_down_norm)]; }
-    T* kvaw() const { return param[size_t(Slot::kv_down_weight)]; }
-    T* dkvaw() const { return grad[size_t(Slot::kv_down_weight)]; }
-    T* kvan() const { return param[size_t(Slot::kv_down_norm)]; }
-    T* dkvan() const { return grad[size_t(Slot::kv_down_norm)]; }
-    T* kvbw() const { return param[size_t(Slot::kv_up_weight)]; }
-    T* dkvbw() const { return grad[size_t(Slot::kv_up_weight)]; }
-    T* enw() const { return param[size_t(Slot::mtp_embed_norm)]; }
-    T* denw() const { return grad[size_t(Slot::mtp_embed_norm)]; }
-    T* hnw() const { return param[size_t(Slot::mtp_hidden_norm)]; }
-    T* dhnw() const { return grad[size_t(Slot::mtp_hidden_norm)]; }
-    T* ehw() const { return param[size_t(Slot::mtp_proj)]; }
-    T* dehw() const { return grad[size_t(Slot::mtp_proj)]; }
-    T* shnw() const { return param[size_t(Slot::mtp_head_norm)]; }
-    T* dshnw() const { return grad[size_t(Slot::mtp_head_norm)]; }
-    MoeWeights<T> moe() const { return {rw(), rb(), xw(), xpw(), fcw(), pw(), sgw()}; }
-    MoeGrads<T> moe_grads() const { return {drw(), drb(), dxw(), dxpw(), dfcw(), dpw(), dsgw()}; }
-  };
   // experts: one MoE layer's routed experts, split over an expert group
   enum class SegKind { embedding, layer, head, experts };
   struct SegInfo {
@@ -355,44 +204,15 @@ class Transformer {
     int emb_seg = -1, head_seg = -1;
     int mtp_first_seg = -1;  // the head chunk: multi-token prediction's depth k is segment mtp_first_seg + k - 1
   };
-  // rounds n elements at p to the storage format (a no-op in fp32)
-  void store(T* p, int64_t n) const { kernels::round_to_storage(p, n, precision_); }
-  // an output gradient the GEMMs read: rounded, and on the CPU's bf16 path
-  // its 2-byte copy written in the same pass (copy16, n elements)
-  void store_grad(T* p, uint16_t* copy16, int64_t n) const {
-    if (gemm_reads_16bit())
-      kernels::store_16(p, copy16, n, precision_);
-    else
-      store(p, n);
-  }
-  // The CPU's bf16 path (docs/precision.md): under bf16, in host memory, the
-  // GEMMs read 2-byte operands where the model has them: the saved
-  // activations' packed copy, the output gradients' copy (the weights are
-  // converted by each GEMM: measured faster than a copy, docs/performance.md).
-  // A GEMM input: its values, its 2-byte copy, or both (kernels::In16).
-  struct GemmIn {
-    const T* f32 = nullptr;
-    const uint16_t* b16 = nullptr;
-  };
-  bool gemm_reads_16bit() const;
-  void linear_fwd(T* out, GemmIn inp, GemmIn w, const T* bias, int64_t N, int64_t C, int64_t OC);
-  void linear_bwd(T* dinp, T* dw, T* db, GemmIn dout, GemmIn inp, GemmIn w, int64_t N, int64_t C, int64_t OC, bool acc);
-  // The dweight input i of layer l (saved_buffers order): fp32 and/or packed.
-  GemmIn saved_in(const Activations<T>& ctx, int l, size_t i, const T* f32) const;
-  // Whether saved buffer i is left packed in backward (only GEMMs read it).
-  bool gemm_only(const Activations<T>& ctx, size_t i) const;
-  // A layer's saved buffers in pack order: (buffer in the working set, elements).
-  std::vector<std::pair<T*, int64_t>> saved_buffers(const LayerActs<T>& a, int64_t B, Recompute r) const;
-  // Buffers [first, last) of layer l to its packed copy, and all of them back.
-  void pack(Activations<T>& ctx, int l, size_t first, size_t last) const;
-  void unpack(Activations<T>& ctx, int l) const;
+  void store(T* p, int64_t n) const { ops_.store(p, n); }
   // local layer l's MoE buffers in ctx (null: a dense layer)
   static MoeActs<T>* moe_acts(Activations<T>& ctx, int l) {
     return size_t(l) < ctx.moe.size() && ctx.moe[size_t(l)].logits ? &ctx.moe[size_t(l)] : nullptr;
   }
-  // m: the layer's MoE buffers (null: a dense layer)
-  void layer_forward(const LayerActs<T>& a, T* x_out, const LayerParams& p, int64_t B, MoeActs<T>* m, Workspace<T>& w);
-  void layer_weight_grads(const Activations<T>& ctx, int l, const LayerParams& p, bool acc);
+  // Local layer l of ctx (layers_[li]): x_out = x_mid + exit(MLP(norm2(x_mid))),
+  // x_mid = x_in + exit(attention(norm1(x_in))) (model/layer.cpp)
+  void layer_forward(Activations<T>& ctx, int l, int li, T* x_out, Run run, Workspace<T>& w);
+  void layer_weight_grads(const Activations<T>& ctx, int l, int li, bool acc);
   // backward_chunk's parts (model/transformer.cpp)
   void weight_pass(Activations<T>& ctx, bool acc);
   void head_backward(Activations<T>& ctx, Workspace<T>& w, Recompute recompute, bool acc, bool split,
@@ -400,9 +220,8 @@ class Transformer {
   void embedding_backward(Activations<T>& ctx, Workspace<T>& w, bool acc, bool split);
   // layer_backward's two parts, each from the gradient of its output in
   // w.d_res to that of its input (model/layer.cpp)
-  void mlp_backward(Activations<T>& ctx, int l, const LayerParams& p, Workspace<T>& w, Recompute recompute, bool split,
-                    bool acc);
-  void attention_backward(Activations<T>& ctx, int l, const LayerParams& p, Workspace<T>& w, bool split, bool acc);
+  void mlp_backward(Activations<T>& ctx, int l, int li, Workspace<T>& w, Recompute recompute, bool split, bool acc);
+  void attention_backward(Activations<T>& ctx, int l, int li, Workspace<T>& w, bool split, bool acc);
   // manage = false: the caller acquires and releases the layer's segments
   void layer_backward(Activations<T>& ctx, int l, int li, int s, int next_s, int next_es, Recompute recompute, bool acc,
                       bool split, const std::function<void(int)>& ready, bool manage = true);
@@ -414,47 +233,16 @@ class Transformer {
   void mtp_forward(Activations<T>& ctx, const int32_t* targets, T dscale);
   void mtp_backward(Activations<T>& ctx, T* d_lnf, Recompute recompute, bool acc, bool head_acc,
                     const std::function<void(int)>& ready);
-  // the routes of an MoE layer's training forward, counted into moe_step_
-  void count_routes(const MoeActs<T>& m, int64_t global);
   std::vector<double> mtp_losses_;
   T* mtp_lnf_grad(Workspace<T>& w, int64_t R);  // [R, C]: the final norm's output gradient, the depths' added
-  void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N);
-  // QK-norm of the query and key heads in qkv [N, (H + 2 KV) D], in place
-  // (pre: the heads before it, kept for backward), and its backward on dqkv.
-  void qk_norm_forward(T* qkv, T* pre, T* rstd, const LayerParams& p, int64_t N, Workspace<T>& w);
-  void qk_norm_backward(T* dqkv, const T* pre, const T* rstd, const LayerParams& p, int64_t N, bool acc,
-                        Workspace<T>& w);
-  T* qk_scratch(Workspace<T>& w, int64_t N) const;  // 2 N (H + KV) D: the heads and their gradients
-  // Multi-head latent attention: the projections from h (the gathered norm1
-  // output) to qkv [N, H (2 Dq + Dv)], and back from its gradient to w.d_ln (the
-  // weight gradients included, in either backward part).
-  void mla_forward(const LayerActs<T>& a, const T* h, const LayerParams& p, int64_t B, Workspace<T>& w);
-  void mla_backward(const LayerActs<T>& a, GemmIn h, T* d_qkv, const LayerParams& p, int64_t B, bool acc,
-                    Workspace<T>& w);
-  struct MlaScratch {
-    T *q, *kvb, *kr, *d_kv_norm, *d_kv_lat, *d_q_norm, *d_q_lat, *d_h;
-  };
-  MlaScratch mla_scratch(Workspace<T>& w, int64_t N) const;
-  void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,
-                     int64_t N, bool accumulate);
-
-  ModelConfig cfg_;
-  Device device_;
-  kernels::Precision precision_ = kernels::Precision::fp32;
-  parallel::TensorParallel single_;  // the region of a one-rank model
-  parallel::TensorParallel* tp_;
-  parallel::ContextParallel single_cp_;  // the whole sequence
-  parallel::ContextParallel* cp_ = &single_cp_;
-  ParamRegistry reg_;
-  LocalDims dims_;
-  const Architecture& arch_;
-  int64_t qkv_width_, fc_width_;
-  int64_t dq_, dv_;  // a query (and key) head's size, a value head's (cfg.q_head_dim(), cfg.v_head_dim())
+  std::unique_ptr<Attention<T>> attention_;     // every layer's (model/attention.hpp)
+  std::unique_ptr<DenseMlp<T>> dense_;          // the dense layers' MLP (model/mlp.hpp)
+  std::unique_ptr<MoeLayer<T>> moe_;            // the MoE layers' (null: a dense model)
+  std::vector<Mlp<T>*> mlp_;                    // each local layer's
+  std::vector<int64_t> global_;                 // each local layer's index in the whole model
   Tensor params_, grads_;
   std::vector<Chunk> chunks_;
-  std::vector<LayerParams> layers_;  // every local layer, in order
-  std::unique_ptr<MoeMlp<T>> moe_;   // the MoE layers' MLP (null: a dense model)
-  MoeStep moe_step_;
+  std::vector<LayerParams<T>> layers_;  // every local layer, in order
   std::vector<Segment> segments_;
   std::vector<SegInfo> seg_info_;
   std::vector<int> expert_seg_;  // each local layer's expert segment (-1: none, or the experts are in its own)
@@ -476,7 +264,6 @@ class Transformer {
   T *dwte_ = nullptr, *dwpe_ = nullptr, *dnfw_ = nullptr, *dnfb_ = nullptr, *dhead_ = nullptr;
   // the head chunk's copy of the token table, where multi-token prediction reads it (no embedding chunk here)
   T *mtp_wte_ = nullptr, *dmtp_wte_ = nullptr;
-  std::vector<double> rope_;
   // Buffers that recomputation rebuilds before every use, shared by all the
   // contexts of a chunk (full: one layer's intermediates; selective: the
   // attention log-sum-exp): micro-batches in flight never use them at once.

@@ -40,10 +40,11 @@ struct Workspace {
   int64_t B16 = 0;
   Tensor buffers16;
   uint16_t *dy16 = nullptr, *dfc16 = nullptr, *dqkv16 = nullptr, *dlogits16 = nullptr;
-  // QK-norm's heads and their gradients; multi-head latent attention's
-  // projections (Transformer::mla_scratch); multi-token prediction's
-  // backward, and the final norm's output gradient its depths add to
-  Tensor qk, mla, mtp, mtp_lnf_grad;
+  // The attention variant's scratch (model/attention.hpp: QK-norm's heads
+  // and their gradients, or multi-head latent attention's projections);
+  // multi-token prediction's backward, and the final norm's output gradient
+  // its depths add to
+  Tensor attention, mtp, mtp_lnf_grad;
 
   MoeScratch<T> moe;  // the MoE layers' (their exchange's staging included)
 };

@@ -33,7 +33,7 @@ using kernels::Precision;
 struct PlainPathTransformer : model::Transformer<float> {
   using model::Transformer<float>::Transformer;
   void set_pack_activations(bool on) { pack_ = on; }
-  void set_gemm_copies(bool on) { copies_ = on; }
+  void set_gemm_copies(bool on) { ops_.copies = on; }
 };
 
 std::string src(const std::string& rel) { return std::string(TRIDENT_SOURCE_DIR) + "/" + rel; }

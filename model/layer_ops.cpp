@@ -1,0 +1,139 @@
+// The services of model/layer_ops.hpp: the GEMMs (with the CPU bf16 path's
+// 2-byte operands), the model's norm, and the packing of saved activations.
+#include "model/layer_ops.hpp"
+
+#include <type_traits>
+
+#include "kernels/attention.hpp"
+#include "kernels/buffer.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/norm.hpp"
+#include "model/memory.hpp"
+
+namespace trident::model {
+
+namespace k = trident::kernels;
+
+template <typename T>
+LayerOps<T>::LayerOps(const ModelConfig& cfg, const LocalDims& dims, parallel::TensorParallel& tp,
+                      parallel::ContextParallel& cp, Device device, kernels::Precision precision)
+    : cfg_(cfg),
+      dims_(dims),
+      arch_(architecture(cfg.arch)),
+      tp_(tp),
+      cp_(cp),
+      device_(device),
+      precision_(precision),
+      dq_(cfg.q_head_dim()),
+      dv_(cfg.v_head_dim()),
+      qkv_width_(k::attention_qkv_width(dims.heads, dims.kv_heads, dq_, dv_)),
+      fc_width_(arch_.mlp_in_width(dims.ffn)) {}
+
+template <typename T>
+bool LayerOps<T>::gemm_reads_16bit() const {
+  return copies && std::is_same_v<T, float> && precision_ == k::Precision::bf16 && device_.type == DeviceType::cpu;
+}
+
+template <typename T>
+void LayerOps<T>::store_grad(T* p, uint16_t* copy16, int64_t n) const {
+  if (gemm_reads_16bit())
+    k::store_16(p, copy16, n, precision_);
+  else
+    store(p, n);
+}
+
+template <typename T>
+T* LayerOps<T>::scratch(Tensor& t, int64_t n) const {
+  if (t.numel() < n) t = Tensor::empty({n}, dtype_of<T>(), MemCategory::activations, device_);
+  return t.template data<T>();
+}
+
+template <typename T>
+void LayerOps<T>::linear_fwd(T* out, GemmIn<T> inp, GemmIn<T> w, const T* bias, int64_t N, int64_t C,
+                             int64_t OC) const {
+  if constexpr (std::is_same_v<T, float>) {
+    if (gemm_reads_16bit())
+      return k::linear_forward16(out, {inp.f32, inp.b16}, {w.f32, w.b16}, bias, N, C, OC, precision_);
+  }
+  k::linear_forward(out, inp.f32, w.f32, bias, N, C, OC, precision_);
+}
+
+template <typename T>
+void LayerOps<T>::linear_bwd(T* dinp, T* dw, T* db, GemmIn<T> dout, GemmIn<T> inp, GemmIn<T> w, int64_t N, int64_t C,
+                             int64_t OC, bool acc) const {
+  if constexpr (std::is_same_v<T, float>) {
+    if (gemm_reads_16bit())
+      return k::linear_backward16(dinp, dw, db, {dout.f32, dout.b16}, {inp.f32, inp.b16}, {w.f32, w.b16}, N, C, OC, acc,
+                                  precision_);
+  }
+  k::linear_backward(dinp, dw, db, dout.f32, inp.f32, w.f32, N, C, OC, acc, precision_);
+}
+
+template <typename T>
+void LayerOps<T>::norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N) const {
+  if (arch_.norm == NormKind::rms_norm)
+    k::rmsnorm_forward(out, rstd, inp, w, N, cfg_.hidden, cfg_.norm_eps);
+  else
+    k::layernorm_forward(out, mean, rstd, inp, w, b, N, cfg_.hidden, cfg_.norm_eps);
+}
+
+template <typename T>
+void LayerOps<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean,
+                                const T* rstd, int64_t N, bool accumulate) const {
+  if (arch_.norm == NormKind::rms_norm)
+    k::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, cfg_.hidden, accumulate);
+  else
+    k::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, cfg_.hidden, accumulate);
+}
+
+template <typename T>
+std::vector<std::pair<T*, int64_t>> LayerOps<T>::saved_buffers(const LayerActs<T>& a, int64_t B, Recompute r) const {
+  const ActivationSizes z = activation_sizes(cfg_, {B, tp_.size(), tp_.gathers(), r, false, cp_.size()});
+  const int64_t x = z.R * z.C;
+  if (r == Recompute::full) return {{a.x_in, x}};
+  return {{a.x_in, x},  {a.ln1_full, z.norm_full}, {a.qkv, z.qkv}, {a.atty, z.atty},
+          {a.x_mid, x}, {a.ln2_full, z.norm_full}, {a.fc, z.fc},   {a.act, z.act}};
+}
+
+template <typename T>
+void LayerOps<T>::pack(Activations<T>& ctx, int l, size_t first, size_t last) const {
+  const auto bufs = saved_buffers(ctx.layers[size_t(l)], ctx.B, ctx.recompute);
+  uint16_t* dst = ctx.packed[size_t(l)];
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    if (i >= first && i < last) k::pack_16(dst, bufs[i].first, bufs[i].second, precision_);
+    dst += bufs[i].second;
+  }
+}
+
+template <typename T>
+void LayerOps<T>::unpack(Activations<T>& ctx, int l) const {
+  const uint16_t* src = ctx.packed[size_t(l)];
+  const auto bufs = saved_buffers(ctx.layers[size_t(l)], ctx.B, ctx.recompute);
+  // an MoE layer's backward reads its MLP input (ln2_full) itself, not only through GEMMs
+  const bool moe = size_t(l) < ctx.moe.size() && ctx.moe[size_t(l)].logits;
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    if (!gemm_only(ctx, i) || (moe && i == ln2_full)) k::unpack_16(bufs[i].first, src, bufs[i].second, precision_);
+    src += bufs[i].second;
+  }
+}
+
+// ln1_full, ln2_full and act feed only the dweight GEMMs
+template <typename T>
+bool LayerOps<T>::gemm_only(const Activations<T>& ctx, size_t i) const {
+  return gemm_reads_16bit() && ctx.is_packed() && ctx.recompute != Recompute::full &&
+         (i == ln1_full || i == ln2_full || i == act);
+}
+
+template <typename T>
+GemmIn<T> LayerOps<T>::saved_in(const Activations<T>& ctx, int l, size_t i, const T* f32) const {
+  if (!gemm_reads_16bit() || !ctx.is_packed() || ctx.recompute == Recompute::full) return {f32, nullptr};
+  const auto bufs = saved_buffers(ctx.layers[size_t(l)], ctx.B, ctx.recompute);
+  const uint16_t* at = ctx.packed[size_t(l)];
+  for (size_t j = 0; j < i; ++j) at += bufs[j].second;
+  return {gemm_only(ctx, i) ? nullptr : f32, at};
+}
+
+template class LayerOps<float>;
+template class LayerOps<double>;
+
+}  // namespace trident::model

@@ -55,6 +55,7 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
       attention_(make_attention(ops_)),
       dense_(std::make_unique<DenseMlp<T>>(ops_)) {
   if (cfg.moe.enabled) moe_ = std::make_unique<MoeLayer<T>>(ops_, where.ep, reg_.experts().whole);
+  if (cfg.mtp.depth > 0) mtp_ = std::make_unique<Mtp<T>>(ops_);
   // Segments, in registry order: each chunk's embedding, its layers, its
   // head, as many parameters each as the architecture's table gives them.
   const auto& params = reg_.params();
@@ -73,7 +74,8 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
   bool has_embedding = false, has_head = false;
   for (const auto& c : reg_.chunks()) has_embedding |= c.embedding, has_head |= c.head;
   tied_local_ = cfg.tie_embeddings && has_embedding && has_head;
-  for (const auto& c : reg_.chunks()) mtp_shared_table_ |= cfg.mtp.depth > 0 && c.head && !c.embedding && has_embedding;
+  if (mtp_)
+    for (const auto& c : reg_.chunks()) mtp_->shares_table |= c.head && !c.embedding && has_embedding;
   const size_t embedding_rows = arch_.part(Part::embedding).size();
   // the embedding's copy (tied, or multi-token prediction's)
   size_t head_rows = (cfg.tie_embeddings || cfg.mtp.depth > 0) && !has_embedding ? 1 : 0;
@@ -170,7 +172,7 @@ void Transformer<T>::bind(int s, T* pbase, T* gbase) {
         else if (cfg_.tie_embeddings)
           set(head_, dhead_, offset);
         else
-          set(mtp_wte_, dmtp_wte_, offset);
+          set(mtp_->table, mtp_->dtable, offset);
         break;
       case Slot::positions:
         set(wpe_, dwpe_, offset);
@@ -390,9 +392,8 @@ void Transformer<T>::embedding_backward(Activations<T>& ctx, Workspace<T>& w, bo
   // Start from zero when not accumulating, unless the tied LM head has just
   // written the same buffer. (Split backward: the head's weight pass comes
   // later and accumulates, so the table starts from zero here.)
-  if (mtp_shared_table_) {  // the head's chunk on this rank may have added its modules' lookups already
-    if (table_fresh_) k::fill_zero(dwte_, V * C);
-    table_fresh_ = false;
+  if (mtp_ && mtp_->shares_table) {  // the head's chunk on this rank may have added its modules' lookups already
+    if (mtp_->first_table_write()) k::fill_zero(dwte_, V * C);
   } else if (!acc) {
     if (!tied_local_ || split) k::fill_zero(dwte_, V * C);
   }
@@ -401,23 +402,26 @@ void Transformer<T>::embedding_backward(Activations<T>& ctx, Workspace<T>& w, bo
   const T* demb = tp_->exit_backward(w.d_full, w.d_res, N, C);
   k::embedding_backward(dwte_, demb, ctx.tokens, N, C, dims_.vocab_begin, V);
   if (ctx.mtp_ran && ch.spec.head)  // multi-token prediction's lookups of the same table
-    for (const MtpActs<T>& a : ctx.mtp)
-      k::embedding_backward(dwte_, tp_->exit_backward(w.d_full, a.d_emb, N, C), a.tokens.data(), N, C,
-                            dims_.vocab_begin, V);
+    for (const MtpActs<T>& a : ctx.mtp) mtp_->table_backward(a, dwte_, ctx.B, w);
   done_grads(emb);
 }
 
 template <typename T>
 void Transformer<T>::reset_moe_step() {
   if (moe_) moe_->reset_step();
-  std::fill(mtp_losses_.begin(), mtp_losses_.end(), 0.0);
-  table_fresh_ = true;
+  if (mtp_) mtp_->reset_step();
 }
 
 template <typename T>
 const MoeStep& Transformer<T>::moe_step() const {
   static const MoeStep none;
   return moe_ ? moe_->step() : none;
+}
+
+template <typename T>
+const std::vector<double>& Transformer<T>::mtp_losses() const {
+  static const std::vector<double> none;
+  return mtp_ ? mtp_->losses() : none;
 }
 
 template <typename T>

@@ -41,6 +41,7 @@
 #include "model/layer_params.hpp"
 #include "model/mlp.hpp"
 #include "model/moe.hpp"
+#include "model/mtp.hpp"
 #include "model/parallel_plan.hpp"
 #include "model/params.hpp"
 #include "model/workspace.hpp"
@@ -149,7 +150,7 @@ class Transformer {
   const MoeStep& moe_step() const;
   // Multi-token prediction: this rank's summed token losses of each depth
   // since reset_moe_step() (training forwards of the head chunk; unweighted).
-  const std::vector<double>& mtp_losses() const { return mtp_losses_; }
+  const std::vector<double>& mtp_losses() const;
 
   // The whole model on one pipeline rank (one chunk with embedding and head).
   double forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale) {
@@ -225,20 +226,21 @@ class Transformer {
   // manage = false: the caller acquires and releases the layer's segments
   void layer_backward(Activations<T>& ctx, int l, int li, int s, int next_s, int next_es, Recompute recompute, bool acc,
                       bool split, const std::function<void(int)>& ready, bool manage = true);
-  // Multi-token prediction (model/mtp.cpp): the depths after the head
+  // Multi-token prediction (model/mtp.hpp): the depths after the head
   // chunk's loss (targets [B, T]; dscale the main loss's weight per token),
   // and their backward inside the head's, which adds the gradient of the
   // final norm's output to d_lnf [R, C] and writes every depth's weight
-  // gradients (the LM head's accumulated: head_acc).
+  // gradients (the LM head's accumulated: head_acc); each depth's segments
+  // held here, its block run as a layer.
   void mtp_forward(Activations<T>& ctx, const int32_t* targets, T dscale);
   void mtp_backward(Activations<T>& ctx, T* d_lnf, Recompute recompute, bool acc, bool head_acc,
                     const std::function<void(int)>& ready);
-  std::vector<double> mtp_losses_;
   T* mtp_lnf_grad(Workspace<T>& w, int64_t R);  // [R, C]: the final norm's output gradient, the depths' added
   std::unique_ptr<Attention<T>> attention_;     // every layer's (model/attention.hpp)
   std::unique_ptr<DenseMlp<T>> dense_;          // the dense layers' MLP (model/mlp.hpp)
   std::unique_ptr<MoeLayer<T>> moe_;            // the MoE layers' (null: a dense model)
   std::vector<Mlp<T>*> mlp_;                    // each local layer's
+  std::unique_ptr<Mtp<T>> mtp_;                 // multi-token prediction's modules (null without model.mtp)
   std::vector<int64_t> global_;                 // each local layer's index in the whole model
   Tensor params_, grads_;
   std::vector<Chunk> chunks_;
@@ -248,12 +250,6 @@ class Transformer {
   std::vector<int> expert_seg_;  // each local layer's expert segment (-1: none, or the experts are in its own)
   int emb_seg_ = -1;             // this rank's embedding segment, if any
   bool tied_local_ = false;      // the head uses the embedding segment's table
-  // Multi-token prediction on a rank that also holds the embedding, in
-  // another chunk (pipeline 1 with virtual stages, dualpipev's rank 0): the
-  // modules read the embedding's table and add to its gradient, which the
-  // step's first writer of the two chunks zeroes (table_fresh_).
-  bool mtp_shared_table_ = false;
-  bool table_fresh_ = true;
   SegmentStorage<T>* store_ = nullptr;
   void bind(int s, T* pbase, T* gbase);
   void use_params(int s, int next);
@@ -262,8 +258,6 @@ class Transformer {
   void done_grads(int s);
   T *wte_ = nullptr, *wpe_ = nullptr, *nfw_ = nullptr, *nfb_ = nullptr, *head_ = nullptr;
   T *dwte_ = nullptr, *dwpe_ = nullptr, *dnfw_ = nullptr, *dnfb_ = nullptr, *dhead_ = nullptr;
-  // the head chunk's copy of the token table, where multi-token prediction reads it (no embedding chunk here)
-  T *mtp_wte_ = nullptr, *dmtp_wte_ = nullptr;
   // Buffers that recomputation rebuilds before every use, shared by all the
   // contexts of a chunk (full: one layer's intermediates; selective: the
   // attention log-sum-exp): micro-batches in flight never use them at once.

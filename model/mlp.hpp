@@ -85,6 +85,7 @@ class MoeLayer final : public Mlp<T> {
   const T* add_replicated_grad(const T* d, Workspace<T>& w, int64_t N) const override;
 
   MoeMlp<T>& experts() { return moe_; }
+  const MoeMlp<T>& experts() const { return moe_; }
   MoeStep& step() { return step_; }
   void reset_step();
 

@@ -56,8 +56,20 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
       dense_(std::make_unique<DenseMlp<T>>(ops_)) {
   if (cfg.moe.enabled) moe_ = std::make_unique<MoeLayer<T>>(ops_, where.ep, reg_.experts().whole);
   if (cfg.mtp.depth > 0) mtp_ = std::make_unique<Mtp<T>>(ops_);
-  // Segments, in registry order: each chunk's embedding, its layers, its
-  // head, as many parameters each as the architecture's table gives them.
+  pool_ = std::make_unique<ActivationPool<T>>(ops_, *attention_, moe_ ? &moe_->experts() : nullptr);
+  make_segments();
+  TRIDENT_CHECK(cp_->local_len() * cp_->size() == cfg_.seq_len, "context split of {} rows x {} ranks, seq_len {}",
+                cp_->local_len(), cp_->size(), cfg_.seq_len);
+  if (where.full_buffers) allocate(seed);
+}
+
+// Segments, in registry order: each chunk's embedding, its layers, its
+// head, as many parameters each as the architecture's table gives them;
+// with split experts, each MoE layer's routed experts after every other.
+// Each local layer's MLP part.
+template <typename T>
+void Transformer<T>::make_segments() {
+  const ModelConfig& cfg = cfg_;
   const auto& params = reg_.params();
   size_t i = 0;
   auto take = [&](size_t count, SegKind kind, int64_t local, int64_t global) {
@@ -74,6 +86,7 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
   bool has_embedding = false, has_head = false;
   for (const auto& c : reg_.chunks()) has_embedding |= c.embedding, has_head |= c.head;
   tied_local_ = cfg.tie_embeddings && has_embedding && has_head;
+  head_here_ = has_head;
   if (mtp_)
     for (const auto& c : reg_.chunks()) mtp_->shares_table |= c.head && !c.embedding && has_embedding;
   const size_t embedding_rows = arch_.part(Part::embedding).size();
@@ -127,9 +140,12 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
       take(n, SegKind::experts, int64_t(l), global_[l]);
     }
   TRIDENT_CHECK(i == params.size(), "segments cover {} of {} parameters", i, params.size());
-  TRIDENT_CHECK(cp_->local_len() * cp_->size() == cfg_.seq_len, "context split of {} rows x {} ranks, seq_len {}",
-                cp_->local_len(), cp_->size(), cfg_.seq_len);
-  if (!where.full_buffers) return;
+}
+
+// The model's own flat buffers (no ZeRO 3 storage), initialised from seed
+// and bound.
+template <typename T>
+void Transformer<T>::allocate(uint64_t seed) {
   params_ = Tensor::empty({reg_.total()}, dtype_of<T>(), MemCategory::params, device_);
   grads_ = Tensor::zeros({reg_.total()}, dtype_of<T>(), MemCategory::grads, device_);
   if (device_.type == DeviceType::cpu) {
@@ -265,7 +281,15 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
     const auto [aux, z] = balance_losses(ctx);
     moe_->step().aux_loss += aux, moe_->step().z_loss += z;
   }
-  if (!ch.spec.head) return 0;
+  return ch.spec.head ? head_forward(ctx, targets, dscale) : 0;
+}
+
+// The final norm, the LM head and the loss (dlogits left in ctx.logits for
+// backward), and multi-token prediction's depths after them.
+template <typename T>
+double Transformer<T>::head_forward(Activations<T>& ctx, const int32_t* targets, T dscale) {
+  const Chunk& ch = chunks_[size_t(ctx.chunk)];
+  const int64_t C = cfg_.hidden, N = ctx.B * seq(), R = tp_->rows(N);
   const int head = ch.head_seg;
   use_params(head, tied_local_ ? emb_seg_ : -1);
   if (tied_local_) use_params(emb_seg_, -1);

@@ -34,6 +34,7 @@
 #include "core/segment_storage.hpp"
 #include "core/tensor.hpp"
 #include "kernels/precision.hpp"
+#include "model/activation_pool.hpp"
 #include "model/activations.hpp"
 #include "model/architecture.hpp"
 #include "model/attention.hpp"
@@ -115,7 +116,9 @@ class Transformer {
 
   // split_backward: keep what a later BackwardPart::weight pass needs.
   std::unique_ptr<Activations<T>> make_activations(int64_t B, Recompute recompute, int chunk = 0,
-                                                   bool split_backward = false) const;
+                                                   bool split_backward = false) const {
+    return pool_->make(B, recompute, chunk, chunks_[size_t(chunk)].spec, split_backward);
+  }
 
   // One chunk, one micro-batch. tokens [B,T] (the embedding chunk) or x_in
   // [R,C] (the previous chunk's output); targets [B,T] (the head chunk; may
@@ -184,10 +187,11 @@ class Transformer {
   LocalDims dims_;
   const Architecture& arch_;
   LayerOps<T> ops_;  // what the layers' parts call (ops_.copies: the CPU's bf16 GEMMs read 2-byte copies)
-  // Both storage choices give bitwise the results of the plain path (the
-  // values are rounded to the format before they are stored); the precision
-  // tests turn them off through a subclass to prove it.
-  bool pack_ = true;  // packed 2-byte activations
+  // Where activation memory comes from (model/activation_pool.hpp;
+  // pool_->pack: saved activations as 2-byte values under bf16/fp16). Both
+  // storage choices (pack, ops_.copies) give bitwise the results of the
+  // plain path; the precision tests turn them off through a subclass to prove it.
+  std::unique_ptr<ActivationPool<T>> pool_;
 
  private:
   // experts: one MoE layer's routed experts, split over an expert group
@@ -214,6 +218,7 @@ class Transformer {
   // x_mid = x_in + exit(attention(norm1(x_in))) (model/layer.cpp)
   void layer_forward(Activations<T>& ctx, int l, int li, T* x_out, Run run, Workspace<T>& w);
   void layer_weight_grads(const Activations<T>& ctx, int l, int li, bool acc);
+  double head_forward(Activations<T>& ctx, const int32_t* targets, T dscale);
   // backward_chunk's parts (model/transformer.cpp)
   void weight_pass(Activations<T>& ctx, bool acc);
   void head_backward(Activations<T>& ctx, Workspace<T>& w, Recompute recompute, bool acc, bool split,
@@ -251,6 +256,8 @@ class Transformer {
   int emb_seg_ = -1;             // this rank's embedding segment, if any
   bool tied_local_ = false;      // the head uses the embedding segment's table
   SegmentStorage<T>* store_ = nullptr;
+  void make_segments();
+  void allocate(uint64_t seed);
   void bind(int s, T* pbase, T* gbase);
   void use_params(int s, int next);
   void done_params(int s);
@@ -258,27 +265,12 @@ class Transformer {
   void done_grads(int s);
   T *wte_ = nullptr, *wpe_ = nullptr, *nfw_ = nullptr, *nfb_ = nullptr, *head_ = nullptr;
   T *dwte_ = nullptr, *dwpe_ = nullptr, *dnfw_ = nullptr, *dnfb_ = nullptr, *dhead_ = nullptr;
-  // Buffers that recomputation rebuilds before every use, shared by all the
-  // contexts of a chunk (full: one layer's intermediates; selective: the
-  // attention log-sum-exp): micro-batches in flight never use them at once.
-  struct SharedRecompute {
-    int chunk;
-    int64_t B;
-    Recompute recompute;
-    bool packed;  // the working set of packed contexts
-    std::vector<Tensor> storage;
-    LayerActs<T> acts{};
-    T* lse = nullptr;
-    // full recompute: each MoE layer's buffers (empty for a dense layer);
-    // a context's MoeActs shares them and keeps its own routes and counts
-    std::vector<MoeActs<T>> moe;
-  };
-  mutable std::vector<SharedRecompute> shared_recompute_;
   // The pass's workspace: the context's, else the model's own
   // (model/workspace.hpp); its layer buffers sized for B.
   Workspace<T> own_;
   Workspace<T>& workspace(Activations<T>& ctx) { return ctx.workspace ? *ctx.workspace : own_; }
-  void ensure_scratch(Workspace<T>& w, int64_t B) const;
+  void ensure_scratch(Workspace<T>& w, int64_t B) const { pool_->size_workspace(w, B, head_here_); }
+  bool head_here_ = false;  // this rank holds the head (a workspace keeps dlogits' 2-byte copy)
   // A chunk's pass starts: its workspace sized for the context and given
   // the context's document starts and position origins.
   Workspace<T>& begin_pass(Activations<T>& ctx) {

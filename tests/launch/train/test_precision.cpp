@@ -32,7 +32,7 @@ using kernels::Precision;
 // the plain path. Production code has no such switch.
 struct PlainPathTransformer : model::Transformer<float> {
   using model::Transformer<float>::Transformer;
-  void set_pack_activations(bool on) { pack_ = on; }
+  void set_pack_activations(bool on) { pool_->pack = on; }
   void set_gemm_copies(bool on) { ops_.copies = on; }
 };
 

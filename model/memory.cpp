@@ -6,6 +6,7 @@
 #include "kernels/attention.hpp"
 #include "model/architecture.hpp"
 #include "model/attention.hpp"
+#include "model/mtp.hpp"
 
 namespace trident::model {
 
@@ -41,15 +42,17 @@ int64_t layer_set_elements(const ActivationSizes& z) {
 }
 }  // namespace
 
+namespace {
+// one MoE layer's buffers at this shape (model/moe.hpp)
+MoeLayout moe_layout_of(const ModelConfig& cfg, const ActivationShape& s) {
+  const int64_t N = s.micro_batch * cfg.seq_len / s.context;
+  return moe_layout(cfg.moe, N, cfg.hidden, cfg.moe.ffn_hidden / s.tensor, cfg.moe.shared_width() / s.tensor,
+                    s.expert > 1);
+}
+}  // namespace
+
 int64_t moe_layer_elements(const ModelConfig& cfg, const ActivationShape& s) {
-  const MoeConfig& e = cfg.moe;
-  if (!e.enabled) return 0;
-  const int64_t N = s.micro_batch * cfg.seq_len / s.context, M = N * e.top_k, C = cfg.hidden;
-  const int64_t I = e.ffn_hidden / s.tensor, S = e.shared_width() / s.tensor;
-  int64_t n = 2 * N * e.experts + M + 3 * M + M * 2 * I + M * I + M * C;
-  if (s.expert > 1) n += M * C;  // the received rows themselves (model/moe.cpp: x_in before fc_in and act_in)
-  if (S > 0) n += N * 2 * S + N * S + (e.shared_expert_gate ? N * C + N : 0);
-  return n;
+  return cfg.moe.enabled ? moe_layout_of(cfg, s).kept() : 0;
 }
 
 int64_t moe_layers_in(const ModelConfig& cfg, int64_t first, int64_t layers) {
@@ -84,9 +87,7 @@ int64_t shared_recompute_elements(const ModelConfig& cfg, const ActivationShape&
   const ActivationSizes z = activation_sizes(cfg, s);
   if (s.recompute == Recompute::selective) return z.attention_state;
   // each MoE layer's buffers; the rows its experts receive one layer at a time (freed after each)
-  // (under expert parallelism their input, gate|up and activation: moe_layer_elements' M (C + 3 I))
-  const int64_t M = s.micro_batch * cfg.seq_len / s.context * cfg.moe.top_k;
-  const int64_t received = s.expert > 1 ? M * (cfg.hidden + 3 * (cfg.moe.ffn_hidden / s.tensor)) : 0;
+  const int64_t received = cfg.moe.enabled ? moe_layout_of(cfg, s).received : 0;
   const int64_t moe = moe_layers > 0 ? moe_layers * (moe_layer_elements(cfg, s) - received) + received : 0;
   return layer_set_elements(z) + z.attention_state + moe;
 }
@@ -97,13 +98,8 @@ int64_t scratch_elements(const ModelConfig& cfg, const ActivationShape& s) {
   for (int64_t b : workspace_sizes(z)) n += b;
   // the attention variant's (model/attention.hpp)
   n += attention_layout(cfg, local_dims(cfg, {0, s.tensor}), z.N).scratch_total();
-  if (cfg.mtp.depth > 0) n += 6 * z.R * z.C;  // multi-token prediction's backward (model/mtp.cpp)
-  const MoeConfig& e = cfg.moe;
-  if (e.enabled) {  // MoeMlp's: gathered rows and their gradients, router gradients, the shared experts'
-    const int64_t N = z.N, M = N * e.top_k, C = z.C, I = e.ffn_hidden / s.tensor, S = e.shared_width() / s.tensor;
-    n += M * C + std::max(M, N) * C + M * C + M * 2 * I + M * I + 2 * N * e.experts + (M + N) + 2 * N * C + N * 2 * S +
-         N * S;
-  }
+  if (cfg.mtp.depth > 0) n += Mtp<float>::scratch_elements(z.R, z.C);  // multi-token prediction's backward
+  if (cfg.moe.enabled) n += moe_layout_of(cfg, s).scratch_total();     // MoeMlp's (model/moe.hpp)
   return (s.paired_passes ? 2 : 1) * n;  // a pair's second pass has a workspace of its own
 }
 

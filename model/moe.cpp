@@ -52,9 +52,35 @@ MoeMlp<T>::MoeMlp(const MoeConfig& cfg, int64_t hidden, int64_t ffn, int64_t sha
   k::check_router(spec_);
 }
 
+MoeLayout moe_layout(const MoeConfig& cfg, int64_t N, int64_t C, int64_t I, int64_t S, bool expert_parallel) {
+  const int64_t E = cfg.experts, M = N * cfg.top_k;
+  MoeLayout z;
+  z.logits = z.scores = N * E;
+  z.weight = z.routes = M;
+  if (!expert_parallel) z.fc = M * 2 * I, z.act = M * I;
+  z.y = M * C;
+  if (S > 0) {
+    z.shared_fc = N * 2 * S, z.shared_act = N * S;
+    if (cfg.shared_expert_gate) z.shared_out = N * C, z.gate = N;
+  }
+  z.received = expert_parallel ? M * (C + 3 * I) : 0;
+  z.scratch = {M * C, std::max(M, N) * C, M * C, M * 2 * I, M * I, N * E, N * E, M + N, N * C, N * C, N * 2 * S, N * S};
+  return z;
+}
+
+int64_t MoeLayout::kept() const {
+  return logits + scores + weight + 3 * routes + fc + act + y + shared_fc + shared_act + shared_out + gate + received;
+}
+
+int64_t MoeLayout::scratch_total() const {
+  int64_t n = 0;
+  for (int64_t s : scratch) n += s;
+  return n;
+}
+
 template <typename T>
 MoeActs<T> MoeMlp<T>::make_acts(int64_t N, std::vector<Tensor>& storage) const {
-  const int64_t E = spec_.experts, K = spec_.top_k, M = N * K;
+  const int64_t E = spec_.experts;
   auto alloc_on = [&](int64_t n, DType dtype, Device where) {
     storage.push_back(Tensor::empty({std::max<int64_t>(n, 1)}, dtype, MemCategory::activations, where));
     return storage.back().raw();
@@ -63,19 +89,18 @@ MoeActs<T> MoeMlp<T>::make_acts(int64_t N, std::vector<Tensor>& storage) const {
   auto ints = [&](int64_t n) { return static_cast<int32_t*>(alloc_on(n, DType::i32, device_)); };
   // the router's host side: its own buffers on a GPU, the layer's on the CPU
   auto host = [&](T* same, int64_t n) { return on_host_ ? same : static_cast<T*>(alloc_on(n, dtype_of<T>(), {})); };
+  const MoeLayout z = moe_layout(cfg_, N, C_, I_, S_, ep_ != nullptr);
   MoeActs<T> a;
-  a.logits = alloc(N * E), a.weight = alloc(M);
-  a.scores = on_host_ ? alloc(N * E) : host(nullptr, N * E);
-  a.expert = ints(M), a.row = ints(M), a.token = ints(M);
-  a.logits_h = host(a.logits, N * E), a.weight_h = host(a.weight, M);
-  a.expert_h = on_host_ ? a.expert : static_cast<int32_t*>(alloc_on(M, DType::i32, {}));
-  // under expert parallelism the experts' rows are the received ones (forward)
-  if (!ep_) a.fc = alloc(M * 2 * I_), a.act = alloc(M * I_);
-  a.y = alloc(M * C_);
-  if (S_ > 0) {
-    a.shared_fc = alloc(N * 2 * S_), a.shared_act = alloc(N * S_);
-    if (cfg_.shared_expert_gate) a.shared_out = alloc(N * C_), a.gate = alloc(N), a.gate_h = host(a.gate, N);
-  }
+  a.logits = alloc(z.logits), a.weight = alloc(z.weight);
+  a.scores = on_host_ ? alloc(z.scores) : host(nullptr, z.scores);
+  a.expert = ints(z.routes), a.row = ints(z.routes), a.token = ints(z.routes);
+  a.logits_h = host(a.logits, z.logits), a.weight_h = host(a.weight, z.weight);
+  a.expert_h = on_host_ ? a.expert : static_cast<int32_t*>(alloc_on(z.routes, DType::i32, {}));
+  // under expert parallelism the experts' rows are the received ones (forward): z.fc, z.act 0
+  if (z.fc > 0) a.fc = alloc(z.fc), a.act = alloc(z.act);
+  a.y = alloc(z.y);
+  if (z.shared_fc > 0) a.shared_fc = alloc(z.shared_fc), a.shared_act = alloc(z.shared_act);
+  if (z.gate > 0) a.shared_out = alloc(z.shared_out), a.gate = alloc(z.gate), a.gate_h = host(a.gate, z.gate);
   a.offsets.assign(size_t(E + 1), 0);
   return a;
 }
@@ -380,10 +405,9 @@ void MoeMlp<T>::ensure_scratch(MoeScratch<T>& s, int64_t N) const {
     if (!on_host_) s.counts_dev = Tensor::empty({E}, dtype_of<T>(), MemCategory::activations, device_);
   }
   if (N <= s.N) return;
-  const int64_t M = N * spec_.top_k, C = C_, I = I_, S = S_;
-  const int64_t sizes[12] = {
-      M * C, std::max(M, N) * C, M * C, M * 2 * I, M * I, on_host_ ? N * E : 0, N * E, M + N, N * C,
-      N * C, N * 2 * S,          N * S};
+  const int64_t M = N * spec_.top_k;
+  std::array<int64_t, 12> sizes = moe_layout(cfg_, N, C_, I_, S_, ep_ != nullptr).scratch;
+  if (!on_host_) sizes[5] = 0;  // dscores_h: in host memory (s.host, below)
   int64_t total = 0;
   for (int64_t n : sizes) total += n;
   s.buffers = Tensor::empty({total}, dtype_of<T>(), MemCategory::activations, device_);

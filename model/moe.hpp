@@ -43,6 +43,7 @@
 // tokens (Transformer: dscale x B x T), so accumulation, data parallelism
 // and every pipeline schedule weigh them as they weigh the loss.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -106,6 +107,34 @@ struct MoeActs {
 // by MoeMlp for the largest micro-batch seen: where the layer runs, and the
 // router's side in host memory (the same buffers on the CPU). Two passes
 // with scratch of their own never touch each other's.
+// One MoE layer's buffers for N token rows (I, S: this rank's shares of the
+// experts' and the shared experts' widths; expert_parallel: the experts'
+// rows come from the expert group), in elements: what a micro-batch keeps
+// (MoeActs, MoeMlp::make_acts) and what a pass writes (MoeScratch,
+// MoeMlp::ensure_scratch). The allocators take their sizes from here and the
+// memory formulas (model/memory.cpp, the planner's) sum them.
+struct MoeLayout {
+  // kept: the router's logits and scores [N,E] and weights [M] (M = N top_k),
+  // the routes (expert, row, token; int32) [M] each, the experts' gate|up
+  // [M,2I] and activation [M,I] (none under expert parallelism: received),
+  // their output [M,C], the shared experts' gate|up [N,2S] and activation
+  // [N,S], the gated output [N,C] and the gate [N]
+  int64_t logits = 0, scores = 0, weight = 0, routes = 0, fc = 0, act = 0, y = 0, shared_fc = 0, shared_act = 0,
+          shared_out = 0, gate = 0;
+  // expert parallelism: what the forward received and computed, kept until
+  // the backward (the rows, their gate|up and activation: M (C + 3I), the
+  // balanced load)
+  int64_t received = 0;
+  // MoeScratch::buffers in order: x, dx, dys, dfc, dact, dscores_h (the
+  // host's, counted on every device), dlogits, dweight, d_router_h,
+  // d_shared, sdfc, sdact
+  std::array<int64_t, 12> scratch{};
+  // everything one micro-batch keeps of one layer, in elements of 4 bytes
+  int64_t kept() const;
+  int64_t scratch_total() const;
+};
+MoeLayout moe_layout(const MoeConfig& cfg, int64_t N, int64_t C, int64_t I, int64_t S, bool expert_parallel);
+
 template <typename T>
 struct MoeScratch {
   int64_t N = 0;  // rows it is sized for

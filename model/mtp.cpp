@@ -106,7 +106,7 @@ void Mtp<T>::table_backward(const MtpActs<T>& a, T* dtable, int64_t B, Workspace
 
 template <typename T>
 T* Mtp<T>::d_next(Workspace<T>& w, int64_t R) const {
-  return ops_.scratch(w.mtp, 5 * R * ops_.cfg().hidden);
+  return ops_.scratch(w.mtp, 5 * R * ops_.cfg().hidden);  // scratch_elements' first part
 }
 
 template <typename T>

@@ -60,8 +60,12 @@ class Mtp {
                       Workspace<T>& w) const;
   // Adds depth a's lookups to the table gradient dtable [V, C].
   void table_backward(const MtpActs<T>& a, T* dtable, int64_t B, Workspace<T>& w) const;
-  // The backward's scratch: d_next [R, C], the gradient of h^k from depth k + 1.
+  // The backward's scratch (Workspace::mtp): d_next [R, C], the gradient of
+  // h^k from depth k + 1, then dcat [R, 2C], d_e and d_h [R, C]; and the
+  // final norm's output gradient the depths add to (Workspace::mtp_lnf_grad,
+  // [R, C]): scratch_elements in all, which the memory formulas count.
   T* d_next(Workspace<T>& w, int64_t R) const;
+  static int64_t scratch_elements(int64_t R, int64_t C) { return 5 * R * C + R * C; }
 
   // This rank's summed token losses of each depth since reset_step()
   // (training forwards of the head chunk; unweighted).

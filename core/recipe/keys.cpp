@@ -149,11 +149,18 @@ const std::vector<Key>& table() {
                    "RoPE, grouped-query attention, no biases, untied head"),
       integer("model.layers", FIELD(model.layers), 1, 100000, required<int64_t>(), "transformer blocks"),
       integer("model.hidden", FIELD(model.hidden), 1, 1 << 20, required<int64_t>(),
-              "model width C; must be divisible by `heads`"),
+              "model width C; must be divisible by `heads` unless `head_dim` is given"),
       integer("model.heads", FIELD(model.heads), 1, 1 << 16, required<int64_t>(), "query heads H"),
       integer("model.kv_heads", FIELD(model.kv_heads), 1, 1 << 16,
               derived("`heads`", [](const Recipe& r) { return r.model.heads; }),
               "key/value heads (grouped-query attention); `heads % kv_heads == 0`; gpt2 requires `kv_heads == heads`"),
+      integer("model.head_dim", FIELD(model.head_size), 1, 1 << 16,
+              derived("`hidden / heads`",
+                      [](const Recipe& r) { return r.model.heads > 0 ? r.model.hidden / r.model.heads : 0; }),
+              "each query, key and value head's size D (transformers' `head_dim`): the projections are `q_proj` "
+              "`[heads D, hidden]`, `k_proj` and `v_proj` `[kv_heads D, hidden]`, `o_proj` `[hidden, heads D]` "
+              "(Qwen3: 128 at every width; Mistral-Nemo: 128 on a 5120-wide model); llama with standard attention; "
+              "even (rotary); gpt2: `hidden / heads` only"),
       integer("model.ffn_hidden", FIELD(model.ffn_hidden), 1, 1 << 24,
               derived("gpt2: `4 * hidden`; llama: `8/3 * hidden` rounded up to 64", default_ffn_hidden), "MLP width F"),
       integer("model.seq_len", FIELD(model.seq_len), 1, 1 << 24, required<int64_t>(),
@@ -177,11 +184,11 @@ const std::vector<Key>& table() {
           "their rows get no gradient, and export strips them. `1`: pad only to a multiple of the tensor size"),
       boolean("model.qk_norm", FIELD(model.qk_norm), value(false),
               "RMSNorm over each query and key head (weights `self_attn.q_norm.weight`, `k_norm.weight` of size "
-              "hidden / heads) after the projection and before rotary, as Qwen3 (llama; under tensor parallelism its "
+              "`head_dim`) after the projection and before rotary, as Qwen3 (llama; under tensor parallelism its "
               "weights' gradients, each rank's over its heads, are summed over the tensor group)"),
       choice<AttentionKind>(
           "model.attention", FIELD(model.attention), value(AttentionKind::standard),
-          "`standard`: grouped-query attention with `heads`, `kv_heads` of size `hidden / heads`; `mla`: multi-head "
+          "`standard`: grouped-query attention with `heads`, `kv_heads` of size `head_dim`; `mla`: multi-head "
           "latent attention (DeepSeek-V2/V3, Kimi K2; llama; on cuda query heads up to 256 values), sized by "
           "`model.mla` ([mla.md](mla.md))"),
       section("model.mla",

@@ -7,9 +7,15 @@ namespace trident::recipe_detail {
 namespace {
 
 void validate_model(Reader& r, const ModelConfig& m) {
-  if (!m.is_mla() && m.hidden % m.heads != 0)
-    r.inconsistent("model.heads",
-                   fmt::format("hidden({}) % heads({}) = {} != 0", m.hidden, m.heads, m.hidden % m.heads));
+  const bool own_head_dim = r.has("model.head_dim");
+  if (!m.is_mla() && !own_head_dim && m.hidden % m.heads != 0)
+    r.inconsistent("model.heads", fmt::format("hidden({}) % heads({}) = {} != 0 (or give model.head_dim)", m.hidden,
+                                              m.heads, m.hidden % m.heads));
+  if (own_head_dim && m.is_mla())
+    r.inconsistent("model.head_dim", "multi-head latent attention sizes its heads by model.mla (leave head_dim out)");
+  if (own_head_dim && m.arch == Arch::gpt2 && m.head_dim() * m.heads != m.hidden)
+    r.inconsistent("model.head_dim", fmt::format("gpt2's fused c_attn needs heads x head_dim = hidden: {} x {} != {}",
+                                                 m.heads, m.head_dim(), m.hidden));
   if (m.heads % m.kv_heads != 0)
     r.inconsistent("model.kv_heads",
                    fmt::format("heads({}) % kv_heads({}) = {} != 0", m.heads, m.kv_heads, m.heads % m.kv_heads));
@@ -17,7 +23,9 @@ void validate_model(Reader& r, const ModelConfig& m) {
     r.inconsistent("model.kv_heads",
                    fmt::format("gpt2 uses multi-head attention: kv_heads({}) != heads({})", m.kv_heads, m.heads));
   if (m.arch == Arch::llama && !m.is_mla() && m.head_dim() % 2 != 0)
-    r.inconsistent("model.heads", fmt::format("rotary embedding needs an even head size, hidden({}) / heads({}) = {}",
+    r.inconsistent(own_head_dim ? "model.head_dim" : "model.heads",
+                   own_head_dim ? fmt::format("rotary embedding needs an even head size, found {}", m.head_dim())
+                                : fmt::format("rotary embedding needs an even head size, hidden({}) / heads({}) = {}",
                                               m.hidden, m.heads, m.head_dim()));
 }
 
@@ -139,6 +147,10 @@ void validate_moe(Reader& r, Recipe& rc) {
 
 void validate_model_keys(Reader& r, Recipe& rc) {
   validate_model(r, rc.model);
+  if (rc.device == DeviceType::cuda && !rc.model.is_mla() && rc.model.head_dim() > 256)
+    r.inconsistent(r.has("model.head_dim") ? "model.head_dim" : "model.heads",
+                   fmt::format("device cuda: the attention kernels take heads of up to 256 values, found {}",
+                               rc.model.head_dim()));
   validate_moe(r, rc);
   validate_qk_norm(r, rc);
   validate_mla(r, rc);

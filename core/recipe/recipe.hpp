@@ -70,6 +70,7 @@ struct MtpConfig {
 struct ModelConfig {
   Arch arch = Arch::gpt2;
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, seq_len = 0, vocab = 0;
+  int64_t head_size = 0;  // model.head_dim: each head's size D (0: hidden / heads)
   double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
   bool tie_embeddings = true;
   bool qk_norm = false;         // RMSNorm of each query and key head before rotary (Qwen3), weights [head_dim]
@@ -79,8 +80,8 @@ struct ModelConfig {
   MlaConfig mla;  // attention: mla
   MtpConfig mtp;
   bool is_mla() const { return attention == AttentionKind::mla; }
-  int64_t head_dim() const { return hidden / heads; }
-  // A query (and key) head's size, and a value head's: hidden / heads, or MLA's.
+  int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
+  // A query (and key) head's size, and a value head's: head_dim, or MLA's.
   int64_t q_head_dim() const { return is_mla() ? mla.qk_head_dim() : head_dim(); }
   int64_t v_head_dim() const { return is_mla() ? mla.v_head_dim : head_dim(); }
   // Rows of the token table and LM head with `tensor` ranks: vocab rounded up

@@ -139,12 +139,9 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
          m.kv_heads);
     if (*family == HfFamily::deepseek_v3)  // its head_dim is the rotary part's (DeepseekV3Config)
       same("head_dim", num("head_dim", m.mla.qk_rope_head_dim), "model.mla.qk_rope_head_dim", m.mla.qk_rope_head_dim);
-    else if (const int64_t hd = num("head_dim", m.head_dim()); hd != m.head_dim())
-      fail_input(
-          "{}: key 'head_dim' is {}, the recipe {} has model.hidden / model.heads = {} / {} = {}: a head size other "
-          "than hidden / heads (as released Qwen3 and Mistral-Nemo models have) is not supported yet; no recipe "
-          "key matches it",
-          path, hd, rc.source, m.hidden, m.heads, m.head_dim());
+    else  // absent: hidden / heads (transformers' default)
+      same("head_dim", num("head_dim", num("hidden_size", -1) / std::max<int64_t>(num("num_attention_heads", 1), 1)),
+           "model.head_dim", m.head_dim());
     if (*family == HfFamily::mixtral)  // the experts' width (every layer is MoE)
       same("intermediate_size", num("intermediate_size", -1), "model.moe.ffn_hidden", m.moe.ffn_hidden);
     else

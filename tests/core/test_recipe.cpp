@@ -450,6 +450,31 @@ optim: {lr: 1.0e-3}
   expect_error(mtp, {"model.mtp.depth", "an integer in [1, 64]", "found '0'"}, {"model.mtp.depth=0"});
 }
 
+// model.head_dim: heads of their own size (Qwen3, Mistral-Nemo), by default hidden / heads.
+TEST(Recipe, HeadDimKey) {
+  const std::string llama = R"(model: {arch: llama, layers: 2, hidden: 48, heads: 4, kv_heads: 2, seq_len: 32,
+        vocab: 50, head_dim: 16}
+train: {global_batch: 8, micro_batch: 2, steps: 10}
+optim: {lr: 1.0e-3}
+)";
+  const Recipe r = load_recipe_text(llama, "r.yaml", {}, 1);
+  EXPECT_EQ(r.model.head_dim(), 16);
+  EXPECT_EQ(r.model.q_head_dim(), 16);
+  EXPECT_EQ(load_recipe_text(kGood, "r.yaml", {}, 1).model.head_dim(),
+            load_recipe_text(kGood, "r.yaml", {}, 1).model.hidden / load_recipe_text(kGood, "r.yaml", {}, 1).model.heads);
+  // with its own head size, the width need not divide by the heads
+  EXPECT_EQ(load_recipe_text(llama, "r.yaml", {"model.heads=5", "model.kv_heads=5"}, 1).model.head_dim(), 16);
+  std::string plain = llama;
+  plain.replace(plain.find(", head_dim: 16"), std::string(", head_dim: 16").size(), "");
+  expect_error(plain, {"model.heads", "hidden(48) % heads(5) = 3 != 0"}, {"model.heads=5", "model.kv_heads=5"});
+  expect_error(llama, {"model.head_dim", "even head size, found 15"}, {"model.head_dim=15"});
+  expect_error(llama, {"model.head_dim", "heads x head_dim = hidden: 4 x 16 != 48"},
+               {"model.arch=gpt2", "model.kv_heads=4"});
+  expect_error(llama, {"model.head_dim", "device cuda", "up to 256 values, found 512"},
+               {"model.head_dim=512", "device=cuda"});
+  expect_error(llama, {"model.head_dim", "model.mla"}, {"model.attention=mla"});
+}
+
 TEST(Recipe, MoeKeys) {
   const std::string llama = R"(model: {arch: llama, layers: 4, hidden: 64, heads: 4, seq_len: 32, vocab: 50,
         moe: {experts: 8, top_k: 2, ffn_hidden: 32, first_dense: 1, dense_layers: [2],

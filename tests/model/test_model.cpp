@@ -308,6 +308,10 @@ TEST(Model, FlopsPerTokenMatchesHandComputedValues) {
   l.seq_len = 8192, l.vocab = 128256;
   // 6 * (32 * (4096 * 48 * 128 + 4096 * 4096 + 3 * 4096 * 14336) + 128256 * 4096) + 12 * 32 * 4096 * 8192
   EXPECT_DOUBLE_EQ(flops_per_token(l), 57912852480.0);
+  // heads of their own size (model.head_dim 160): the projections [48 x 160, 4096] and [4096, 32 x 160], and
+  // 6 L T H (D + D) for the scores and values
+  l.head_size = 160;
+  EXPECT_DOUBLE_EQ(flops_per_token(l), 63147343872.0);
 }
 
 }  // namespace trident::model
@@ -316,8 +320,9 @@ namespace trident::model {
 // The planner's activation formula equals the model's allocation (one rank;
 // the tensor-parallel forms are checked in test_tensor_parallel).
 TEST(Memory, ActivationFormulaOneRank) {
-  for (const char* arch : {"gpt2", "llama"}) {
-    const ModelConfig m = tiny(arch);
+  for (const char* arch : {"gpt2", "llama", "llama-head-dim"}) {
+    ModelConfig m = tiny(std::string(arch).substr(0, 5));
+    if (std::string(arch) == "llama-head-dim") m.head_size = 6, m.qk_norm = true;  // Qwen3's: not hidden / heads
     model::Transformer<float> net(m, 1);
     for (auto rc : {model::Recompute::none, model::Recompute::selective, model::Recompute::full})
       for (bool split : {false, true}) {

@@ -62,7 +62,8 @@ std::map<std::string, RefModel> load_reference() {
       if (kv.count("rope_theta")) m.rope_theta = std::stod(kv["rope_theta"]);
       m.tie_embeddings = name == "gpt2";
       m.qk_norm = kv.count("qk_norm") && kv["qk_norm"] == "1";
-      if (kv.count("experts")) {  // an MoE family
+      if (kv.count("head_dim")) m.head_size = std::stol(kv["head_dim"]);  // heads of their own size
+      if (kv.count("experts")) {                                          // an MoE family
         MoeConfig& e = m.moe;
         auto num = [&](const char* k, int64_t def) { return kv.count(k) ? std::stol(kv[k]) : def; };
         e.enabled = true, e.experts = num("experts", 0), e.top_k = num("top_k", 0), e.ffn_hidden = num("moe_ffn", 0);
@@ -206,6 +207,8 @@ TEST(Reference, Qwen2MoeMatchesHuggingFace) { check_against_reference("qwen2_moe
 TEST(Reference, Qwen2MoeNormTopkMatchesHuggingFace) { check_against_reference("qwen2_moe_norm"); }
 TEST(Reference, Glm4MoeMatchesHuggingFace) { check_against_reference("glm4_moe"); }
 TEST(Reference, Qwen3MatchesHuggingFace) { check_against_reference("qwen3"); }
+// model.head_dim other than hidden / heads (as every released Qwen3)
+TEST(Reference, Qwen3WithItsOwnHeadSizeMatchesHuggingFace) { check_against_reference("qwen3_head_dim"); }
 TEST(Reference, DeepseekV3MatchesHuggingFace) { check_against_reference("deepseek_v3"); }
 TEST(Reference, DeepseekV3WithoutQueryLatentMatchesHuggingFace) { check_against_reference("deepseek_v3_no_q_lora"); }
 // multi-token prediction (depth 2) on transformers' DeepSeek-V3 modules (make_reference.py: deepseek_v3_mtp)

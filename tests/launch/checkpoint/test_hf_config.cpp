@@ -46,6 +46,41 @@ TEST(HfConfig, MixtralSlidingWindowShorterThanTheSequenceIsRefused) {
   }
 }
 
+// head_dim: a released Qwen3's heads of their own size against model.head_dim;
+// absent, transformers' default hidden_size / num_attention_heads.
+TEST(HfConfig, HeadSizeIsCompared) {
+  const Recipe rc = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/llama-tiny.yaml",
+                                {"model.qk_norm=true", "model.head_dim=48"}, 1);
+  const auto& m = rc.model;
+  nlohmann::json c = {{"model_type", "qwen3"},
+                      {"num_hidden_layers", m.layers},
+                      {"hidden_size", m.hidden},
+                      {"num_attention_heads", m.heads},
+                      {"num_key_value_heads", m.kv_heads},
+                      {"head_dim", 48},
+                      {"intermediate_size", m.ffn_hidden},
+                      {"vocab_size", m.vocab},
+                      {"max_position_embeddings", m.seq_len},
+                      {"rms_norm_eps", m.norm_eps},
+                      {"rope_theta", m.rope_theta},
+                      {"tie_word_embeddings", false}};
+  EXPECT_NO_THROW(check_hf_config("config.json", c, rc));
+  for (const nlohmann::json& other : {nlohmann::json(32), nlohmann::json()}) {
+    if (other.is_null())
+      c.erase("head_dim");
+    else
+      c["head_dim"] = other;
+    try {
+      check_hf_config("config.json", c, rc);
+      ADD_FAILURE() << "head_dim " << other.dump() << " imported into a recipe with head_dim 48";
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("key 'head_dim'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("model.head_dim"), std::string::npos) << msg;
+    }
+  }
+}
+
 // A config of another family names the recipe keys that would make it.
 TEST(HfConfig, AnotherFamilyNamesTheKeysToSet) {
   const Recipe rc = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/moe-tiny.yaml",

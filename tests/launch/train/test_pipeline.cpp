@@ -322,6 +322,38 @@ TEST(Pipeline, ExpertParallelMatchesSingleRank) {
   }
 }
 
+// The released families' attention (issue: Qwen3, Mistral-Nemo, gpt-oss):
+// heads of their own size (model.head_dim 12 on a 64-wide model with 8
+// heads: q_proj [96, 64], o_proj [64, 96]), with QK-norm, under tensor +
+// sequence (heads split), pipeline (every schedule), context (both modes),
+// data / ZeRO 3 and expert meshes: the single-rank losses and gradients.
+TEST(Pipeline, ReleasedFamiliesMatchSingleRank) {
+  if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
+  const std::vector<std::string> head_dim = {"model.head_dim=12", "model.qk_norm=true"};
+  auto with = [&](Case c, std::vector<std::string> more = {}) {
+    c.sets = head_dim;
+    c.sets.insert(c.sets.end(), more.begin(), more.end());
+    return c;
+  };
+  Case ring{2, 2, 1, "1f1b", 1, "llama", true}, a2a{2, 1, 2, "zero_bubble", 3, "llama"};
+  ring.context = 2, a2a.context = 2, a2a.context_mode = "all_to_all";
+  std::vector<Case> list = {with({2, 2, 2, "1f1b", 3, "llama", true}),
+                            with({1, 2, 4, "interleaved_1f1b", 1, "llama"}),
+                            with({8, 1, 1, "gpipe", 3, "llama"}),
+                            with({1, 1, 8, "zero_bubble", 0, "llama"}),
+                            with(ring),
+                            with(a2a),
+                            with({2, 2, 2, "1f1b", 1, "moe", true}, {"parallel.expert=2"}),
+                            with({2, 2, 2, "dualpipev", 0, "moe"}, {"parallel.expert=2"})};
+  list[1].layers = 16;
+  for (const Case& c : list) {
+    if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
+    const auto& ref = single_rank(c);
+    const test::EquivalenceRun run = test::train_with_step1_gradients(recipe(c, g_world), {.quiet = true});
+    test::expect_equivalent(ref, run, c.name());
+  }
+}
+
 // A DeepSeek-V3-shaped model (multi-head latent attention with a query
 // latent, a dense first layer, MoE layers with a shared expert, sigmoid
 // group-limited routing, the per-sequence aux loss and a moving correction

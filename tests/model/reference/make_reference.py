@@ -230,6 +230,17 @@ def moe_families(out):
             f"norm_topk=1 groups=4 group_topk=2 scaling=2.5 mla=1 q_lora={q_lora or 0} kv_lora=6 nope=4 rope=4 v=3",
             13)
     deepseek_v3_mtp(out, base, rope)
+    families_2026(out, base, rope, common)
+
+
+def families_2026(out, base, rope, common):
+    """The released families' features (made after the others, so that
+    their random draws leave the models above as they were)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    # heads of their own size (head_dim 6 on a 16-wide model with 4 heads: q_proj [24, 16], o_proj [16, 24])
+    q3h = Qwen3Config(**base, intermediate_size=24, head_dim=6, attention_bias=False, use_sliding_window=False,
+                      rope_parameters=rope)
+    run(out, "qwen3_head_dim", Qwen3ForCausalLM(q3h), common + " ffn_hidden=24 qk_norm=1 head_dim=6", 13)
 
 
 def main():

@@ -33,6 +33,8 @@ enum class RouterScore { softmax, sigmoid };  // a mixture-of-experts router's s
 enum class Balance { aux_loss, seq_aux_loss, hf, none };
 // a layer's attention (model.attention): grouped-query, or multi-head latent (DeepSeek-V2/V3)
 enum class AttentionKind { standard, mla };
+// the rotary frequencies' scaling (model.rope_scaling.type), as transformers' rope_type
+enum class RopeType { none, linear, llama3, yarn };
 
 template <typename E>
 struct EnumNames;
@@ -64,6 +66,8 @@ TRIDENT_ENUM_NAMES(RouterScore, {RouterScore::softmax, "softmax"}, {RouterScore:
 TRIDENT_ENUM_NAMES(Balance, {Balance::aux_loss, "aux_loss"}, {Balance::seq_aux_loss, "seq_aux_loss"},
                    {Balance::hf, "hf"}, {Balance::none, "none"});
 TRIDENT_ENUM_NAMES(AttentionKind, {AttentionKind::standard, "standard"}, {AttentionKind::mla, "mla"});
+TRIDENT_ENUM_NAMES(RopeType, {RopeType::none, "none"}, {RopeType::linear, "linear"}, {RopeType::llama3, "llama3"},
+                   {RopeType::yarn, "yarn"});
 TRIDENT_ENUM_NAMES(DeviceType, {DeviceType::cpu, "cpu"}, {DeviceType::cuda, "cuda"});
 
 template <typename E>

@@ -11,6 +11,9 @@
 namespace trident::kernels {
 
 std::vector<double> rope_table(int64_t T_, int64_t D, double theta);
+// The table of the given frequencies inv_freq [D/2] (scaled rotary,
+// model/rope.hpp), cos and sin times attention_factor.
+std::vector<double> rope_table(int64_t T_, const std::vector<double>& inv_freq, double attention_factor = 1.0);
 
 template <typename T>
 void rope_forward(T* qkv, const double* table, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,

@@ -10,6 +10,7 @@
 #include "kernels/norm.hpp"
 #include "kernels/rotary.hpp"
 #include "kernels/rows.hpp"
+#include "model/rope.hpp"
 
 namespace trident::model {
 
@@ -106,8 +107,7 @@ void Attention<T>::rebuild_state(const LayerActs<T>& a, int64_t B, Workspace<T>&
 
 template <typename T>
 GqaAttention<T>::GqaAttention(const LayerOps<T>& ops) : Attention<T>(ops) {
-  if (ops.arch().positions == Positions::rotary)
-    rope_ = k::rope_table(ops.cfg().seq_len, ops.dq(), ops.cfg().rope_theta);
+  if (ops.arch().positions == Positions::rotary) rope_ = rope_table(ops.cfg(), ops.dq());
 }
 
 template <typename T>

@@ -120,7 +120,8 @@ class MlaAttention final : public Attention<T> {
                         bool split, bool acc) const override;
   bool defers_weight_grads() const override { return false; }
   void project_weight_grads(const Activations<T>&, int, const LayerParams<T>&, bool) const override {}
-  std::vector<double> rope_;  // the rotary table of the rope parts (qk_rope_head_dim)
+  std::vector<double> rope_;     // the rotary table of the rope parts (qk_rope_head_dim)
+  std::vector<double> q_scale_;  // YaRN's softmax-scale correction on the query heads (empty: none)
 };
 
 // The model's attention (model.attention).

@@ -8,6 +8,7 @@
 #include "kernels/rotary.hpp"
 #include "kernels/rows.hpp"
 #include "model/attention.hpp"
+#include "model/rope.hpp"
 
 namespace trident::model {
 
@@ -26,8 +27,17 @@ constexpr double kMlaNormEps = 1e-6;
 
 template <typename T>
 MlaAttention<T>::MlaAttention(const LayerOps<T>& ops) : Attention<T>(ops) {
-  if (ops.arch().positions == Positions::rotary)
-    rope_ = k::rope_table(ops.cfg().seq_len, ops.cfg().mla.qk_rope_head_dim, ops.cfg().rope_theta);
+  if (ops.arch().positions == Positions::rotary) rope_ = rope_table(ops.cfg(), ops.cfg().mla.qk_rope_head_dim);
+  // YaRN's softmax-scale correction (transformers' yarn_apply_mscale): the
+  // scores q k^T / sqrt(Dq) times c = mscale(factor, mscale_all_dim)^2, as
+  // the queries times c: rows of (c, 0), a rotation by angle 0 of length c
+  // applied to every pair of each query head (its backward scales by c too)
+  const double c = rope_frequencies(ops.cfg(), ops.cfg().mla.qk_rope_head_dim).softmax_factor;
+  if (c != 1.0) {
+    const int64_t half = ops.dq() / 2;
+    q_scale_.assign(size_t(ops.cfg().seq_len * half * 2), 0.0);
+    for (size_t i = 0; i < q_scale_.size(); i += 2) q_scale_[i] = c;
+  }
 }
 
 template <typename T>
@@ -100,6 +110,7 @@ void MlaAttention<T>::project(const LayerActs<T>& a, const T* h, const LayerPara
   o.linear_fwd(m.kvb, {s.kv_norm}, {p.kvbw()}, nullptr, N, KL, H * (Dn + Dv));
   k::rope_pairs_forward(m.q, rope_.data(), B, o.seq(), H, H * Dq, Dq, Dn, Dr, w.origin);
   k::rope_pairs_forward(m.kr, rope_.data(), B, o.seq(), 1, Dr, Dr, 0, Dr, w.origin);
+  if (!q_scale_.empty()) k::rope_pairs_forward(m.q, q_scale_.data(), B, o.seq(), H, H * Dq, Dq, 0, Dq, w.origin);
   k::mla_heads(a.qkv, m.q, m.kvb, m.kr, N, H, Dn, Dr, Dv);
 }
 
@@ -118,6 +129,7 @@ void MlaAttention<T>::project_backward(const Activations<T>& ctx, int l, T* d_qk
   const MlaActs<T>& s = a.mla;
   const GemmIn<T> h = o.saved_in(ctx, l, o.ln1_full, a.ln1_full);
   k::mla_heads_backward(m.q, m.kvb, m.kr, d_qkv, N, H, Dn, Dr, Dv);
+  if (!q_scale_.empty()) k::rope_pairs_backward(m.q, q_scale_.data(), B, o.seq(), H, H * Dq, Dq, 0, Dq, w.origin);
   k::rope_pairs_backward(m.q, rope_.data(), B, o.seq(), H, H * Dq, Dq, Dn, Dr, w.origin);
   k::rope_pairs_backward(m.kr, rope_.data(), B, o.seq(), 1, Dr, Dr, 0, Dr, w.origin);
   o.store(m.q, N * H * Dq);

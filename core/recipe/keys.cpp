@@ -169,6 +169,39 @@ const std::vector<Key>& table() {
               "vocabulary V; must cover every token id of the data"),
       real("model.rope_theta", FIELD(model.rope_theta), 0, 1e12, Open::low, value<double>(10000.0),
            "RoPE base (llama)"),
+      section("model.rope_scaling",
+              "the rotary frequencies' scaling, as transformers' `rope_parameters` (`rope_scaling`) compute them "
+              "(llama; [Rope scaling](#rope-scaling)); without it plain RoPE"),
+      choice<RopeType>("model.rope_scaling.type", FIELD(model.rope_scaling.type), value(RopeType::none),
+                       "`rope_type`: `none`; `linear` (every frequency / `factor`); `llama3` (Llama 3.1-3.3); "
+                       "`yarn` (DeepSeek-V3, gpt-oss, Qwen's long context)"),
+      real("model.rope_scaling.factor", FIELD(model.rope_scaling.factor), 0, 1e6, Open::low, value<double>(1.0),
+           "`factor`: how much longer the context is than the one pretrained"),
+      integer("model.rope_scaling.original_seq_len", FIELD(model.rope_scaling.original_seq_len), 0, 1 << 30,
+              value<int64_t>(0),
+              "`original_max_position_embeddings`: the pretrained context (llama3 and yarn: required)"),
+      real("model.rope_scaling.low_freq_factor", FIELD(model.rope_scaling.low_freq_factor), 0, 1e6, Open::low,
+           value<double>(1.0),
+           "`low_freq_factor` (llama3): wavelengths past `original_seq_len / low_freq_factor` "
+           "are divided by `factor`"),
+      real("model.rope_scaling.high_freq_factor", FIELD(model.rope_scaling.high_freq_factor), 0, 1e6, Open::low,
+           value<double>(4.0),
+           "`high_freq_factor` (llama3): wavelengths under `original_seq_len / "
+           "high_freq_factor` are kept; a smooth blend between the two"),
+      real("model.rope_scaling.beta_fast", FIELD(model.rope_scaling.beta_fast), 0, 1e6, Open::low, value<double>(32.0),
+           "`beta_fast` (yarn): rotations at `original_seq_len` above which a dimension "
+           "extrapolates"),
+      real("model.rope_scaling.beta_slow", FIELD(model.rope_scaling.beta_slow), 0, 1e6, Open::low, value<double>(1.0),
+           "`beta_slow` (yarn): rotations below which a dimension interpolates"),
+      real("model.rope_scaling.mscale", FIELD(model.rope_scaling.mscale), 0, 1e6, Open::none, value<double>(0.0),
+           "`mscale` (yarn): with `mscale_all_dim`, cos and sin scale by mscale(factor, mscale) / mscale(factor, "
+           "mscale_all_dim), mscale(s, m) = 0.1 m ln s + 1; 0: by mscale(factor, 1)"),
+      real("model.rope_scaling.mscale_all_dim", FIELD(model.rope_scaling.mscale_all_dim), 0, 1e6, Open::none,
+           value<double>(0.0),
+           "`mscale_all_dim` (yarn): see `mscale`; multi-head latent attention's softmax scale "
+           "also times mscale(factor, mscale_all_dim)^2 (DeepSeek-V3)"),
+      boolean("model.rope_scaling.truncate", FIELD(model.rope_scaling.truncate), value(true),
+              "`truncate` (yarn): the ramp's ends rounded to whole dimensions (gpt-oss: false)"),
       real("model.norm_eps", FIELD(model.norm_eps), 0, 1, Open::low, value<double>(1e-5),
            "LayerNorm / RMSNorm epsilon"),
       real("model.init_std", FIELD(model.init_std), 0, 10, Open::low, value<double>(0.02),

@@ -29,6 +29,24 @@ void validate_model(Reader& r, const ModelConfig& m) {
                                               m.hidden, m.heads, m.head_dim()));
 }
 
+// model.rope_scaling: rotary frequencies (llama), each type's keys.
+void validate_rope_scaling(Reader& r, const Recipe& rc) {
+  const RopeScaling& s = rc.model.rope_scaling;
+  if (s.type == RopeType::none) return;
+  if (rc.model.arch != Arch::llama)
+    r.inconsistent("model.rope_scaling.type", fmt::format("rotary scaling needs rotary positions (arch llama), found "
+                                                          "arch {}",
+                                                          enum_name(rc.model.arch)));
+  if (s.type != RopeType::linear && s.original_seq_len <= 0)
+    r.inconsistent("model.rope_scaling.original_seq_len",
+                   fmt::format("rope_scaling {} needs the pretrained context (original_max_position_embeddings)",
+                               enum_name(s.type)));
+  if (s.type == RopeType::llama3 && s.high_freq_factor <= s.low_freq_factor)
+    r.inconsistent(
+        "model.rope_scaling.high_freq_factor",
+        fmt::format("high_freq_factor({}) must exceed low_freq_factor({})", s.high_freq_factor, s.low_freq_factor));
+}
+
 // model.qk_norm: the LLaMA family.
 void validate_qk_norm(Reader& r, const Recipe& rc) {
   if (!rc.model.qk_norm) return;
@@ -147,6 +165,7 @@ void validate_moe(Reader& r, Recipe& rc) {
 
 void validate_model_keys(Reader& r, Recipe& rc) {
   validate_model(r, rc.model);
+  validate_rope_scaling(r, rc);
   if (rc.device == DeviceType::cuda && !rc.model.is_mla() && rc.model.head_dim() > 256)
     r.inconsistent(r.has("model.head_dim") ? "model.head_dim" : "model.heads",
                    fmt::format("device cuda: the attention kernels take heads of up to 256 values, found {}",

@@ -67,11 +67,32 @@ struct MtpConfig {
   double loss_weight = 0.3;
 };
 
+// model.rope_scaling (docs/recipes.md): the rotary frequencies as
+// transformers' rope_parameters compute them. linear: every frequency /
+// factor; llama3 (Llama 3.1-3.3): wavelengths past original_seq_len /
+// low_freq_factor divided by factor, those under original_seq_len /
+// high_freq_factor kept, a smooth blend between; yarn (YaRN: DeepSeek-V3,
+// gpt-oss, Qwen long context): a ramp between interpolated and extrapolated
+// frequencies over the dimensions whose rotations at original_seq_len lie
+// between beta_slow and beta_fast (floor/ceil with truncate), cos and sin
+// scaled by mscale(factor, mscale) / mscale(factor, mscale_all_dim) (or
+// mscale(factor) without both), mscale(s, m) = 0.1 m ln s + 1; multi-head
+// latent attention's softmax scale also times mscale(factor, mscale_all_dim)^2.
+struct RopeScaling {
+  RopeType type = RopeType::none;
+  double factor = 1.0;
+  int64_t original_seq_len = 0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;
+  double beta_fast = 32.0, beta_slow = 1.0, mscale = 0.0, mscale_all_dim = 0.0;
+  bool truncate = true;
+};
+
 struct ModelConfig {
   Arch arch = Arch::gpt2;
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, seq_len = 0, vocab = 0;
   int64_t head_size = 0;  // model.head_dim: each head's size D (0: hidden / heads)
   double rope_theta = 10000.0, norm_eps = 1e-5, init_std = 0.02;
+  RopeScaling rope_scaling;
   bool tie_embeddings = true;
   bool qk_norm = false;         // RMSNorm of each query and key head before rotary (Qwen3), weights [head_dim]
   int64_t vocab_multiple = 64;  // the vocabulary is padded to a multiple of vocab_multiple x tensor

@@ -8,12 +8,19 @@
 namespace trident::kernels {
 
 std::vector<double> rope_table(int64_t T_, int64_t D, double theta) {
-  std::vector<double> table(size_t(T_ * D));
+  std::vector<double> freq(size_t(D / 2));
+  for (int64_t i = 0; i < D / 2; ++i) freq[size_t(i)] = std::pow(theta, -2.0 * double(i) / double(D));
+  return rope_table(T_, freq, 1.0);
+}
+
+std::vector<double> rope_table(int64_t T_, const std::vector<double>& inv_freq, double attention_factor) {
+  const int64_t half = int64_t(inv_freq.size());
+  std::vector<double> table(size_t(T_ * half * 2));
   for (int64_t t = 0; t < T_; ++t)
-    for (int64_t i = 0; i < D / 2; ++i) {
-      double freq = std::pow(theta, -2.0 * double(i) / double(D));
-      table[size_t((t * (D / 2) + i) * 2)] = std::cos(double(t) * freq);
-      table[size_t((t * (D / 2) + i) * 2 + 1)] = std::sin(double(t) * freq);
+    for (int64_t i = 0; i < half; ++i) {
+      const double freq = inv_freq[size_t(i)];
+      table[size_t((t * half + i) * 2)] = std::cos(double(t) * freq) * attention_factor;
+      table[size_t((t * half + i) * 2 + 1)] = std::sin(double(t) * freq) * attention_factor;
     }
   return table;
 }

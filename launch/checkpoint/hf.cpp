@@ -132,6 +132,18 @@ std::string config_json(const ModelConfig& m, HfFamily f) {
        {"initializer_range", m.init_std},
        {"tie_word_embeddings", m.tie_embeddings},
        {"torch_dtype", "float32"}};
+  if (const RopeScaling& s = m.rope_scaling; s.type != RopeType::none) {  // transformers 5's rope_parameters
+    nlohmann::json rp = {{"rope_type", enum_name(s.type)}, {"rope_theta", m.rope_theta}, {"factor", s.factor}};
+    if (s.type != RopeType::linear) rp["original_max_position_embeddings"] = s.original_seq_len;
+    if (s.type == RopeType::llama3)
+      rp["low_freq_factor"] = s.low_freq_factor, rp["high_freq_factor"] = s.high_freq_factor;
+    if (s.type == RopeType::yarn) {
+      rp["beta_fast"] = s.beta_fast, rp["beta_slow"] = s.beta_slow, rp["truncate"] = s.truncate;
+      if (s.mscale != 0) rp["mscale"] = s.mscale;
+      if (s.mscale_all_dim != 0) rp["mscale_all_dim"] = s.mscale_all_dim;
+    }
+    c["rope_parameters"] = rp;
+  }
   const MoeConfig& e = m.moe;
   switch (f) {
     case HfFamily::gpt2:

@@ -57,6 +57,61 @@ std::vector<std::string> keys_for_family(HfFamily f, const ModelConfig& m) {
 
 }  // namespace
 
+// The rotary scaling of config.json (`rope_parameters` in transformers 5,
+// `rope_scaling` before, with `type` or `rope_type`) against
+// model.rope_scaling, key by key.
+void check_rope_scaling(const std::string& path, const nlohmann::json& c, const Recipe& rc) {
+  const RopeScaling& s = rc.model.rope_scaling;
+  nlohmann::json rp = nlohmann::json::object();
+  std::string where = "rope_parameters";
+  if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) rp = c["rope_scaling"], where = "rope_scaling";
+  if (c.contains("rope_parameters") && c["rope_parameters"].is_object())
+    rp = c["rope_parameters"], where = "rope_parameters";
+  std::string type = "default";
+  for (const char* k : {"type", "rope_type"})
+    if (rp.contains(k) && rp[k].is_string()) type = rp[k].get<std::string>();
+  if (type == "default") type = "none";
+  const std::optional<RopeType> found = parse_enum<RopeType>(type);
+  if (!found)
+    fail_input("{}: key '{}.rope_type': expected default, linear, llama3 or yarn, found '{}'", path, where, type);
+  if (*found != s.type)
+    fail_input(
+        "{}: key '{}.rope_type' is {}, the recipe {} has model.rope_scaling.type = {}: set "
+        "model.rope_scaling.type: {}",
+        path, where, type, rc.source, enum_name(s.type), type);
+  if (s.type == RopeType::none) return;
+  auto real = [&](const char* key, double def, const char* recipe_key, double want, bool used) {
+    if (!used) return;
+    const double v = rp.contains(key) && rp[key].is_number() ? rp[key].get<double>() : def;
+    if (std::abs(v - want) > 1e-12 * std::max(1.0, std::abs(want)))
+      fail_input("{}: key '{}.{}' is {}, the recipe {} has {} = {}: set {}: {}", path, where, key, v, rc.source,
+                 recipe_key, want, recipe_key, v);
+  };
+  const bool llama3 = s.type == RopeType::llama3, yarn = s.type == RopeType::yarn;
+  real("factor", 1.0, "model.rope_scaling.factor", s.factor, true);
+  real("original_max_position_embeddings", 0, "model.rope_scaling.original_seq_len", double(s.original_seq_len),
+       llama3 || yarn);
+  real("low_freq_factor", 1.0, "model.rope_scaling.low_freq_factor", s.low_freq_factor, llama3);
+  real("high_freq_factor", 4.0, "model.rope_scaling.high_freq_factor", s.high_freq_factor, llama3);
+  real("beta_fast", 32.0, "model.rope_scaling.beta_fast", s.beta_fast, yarn);
+  real("beta_slow", 1.0, "model.rope_scaling.beta_slow", s.beta_slow, yarn);
+  real("mscale", 0.0, "model.rope_scaling.mscale", s.mscale, yarn);
+  real("mscale_all_dim", 0.0, "model.rope_scaling.mscale_all_dim", s.mscale_all_dim, yarn);
+  if (yarn) {
+    const bool truncate = rp.contains("truncate") && rp["truncate"].is_boolean() ? rp["truncate"].get<bool>() : true;
+    if (truncate != s.truncate)
+      fail_input(
+          "{}: key '{}.truncate' is {}, the recipe {} has model.rope_scaling.truncate = {}: set "
+          "model.rope_scaling.truncate: {}",
+          path, where, truncate, rc.source, s.truncate, truncate);
+    if (rp.contains("attention_factor") && !rp["attention_factor"].is_null())
+      fail_input(
+          "{}: key '{}.attention_factor': an explicit attention factor is not supported (Trident derives it "
+          "from mscale and mscale_all_dim)",
+          path, where);
+  }
+}
+
 // config.json against the recipe's model: every size must agree.
 void check_hf_config(const std::string& path, const nlohmann::json& c, const Recipe& rc) {
   const ModelConfig& m = rc.model;
@@ -156,10 +211,8 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
       if (rp.contains("rope_theta") && rp["rope_theta"].is_number()) theta = rp["rope_theta"].get<double>();
       if (rp.contains("partial_rotary_factor") && rp["partial_rotary_factor"].is_number())
         partial = rp["partial_rotary_factor"].get<double>();
-      if (rp.contains("rope_type") && rp["rope_type"] != "default")
-        fail_input("{}: key 'rope_parameters.rope_type': expected default (plain RoPE), found {}", path,
-                   rp["rope_type"].dump());
     }
+    check_rope_scaling(path, c, rc);
     close("rope_theta", theta, "model.rope_theta", m.rope_theta);
     if (partial != 1.0)
       fail_input("{}: key 'partial_rotary_factor' is {}: Trident rotates the whole head (1.0)", path, partial);

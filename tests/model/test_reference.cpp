@@ -63,7 +63,16 @@ std::map<std::string, RefModel> load_reference() {
       m.tie_embeddings = name == "gpt2";
       m.qk_norm = kv.count("qk_norm") && kv["qk_norm"] == "1";
       if (kv.count("head_dim")) m.head_size = std::stol(kv["head_dim"]);  // heads of their own size
-      if (kv.count("experts")) {                                          // an MoE family
+      if (kv.count("rope_type")) {                                        // rotary scaling (model.rope_scaling)
+        RopeScaling& s = m.rope_scaling;
+        s.type = *parse_enum<RopeType>(kv["rope_type"]);
+        auto real = [&](const char* k, double def) { return kv.count(k) ? std::stod(kv[k]) : def; };
+        s.factor = real("rope_factor", 1), s.original_seq_len = int64_t(real("rope_original", 0));
+        s.low_freq_factor = real("rope_low", 1), s.high_freq_factor = real("rope_high", 4);
+        s.beta_fast = real("beta_fast", 32), s.beta_slow = real("beta_slow", 1), s.mscale = real("mscale", 0);
+        s.mscale_all_dim = real("mscale_all_dim", 0), s.truncate = real("truncate", 1) != 0;
+      }
+      if (kv.count("experts")) {  // an MoE family
         MoeConfig& e = m.moe;
         auto num = [&](const char* k, int64_t def) { return kv.count(k) ? std::stol(kv[k]) : def; };
         e.enabled = true, e.experts = num("experts", 0), e.top_k = num("top_k", 0), e.ffn_hidden = num("moe_ffn", 0);
@@ -209,6 +218,11 @@ TEST(Reference, Glm4MoeMatchesHuggingFace) { check_against_reference("glm4_moe")
 TEST(Reference, Qwen3MatchesHuggingFace) { check_against_reference("qwen3"); }
 // model.head_dim other than hidden / heads (as every released Qwen3)
 TEST(Reference, Qwen3WithItsOwnHeadSizeMatchesHuggingFace) { check_against_reference("qwen3_head_dim"); }
+// model.rope_scaling: Llama 3.1's, YaRN (truncated and not), DeepSeek-V3's YaRN with its softmax-scale correction
+TEST(Reference, Llama3RopeScalingMatchesHuggingFace) { check_against_reference("llama3_rope"); }
+TEST(Reference, YarnMatchesHuggingFace) { check_against_reference("llama_yarn"); }
+TEST(Reference, YarnUntruncatedMatchesHuggingFace) { check_against_reference("llama_yarn_untruncated"); }
+TEST(Reference, DeepseekV3YarnMatchesHuggingFace) { check_against_reference("deepseek_v3_yarn"); }
 TEST(Reference, DeepseekV3MatchesHuggingFace) { check_against_reference("deepseek_v3"); }
 TEST(Reference, DeepseekV3WithoutQueryLatentMatchesHuggingFace) { check_against_reference("deepseek_v3_no_q_lora"); }
 // multi-token prediction (depth 2) on transformers' DeepSeek-V3 modules (make_reference.py: deepseek_v3_mtp)

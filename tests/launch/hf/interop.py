@@ -105,9 +105,16 @@ def export_direction(a, arch, recipe, mesh, ranks):
     return worst
 
 
-def import_direction(a, arch, recipe):
+def import_direction(a, arch, recipe, hf_extra=None, sets=()):
     torch.manual_seed(7)
-    if arch == "gpt2":
+    if arch == "qwen3":  # the released families' attention: heads of their own size, QK-norm
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+        cfg = Qwen3Config(vocab_size=32, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=48, max_position_embeddings=64,
+                          rms_norm_eps=1e-5, tie_word_embeddings=False, initializer_range=0.1, attention_bias=False,
+                          use_sliding_window=False, **(hf_extra or {}))
+        model = Qwen3ForCausalLM(cfg)
+    elif arch == "gpt2":
         cfg = GPT2Config(vocab_size=32, n_positions=64, n_embd=128, n_layer=4, n_head=4, n_inner=512,
                          activation_function="gelu_new", layer_norm_epsilon=1e-5, resid_pdrop=0.0, embd_pdrop=0.0,
                          attn_pdrop=0.0, initializer_range=0.1)
@@ -115,30 +122,37 @@ def import_direction(a, arch, recipe):
     else:
         cfg = LlamaConfig(vocab_size=32, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5,
-                          rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.1)
+                          tie_word_embeddings=False, initializer_range=0.1,
+                          **(hf_extra or {"rope_theta": 10000.0}))
         model = LlamaForCausalLM(cfg)
     with torch.no_grad():  # norms and biases away from their initial 1 and 0, so that a mix-up shows
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.3 * torch.randn_like(p))
     model.eval()
-    src = os.path.join(a.work, f"hf_src_{arch}")
+    tag = arch + ("_" + sets[0].split("=")[1] if sets else "")
+    src = os.path.join(a.work, f"hf_src_{tag}")
     model.save_pretrained(src, safe_serialization=True)
-    ckpt = os.path.join(a.work, f"imported_{arch}")
-    run([a.trident, "import", src, "--recipe", os.path.join(a.root, "configs", recipe), "--out", ckpt])
+    ckpt = os.path.join(a.work, f"imported_{tag}")
+    run([a.trident, "import", src, "--recipe", os.path.join(a.root, "configs", recipe), "--out", ckpt] +
+        [x for kv in sets for x in ("--set", kv)])
     worst = 0.0
     for i, ids in enumerate(BATCH):
-        worst = max(worst, compare(f"import {arch} sequence {i}", trident_logits(a, ckpt, ids, f"imp_{arch}_{i}"),
+        worst = max(worst, compare(f"import {tag} sequence {i}", trident_logits(a, ckpt, ids, f"imp_{tag}_{i}"),
                                    hf_logits(model, ids)))
     # round trip: import then export gives back transformers' tensors exactly
-    back = os.path.join(a.work, f"hf_back_{arch}")
+    back = os.path.join(a.work, f"hf_back_{tag}")
     run([a.trident, "export", ckpt, "--format", "hf", "--out", back])
     original, again = load_file(os.path.join(src, "model.safetensors")), load_file(os.path.join(back, "model.safetensors"))
     skip = {k for k in original if k.endswith(".attn.bias") or k.endswith(".masked_bias")}
     assert set(original) - skip == set(again), f"tensor names differ: {sorted(set(original) ^ set(again))}"
     for k, v in again.items():
         assert torch.equal(original[k], v), f"round trip changed {k}"
-    print(f"import {arch}: import -> export gives back all {len(again)} tensors bit for bit", flush=True)
+    if hf_extra:  # the exported config.json builds the same model in transformers: the same logits
+        reloaded = AutoModelForCausalLM.from_pretrained(back).eval()
+        for ids in BATCH:
+            compare(f"export {tag} reloaded", hf_logits(reloaded, ids), hf_logits(model, ids))
+    print(f"import {tag}: import -> export gives back all {len(again)} tensors bit for bit", flush=True)
     return worst
 
 
@@ -522,6 +536,22 @@ def main():
         "export_llama_pipeline2": export_direction(a, "llama", "llama-tiny.yaml", ["parallel.pipeline=2"], 2),
         "import_gpt2": import_direction(a, "gpt2", "demo.yaml"),
         "import_llama": import_direction(a, "llama", "llama-tiny.yaml"),
+        # Llama 3.1's rotary scaling, YaRN, and Qwen3's heads of their own size
+        "import_llama3_rope": import_direction(
+            a, "llama", "llama-tiny.yaml",
+            {"rope_parameters": {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 16}},
+            ["model.rope_scaling.type=llama3", "model.rope_theta=500", "model.rope_scaling.factor=8",
+             "model.rope_scaling.original_seq_len=16"]),
+        "import_llama_yarn": import_direction(
+            a, "llama", "llama-tiny.yaml",
+            {"rope_parameters": {"rope_type": "yarn", "rope_theta": 500.0, "factor": 4.0, "beta_fast": 32.0,
+                                 "beta_slow": 1.0, "original_max_position_embeddings": 16, "truncate": False}},
+            ["model.rope_scaling.type=yarn", "model.rope_theta=500", "model.rope_scaling.factor=4",
+             "model.rope_scaling.original_seq_len=16", "model.rope_scaling.truncate=false"]),
+        "import_qwen3_head_dim": import_direction(a, "qwen3", "llama-tiny.yaml",
+                                                  {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
+                                                  ["model.head_dim=48", "model.qk_norm=true"]),
         "import_then_train_gpt2": import_then_train(a),
         "moe": moe_direction(a),
     }

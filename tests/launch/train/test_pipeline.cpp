@@ -322,11 +322,13 @@ TEST(Pipeline, ExpertParallelMatchesSingleRank) {
   }
 }
 
-// The released families' attention (issue: Qwen3, Mistral-Nemo, gpt-oss):
-// heads of their own size (model.head_dim 12 on a 64-wide model with 8
-// heads: q_proj [96, 64], o_proj [64, 96]), with QK-norm, under tensor +
-// sequence (heads split), pipeline (every schedule), context (both modes),
-// data / ZeRO 3 and expert meshes: the single-rank losses and gradients.
+// The released families' attention (Qwen3, Mistral-Nemo, Llama 3.1,
+// DeepSeek-V3): heads of their own size (model.head_dim 12 on a 64-wide
+// model with 8 heads: q_proj [96, 64], o_proj [64, 96]), with QK-norm, and
+// rotary scaling (llama3, yarn, DeepSeek's yarn), under tensor + sequence
+// (heads split), pipeline (every schedule), context (both modes, with
+// document masking), data / ZeRO 3 and expert meshes: the single-rank
+// losses and gradients.
 TEST(Pipeline, ReleasedFamiliesMatchSingleRank) {
   if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
   const std::vector<std::string> head_dim = {"model.head_dim=12", "model.qk_norm=true"};
@@ -346,6 +348,24 @@ TEST(Pipeline, ReleasedFamiliesMatchSingleRank) {
                             with({2, 2, 2, "1f1b", 1, "moe", true}, {"parallel.expert=2"}),
                             with({2, 2, 2, "dualpipev", 0, "moe"}, {"parallel.expert=2"})};
   list[1].layers = 16;
+  // rotary scaling (model.rope_scaling): Llama 3.1's and YaRN's frequencies at every position a rank holds
+  // (context parallelism's shifted positions, documents' restarts), DeepSeek-V3's YaRN with its softmax scale
+  const std::vector<std::string> llama3 = {"model.rope_scaling.type=llama3", "model.rope_scaling.factor=8",
+                                           "model.rope_scaling.original_seq_len=8", "model.rope_theta=500"};
+  const std::vector<std::string> yarn = {"model.rope_scaling.type=yarn", "model.rope_scaling.factor=4",
+                                         "model.rope_scaling.original_seq_len=8", "model.rope_theta=500",
+                                         "model.rope_scaling.truncate=false"};
+  Case ring_docs{2, 2, 1, "1f1b", 1, "llama", true}, a2a_docs{2, 1, 2, "zero_bubble", 3, "llama"};
+  ring_docs.context = 2, a2a_docs.context = 2, a2a_docs.context_mode = "all_to_all";
+  ring_docs.documents = a2a_docs.documents = true;
+  list.push_back(with(ring_docs, llama3));
+  list.push_back(with(a2a_docs, yarn));
+  list.push_back(with({2, 2, 2, "1f1b", 3, "llama", true}, llama3));
+  Case deepseek{2, 2, 2, "1f1b", 1, "deepseek", true};
+  deepseek.sets = {"model.rope_scaling.type=yarn", "model.rope_scaling.factor=40",
+                   "model.rope_scaling.original_seq_len=8", "model.rope_scaling.mscale=1",
+                   "model.rope_scaling.mscale_all_dim=1", "parallel.expert=2"};
+  list.push_back(deepseek);
   for (const Case& c : list) {
     if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
     const auto& ref = single_rank(c);

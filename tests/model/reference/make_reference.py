@@ -241,6 +241,37 @@ def families_2026(out, base, rope, common):
     q3h = Qwen3Config(**base, intermediate_size=24, head_dim=6, attention_bias=False, use_sliding_window=False,
                       rope_parameters=rope)
     run(out, "qwen3_head_dim", Qwen3ForCausalLM(q3h), common + " ffn_hidden=24 qk_norm=1 head_dim=6", 13)
+    # rotary scaling: heads of 8 (4 frequencies, theta 100: wavelengths 6.3, 19.9, 62.8, 199) so that every
+    # branch of each formula is taken
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    wide = dict(base, hidden_size=32)
+    llama3 = {"rope_type": "llama3", "rope_theta": 100.0, "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+    lc = LlamaConfig(**wide, intermediate_size=24, attention_bias=False, mlp_bias=False, rope_parameters=llama3)
+    wide_line = common.replace("hidden=16", "hidden=32").replace("rope_theta=10000", "rope_theta=100")
+    run(out, "llama3_rope", LlamaForCausalLM(lc),
+        wide_line + " ffn_hidden=24 rope_type=llama3 rope_factor=8 rope_original=32 rope_low=1 rope_high=4", 13)
+    for truncate in (True, False):  # the ramp over dimensions 2.6 .. 5.6 (truncated: 2 .. 6)
+        yarn = {"rope_type": "yarn", "rope_theta": 100.0, "factor": 4.0, "original_max_position_embeddings": 4096,
+                "beta_fast": 32.0, "beta_slow": 1.0, "truncate": truncate}
+        lc = LlamaConfig(**wide, intermediate_size=24, attention_bias=False, mlp_bias=False, rope_parameters=yarn)
+        run(out, "llama_yarn" + ("" if truncate else "_untruncated"), LlamaForCausalLM(lc),
+            wide_line + f" ffn_hidden=24 rope_type=yarn rope_factor=4 rope_original=4096 beta_fast=32 beta_slow=1 "
+                        f"truncate={int(truncate)}", 13)
+    # DeepSeek-V3's YaRN (factor 40, mscale = mscale_all_dim = 1): cos and sin unscaled, the softmax scale times
+    # (0.1 ln 40 + 1)^2
+    yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 64,
+            "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+    d = DeepseekV3Config(**dict(base, num_key_value_heads=4), intermediate_size=24, moe_intermediate_size=6,
+                         num_experts_per_tok=2, n_shared_experts=2, n_routed_experts=8, routed_scaling_factor=2.5,
+                         n_group=4, topk_group=2, first_k_dense_replace=1, norm_topk_prob=True, q_lora_rank=10,
+                         kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=3, rope_interleave=True,
+                         attention_bias=False, rope_parameters=yarn)
+    run(out, "deepseek_v3_yarn", DeepseekV3ForCausalLM(d),
+        common.replace("kv_heads=2", "kv_heads=4") +
+        " ffn_hidden=24 experts=8 top_k=2 moe_ffn=6 shared=2 shared_ffn=6 first_dense=1 score=sigmoid "
+        "norm_topk=1 groups=4 group_topk=2 scaling=2.5 mla=1 q_lora=10 kv_lora=6 nope=4 rope=4 v=3 "
+        "rope_type=yarn rope_factor=40 rope_original=64 beta_fast=32 beta_slow=1 mscale=1 mscale_all_dim=1", 13)
 
 
 def main():

@@ -119,6 +119,12 @@ std::vector<const ParamRow*> Architecture::layer_rows(const ModelConfig& cfg, in
       case LayerUse::mla_q_lora:
         held = cfg.is_mla() && cfg.mla.q_lora_rank > 0;
         break;
+      case LayerUse::attention_bias:
+        held = cfg.attention_bias && !cfg.is_mla();
+        break;
+      case LayerUse::o_bias:
+        held = cfg.o_bias && !cfg.is_mla();
+        break;
       case LayerUse::mtp:
         held = layer >= cfg.layers;
         break;

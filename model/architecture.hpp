@@ -100,7 +100,9 @@ enum class LayerUse {
   q_full,
   mla,
   mla_q_lora,
-  mtp  // a multi-token prediction module's (layer index >= layers)
+  attention_bias,  // model.attention_bias
+  o_bias,          // model.o_bias
+  mtp              // a multi-token prediction module's (layer index >= layers)
 };
 
 enum class NormKind { layer_norm, rms_norm };

@@ -219,6 +219,13 @@ const std::vector<Key>& table() {
               "RMSNorm over each query and key head (weights `self_attn.q_norm.weight`, `k_norm.weight` of size "
               "`head_dim`) after the projection and before rotary, as Qwen3 (llama; under tensor parallelism its "
               "weights' gradients, each rank's over its heads, are summed over the tensor group)"),
+      boolean("model.attention_bias", FIELD(model.attention_bias), value(false),
+              "biases on `q_proj`, `k_proj`, `v_proj` (`self_attn.{q,k,v}_proj.bias`; Qwen2 and Qwen2.5 always, "
+              "transformers' Llama with `attention_bias`; llama with standard attention; tensor-parallel split like "
+              "their weights)"),
+      boolean("model.o_bias", FIELD(model.o_bias), value(false),
+              "a bias on `o_proj` (`self_attn.o_proj.bias`: gpt-oss, transformers' Llama with `attention_bias`; "
+              "llama with standard attention; added once after the tensor group's sum)"),
       choice<AttentionKind>(
           "model.attention", FIELD(model.attention), value(AttentionKind::standard),
           "`standard`: grouped-query attention with `heads`, `kv_heads` of size `head_dim`; `mla`: multi-head "

@@ -47,6 +47,18 @@ void validate_rope_scaling(Reader& r, const Recipe& rc) {
         fmt::format("high_freq_factor({}) must exceed low_freq_factor({})", s.high_freq_factor, s.low_freq_factor));
 }
 
+// model.attention_bias, model.o_bias: the LLaMA family's standard attention (GPT-2 has its biases built in).
+void validate_attention_biases(Reader& r, const Recipe& rc) {
+  for (const auto& [on, key] :
+       {std::pair{rc.model.attention_bias, "model.attention_bias"}, std::pair{rc.model.o_bias, "model.o_bias"}}) {
+    if (!on) continue;
+    if (rc.model.arch != Arch::llama)
+      r.inconsistent(key, fmt::format("arch gpt2 has its attention biases always; this key is for arch llama"));
+    else if (rc.model.is_mla())
+      r.inconsistent(key, "multi-head latent attention's projections have no biases (DeepSeek-V3)");
+  }
+}
+
 // model.qk_norm: the LLaMA family.
 void validate_qk_norm(Reader& r, const Recipe& rc) {
   if (!rc.model.qk_norm) return;
@@ -166,6 +178,7 @@ void validate_moe(Reader& r, Recipe& rc) {
 void validate_model_keys(Reader& r, Recipe& rc) {
   validate_model(r, rc.model);
   validate_rope_scaling(r, rc);
+  validate_attention_biases(r, rc);
   if (rc.device == DeviceType::cuda && !rc.model.is_mla() && rc.model.head_dim() > 256)
     r.inconsistent(r.has("model.head_dim") ? "model.head_dim" : "model.heads",
                    fmt::format("device cuda: the attention kernels take heads of up to 256 values, found {}",

@@ -95,6 +95,8 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   bool tie_embeddings = true;
   bool qk_norm = false;         // RMSNorm of each query and key head before rotary (Qwen3), weights [head_dim]
+  bool attention_bias = false;  // biases on the q, k and v projections (Qwen2; llama)
+  bool o_bias = false;          // a bias on the output projection o_proj (gpt-oss, Llama's attention_bias; llama)
   int64_t vocab_multiple = 64;  // the vocabulary is padded to a multiple of vocab_multiple x tensor
   MoeConfig moe;
   AttentionKind attention = AttentionKind::standard;

@@ -128,7 +128,7 @@ std::string config_json(const ModelConfig& m, HfFamily f) {
        {"rms_norm_eps", m.norm_eps},
        {"rope_theta", m.rope_theta},
        {"hidden_act", "silu"},
-       {"attention_bias", false},
+       {"attention_bias", m.attention_bias},
        {"initializer_range", m.init_std},
        {"tie_word_embeddings", m.tie_embeddings},
        {"torch_dtype", "float32"}};
@@ -151,6 +151,10 @@ std::string config_json(const ModelConfig& m, HfFamily f) {
       c["mlp_bias"] = false;
       break;
     case HfFamily::qwen3:
+      c["use_sliding_window"] = false;
+      break;
+    case HfFamily::qwen2:  // its q, k and v have biases always, o_proj none
+      c.erase("attention_bias");
       c["use_sliding_window"] = false;
       break;
     case HfFamily::qwen3_moe:
@@ -414,8 +418,8 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
     for (float x : read(z))
       if (x != 0.0f)
         fail_input(
-            "{}: tensor '{}' is not zero: Trident's {} model has no q/k/v bias (a qkv bias is not "
-            "supported; only zero biases import)",
+            "{}: tensor '{}' is not zero: the recipe's {} model has no q/k/v bias (set model.attention_bias: "
+            "true to import them)",
             where.at(by_name.at(z.name)), z.name, hf_model_type(family));
   }
   for (const auto& [t, name] : by_name)

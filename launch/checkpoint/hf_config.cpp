@@ -28,7 +28,14 @@ std::vector<std::string> keys_for_family(HfFamily f, const ModelConfig& m) {
     return out;
   }
   need(m.arch == Arch::llama, "model.arch: llama");
-  const bool moe = f != HfFamily::llama && f != HfFamily::qwen3;
+  const bool moe = f != HfFamily::llama && f != HfFamily::qwen3 && f != HfFamily::qwen2;
+  if (f == HfFamily::qwen2) {
+    need(!e.enabled, "no model.moe section (a dense model)");
+    need(m.attention_bias, "model.attention_bias: true");
+    need(!m.o_bias, "model.o_bias: false");
+    need(!m.qk_norm, "model.qk_norm: false");
+    return out;
+  }
   need(e.enabled == moe, moe ? "model.moe (with its experts)" : "no model.moe section (a dense model)");
   need(m.is_mla() == (f == HfFamily::deepseek_v3),
        f == HfFamily::deepseek_v3 ? "model.attention: mla" : "model.attention: standard");
@@ -123,7 +130,7 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
   const std::optional<HfFamily> family = hf_family_of(type);
   if (!family)
     fail_input(
-        "{}: key 'model_type': expected gpt2, llama, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe or "
+        "{}: key 'model_type': expected gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe or "
         "deepseek_v3, found '{}'",
         path, type);
   const HfFamily want = hf_family(rc);
@@ -218,8 +225,16 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
       fail_input("{}: key 'partial_rotary_factor' is {}: Trident rotates the whole head (1.0)", path, partial);
     if (text("hidden_act", "silu") != "silu")
       fail_input("{}: key 'hidden_act': expected silu (SwiGLU, as Trident), found '{}'", path, text("hidden_act", ""));
-    if (flag("attention_bias", false) || flag("mlp_bias", false))
-      fail_input("{}: attention_bias / mlp_bias: Trident's LLaMA has no linear biases", path);
+    if (flag("mlp_bias", false)) fail_input("{}: key 'mlp_bias' is true: Trident's LLaMA MLP has no biases", path);
+    if (*family == HfFamily::llama || *family == HfFamily::qwen3) {  // q, k, v and o together
+      same("attention_bias", flag("attention_bias", false), "model.attention_bias", m.attention_bias);
+      same("attention_bias", flag("attention_bias", false), "model.o_bias", m.o_bias);
+    } else if (*family == HfFamily::qwen2_moe && !flag("qkv_bias", true) && m.attention_bias) {
+      fail_input(
+          "{}: key 'qkv_bias' is false, the recipe {} has model.attention_bias = true: set "
+          "model.attention_bias: false",
+          path, rc.source);
+    }
     if (*family == HfFamily::glm4_moe) same("use_qk_norm", flag("use_qk_norm", false), "model.qk_norm", m.qk_norm);
     const MoeConfig& e = m.moe;
     auto dense_list = [&](const char* key) {

@@ -37,7 +37,16 @@ HfFamily hf_family(const Recipe& rc) {
     no_family("model.mtp",
               "multi-token prediction modules are deepseek_v3's (num_nextn_predict_layers), whose "
               "attention is multi-head latent attention");
-  if (!e.enabled) return m.qk_norm ? HfFamily::qwen3 : HfFamily::llama;
+  if (!e.enabled) {
+    // Qwen2: biases on q, k and v only; transformers' Llama and Qwen3: attention_bias puts them on q, k, v and o
+    if (m.attention_bias && !m.o_bias && !m.qk_norm) return HfFamily::qwen2;
+    if (m.attention_bias != m.o_bias)
+      no_family("model.o_bias",
+                "transformers' llama and qwen3 have biases on q, k, v and o together (attention_bias), "
+                "qwen2 on q, k and v only");
+    return m.qk_norm ? HfFamily::qwen3 : HfFamily::llama;
+  }
+  if (m.o_bias) no_family("model.o_bias", "the MoE families' o_proj has no bias");
   if (e.score == RouterScore::sigmoid) {
     if (e.shared_experts == 0)
       no_family("model.moe.shared_experts", fmt::format("{} always has shared experts", sigmoid_family));
@@ -76,6 +85,8 @@ const char* hf_model_type(HfFamily f) {
       return "gpt2";
     case HfFamily::llama:
       return "llama";
+    case HfFamily::qwen2:
+      return "qwen2";
     case HfFamily::qwen3:
       return "qwen3";
     case HfFamily::mixtral:
@@ -98,6 +109,8 @@ const char* hf_class(HfFamily f) {
       return "GPT2LMHeadModel";
     case HfFamily::llama:
       return "LlamaForCausalLM";
+    case HfFamily::qwen2:
+      return "Qwen2ForCausalLM";
     case HfFamily::qwen3:
       return "Qwen3ForCausalLM";
     case HfFamily::mixtral:
@@ -115,8 +128,8 @@ const char* hf_class(HfFamily f) {
 }
 
 std::optional<HfFamily> hf_family_of(const std::string& model_type) {
-  for (HfFamily f : {HfFamily::gpt2, HfFamily::llama, HfFamily::qwen3, HfFamily::mixtral, HfFamily::qwen2_moe,
-                     HfFamily::qwen3_moe, HfFamily::glm4_moe, HfFamily::deepseek_v3})
+  for (HfFamily f : {HfFamily::gpt2, HfFamily::llama, HfFamily::qwen2, HfFamily::qwen3, HfFamily::mixtral,
+                     HfFamily::qwen2_moe, HfFamily::qwen3_moe, HfFamily::glm4_moe, HfFamily::deepseek_v3})
     if (model_type == hf_model_type(f)) return f;
   return std::nullopt;
 }
@@ -172,7 +185,7 @@ std::vector<HfPiece> hf_fused_pieces(const ModelConfig& m, HfFamily f, const mod
 
 std::vector<HfPiece> hf_zero_tensors(const ModelConfig& m, HfFamily f) {
   std::vector<HfPiece> out;
-  if (f != HfFamily::qwen2_moe) return out;
+  if (f != HfFamily::qwen2_moe || m.attention_bias) return out;  // without model.attention_bias: zeros
   const int64_t D = m.head_dim();
   for (int64_t l = 0; l < m.layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.self_attn.", l);

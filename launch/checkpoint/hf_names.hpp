@@ -33,7 +33,7 @@
 
 namespace trident::launch {
 
-enum class HfFamily { gpt2, llama, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe, deepseek_v3 };
+enum class HfFamily { gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe, deepseek_v3 };
 
 // The family of the recipe's model; an MoE model no family can hold is an
 // InputError naming the model.moe key that rules each out.

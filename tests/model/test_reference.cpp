@@ -63,7 +63,9 @@ std::map<std::string, RefModel> load_reference() {
       m.tie_embeddings = name == "gpt2";
       m.qk_norm = kv.count("qk_norm") && kv["qk_norm"] == "1";
       if (kv.count("head_dim")) m.head_size = std::stol(kv["head_dim"]);  // heads of their own size
-      if (kv.count("rope_type")) {                                        // rotary scaling (model.rope_scaling)
+      m.attention_bias = kv.count("attention_bias") && kv["attention_bias"] == "1";
+      m.o_bias = kv.count("o_bias") && kv["o_bias"] == "1";
+      if (kv.count("rope_type")) {  // rotary scaling (model.rope_scaling)
         RopeScaling& s = m.rope_scaling;
         s.type = *parse_enum<RopeType>(kv["rope_type"]);
         auto real = [&](const char* k, double def) { return kv.count(k) ? std::stod(kv[k]) : def; };
@@ -219,6 +221,9 @@ TEST(Reference, Qwen3MatchesHuggingFace) { check_against_reference("qwen3"); }
 // model.head_dim other than hidden / heads (as every released Qwen3)
 TEST(Reference, Qwen3WithItsOwnHeadSizeMatchesHuggingFace) { check_against_reference("qwen3_head_dim"); }
 // model.rope_scaling: Llama 3.1's, YaRN (truncated and not), DeepSeek-V3's YaRN with its softmax-scale correction
+// model.attention_bias (Qwen2), and with model.o_bias (transformers' Llama with attention_bias)
+TEST(Reference, Qwen2MatchesHuggingFace) { check_against_reference("qwen2"); }
+TEST(Reference, LlamaWithAttentionBiasesMatchesHuggingFace) { check_against_reference("llama_bias"); }
 TEST(Reference, Llama3RopeScalingMatchesHuggingFace) { check_against_reference("llama3_rope"); }
 TEST(Reference, YarnMatchesHuggingFace) { check_against_reference("llama_yarn"); }
 TEST(Reference, YarnUntruncatedMatchesHuggingFace) { check_against_reference("llama_yarn_untruncated"); }

@@ -107,7 +107,13 @@ def export_direction(a, arch, recipe, mesh, ranks):
 
 def import_direction(a, arch, recipe, hf_extra=None, sets=()):
     torch.manual_seed(7)
-    if arch == "qwen3":  # the released families' attention: heads of their own size, QK-norm
+    if arch == "qwen2":  # biases on q, k and v (Qwen2, Qwen2.5)
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+        cfg = Qwen2Config(vocab_size=32, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5,
+                          tie_word_embeddings=False, initializer_range=0.1, use_sliding_window=False, **(hf_extra or {}))
+        model = Qwen2ForCausalLM(cfg)
+    elif arch == "qwen3":  # the released families' attention: heads of their own size, QK-norm
         from transformers import Qwen3Config, Qwen3ForCausalLM
         cfg = Qwen3Config(vocab_size=32, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2, head_dim=48, max_position_embeddings=64,
@@ -549,6 +555,12 @@ def main():
                                  "beta_slow": 1.0, "original_max_position_embeddings": 16, "truncate": False}},
             ["model.rope_scaling.type=yarn", "model.rope_theta=500", "model.rope_scaling.factor=4",
              "model.rope_scaling.original_seq_len=16", "model.rope_scaling.truncate=false"]),
+        "import_qwen2_biases": import_direction(a, "qwen2", "llama-tiny.yaml",
+                                                {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
+                                                ["model.attention_bias=true"]),
+        "import_llama_biases": import_direction(a, "llama", "llama-tiny.yaml",
+                                                {"rope_theta": 10000.0, "attention_bias": True},
+                                                ["model.attention_bias=true", "model.o_bias=true"]),
         "import_qwen3_head_dim": import_direction(a, "qwen3", "llama-tiny.yaml",
                                                   {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
                                                   ["model.head_dim=48", "model.qk_norm=true"]),

@@ -361,6 +361,13 @@ TEST(Pipeline, ReleasedFamiliesMatchSingleRank) {
   list.push_back(with(ring_docs, llama3));
   list.push_back(with(a2a_docs, yarn));
   list.push_back(with({2, 2, 2, "1f1b", 3, "llama", true}, llama3));
+  // biases on q, k, v and o (model.attention_bias, model.o_bias): split like the weights (tensor 4 with 2 KV heads
+  // replicates them), o's added once after the tensor group's sum
+  const std::vector<std::string> biases = {"model.attention_bias=true", "model.o_bias=true"};
+  list.push_back(with({2, 2, 2, "1f1b", 3, "llama", true}, biases));
+  list.push_back(with({1, 4, 2, "interleaved_1f1b", 1, "llama", true}, biases));
+  list.push_back(with({8, 1, 1, "gpipe", 3, "llama"}, biases));
+  list.back().context = 1;
   Case deepseek{2, 2, 2, "1f1b", 1, "deepseek", true};
   deepseek.sets = {"model.rope_scaling.type=yarn", "model.rope_scaling.factor=40",
                    "model.rope_scaling.original_seq_len=8", "model.rope_scaling.mscale=1",

@@ -258,6 +258,12 @@ def families_2026(out, base, rope, common):
         run(out, "llama_yarn" + ("" if truncate else "_untruncated"), LlamaForCausalLM(lc),
             wide_line + f" ffn_hidden=24 rope_type=yarn rope_factor=4 rope_original=4096 beta_fast=32 beta_slow=1 "
                         f"truncate={int(truncate)}", 13)
+    # biases: Qwen2's on q, k and v; transformers' Llama with attention_bias on q, k, v and o
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    q2 = Qwen2Config(**base, intermediate_size=24, use_sliding_window=False, rope_parameters=rope)
+    run(out, "qwen2", Qwen2ForCausalLM(q2), common + " ffn_hidden=24 attention_bias=1", 13)
+    lb = LlamaConfig(**base, intermediate_size=24, attention_bias=True, mlp_bias=False, rope_parameters=rope)
+    run(out, "llama_bias", LlamaForCausalLM(lb), common + " ffn_hidden=24 attention_bias=1 o_bias=1", 13)
     # DeepSeek-V3's YaRN (factor 40, mscale = mscale_all_dim = 1): cos and sin unscaled, the softmax scale times
     # (0.1 ln 40 + 1)^2
     yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 64,

@@ -130,7 +130,7 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
   const std::optional<HfFamily> family = hf_family_of(type);
   if (!family)
     fail_input(
-        "{}: key 'model_type': expected gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe or "
+        "{}: key 'model_type': expected gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe or "
         "deepseek_v3, found '{}'",
         path, type);
   const HfFamily want = hf_family(rc);
@@ -236,6 +236,15 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
           path, rc.source);
     }
     if (*family == HfFamily::glm4_moe) same("use_qk_norm", flag("use_qk_norm", false), "model.qk_norm", m.qk_norm);
+    // Mistral and Qwen2/3 (use_sliding_window) attend to the last sliding_window positions: a window shorter
+    // than the trained sequence is another model
+    if (type == "mistral" || (given("use_sliding_window") && flag("use_sliding_window", false)))
+      if (const int64_t window = given("sliding_window") ? num("sliding_window", -1) : m.seq_len; window < m.seq_len)
+        fail_input(
+            "{}: key 'sliding_window' is {}, shorter than model.seq_len {} of the recipe {}: transformers' {} attends "
+            "to the last {} positions only, and Trident has no sliding-window attention yet (train with "
+            "model.seq_len <= {}, or a config whose sliding_window is null)",
+            path, window, m.seq_len, rc.source, type, window, window);
     const MoeConfig& e = m.moe;
     auto dense_list = [&](const char* key) {
       std::vector<int64_t> v;

@@ -131,6 +131,8 @@ std::optional<HfFamily> hf_family_of(const std::string& model_type) {
   for (HfFamily f : {HfFamily::gpt2, HfFamily::llama, HfFamily::qwen2, HfFamily::qwen3, HfFamily::mixtral,
                      HfFamily::qwen2_moe, HfFamily::qwen3_moe, HfFamily::glm4_moe, HfFamily::deepseek_v3})
     if (model_type == hf_model_type(f)) return f;
+  // Mistral (7B v0.3, Nemo): LLaMA's model and names; its sliding window is checked on import (hf_config.cpp)
+  if (model_type == "mistral") return HfFamily::llama;
   return std::nullopt;
 }
 

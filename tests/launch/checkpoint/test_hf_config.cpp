@@ -81,6 +81,38 @@ TEST(HfConfig, HeadSizeIsCompared) {
   }
 }
 
+// Mistral (7B v0.3, Nemo) is LLaMA's model with a sliding window: null or
+// covering the sequence imports into a llama recipe (Nemo's head size by
+// model.head_dim); shorter is refused naming the key.
+TEST(HfConfig, MistralImportsAsLlama) {
+  const Recipe rc = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/llama-tiny.yaml", {"model.head_dim=48"}, 1);
+  const auto& m = rc.model;
+  nlohmann::json c = {{"model_type", "mistral"},
+                      {"num_hidden_layers", m.layers},
+                      {"hidden_size", m.hidden},
+                      {"num_attention_heads", m.heads},
+                      {"num_key_value_heads", m.kv_heads},
+                      {"head_dim", 48},
+                      {"intermediate_size", m.ffn_hidden},
+                      {"vocab_size", m.vocab},
+                      {"max_position_embeddings", m.seq_len},
+                      {"rms_norm_eps", m.norm_eps},
+                      {"rope_theta", m.rope_theta},
+                      {"tie_word_embeddings", false},
+                      {"sliding_window", nullptr}};
+  EXPECT_NO_THROW(check_hf_config("config.json", c, rc));
+  c["sliding_window"] = m.seq_len;
+  EXPECT_NO_THROW(check_hf_config("config.json", c, rc));
+  c["sliding_window"] = m.seq_len / 4;
+  try {
+    check_hf_config("config.json", c, rc);
+    ADD_FAILURE() << "a Mistral window of " << m.seq_len / 4 << " imported";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("key 'sliding_window' is 16, shorter than model.seq_len 64"), std::string::npos) << msg;
+  }
+}
+
 // A config of another family names the recipe keys that would make it.
 TEST(HfConfig, AnotherFamilyNamesTheKeysToSet) {
   const Recipe rc = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/moe-tiny.yaml",

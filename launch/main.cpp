@@ -189,7 +189,10 @@ std::vector<Command> commands() {
       {"import", "Hugging Face model directory -> step-0 checkpoint",
        [](CLI::App& c, Options& o) {
          c.add_option("hf_dir", o.checkpoint, "config.json + model.safetensors")->required()->type_name("HF_DIR");
-         c.add_option("--recipe", o.recipe, "the recipe to train it with")->required()->type_name("RECIPE.yaml");
+         c.add_option("--recipe", o.recipe,
+                      "the recipe to train it with (checked against config.json); without it, DIR/recipe.yaml is "
+                      "written from config.json")
+             ->type_name("RECIPE.yaml");
          c.add_option("--out", o.out, "the new checkpoint directory")->required()->type_name("DIR");
          add_sets(c, o.sets);
        },

@@ -304,13 +304,10 @@ std::vector<float> read_floats(const SafetensorsReader& r, const std::string& na
 void import_hf(const std::string& hf_dir, const std::string& recipe, const std::vector<std::string>& sets,
                const std::string& out_dir) {
   check_new_dir("--out", out_dir);
-  Recipe rc = load_model_recipe_on_one_process(recipe, sets);  // the training keys may be absent
-  const ModelConfig& m = rc.model;
   const std::string config_path = (fs::path(hf_dir) / "config.json").string();
   if (!fs::exists(config_path)) fail_input("{}: missing (import reads a transformers model directory)", config_path);
   const nlohmann::json config = read_json(config_path);
   if (!config.is_object()) fail_input("{}: expected a JSON object", config_path);
-  check_hf_config(config_path, config, rc);
 
   // tensor name -> file holding it
   std::map<std::string, std::string> where;
@@ -340,6 +337,18 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
     fail_input("{}: no model.safetensors or model.safetensors.index.json (only safetensors weights are read)", hf_dir);
   }
 
+  // DeepSeek-V3's config names its multi-token prediction modules (num_nextn_predict_layers) whether the
+  // checkpoint holds them or not (transformers' own model does not): a derived recipe has them when it does
+  const bool has_mtp =
+      config.contains("num_hidden_layers") && config["num_hidden_layers"].is_number_integer() &&
+      where.count(fmt::format("model.layers.{}.eh_proj.weight", config["num_hidden_layers"].get<int64_t>())) > 0;
+  // without --recipe: the recipe config.json describes, written to DIR/recipe.yaml with the checkpoint
+  const std::string derived = recipe.empty() ? recipe_from_hf_config(config_path, config, has_mtp) : "";
+  const std::string recipe_path = recipe.empty() ? (fs::path(out_dir) / "recipe.yaml").string() : recipe;
+  Recipe rc = recipe.empty() ? load_recipe_text_on_one_process(derived, recipe_path, sets)
+                             : load_model_recipe_on_one_process(recipe, sets);  // the training keys may be absent
+  const ModelConfig& m = rc.model;
+  check_hf_config(config_path, config, rc);
   const model::ParamRegistry reg(m);
   const HfFamily family = hf_family(rc);
   // the file's tensors by the names the pieces use (GPT-2's with the "transformer." prefix)
@@ -439,6 +448,7 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
   const RankState s{&reg, 0, 0, 0, 0, reg.total(), params.data(), zeros.data(), zeros.data()};
   if (save_checkpoint(rc, 0, s, nullptr).empty())
     throw Error(fmt::format("{}: writing the checkpoint failed", out.tmp));
+  if (!derived.empty()) write_text(out.tmp + "/recipe.yaml", derived);
   out.commit();
   // the training keys the recipe left out (placeholders for the import): the run needs them
   std::vector<std::string> to_set;
@@ -446,7 +456,7 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
   for (size_t i = sets.size(); i < rc.overrides.size(); ++i)
     to_set.push_back("--set " + rc.overrides[i].substr(0, rc.overrides[i].find('=')) + "=...");
   log::info("imported {} ({} {}x{}, {} tensors) -> {}: train with trident train {} --resume {}{}{}", hf_dir, m.arch,
-            m.layers, m.hidden, used.size(), out_dir, recipe, out_dir,
+            m.layers, m.hidden, used.size(), out_dir, recipe_path, out_dir,
             to_set.empty() ? "" : " " + fmt::format("{}", fmt::join(to_set, " ")),
             rc.overrides.size() > sets.size() ? " (the recipe has no training keys: give them)" : "");
 }

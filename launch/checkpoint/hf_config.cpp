@@ -333,11 +333,6 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
       default:
         break;
     }
-    if (given("rope_scaling"))
-      fail_input(
-          "{}: key 'rope_scaling': scaled RoPE (YaRN, linear, ...) is not supported (plain RoPE with rope_theta "
-          "only), found {}",
-          path, c["rope_scaling"].dump());
     positions = num("max_position_embeddings", -1);
     same("tie_word_embeddings", flag("tie_word_embeddings", false), "model.tie_embeddings", m.tie_embeddings);
   }
@@ -346,6 +341,154 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
         "{}: the model has {} positions, the recipe {} trains on model.seq_len {}: set model.seq_len: {} or "
         "less",
         path, positions, rc.source, m.seq_len, positions);
+}
+
+// The recipe config.json describes (import without --recipe): its model
+// section key by key, the inverse of check_hf_config, and training keys a
+// user edits.
+std::string recipe_from_hf_config(const std::string& path, const nlohmann::json& c, bool with_mtp) {
+  auto given = [&](const char* key) { return c.contains(key) && !c[key].is_null(); };
+  auto num = [&](const char* key, int64_t def) -> int64_t {
+    if (!given(key)) return def;
+    if (!c[key].is_number_integer())
+      fail_input("{}: key '{}': expected an integer, found {}", path, key, c[key].dump());
+    return c[key].get<int64_t>();
+  };
+  auto real = [&](const char* key, double def) -> double {
+    if (!given(key)) return def;
+    if (!c[key].is_number()) fail_input("{}: key '{}': expected a number, found {}", path, key, c[key].dump());
+    return c[key].get<double>();
+  };
+  auto flag = [&](const char* key, bool def) -> bool {
+    if (!given(key)) return def;
+    if (!c[key].is_boolean()) fail_input("{}: key '{}': expected true or false, found {}", path, key, c[key].dump());
+    return c[key].get<bool>();
+  };
+  const std::string type = given("model_type") && c["model_type"].is_string() ? c["model_type"].get<std::string>() : "";
+  const std::optional<HfFamily> family = hf_family_of(type);
+  if (!family)
+    fail_input(
+        "{}: key 'model_type': expected gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe "
+        "or deepseek_v3, found '{}'",
+        path, type);
+  const HfFamily f = *family;
+  std::vector<std::string> m;  // the model section's lines
+  auto key = [&](const std::string& k, const auto& v) { m.push_back(fmt::format("  {}: {}", k, v)); };
+  auto number = [](double v) { return fmt::format("{}", v); };
+  // the sequence trained on: the model's positions, at most 4096 (edit it: longer costs memory)
+  const int64_t positions = num(f == HfFamily::gpt2 ? "n_positions" : "max_position_embeddings", 1024);
+  if (f == HfFamily::gpt2) {
+    const int64_t C = num("n_embd", -1), H = num("n_head", -1);
+    key("arch", "gpt2"), key("layers", num("n_layer", -1)), key("hidden", C), key("heads", H), key("kv_heads", H);
+    key("ffn_hidden", num("n_inner", 4 * C)), key("seq_len", std::min<int64_t>(positions, 4096));
+    key("vocab", num("vocab_size", -1)), key("norm_eps", number(real("layer_norm_epsilon", 1e-5)));
+    key("tie_embeddings", flag("tie_word_embeddings", true) ? "true" : "false");
+  } else {
+    const int64_t C = num("hidden_size", -1), H = num("num_attention_heads", -1);
+    key("arch", "llama"), key("layers", num("num_hidden_layers", -1)), key("hidden", C), key("heads", H);
+    key("kv_heads", num("num_key_value_heads", H));
+    if (f != HfFamily::deepseek_v3 && given("head_dim") && num("head_dim", -1) * H != C)
+      key("head_dim", num("head_dim", -1));
+    key("ffn_hidden", num("intermediate_size", -1)), key("seq_len", std::min<int64_t>(positions, 4096));
+    key("vocab", num("vocab_size", -1)), key("norm_eps", number(real("rms_norm_eps", 1e-6)));
+    key("tie_embeddings", flag("tie_word_embeddings", false) ? "true" : "false");
+    double theta = real("rope_theta", 10000.0);
+    nlohmann::json rp = nlohmann::json::object();
+    if (given("rope_scaling") && c["rope_scaling"].is_object()) rp = c["rope_scaling"];
+    if (given("rope_parameters") && c["rope_parameters"].is_object()) rp = c["rope_parameters"];
+    if (rp.contains("rope_theta") && rp["rope_theta"].is_number()) theta = rp["rope_theta"].get<double>();
+    key("rope_theta", number(theta));
+    std::string rope_type = "default";
+    for (const char* k : {"type", "rope_type"})
+      if (rp.contains(k) && rp[k].is_string()) rope_type = rp[k].get<std::string>();
+    if (rope_type != "default") {
+      std::vector<std::string> s = {fmt::format("type: {}", rope_type)};
+      for (const auto& [hf, ours] :
+           std::vector<std::pair<const char*, const char*>>{{"factor", "factor"},
+                                                            {"original_max_position_embeddings", "original_seq_len"},
+                                                            {"low_freq_factor", "low_freq_factor"},
+                                                            {"high_freq_factor", "high_freq_factor"},
+                                                            {"beta_fast", "beta_fast"},
+                                                            {"beta_slow", "beta_slow"},
+                                                            {"mscale", "mscale"},
+                                                            {"mscale_all_dim", "mscale_all_dim"},
+                                                            {"truncate", "truncate"}})
+        if (rp.contains(hf) && !rp[hf].is_null()) s.push_back(fmt::format("{}: {}", ours, rp[hf].dump()));
+      key("rope_scaling", fmt::format("{{{}}}", fmt::join(s, ", ")));
+    }
+    if (f == HfFamily::qwen3 || f == HfFamily::qwen3_moe || (f == HfFamily::glm4_moe && flag("use_qk_norm", false)))
+      key("qk_norm", "true");
+    const bool qkv = f == HfFamily::qwen2 || (f == HfFamily::qwen2_moe && flag("qkv_bias", true)) ||
+                     ((f == HfFamily::llama || f == HfFamily::qwen3) && flag("attention_bias", false));
+    if (qkv) key("attention_bias", "true");
+    if ((f == HfFamily::llama || f == HfFamily::qwen3) && flag("attention_bias", false)) key("o_bias", "true");
+    const bool sigmoid = f == HfFamily::glm4_moe || f == HfFamily::deepseek_v3;
+    if (f == HfFamily::deepseek_v3) {
+      key("attention", "mla");
+      key("mla", fmt::format("{{q_lora_rank: {}, kv_lora_rank: {}, qk_nope_head_dim: {}, qk_rope_head_dim: {}, "
+                             "v_head_dim: {}}}",
+                             num("q_lora_rank", 0), num("kv_lora_rank", -1), num("qk_nope_head_dim", -1),
+                             num("qk_rope_head_dim", -1), num("v_head_dim", -1)));
+      if (const int64_t d = num("num_nextn_predict_layers", 0); d > 0 && with_mtp)
+        key("mtp", fmt::format("{{depth: {}}}", d));
+    }
+    std::vector<std::string> e;  // the moe section
+    auto experts = [&](const char* name) {
+      return given("num_local_experts") && !given(name) ? num("num_local_experts", -1) : num(name, -1);
+    };
+    switch (f) {
+      case HfFamily::mixtral:
+        e = {fmt::format("experts: {}", num("num_local_experts", -1)),
+             fmt::format("top_k: {}", num("num_experts_per_tok", -1)),
+             fmt::format("ffn_hidden: {}", num("intermediate_size", -1)), "router: {score: softmax, norm_topk: true}"};
+        break;
+      case HfFamily::qwen2_moe:
+      case HfFamily::qwen3_moe: {
+        e = {fmt::format("experts: {}", experts("num_experts")),
+             fmt::format("top_k: {}", num("num_experts_per_tok", -1)),
+             fmt::format("ffn_hidden: {}", num("moe_intermediate_size", -1)),
+             fmt::format("every: {}", num("decoder_sparse_step", 1)),
+             fmt::format("router: {{score: softmax, norm_topk: {}}}", flag("norm_topk_prob", false))};
+        if (given("mlp_only_layers") && c["mlp_only_layers"].is_array() && !c["mlp_only_layers"].empty())
+          e.push_back(fmt::format("dense_layers: {}", c["mlp_only_layers"].dump()));
+        if (f == HfFamily::qwen2_moe)
+          e.insert(e.end(), {"shared_experts: 1", "shared_expert_gate: true",
+                             fmt::format("shared_ffn_hidden: {}", num("shared_expert_intermediate_size", -1))});
+        break;
+      }
+      case HfFamily::glm4_moe:
+      case HfFamily::deepseek_v3:
+        e = {fmt::format("experts: {}", experts("n_routed_experts")),
+             fmt::format("top_k: {}", num("num_experts_per_tok", -1)),
+             fmt::format("ffn_hidden: {}", num("moe_intermediate_size", -1)),
+             fmt::format("shared_experts: {}", num("n_shared_experts", 1)),
+             fmt::format("first_dense: {}", num("first_k_dense_replace", 1)),
+             fmt::format("router: {{score: sigmoid, groups: {}, group_topk: {}, scaling: {}, norm_topk: {}}}",
+                         num("n_group", 1), num("topk_group", 1), real("routed_scaling_factor", 1.0),
+                         flag("norm_topk_prob", true))};
+        break;
+      default:
+        break;
+    }
+    if (!e.empty()) {
+      // balancing: DeepSeek-V3's (the correction bias, a small per-sequence aux loss) for sigmoid routers, the
+      // aux loss at the config's coefficient for softmax ones
+      e.push_back(sigmoid ? "balance: {kind: seq_aux_loss, coef: 0.0001, bias_rate: 0.001}"
+                          : fmt::format("balance: {{kind: aux_loss, coef: {}}}", real("router_aux_loss_coef", 0.001)));
+      m.push_back(fmt::format("  moe:\n    {}", fmt::join(e, "\n    ")));
+    }
+  }
+  return fmt::format(
+      "# Written by `trident import` from {} (model_type {}): the model as transformers defines it; the\n"
+      "# training keys below are a starting point to edit (docs/recipes.md).\n"
+      "model:\n{}\n"
+      "train:    {{global_batch: 32, micro_batch: 1, steps: 1000, precision: bf16}}\n"
+      "optim:    {{lr: 3.0e-5, min_lr: 3.0e-6, warmup: 100, decay: cosine, betas: [0.9, 0.95], weight_decay: 0.1, "
+      "grad_clip: 1.0}}\n"
+      "parallel: {{data: auto}}\n"
+      "# data:   {{train: PREFIX}}   # a tokenized dataset (docs/data.md); without it, synthetic tokens\n"
+      "seed: 1234\n",
+      path, type, fmt::join(m, "\n"));
 }
 
 }  // namespace trident::launch

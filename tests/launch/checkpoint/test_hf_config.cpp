@@ -113,6 +113,64 @@ TEST(HfConfig, MistralImportsAsLlama) {
   }
 }
 
+// Import without --recipe: the recipe written from a released config.json
+// (Llama 3.1 8B's, with transformers 4's rope_scaling; Qwen3-30B-A3B's)
+// loads, passes the config check it came from, and has the model of the
+// shipped recipe of that model (which passes the check too).
+TEST(HfConfig, RecipeFromReleasedConfigs) {
+  const nlohmann::json llama = nlohmann::json::parse(R"({"architectures": ["LlamaForCausalLM"],
+      "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001,
+      "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+      "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama", "num_attention_heads": 32,
+      "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+      "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+      "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+      "vocab_size": 128256})");
+  const nlohmann::json qwen = nlohmann::json::parse(R"({"architectures": ["Qwen3MoeForCausalLM"],
+      "attention_bias": false, "attention_dropout": 0.0, "decoder_sparse_step": 1, "eos_token_id": 151645,
+      "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+      "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [],
+      "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": true, "num_attention_heads": 32,
+      "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+      "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000.0,
+      "router_aux_loss_coef": 0.001, "sliding_window": null, "tie_word_embeddings": false,
+      "use_sliding_window": false, "vocab_size": 151936})");
+  for (const auto& [config, shipped] : {std::pair{llama, "llama3.1-8b.yaml"}, std::pair{qwen, "qwen3-30b-a3b.yaml"}}) {
+    const std::string text = recipe_from_hf_config("config.json", config);
+    const Recipe derived = load_recipe_text_on_one_process(text, "recipe.yaml");
+    EXPECT_NO_THROW(check_hf_config("config.json", config, derived)) << text;
+    const Recipe rc = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + shipped, {}, 1);
+    EXPECT_NO_THROW(check_hf_config("config.json", config, rc)) << shipped;
+    const ModelConfig &a = derived.model, &b = rc.model;
+    EXPECT_EQ(a.layers, b.layers) << shipped;
+    EXPECT_EQ(a.hidden, b.hidden) << shipped;
+    EXPECT_EQ(a.heads, b.heads) << shipped;
+    EXPECT_EQ(a.kv_heads, b.kv_heads) << shipped;
+    EXPECT_EQ(a.head_dim(), b.head_dim()) << shipped;
+    EXPECT_EQ(a.vocab, b.vocab) << shipped;
+    EXPECT_EQ(a.qk_norm, b.qk_norm) << shipped;
+    EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type) << shipped;
+    EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor) << shipped;
+    EXPECT_EQ(a.rope_scaling.original_seq_len, b.rope_scaling.original_seq_len) << shipped;
+    EXPECT_EQ(a.moe.enabled, b.moe.enabled) << shipped;
+    EXPECT_EQ(a.moe.experts, b.moe.experts) << shipped;
+    EXPECT_EQ(a.moe.top_k, b.moe.top_k) << shipped;
+    EXPECT_EQ(a.moe.ffn_hidden, b.moe.ffn_hidden) << shipped;
+    EXPECT_EQ(a.moe.norm_topk, b.moe.norm_topk) << shipped;
+    EXPECT_EQ(a.seq_len, 4096) << shipped;  // the positions, at most 4096
+  }
+  // a model_type Trident has no family for is refused naming the key
+  nlohmann::json other = llama;
+  other["model_type"] = "gpt_oss";
+  try {
+    recipe_from_hf_config("config.json", other);
+    ADD_FAILURE() << "gpt_oss derived a recipe";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("key 'model_type'"), std::string::npos) << e.what();
+  }
+}
+
 // A config of another family names the recipe keys that would make it.
 TEST(HfConfig, AnotherFamilyNamesTheKeysToSet) {
   const Recipe rc = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/moe-tiny.yaml",

@@ -146,6 +146,13 @@ def import_direction(a, arch, recipe, hf_extra=None, sets=()):
     for i, ids in enumerate(BATCH):
         worst = max(worst, compare(f"import {tag} sequence {i}", trident_logits(a, ckpt, ids, f"imp_{tag}_{i}"),
                                    hf_logits(model, ids)))
+    # without --recipe: the recipe written from config.json makes the same model, to the last bit
+    derived = ckpt + "_derived"
+    run([a.trident, "import", src, "--out", derived])
+    for i, ids in enumerate(BATCH):
+        ours = trident_logits(a, derived, ids, f"der_{tag}_{i}")
+        assert torch.equal(ours, trident_logits(a, ckpt, ids, f"imp_{tag}_{i}")), f"{tag}: the derived recipe differs"
+    print(f"import {tag} without --recipe: {derived}/recipe.yaml gives the same logits bit for bit", flush=True)
     # round trip: import then export gives back transformers' tensors exactly
     back = os.path.join(a.work, f"hf_back_{tag}")
     run([a.trident, "export", ckpt, "--format", "hf", "--out", back])
@@ -404,6 +411,13 @@ def moe_direction(a):
         for i, ids in enumerate(BATCH):
             assert torch.equal(trident_logits(a, ckpt, ids, f"fused_{name}_{i}"),
                                trident_logits(a, ckpt_hub, ids, f"hub_{name}_{i}")), f"{name}: hub layout differs"
+        # without --recipe: the recipe written from config.json makes the same model, logits bit for bit
+        derived = os.path.join(a.work, f"imported_derived_{name}")
+        run([a.trident, "import", src, "--out", derived])
+        for i, ids in enumerate(BATCH):
+            assert torch.equal(trident_logits(a, ckpt, ids, f"fused_{name}_{i}"),
+                               trident_logits(a, derived, ids, f"derived_{name}_{i}")), f"{name}: derived recipe differs"
+        print(f"import {name} without --recipe: {derived}/recipe.yaml gives the same logits bit for bit", flush=True)
         out[name] = {"logits": worst, "margin": margin}
     # bad input: exit 2 naming the key or tensor, no checkpoint left behind
     def refused(what, src, sets, fragment):

@@ -69,7 +69,7 @@ parallel::PipelineHooks ChunkRunner::hooks(const std::vector<MicroBatchInputs>& 
     h.paired = [this, forward = h.forward, dp](const parallel::Action& f, const float* input, const parallel::Action& b,
                                                const float* d_out) {
       // the backward's workspace is its own: the passes share no scratch; dualpipev pairs the V's two arms,
-      // whose recomputation buffers are their chunks' own (Transformer::SharedRecompute)
+      // whose recomputation buffers are their chunks' own (ActivationPool's shared sets)
       TRIDENT_CHECK(f.chunk != b.chunk, "paired passes of one chunk (micro-batches {} and {} of chunk {})", f.micro,
                     b.micro, f.chunk);
       parallel::run_paired([&] { forward(f.chunk, f.micro, input); },

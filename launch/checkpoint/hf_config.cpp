@@ -64,19 +64,46 @@ std::vector<std::string> keys_for_family(HfFamily f, const ModelConfig& m) {
 
 }  // namespace
 
+// config.json's model_type and the family it names (refused naming the key when none).
+std::pair<std::string, HfFamily> config_family(const std::string& path, const nlohmann::json& c) {
+  const std::string type =
+      c.contains("model_type") && c["model_type"].is_string() ? c["model_type"].get<std::string>() : "";
+  const std::optional<HfFamily> family = hf_family_of(type);
+  if (!family)
+    fail_input(
+        "{}: key 'model_type': expected gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe or "
+        "deepseek_v3, found '{}'",
+        path, type);
+  return {type, *family};
+}
+
+// config.json's rotary parameters: `rope_parameters` (transformers 5), else
+// `rope_scaling` (before), where they were found, and their type (`type` or
+// `rope_type`; "default" when none).
+struct RopeParams {
+  nlohmann::json values = nlohmann::json::object();
+  std::string where = "rope_parameters", type = "default";
+};
+RopeParams rope_params(const nlohmann::json& c) {
+  RopeParams r;
+  if (c.contains("rope_scaling") && c["rope_scaling"].is_object())
+    r.values = c["rope_scaling"], r.where = "rope_scaling";
+  if (c.contains("rope_parameters") && c["rope_parameters"].is_object())
+    r.values = c["rope_parameters"], r.where = "rope_parameters";
+  for (const char* k : {"type", "rope_type"})
+    if (r.values.contains(k) && r.values[k].is_string()) r.type = r.values[k].get<std::string>();
+  return r;
+}
+
 // The rotary scaling of config.json (`rope_parameters` in transformers 5,
 // `rope_scaling` before, with `type` or `rope_type`) against
 // model.rope_scaling, key by key.
 void check_rope_scaling(const std::string& path, const nlohmann::json& c, const Recipe& rc) {
   const RopeScaling& s = rc.model.rope_scaling;
-  nlohmann::json rp = nlohmann::json::object();
-  std::string where = "rope_parameters";
-  if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) rp = c["rope_scaling"], where = "rope_scaling";
-  if (c.contains("rope_parameters") && c["rope_parameters"].is_object())
-    rp = c["rope_parameters"], where = "rope_parameters";
-  std::string type = "default";
-  for (const char* k : {"type", "rope_type"})
-    if (rp.contains(k) && rp[k].is_string()) type = rp[k].get<std::string>();
+  const RopeParams params = rope_params(c);
+  const nlohmann::json& rp = params.values;
+  const std::string& where = params.where;
+  std::string type = params.type;
   if (type == "default") type = "none";
   const std::optional<RopeType> found = parse_enum<RopeType>(type);
   if (!found)
@@ -126,13 +153,8 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
   auto typed = [&](const char* key, bool ok, const char* expected) {
     if (!ok) fail_input("{}: key '{}': expected {}, found {}", path, key, expected, c[key].dump());
   };
-  const std::string type = given("model_type") && c["model_type"].is_string() ? c["model_type"].get<std::string>() : "";
-  const std::optional<HfFamily> family = hf_family_of(type);
-  if (!family)
-    fail_input(
-        "{}: key 'model_type': expected gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe or "
-        "deepseek_v3, found '{}'",
-        path, type);
+  const auto [type, found_family] = config_family(path, c);
+  const std::optional<HfFamily> family = found_family;
   const HfFamily want = hf_family(rc);
   if (*family != want) {
     const std::vector<std::string> keys = keys_for_family(*family, m);
@@ -364,14 +386,7 @@ std::string recipe_from_hf_config(const std::string& path, const nlohmann::json&
     if (!c[key].is_boolean()) fail_input("{}: key '{}': expected true or false, found {}", path, key, c[key].dump());
     return c[key].get<bool>();
   };
-  const std::string type = given("model_type") && c["model_type"].is_string() ? c["model_type"].get<std::string>() : "";
-  const std::optional<HfFamily> family = hf_family_of(type);
-  if (!family)
-    fail_input(
-        "{}: key 'model_type': expected gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe "
-        "or deepseek_v3, found '{}'",
-        path, type);
-  const HfFamily f = *family;
+  const auto [type, f] = config_family(path, c);
   std::vector<std::string> m;  // the model section's lines
   auto key = [&](const std::string& k, const auto& v) { m.push_back(fmt::format("  {}: {}", k, v)); };
   auto number = [](double v) { return fmt::format("{}", v); };
@@ -393,14 +408,11 @@ std::string recipe_from_hf_config(const std::string& path, const nlohmann::json&
     key("vocab", num("vocab_size", -1)), key("norm_eps", number(real("rms_norm_eps", 1e-6)));
     key("tie_embeddings", flag("tie_word_embeddings", false) ? "true" : "false");
     double theta = real("rope_theta", 10000.0);
-    nlohmann::json rp = nlohmann::json::object();
-    if (given("rope_scaling") && c["rope_scaling"].is_object()) rp = c["rope_scaling"];
-    if (given("rope_parameters") && c["rope_parameters"].is_object()) rp = c["rope_parameters"];
+    const RopeParams params = rope_params(c);
+    const nlohmann::json& rp = params.values;
     if (rp.contains("rope_theta") && rp["rope_theta"].is_number()) theta = rp["rope_theta"].get<double>();
     key("rope_theta", number(theta));
-    std::string rope_type = "default";
-    for (const char* k : {"type", "rope_type"})
-      if (rp.contains(k) && rp[k].is_string()) rope_type = rp[k].get<std::string>();
+    const std::string& rope_type = params.type;
     if (rope_type != "default") {
       std::vector<std::string> s = {fmt::format("type: {}", rope_type)};
       for (const auto& [hf, ours] :

@@ -13,6 +13,15 @@
 // Backward reads out (the forward's output) and overwrites dqkv. Scale is 1/sqrt(D).
 // doc_start[B*T] (optional, document masking): the first position of the
 // document holding row (b, t); query t then sees keys [doc_start, t] only.
+// window > 0 (sliding-window attention, transformers' sliding_window): query
+// t sees only keys s with t - s < window, both masks together when both are
+// set; the kernels skip the key tiles wholly outside the window.
+//
+// Attention sinks (gpt-oss): one learned logit per head joins each row's
+// softmax denominator and takes no value. attention_sink_forward folds it
+// into a finished (out, lse) — after the last block, under context
+// parallelism — and the backward passes then read the folded lse;
+// attention_sink_backward gives the sinks' gradient.
 //
 // Blocks (context parallelism, CPU): queries of one part of a sequence
 // against the keys and values of another part, each row at its global
@@ -33,18 +42,33 @@ int64_t attention_state_elements(int64_t B, int64_t T_, int64_t H);
 // A qkv row's width: (H + KV) D + KV Dv
 int64_t attention_qkv_width(int64_t H, int64_t KV, int64_t D, int64_t Dv);
 
+// The whole sequence: sinks[H] (or null) folded in by attention_sink_forward;
+// the backward adds the sinks' gradient to dsinks[H] when sinks is given.
 template <typename T>
 void attention_lse(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D, int64_t Dv,
-                   const int32_t* doc_start = nullptr);
+                   const int32_t* doc_start = nullptr, int64_t window = 0, const T* sinks = nullptr);
 
 // out[B,T,H*Dv]; lse[B,H,T]
 template <typename T>
 void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                       int64_t Dv, const int32_t* doc_start = nullptr);
+                       int64_t Dv, const int32_t* doc_start = nullptr, int64_t window = 0, const T* sinks = nullptr);
 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t T_,
-                        int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start = nullptr);
+                        int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start = nullptr,
+                        int64_t window = 0, const T* sinks = nullptr, T* dsinks = nullptr);
+
+// Rows [B,Tq] of H heads: lse[B,H,Tq] := log(exp(lse) + exp(sinks[h])) and
+// each head's output (Dv values, rows of stride ldo; out may be null) scaled
+// by exp(old lse - new lse).
+template <typename T>
+void attention_sink_forward(T* out, int64_t ldo, T* lse, const T* sinks, int64_t B, int64_t Tq, int64_t H, int64_t Dv);
+
+// dsinks[h] -= sum over rows of exp(sinks[h] - lse) * delta, with the
+// folded lse[B,H,Tq] and delta[B,H,Tq] = dout . out (attention_delta);
+// dsinks is added to.
+template <typename T>
+void attention_sink_backward(T* dsinks, const T* lse, const T* delta, const T* sinks, int64_t B, int64_t Tq, int64_t H);
 
 // One block: queries [B,Tq] (row stride ldq, head h at h*D, batch stride
 // Tq*ldq) against keys [B,Tk] (row stride ldkv, KV head j at j*D, batch
@@ -60,6 +84,7 @@ struct AttentionBlock {
   const int32_t* q_pos = nullptr;      // [Tq]
   const int32_t* k_pos = nullptr;      // [Tk]
   const int32_t* doc_start = nullptr;  // [B*Tq], in the positions' terms
+  int64_t window = 0;                  // > 0: keys with q_pos - k_pos < window only
 };
 
 // out[B,Tq,H*Dv] (row stride ldo), lse[B,H,Tq]; merge = false overwrites them.

@@ -105,22 +105,29 @@ KERNEL_OP(void, bias_sign_update, (T * param, const T* count, int64_t n, double 
 // kernels/attention.hpp
 KERNEL_OP(void, attention_lse,
           (T * lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D, int64_t Dv,
-           const int32_t* doc_start),
-          (lse, qkv, B, T_, H, KV, D, Dv, doc_start), qkv,
-          cuda::attention_lse(lse, qkv, B, T_, H, KV, D, Dv, doc_start));
+           const int32_t* doc_start, int64_t window, const T* sinks),
+          (lse, qkv, B, T_, H, KV, D, Dv, doc_start, window, sinks), qkv,
+          cuda::attention_lse(lse, qkv, B, T_, H, KV, D, Dv, doc_start, window, sinks));
 KERNEL_OP(void, attention_forward,
           (T * out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D, int64_t Dv,
-           const int32_t* doc_start),
-          (out, lse, qkv, B, T_, H, KV, D, Dv, doc_start), qkv,
-          cuda::attention_forward(out, lse, qkv, B, T_, H, KV, D, Dv, doc_start));
+           const int32_t* doc_start, int64_t window, const T* sinks),
+          (out, lse, qkv, B, T_, H, KV, D, Dv, doc_start, window, sinks), qkv,
+          cuda::attention_forward(out, lse, qkv, B, T_, H, KV, D, Dv, doc_start, window, sinks));
 KERNEL_OP(void, attention_delta,
           (T * delta, const T* dout, const T* out, int64_t ldo, int64_t B, int64_t Tq, int64_t H, int64_t D),
           (delta, dout, out, ldo, B, Tq, H, D), out, cuda::attention_delta(delta, dout, out, ldo, B, Tq, H, D));
 KERNEL_OP(void, attention_backward,
           (T * dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t T_, int64_t H,
-           int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start),
-          (dqkv, dout, qkv, out, lse, B, T_, H, KV, D, Dv, doc_start), qkv,
-          cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T_, H, KV, D, Dv, doc_start));
+           int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start, int64_t window, const T* sinks, T* dsinks),
+          (dqkv, dout, qkv, out, lse, B, T_, H, KV, D, Dv, doc_start, window, sinks, dsinks), qkv,
+          cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T_, H, KV, D, Dv, doc_start, window, sinks, dsinks));
+KERNEL_OP(void, attention_sink_forward,
+          (T * out, int64_t ldo, T* lse, const T* sinks, int64_t B, int64_t Tq, int64_t H, int64_t Dv),
+          (out, ldo, lse, sinks, B, Tq, H, Dv), lse, cuda::attention_sink_forward(out, ldo, lse, sinks, B, Tq, H, Dv));
+KERNEL_OP(void, attention_sink_backward,
+          (T * dsinks, const T* lse, const T* delta, const T* sinks, int64_t B, int64_t Tq, int64_t H),
+          (dsinks, lse, delta, sinks, B, Tq, H), lse,
+          cuda::attention_sink_backward(dsinks, lse, delta, sinks, B, Tq, H));
 KERNEL_OP(void, attention_block_forward, (T * out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool merge),
           (out, ldo, lse, a, merge), a.q, cuda::attention_block_forward(out, ldo, lse, a, merge));
 KERNEL_OP(void, attention_block_backward,

@@ -53,15 +53,19 @@ inline Span span(const int32_t* pos, int64_t first, int64_t n) {
 }
 
 // How a query tile sees a key tile: not at all, wholly, or row by row.
+// A query at position p sees keys from max(its doc_start, p - window + 1)
+// (the window's start) to p.
 enum class Sight { none, full, masked };
 template <typename T>
 Sight sight(const AttentionBlock<T>& a, int64_t b, int64_t t0, int64_t tn, int64_t s0, int64_t sn) {
   const Span q = span(a.q_pos, t0, tn), k = span(a.k_pos, s0, sn);
-  if (k.lo > q.hi) return Sight::none;  // every key after every query
+  if (k.lo > q.hi) return Sight::none;                              // every key after every query
+  if (a.window > 0 && k.hi <= q.lo - a.window) return Sight::none;  // every key before every query's window
   Span d;
   if (a.doc_start) d = span(a.doc_start + b * a.Tq, t0, tn);
   if (a.doc_start && k.hi < d.lo) return Sight::none;  // every key before every query's document
-  return k.hi <= q.lo && (!a.doc_start || k.lo >= d.hi) ? Sight::full : Sight::masked;
+  const bool in_window = a.window <= 0 || k.lo > q.hi - a.window;
+  return k.hi <= q.lo && (!a.doc_start || k.lo >= d.hi) && in_window ? Sight::full : Sight::masked;
 }
 
 // S[tn, sn] := -inf where key s0 + c is hidden from query t0 + r
@@ -69,7 +73,8 @@ template <typename T>
 void mask_tile(T* S, const AttentionBlock<T>& a, int64_t b, int64_t t0, int64_t tn, int64_t s0, int64_t sn) {
   for (int64_t r = 0; r < tn; ++r) {
     const int64_t qp = position(a.q_pos, t0 + r);
-    const int64_t first = a.doc_start ? a.doc_start[b * a.Tq + t0 + r] : INT64_MIN;
+    int64_t first = a.doc_start ? a.doc_start[b * a.Tq + t0 + r] : INT64_MIN;
+    if (a.window > 0) first = std::max(first, qp - a.window + 1);
     for (int64_t c = 0; c < sn; ++c) {
       const int64_t kp = position(a.k_pos, s0 + c);
       if (kp > qp || kp < first) S[r * sn + c] = -INFINITY;
@@ -223,12 +228,12 @@ void block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* d
 // The whole sequence as one block: q, k and v heads of qkv.
 template <typename T>
 AttentionBlock<T> self_block(const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D, int64_t Dv,
-                             const int32_t* doc_start) {
+                             const int32_t* doc_start, int64_t window) {
   const int64_t W = attention_qkv_width(H, KV, D, Dv);
   AttentionBlock<T> a;
   a.B = B, a.Tq = a.Tk = T_, a.H = H, a.KV = KV, a.D = D, a.Dv = Dv;
   a.q = qkv, a.ldq = W, a.k = qkv + H * D, a.v = qkv + (H + KV) * D, a.ldkv = W;
-  a.doc_start = doc_start;
+  a.doc_start = doc_start, a.window = window;
   return a;
 }
 
@@ -237,6 +242,7 @@ void check_block(const AttentionBlock<T>& a) {
   TRIDENT_CHECK(a.KV > 0 && a.H % a.KV == 0, "attention block: {} heads over {} KV heads", a.H, a.KV);
   TRIDENT_CHECK(a.D > 0 && a.Dv > 0, "attention block: head sizes {} (query/key) and {} (value) must be set", a.D,
                 a.Dv);
+  TRIDENT_CHECK(a.window >= 0, "attention block: a window of {} keys (0: none)", a.window);
 }
 
 }  // namespace
@@ -247,15 +253,22 @@ int64_t attention_state_elements(int64_t B, int64_t T_, int64_t H) { return B * 
 
 namespace cpu {
 template <typename T>
+void attention_sink_forward(T* out, int64_t ldo, T* lse, const T* sinks, int64_t B, int64_t Tq, int64_t H, int64_t Dv);
+template <typename T>
+void attention_sink_backward(T* dsinks, const T* lse, const T* delta, const T* sinks, int64_t B, int64_t Tq, int64_t H);
+
+template <typename T>
 void attention_lse(T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D, int64_t Dv,
-                   const int32_t* doc_start) {
-  block_forward<T>(nullptr, 0, lse, self_block(qkv, B, T_, H, KV, D, Dv, doc_start), false);
+                   const int32_t* doc_start, int64_t window, const T* sinks) {
+  block_forward<T>(nullptr, 0, lse, self_block(qkv, B, T_, H, KV, D, Dv, doc_start, window), false);
+  if (sinks) attention_sink_forward<T>(nullptr, 0, lse, sinks, B, T_, H, Dv);
 }
 
 template <typename T>
 void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
-                       int64_t Dv, const int32_t* doc_start) {
-  block_forward(out, H * Dv, lse, self_block(qkv, B, T_, H, KV, D, Dv, doc_start), false);
+                       int64_t Dv, const int32_t* doc_start, int64_t window, const T* sinks) {
+  block_forward(out, H * Dv, lse, self_block(qkv, B, T_, H, KV, D, Dv, doc_start, window), false);
+  if (sinks) attention_sink_forward(out, H * Dv, lse, sinks, B, T_, H, Dv);
 }
 
 template <typename T>
@@ -275,13 +288,47 @@ void attention_delta(T* delta, const T* dout, const T* out, int64_t ldo, int64_t
 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t T_,
-                        int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start) {
+                        int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start, int64_t window,
+                        const T* sinks, T* dsinks) {
   const int64_t W = attention_qkv_width(H, KV, D, Dv);
   std::memset(dqkv, 0, sizeof(T) * size_t(B * T_ * W));
   std::vector<T> delta(size_t(B * H * T_));
   attention_delta(delta.data(), dout, out, H * Dv, B, T_, H, Dv);
   block_backward(dqkv, W, dqkv + H * D, dqkv + (H + KV) * D, W, dout, H * Dv, lse, delta.data(),
-                 self_block(qkv, B, T_, H, KV, D, Dv, doc_start));
+                 self_block(qkv, B, T_, H, KV, D, Dv, doc_start, window));
+  if (sinks) attention_sink_backward(dsinks, lse, delta.data(), sinks, B, T_, H);
+}
+
+template <typename T>
+void attention_sink_forward(T* out, int64_t ldo, T* lse, const T* sinks, int64_t B, int64_t Tq, int64_t H, int64_t Dv) {
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < Tq; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        T& L = lse[(b * H + h) * Tq + t];
+        const T s = sinks[h], top = std::max(L, s);
+        const T folded = top + std::log(std::exp(L - top) + std::exp(s - top));
+        const T keep = L == T(-INFINITY) ? T(0) : std::exp(L - folded);
+        L = folded;
+        if (!out) continue;
+        T* o = out + (b * Tq + t) * ldo + h * Dv;
+        for (int64_t d = 0; d < Dv; ++d) o[d] *= keep;
+      }
+}
+
+template <typename T>
+void attention_sink_backward(T* dsinks, const T* lse, const T* delta, const T* sinks, int64_t B, int64_t Tq,
+                             int64_t H) {
+#pragma omp parallel for
+  for (int64_t h = 0; h < H; ++h) {
+    T g = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < Tq; ++t) {
+        const int64_t i = (b * H + h) * Tq + t;
+        g += std::exp(sinks[h] - lse[i]) * delta[i];
+      }
+    dsinks[h] -= g;
+  }
 }
 
 template <typename T>
@@ -300,15 +347,17 @@ void attention_block_backward(T* dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, 
 
 #define INSTANTIATE(T)                                                                                                \
   template void cpu::attention_lse<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,             \
-                                      const int32_t*);                                                                \
+                                      const int32_t*, int64_t, const T*);                                             \
   template void cpu::attention_block_forward<T>(T*, int64_t, T*, const AttentionBlock<T>&, bool);                     \
   template void cpu::attention_delta<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);         \
+  template void cpu::attention_sink_forward<T>(T*, int64_t, T*, const T*, int64_t, int64_t, int64_t, int64_t);        \
+  template void cpu::attention_sink_backward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);         \
   template void cpu::attention_block_backward<T>(T*, int64_t, T*, T*, int64_t, const T*, int64_t, const T*, const T*, \
                                                  const AttentionBlock<T>&);                                           \
   template void cpu::attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,     \
-                                          const int32_t*);                                                            \
+                                          const int32_t*, int64_t, const T*);                                         \
   template void cpu::attention_backward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \
-                                           int64_t, int64_t, int64_t, const int32_t*);
+                                           int64_t, int64_t, int64_t, const int32_t*, int64_t, const T*, T*);
 INSTANTIATE(float)
 INSTANTIATE(double)
 

@@ -19,6 +19,7 @@ struct BlockDims {
   int64_t ldq, ldkv, ldo;  // row strides of q, k/v and out/dout
   TileShape t;
   const int32_t *q_pos, *k_pos, *doc_start;  // null positions: 0, 1, 2, ...
+  int64_t window;                            // > 0: sliding-window attention
 };
 
 __device__ inline int64_t q_position(const BlockDims& d, int64_t i) { return d.q_pos ? d.q_pos[i] : i; }
@@ -26,8 +27,8 @@ __device__ inline int64_t k_position(const BlockDims& d, int64_t i) { return d.k
 // Whether key row s is visible to query row q of batch b (both in range).
 __device__ inline bool visible(const BlockDims& d, int64_t b, int64_t q, int64_t s) {
   if (q >= d.Tq || s >= d.Tk) return false;
-  const int64_t kp = k_position(d, s);
-  return kp <= q_position(d, q) && (!d.doc_start || kp >= d.doc_start[b * d.Tq + q]);
+  const int64_t kp = k_position(d, s), qp = q_position(d, q);
+  return kp <= qp && (!d.doc_start || kp >= d.doc_start[b * d.Tq + q]) && (d.window <= 0 || qp - kp < d.window);
 }
 
 template <int DMAX>
@@ -175,7 +176,36 @@ BlockDims block_dims(const AttentionBlock<float>& a, int64_t ldo) {
   const TileShape t = tile_shape(a.D, a.Dv);
   if (a.KV < 1 || a.H % a.KV != 0)
     cuda_fail("CUDA", "attention", __FILE__, __LINE__, "heads must be a multiple of kv_heads");
-  return {a.B, a.Tq, a.Tk, a.H, a.KV, a.ldq, a.ldkv, ldo, t, a.q_pos, a.k_pos, a.doc_start};
+  return {a.B, a.Tq, a.Tk, a.H, a.KV, a.ldq, a.ldkv, ldo, t, a.q_pos, a.k_pos, a.doc_start, a.window};
+}
+
+// Attention sinks: thread per row (b, t, h) folds the head's sink into lse and scales the output.
+__global__ void sink_fwd(float* out, int64_t ldo, float* lse, const float* sinks, int64_t B, int64_t Tq, int64_t H,
+                         int64_t Dv) {
+  GRID_STRIDE(i, B * Tq * H) {
+    const int64_t h = i % H, bt = i / H, b = bt / Tq, t = bt % Tq;
+    float& L = lse[(b * H + h) * Tq + t];
+    const float s = sinks[h], top = fmaxf(L, s);
+    const float folded = top + logf(expf(L - top) + expf(s - top));
+    const float keep = L == -INFINITY ? 0.f : expf(L - folded);
+    L = folded;
+    if (!out) continue;
+    float* o = out + bt * ldo + h * Dv;
+    for (int64_t e = 0; e < Dv; ++e) o[e] *= keep;
+  }
+}
+
+// Block per head: dsinks[h] -= sum over rows of exp(sink - lse) delta.
+__global__ void sink_bwd(float* dsinks, const float* lse, const float* delta, const float* sinks, int64_t B, int64_t Tq,
+                         int64_t H) {
+  const int64_t h = blockIdx.x;
+  float g = 0.f;
+  for (int64_t bt = threadIdx.x; bt < B * Tq; bt += blockDim.x) {
+    const int64_t i = (bt / Tq * H + h) * Tq + bt % Tq;
+    g += expf(sinks[h] - lse[i]) * delta[i];
+  }
+  g = block_sum(g);
+  if (threadIdx.x == 0) dsinks[h] -= g;
 }
 
 }  // namespace
@@ -191,6 +221,18 @@ void attention_block_forward(float* out, int64_t ldo, float* lse, const Attentio
     KERNEL_LAUNCH(blk_fwd<DMAX>, grid, kThreadsFor<DMAX>, bytes)(out, lse, a.q, a.k, a.v, d, merge ? 1 : 0);
     CUDA_LAUNCHED("blk_fwd");
   });
+}
+
+void attention_sink_forward(float* out, int64_t ldo, float* lse, const float* sinks, int64_t B, int64_t Tq, int64_t H,
+                            int64_t Dv) {
+  LAUNCH_GRID_STRIDE(sink_fwd, B * Tq * H, out, ldo, lse, sinks, B, Tq, H, Dv);
+}
+
+void attention_sink_backward(float* dsinks, const float* lse, const float* delta, const float* sinks, int64_t B,
+                             int64_t Tq, int64_t H) {
+  if (B * Tq * H == 0) return;
+  KERNEL_LAUNCH(sink_bwd, unsigned(H), 256, 0)(dsinks, lse, delta, sinks, B, Tq, H);
+  CUDA_LAUNCHED("sink_bwd");
 }
 
 void attention_delta(float* delta, const float* dout, const float* out, int64_t ldo, int64_t B, int64_t Tq, int64_t H,

@@ -7,7 +7,8 @@
 // it; the other owns a query tile and accumulates dQ. delta = rowsum(dO * O)
 // comes first (attention_delta, attention_block_cuda.cu).
 // The tiles and thread layout are attention_tiles.cuh's; these kernels add
-// the causal mask and skip the tiles past the diagonal. Head sizes up to 256,
+// the causal mask and skip the tiles past the diagonal, and before a
+// sliding window's start. Head sizes up to 256,
 // values' (Dv) apart from queries' and keys' (D) (DMAX 64, 128, 192 or 256
 // chosen at launch by the wider; tiles of 32 above 128). fp32 FMA throughout
 // (no tensor cores: left for a later kernel).
@@ -23,11 +24,20 @@ struct Dims {
   int64_t B, T, H, KV, W;  // W = (H + KV) D + KV Dv, the qkv row width
   TileShape t;
   const int32_t* doc_start;  // [B*T] document masking, or null
+  int64_t window;            // > 0: sliding-window attention
 };
 
-// First key query row (b, q) may see (0 without document masking).
+// First key query row (b, q) may see (0 without document masking or window).
 __device__ inline int64_t first_key(const Dims& d, int64_t b, int64_t q) {
-  return d.doc_start && q < d.T ? d.doc_start[b * d.T + q] : 0;
+  int64_t first = d.doc_start && q < d.T ? d.doc_start[b * d.T + q] : 0;
+  if (d.window > 0 && q - d.window + 1 > first) first = q - d.window + 1;
+  return first;
+}
+// The first key tile any of the query tile [q0, q0 + TILE) sees: the window's start, in whole tiles.
+template <int TILE>
+__device__ inline int64_t first_key_tile(const Dims& d, int64_t q0) {
+  const int64_t first = d.window > 0 && q0 - d.window + 1 > 0 ? q0 - d.window + 1 : 0;
+  return first / TILE * TILE;
 }
 
 template <int DMAX>
@@ -49,7 +59,7 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>) attn_fwd(float* out, float*
   for (int i = 0; i < HD; ++i) acc[i] = 0.f;
   float m = -INFINITY, l = 0.f;
   const int64_t last_key = min(q0 + TILE, d.T) - 1;  // causal: no tile past the diagonal
-  for (int64_t k0 = 0; k0 <= last_key; k0 += TILE) {
+  for (int64_t k0 = first_key_tile<TILE>(d, q0); k0 <= last_key; k0 += TILE) {
     __syncthreads();  // the previous tile's K/V are no longer read
     load_rows<TILE>(s.K, base, k0, d.T, t, t.D, (d.H + kvh) * t.D, d.W);
     load_rows<TILE>(s.V, base, k0, d.T, t, t.Dv, (d.H + d.KV) * t.D + kvh * t.Dv, d.W);
@@ -95,8 +105,10 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
   float dk[HD], dv[HD];
 #pragma unroll
   for (int i = 0; i < HD; ++i) dk[i] = dv[i] = 0.f;
+  // causal: from the diagonal on; a window: up to its last query of the tile's last key
+  const int64_t q_end = d.window > 0 ? min(d.T, k0 + TILE - 1 + d.window) : d.T;
   for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
-    for (int64_t q0 = (k0 / TILE) * TILE; q0 < d.T; q0 += TILE) {  // causal: from the diagonal on
+    for (int64_t q0 = (k0 / TILE) * TILE; q0 < q_end; q0 += TILE) {
       __syncthreads();
       load_rows<TILE>(s.Q, base, q0, d.T, t, t.D, h * t.D, d.W);
       load_rows<TILE>(s.dO, gbase, q0, d.T, t, t.Dv, h * t.Dv, d.H * t.Dv);
@@ -143,7 +155,7 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
 #pragma unroll
   for (int i = 0; i < HD; ++i) dq[i] = 0.f;
   const int64_t last_key = min(q0 + TILE, d.T) - 1;
-  for (int64_t k0 = 0; k0 <= last_key; k0 += TILE) {
+  for (int64_t k0 = first_key_tile<TILE>(d, q0); k0 <= last_key; k0 += TILE) {
     __syncthreads();
     load_rows<TILE>(s.K, base, k0, d.T, t, t.D, (d.H + kvh) * t.D, d.W);
     load_rows<TILE>(s.V, base, k0, d.T, t, t.Dv, (d.H + d.KV) * t.D + kvh * t.Dv, d.W);
@@ -165,10 +177,12 @@ __global__ void __launch_bounds__(kThreadsFor<DMAX>)
   }
 }
 
-Dims make_dims(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start) {
+Dims make_dims(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start,
+               int64_t window) {
   const TileShape t = tile_shape(D, Dv);
   if (H % KV != 0) cuda_fail("CUDA", "attention", __FILE__, __LINE__, "heads must be a multiple of kv_heads");
-  return {B, T, H, KV, (H + KV) * D + KV * Dv, t, doc_start};
+  if (window < 0) cuda_fail("CUDA", "attention", __FILE__, __LINE__, "a sliding window must be >= 0 (0: none)");
+  return {B, T, H, KV, (H + KV) * D + KV * Dv, t, doc_start, window};
 }
 
 template <typename Kernel>
@@ -181,9 +195,9 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t smem_floats, const cha
 }
 
 void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-             int64_t Dv, const int32_t* doc_start) {
+             int64_t Dv, const int32_t* doc_start, int64_t window) {
   if (B * T == 0) return;
-  const Dims d = make_dims(B, T, H, KV, D, Dv, doc_start);
+  const Dims d = make_dims(B, T, H, KV, D, Dv, doc_start, window);
   with_dmax(widest(d.t), [&](auto dmax) {
     constexpr int DMAX = decltype(dmax)::value, TILE = kTileFor<DMAX>;
     const dim3 grid(unsigned((T + TILE - 1) / TILE), unsigned(H), unsigned(B));
@@ -197,19 +211,22 @@ void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                       int64_t Dv, const int32_t* doc_start) {
-  forward(out, lse, qkv, B, T, H, KV, D, Dv, doc_start);
+                       int64_t Dv, const int32_t* doc_start, int64_t window, const float* sinks) {
+  forward(out, lse, qkv, B, T, H, KV, D, Dv, doc_start, window);
+  if (sinks) attention_sink_forward(out, H * Dv, lse, sinks, B, T, H, Dv);  // attention_block_cuda.cu
 }
 
 void attention_lse(float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv,
-                   const int32_t* doc_start) {
-  forward(nullptr, lse, qkv, B, T, H, KV, D, Dv, doc_start);
+                   const int32_t* doc_start, int64_t window, const float* sinks) {
+  forward(nullptr, lse, qkv, B, T, H, KV, D, Dv, doc_start, window);
+  if (sinks) attention_sink_forward(nullptr, 0, lse, sinks, B, T, H, Dv);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B,
-                        int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start) {
+                        int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start,
+                        int64_t window, const float* sinks, float* dsinks) {
   if (B * T == 0) return;
-  const Dims d = make_dims(B, T, H, KV, D, Dv, doc_start);
+  const Dims d = make_dims(B, T, H, KV, D, Dv, doc_start, window);
   const size_t delta_bytes = size_t(B * H * T) * sizeof(float);
   auto* delta = static_cast<float*>(scratch_alloc(delta_bytes));
   attention_delta(delta, dout, out, H * Dv, B, T, H, Dv);  // attention_block_cuda.cu
@@ -221,6 +238,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     launch(attn_bwd_q<DMAX>, dim3(tiles, unsigned(H), unsigned(B)), kThreadsFor<DMAX>, QGradTiles<TILE>::floats(d.t.SD),
            "attn_bwd_q", d, dqkv, dout, qkv, lse, delta);
   });
+  if (sinks) attention_sink_backward(dsinks, lse, delta, sinks, B, T, H);
   scratch_free(delta, delta_bytes);
 }
 

@@ -83,13 +83,20 @@ void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N
 // Flash-style causal attention: lse[B,H,T] (log-sum-exp of each query row's
 // scaled scores) is the only per-row state kept, as on the CPU; no T x T matrix exists.
 // Query/key heads of D and value heads of Dv, each up to 256. doc_start[B*T]
-// (device, optional): document masking.
+// (device, optional): document masking; window > 0: sliding-window attention.
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                       int64_t Dv, const int32_t* doc_start = nullptr);
+                       int64_t Dv, const int32_t* doc_start = nullptr, int64_t window = 0,
+                       const float* sinks = nullptr);
 void attention_lse(float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv,
-                   const int32_t* doc_start = nullptr);
+                   const int32_t* doc_start = nullptr, int64_t window = 0, const float* sinks = nullptr);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B,
-                        int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start = nullptr);
+                        int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start = nullptr,
+                        int64_t window = 0, const float* sinks = nullptr, float* dsinks = nullptr);
+// Attention sinks (kernels/attention.hpp): sinks and dsinks on the device too.
+void attention_sink_forward(float* out, int64_t ldo, float* lse, const float* sinks, int64_t B, int64_t Tq, int64_t H,
+                            int64_t Dv);
+void attention_sink_backward(float* dsinks, const float* lse, const float* delta, const float* sinks, int64_t B,
+                             int64_t Tq, int64_t H);
 // Blocks with global positions and log-sum-exp merging (context parallelism),
 // the twins of kernels/attention.hpp's CPU functions; every pointer on the device.
 void attention_block_forward(float* out, int64_t ldo, float* lse, const AttentionBlock<float>& a, bool merge);

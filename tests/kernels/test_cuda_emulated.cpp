@@ -77,11 +77,41 @@ TEST(CudaEmulated, FlashAttentionForwardBackward) {
   }
 }
 
+// Sliding windows (shorter than a tile, across tiles, tiles of 32 above
+// head size 128) and attention sinks against the CPU twins: the windowed
+// kernels skip whole key and query tiles, the sink kernels fold the sink
+// into lse and give its gradient.
+TEST(CudaEmulated, SlidingWindowAttentionAndSinks) {
+  struct Shape {
+    int64_t B, T, H, KV, D, window;
+  };
+  for (Shape s : {Shape{2, 150, 4, 2, 16, 5}, Shape{1, 130, 2, 1, 64, 70}, Shape{1, 70, 2, 2, 192, 40}}) {
+    const int64_t W = attention_qkv_width(s.H, s.KV, s.D, s.D), N = s.B * s.T;
+    const std::string name =
+        "window " + std::to_string(s.window) + " T" + std::to_string(s.T) + " D" + std::to_string(s.D);
+    F qkv = randn(N * W, 3), dout = randn(N * s.H * s.D, 4), sinks = randn(s.H, 5), out(N * s.H * s.D);
+    F lse(size_t(s.B * s.H * s.T)), dqkv(N * W), dsinks(size_t(s.H), 0.f);
+    attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D, s.D, nullptr, s.window,
+                      sinks.data());
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H, s.KV, s.D, s.D,
+                       nullptr, s.window, sinks.data(), dsinks.data());
+    F eout(out.size(), -7.f), lse_emu(lse.size(), -7.f), edqkv(dqkv.size(), -7.f), edsinks(dsinks.size(), 0.f);
+    emu::attention_forward(eout.data(), lse_emu.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.D, s.D, nullptr, s.window,
+                           sinks.data());
+    expect_close(name + " output", out, eout, 1e-5, 1e-6);
+    expect_close(name + " lse", lse, lse_emu, 1e-5, 1e-6);
+    emu::attention_backward(edqkv.data(), dout.data(), qkv.data(), eout.data(), lse_emu.data(), s.B, s.T, s.H, s.KV,
+                            s.D, s.D, nullptr, s.window, sinks.data(), edsinks.data());
+    expect_close(name + " dqkv", dqkv, edqkv, 1e-5, 1e-6);
+    expect_close(name + " dsinks", dsinks, edsinks, 1e-4, 1e-5);
+  }
+}
+
 // Attention blocks (context parallelism) against their CPU twins: rank 1 of
 // 3 (chunks 1 and 4 of 6, 40 rows each: two query tiles, positions not
 // contiguous) attends to its own block, then merges rank 0's and rank 2's;
 // backward adds each block's dq, dk, dv. With and without documents.
-void attention_blocks_match_the_cpu(const int64_t D, const int64_t Dv) {
+void attention_blocks_match_the_cpu(const int64_t D, const int64_t Dv, const int64_t window = 0) {
   const int64_t B = 2, N = 3, c = 40, T = 2 * N * c, Tl = 2 * c, H = 4, KV = 2, W = attention_qkv_width(H, KV, D, Dv);
   std::vector<std::vector<int32_t>> pos(N);
   for (int64_t r = 0; r < N; ++r)
@@ -101,11 +131,11 @@ void attention_blocks_match_the_cpu(const int64_t D, const int64_t Dv) {
       a.q = qkv[1].data(), a.ldq = W, a.k = qkv[size_t(src)].data() + H * D,
       a.v = qkv[size_t(src)].data() + (H + KV) * D;
       a.ldkv = W, a.q_pos = pos[1].data(), a.k_pos = pos[size_t(src)].data(),
-      a.doc_start = documents ? ds.data() : nullptr;
+      a.doc_start = documents ? ds.data() : nullptr, a.window = window;
       return a;
     };
     const std::string what = std::string(documents ? "blocks with documents" : "blocks") + " D" + std::to_string(D) +
-                             " Dv" + std::to_string(Dv);
+                             " Dv" + std::to_string(Dv) + " window " + std::to_string(window);
     F out(size_t(B * Tl * H * Dv)), lse(size_t(B * H * Tl)), eout(out.size(), -7.f), lse_emu(lse.size(), -7.f);
     for (int64_t step = 0; step < N; ++step) {
       const int64_t src = (1 - step + N) % N;
@@ -138,6 +168,7 @@ TEST(CudaEmulated, AttentionBlocksMatchTheCpu) {
   for (const int64_t D : {16, 192}) attention_blocks_match_the_cpu(D, D);
   attention_blocks_match_the_cpu(192, 128);
   attention_blocks_match_the_cpu(12, 20);
+  attention_blocks_match_the_cpu(16, 16, 25);  // a window shorter than a block (40 rows)
 }
 
 // The device keeps a copy of each rope table: a table rewritten in place

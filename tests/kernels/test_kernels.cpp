@@ -119,14 +119,23 @@ TEST(Kernels, SwigluBackwardMatchesFiniteDifferences) {
 
 // Queries and keys of D, values of Dv: the forward against the plain
 // softmax formula (scale 1/sqrt(D)), the backward against finite
-// differences, attention_lse against the forward.
-void check_attention(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv) {
-  const int64_t W = attention_qkv_width(H, KV, D, Dv);
-  const std::string name =
-      "H=" + std::to_string(H) + " KV=" + std::to_string(KV) + " D=" + std::to_string(D) + " Dv=" + std::to_string(Dv);
+// differences, attention_lse against the forward. window > 0: query t sees
+// keys u with t - u < window only; sinks: one logit per head in every
+// row's denominator (gpt-oss), its gradient against finite differences too.
+struct AttentionCase {
+  int64_t B, T, H, KV, D, Dv, window = 0;
+  bool sinks = false;
+};
+void check_attention(const AttentionCase& c) {
+  const int64_t B = c.B, T = c.T, H = c.H, KV = c.KV, D = c.D, Dv = c.Dv, W = attention_qkv_width(H, KV, D, Dv);
+  const std::string name = "H=" + std::to_string(H) + " KV=" + std::to_string(KV) + " D=" + std::to_string(D) +
+                           " Dv=" + std::to_string(Dv) + " window=" + std::to_string(c.window) +
+                           (c.sinks ? " sinks" : "");
   V qkv = randn(B * T * W, 16), r = randn(B * T * H * Dv, 17), out(B * T * H * Dv), lse(B * H * T);
+  V sinks = c.sinks ? randn(H, 18) : V();
   auto f = [&] {
-    attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D, Dv);
+    attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D, Dv, nullptr, c.window,
+                      c.sinks ? sinks.data() : nullptr);
     return dot(out, r);
   };
   f();
@@ -134,17 +143,18 @@ void check_attention(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t t = 0; t < T; ++t) {
-        const int64_t kvh = h / (H / KV);
+        const int64_t kvh = h / (H / KV), first = c.window > 0 ? std::max<int64_t>(0, t - c.window + 1) : 0;
         const double* q = qkv.data() + (b * T + t) * W + h * D;
-        std::vector<double> s(size_t(t + 1));
-        double top = -INFINITY, sum = 0;
-        for (int64_t u = 0; u <= t; ++u) {
+        std::vector<double> s(size_t(t + 1), -INFINITY);
+        double top = c.sinks ? sinks[size_t(h)] : -INFINITY, sum = 0;
+        for (int64_t u = first; u <= t; ++u) {
           const double* k = qkv.data() + (b * T + u) * W + (H + kvh) * D;
           double d = 0;
           for (int64_t e = 0; e < D; ++e) d += q[e] * k[e];
           s[size_t(u)] = d / std::sqrt(double(D)), top = std::max(top, s[size_t(u)]);
         }
         for (double& x : s) sum += (x = std::exp(x - top));
+        if (c.sinks) sum += std::exp(sinks[size_t(h)] - top);
         for (int64_t e = 0; e < Dv; ++e) {
           double o = 0;
           for (int64_t u = 0; u <= t; ++u)
@@ -154,13 +164,28 @@ void check_attention(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int
       }
   EXPECT_LT(worst, 1e-12) << name << ": the forward against softmax(q k / sqrt(D)) v";
   V dqkv(B * T * W);
-  attention_backward(dqkv.data(), r.data(), qkv.data(), out.data(), lse.data(), B, T, H, KV, D, Dv);
+  attention_backward(dqkv.data(), r.data(), qkv.data(), out.data(), lse.data(), B, T, H, KV, D, Dv, nullptr, c.window);
   expect_fd_gradient("attention dqkv " + name, qkv, dqkv, f, 1e-6, 400);
+  if (c.sinks) {
+    V dsinks(size_t(H), 0.0), scratch(dqkv.size()), delta(lse.size());
+    f();
+    attention_backward(scratch.data(), r.data(), qkv.data(), out.data(), lse.data(), B, T, H, KV, D, Dv, nullptr,
+                       c.window, sinks.data(), dsinks.data());
+    // the same from the row dot products (the context-parallel blocks' way)
+    V again_d(size_t(H), 0.0);
+    attention_delta(delta.data(), r.data(), out.data(), H * Dv, B, T, H, Dv);
+    attention_sink_backward(again_d.data(), lse.data(), delta.data(), sinks.data(), B, T, H);
+    for (int64_t h = 0; h < H; ++h) EXPECT_NEAR(again_d[size_t(h)], dsinks[size_t(h)], 1e-14);
+    expect_fd_gradient("attention dsinks " + name, sinks, dsinks, f);
+  }
   // attention_lse reproduces the forward's log-sum-exp exactly
   V again(lse.size());
-  attention_lse(again.data(), qkv.data(), B, T, H, KV, D, Dv);
+  attention_lse(again.data(), qkv.data(), B, T, H, KV, D, Dv, nullptr, c.window, c.sinks ? sinks.data() : nullptr);
   f();
-  EXPECT_EQ(0, std::memcmp(again.data(), lse.data(), lse.size() * sizeof(double)));
+  EXPECT_EQ(0, std::memcmp(again.data(), lse.data(), lse.size() * sizeof(double))) << name;
+}
+void check_attention(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int64_t Dv) {
+  check_attention({B, T, H, KV, D, Dv});
 }
 
 TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) { check_attention(2, 5, 3, 3, 3, 3); }
@@ -179,20 +204,43 @@ TEST(Kernels, TiledAttentionBackwardMatchesFiniteDifferences) {
   check_attention(1, 150, 2, 2, 3, 2);
 }
 
+// Sliding windows shorter than a tile, across tile edges and longer than
+// the sequence (no effect); a window of one key is the value itself.
+TEST(Kernels, SlidingWindowAttentionMatchesTheFormula) {
+  check_attention({2, 7, 2, 1, 3, 3, 3});
+  check_attention({1, 150, 2, 1, 2, 2, 5});
+  check_attention({1, 150, 2, 2, 3, 2, 70});
+  check_attention({1, 20, 2, 1, 3, 3, 500});
+  const int64_t T = 9, H = 2, KV = 1, D = 3, W = attention_qkv_width(H, KV, D, D);
+  V qkv = randn(T * W, 21), out(T * H * D), lse(H * T);
+  attention_forward(out.data(), lse.data(), qkv.data(), 1, T, H, KV, D, D, nullptr, 1);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t e = 0; e < D; ++e)
+        EXPECT_NEAR(out[size_t((t * H + h) * D + e)], qkv[size_t(t * W + (H + KV) * D + e)], 1e-15);
+}
+
+// Sinks, alone and with a window (gpt-oss's sliding layers).
+TEST(Kernels, AttentionSinksMatchTheFormula) {
+  check_attention({2, 6, 4, 2, 4, 4, 0, true});
+  check_attention({1, 150, 2, 1, 3, 3, 20, true});
+}
+
 // Context parallelism: the sequence in 2N chunks, rank r holding chunks r
 // and 2N-1-r; each rank's queries against every rank's keys, block by block
 // in ring order and merged by their log-sum-exp, give the whole sequence's
 // output, lse and gradients. Without the merge (each block overwriting) the
 // output is wrong.
-void check_blocks(bool documents, int64_t D, int64_t Dv) {
+void check_blocks(bool documents, int64_t D, int64_t Dv, int64_t window = 0) {
   const int64_t B = 2, N = 3, c = 23, T = 2 * N * c, H = 4, KV = 2, W = attention_qkv_width(H, KV, D, Dv);
   const std::vector<int32_t> ds =
       documents ? test::doc_starts(B, T, {{0, 5, 60, 61, 100}, {0, 70}}) : std::vector<int32_t>(size_t(B * T), 0);
   const V qkv = randn(B * T * W, 41), dout = randn(B * T * H * Dv, 42);
   V out(size_t(B * T * H * Dv)), lse(size_t(B * H * T)), dqkv(qkv.size());
   const int32_t* whole_ds = documents ? ds.data() : nullptr;
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D, Dv, whole_ds);
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KV, D, Dv, whole_ds);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KV, D, Dv, whole_ds, window);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KV, D, Dv, whole_ds,
+                     window);
   // each rank's rows (global positions) and their slices of the tensors
   std::vector<std::vector<int32_t>> pos(N);
   for (int64_t r = 0; r < N; ++r)
@@ -224,7 +272,7 @@ void check_blocks(bool documents, int64_t D, int64_t Dv) {
         a.q = lq[size_t(r)].data(), a.ldq = W;
         a.k = lq[size_t(src)].data() + H * D, a.v = lq[size_t(src)].data() + (H + KV) * D, a.ldkv = W;
         a.q_pos = pos[size_t(r)].data(), a.k_pos = pos[size_t(src)].data(),
-        a.doc_start = documents ? lstart[size_t(r)].data() : nullptr;
+        a.doc_start = documents ? lstart[size_t(r)].data() : nullptr, a.window = window;
         return a;
       };
       for (int64_t step = 0; step < N; ++step)  // ring order: own block first, then r-1, r-2, ...
@@ -268,6 +316,11 @@ TEST(Kernels, AttentionBlocksMergeToTheWholeSequence) {
   check_blocks(false, 8, 5);  // value heads of their own size (multi-head latent attention)
 }
 TEST(Kernels, DocumentMaskedAttentionBlocksMergeToTheWholeSequence) { check_blocks(true, 8, 8); }
+// Sliding windows shorter than a block (23 rows) and spanning two, with documents too.
+TEST(Kernels, SlidingWindowAttentionBlocksMergeToTheWholeSequence) {
+  check_blocks(false, 8, 8, 10);
+  check_blocks(true, 8, 8, 30);
+}
 
 TEST(Kernels, AttentionIsCausal) {
   const int64_t B = 1, T = 6, H = 2, KV = 1, D = 4, W = (H + 2 * KV) * D;

@@ -35,6 +35,8 @@ enum class Balance { aux_loss, seq_aux_loss, hf, none };
 enum class AttentionKind { standard, mla };
 // the rotary frequencies' scaling (model.rope_scaling.type), as transformers' rope_type
 enum class RopeType { none, linear, llama3, yarn };
+// model.layer_types: a layer's attention over the whole causal past, or a sliding window of it
+enum class LayerAttention { full, sliding };
 
 template <typename E>
 struct EnumNames;
@@ -68,6 +70,7 @@ TRIDENT_ENUM_NAMES(Balance, {Balance::aux_loss, "aux_loss"}, {Balance::seq_aux_l
 TRIDENT_ENUM_NAMES(AttentionKind, {AttentionKind::standard, "standard"}, {AttentionKind::mla, "mla"});
 TRIDENT_ENUM_NAMES(RopeType, {RopeType::none, "none"}, {RopeType::linear, "linear"}, {RopeType::llama3, "llama3"},
                    {RopeType::yarn, "yarn"});
+TRIDENT_ENUM_NAMES(LayerAttention, {LayerAttention::full, "full"}, {LayerAttention::sliding, "sliding"});
 TRIDENT_ENUM_NAMES(DeviceType, {DeviceType::cpu, "cpu"}, {DeviceType::cuda, "cuda"});
 
 template <typename E>

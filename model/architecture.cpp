@@ -25,6 +25,8 @@ int64_t size_of(Dim d, const ModelConfig& m, int64_t V) {
       return V;
     case Dim::T:
       return m.seq_len;
+    case Dim::H:
+      return m.heads;
     case Dim::HD:
       return m.heads * m.q_head_dim();
     case Dim::HV:
@@ -124,6 +126,9 @@ std::vector<const ParamRow*> Architecture::layer_rows(const ModelConfig& cfg, in
         break;
       case LayerUse::o_bias:
         held = cfg.o_bias && !cfg.is_mla();
+        break;
+      case LayerUse::sinks:
+        held = cfg.attention_sinks;
         break;
       case LayerUse::mtp:
         held = layer >= cfg.layers;

@@ -67,6 +67,7 @@ enum class Slot {
   mtp_hidden_norm,  // hnorm [C]
   mtp_proj,         // eh_proj [C, 2C]: the normalised embedding's columns, then the hidden state's
   mtp_head_norm,    // shared_head.norm [C]: before the shared LM head
+  attn_sinks,       // model.attention_sinks (gpt-oss): self_attn.sinks [H]
   token_table,
   positions,
   final_norm_weight,
@@ -74,14 +75,14 @@ enum class Slot {
   lm_head,
   fused
 };
-inline constexpr int kLayerSlots = 28;
+inline constexpr int kLayerSlots = 29;
 
 // A shape term: the product of the model sizes it names.
 // MoE: E experts, I each one's width, S the shared experts' width.
 // HD: H query heads of their size (MLA: Dn + Dr); HV: H value heads (the
 // attention output). MLA: QL q_lora_rank, KL kv_lora_rank, KVA = KL + Dr,
 // HKV = H (Dn + Dv).
-enum class Dim { one, C, two_C, F, V, T, HD, HV, KVD, three_C, E, I, EC, two_EI, S, D, QL, KL, KVA, HKV };
+enum class Dim { one, C, two_C, F, V, T, H, HD, HV, KVD, three_C, E, I, EC, two_EI, S, D, QL, KL, KVA, HKV };
 
 // Which layers hold a layer row: all, the dense ones, or the MoE ones (all
 // of them, or those with shared experts, the shared-expert gate, the
@@ -102,6 +103,7 @@ enum class LayerUse {
   mla_q_lora,
   attention_bias,  // model.attention_bias
   o_bias,          // model.o_bias
+  sinks,           // model.attention_sinks
   mtp              // a multi-token prediction module's (layer index >= layers)
 };
 

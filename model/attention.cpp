@@ -60,22 +60,32 @@ std::vector<T*> Attention<T>::scratch(Workspace<T>& w, int64_t N) const {
 }
 
 template <typename T>
+parallel::AttentionArgs<T> Attention<T>::kernel_args(const LayerParams<T>& p, int64_t B, int64_t window,
+                                                     const Workspace<T>& w, bool grads) const {
+  parallel::AttentionArgs<T> x;
+  x.B = B, x.H = ops_.dims().heads, x.KV = ops_.dims().kv_heads, x.D = ops_.dq(), x.Dv = ops_.dv();
+  x.doc_start = w.doc_start, x.window = window;
+  x.sinks = p.sinks(), x.dsinks = grads ? p.dsinks() : nullptr;
+  return x;
+}
+
+template <typename T>
 void Attention<T>::forward(T* out, const LayerActs<T>& a, const T* h, const LayerParams<T>& p, int64_t B,
-                           Workspace<T>& w) const {
+                           int64_t window, Workspace<T>& w) const {
   const LayerOps<T>& o = ops_;
-  const int64_t N = B * o.seq(), C = o.cfg().hidden, H = o.dims().heads, KV = o.dims().kv_heads;
+  const int64_t N = B * o.seq(), C = o.cfg().hidden, H = o.dims().heads;
   project(a, h, p, B, w);
   o.store(a.qkv, N * o.qkv_width());
-  o.cp().attention_forward(a.atty, a.lse, a.qkv, B, H, KV, o.dq(), o.dv(), w.doc_start);
+  o.cp().attention_forward(a.atty, a.lse, a.qkv, kernel_args(p, B, window, w, false));
   o.store(a.atty, N * H * o.dv());
   o.linear_fwd(out, {a.atty}, {p.ow()}, nullptr, N, H * o.dv(), C);
 }
 
 template <typename T>
-void Attention<T>::backward(const Activations<T>& ctx, int l, const T* dy, const LayerParams<T>& p, Workspace<T>& w,
-                            bool split, bool acc) const {
+void Attention<T>::backward(const Activations<T>& ctx, int l, const T* dy, const LayerParams<T>& p, int64_t window,
+                            Workspace<T>& w, bool split, bool acc) const {
   const LayerOps<T>& o = ops_;
-  const int64_t B = ctx.B, N = B * o.seq(), C = o.cfg().hidden, H = o.dims().heads, KV = o.dims().kv_heads;
+  const int64_t B = ctx.B, N = B * o.seq(), C = o.cfg().hidden, H = o.dims().heads;
   const LayerActs<T>& a = ctx.layers[size_t(l)];
   T* d_qkv = split ? ctx.saved[size_t(l)].d_qkv : w.d_qkv;
   T* dow = split && defers_weight_grads() ? nullptr : p.dow();
@@ -84,7 +94,8 @@ void Attention<T>::backward(const Activations<T>& ctx, int l, const T* dy, const
   o.linear_bwd(w.d_atty, dow, nullptr, {dy, w.dy16}, o.saved_in(ctx, l, o.atty, a.atty), {p.ow()}, N, H * o.dv(), C,
                acc);
   o.store(w.d_atty, N * H * o.dv());
-  o.cp().attention_backward(d_qkv, w.d_atty, a.qkv, a.atty, a.lse, B, H, KV, o.dq(), o.dv(), w.doc_start);
+  if (p.sinks() && !acc) k::fill_zero(p.dsinks(), H);  // the sinks' gradient is added to
+  o.cp().attention_backward(d_qkv, w.d_atty, a.qkv, a.atty, a.lse, kernel_args(p, B, window, w, true));
   project_backward(ctx, l, d_qkv, p, w, split, acc);
 }
 
@@ -100,9 +111,9 @@ void Attention<T>::weight_grads(const Activations<T>& ctx, int l, const LayerPar
 }
 
 template <typename T>
-void Attention<T>::rebuild_state(const LayerActs<T>& a, int64_t B, Workspace<T>& w) const {
-  const LayerOps<T>& o = ops_;
-  o.cp().attention_state(a.lse, w.d_atty, a.qkv, B, o.dims().heads, o.dims().kv_heads, o.dq(), o.dv(), w.doc_start);
+void Attention<T>::rebuild_state(const LayerActs<T>& a, const LayerParams<T>& p, int64_t B, int64_t window,
+                                 Workspace<T>& w) const {
+  ops_.cp().attention_state(a.lse, w.d_atty, a.qkv, kernel_args(p, B, window, w, false));
 }
 
 template <typename T>

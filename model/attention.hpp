@@ -47,17 +47,19 @@ class Attention {
   Attention(const Attention&) = delete;
   Attention& operator=(const Attention&) = delete;
 
-  // a.qkv, a.lse, a.atty from h; out [N,C] the output projection's partial sums
-  void forward(T* out, const LayerActs<T>& a, const T* h, const LayerParams<T>& p, int64_t B, Workspace<T>& w) const;
+  // a.qkv, a.lse, a.atty from h; out [N,C] the output projection's partial
+  // sums. window: the layer's sliding window (ModelConfig::window; 0: none).
+  void forward(T* out, const LayerActs<T>& a, const T* h, const LayerParams<T>& p, int64_t B, int64_t window,
+               Workspace<T>& w) const;
   // Local layer l of ctx: dy [N,C], the gradient of out, becomes w.d_ln
   // [N,C], that of h. split (zero-bubble): the GEMMs' weight gradients that
   // the variant defers are left to weight_grads, their output gradients kept
   // in ctx.saved.
-  void backward(const Activations<T>& ctx, int l, const T* dy, const LayerParams<T>& p, Workspace<T>& w, bool split,
-                bool acc) const;
+  void backward(const Activations<T>& ctx, int l, const T* dy, const LayerParams<T>& p, int64_t window, Workspace<T>& w,
+                bool split, bool acc) const;
   void weight_grads(const Activations<T>& ctx, int l, const LayerParams<T>& p, bool acc) const;
   // Selective recomputation: the attention's log-sum-exp again, from the saved heads.
-  void rebuild_state(const LayerActs<T>& a, int64_t B, Workspace<T>& w) const;
+  void rebuild_state(const LayerActs<T>& a, const LayerParams<T>& p, int64_t B, int64_t window, Workspace<T>& w) const;
   // Points a's buffers of this variant at storage from alloc, in layout() order.
   virtual void make_saved(LayerActs<T>& a, int64_t N, const std::function<T*(int64_t)>& alloc) const = 0;
 
@@ -75,6 +77,10 @@ class Attention {
   virtual void project_weight_grads(const Activations<T>& ctx, int l, const LayerParams<T>& p, bool acc) const = 0;
   // This variant's scratch in w, carved in layout() order.
   std::vector<T*> scratch(Workspace<T>& w, int64_t N) const;
+  // The attention kernels' call: this rank's heads, the masks, the sinks
+  // (and their gradient, when grads).
+  parallel::AttentionArgs<T> kernel_args(const LayerParams<T>& p, int64_t B, int64_t window, const Workspace<T>& w,
+                                         bool grads) const;
 
   const LayerOps<T>& ops_;
 };

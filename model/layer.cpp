@@ -22,7 +22,7 @@ void Transformer<T>::layer_forward(Activations<T>& ctx, int l, int li, T* x_out,
   ops_.norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x_in, p.n1w(), p.n1b(), R);
   store(a.ln1, R * C);
   const T* h = tp_->enter(a.ln1_full, a.ln1, N, C);
-  attention_->forward(w.partial, a, h, p, B, w);
+  attention_->forward(w.partial, a, h, p, B, cfg_.window(global_[size_t(li)]), w);
   store(w.partial, N * C);
   const T* y = tp_->exit(w.reduced, w.partial, N, C);
   k::residual_forward(a.x_mid, a.x_in, y, p.ob(), R, C);
@@ -58,7 +58,7 @@ void Transformer<T>::layer_backward(Activations<T>& ctx, int l, int li, int s, i
     // scratch row nobody reads (w.d_ln is overwritten before use).
     layer_forward(ctx, l, li, w.d_ln, Run::recompute, w);
   } else if (recompute == Recompute::selective) {
-    attention_->rebuild_state(ctx.layers[size_t(l)], ctx.B, w);
+    attention_->rebuild_state(ctx.layers[size_t(l)], layers_[size_t(li)], ctx.B, cfg_.window(global_[size_t(li)]), w);
   }
   mlp_backward(ctx, l, li, w, recompute, split, acc);
   attention_backward(ctx, l, li, w, split, acc);
@@ -99,7 +99,8 @@ void Transformer<T>::attention_backward(Activations<T>& ctx, int l, int li, Work
   const LayerActs<T>& a = ctx.layers[size_t(l)];
   const LayerParams<T>& p = layers_[size_t(li)];
   k::bias_backward(p.dob(), w.d_res, R, C, acc);
-  attention_->backward(ctx, l, tp_->exit_backward(w.d_full, w.d_res, N, C), p, w, split, acc);
+  attention_->backward(ctx, l, tp_->exit_backward(w.d_full, w.d_res, N, C), p, cfg_.window(global_[size_t(li)]), w,
+                       split, acc);
   const T* d = tp_->enter_backward(w.d_local, w.d_ln, N, C);
   ops_.norm_backward(w.d_res, p.dn1w(), p.dn1b(), d, a.x_in, p.n1w(), a.ln1_mean, a.ln1_rstd, R, acc);
   store(w.d_res, R * C);

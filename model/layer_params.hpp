@@ -72,6 +72,8 @@ struct LayerParams {
   T* dehw() const { return grad[size_t(Slot::mtp_proj)]; }
   T* shnw() const { return param[size_t(Slot::mtp_head_norm)]; }
   T* dshnw() const { return grad[size_t(Slot::mtp_head_norm)]; }
+  T* sinks() const { return param[size_t(Slot::attn_sinks)]; }
+  T* dsinks() const { return grad[size_t(Slot::attn_sinks)]; }
   MoeWeights<T> moe() const { return {rw(), rb(), xw(), xpw(), fcw(), pw(), sgw()}; }
   MoeGrads<T> moe_grads() const { return {drw(), drb(), dxw(), dxpw(), dfcw(), dpw(), dsgw()}; }
 };

@@ -33,9 +33,12 @@ double flops_per_token(const ModelConfig& m) {
   double matmul_params = double(m.layers + depth) * attn + double(1 + depth) * double(m.vocab) * C;
   for (int64_t l = 0; l < m.layers + depth; ++l) matmul_params += e.is_moe(l) ? moe : mlp;
   matmul_params += double(depth) * 2 * C * C;
-  // scores and weighted values: 2 T H (Dq + Dv) per token forward, x3 (2 H D = 2 C: 12 L C T)
-  return 6 * matmul_params +
-         6 * double(m.layers + depth) * double(m.seq_len) * H * double(m.q_head_dim() + m.v_head_dim());
+  // scores and weighted values: 2 T H (Dq + Dv) per token forward, x3 (2 H D = 2 C: 12 L C T), the causal
+  // mask not counted (PaLM's convention); a sliding-window layer's queries span min(T, window) keys
+  double keys = 0;
+  for (int64_t l = 0; l < m.layers + depth; ++l)
+    keys += double(m.window(l) > 0 ? std::min(m.window(l), m.seq_len) : m.seq_len);
+  return 6 * matmul_params + 6 * keys * H * double(m.q_head_dim() + m.v_head_dim());
 }
 
 template <typename T>

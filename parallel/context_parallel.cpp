@@ -109,8 +109,8 @@ void ContextParallel::exchange(const T* send, T* recv, int64_t per, int tag) {
 // ---- ring ----------------------------------------------------------------
 
 template <typename T>
-void ContextParallel::ring_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
-                                   int64_t Dv, const int32_t* ds) {
+void ContextParallel::ring_forward(T* out, T* lse, const T* qkv, const AttentionArgs<T>& x) {
+  const int64_t B = x.B, H = x.H, KV = x.KV, D = x.D, Dv = x.Dv;
   const int N = size(), r = rank();
   const int64_t Tl = local_len(), W = kernels::attention_qkv_width(H, KV, D, Dv), KW = KV * (D + Dv), n = B * Tl * KW;
   T* cur = scratch<T>(0, n);
@@ -118,7 +118,7 @@ void ContextParallel::ring_forward(T* out, T* lse, const T* qkv, int64_t B, int6
   for (int64_t row = 0; row < B * Tl; ++row) std::copy_n(qkv + row * W + H * D, KW, cur + row * KW);  // k | v
   kernels::AttentionBlock<T> a;
   a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D, a.Dv = Dv;
-  a.q = qkv, a.ldq = W, a.ldkv = KW, a.q_pos = positions().data(), a.doc_start = ds;
+  a.q = qkv, a.ldq = W, a.ldkv = KW, a.q_pos = positions().data(), a.doc_start = x.doc_start, a.window = x.window;
   for (int s = 0; s < N; ++s) {
     WorkPtr sent, got;
     if (s + 1 < N) {  // the next block travels while this one is attended to
@@ -133,11 +133,13 @@ void ContextParallel::ring_forward(T* out, T* lse, const T* qkv, int64_t B, int6
     wait_exposed(sent, traffic_.exposed_s);
     std::swap(cur, nxt);
   }
+  if (x.sinks) kernels::attention_sink_forward(out, H * Dv, lse, x.sinks, B, Tl, H, Dv);
 }
 
 template <typename T>
-void ContextParallel::ring_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
-                                    int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* ds) {
+void ContextParallel::ring_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
+                                    const AttentionArgs<T>& x) {
+  const int64_t B = x.B, H = x.H, KV = x.KV, D = x.D, Dv = x.Dv;
   const int N = size(), r = rank(), next = (r + 1) % N, prev = (r + N - 1) % N;
   const int64_t Tl = local_len(), W = kernels::attention_qkv_width(H, KV, D, Dv), KW = KV * (D + Dv), n = B * Tl * KW;
   T* cur = scratch<T>(0, n);
@@ -146,11 +148,12 @@ void ContextParallel::ring_backward(T* dqkv, const T* dout, const T* qkv, const 
   T* home = scratch<T>(4, n);                         // the partials received from the previous rank
   T* delta = scratch<T>(5, B * H * Tl);
   kernels::attention_delta(delta, dout, out, H * Dv, B, Tl, H, Dv);
+  if (x.sinks) kernels::attention_sink_backward(x.dsinks, lse, delta, x.sinks, B, Tl, H);
   std::memset(static_cast<void*>(dqkv), 0, sizeof(T) * size_t(B * Tl * W));
   for (int64_t row = 0; row < B * Tl; ++row) std::copy_n(qkv + row * W + H * D, KW, cur + row * KW);
   kernels::AttentionBlock<T> a;
   a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D, a.Dv = Dv;
-  a.q = qkv, a.ldq = W, a.ldkv = KW, a.q_pos = positions().data(), a.doc_start = ds;
+  a.q = qkv, a.ldq = W, a.ldkv = KW, a.q_pos = positions().data(), a.doc_start = x.doc_start, a.window = x.window;
   WorkPtr dkv_sent, dkv_got;
   for (int s = 0; s < N; ++s) {
     WorkPtr sent, got;
@@ -184,8 +187,9 @@ void ContextParallel::ring_backward(T* dqkv, const T* dout, const T* qkv, const 
 // ---- all-to-all (Ulysses) ------------------------------------------------
 
 template <typename T>
-kernels::AttentionBlock<T> ContextParallel::gather_heads(const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
-                                                         int64_t Dv, const int32_t* ds) {
+kernels::AttentionBlock<T> ContextParallel::gather_heads(const T* qkv, const AttentionArgs<T>& x) {
+  const int64_t B = x.B, H = x.H, KV = x.KV, D = x.D, Dv = x.Dv;
+  const int32_t* ds = x.doc_start;
   const int N = size();
   const int64_t Tl = local_len(), W = kernels::attention_qkv_width(H, KV, D, Dv), Hs = H / N, KVs = KV / N;
   const int64_t Ws = kernels::attention_qkv_width(Hs, KVs, D, Dv), per = B * Tl * Ws;
@@ -206,7 +210,7 @@ kernels::AttentionBlock<T> ContextParallel::gather_heads(const T* qkv, int64_t B
   kernels::AttentionBlock<T> a;
   a.B = B, a.Tq = a.Tk = seq_len_, a.H = Hs, a.KV = KVs, a.D = D, a.Dv = Dv;
   a.q = full, a.ldq = Ws, a.k = full + Hs * D, a.v = full + (Hs + KVs) * D, a.ldkv = Ws;
-  a.q_pos = a.k_pos = positions_full_.data();
+  a.q_pos = a.k_pos = positions_full_.data(), a.window = x.window;
   if (ds) {  // every rank's document starts, in the same rank-major order
     doc_full_.resize(size_t(N * B * Tl));
     std::vector<int32_t> gathered(size_t(N * B * Tl));
@@ -221,14 +225,15 @@ kernels::AttentionBlock<T> ContextParallel::gather_heads(const T* qkv, int64_t B
 }
 
 template <typename T>
-void ContextParallel::all_to_all_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
-                                         int64_t Dv, const int32_t* ds) {
+void ContextParallel::all_to_all_forward(T* out, T* lse, const T* qkv, const AttentionArgs<T>& x) {
+  const int64_t B = x.B, H = x.H, Dv = x.Dv;
   const int N = size();
   const int64_t Tl = local_len(), Hs = H / N;
-  const kernels::AttentionBlock<T> a = gather_heads(qkv, B, H, KV, D, Dv, ds);
+  const kernels::AttentionBlock<T> a = gather_heads(qkv, x);
   const int64_t per = B * Tl * Hs * Dv;
   T* o = scratch<T>(3, N * per);  // [B][Tf][Hs Dv], then the rows of rank i at (b * N + i) * Tl
   kernels::attention_block_forward(o, Hs * Dv, lse, a, false);
+  if (x.sinks) kernels::attention_sink_forward(o, Hs * Dv, lse, x.sinks + rank() * Hs, B, seq_len_, Hs, Dv);
   T* send = scratch<T>(1, N * per);
   T* recv = scratch<T>(2, N * per);
   for (int i = 0; i < N; ++i)
@@ -241,8 +246,9 @@ void ContextParallel::all_to_all_forward(T* out, T* lse, const T* qkv, int64_t B
 }
 
 template <typename T>
-void ContextParallel::all_to_all_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
-                                          int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* ds) {
+void ContextParallel::all_to_all_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
+                                          const AttentionArgs<T>& x) {
+  const int64_t B = x.B, H = x.H, KV = x.KV, D = x.D, Dv = x.Dv;
   const int N = size();
   const int64_t Tl = local_len(), W = kernels::attention_qkv_width(H, KV, D, Dv), Hs = H / N, KVs = KV / N;
   const int64_t Ws = kernels::attention_qkv_width(Hs, KVs, D, Dv), Tf = seq_len_;
@@ -261,6 +267,7 @@ void ContextParallel::all_to_all_backward(T* dqkv, const T* dout, const T* qkv, 
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < Hs; ++h)
         std::copy_n(drecv + i * dper + (b * Hs + h) * Tl, Tl, delta + (b * Hs + h) * Tf + i * Tl);
+  if (x.sinks) kernels::attention_sink_backward(x.dsinks + rank() * Hs, lse, delta, x.sinks + rank() * Hs, B, Tf, Hs);
   // dout of this rank's heads over the whole sequence
   const int64_t gper = B * Tl * Hs * Dv;
   T* gsend = scratch<T>(3, N * gper);
@@ -273,7 +280,7 @@ void ContextParallel::all_to_all_backward(T* dqkv, const T* dout, const T* qkv, 
   for (int i = 0; i < N; ++i)
     for (int64_t b = 0; b < B; ++b)
       std::copy_n(grecv + i * gper + b * Tl * Hs * Dv, Tl * Hs * Dv, g + (b * N + i) * Tl * Hs * Dv);
-  const kernels::AttentionBlock<T> a = gather_heads(qkv, B, H, KV, D, Dv, ds);
+  const kernels::AttentionBlock<T> a = gather_heads(qkv, x);
   const int64_t per = B * Tl * Ws;
   T* dfull = scratch<T>(12, N * per);
   std::memset(static_cast<void*>(dfull), 0, sizeof(T) * size_t(N * per));
@@ -296,34 +303,37 @@ void ContextParallel::all_to_all_backward(T* dqkv, const T* dout, const T* qkv, 
 // ---- the model's calls ---------------------------------------------------
 
 template <typename T>
-void ContextParallel::attention_forward(T* out, T* state, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D,
-                                        int64_t Dv, const int32_t* doc_start) {
-  if (!group_) return kernels::attention_forward(out, state, qkv, B, seq_len_, H, KV, D, Dv, doc_start);
+void ContextParallel::attention_forward(T* out, T* state, const T* qkv, const AttentionArgs<T>& x) {
+  if (!group_)
+    return kernels::attention_forward(out, state, qkv, x.B, seq_len_, x.H, x.KV, x.D, x.Dv, x.doc_start, x.window,
+                                      x.sinks);
   Timed timed{traffic_.seconds};
   traffic_.calls += 1;
   if (mode_ == ContextMode::ring)
-    ring_forward(out, state, qkv, B, H, KV, D, Dv, doc_start);
+    ring_forward(out, state, qkv, x);
   else
-    all_to_all_forward(out, state, qkv, B, H, KV, D, Dv, doc_start);
+    all_to_all_forward(out, state, qkv, x);
 }
 
 template <typename T>
-void ContextParallel::attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* state, int64_t B,
-                                         int64_t H, int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start) {
-  if (!group_) return kernels::attention_backward(dqkv, dout, qkv, out, state, B, seq_len_, H, KV, D, Dv, doc_start);
+void ContextParallel::attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* state,
+                                         const AttentionArgs<T>& x) {
+  if (!group_)
+    return kernels::attention_backward(dqkv, dout, qkv, out, state, x.B, seq_len_, x.H, x.KV, x.D, x.Dv, x.doc_start,
+                                       x.window, x.sinks, x.dsinks);
   Timed timed{traffic_.seconds};
   traffic_.calls += 1;
   if (mode_ == ContextMode::ring)
-    ring_backward(dqkv, dout, qkv, out, state, B, H, KV, D, Dv, doc_start);
+    ring_backward(dqkv, dout, qkv, out, state, x);
   else
-    all_to_all_backward(dqkv, dout, qkv, out, state, B, H, KV, D, Dv, doc_start);
+    all_to_all_backward(dqkv, dout, qkv, out, state, x);
 }
 
 template <typename T>
-void ContextParallel::attention_state(T* state, T* scratch_out, const T* qkv, int64_t B, int64_t H, int64_t KV,
-                                      int64_t D, int64_t Dv, const int32_t* doc_start) {
-  if (!group_) return kernels::attention_lse(state, qkv, B, seq_len_, H, KV, D, Dv, doc_start);
-  attention_forward(scratch_out, state, qkv, B, H, KV, D, Dv, doc_start);
+void ContextParallel::attention_state(T* state, T* scratch_out, const T* qkv, const AttentionArgs<T>& x) {
+  if (!group_)
+    return kernels::attention_lse(state, qkv, x.B, seq_len_, x.H, x.KV, x.D, x.Dv, x.doc_start, x.window, x.sinks);
+  attention_forward(scratch_out, state, qkv, x);
 }
 
 template <typename T>
@@ -332,14 +342,12 @@ void ContextParallel::sum(T* values, int64_t n) {
   group_->all_reduce(Tensor::borrow(values, n))->wait();
 }
 
-#define INSTANTIATE(T)                                                                                               \
-  template void ContextParallel::sum<T>(T*, int64_t);                                                                \
-  template void ContextParallel::attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, \
-                                                      const int32_t*);                                               \
-  template void ContextParallel::attention_backward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, \
-                                                       int64_t, int64_t, int64_t, const int32_t*);                   \
-  template void ContextParallel::attention_state<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t,   \
-                                                    const int32_t*);
+#define INSTANTIATE(T)                                                                             \
+  template void ContextParallel::sum<T>(T*, int64_t);                                              \
+  template void ContextParallel::attention_forward<T>(T*, T*, const T*, const AttentionArgs<T>&);  \
+  template void ContextParallel::attention_backward<T>(T*, const T*, const T*, const T*, const T*, \
+                                                       const AttentionArgs<T>&);                   \
+  template void ContextParallel::attention_state<T>(T*, T*, const T*, const AttentionArgs<T>&);
 INSTANTIATE(float)
 INSTANTIATE(double)
 

@@ -49,6 +49,22 @@ struct ContextTraffic {
   double exposed_s = 0;  // of which waiting for transfers the compute did not hide
 };
 
+// One layer's attention call: B sequences of this rank's H query and KV
+// key/value heads (queries and keys of D, values of Dv); doc_start [B,
+// local_len]: the global position each row's document starts at (document
+// masking), or null; window: sliding-window attention (0: none); sinks [H]:
+// gpt-oss's attention sinks (null: none), whose gradient the backward adds
+// to dsinks [H]. Under all_to_all each rank's share of the heads takes its
+// share of the sinks; under ring every rank holds all H.
+template <typename T>
+struct AttentionArgs {
+  int64_t B = 1, H = 1, KV = 1, D = 0, Dv = 0;
+  const int32_t* doc_start = nullptr;
+  int64_t window = 0;
+  const T* sinks = nullptr;
+  T* dsinks = nullptr;
+};
+
 class ContextParallel {
  public:
   ContextParallel() = default;  // one rank: the whole sequence
@@ -71,19 +87,16 @@ class ContextParallel {
 
   // The model's attention over the local rows: qkv [B, local_len, (H + KV) D
   // + KV Dv] (this rank's heads of the tensor split), out [B, local_len, H Dv],
-  // state [B, H, local_len]; doc_start [B, local_len]: the global position
-  // each row's document starts at (document masking), or null.
+  // state [B, H, local_len]; the heads, masks and sinks in args.
   template <typename T>
-  void attention_forward(T* out, T* state, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, int64_t Dv,
-                         const int32_t* doc_start);
+  void attention_forward(T* out, T* state, const T* qkv, const AttentionArgs<T>& args);
   template <typename T>
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* state, int64_t B, int64_t H,
-                          int64_t KV, int64_t D, int64_t Dv, const int32_t* doc_start);
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* state,
+                          const AttentionArgs<T>& args);
   // Refills the state alone (selective recompute); scratch_out [B, local_len,
   // H Dv] is overwritten.
   template <typename T>
-  void attention_state(T* state, T* scratch_out, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, int64_t Dv,
-                       const int32_t* doc_start);
+  void attention_state(T* state, T* scratch_out, const T* qkv, const AttentionArgs<T>& args);
 
   // values [n] -> their sum over the context group, in place (the MoE
   // layer's expert counts of the whole micro-batch, or of each sequence).
@@ -99,23 +112,18 @@ class ContextParallel {
   template <typename T>
   T* scratch(int i, int64_t n);
   template <typename T>
-  void ring_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, int64_t Dv,
-                    const int32_t* ds);
+  void ring_forward(T* out, T* lse, const T* qkv, const AttentionArgs<T>& x);
   template <typename T>
-  void ring_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t H, int64_t KV,
-                     int64_t D, int64_t Dv, const int32_t* ds);
+  void ring_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, const AttentionArgs<T>& x);
   template <typename T>
-  void all_to_all_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, int64_t Dv,
-                          const int32_t* ds);
+  void all_to_all_forward(T* out, T* lse, const T* qkv, const AttentionArgs<T>& x);
   template <typename T>
-  void all_to_all_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B, int64_t H,
-                           int64_t KV, int64_t D, int64_t Dv, const int32_t* ds);
+  void all_to_all_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, const AttentionArgs<T>& x);
   // all_to_all: q, k, v of this rank's heads over the whole sequence
   // [B, seq_len (rank-major), W'] in scratch 0, and the rows' doc starts;
   // returned as the attention block over them (q = the gathered buffer).
   template <typename T>
-  kernels::AttentionBlock<T> gather_heads(const T* qkv, int64_t B, int64_t H, int64_t KV, int64_t D, int64_t Dv,
-                                          const int32_t* ds);
+  kernels::AttentionBlock<T> gather_heads(const T* qkv, const AttentionArgs<T>& x);
 
   Communicator* group_ = nullptr;
   ContextMode mode_ = ContextMode::ring;

@@ -100,6 +100,24 @@ Key integers(const char* path, F field, int64_t lo, int64_t hi, const char* defa
           [=](Reader& in, Recipe& r) { field(r) = in.integers(path, lo, hi); },
           [=](const Recipe& r) { return fmt::format("[{}]", fmt::join(field(r), ", ")); }};
 }
+template <typename E, typename F>
+Key choices(const char* path, F field, const char* default_text, const char* doc) {
+  return {{path, "list of `" + enum_choices<E>("` \\| `") + "`", default_text, doc},
+          [=](Reader& in, Recipe& r) {
+            std::vector<E> out;
+            for (const auto& name : in.texts(path, {})) {
+              const auto e = parse_enum<E>(name);
+              if (!e) in.bad(path, "a list of " + enum_choices<E>(", ") + ", found '" + name + "'");
+              out.push_back(*e);
+            }
+            field(r) = out;
+          },
+          [=](const Recipe& r) {
+            std::vector<std::string> names;
+            for (E e : field(r)) names.push_back(enum_name(e));
+            return fmt::format("[{}]", fmt::join(names, ", "));
+          }};
+}
 template <typename F>
 Key mesh_size(const char* path, F field, bool auto_by_default, const char* doc) {
   return {{path, "int >= 1 or `auto`", auto_by_default ? "`auto`" : "`1`", doc},
@@ -226,6 +244,20 @@ const std::vector<Key>& table() {
       boolean("model.o_bias", FIELD(model.o_bias), value(false),
               "a bias on `o_proj` (`self_attn.o_proj.bias`: gpt-oss, transformers' Llama with `attention_bias`; "
               "llama with standard attention; added once after the tensor group's sum)"),
+      integer("model.sliding_window", FIELD(model.sliding_window), 0, 1 << 30, value<int64_t>(0),
+              "sliding-window attention (transformers' `sliding_window`): in the layers `layer_types` marks "
+              "`sliding`, query t sees only keys s with t - s < sliding_window (itself and the window - 1 before "
+              "it), under document masking too; the CPU and CUDA kernels skip the key tiles outside, context "
+              "parallelism (both modes) masks by global position, the planner counts the window's FLOPs. `0`: none"),
+      choices<LayerAttention>(
+          "model.layer_types", FIELD(model.layer_types), "every layer `sliding` when `sliding_window` > 0",
+          "each layer's attention, one entry per layer (transformers' `layer_types`: `full_attention` is `full`, "
+          "`sliding_attention` `sliding`; gpt-oss alternates, starting with `sliding`); multi-token prediction "
+          "blocks attend fully"),
+      boolean("model.attention_sinks", FIELD(model.attention_sinks), value(false),
+              "gpt-oss's attention sinks: one learned logit per query head (`self_attn.sinks` [heads]) joins every "
+              "row's softmax denominator and takes no value; trained with its gradient, split over the tensor "
+              "group by heads"),
       choice<AttentionKind>(
           "model.attention", FIELD(model.attention), value(AttentionKind::standard),
           "`standard`: grouped-query attention with `heads`, `kv_heads` of size `head_dim`; `mla`: multi-head "

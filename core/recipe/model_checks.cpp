@@ -3,6 +3,8 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 namespace trident::recipe_detail {
 namespace {
 
@@ -57,6 +59,20 @@ void validate_attention_biases(Reader& r, const Recipe& rc) {
     else if (rc.model.is_mla())
       r.inconsistent(key, "multi-head latent attention's projections have no biases (DeepSeek-V3)");
   }
+}
+
+// model.sliding_window, model.layer_types, model.attention_sinks.
+void validate_window_and_sinks(Reader& r, const Recipe& rc) {
+  const ModelConfig& m = rc.model;
+  if (!m.layer_types.empty() && int64_t(m.layer_types.size()) != m.layers)
+    r.inconsistent("model.layer_types",
+                   fmt::format("{} entries for model.layers({}): one per layer", m.layer_types.size(), m.layers));
+  const bool sliding = std::count(m.layer_types.begin(), m.layer_types.end(), LayerAttention::sliding) > 0;
+  if (sliding && m.sliding_window == 0)
+    r.inconsistent("model.layer_types", "a `sliding` layer needs model.sliding_window > 0");
+  if (m.attention_sinks && m.arch != Arch::llama)
+    r.inconsistent("model.attention_sinks",
+                   fmt::format("attention sinks are built for arch llama, found arch {}", enum_name(m.arch)));
 }
 
 // model.qk_norm: the LLaMA family.
@@ -185,6 +201,7 @@ void validate_model_keys(Reader& r, Recipe& rc) {
                                rc.model.head_dim()));
   validate_moe(r, rc);
   validate_qk_norm(r, rc);
+  validate_window_and_sinks(r, rc);
   validate_mla(r, rc);
   validate_mtp(r, rc);
 }

@@ -97,13 +97,25 @@ struct ModelConfig {
   bool qk_norm = false;         // RMSNorm of each query and key head before rotary (Qwen3), weights [head_dim]
   bool attention_bias = false;  // biases on the q, k and v projections (Qwen2; llama)
   bool o_bias = false;          // a bias on the output projection o_proj (gpt-oss, Llama's attention_bias; llama)
-  int64_t vocab_multiple = 64;  // the vocabulary is padded to a multiple of vocab_multiple x tensor
+  // Sliding-window attention: in the layers layer_types marks sliding (all
+  // of them when it is empty), query t sees keys s with t - s < sliding_window.
+  int64_t sliding_window = 0;  // 0: none
+  std::vector<LayerAttention> layer_types;
+  bool attention_sinks = false;  // one learned logit per head in each softmax denominator (gpt-oss)
+  int64_t vocab_multiple = 64;   // the vocabulary is padded to a multiple of vocab_multiple x tensor
   MoeConfig moe;
   AttentionKind attention = AttentionKind::standard;
   MlaConfig mla;  // attention: mla
   MtpConfig mtp;
   bool is_mla() const { return attention == AttentionKind::mla; }
   int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
+  // Global layer `layer`'s attention window (0: the whole causal past). The
+  // multi-token prediction modules' blocks (layer >= layers) attend fully.
+  int64_t window(int64_t layer) const {
+    if (sliding_window <= 0 || layer >= layers) return 0;
+    if (layer_types.empty()) return sliding_window;
+    return layer_types[size_t(layer)] == LayerAttention::sliding ? sliding_window : 0;
+  }
   // A query (and key) head's size, and a value head's: head_dim, or MLA's.
   int64_t q_head_dim() const { return is_mla() ? mla.qk_head_dim() : head_dim(); }
   int64_t v_head_dim() const { return is_mla() ? mla.v_head_dim : head_dim(); }

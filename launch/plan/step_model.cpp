@@ -88,12 +88,19 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
       ops.push_back(memory("rotary", 2.0 * double(M) * double(H + KV) * double(hd), 1, 1, r));
   }
   if (r.flash_attention) {
-    // causal: about half the score blocks; backward recomputes the scores (5 matmuls to the forward's 2);
+    // causal: about half the score blocks (s^2 / 2 pairs), a sliding window of w the band's s w - w^2 / 2,
+    // averaged over the layers (model.layer_types); backward recomputes the scores (5 matmuls to the forward's 2);
     // context parallelism: this rank's rows against the whole sequence (the balanced split gives each an equal share)
+    double pairs = 0;
+    for (int64_t l = 0; l < m.layers; ++l) {
+      const double w = double(m.window(l) > 0 ? std::min(m.window(l), s) : s);
+      pairs += double(s) * w - w * w * 0.5;
+    }
+    pairs /= double(std::max<int64_t>(m.layers, 1));
     Op op;
     op.name = "attention (flash)", op.kind = OpKind::attention;
     // scores over Dq, values over Dv (2 x hd each without MLA)
-    op.flops = 2.0 * double(b) * double(H) * double(s) * double(s) * double(dq + dv) * 0.5 / double(shape.context);
+    op.flops = 2.0 * double(b) * double(H) * pairs * double(dq + dv) / double(shape.context);
     op.bytes = 2.0 * double(M) * double(H) * double(dq + dv) * r.bytes_per_value;
     op.efficiency = r.attention_fraction;
     op.forward_s = std::max(op.flops / (r.peak_flops * op.efficiency), r.kernel_floor);

@@ -475,6 +475,32 @@ optim: {lr: 1.0e-3}
   expect_error(llama, {"model.head_dim", "model.mla"}, {"model.attention=mla"});
 }
 
+// model.sliding_window, model.layer_types, model.attention_sinks: each
+// layer's window (none without sliding_window; every layer when
+// layer_types is left out), and the errors naming the key.
+TEST(Recipe, SlidingWindowAndSinkKeys) {
+  const std::string llama = R"(model: {arch: llama, layers: 3, hidden: 48, heads: 4, kv_heads: 2, seq_len: 32,
+        vocab: 50, sliding_window: 8, layer_types: [sliding, full, sliding], attention_sinks: true}
+train: {global_batch: 8, micro_batch: 2, steps: 10}
+optim: {lr: 1.0e-3}
+)";
+  const Recipe r = load_recipe_text(llama, "r.yaml", {}, 1);
+  EXPECT_EQ(r.model.window(0), 8);
+  EXPECT_EQ(r.model.window(1), 0);
+  EXPECT_EQ(r.model.window(2), 8);
+  EXPECT_EQ(r.model.window(3), 0);  // a multi-token prediction block
+  EXPECT_TRUE(r.model.attention_sinks);
+  const Recipe every = load_recipe_text(llama, "r.yaml", {"model.layer_types=[]"}, 1);
+  for (int64_t l = 0; l < 3; ++l) EXPECT_EQ(every.model.window(l), 8);
+  EXPECT_EQ(load_recipe_text(kGood, "r.yaml", {}, 1).model.window(0), 0);
+  expect_error(llama, {"model.layer_types", "2 entries for model.layers(3)"}, {"model.layer_types=[full, full]"});
+  expect_error(llama, {"model.layer_types", "full, sliding", "found 'window'"},
+               {"model.layer_types=[full, window, full]"});
+  expect_error(llama, {"model.layer_types", "needs model.sliding_window > 0"}, {"model.sliding_window=0"});
+  expect_error(llama, {"model.attention_sinks", "arch gpt2"},
+               {"model.arch=gpt2", "model.kv_heads=4", "model.layer_types=[]", "model.sliding_window=0"});
+}
+
 TEST(Recipe, MoeKeys) {
   const std::string llama = R"(model: {arch: llama, layers: 4, hidden: 64, heads: 4, seq_len: 32, vocab: 50,
         moe: {experts: 8, top_k: 2, ffn_hidden: 32, first_dense: 1, dense_layers: [2],

@@ -364,6 +364,21 @@ TEST(Memory, ActivationFormulaMla) {
   }
 }
 
+// Sliding-window layers: their queries span min(T, window) keys, the full
+// layers and the multi-token prediction blocks T.
+TEST(Model, SlidingWindowFlopsPerToken) {
+  ModelConfig m = tiny("llama");
+  m.layers = 4, m.seq_len = 64;
+  const double full = flops_per_token(m), per_layer_key = 6.0 * double(m.heads) * 2 * double(m.head_dim());
+  m.sliding_window = 16, m.layer_types = {LayerAttention::sliding, LayerAttention::full, LayerAttention::sliding,
+                                          LayerAttention::full};
+  EXPECT_DOUBLE_EQ(flops_per_token(m), full - 2 * (64 - 16) * per_layer_key);
+  m.layer_types.clear();  // every layer sliding
+  EXPECT_DOUBLE_EQ(flops_per_token(m), full - 4 * (64 - 16) * per_layer_key);
+  m.sliding_window = 1000;  // wider than the sequence: nothing changes
+  EXPECT_DOUBLE_EQ(flops_per_token(m), full);
+}
+
 TEST(Model, MlaFlopsPerToken) {
   ModelConfig m = tiny("llama");
   m.layers = 3, m.hidden = 16, m.heads = 4, m.kv_heads = 4, m.ffn_hidden = 24, m.seq_len = 7, m.vocab = 13;

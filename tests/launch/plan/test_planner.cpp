@@ -322,6 +322,25 @@ TEST(Planner, ContextParallelism) {
   EXPECT_GT(contexts, 0);
 }
 
+// Sliding windows: the flash attention's FLOPs count the band of each
+// window (s w - w^2 / 2 score pairs to the causal s^2 / 2), averaged over
+// the layers; the rest of the layer is unchanged.
+TEST(Planner, SlidingWindowAttention) {
+  const std::vector<std::string> sets = {"model.seq_len=8192", "train.global_batch=4", "train.micro_batch=1",
+                                         "model.layers=4"};
+  const Recipe full = load_plan_recipe(src("configs/llama-tiny.yaml"), sets);
+  std::vector<std::string> windowed = sets;
+  windowed.push_back("model.sliding_window=1024");
+  windowed.push_back("model.layer_types=[sliding, full, sliding, full]");
+  const Recipe half = load_plan_recipe(src("configs/llama-tiny.yaml"), windowed);
+  PlanConfig one{1, 1, 1, 1, 1, 0, Recompute::none, ScheduleKind::one_f_one_b, false, {}};
+  const PlanResult a = plan_one(full, cpu(), one), b = plan_one(half, cpu(), one);
+  ASSERT_TRUE(a.feasible && b.feasible) << a.reason << b.reason;
+  const double s = 8192, w = 1024, ratio = (s * s / 2 + (s * w - w * w / 2)) / 2 / (s * s / 2);
+  EXPECT_NEAR(b.time.attention / a.time.attention, ratio, 1e-9);
+  EXPECT_LT(b.time.step(), a.time.step());
+}
+
 TEST(Planner, EnumerationIsComplete) {
   const Recipe rc = recipe("demo.yaml");
   const auto all = plan_all(rc, cpu(), 2);

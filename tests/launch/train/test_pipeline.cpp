@@ -369,10 +369,49 @@ TEST(Pipeline, ReleasedFamiliesMatchSingleRank) {
   list.push_back(with({8, 1, 1, "gpipe", 3, "llama"}, biases));
   list.back().context = 1;
   Case deepseek{2, 2, 2, "1f1b", 1, "deepseek", true};
-  deepseek.sets = {"model.rope_scaling.type=yarn", "model.rope_scaling.factor=40",
+  deepseek.sets = {"model.rope_scaling.type=yarn",          "model.rope_scaling.factor=40",
                    "model.rope_scaling.original_seq_len=8", "model.rope_scaling.mscale=1",
-                   "model.rope_scaling.mscale_all_dim=1", "parallel.expert=2"};
+                   "model.rope_scaling.mscale_all_dim=1",   "parallel.expert=2"};
   list.push_back(deepseek);
+  for (const Case& c : list) {
+    if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
+    const auto& ref = single_rank(c);
+    const test::EquivalenceRun run = test::train_with_step1_gradients(recipe(c, g_world), {.quiet = true});
+    test::expect_equivalent(ref, run, c.name());
+  }
+}
+
+// gpt-oss's attention: sliding windows on alternating layers (3 keys: shorter
+// than a context-parallel block of 16 rows and than a chunk of 8) and
+// attention sinks, with the head size of its own, under tensor + sequence
+// (the sinks split with the heads), pipeline (every schedule), context (both
+// modes, with documents), data / ZeRO 3, expert meshes and recomputation:
+// the single-rank losses and gradients, the sinks' included.
+TEST(Pipeline, SlidingWindowsAndSinksMatchSingleRank) {
+  if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
+  auto with = [](Case c) {
+    std::string types;
+    for (int l = 0; l < c.layers; ++l) types += std::string(l ? ", " : "") + (l % 2 == 0 ? "sliding" : "full");
+    c.sets = {"model.head_dim=12", "model.sliding_window=3", "model.layer_types=[" + types + "]",
+              "model.attention_sinks=true"};
+    if (c.arch == "moe") c.sets.push_back("parallel.expert=2");
+    return c;
+  };
+  Case ring{2, 2, 1, "1f1b", 1, "llama", true}, a2a{2, 1, 2, "zero_bubble", 3, "llama"};
+  ring.context = 2, a2a.context = 2, a2a.context_mode = "all_to_all";
+  ring.documents = true;
+  Case interleaved{1, 2, 4, "interleaved_1f1b", 1, "llama"}, zero3{8, 1, 1, "gpipe", 3, "llama"};
+  Case tensor4{1, 4, 2, "1f1b", 1, "llama", true}, full{2, 2, 2, "1f1b", 3, "llama", true};
+  interleaved.layers = 16, zero3.recompute = "selective", full.recompute = "full";
+  std::vector<Case> list = {with({2, 2, 2, "1f1b", 3, "llama", true}),
+                            with(interleaved),
+                            with(zero3),
+                            with({1, 1, 8, "zero_bubble", 0, "llama"}),
+                            with(tensor4),
+                            with(full),
+                            with(ring),
+                            with(a2a),
+                            with({2, 2, 2, "dualpipev", 0, "moe"})};
   for (const Case& c : list) {
     if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
     const auto& ref = single_rank(c);

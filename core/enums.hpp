@@ -37,6 +37,8 @@ enum class AttentionKind { standard, mla };
 enum class RopeType { none, linear, llama3, yarn };
 // model.layer_types: a layer's attention over the whole causal past, or a sliding window of it
 enum class LayerAttention { full, sliding };
+// model.moe.activation: the routed experts' SwiGLU, or gpt-oss's clamped one
+enum class MoeActivation { swiglu, clamped_swiglu };
 
 template <typename E>
 struct EnumNames;
@@ -71,6 +73,7 @@ TRIDENT_ENUM_NAMES(AttentionKind, {AttentionKind::standard, "standard"}, {Attent
 TRIDENT_ENUM_NAMES(RopeType, {RopeType::none, "none"}, {RopeType::linear, "linear"}, {RopeType::llama3, "llama3"},
                    {RopeType::yarn, "yarn"});
 TRIDENT_ENUM_NAMES(LayerAttention, {LayerAttention::full, "full"}, {LayerAttention::sliding, "sliding"});
+TRIDENT_ENUM_NAMES(MoeActivation, {MoeActivation::swiglu, "swiglu"}, {MoeActivation::clamped_swiglu, "clamped_swiglu"});
 TRIDENT_ENUM_NAMES(DeviceType, {DeviceType::cpu, "cpu"}, {DeviceType::cuda, "cuda"});
 
 template <typename E>

@@ -1,4 +1,4 @@
-// GELU (tanh approximation, as GPT-2) and SwiGLU (as LLaMA).
+// GELU (tanh approximation, as GPT-2), SwiGLU (as LLaMA) and gpt-oss's clamped SwiGLU.
 // Backward overwrites dinp.
 #pragma once
 #include <cstdint>
@@ -17,5 +17,13 @@ void swiglu_forward(T* out, const T* inp, int64_t N, int64_t F);
 // dinp[N, 2F] = [dgate | dup]
 template <typename T>
 void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F);
+
+// gpt-oss's clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit,
+// limit), out = g sigmoid(alpha g) (u + 1). The clamps pass the gradient
+// inside their bounds, the bounds included (torch.clamp's).
+template <typename T>
+void clamped_swiglu_forward(T* out, const T* inp, int64_t N, int64_t F, double alpha, double limit);
+template <typename T>
+void clamped_swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F, double alpha, double limit);
 
 }  // namespace trident::kernels

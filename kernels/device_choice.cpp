@@ -88,6 +88,12 @@ KERNEL_OP(void, swiglu_forward, (T * out, const T* inp, int64_t N, int64_t F), (
           cuda::swiglu_forward(out, inp, N, F));
 KERNEL_OP(void, swiglu_backward, (T * dinp, const T* inp, const T* dout, int64_t N, int64_t F), (dinp, inp, dout, N, F),
           dinp, cuda::swiglu_backward(dinp, inp, dout, N, F));
+KERNEL_OP(void, clamped_swiglu_forward, (T * out, const T* inp, int64_t N, int64_t F, double alpha, double limit),
+          (out, inp, N, F, alpha, limit), out, cuda::clamped_swiglu_forward(out, inp, N, F, alpha, limit));
+KERNEL_OP(void, clamped_swiglu_backward,
+          (T * dinp, const T* inp, const T* dout, int64_t N, int64_t F, double alpha, double limit),
+          (dinp, inp, dout, N, F, alpha, limit), dinp,
+          cuda::clamped_swiglu_backward(dinp, inp, dout, N, F, alpha, limit));
 
 // kernels/adamw.hpp
 KERNEL_OP(void, adamw_update, (T * param, T* m, T* v, const T* grad, int64_t n, const AdamWParams& hp),
@@ -225,6 +231,11 @@ KERNEL_OP(void, grouped_linear_backward,
            bool accumulate, Precision math, GroupedSchedule schedule),
           (dx, dw, dy, x, w, offsets, G, C, OC, accumulate, math, schedule), dw,
           cuda::grouped_linear_backward(dx, dw, dy, x, w, offsets, G, C, OC, accumulate, cuda_mode(math)));
+KERNEL_OP(void, grouped_bias_forward, (T * y, const T* b, const int64_t* offsets, int64_t G, int64_t OC),
+          (y, b, offsets, G, OC), y, cuda::grouped_bias_forward(y, b, offsets, G, OC));
+KERNEL_OP(void, grouped_bias_backward,
+          (T * db, const T* dy, const int64_t* offsets, int64_t G, int64_t OC, bool accumulate),
+          (db, dy, offsets, G, OC, accumulate), db, cuda::grouped_bias_backward(db, dy, offsets, G, OC, accumulate));
 
 // kernels/moe_permute.hpp (the routes are integers: the choice by hand)
 namespace cpu {

@@ -29,4 +29,11 @@ void grouped_linear_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, 
                              int64_t C, int64_t OC, bool accumulate, Precision math = Precision::fp32,
                              GroupedSchedule schedule = GroupedSchedule::automatic);
 
+// The experts' biases (gpt-oss): y[rows of g] += b_g, b [G, OC].
+template <typename T>
+void grouped_bias_forward(T* y, const T* b, const int64_t* offsets, int64_t G, int64_t OC);
+// db_g (+)= the sum of dy over g's rows (a group without rows: zero, or unchanged).
+template <typename T>
+void grouped_bias_backward(T* db, const T* dy, const int64_t* offsets, int64_t G, int64_t OC, bool accumulate);
+
 }  // namespace trident::kernels

@@ -130,6 +130,12 @@ std::vector<const ParamRow*> Architecture::layer_rows(const ModelConfig& cfg, in
       case LayerUse::sinks:
         held = cfg.attention_sinks;
         break;
+      case LayerUse::moe_router_bias:
+        held = moe && e.router_bias;
+        break;
+      case LayerUse::moe_expert_bias:
+        held = moe && e.expert_bias;
+        break;
       case LayerUse::mtp:
         held = layer >= cfg.layers;
         break;

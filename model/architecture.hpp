@@ -63,11 +63,14 @@ enum class Slot {
   kv_up_weight,    // kv_b_proj [H (Dn + Dv), KL]: each head's key part and value
   // multi-token prediction (model.mtp): a depth's module is a layer (index
   // layers + k - 1) with these too
-  mtp_embed_norm,   // enorm [C]
-  mtp_hidden_norm,  // hnorm [C]
-  mtp_proj,         // eh_proj [C, 2C]: the normalised embedding's columns, then the hidden state's
-  mtp_head_norm,    // shared_head.norm [C]: before the shared LM head
-  attn_sinks,       // model.attention_sinks (gpt-oss): self_attn.sinks [H]
+  mtp_embed_norm,     // enorm [C]
+  mtp_hidden_norm,    // hnorm [C]
+  mtp_proj,           // eh_proj [C, 2C]: the normalised embedding's columns, then the hidden state's
+  mtp_head_norm,      // shared_head.norm [C]: before the shared LM head
+  attn_sinks,         // model.attention_sinks (gpt-oss): self_attn.sinks [H]
+  router_logit_bias,  // model.moe.router.bias (gpt-oss): mlp.gate.bias [E]
+  experts_in_bias,    // model.moe.expert_bias (gpt-oss): [E, 2I], each expert's gate | up
+  experts_out_bias,   // [E, C]
   token_table,
   positions,
   final_norm_weight,
@@ -75,7 +78,7 @@ enum class Slot {
   lm_head,
   fused
 };
-inline constexpr int kLayerSlots = 29;
+inline constexpr int kLayerSlots = 32;
 
 // A shape term: the product of the model sizes it names.
 // MoE: E experts, I each one's width, S the shared experts' width.
@@ -101,10 +104,12 @@ enum class LayerUse {
   q_full,
   mla,
   mla_q_lora,
-  attention_bias,  // model.attention_bias
-  o_bias,          // model.o_bias
-  sinks,           // model.attention_sinks
-  mtp              // a multi-token prediction module's (layer index >= layers)
+  attention_bias,   // model.attention_bias
+  o_bias,           // model.o_bias
+  sinks,            // model.attention_sinks
+  moe_router_bias,  // model.moe.router.bias
+  moe_expert_bias,  // model.moe.expert_bias
+  mtp               // a multi-token prediction module's (layer index >= layers)
 };
 
 enum class NormKind { layer_norm, rms_norm };

@@ -74,8 +74,14 @@ struct LayerParams {
   T* dshnw() const { return grad[size_t(Slot::mtp_head_norm)]; }
   T* sinks() const { return param[size_t(Slot::attn_sinks)]; }
   T* dsinks() const { return grad[size_t(Slot::attn_sinks)]; }
-  MoeWeights<T> moe() const { return {rw(), rb(), xw(), xpw(), fcw(), pw(), sgw()}; }
-  MoeGrads<T> moe_grads() const { return {drw(), drb(), dxw(), dxpw(), dfcw(), dpw(), dsgw()}; }
+  T* rlb() const { return param[size_t(Slot::router_logit_bias)]; }
+  T* drlb() const { return grad[size_t(Slot::router_logit_bias)]; }
+  T* xb() const { return param[size_t(Slot::experts_in_bias)]; }
+  T* dxb() const { return grad[size_t(Slot::experts_in_bias)]; }
+  T* xpb() const { return param[size_t(Slot::experts_out_bias)]; }
+  T* dxpb() const { return grad[size_t(Slot::experts_out_bias)]; }
+  MoeWeights<T> moe() const { return {rw(), rb(), xw(), xpw(), fcw(), pw(), sgw(), rlb(), xb(), xpb()}; }
+  MoeGrads<T> moe_grads() const { return {drw(), drb(), dxw(), dxpw(), dfcw(), dpw(), dsgw(), drlb(), dxb(), dxpb()}; }
 };
 
 // A GEMM input: its values, its 2-byte copy, or both (kernels::In16): the

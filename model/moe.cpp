@@ -120,7 +120,7 @@ typename MoeMlp<T>::Rows MoeMlp<T>::rows_of(const T* h, int64_t N_all) const {
 template <typename T>
 void MoeMlp<T>::route(MoeActs<T>& a, const MoeWeights<T>& w, const Rows& r, MoeScratch<T>& s) const {
   const int64_t E = spec_.experts, N = r.n;
-  k::linear_forward(a.logits, r.hs, w.router, static_cast<const T*>(nullptr), N, C_, E, math_);
+  k::linear_forward(a.logits, r.hs, w.router, w.logit_bias, N, C_, E, math_);
   mirror(a.logits_h, a.logits, N * E);
   const T* bias = w.bias;
   if (bias && !on_host_) mirror(s.bias_h, w.bias, E), bias = s.bias_h;
@@ -160,8 +160,10 @@ void MoeMlp<T>::experts_forward(MoeActs<T>& a, const MoeWeights<T>& w, const Row
   const int64_t E = spec_.experts, M = r.n * spec_.top_k, C = C_, I = I_;
   if (!ep_) {
     k::grouped_linear_forward(a.fc, s.x, w.w_in, a.offsets.data(), E, C, 2 * I, math_);
-    k::swiglu_forward(a.act, a.fc, M, I);
+    if (w.b_in) k::grouped_bias_forward(a.fc, w.b_in, a.offsets.data(), E, 2 * I);
+    activation_forward(a.act, a.fc, M);
     k::grouped_linear_forward(a.y, a.act, w.w_out, a.offsets.data(), E, I, C, math_);
+    if (w.b_out && adds_out_bias()) k::grouped_bias_forward(a.y, w.b_out, a.offsets.data(), E, C);
     if (shared) shared();
     return;
   }
@@ -173,9 +175,12 @@ void MoeMlp<T>::experts_forward(MoeActs<T>& a, const MoeWeights<T>& w, const Row
   parallel::PendingDispatch rows = ep_->start_dispatch(a.plan, s.x, C, s.staging);
   if (shared) shared();
   ep_->finish_dispatch(rows, a.plan, a.x_in, C, s.staging, parallel::switch_pass);
-  k::grouped_linear_forward(a.fc_in, a.x_in, w.w_in, a.plan.local_offsets.data(), L, C, 2 * I, math_);
-  k::swiglu_forward(a.act_in, a.fc_in, R, I);
-  k::grouped_linear_forward(y_in, a.act_in, w.w_out, a.plan.local_offsets.data(), L, I, C, math_);
+  const int64_t* off = a.plan.local_offsets.data();
+  k::grouped_linear_forward(a.fc_in, a.x_in, w.w_in, off, L, C, 2 * I, math_);
+  if (w.b_in) k::grouped_bias_forward(a.fc_in, w.b_in, off, L, 2 * I);
+  activation_forward(a.act_in, a.fc_in, R);
+  k::grouped_linear_forward(y_in, a.act_in, w.w_out, off, L, I, C, math_);
+  if (w.b_out && adds_out_bias()) k::grouped_bias_forward(y_in, w.b_out, off, L, C);
   ep_->combine(a.plan, a.y, y_in, C, s.staging, parallel::switch_pass);
 }
 
@@ -300,8 +305,10 @@ T* MoeMlp<T>::experts_backward(const MoeActs<T>& a, const MoeWeights<T>& w, cons
   const int64_t E = spec_.experts, M = r.n * spec_.top_k, C = C_, I = I_;
   if (!ep_) {
     k::moe_permute(s.x, r.hs, a.token, M, C);
+    if (g.b_out) k::grouped_bias_backward(g.b_out, s.dys, a.offsets.data(), E, C, acc);
     k::grouped_linear_backward(s.dact, g.w_out, s.dys, a.act, w.w_out, a.offsets.data(), E, I, C, acc, math_);
-    k::swiglu_backward(s.dfc, a.fc, s.dact, M, I);
+    activation_backward(s.dfc, a.fc, s.dact, M);
+    if (g.b_in) k::grouped_bias_backward(g.b_in, s.dfc, a.offsets.data(), E, 2 * I, acc);
     k::grouped_linear_backward(s.dx, g.w_in, s.dfc, s.x, w.w_in, a.offsets.data(), E, C, 2 * I, acc, math_);
     return nullptr;
   }
@@ -313,8 +320,10 @@ T* MoeMlp<T>::experts_backward(const MoeActs<T>& a, const MoeWeights<T>& w, cons
   if (sdx) shared(sdx);
   ep_->finish_dispatch(rows, a.plan, dy_in, C, s.staging, parallel::switch_pass);
   const int64_t* off = a.plan.local_offsets.data();
+  if (g.b_out) k::grouped_bias_backward(g.b_out, dy_in, off, L, C, acc);
   k::grouped_linear_backward(dact_in, g.w_out, dy_in, a.act_in, w.w_out, off, L, I, C, acc, math_);
-  k::swiglu_backward(dfc_in, a.fc_in, dact_in, R, I);
+  activation_backward(dfc_in, a.fc_in, dact_in, R);
+  if (g.b_in) k::grouped_bias_backward(g.b_in, dfc_in, off, L, 2 * I, acc);
   k::grouped_linear_backward(dx_in, g.w_in, dfc_in, a.x_in, w.w_in, off, L, C, 2 * I, acc, math_);
   ep_->combine(a.plan, s.dx, dx_in, C, s.staging, parallel::switch_pass);
   return sdx;
@@ -336,11 +345,11 @@ void MoeMlp<T>::router_backward(T* dh, const MoeActs<T>& a, const MoeWeights<T>&
     k::router_z_loss(a.logits_h, N, E, s.dlogits_h, double(aux_scale) * cfg_.z_loss / double(r.all * cp_->size()));
   mirror(s.dlogits, s.dlogits_h, N * E);
   if (slice_) {  // the router's part of this rank's slice: into dh, summed over the tensor group with it
-    k::linear_backward(s.dx, g.router, static_cast<T*>(nullptr), s.dlogits, r.hs, w.router, N, C, E, acc, math_);
+    k::linear_backward(s.dx, g.router, g.logit_bias, s.dlogits, r.hs, w.router, N, C, E, acc, math_);
     k::rows_scale_add(dh + r.first * C, s.dx, static_cast<const T*>(nullptr), N, C);
     k::fill_zero(s.d_router_h, r.all * C);  // what is complete on every rank: the gate's part
   } else {
-    k::linear_backward(s.d_router_h, g.router, static_cast<T*>(nullptr), s.dlogits, r.h, w.router, N, C, E, acc, math_);
+    k::linear_backward(s.d_router_h, g.router, g.logit_bias, s.dlogits, r.h, w.router, N, C, E, acc, math_);
   }
   if (!a.gate) return;
   T *dgate_h = s.dweight_h + r.all * K, *dgate = s.dweight + r.all * K;
@@ -382,6 +391,22 @@ void MoeMlp<T>::backward(T* dh, const T* dy, const T* h, const MoeActs<T>& a, co
   }
   router_backward(dh, a, w, g, r, s, B, aux_scale, acc);
   if (g.bias) bias_counts(g.bias, a, s, acc);
+}
+
+template <typename T>
+void MoeMlp<T>::activation_forward(T* act, const T* fc, int64_t M) const {
+  if (cfg_.activation == MoeActivation::clamped_swiglu)
+    k::clamped_swiglu_forward(act, fc, M, I_, cfg_.swiglu_alpha, cfg_.swiglu_limit);
+  else
+    k::swiglu_forward(act, fc, M, I_);
+}
+
+template <typename T>
+void MoeMlp<T>::activation_backward(T* dfc, const T* fc, const T* dact, int64_t M) const {
+  if (cfg_.activation == MoeActivation::clamped_swiglu)
+    k::clamped_swiglu_backward(dfc, fc, dact, M, I_, cfg_.swiglu_alpha, cfg_.swiglu_limit);
+  else
+    k::swiglu_backward(dfc, fc, dact, M, I_);
 }
 
 template <typename T>

@@ -59,15 +59,17 @@
 namespace trident::model {
 
 // One MoE layer's pointers into the flat parameter (or gradient) buffer:
-// router [E,C], bias [E] (or null), experts' in [E, 2I, C] and out [E, C, I]
-// (I: this rank's share), shared in [2S, C] and out [C, S], gate [1, C].
+// router [E,C], bias [E] (the correction bias, or null), experts' in [E,
+// 2I, C] and out [E, C, I] (I: this rank's share), shared in [2S, C] and
+// out [C, S], gate [1, C]; gpt-oss's (or null): the router's logit bias
+// [E], the experts' in bias [E, 2I] and out bias [E, C].
 template <typename T>
 struct MoeWeights {
-  const T *router, *bias, *w_in, *w_out, *s_in, *s_out, *s_gate;
+  const T *router, *bias, *w_in, *w_out, *s_in, *s_out, *s_gate, *logit_bias, *b_in, *b_out;
 };
 template <typename T>
 struct MoeGrads {
-  T *router, *bias, *w_in, *w_out, *s_in, *s_out, *s_gate;
+  T *router, *bias, *w_in, *w_out, *s_in, *s_out, *s_gate, *logit_bias, *b_in, *b_out;
 };
 
 // What one MoE layer keeps of one micro-batch for its backward. The layer's
@@ -231,6 +233,11 @@ class MoeMlp {
   // N: the rows routed here; all: the rows of the micro-batch on this context rank (the losses' normalisation)
   void balance_grad(T* dscores, const MoeActs<T>& a, int64_t N, int64_t all, int64_t B, double scale, bool wrt_q) const;
   bool slice_ = false;  // whole experts: this tensor rank routes rows [rank N / t, (rank + 1) N / t)
+  // The experts' activation (model.moe.activation) over rows [M, 2I] -> [M, I], and back.
+  void activation_forward(T* act, const T* fc, int64_t M) const;
+  void activation_backward(T* dfc, const T* fc, const T* dact, int64_t M) const;
+  // The experts' out bias is added here: their output is not a partial sum, or this is tensor rank 0.
+  bool adds_out_bias() const { return slice_ || tp_->rank() == 0; }
 };
 
 }  // namespace trident::model

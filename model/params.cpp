@@ -49,7 +49,7 @@ void ParamRegistry::add(std::string name, const ParamRow& row, const ModelConfig
   p.all_rows = row.all_rows;
   p.head_partial = row.head_partial;
   p.expert_major = is_expert_major(row);
-  p.router = row.slot == Slot::router_weight || row.slot == Slot::router_bias;
+  p.router = row.slot == Slot::router_weight || row.slot == Slot::router_bias || row.slot == Slot::router_logit_bias;
   p.numel = shape_numel(p.shape);
   total_ += p.numel;
   params_.push_back(std::move(p));

@@ -324,6 +324,9 @@ const std::vector<Key>& table() {
               "`top_k <= group_topk x experts / groups`"),
       real("model.moe.router.scaling", FIELD(model.moe.scaling), 0, 1e6, Open::low, value(1.0),
            "the routed weights are multiplied by this (`routed_scaling_factor`)"),
+      boolean("model.moe.router.bias", FIELD(model.moe.router_bias), value(false),
+              "a learned bias on the router's logits (gpt-oss's `mlp.router.bias` [experts]): it moves the choice "
+              "and the weights, and is trained with its gradient (unlike `balance.bias_rate`'s correction bias)"),
       section("model.moe.balance", "load balancing ([moe.md](moe.md#load-balancing))"),
       choice<Balance>(
           "model.moe.balance.kind", FIELD(model.moe.balance), value(Balance::aux_loss),
@@ -339,6 +342,18 @@ const std::vector<Key>& table() {
            "`bias_rate x sign(mean - count)` from the step's counts over every rank; 0: the bias stays as loaded"),
       real("model.moe.capacity_factor", FIELD(model.moe.capacity_factor), 0, 1e6, Open::none, value(0.0),
            "0: dropless (every routed token is computed); token dropping is not supported yet"),
+      boolean("model.moe.expert_bias", FIELD(model.moe.expert_bias), value(false),
+              "biases on each routed expert's gate|up and down projections (gpt-oss's `gate_up_proj_bias` [experts, "
+              "2 ffn_hidden], `down_proj_bias` [experts, hidden]); the down bias is weighted by the route like the "
+              "expert's output, and added once after the tensor group's sum"),
+      choice<MoeActivation>("model.moe.activation", FIELD(model.moe.activation), value(MoeActivation::swiglu),
+                            "the routed experts' activation: `swiglu` silu(gate) up; `clamped_swiglu` (gpt-oss) g "
+                            "sigmoid(swiglu_alpha g) (u + 1) with g = min(gate, swiglu_limit), u = clamp(up, "
+                            "-swiglu_limit, swiglu_limit); shared experts keep `swiglu`"),
+      real("model.moe.swiglu_alpha", FIELD(model.moe.swiglu_alpha), 0, 1e6, Open::low, value(1.702),
+           "clamped_swiglu's sigmoid slope (transformers' `swiglu_alpha`)"),
+      real("model.moe.swiglu_limit", FIELD(model.moe.swiglu_limit), 0, 1e6, Open::low, value(7.0),
+           "clamped_swiglu's clamp (transformers' `swiglu_limit`)"),
       mesh_size("parallel.data", FIELD(parallel.data), true,
                 "data-parallel size; `auto`: the world size over `tensor x pipeline x context` (as Megatron-Core and "
                 "torchtitan infer it; the start-up line says what was inferred), or 1 when `tensor` or `pipeline` is "

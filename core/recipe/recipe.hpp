@@ -33,6 +33,11 @@ struct MoeConfig {
   Balance balance = Balance::aux_loss;
   double balance_coef = 0.01, z_loss = 0.0, bias_rate = 0.0;
   double capacity_factor = 0.0;  // 0: dropless
+  // gpt-oss: a learned bias on the router's logits (mlp.router.bias),
+  // biases on each expert's gate|up and down projections, the clamped SwiGLU
+  bool router_bias = false, expert_bias = false;
+  MoeActivation activation = MoeActivation::swiglu;
+  double swiglu_alpha = 1.702, swiglu_limit = 7.0;
   // Whether global layer l has the MoE MLP (false for every layer without model.moe).
   bool is_moe(int64_t layer) const {
     if (!enabled || layer < first_dense || (layer + 1) % every != 0) return false;

@@ -1,4 +1,5 @@
 // CPU GELU and SwiGLU.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/vmath.hpp"
@@ -63,13 +64,49 @@ void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F)
     }
   }
 }
+
+template <typename T>
+void clamped_swiglu_forward(T* out, const T* inp, int64_t N, int64_t F, double alpha, double limit) {
+  const T a = T(alpha), L = T(limit);
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n) {
+    const T* g = inp + n * 2 * F;
+    const T* u = g + F;
+    T* o = out + n * F;
+    for (int64_t f = 0; f < F; ++f) {
+      const T gc = std::min(g[f], L), uc = std::min(std::max(u[f], -L), L);
+      o[f] = gc / (T(1) + std::exp(-a * gc)) * (uc + T(1));
+    }
+  }
+}
+
+template <typename T>
+void clamped_swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F, double alpha, double limit) {
+  const T a = T(alpha), L = T(limit);
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n) {
+    const T* g = inp + n * 2 * F;
+    const T* u = g + F;
+    const T* d = dout + n * F;
+    T* dg = dinp + n * 2 * F;
+    T* du = dg + F;
+    for (int64_t f = 0; f < F; ++f) {
+      const T gc = std::min(g[f], L), uc = std::min(std::max(u[f], -L), L);
+      const T sig = T(1) / (T(1) + std::exp(-a * gc)), glu = gc * sig;
+      du[f] = u[f] >= -L && u[f] <= L ? d[f] * glu : T(0);
+      dg[f] = g[f] <= L ? d[f] * (uc + T(1)) * sig * (T(1) + a * gc * (T(1) - sig)) : T(0);
+    }
+  }
+}
 }  // namespace cpu
 
-#define INSTANTIATE(T)                                                  \
-  template void cpu::gelu_forward<T>(T*, const T*, int64_t);            \
-  template void cpu::gelu_backward<T>(T*, const T*, const T*, int64_t); \
-  template void cpu::swiglu_forward<T>(T*, const T*, int64_t, int64_t); \
-  template void cpu::swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t);
+#define INSTANTIATE(T)                                                                          \
+  template void cpu::gelu_forward<T>(T*, const T*, int64_t);                                    \
+  template void cpu::gelu_backward<T>(T*, const T*, const T*, int64_t);                         \
+  template void cpu::swiglu_forward<T>(T*, const T*, int64_t, int64_t);                         \
+  template void cpu::swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t);              \
+  template void cpu::clamped_swiglu_forward<T>(T*, const T*, int64_t, int64_t, double, double); \
+  template void cpu::clamped_swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t, double, double);
 INSTANTIATE(float)
 INSTANTIATE(double)
 

@@ -73,6 +73,32 @@ void grouped_linear_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, 
   });
 }
 
+template <typename T>
+void grouped_bias_forward(T* y, const T* b, const int64_t* offsets, int64_t G, int64_t OC) {
+  for (int64_t g = 0; g < G; ++g) {
+    const T* bg = b + g * OC;
+#pragma omp parallel for
+    for (int64_t r = offsets[g]; r < offsets[g + 1]; ++r)
+      for (int64_t c = 0; c < OC; ++c) y[r * OC + c] += bg[c];
+  }
+}
+
+template <typename T>
+void grouped_bias_backward(T* db, const T* dy, const int64_t* offsets, int64_t G, int64_t OC, bool accumulate) {
+#pragma omp parallel for
+  for (int64_t g = 0; g < G; ++g) {
+    T* d = db + g * OC;
+    if (!accumulate) std::fill(d, d + OC, T(0));
+    for (int64_t r = offsets[g]; r < offsets[g + 1]; ++r)
+      for (int64_t c = 0; c < OC; ++c) d[c] += dy[r * OC + c];
+  }
+}
+
+template void grouped_bias_forward<float>(float*, const float*, const int64_t*, int64_t, int64_t);
+template void grouped_bias_forward<double>(double*, const double*, const int64_t*, int64_t, int64_t);
+template void grouped_bias_backward<float>(float*, const float*, const int64_t*, int64_t, int64_t, bool);
+template void grouped_bias_backward<double>(double*, const double*, const int64_t*, int64_t, int64_t, bool);
+
 template void grouped_linear_forward<float>(float*, const float*, const float*, const int64_t*, int64_t, int64_t,
                                             int64_t, Precision, GroupedSchedule);
 template void grouped_linear_forward<double>(double*, const double*, const double*, const int64_t*, int64_t, int64_t,

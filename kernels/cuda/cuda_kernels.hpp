@@ -43,6 +43,8 @@ void grouped_linear_forward(float* y, const float* x, const float* w, const int6
                             int64_t OC, int mode);
 void grouped_linear_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
                              const int64_t* offsets, int64_t G, int64_t C, int64_t OC, bool accumulate, int mode);
+void grouped_bias_forward(float* y, const float* b, const int64_t* offsets, int64_t G, int64_t OC);
+void grouped_bias_backward(float* db, const float* dy, const int64_t* offsets, int64_t G, int64_t OC, bool accumulate);
 
 // As kernels/rows.hpp.
 void rows_scale_add(float* out, const float* x, const float* g, int64_t N, int64_t C);
@@ -79,6 +81,9 @@ void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F);
 void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F);
+void clamped_swiglu_forward(float* out, const float* inp, int64_t N, int64_t F, double alpha, double limit);
+void clamped_swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F, double alpha,
+                             double limit);
 
 // Flash-style causal attention: lse[B,H,T] (log-sum-exp of each query row's
 // scaled scores) is the only per-row state kept, as on the CPU; no T x T matrix exists.

@@ -57,6 +57,30 @@ __global__ void swiglu_bwd(float* dinp, const float* inp, const float* dout, int
   }
 }
 
+__global__ void clamped_swiglu_fwd(float* out, const float* inp, int64_t N, int64_t F, float a, float L) {
+  GRID_STRIDE(i, N * F) {
+    const int64_t n = i / F, f = i % F;
+    const float gc = fminf(inp[n * 2 * F + f], L), uc = fminf(fmaxf(inp[n * 2 * F + F + f], -L), L);
+    out[i] = gc / (1.f + expf(-a * gc)) * (uc + 1.f);
+  }
+}
+
+__global__ void clamped_swiglu_bwd(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F, float a,
+                                   float L) {
+  GRID_STRIDE(i, N * F) {
+    const int64_t n = i / F, f = i % F;
+    const float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f], d = dout[i];
+    const float gc = fminf(g, L), uc = fminf(fmaxf(u, -L), L);
+    const float sig = 1.f / (1.f + expf(-a * gc));
+    dinp[n * 2 * F + F + f] = u >= -L && u <= L ? d * gc * sig : 0.f;
+    dinp[n * 2 * F + f] = g <= L ? d * (uc + 1.f) * sig * (1.f + a * gc * (1.f - sig)) : 0.f;
+  }
+}
+
+__global__ void add_bias_rows(float* y, const float* b, int64_t n, int64_t OC) {
+  GRID_STRIDE(i, n * OC) { y[i] += b[i % OC]; }
+}
+
 __global__ void residual_fwd(float* out, const float* a, const float* b, const float* bias, int64_t N, int64_t C) {
   GRID_STRIDE(i, N * C) out[i] = a[i] + b[i] + (bias ? bias[i % C] : 0.f);
 }
@@ -194,11 +218,28 @@ void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {
 void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
   LAUNCH_GRID_STRIDE(swiglu_bwd, N * F, dinp, inp, dout, N, F);
 }
+void clamped_swiglu_forward(float* out, const float* inp, int64_t N, int64_t F, double alpha, double limit) {
+  LAUNCH_GRID_STRIDE(clamped_swiglu_fwd, N * F, out, inp, N, F, float(alpha), float(limit));
+}
+void clamped_swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F, double alpha,
+                             double limit) {
+  LAUNCH_GRID_STRIDE(clamped_swiglu_bwd, N * F, dinp, inp, dout, N, F, float(alpha), float(limit));
+}
 void residual_forward(float* out, const float* a, const float* b, const float* bias, int64_t N, int64_t C) {
   LAUNCH_GRID_STRIDE(residual_fwd, N * C, out, a, b, bias, N, C);
 }
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C, bool accumulate) {
   if (dbias) LAUNCH_GRID_STRIDE(column_sums, C, dbias, dout, N, C, accumulate);
+}
+// kernels/grouped_gemm.hpp's biases: a launch per group (host offsets)
+void grouped_bias_forward(float* y, const float* b, const int64_t* offsets, int64_t G, int64_t OC) {
+  for (int64_t g = 0; g < G; ++g)
+    LAUNCH_GRID_STRIDE(add_bias_rows, (offsets[g + 1] - offsets[g]) * OC, y + offsets[g] * OC, b + g * OC,
+                       offsets[g + 1] - offsets[g], OC);
+}
+void grouped_bias_backward(float* db, const float* dy, const int64_t* offsets, int64_t G, int64_t OC, bool accumulate) {
+  for (int64_t g = 0; g < G; ++g)
+    bias_backward(db + g * OC, dy + offsets[g] * OC, offsets[g + 1] - offsets[g], OC, accumulate);
 }
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t N, int64_t C, int64_t vocab_begin,
                        int64_t V) {

@@ -18,6 +18,7 @@
 #include "kernels/buffer.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/grouped_gemm.hpp"
 #include "kernels/moe_permute.hpp"
 #include "kernels/norm.hpp"
 #include "kernels/precision.hpp"
@@ -261,6 +262,22 @@ TEST(CudaEmulated, ElementwiseRotaryAndEmbeddings) {
   swiglu_backward(sd1.data(), in.data(), dd.data(), N, Fh),
       emu::swiglu_backward(sd2.data(), in.data(), dd.data(), N, Fh);
   expect_close("swiglu backward", sd1, sd2, 2e-6, 1e-6);
+  clamped_swiglu_forward(s1.data(), in.data(), N, Fh, 1.702, 0.8);
+  emu::clamped_swiglu_forward(s2.data(), in.data(), N, Fh, 1.702, 0.8);
+  expect_close("clamped swiglu", s1, s2, 2e-6, 1e-6);
+  clamped_swiglu_backward(sd1.data(), in.data(), dd.data(), N, Fh, 1.702, 0.8);
+  emu::clamped_swiglu_backward(sd2.data(), in.data(), dd.data(), N, Fh, 1.702, 0.8);
+  expect_close("clamped swiglu backward", sd1, sd2, 2e-6, 1e-6);
+  {  // the experts' biases: groups of 3, 0 and N - 3 rows
+    const std::vector<int64_t> off = {0, 3, 3, N};
+    F y1 = in, y2 = in, bias = randn(3 * Fh, 9), db1(size_t(3 * Fh)), db2(size_t(3 * Fh), -1.f);
+    grouped_bias_forward(y1.data(), bias.data(), off.data(), 3, Fh);
+    emu::grouped_bias_forward(y2.data(), bias.data(), off.data(), 3, Fh);
+    expect_close("grouped bias", y1, y2, 0, 0);
+    grouped_bias_backward(db1.data(), in.data(), off.data(), 3, Fh, false);
+    emu::grouped_bias_backward(db2.data(), in.data(), off.data(), 3, Fh, false);
+    expect_close("grouped bias backward", db1, db2, 1e-6, 1e-6);
+  }
   // rotary
   const int64_t B = 2, T = 9, H = 3, KV = 1, D = 6, W = (H + 2 * KV) * D;
   const auto table = rope_table(T, D, 10000.0);

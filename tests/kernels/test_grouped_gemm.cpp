@@ -63,5 +63,27 @@ TEST(GroupedGemm, MatchesOneLinearPerGroup) {
   set_num_threads(1);
 }
 
+// The experts' biases (gpt-oss): each group's rows take its bias; the
+// backward sums each group's rows, a group without rows gets zero (or keeps
+// its value when accumulating).
+TEST(GroupedGemm, BiasesPerGroup) {
+  const int64_t G = 3, OC = 4;
+  const std::vector<int64_t> offsets = {0, 2, 2, 5};  // group 1 has no rows
+  V y(size_t(5 * OC), 1.0), b(size_t(G * OC)), db(size_t(G * OC), 7.0);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = double(i) * 0.5;
+  grouped_bias_forward(y.data(), b.data(), offsets.data(), G, OC);
+  for (int64_t r = 0; r < 5; ++r)
+    for (int64_t c = 0; c < OC; ++c) EXPECT_EQ(y[size_t(r * OC + c)], 1.0 + b[size_t((r < 2 ? 0 : 2) * OC + c)]);
+  grouped_bias_backward(db.data(), y.data(), offsets.data(), G, OC, false);
+  for (int64_t c = 0; c < OC; ++c) {
+    EXPECT_EQ(db[size_t(c)], y[size_t(c)] + y[size_t(OC + c)]);
+    EXPECT_EQ(db[size_t(OC + c)], 0.0);
+    EXPECT_EQ(db[size_t(2 * OC + c)], y[size_t(2 * OC + c)] + y[size_t(3 * OC + c)] + y[size_t(4 * OC + c)]);
+  }
+  const V before = db;
+  grouped_bias_backward(db.data(), y.data(), offsets.data(), G, OC, true);
+  for (size_t i = 0; i < db.size(); ++i) EXPECT_EQ(db[i], 2 * before[i]);
+}
+
 }  // namespace
 }  // namespace trident::kernels

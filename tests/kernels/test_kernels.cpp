@@ -117,6 +117,34 @@ TEST(Kernels, SwigluBackwardMatchesFiniteDifferences) {
   expect_fd_gradient("swiglu", x, dx, f);
 }
 
+// gpt-oss's clamped SwiGLU: the formula, and finite differences away from
+// the clamps' corners (inputs on both sides of +-limit; at a corner the
+// function has no derivative, so no input lies within the step of one).
+TEST(Kernels, ClampedSwigluMatchesTheFormulaAndFiniteDifferences) {
+  const int64_t N = 4, F = 6;
+  const double alpha = 1.702, limit = 1.5;
+  V x = randn(N * 2 * F, 31), r = randn(N * F, 32), out(N * F), dx(N * 2 * F);
+  for (double& v : x) v *= 2.5;  // beyond the limit often
+  for (double& v : x)
+    if (std::abs(std::abs(v) - limit) < 1e-3) v += 0.01;
+  clamped_swiglu_forward(out.data(), x.data(), N, F, alpha, limit);
+  int clamped = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t f = 0; f < F; ++f) {
+      const double g = std::min(x[size_t(n * 2 * F + f)], limit);
+      const double u = std::clamp(x[size_t(n * 2 * F + F + f)], -limit, limit);
+      clamped += x[size_t(n * 2 * F + f)] > limit || std::abs(x[size_t(n * 2 * F + F + f)]) > limit;
+      EXPECT_NEAR(out[size_t(n * F + f)], g / (1 + std::exp(-alpha * g)) * (u + 1), 1e-14);
+    }
+  EXPECT_GT(clamped, 4) << "the inputs must reach the clamps";
+  auto f = [&] {
+    clamped_swiglu_forward(out.data(), x.data(), N, F, alpha, limit);
+    return dot(out, r);
+  };
+  clamped_swiglu_backward(dx.data(), x.data(), r.data(), N, F, alpha, limit);
+  expect_fd_gradient("clamped swiglu", x, dx, f, 1e-6, 1000);
+}
+
 // Queries and keys of D, values of Dv: the forward against the plain
 // softmax formula (scale 1/sqrt(D)), the backward against finite
 // differences, attention_lse against the forward. window > 0: query t sees

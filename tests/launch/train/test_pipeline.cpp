@@ -420,6 +420,38 @@ TEST(Pipeline, SlidingWindowsAndSinksMatchSingleRank) {
   }
 }
 
+// gpt-oss's MoE: the router's logit bias, the experts' biases (gate|up
+// split like the weights, down added once after the tensor sum) and the
+// clamped SwiGLU (a limit low enough to clamp: 0.1 against gate and up
+// values of about 0.16), with the attention's sinks and windows, under
+// tensor + sequence, pipeline, data / ZeRO 3, expert meshes (the experts
+// split over ranks, and whole experts beside a tensor split) and context.
+TEST(Pipeline, GptOssMoeMatchesSingleRank) {
+  if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
+  auto with = [](Case c, std::vector<std::string> more = {}) {
+    c.sets = {"model.moe.router.bias=true", "model.moe.expert_bias=true", "model.moe.activation=clamped_swiglu",
+              "model.moe.swiglu_limit=0.1", "model.moe.shared_experts=0", "model.moe.shared_expert_gate=false",
+              "model.attention_sinks=true", "model.sliding_window=5"};
+    c.sets.insert(c.sets.end(), more.begin(), more.end());
+    return c;
+  };
+  Case ring{2, 2, 1, "1f1b", 1, "moe", true}, a2a{2, 1, 2, "zero_bubble", 3, "moe"};
+  ring.context = 2, a2a.context = 2, a2a.context_mode = "all_to_all";
+  std::vector<Case> list = {with({2, 2, 2, "1f1b", 1, "moe", true}, {"parallel.expert=2"}),
+                            with({2, 2, 2, "dualpipev", 0, "moe"}, {"parallel.expert=2"}),
+                            with({8, 1, 1, "1f1b", 3, "moe"}, {"parallel.expert=8"}),
+                            with({2, 4, 1, "1f1b", 1, "moe", true}, {"parallel.expert=2", "parallel.expert_tensor=1"}),
+                            with({1, 2, 4, "zero_bubble", 0, "moe"}),
+                            with(ring, {"parallel.expert=2"}),
+                            with(a2a)};
+  for (const Case& c : list) {
+    if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
+    const auto& ref = single_rank(c);
+    const test::EquivalenceRun run = test::train_with_step1_gradients(recipe(c, g_world), {.quiet = true});
+    test::expect_equivalent(ref, run, c.name());
+  }
+}
+
 // A DeepSeek-V3-shaped model (multi-head latent attention with a query
 // latent, a dense first layer, MoE layers with a shared expert, sigmoid
 // group-limited routing, the per-sequence aux loss and a moving correction

@@ -132,6 +132,8 @@ std::string config_json(const ModelConfig& m, HfFamily f) {
        {"initializer_range", m.init_std},
        {"tie_word_embeddings", m.tie_embeddings},
        {"torch_dtype", "float32"}};
+  if (f == HfFamily::gpt_oss && m.rope_scaling.type == RopeType::none)  // else GptOssConfig assumes its YaRN
+    c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", m.rope_theta}};
   if (const RopeScaling& s = m.rope_scaling; s.type != RopeType::none) {  // transformers 5's rope_parameters
     nlohmann::json rp = {{"rope_type", enum_name(s.type)}, {"rope_theta", m.rope_theta}, {"factor", s.factor}};
     if (s.type != RopeType::linear) rp["original_max_position_embeddings"] = s.original_seq_len;
@@ -145,33 +147,61 @@ std::string config_json(const ModelConfig& m, HfFamily f) {
     c["rope_parameters"] = rp;
   }
   const MoeConfig& e = m.moe;
+  // sliding windows: every layer's (mistral, mixtral), or layer_types (qwen2/3, their MoE, gpt_oss)
+  const bool windowed = m.sliding_window > 0;
+  nlohmann::json layer_types = nlohmann::json::array();
+  for (int64_t l = 0; l < m.layers; ++l)
+    layer_types.push_back(m.window(l) > 0 ? "sliding_attention" : "full_attention");
+  auto qwen_windows = [&] {
+    c["use_sliding_window"] = windowed;
+    if (windowed) c["sliding_window"] = m.sliding_window, c["layer_types"] = layer_types;
+    if (windowed) c["max_window_layers"] = m.layers;  // layer_types decides
+  };
+  auto window_or_null = [&] {
+    if (windowed)
+      c["sliding_window"] = m.sliding_window;
+    else
+      c["sliding_window"] = nullptr;
+  };
   switch (f) {
     case HfFamily::gpt2:
     case HfFamily::llama:
       c["mlp_bias"] = false;
       break;
+    case HfFamily::mistral:
+      window_or_null();
+      break;
     case HfFamily::qwen3:
-      c["use_sliding_window"] = false;
+      qwen_windows();
       break;
     case HfFamily::qwen2:  // its q, k and v have biases always, o_proj none
       c.erase("attention_bias");
-      c["use_sliding_window"] = false;
+      qwen_windows();
       break;
     case HfFamily::qwen3_moe:
       c["num_experts"] = e.experts, c["num_experts_per_tok"] = e.top_k, c["moe_intermediate_size"] = e.ffn_hidden;
       c["norm_topk_prob"] = e.norm_topk, c["decoder_sparse_step"] = e.every, c["mlp_only_layers"] = e.dense_layers;
-      c["router_aux_loss_coef"] = e.balance_coef, c["use_sliding_window"] = false;
+      c["router_aux_loss_coef"] = e.balance_coef;
+      qwen_windows();
       break;
     case HfFamily::mixtral:
       c["num_local_experts"] = e.experts, c["num_experts_per_tok"] = e.top_k;
       c["intermediate_size"] = e.ffn_hidden;  // Mixtral's experts' width
-      c["router_aux_loss_coef"] = e.balance_coef, c["router_jitter_noise"] = 0.0, c["sliding_window"] = nullptr;
+      c["router_aux_loss_coef"] = e.balance_coef, c["router_jitter_noise"] = 0.0;
+      window_or_null();
       break;
     case HfFamily::qwen2_moe:
       c["num_experts"] = e.experts, c["num_experts_per_tok"] = e.top_k, c["moe_intermediate_size"] = e.ffn_hidden;
       c["shared_expert_intermediate_size"] = e.shared_ffn_hidden, c["norm_topk_prob"] = e.norm_topk;
       c["decoder_sparse_step"] = e.every, c["mlp_only_layers"] = e.dense_layers;
-      c["router_aux_loss_coef"] = e.balance_coef, c["use_sliding_window"] = false, c["qkv_bias"] = true;
+      c["router_aux_loss_coef"] = e.balance_coef, c["qkv_bias"] = true;
+      qwen_windows();
+      break;
+    case HfFamily::gpt_oss:  // attention_bias: q, k, v and o; the experts' width is intermediate_size
+      c["num_local_experts"] = e.experts, c["num_experts_per_tok"] = e.top_k, c["intermediate_size"] = e.ffn_hidden;
+      c["swiglu_alpha"] = e.swiglu_alpha, c["swiglu_limit"] = e.swiglu_limit;
+      c["router_aux_loss_coef"] = e.balance_coef, c["layer_types"] = layer_types;
+      window_or_null();
       break;
     case HfFamily::deepseek_v3: {
       const MlaConfig& a = m.mla;
@@ -204,7 +234,7 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir) {
   const ModelConfig& m = w.recipe.model;
   const HfFamily family = hf_family(w.recipe);
   const model::ParamRegistry reg(m);
-  std::vector<std::vector<float>> transposed;  // keeps the Conv1D copies alive until written
+  std::vector<std::vector<float>> transposed;  // keeps the Conv1D (and gpt-oss experts') copies alive until written
   std::vector<SafetensorsInput> tensors;
   int64_t total = 0;
   for (const auto& p : reg.params()) {
@@ -217,8 +247,15 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir) {
         for (int64_t c = 0; c < cols; ++c) t[size_t(c * rows + r)] = src[r * cols + c];
       src = t.data();
     }
-    for (const HfPiece& piece : hf_pieces(m, family, p, shape))  // vocabulary rows: the valid prefix
-      tensors.push_back({piece.name, DType::f32, piece.shape, src + piece.offset});
+    for (const HfPiece& piece : hf_pieces(m, family, p, shape)) {  // vocabulary rows: the valid prefix
+      const float* at = src + piece.offset;
+      if (piece.layout != HfLayout::same) {  // gpt-oss's experts: their layout
+        auto& t = transposed.emplace_back(static_cast<size_t>(shape_numel(piece.shape)));
+        hf_layout_out(t.data(), at, piece);
+        at = t.data();
+      }
+      tensors.push_back({piece.name, DType::f32, piece.shape, at});
+    }
     total += shape_numel(shape);
   }
   const std::vector<HfPiece> zero = hf_zero_tensors(m, family);
@@ -412,7 +449,9 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
               where.at(by_name.at(x.name)), by_name.at(x.name), by_name.at(pieces[0].name));
         continue;
       }
-      if (conv1d(m, p.name)) {
+      if (x.layout != HfLayout::same) {
+        hf_layout_in(dst + x.offset, v.data(), x);
+      } else if (conv1d(m, p.name)) {
         for (int64_t r2 = 0; r2 < rows; ++r2)
           for (int64_t c = 0; c < cols; ++c) dst[r2 * cols + c] = v[size_t(c * rows + r2)];
       } else if (pieces.size() == 1 && x.offset == 0) {

@@ -28,7 +28,22 @@ std::vector<std::string> keys_for_family(HfFamily f, const ModelConfig& m) {
     return out;
   }
   need(m.arch == Arch::llama, "model.arch: llama");
-  const bool moe = f != HfFamily::llama && f != HfFamily::qwen3 && f != HfFamily::qwen2;
+  const bool moe = f != HfFamily::llama && f != HfFamily::qwen3 && f != HfFamily::qwen2 && f != HfFamily::mistral;
+  if (f == HfFamily::gpt_oss) {
+    need(e.enabled, "model.moe (with its experts)");
+    need(m.attention_sinks, "model.attention_sinks: true");
+    need(m.attention_bias && m.o_bias, "model.attention_bias: true, model.o_bias: true");
+    need(e.router_bias, "model.moe.router.bias: true");
+    need(e.expert_bias, "model.moe.expert_bias: true");
+    need(e.activation == MoeActivation::clamped_swiglu, "model.moe.activation: clamped_swiglu");
+    need(e.shared_experts == 0, "model.moe.shared_experts: 0");
+    return out;
+  }
+  if (f == HfFamily::mistral) {
+    need(!e.enabled, "no model.moe section (a dense model)");
+    need(m.sliding_window > 0, "model.sliding_window (every layer)");
+    return out;
+  }
   if (f == HfFamily::qwen2) {
     need(!e.enabled, "no model.moe section (a dense model)");
     need(m.attention_bias, "model.attention_bias: true");
@@ -71,8 +86,8 @@ std::pair<std::string, HfFamily> config_family(const std::string& path, const nl
   const std::optional<HfFamily> family = hf_family_of(type);
   if (!family)
     fail_input(
-        "{}: key 'model_type': expected gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe or "
-        "deepseek_v3, found '{}'",
+        "{}: key 'model_type': expected gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe, "
+        "deepseek_v3 or gpt_oss, found '{}'",
         path, type);
   return {type, *family};
 }
@@ -93,6 +108,58 @@ RopeParams rope_params(const nlohmann::json& c) {
   for (const char* k : {"type", "rope_type"})
     if (r.values.contains(k) && r.values[k].is_string()) r.type = r.values[k].get<std::string>();
   return r;
+}
+
+// config.json's sliding windows: the window and each layer's kind, as
+// transformers builds them (mistral, mixtral: every layer when sliding_window
+// is set; qwen2/3 and their MoE: with use_sliding_window, layer_types or the
+// layers from max_window_layers; gpt_oss: layer_types, alternating from a
+// sliding one by default, window 128 by default). A window of 0: none.
+struct ConfigWindows {
+  int64_t window = 0;
+  std::vector<LayerAttention> types;
+};
+ConfigWindows config_windows(const std::string& path, const nlohmann::json& c, HfFamily f, int64_t layers) {
+  auto given = [&](const char* key) { return c.contains(key) && !c[key].is_null(); };
+  auto integer = [&](const char* key, int64_t def) -> int64_t {
+    if (!given(key)) return def;
+    if (!c[key].is_number_integer())
+      fail_input("{}: key '{}': expected an integer, found {}", path, key, c[key].dump());
+    return c[key].get<int64_t>();
+  };
+  ConfigWindows w;
+  const bool qwen =
+      f == HfFamily::qwen2 || f == HfFamily::qwen3 || f == HfFamily::qwen2_moe || f == HfFamily::qwen3_moe;
+  if (f == HfFamily::mistral || f == HfFamily::mixtral)
+    w.window = integer("sliding_window", 0);
+  else if (qwen)
+    w.window =
+        given("use_sliding_window") && c["use_sliding_window"].is_boolean() && c["use_sliding_window"].get<bool>()
+            ? integer("sliding_window", 0)
+            : 0;
+  else if (f == HfFamily::gpt_oss)
+    w.window = c.contains("sliding_window") && c["sliding_window"].is_null() ? 0 : integer("sliding_window", 128);
+  if (w.window < 0) fail_input("{}: key 'sliding_window': expected a window >= 1 or null, found {}", path, w.window);
+  w.types.assign(size_t(std::max<int64_t>(layers, 0)), w.window > 0 ? LayerAttention::sliding : LayerAttention::full);
+  if (w.window == 0 || f == HfFamily::mistral || f == HfFamily::mixtral) return w;
+  if (given("layer_types")) {
+    if (!c["layer_types"].is_array() || int64_t(c["layer_types"].size()) != layers)
+      fail_input("{}: key 'layer_types': expected a list of {} entries (one per layer), found {}", path, layers,
+                 c["layer_types"].dump());
+    for (int64_t l = 0; l < layers; ++l) {
+      const auto& t = c["layer_types"][size_t(l)];
+      const std::string name = t.is_string() ? t.get<std::string>() : t.dump();
+      if (name != "full_attention" && name != "sliding_attention")
+        fail_input("{}: key 'layer_types' entry {}: expected full_attention or sliding_attention, found {}", path, l,
+                   name);
+      w.types[size_t(l)] = name == "sliding_attention" ? LayerAttention::sliding : LayerAttention::full;
+    }
+  } else {
+    const int64_t from = qwen ? integer("max_window_layers", 28) : 0;
+    for (int64_t l = 0; l < layers; ++l)
+      w.types[size_t(l)] = (qwen ? l >= from : l % 2 == 0) ? LayerAttention::sliding : LayerAttention::full;
+  }
+  return w;
 }
 
 // The rotary scaling of config.json (`rope_parameters` in transformers 5,
@@ -156,7 +223,8 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
   const auto [type, found_family] = config_family(path, c);
   const std::optional<HfFamily> family = found_family;
   const HfFamily want = hf_family(rc);
-  if (*family != want) {
+  // a Mistral config without a window shorter than the sequence is llama's model (the window check below)
+  if (*family != want && !(*family == HfFamily::mistral && want == HfFamily::llama)) {
     const std::vector<std::string> keys = keys_for_family(*family, m);
     fail_input("{}: key 'model_type' is '{}', the recipe {} describes a {} model (model.arch {}{}); for {} set {}",
                path, type, rc.source, hf_model_type(want), m.arch, m.moe.enabled ? ", model.moe" : "", type,
@@ -226,7 +294,7 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
     else  // absent: hidden / heads (transformers' default)
       same("head_dim", num("head_dim", num("hidden_size", -1) / std::max<int64_t>(num("num_attention_heads", 1), 1)),
            "model.head_dim", m.head_dim());
-    if (*family == HfFamily::mixtral)  // the experts' width (every layer is MoE)
+    if (*family == HfFamily::mixtral || *family == HfFamily::gpt_oss)  // the experts' width (every layer is MoE)
       same("intermediate_size", num("intermediate_size", -1), "model.moe.ffn_hidden", m.moe.ffn_hidden);
     else
       same("intermediate_size", num("intermediate_size", -1), "model.ffn_hidden", m.ffn_hidden);
@@ -248,9 +316,10 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
     if (text("hidden_act", "silu") != "silu")
       fail_input("{}: key 'hidden_act': expected silu (SwiGLU, as Trident), found '{}'", path, text("hidden_act", ""));
     if (flag("mlp_bias", false)) fail_input("{}: key 'mlp_bias' is true: Trident's LLaMA MLP has no biases", path);
-    if (*family == HfFamily::llama || *family == HfFamily::qwen3) {  // q, k, v and o together
-      same("attention_bias", flag("attention_bias", false), "model.attention_bias", m.attention_bias);
-      same("attention_bias", flag("attention_bias", false), "model.o_bias", m.o_bias);
+    if (*family == HfFamily::llama || *family == HfFamily::qwen3 || *family == HfFamily::gpt_oss) {  // q, k, v, o
+      const bool bias = flag("attention_bias", *family == HfFamily::gpt_oss);
+      same("attention_bias", bias, "model.attention_bias", m.attention_bias);
+      same("attention_bias", bias, "model.o_bias", m.o_bias);
     } else if (*family == HfFamily::qwen2_moe && !flag("qkv_bias", true) && m.attention_bias) {
       fail_input(
           "{}: key 'qkv_bias' is false, the recipe {} has model.attention_bias = true: set "
@@ -258,15 +327,22 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
           path, rc.source);
     }
     if (*family == HfFamily::glm4_moe) same("use_qk_norm", flag("use_qk_norm", false), "model.qk_norm", m.qk_norm);
-    // Mistral and Qwen2/3 (use_sliding_window) attend to the last sliding_window positions: a window shorter
-    // than the trained sequence is another model
-    if (type == "mistral" || (given("use_sliding_window") && flag("use_sliding_window", false)))
-      if (const int64_t window = given("sliding_window") ? num("sliding_window", -1) : m.seq_len; window < m.seq_len)
-        fail_input(
-            "{}: key 'sliding_window' is {}, shorter than model.seq_len {} of the recipe {}: transformers' {} attends "
-            "to the last {} positions only, and Trident has no sliding-window attention yet (train with "
-            "model.seq_len <= {}, or a config whose sliding_window is null)",
-            path, window, m.seq_len, rc.source, type, window, window);
+    // sliding windows, layer by layer: a window of at least the trained sequence is none
+    {
+      const ConfigWindows w = config_windows(path, c, *family, m.layers);
+      for (int64_t l = 0; l < m.layers; ++l) {
+        const int64_t theirs = w.types[size_t(l)] == LayerAttention::sliding ? w.window : 0;
+        auto seen = [&](int64_t x) { return x > 0 && x < m.seq_len ? x : 0; };
+        if (seen(theirs) != seen(m.window(l)))
+          fail_input(
+              "{}: layer {} attends to {} (key 'sliding_window' {}, layer_types), the recipe {} to {}: set "
+              "model.sliding_window: {} and model.layer_types as the config's",
+              path, l, theirs > 0 ? fmt::format("the last {} positions", theirs) : std::string("every position"),
+              w.window, rc.source,
+              m.window(l) > 0 ? fmt::format("the last {} positions", m.window(l)) : std::string("every position"),
+              w.window);
+      }
+    }
     const MoeConfig& e = m.moe;
     auto dense_list = [&](const char* key) {
       std::vector<int64_t> v;
@@ -284,14 +360,12 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
         same("num_experts_per_tok", num("num_experts_per_tok", -1), "model.moe.top_k", e.top_k);
         if (real("router_jitter_noise", 0.0) != 0.0)
           fail_input("{}: key 'router_jitter_noise': router jitter is not supported (0 only)", path);
-        // transformers' Mixtral attends to the last sliding_window positions whenever the key is set (no
-        // use_sliding_window flag): a window shorter than the trained sequence is another model
-        if (const int64_t window = given("sliding_window") ? num("sliding_window", -1) : m.seq_len; window < m.seq_len)
-          fail_input(
-              "{}: key 'sliding_window' is {}, shorter than model.seq_len {} of the recipe {}: transformers' Mixtral "
-              "attends to the last {} positions only, and Trident has no sliding-window attention yet (train with "
-              "model.seq_len <= {}, or a config whose sliding_window is null)",
-              path, window, m.seq_len, rc.source, window, window);
+        break;
+      case HfFamily::gpt_oss:
+        same("num_local_experts", num("num_local_experts", -1), "model.moe.experts", e.experts);
+        same("num_experts_per_tok", num("num_experts_per_tok", -1), "model.moe.top_k", e.top_k);
+        close("swiglu_limit", real("swiglu_limit", 7.0), "model.moe.swiglu_limit", e.swiglu_limit);
+        close("swiglu_alpha", real("swiglu_alpha", 1.702), "model.moe.swiglu_alpha", e.swiglu_alpha);
         break;
       case HfFamily::qwen3_moe:
       case HfFamily::qwen2_moe:
@@ -312,8 +386,6 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
               "model.moe.dense_layers: {}",
               path, c.value("mlp_only_layers", nlohmann::json::array()).dump(), rc.source,
               fmt::join(e.dense_layers, ", "), c.value("mlp_only_layers", nlohmann::json::array()).dump());
-        if (flag("use_sliding_window", false))
-          fail_input("{}: key 'use_sliding_window': sliding-window attention is not supported", path);
         break;
       case HfFamily::deepseek_v3: {
         const MlaConfig& a = m.mla;
@@ -430,10 +502,22 @@ std::string recipe_from_hf_config(const std::string& path, const nlohmann::json&
     }
     if (f == HfFamily::qwen3 || f == HfFamily::qwen3_moe || (f == HfFamily::glm4_moe && flag("use_qk_norm", false)))
       key("qk_norm", "true");
-    const bool qkv = f == HfFamily::qwen2 || (f == HfFamily::qwen2_moe && flag("qkv_bias", true)) ||
-                     ((f == HfFamily::llama || f == HfFamily::qwen3) && flag("attention_bias", false));
+    const bool both = ((f == HfFamily::llama || f == HfFamily::qwen3) && flag("attention_bias", false)) ||
+                      (f == HfFamily::gpt_oss && flag("attention_bias", true));  // q, k, v and o
+    const bool qkv = f == HfFamily::qwen2 || (f == HfFamily::qwen2_moe && flag("qkv_bias", true)) || both;
     if (qkv) key("attention_bias", "true");
-    if ((f == HfFamily::llama || f == HfFamily::qwen3) && flag("attention_bias", false)) key("o_bias", "true");
+    if (both) key("o_bias", "true");
+    if (f == HfFamily::gpt_oss) key("attention_sinks", "true");
+    // sliding windows: the window, and the layers' kinds unless every layer has it
+    const ConfigWindows w = config_windows(path, c, f, num("num_hidden_layers", -1));
+    if (w.window > 0) {
+      key("sliding_window", w.window);
+      if (std::count(w.types.begin(), w.types.end(), LayerAttention::sliding) != int64_t(w.types.size())) {
+        std::vector<std::string> names;
+        for (LayerAttention t : w.types) names.push_back(enum_name(t));
+        key("layer_types", fmt::format("[{}]", fmt::join(names, ", ")));
+      }
+    }
     const bool sigmoid = f == HfFamily::glm4_moe || f == HfFamily::deepseek_v3;
     if (f == HfFamily::deepseek_v3) {
       key("attention", "mla");
@@ -449,6 +533,16 @@ std::string recipe_from_hf_config(const std::string& path, const nlohmann::json&
       return given("num_local_experts") && !given(name) ? num("num_local_experts", -1) : num(name, -1);
     };
     switch (f) {
+      case HfFamily::gpt_oss:
+        e = {fmt::format("experts: {}", num("num_local_experts", -1)),
+             fmt::format("top_k: {}", num("num_experts_per_tok", -1)),
+             fmt::format("ffn_hidden: {}", num("intermediate_size", -1)),
+             "router: {score: softmax, norm_topk: true, bias: true}",
+             "expert_bias: true",
+             "activation: clamped_swiglu",
+             fmt::format("swiglu_alpha: {}", number(real("swiglu_alpha", 1.702))),
+             fmt::format("swiglu_limit: {}", number(real("swiglu_limit", 7.0)))};
+        break;
       case HfFamily::mixtral:
         e = {fmt::format("experts: {}", num("num_local_experts", -1)),
              fmt::format("top_k: {}", num("num_experts_per_tok", -1)),

@@ -15,19 +15,48 @@ std::pair<std::string, std::string> split_layer(const std::string& name) {
 
 [[noreturn]] void no_family(const std::string& key, const std::string& why) {
   fail_input(
-      "model.moe: no transformers family holds this model: {} ({}); the families: mixtral (softmax, "
+      "no transformers family holds this model: {} ({}); the families: mixtral (softmax, "
       "renormalised, no shared experts, every layer MoE), qwen2_moe (softmax, one gated shared expert), "
       "qwen3_moe (softmax with QK-norm, no shared experts), glm4_moe (sigmoid, ungated shared experts), deepseek_v3 "
-      "(glm4_moe's MoE with multi-head latent attention)",
+      "(glm4_moe's MoE with multi-head latent attention), gpt_oss (attention sinks, biases everywhere, the clamped "
+      "SwiGLU)",
       key, why);
 }
 
-}  // namespace
+// Whether every layer has the sliding window (model.layer_types all sliding or left out).
+bool every_layer_windowed(const ModelConfig& m) {
+  for (int64_t l = 0; l < m.layers; ++l)
+    if (m.window(l) == 0) return false;
+  return true;
+}
 
-HfFamily hf_family(const Recipe& rc) {
-  const ModelConfig& m = rc.model;
+// gpt-oss: every one of its features, or none of them.
+HfFamily gpt_oss_family(const ModelConfig& m) {
+  const MoeConfig& e = m.moe;
+  auto need = [](bool holds, const char* key, const char* why) {
+    if (!holds) no_family(key, fmt::format("gpt_oss {}", why));
+  };
+  need(e.enabled, "model.moe", "is a mixture-of-experts model");
+  need(m.attention_sinks, "model.attention_sinks", "has attention sinks");
+  need(m.attention_bias && m.o_bias, "model.attention_bias / o_bias", "has biases on q, k, v and o");
+  need(!m.qk_norm && !m.is_mla(), "model.qk_norm / attention", "has standard attention without QK-norm");
+  need(e.router_bias && e.expert_bias, "model.moe.router.bias / expert_bias",
+       "has the router's and the experts' biases");
+  need(e.activation == MoeActivation::clamped_swiglu, "model.moe.activation", "has the clamped SwiGLU");
+  need(e.score == RouterScore::softmax && e.norm_topk && e.groups == 1 && e.scaling == 1.0, "model.moe.router",
+       "takes the softmax over the top k (score softmax, norm_topk true, no groups or scaling)");
+  need(e.shared_experts == 0, "model.moe.shared_experts", "has no shared experts");
+  need(e.first_dense == 0 && e.every == 1 && e.dense_layers.empty(), "model.moe.first_dense / every / dense_layers",
+       "has every layer MoE");
+  return HfFamily::gpt_oss;
+}
+
+// The family by everything but the sliding windows.
+HfFamily family_of_model(const ModelConfig& m) {
   if (m.arch == Arch::gpt2) return HfFamily::gpt2;
   const MoeConfig& e = m.moe;
+  if (m.attention_sinks || e.router_bias || e.expert_bias || e.activation == MoeActivation::clamped_swiglu)
+    return gpt_oss_family(m);
   const char* sigmoid_family = m.is_mla() ? "deepseek_v3" : "glm4_moe";
   if (m.is_mla() && (!e.enabled || e.score != RouterScore::sigmoid))
     no_family("model.attention",
@@ -79,6 +108,32 @@ HfFamily hf_family(const Recipe& rc) {
   return HfFamily::mixtral;
 }
 
+}  // namespace
+
+HfFamily hf_family(const Recipe& rc) {
+  const ModelConfig& m = rc.model;
+  const HfFamily f = family_of_model(m);
+  if (m.sliding_window == 0) return f;
+  switch (f) {
+    case HfFamily::llama:  // llama's model with a window on every layer is Mistral
+      if (!every_layer_windowed(m))
+        no_family("model.layer_types",
+                  "mistral windows every layer; qwen2 and qwen3 (q/k/v biases, QK-norm) take layer_types");
+      return HfFamily::mistral;
+    case HfFamily::mixtral:
+      if (!every_layer_windowed(m)) no_family("model.layer_types", "mixtral windows every layer");
+      return f;
+    case HfFamily::qwen2:
+    case HfFamily::qwen3:
+    case HfFamily::qwen2_moe:
+    case HfFamily::qwen3_moe:
+    case HfFamily::gpt_oss:
+      return f;
+    default:
+      no_family("model.sliding_window", fmt::format("{} has no sliding-window attention", hf_model_type(f)));
+  }
+}
+
 const char* hf_model_type(HfFamily f) {
   switch (f) {
     case HfFamily::gpt2:
@@ -99,6 +154,10 @@ const char* hf_model_type(HfFamily f) {
       return "glm4_moe";
     case HfFamily::deepseek_v3:
       return "deepseek_v3";
+    case HfFamily::mistral:
+      return "mistral";
+    case HfFamily::gpt_oss:
+      return "gpt_oss";
   }
   return "";
 }
@@ -123,16 +182,19 @@ const char* hf_class(HfFamily f) {
       return "Glm4MoeForCausalLM";
     case HfFamily::deepseek_v3:
       return "DeepseekV3ForCausalLM";
+    case HfFamily::mistral:
+      return "MistralForCausalLM";
+    case HfFamily::gpt_oss:
+      return "GptOssForCausalLM";
   }
   return "";
 }
 
 std::optional<HfFamily> hf_family_of(const std::string& model_type) {
-  for (HfFamily f : {HfFamily::gpt2, HfFamily::llama, HfFamily::qwen2, HfFamily::qwen3, HfFamily::mixtral,
-                     HfFamily::qwen2_moe, HfFamily::qwen3_moe, HfFamily::glm4_moe, HfFamily::deepseek_v3})
+  for (HfFamily f :
+       {HfFamily::gpt2, HfFamily::llama, HfFamily::qwen2, HfFamily::qwen3, HfFamily::mixtral, HfFamily::qwen2_moe,
+        HfFamily::qwen3_moe, HfFamily::glm4_moe, HfFamily::deepseek_v3, HfFamily::mistral, HfFamily::gpt_oss})
     if (model_type == hf_model_type(f)) return f;
-  // Mistral (7B v0.3, Nemo): LLaMA's model and names; its sliding window is checked on import (hf_config.cpp)
-  if (model_type == "mistral") return HfFamily::llama;
   return std::nullopt;
 }
 
@@ -150,6 +212,17 @@ std::vector<HfPiece> hf_pieces(const ModelConfig& m, HfFamily f, const model::Pa
   }
   if (p.name.rfind("model.layers.", 0) != 0 || !e.enabled) return {{p.name, hf_shape, 0}};
   const auto [prefix, rest] = split_layer(p.name);
+  if (f == HfFamily::gpt_oss) {  // the router under mlp.router, the experts as GptOssExperts holds them
+    if (rest == "mlp.gate.weight") return {{prefix + "mlp.router.weight", hf_shape, 0}};
+    if (rest == "mlp.gate.bias") return {{prefix + "mlp.router.bias", hf_shape, 0}};
+    if (rest == "mlp.experts.gate_up_proj")
+      return {{p.name, {E, C, 2 * I}, 0, HfLayout::interleaved_rows_transposed, E, 2 * I, C}};
+    if (rest == "mlp.experts.gate_up_proj_bias")
+      return {{p.name, {E, 2 * I}, 0, HfLayout::interleaved_rows, E, 2 * I, 1}};
+    if (rest == "mlp.experts.down_proj") return {{p.name, {E, I, C}, 0, HfLayout::transposed, E, C, I}};
+    if (rest == "mlp.experts.down_proj_bias") return {{p.name, {E, C}, 0}};
+    return {{p.name, hf_shape, 0}};
+  }
   const bool mixtral = f == HfFamily::mixtral;
   std::vector<HfPiece> out;
   if (rest == "mlp.experts.gate_up_proj") {
@@ -179,6 +252,7 @@ std::vector<HfPiece> hf_fused_pieces(const ModelConfig& m, HfFamily f, const mod
   const MoeConfig& e = m.moe;
   if (!e.enabled || p.name.rfind("model.layers.", 0) != 0) return {};
   const auto rest = split_layer(p.name).second;
+  if (f == HfFamily::gpt_oss) return {};
   if (rest == "mlp.experts.gate_up_proj") return {{p.name, {e.experts, 2 * e.ffn_hidden, m.hidden}, 0}};
   if (rest == "mlp.experts.down_proj") return {{p.name, {e.experts, m.hidden, e.ffn_hidden}, 0}};
   if (f == HfFamily::mixtral && rest == "mlp.gate.weight") return {{p.name, hf_shape, 0}};

@@ -15,6 +15,14 @@
 //                                                   routing on standard attention, full rotary; QK-norm
 //                                                   optional: use_qk_norm)
 //   deepseek_v3 deepseek_v3 DeepseekV3ForCausalLM   model.attention: mla with glm4_moe's MoE (docs/mla.md)
+//   mistral    mistral     MistralForCausalLM       llama's model with a sliding window on every layer
+//   gpt_oss    gpt_oss     GptOssForCausalLM        attention sinks, biases on q, k, v, o, the router and the
+//                                                   experts, the clamped SwiGLU, softmax over the top k, every
+//                                                   layer MoE; its experts stored [E, C, 2I] with gate and up
+//                                                   interleaved, [E, I, C] (HfLayout)
+// Sliding windows (model.sliding_window, model.layer_types): mistral and
+// mixtral window every layer; qwen2, qwen3, qwen2_moe and qwen3_moe take
+// use_sliding_window with layer_types; gpt_oss its layer_types.
 //
 // Export writes the hub layout (one tensor per expert: Mixtral's
 // block_sparse_moe.experts.N.w1 / w3 / w2, the others' mlp.experts.N.gate_proj
@@ -33,7 +41,30 @@
 
 namespace trident::launch {
 
-enum class HfFamily { gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe, deepseek_v3 };
+enum class HfFamily {
+  gpt2,
+  llama,
+  qwen2,
+  qwen3,
+  mixtral,
+  qwen2_moe,
+  qwen3_moe,
+  glm4_moe,
+  deepseek_v3,
+  mistral,
+  gpt_oss
+};
+
+// How a transformers tensor's elements sit relative to Trident's parameter,
+// seen as [E, R, K] (E experts of R rows of K):
+//   same                          element for element
+//   transposed                    theirs [E, K, R] (gpt-oss's down_proj [E, I, C])
+//   interleaved_rows              theirs [E, R, K] with the two halves of R
+//                                 interleaved: ours row j < R/2 is their row 2j,
+//                                 row R/2 + j their row 2j + 1 (gpt-oss's gate | up
+//                                 as its biases and MXFP4 blocks hold them)
+//   interleaved_rows_transposed   theirs [E, K, R], interleaved so (gpt-oss's gate_up_proj)
+enum class HfLayout { same, transposed, interleaved_rows, interleaved_rows_transposed };
 
 // The family of the recipe's model; an MoE model no family can hold is an
 // InputError naming the model.moe key that rules each out.
@@ -49,7 +80,30 @@ struct HfPiece {
   std::string name;
   Shape shape;
   int64_t offset = 0;
+  HfLayout layout = HfLayout::same;
+  int64_t E = 1, R = 0, K = 1;  // the [E, R, K] view of a layout other than same
 };
+
+// Their flat index of our element (e, r, k) of [E, R, K], by the piece's layout.
+inline int64_t hf_index(const HfPiece& p, int64_t e, int64_t r, int64_t k) {
+  const bool interleaved = p.layout == HfLayout::interleaved_rows || p.layout == HfLayout::interleaved_rows_transposed;
+  const bool transposed = p.layout == HfLayout::transposed || p.layout == HfLayout::interleaved_rows_transposed;
+  const int64_t half = p.R / 2, t = interleaved ? (r < half ? 2 * r : 2 * (r - half) + 1) : r;
+  return transposed ? (e * p.K + k) * p.R + t : (e * p.R + t) * p.K + k;
+}
+// ours [E, R, K] <- theirs (import); theirs <- ours (export).
+template <typename F>
+void hf_layout_in(F* ours, const F* theirs, const HfPiece& p) {
+  for (int64_t e = 0; e < p.E; ++e)
+    for (int64_t r = 0; r < p.R; ++r)
+      for (int64_t k = 0; k < p.K; ++k) ours[(e * p.R + r) * p.K + k] = theirs[hf_index(p, e, r, k)];
+}
+template <typename F>
+void hf_layout_out(F* theirs, const F* ours, const HfPiece& p) {
+  for (int64_t e = 0; e < p.E; ++e)
+    for (int64_t r = 0; r < p.R; ++r)
+      for (int64_t k = 0; k < p.K; ++k) theirs[hf_index(p, e, r, k)] = ours[(e * p.R + r) * p.K + k];
+}
 // The hub layout of a parameter (export writes it; import reads it first).
 std::vector<HfPiece> hf_pieces(const ModelConfig& m, HfFamily f, const model::ParamSpec& p, const Shape& hf_shape);
 // Another layout import accepts (transformers 5's fused experts, Mixtral's

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "kernels/router.hpp"
+#include "launch/checkpoint/hf_names.hpp"
 #include "model/transformer.hpp"
 #include "tests/test_util.hpp"
 
@@ -24,6 +25,8 @@ struct RefTensor {
 
 struct RefModel {
   ModelConfig cfg;
+  std::string family;  // a family whose names and layouts the import maps (gpt_oss), else ""
+
   std::map<std::string, RefTensor> tensors;  // "kind name" -> tensor
   const RefTensor& at(const std::string& kind, const std::string& name) const {
     auto it = tensors.find(kind + " " + name);
@@ -94,6 +97,20 @@ std::map<std::string, RefModel> load_reference() {
                  std::stol(kv["v"])};
       }
       if (kv.count("mtp")) m.mtp = {std::stol(kv["mtp"]), std::stod(kv["mtp_weight"])};  // multi-token prediction
+      if (kv.count("window")) {  // sliding windows: every layer, or those layer_types names
+        m.sliding_window = std::stol(kv["window"]);
+        for (std::istringstream types(kv.count("layer_types") ? kv["layer_types"] : "");
+             std::getline(types, name, ',');)
+          m.layer_types.push_back(*parse_enum<LayerAttention>(name));
+      }
+      m.attention_sinks = kv.count("sinks") && kv["sinks"] == "1";
+      if (kv.count("clamped")) {  // gpt-oss's MoE
+        MoeConfig& e = m.moe;
+        e.router_bias = kv["router_bias"] == "1", e.expert_bias = kv["expert_bias"] == "1";
+        e.activation = MoeActivation::clamped_swiglu;
+        e.swiglu_limit = std::stod(kv["swiglu_limit"]), e.swiglu_alpha = std::stod(kv["swiglu_alpha"]);
+      }
+      cur->family = kv.count("family") ? kv["family"] : "";
       m.vocab_multiple = 1;  // Hugging Face's shapes: no vocabulary padding
       continue;
     }
@@ -133,6 +150,25 @@ std::vector<double> to_trident_layout(const std::string& name, const RefTensor& 
   return r;
 }
 
+// The reference's param or grad of Trident's parameter p in Trident's
+// layout: by name (GPT-2's Conv1D transposed, Qwen2-MoE's shared expert),
+// or for gpt_oss through the import's names and layouts (hf_names.hpp).
+std::vector<double> reference_values(const RefModel& ref, const std::string& kind, const ParamSpec& p) {
+  if (ref.family == "gpt_oss") {
+    const auto pieces = launch::hf_pieces(ref.cfg, launch::HfFamily::gpt_oss, p, p.global_shape);
+    EXPECT_EQ(pieces.size(), 1u) << p.name;
+    const launch::HfPiece& x = pieces.at(0);
+    const RefTensor& t = ref.at(kind, x.name);
+    EXPECT_EQ(t.shape, x.shape) << x.name;
+    if (x.layout == launch::HfLayout::same) return t.values;
+    std::vector<double> ours(t.values.size());
+    launch::hf_layout_in(ours.data(), t.values.data(), x);
+    return ours;
+  }
+  const std::string name = ref.tensors.count(kind + " " + p.name) ? p.name : hf_name(p.name);
+  return to_trident_layout(p.name, ref.at(kind, name));
+}
+
 double rel_diff(const double* a, const std::vector<double>& b) {
   double d = 0, n = 0;
   for (size_t i = 0; i < b.size(); ++i) d += (a[i] - b[i]) * (a[i] - b[i]), n += b[i] * b[i];
@@ -153,13 +189,9 @@ void check_against_reference(const std::string& arch) {
   ASSERT_EQ(T, ref.cfg.seq_len);
   Transformer<double> net(ref.cfg, 1);
   // every Trident parameter comes from the reference, by name and shape
-  auto name_in = [&](const std::string& trident) {
-    return ref.tensors.count("param " + trident) ? trident : hf_name(trident);
-  };
   for (const auto& p : net.registry().params()) {
-    const RefTensor& t = ref.at("param", name_in(p.name));
-    ASSERT_EQ(shape_numel(t.shape), p.numel) << p.name;
-    auto v = to_trident_layout(p.name, t);
+    const std::vector<double> v = reference_values(ref, "param", p);
+    ASSERT_EQ(int64_t(v.size()), p.numel) << p.name;
     std::copy(v.begin(), v.end(), net.param(p.name));
   }
   std::vector<int32_t> tokens(tok.values.begin(), tok.values.end());
@@ -196,7 +228,7 @@ void check_against_reference(const std::string& arch) {
   net.backward(*ctx, Recompute::none);
   int checked = 0;
   for (const auto& p : net.registry().params()) {
-    auto g = to_trident_layout(p.name, ref.at("grad", name_in(p.name)));
+    const std::vector<double> g = reference_values(ref, "grad", p);
     if (p.kind == ParamKind::buffer) {  // the correction bias: its slot holds counts (docs/moe.md)
       ++checked;
       continue;
@@ -220,6 +252,11 @@ TEST(Reference, Glm4MoeMatchesHuggingFace) { check_against_reference("glm4_moe")
 TEST(Reference, Qwen3MatchesHuggingFace) { check_against_reference("qwen3"); }
 // model.head_dim other than hidden / heads (as every released Qwen3)
 TEST(Reference, Qwen3WithItsOwnHeadSizeMatchesHuggingFace) { check_against_reference("qwen3_head_dim"); }
+// gpt-oss: sinks, windows on layers 0 and 2 (3 of the 7 positions), biases everywhere, the clamped SwiGLU reaching
+// its clamps, YaRN untruncated over 4 original positions; Qwen2's sliding layers; Mistral's window on every layer
+TEST(Reference, GptOssMatchesHuggingFace) { check_against_reference("gpt_oss"); }
+TEST(Reference, Qwen2SlidingLayersMatchHuggingFace) { check_against_reference("qwen2_sliding"); }
+TEST(Reference, MistralSlidingWindowMatchesHuggingFace) { check_against_reference("mistral_sliding"); }
 // model.rope_scaling: Llama 3.1's, YaRN (truncated and not), DeepSeek-V3's YaRN with its softmax-scale correction
 // model.attention_bias (Qwen2), and with model.o_bias (transformers' Llama with attention_bias)
 TEST(Reference, Qwen2MatchesHuggingFace) { check_against_reference("qwen2"); }

@@ -1,9 +1,9 @@
 // Import's config.json check (launch/checkpoint/hf_config.hpp) on the keys
 // that change what the model computes: a Mixtral config with a sliding
-// window shorter than the recipe's sequence is another model (transformers'
-// Mixtral attends to the last `sliding_window` positions only) and is
-// refused naming the key; a window that covers the sequence, or none, is
-// the same model.
+// window shorter than the recipe's sequence is another model than a recipe
+// without one (transformers' Mixtral attends to the last `sliding_window`
+// positions only) and is refused naming the keys to set; the recipe with
+// that window is the same model, as is a window that covers the sequence.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/recipe/recipe.hpp"
 #include "launch/checkpoint/hf_config.hpp"
+#include "model/params.hpp"
 
 namespace trident::launch {
 
@@ -41,9 +42,15 @@ TEST(HfConfig, MixtralSlidingWindowShorterThanTheSequenceIsRefused) {
     ADD_FAILURE() << "a window of " << m.seq_len / 2 << " imported";
   } catch (const InputError& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("config.json: key 'sliding_window' is 32, shorter than model.seq_len 64"), std::string::npos)
+    EXPECT_NE(msg.find("config.json: layer 0 attends to the last 32 positions (key 'sliding_window' 32, layer_types)"),
+              std::string::npos)
         << msg;
+    EXPECT_NE(msg.find("set model.sliding_window: 32"), std::string::npos) << msg;
   }
+  const Recipe windowed =
+      load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/moe-tiny.yaml",
+                  {"model.moe.first_dense=0", "model.moe.balance.kind=hf", "model.sliding_window=32"}, 1);
+  EXPECT_NO_THROW(check_hf_config("config.json", c, windowed));
 }
 
 // head_dim: a released Qwen3's heads of their own size against model.head_dim;
@@ -83,7 +90,7 @@ TEST(HfConfig, HeadSizeIsCompared) {
 
 // Mistral (7B v0.3, Nemo) is LLaMA's model with a sliding window: null or
 // covering the sequence imports into a llama recipe (Nemo's head size by
-// model.head_dim); shorter is refused naming the key.
+// model.head_dim); shorter needs model.sliding_window, every layer.
 TEST(HfConfig, MistralImportsAsLlama) {
   const Recipe rc = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/llama-tiny.yaml", {"model.head_dim=48"}, 1);
   const auto& m = rc.model;
@@ -109,8 +116,14 @@ TEST(HfConfig, MistralImportsAsLlama) {
     ADD_FAILURE() << "a Mistral window of " << m.seq_len / 4 << " imported";
   } catch (const InputError& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("key 'sliding_window' is 16, shorter than model.seq_len 64"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("layer 0 attends to the last 16 positions (key 'sliding_window' 16"), std::string::npos) << msg;
   }
+  const Recipe windowed = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/llama-tiny.yaml",
+                                      {"model.head_dim=48", "model.sliding_window=16"}, 1);
+  EXPECT_NO_THROW(check_hf_config("config.json", c, windowed));
+  const std::string derived = recipe_from_hf_config("config.json", c);
+  EXPECT_NE(derived.find("sliding_window: 16"), std::string::npos) << derived;
+  EXPECT_EQ(derived.find("layer_types"), std::string::npos) << derived;  // every layer
 }
 
 // Import without --recipe: the recipe written from a released config.json
@@ -136,7 +149,22 @@ TEST(HfConfig, RecipeFromReleasedConfigs) {
       "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000.0,
       "router_aux_loss_coef": 0.001, "sliding_window": null, "tie_word_embeddings": false,
       "use_sliding_window": false, "vocab_size": 151936})");
-  for (const auto& [config, shipped] : {std::pair{llama, "llama3.1-8b.yaml"}, std::pair{qwen, "qwen3-30b-a3b.yaml"}}) {
+  nlohmann::json gpt_oss = nlohmann::json::parse(R"({"architectures": ["GptOssForCausalLM"], "attention_bias": true,
+      "attention_dropout": 0.0, "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu",
+      "hidden_size": 2880, "initial_context_length": 4096, "initializer_range": 0.02, "intermediate_size": 2880,
+      "max_position_embeddings": 131072, "model_type": "gpt_oss", "num_attention_heads": 64,
+      "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_key_value_heads": 8, "num_local_experts": 128,
+      "output_router_logits": false, "pad_token_id": 199999,
+      "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                              "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+      "rms_norm_eps": 1e-05, "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+      "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": false}, "rope_theta": 150000,
+      "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0, "tie_word_embeddings": false,
+      "transformers_version": "4.55.0.dev0", "use_cache": true, "vocab_size": 201088})");
+  gpt_oss["layer_types"] = nlohmann::json::array();
+  for (int l = 0; l < 36; ++l) gpt_oss["layer_types"].push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  for (const auto& [config, shipped] : {std::pair{llama, "llama3.1-8b.yaml"}, std::pair{qwen, "qwen3-30b-a3b.yaml"},
+                                        std::pair{gpt_oss, "gpt-oss-120b.yaml"}}) {
     const std::string text = recipe_from_hf_config("config.json", config);
     const Recipe derived = load_recipe_text_on_one_process(text, "recipe.yaml");
     EXPECT_NO_THROW(check_hf_config("config.json", config, derived)) << text;
@@ -159,13 +187,24 @@ TEST(HfConfig, RecipeFromReleasedConfigs) {
     EXPECT_EQ(a.moe.ffn_hidden, b.moe.ffn_hidden) << shipped;
     EXPECT_EQ(a.moe.norm_topk, b.moe.norm_topk) << shipped;
     EXPECT_EQ(a.seq_len, 4096) << shipped;  // the positions, at most 4096
+    for (int64_t l = 0; l < a.layers; ++l) EXPECT_EQ(a.window(l), b.window(l)) << shipped << " layer " << l;
+    EXPECT_EQ(a.attention_sinks, b.attention_sinks) << shipped;
+    EXPECT_EQ(a.moe.router_bias, b.moe.router_bias) << shipped;
+    EXPECT_EQ(a.moe.expert_bias, b.moe.expert_bias) << shipped;
+    EXPECT_EQ(a.moe.activation, b.moe.activation) << shipped;
+    EXPECT_EQ(a.rope_scaling.truncate, b.rope_scaling.truncate) << shipped;
   }
+  // gpt-oss: 128 tokens on every other layer from the first; its parameters (the released 116.8B)
+  const Recipe oss = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/gpt-oss-120b.yaml", {}, 1);
+  EXPECT_EQ(oss.model.window(0), 128);
+  EXPECT_EQ(oss.model.window(1), 0);
+  EXPECT_EQ(model::ParamRegistry(oss.model).total(), 116829156672);
   // a model_type Trident has no family for is refused naming the key
   nlohmann::json other = llama;
-  other["model_type"] = "gpt_oss";
+  other["model_type"] = "falcon";
   try {
     recipe_from_hf_config("config.json", other);
-    ADD_FAILURE() << "gpt_oss derived a recipe";
+    ADD_FAILURE() << "falcon derived a recipe";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("key 'model_type'"), std::string::npos) << e.what();
   }

@@ -278,6 +278,36 @@ def families_2026(out, base, rope, common):
         " ffn_hidden=24 experts=8 top_k=2 moe_ffn=6 shared=2 shared_ffn=6 first_dense=1 score=sigmoid "
         "norm_topk=1 groups=4 group_topk=2 scaling=2.5 mla=1 q_lora=10 kv_lora=6 nope=4 rope=4 v=3 "
         "rope_type=yarn rope_factor=40 rope_original=64 beta_fast=32 beta_slow=1 mscale=1 mscale_all_dim=1", 13)
+    gpt_oss_and_windows(out, base, rope, common)
+
+
+def gpt_oss_and_windows(out, base, rope, common):
+    """gpt-oss: attention sinks, a sliding window of 3 (shorter than the 7
+    positions) on layers 0 and 2, biases on q, k, v, o, the router and the
+    experts, the clamped SwiGLU (limit 1.0: the gate and up values reach it),
+    the softmax over the chosen logits, YaRN over 4 original positions
+    (untruncated), heads of their own size; and Qwen2's sliding layers
+    (use_sliding_window with layer_types), Mistral's window on every layer."""
+    from transformers import GptOssConfig, GptOssForCausalLM, MistralConfig, MistralForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    yarn = {"rope_type": "yarn", "rope_theta": 100.0, "factor": 4.0, "original_max_position_embeddings": 4,
+            "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
+    types = ["sliding_attention", "full_attention", "sliding_attention"]
+    g = GptOssConfig(**base, intermediate_size=6, head_dim=6, num_local_experts=4, num_experts_per_tok=2,
+                     sliding_window=3, layer_types=types, swiglu_limit=1.0, attention_bias=True,
+                     router_aux_loss_coef=0.0, rope_parameters=yarn)
+    run(out, "gpt_oss", GptOssForCausalLM(g),
+        common.replace("rope_theta=10000", "rope_theta=100") +
+        " ffn_hidden=6 head_dim=6 experts=4 top_k=2 moe_ffn=6 score=softmax norm_topk=1 family=gpt_oss "
+        "attention_bias=1 o_bias=1 sinks=1 window=3 layer_types=sliding,full,sliding router_bias=1 expert_bias=1 "
+        "clamped=1 swiglu_limit=1.0 swiglu_alpha=1.702 rope_type=yarn rope_factor=4 rope_original=4 beta_fast=32 "
+        "beta_slow=1 truncate=0", 13)
+    q2 = Qwen2Config(**base, intermediate_size=24, use_sliding_window=True, sliding_window=3,
+                     layer_types=["full_attention", "sliding_attention", "sliding_attention"], rope_parameters=rope)
+    run(out, "qwen2_sliding", Qwen2ForCausalLM(q2),
+        common + " ffn_hidden=24 attention_bias=1 window=3 layer_types=full,sliding,sliding", 13)
+    mc = MistralConfig(**base, intermediate_size=24, sliding_window=4, rope_parameters=rope)
+    run(out, "mistral_sliding", MistralForCausalLM(mc), common + " ffn_hidden=24 window=4", 13)
 
 
 def main():

@@ -9,7 +9,8 @@
 
 namespace trident {
 
-enum class DType : uint8_t { f32, f64, bf16, f16, i32 };
+// u8 and f8_e4m3 are read from quantized checkpoints only (launch/checkpoint/quantized.hpp).
+enum class DType : uint8_t { f32, f64, bf16, f16, i32, u8, f8_e4m3 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -23,6 +24,9 @@ constexpr size_t dtype_size(DType t) {
       return 2;
     case DType::i32:
       return 4;
+    case DType::u8:
+    case DType::f8_e4m3:
+      return 1;
   }
   return 0;
 }
@@ -39,6 +43,10 @@ constexpr std::string_view dtype_name(DType t) {
       return "f16";
     case DType::i32:
       return "i32";
+    case DType::u8:
+      return "u8";
+    case DType::f8_e4m3:
+      return "f8_e4m3";
   }
   return "?";
 }

@@ -27,7 +27,9 @@ DType parse_dtype(const std::string& path, const std::string& name, const std::s
   if (s == "BF16") return DType::bf16;
   if (s == "F16") return DType::f16;
   if (s == "I32") return DType::i32;
-  fail_input("{}: tensor '{}': dtype expected one of F32, F64, BF16, F16, I32, found '{}'", path, name, s);
+  if (s == "U8") return DType::u8;
+  if (s == "F8_E4M3") return DType::f8_e4m3;
+  fail_input("{}: tensor '{}': dtype expected one of F32, F64, BF16, F16, I32, U8, F8_E4M3, found '{}'", path, name, s);
 }
 
 // Reads exactly n bytes at offset, or fails naming what was being read.
@@ -68,6 +70,10 @@ const char* safetensors_dtype(DType t) {
       return "F16";
     case DType::i32:
       return "I32";
+    case DType::u8:
+      return "U8";
+    case DType::f8_e4m3:
+      return "F8_E4M3";
   }
   return "?";
 }

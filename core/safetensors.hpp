@@ -13,7 +13,7 @@
 // renamed over the target (and the directory fsynced), so a crash leaves the
 // old file or the new one, never a mix. A failed write (disk full) removes
 // the temporary and throws; the target is untouched.
-// Supported dtypes: F32, F64, BF16, F16, I32 (Trident's DType).
+// Supported dtypes: F32, F64, BF16, F16, I32, and U8 and F8_E4M3 (quantized checkpoints) (Trident's DType).
 #pragma once
 #include <cstdint>
 #include <map>

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -67,6 +68,16 @@ inline std::vector<double> randn(size_t n, uint32_t seed, double scale = 1.0) {
   std::vector<double> v(n);
   for (auto& x : v) x = d(rng);
   return v;
+}
+
+// An FP8 e4m3fn code's value by the format's definition, the float's bits
+// built directly: a normal code keeps its sign, rebiases its exponent (7 ->
+// 127) and puts its 3 mantissa bits on top; a subnormal is m x 2^-9. (NaN,
+// S.1111.111, is left to the caller.)
+inline float fp8_e4m3_by_bits(uint8_t code) {
+  const uint32_t sign = code >> 7, exp = (code >> 3) & 15, man = code & 7;
+  if (exp == 0) return (sign ? -1.0f : 1.0f) * float(man) * 0x1p-9f;
+  return std::bit_cast<float>(sign << 31 | (exp - 7 + 127) << 23 | man << 20);
 }
 
 inline double dot(const std::vector<double>& a, const std::vector<double>& b) {

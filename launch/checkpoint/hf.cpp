@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include "launch/checkpoint/hf_config.hpp"
 #include "launch/checkpoint/hf_names.hpp"
+#include "launch/checkpoint/quantized.hpp"
 
 #include <unistd.h>
 
@@ -412,7 +413,16 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
       fail_input("{}: tensor '{}': expected shape [{}], found [{}]", r.path(), name, fmt::join(piece.shape, ","),
                  fmt::join(e.shape, ","));
     used.insert(piece.name);
-    std::vector<float> v = read_floats(r, name, e);
+    std::vector<float> v;
+    if (e.dtype == DType::f8_e4m3) {  // DeepSeek's FP8: with its block scales (quantized.hpp)
+      const std::string scale = name + "_scale_inv";
+      if (!where.count(scale))
+        fail_input("{}: tensor '{}' is F8_E4M3 without its block scales '{}'", r.path(), name, scale);
+      v = read_fp8_block_scaled(r, name, *readers.at(where.at(scale)), scale, piece.shape);
+      used.insert(trident_name(m, scale));
+    } else {
+      v = read_floats(r, name, e);
+    }
     const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
     if (bad != v.end())
       fail_input("{}: tensor '{}': element {} (of {}) is {}: a model with non-finite weights is not imported", r.path(),
@@ -435,13 +445,29 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
     };
     std::vector<HfPiece> pieces = hf_pieces(m, family, p, want);
     if (!present(pieces) && present(hf_fused_pieces(m, family, p, want))) pieces = hf_fused_pieces(m, family, p, want);
+    // gpt-oss's MXFP4 experts: X_blocks and X_scales in place of X (quantized.hpp)
+    auto mxfp4 = [&](const HfPiece& x) {
+      return x.layout != HfLayout::same && !by_name.count(x.name) && by_name.count(x.name + "_blocks") &&
+             by_name.count(x.name + "_scales");
+    };
     for (const auto& x : pieces)
-      if (!by_name.count(x.name)) fail_input("{}: no tensor '{}' (needed by the recipe's model)", hf_dir, x.name);
+      if (!by_name.count(x.name) && !mxfp4(x))
+        fail_input("{}: no tensor '{}' (needed by the recipe's model)", hf_dir, x.name);
     float* dst = params.data() + p.offset;
     const int64_t rows = p.valid_rows, cols = p.global_cols();
-    for (const auto& x : pieces) {
-      const std::vector<float> v = read(x);
-      if (&x != &pieces[0] && x.offset == 0 && x.shape == pieces[0].shape) {  // a copy (DeepSeek's MTP modules')
+    for (const auto& x0 : pieces) {
+      HfPiece x = x0;
+      std::vector<float> v;
+      if (mxfp4(x)) {  // the blocks hold [E, rows, cols] untransposed: gate_up's rows interleaved, down's as ours
+        const std::string blocks = by_name.at(x.name + "_blocks"), scales = by_name.at(x.name + "_scales");
+        x.layout = x.layout == HfLayout::interleaved_rows_transposed ? HfLayout::interleaved_rows : HfLayout::same;
+        x.shape = {x.E, x.R, x.K};
+        v = read_mxfp4(*readers.at(where.at(blocks)), blocks, *readers.at(where.at(scales)), scales, x.shape);
+        used.insert(x.name + "_blocks"), used.insert(x.name + "_scales");
+      } else {
+        v = read(x);
+      }
+      if (&x0 != &pieces[0] && x.offset == 0 && x.shape == pieces[0].shape) {  // a copy (DeepSeek's MTP modules')
         if (!std::equal(v.begin(), v.end(), dst))
           fail_input(
               "{}: tensor '{}' differs from '{}': Trident's multi-token prediction shares the embedding and "

@@ -430,6 +430,20 @@ void check_hf_config(const std::string& path, const nlohmann::json& c, const Rec
     positions = num("max_position_embeddings", -1);
     same("tie_word_embeddings", flag("tie_word_embeddings", false), "model.tie_embeddings", m.tie_embeddings);
   }
+  // quantized weights: those import dequantizes (quantized.hpp), and nothing else
+  if (given("quantization_config")) {
+    const auto& q = c["quantization_config"];
+    const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
+                                   ? q["quant_method"].get<std::string>()
+                                   : q.dump();
+    const bool block_fp8 = method == "fp8" && (!q.contains("weight_block_size") ||
+                                               q["weight_block_size"] == nlohmann::json::array({128, 128}));
+    if (!(block_fp8 && *family == HfFamily::deepseek_v3) && !(method == "mxfp4" && *family == HfFamily::gpt_oss))
+      fail_input(
+          "{}: key 'quantization_config.quant_method' is {}: import dequantizes DeepSeek-V3's fp8 (128 x 128 "
+          "blocks) and gpt-oss's mxfp4 weights only",
+          path, method);
+  }
   if (positions < m.seq_len)
     fail_input(
         "{}: the model has {} positions, the recipe {} trains on model.seq_len {}: set model.seq_len: {} or "

@@ -67,6 +67,9 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_UINT16_T;
     case DType::f16:
       return MPI_UINT16_T;
+    case DType::u8:
+    case DType::f8_e4m3:
+      return MPI_UINT8_T;
   }
   return MPI_BYTE;
 }

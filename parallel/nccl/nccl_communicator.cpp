@@ -44,6 +44,9 @@ ncclDataType_t nccl_type(DType t) {
       return ncclFloat16;
     case DType::i32:
       return ncclInt32;
+    case DType::u8:
+    case DType::f8_e4m3:
+      return ncclUint8;
   }
   return ncclFloat32;
 }

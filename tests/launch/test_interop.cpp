@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "core/safetensors.hpp"
 #include "tests/test_util.hpp"
@@ -183,6 +184,151 @@ TEST_F(Interop, ImportRefusesWhatDoesNotFitAndTrainsFromWhatDoes) {
   const CliRun trained = run("train " + src("configs/demo.yaml") + common("ck4") + " --resume " + path("imp_model"));
   EXPECT_EQ(trained.code, 0) << trained.out;
   EXPECT_EQ(first_loss(trained.out), first_loss(from.out)) << "the same weights as the full recipe's import";
+}
+
+// The released checkpoints' quantized weights, end to end: a tiny
+// DeepSeek-V3 exported by Trident whose projections are rewritten as FP8
+// codes with 128 x 128 block scales (the released format, with its
+// quantization_config), and a tiny gpt-oss whose experts are rewritten as
+// MXFP4 blocks and e8m0 scales, import without a recipe and export back
+// f32 values equal to the codes times their scales (the experts in gpt-oss's
+// layout), every other tensor bit for bit; a weight without its scales, and
+// a quantization method import does not read, are refused by name.
+TEST_F(Interop, QuantizedCheckpointsImportExactly) {
+  auto train_export = [&](const std::string& name, const std::string& recipe, const std::string& sets) {
+    const CliRun t = run("train " + recipe + " --set train.steps=1 --set eval.batches=0 --set log.metrics= " + sets +
+                         " --set checkpoint.dir=" + path(name + "_ck"));
+    ASSERT_EQ(t.code, 0) << t.out;
+    const CliRun e = run("export " + path(name + "_ck") + " --format hf --out " + path(name + "_hf"));
+    ASSERT_EQ(e.code, 0) << e.out;
+  };
+  // the tensors of a model directory, by name
+  auto tensors = [](const std::string& dir) {
+    SafetensorsReader r(dir + "/model.safetensors");
+    std::map<std::string, std::pair<Shape, std::vector<float>>> out;
+    for (const auto& e : r.entries()) {
+      std::vector<float> v(size_t(shape_numel(e.shape)));
+      if (e.dtype == DType::f32) r.read(e.name, v.data());
+      out[e.name] = {e.shape, v};
+    }
+    return out;
+  };
+  // a copy of dir with these tensors (and config.json's quantization_config)
+  auto rewrite = [&](const std::string& from, const std::string& to, const std::vector<SafetensorsInput>& ts,
+                     const std::string& quantization) {
+    fs::copy(path(from), path(to), fs::copy_options::recursive);
+    write_safetensors(path(to) + "/model.safetensors", ts);
+    std::string config = test::read_text(path(to) + "/config.json");
+    config.insert(config.find('{') + 1, "\n  \"quantization_config\": " + quantization + ",");
+    std::ofstream(path(to) + "/config.json") << config;
+  };
+  uint32_t x = 4321;
+  auto next = [&] { return x = x * 1664525u + 1013904223u, uint8_t(x >> 24); };
+  std::vector<std::vector<uint8_t>> bytes;  // the rewritten tensors' data
+  std::vector<std::vector<float>> floats;
+
+  // DeepSeek-V3: every projection's weight in FP8 with its block scales
+  train_export("ds", src("configs/deepseek-v3-tiny.yaml"), "");
+  const auto ds = tensors(path("ds_hf"));
+  std::vector<SafetensorsInput> ds_q;
+  std::map<std::string, std::vector<float>> ds_want;
+  for (const auto& [name, t] : ds) {
+    const auto& [shape, v] = t;
+    if (shape.size() != 2 || !name.ends_with("_proj.weight")) {
+      ds_q.push_back({name, DType::f32, shape, v.data()});
+      continue;
+    }
+    const int64_t rows = shape[0], cols = shape[1], gr = (rows + 127) / 128, gc = (cols + 127) / 128;
+    auto& codes = bytes.emplace_back(size_t(rows * cols));
+    for (auto& c : codes)
+      if (((c = next()) & 0x7f) == 0x7f) c = 0x3f;
+    auto& scale = floats.emplace_back(size_t(gr * gc));
+    for (size_t i = 0; i < scale.size(); ++i) scale[i] = 0.001f * float(1 + i) + 1e-4f * float(next());
+    auto& want = ds_want[name];
+    for (int64_t i = 0; i < rows * cols; ++i)
+      want.push_back(test::fp8_e4m3_by_bits(codes[size_t(i)]) * scale[size_t(i / cols / 128 * gc + i % cols / 128)]);
+    ds_q.push_back({name, DType::f8_e4m3, shape, codes.data()});
+    ds_q.push_back({name + "_scale_inv", DType::f32, {gr, gc}, scale.data()});
+  }
+  ASSERT_GT(ds_want.size(), 10u);
+  const std::string fp8 =
+      R"({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]})";
+  rewrite("ds_hf", "ds_fp8", ds_q, fp8);
+  const CliRun imp = run("import " + path("ds_fp8") + " --out " + path("ds_imp"));
+  ASSERT_EQ(imp.code, 0) << imp.out;
+  ASSERT_EQ(run("export " + path("ds_imp") + " --format hf --out " + path("ds_back")).code, 0);
+  for (const auto& [name, t] : tensors(path("ds_back"))) {
+    const std::vector<float>& want = ds_want.count(name) ? ds_want.at(name) : ds.at(name).second;
+    EXPECT_EQ(t.second, want) << name << (ds_want.count(name) ? " (FP8)" : "");
+  }
+  // a weight without its scales; a method import does not read
+  std::vector<SafetensorsInput> no_scale;
+  for (const auto& t : ds_q)
+    if (t.name != "model.layers.1.self_attn.o_proj.weight_scale_inv") no_scale.push_back(t);
+  rewrite("ds_hf", "ds_no_scale", no_scale, fp8);
+  CliRun bad = run("import " + path("ds_no_scale") + " --out " + path("ds_bad"));
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_TRUE(has(bad,
+                  "tensor 'model.layers.1.self_attn.o_proj.weight' is F8_E4M3 without its block scales "
+                  "'model.layers.1.self_attn.o_proj.weight_scale_inv'"))
+      << bad.out;
+  rewrite("ds_hf", "ds_awq", ds_q, R"({"quant_method": "awq", "bits": 4})");
+  bad = run("import " + path("ds_awq") + " --out " + path("ds_bad"));
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_TRUE(has(bad, "key 'quantization_config.quant_method' is awq")) << bad.out;
+  EXPECT_FALSE(fs::exists(path("ds_bad")));
+
+  // gpt-oss: the experts in MXFP4 (blocks [E, rows, cols / 32, 16] of gate|up interleaved and of down as they
+  // multiply, scales [E, rows, cols / 32])
+  train_export("oss", src("configs/moe-tiny.yaml"),
+               "--set model.moe.first_dense=0 --set model.moe.router.bias=true --set model.moe.expert_bias=true "
+               "--set model.moe.activation=clamped_swiglu --set model.moe.balance.z_loss=0 --set "
+               "model.attention_sinks=true --set model.attention_bias=true --set model.o_bias=true --set "
+               "model.sliding_window=16 --set model.layer_types=[sliding,full,sliding,full]");
+  const auto oss = tensors(path("oss_hf"));
+  std::vector<SafetensorsInput> oss_q;
+  std::map<std::string, std::vector<float>> oss_want;
+  const float fp4[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  for (const auto& [name, t] : oss) {
+    const auto& [shape, v] = t;
+    if (!name.ends_with("mlp.experts.gate_up_proj") && !name.ends_with("mlp.experts.down_proj")) {
+      oss_q.push_back({name, DType::f32, shape, v.data()});
+      continue;
+    }
+    // theirs [E, K, R] (K = C for gate_up, I for down): the blocks hold [E, R, K], K in groups of 32
+    const int64_t E = shape[0], K = shape[1], R = shape[2], G = K / 32;
+    auto& blocks = bytes.emplace_back(size_t(E * R * G * 16));
+    auto& scales = bytes.emplace_back(size_t(E * R * G));
+    for (auto& b : blocks) b = next();
+    for (auto& s : scales) s = uint8_t(120 + next() % 12);
+    auto& want = oss_want[name];
+    want.resize(v.size());
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t g = (e * R + r) * G + k / 32, i = k % 32;
+          const uint8_t byte = blocks[size_t(g * 16 + i / 2)];
+          want[size_t((e * K + k) * R + r)] =
+              fp4[i % 2 ? byte >> 4 : byte & 15] * std::exp2(float(int(scales[size_t(g)]) - 127));
+        }
+    oss_q.push_back({name + "_blocks", DType::u8, {E, R, G, 16}, blocks.data()});
+    oss_q.push_back({name + "_scales", DType::u8, {E, R, G}, scales.data()});
+  }
+  ASSERT_EQ(oss_want.size(), 8u);  // 4 layers, gate_up and down
+  rewrite("oss_hf", "oss_mxfp4", oss_q,
+          R"({"modules_to_not_convert": ["model.layers.*.self_attn", )"
+          R"("model.layers.*.mlp.router", "model.embed_tokens", "lm_head"], )"
+          R"("quant_method": "mxfp4"})");
+  const CliRun oimp = run("import " + path("oss_mxfp4") + " --out " + path("oss_imp"));
+  ASSERT_EQ(oimp.code, 0) << oimp.out;
+  ASSERT_EQ(run("export " + path("oss_imp") + " --format hf --out " + path("oss_back")).code, 0);
+  for (const auto& [name, t] : tensors(path("oss_back"))) {
+    const std::vector<float>& want = oss_want.count(name) ? oss_want.at(name) : oss.at(name).second;
+    EXPECT_EQ(t.second, want) << name << (oss_want.count(name) ? " (MXFP4)" : "");
+  }
+  const std::string config = test::read_text(path("oss_back/config.json"));
+  EXPECT_EQ(config.find("quantization_config"), std::string::npos) << "exported in f32, unquantized";
+  EXPECT_NE(config.find("\"model_type\": \"gpt_oss\""), std::string::npos) << config;
 }
 
 TEST_F(Interop, PrepareTrainSample) {

@@ -1,8 +1,12 @@
-"""Hugging Face interoperability, both directions, GPT-2, LLaMA and the
-mixture-of-experts families (Mixtral, Qwen2-MoE and Qwen3-MoE (QK-norm) with
-both norm_topk_prob values and mlp_only_layers, GLM-4-MoE with a non-zero correction bias, groups,
-scaling, shared experts and a dense first layer, DeepSeek-V3: the same MoE with multi-head latent
-attention, with and without the query latent).
+"""Hugging Face interoperability, both directions, GPT-2, LLaMA (with Mistral's
+and Qwen2's sliding windows) and the mixture-of-experts families (Mixtral,
+Qwen2-MoE and Qwen3-MoE (QK-norm) with both norm_topk_prob values and
+mlp_only_layers, GLM-4-MoE with a non-zero correction bias, groups, scaling,
+shared experts and a dense first layer, DeepSeek-V3: the same MoE with
+multi-head latent attention, with and without the query latent; gpt-oss with
+its sinks, windows, biases and clamped SwiGLU). The user flow at the end:
+a transformers-made Qwen3-MoE and gpt-oss imported without a recipe,
+trained on 8 ranks, exported, loaded by transformers with the trained loss.
 
 Export: Trident trains a small model on a tensor- or pipeline-parallel mesh
 (real MPI ranks) and saves a checkpoint; `trident export --format hf` writes
@@ -105,14 +109,21 @@ def export_direction(a, arch, recipe, mesh, ranks):
     return worst
 
 
-def import_direction(a, arch, recipe, hf_extra=None, sets=()):
+def import_direction(a, arch, recipe, hf_extra=None, sets=(), tag=None):
     torch.manual_seed(7)
     if arch == "qwen2":  # biases on q, k and v (Qwen2, Qwen2.5)
         from transformers import Qwen2Config, Qwen2ForCausalLM
-        cfg = Qwen2Config(vocab_size=32, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5,
-                          tie_word_embeddings=False, initializer_range=0.1, use_sliding_window=False, **(hf_extra or {}))
+        cfg = Qwen2Config(**dict(dict(vocab_size=32, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      rms_norm_eps=1e-5, tie_word_embeddings=False, initializer_range=0.1,
+                                      use_sliding_window=False), **(hf_extra or {})))
         model = Qwen2ForCausalLM(cfg)
+    elif arch == "mistral":  # LLaMA's model with a sliding window on every layer
+        from transformers import MistralConfig, MistralForCausalLM
+        cfg = MistralConfig(vocab_size=32, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5,
+                            tie_word_embeddings=False, initializer_range=0.1, **(hf_extra or {}))
+        model = MistralForCausalLM(cfg)
     elif arch == "qwen3":  # the released families' attention: heads of their own size, QK-norm
         from transformers import Qwen3Config, Qwen3ForCausalLM
         cfg = Qwen3Config(vocab_size=32, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
@@ -136,7 +147,7 @@ def import_direction(a, arch, recipe, hf_extra=None, sets=()):
             if p.dim() == 1:
                 p.add_(0.3 * torch.randn_like(p))
     model.eval()
-    tag = arch + ("_" + sets[0].split("=")[1] if sets else "")
+    tag = tag or arch + ("_" + sets[0].split("=")[1] if sets else "")
     src = os.path.join(a.work, f"hf_src_{tag}")
     model.save_pretrained(src, safe_serialization=True)
     ckpt = os.path.join(a.work, f"imported_{tag}")
@@ -273,8 +284,17 @@ DEEPSEEK_SETS = ["model.attention=mla", "model.kv_heads=4", "model.mla.kv_lora_r
                  "model.moe.router.scaling=2.5"]
 
 
+# configs/moe-tiny.yaml made gpt-oss's shape
+GPT_OSS_SETS = ["model.moe.first_dense=0", "model.head_dim=48", "model.attention_bias=true", "model.o_bias=true",
+                "model.attention_sinks=true", "model.sliding_window=16", "model.layer_types=[sliding,full,sliding,full]",
+                "model.moe.router.bias=true", "model.moe.expert_bias=true", "model.moe.activation=clamped_swiglu",
+                "model.moe.swiglu_limit=1.5", "model.rope_scaling.type=yarn", "model.rope_scaling.factor=4",
+                "model.rope_scaling.original_seq_len=16", "model.rope_scaling.truncate=false"]
+
+
 def moe_families():
-    from transformers import DeepseekV3Config, Glm4MoeConfig, MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
+    from transformers import DeepseekV3Config, Glm4MoeConfig, GptOssConfig, MixtralConfig, Qwen2MoeConfig
+    from transformers import Qwen3MoeConfig
     common = dict(vocab_size=32, hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=False, initializer_range=0.1)
     rope = {"rope_type": "default", "rope_theta": 10000.0}
@@ -311,6 +331,15 @@ def moe_families():
                             rope_interleave=True, attention_bias=False, rope_parameters=rope),
            DEEPSEEK_SETS + [f"model.mla.q_lora_rank={q_lora or 0}"], dict(score="sigmoid", k=2, groups=4, group_topk=2))
           for suffix, q_lora in (("", 48), ("_no_q_lora", None))],
+        # gpt-oss: sinks, a window of 16 on every other layer, biases everywhere, the clamped SwiGLU (limit 1.5
+        # is reached), the softmax over the chosen logits, heads of their own size, YaRN untruncated
+        ("gpt_oss", GptOssConfig(**common, intermediate_size=96, num_local_experts=8, num_experts_per_tok=2,
+                                 head_dim=48, sliding_window=16, swiglu_limit=1.5, attention_bias=True,
+                                 layer_types=["sliding_attention", "full_attention"] * 2,
+                                 rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                  "original_max_position_embeddings": 16, "beta_fast": 32.0,
+                                                  "beta_slow": 1.0, "truncate": False}),
+         GPT_OSS_SETS, dict(score="softmax", k=2, groups=1, group_topk=1)),
         ("glm4_moe", Glm4MoeConfig(**common, intermediate_size=352, moe_intermediate_size=96, num_experts_per_tok=2,
                                    n_shared_experts=2, n_routed_experts=8, routed_scaling_factor=2.5, n_group=4,
                                    topk_group=2, first_k_dense_replace=1, norm_topk_prob=True, attention_bias=False,
@@ -352,7 +381,7 @@ def moe_direction(a):
         captured = []
         hooks = [m.register_forward_hook(lambda mod, inp, outp: captured.append(
             (outp[0].detach(), getattr(mod, "e_score_correction_bias", None))))
-            for mn, m in model.named_modules() if mn.endswith("mlp.gate")]
+            for mn, m in model.named_modules() if mn.endswith("mlp.gate") or mn.endswith("mlp.router")]
         for ids in BATCH:
             hf_logits(model, ids)
         for h in hooks:
@@ -369,10 +398,12 @@ def moe_direction(a):
                 for pname, p in model.named_parameters():
                     if p.dim() == 1:  # norms away from 1
                         p.add_(0.3 * torch.randn_like(p))
-                    if pname.endswith("mlp.gate.weight"):  # routers with decisive scores
-                        p.normal_(0.0, 0.5)
-                    if pname.endswith("_proj.bias"):  # Qwen2-MoE's q/k/v biases: Trident has none, zero imports
+                    if pname.endswith("mlp.gate.weight") or pname.endswith("mlp.router.weight"):
+                        p.normal_(0.0, 0.5)  # routers with decisive scores
+                    if pname.endswith("_proj.bias") and name.startswith("qwen2"):  # Trident has none: zero imports
                         p.zero_()
+                    if pname.endswith("_proj_bias"):  # gpt-oss's experts' biases, zero-initialised
+                        p.normal_(0.0, 0.3)
                 for mname, m in model.named_modules():
                     if hasattr(m, "e_score_correction_bias"):  # a loaded, non-zero correction bias
                         m.e_score_correction_bias.copy_(0.1 * torch.randn_like(m.e_score_correction_bias))
@@ -544,6 +575,50 @@ def moe_direction(a):
     return out
 
 
+def sequence_loss(logits, ids):
+    """The mean next-token cross-entropy of one sequence's logits."""
+    return torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(ids[1:])).item()
+
+
+def user_flow(a):
+    """A user's flow: a transformers-made tiny Qwen3-MoE and gpt-oss (the
+    sources moe_direction saved) imported without a recipe, trained 20 steps
+    from the derived recipe on 8 ranks (data 2 x tensor 2 x pipeline 2, and
+    data 2 x tensor 2 x context 2 for gpt-oss's windows, both with experts
+    over 2 ranks), exported, loaded by transformers: its loss on the test
+    batch is the trained model's (Trident's, from the checkpoint) within
+    1e-5, and training moved it."""
+    out = {}
+    for name, mesh in [("qwen3_moe", ["parallel.data=2", "parallel.tensor=2", "parallel.pipeline=2"]),
+                       ("gpt_oss", ["parallel.data=2", "parallel.tensor=2", "parallel.context=2"])]:
+        src = os.path.join(a.work, f"hf_src_{name}")
+        ckpt = os.path.join(a.work, f"user_{name}")
+        run([a.trident, "import", src, "--out", ckpt])
+        trained = ckpt + "_trained"
+        cmd = mpirun(8) + [a.trident, "train", os.path.join(ckpt, "recipe.yaml"), "--resume", ckpt]
+        for x in mesh + ["parallel.expert=2", "train.steps=20", "train.global_batch=16", "train.micro_batch=1",
+                         "train.precision=fp32", "optim.lr=3e-3", "optim.warmup=2", "eval.batches=0",
+                         "log.metrics=", f"checkpoint.dir={trained}"]:
+            cmd += ["--set", x]
+        run(cmd)
+        hf = os.path.join(a.work, f"hf_user_{name}")
+        run([a.trident, "export", trained, "--format", "hf", "--out", hf])
+        model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
+        before = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).eval()
+        worst, moved = 0.0, 0.0
+        for i, ids in enumerate(BATCH):
+            ours = sequence_loss(trident_logits(a, trained, ids, f"user_{name}_{i}"), ids)
+            theirs = sequence_loss(hf_logits(model, ids), ids)
+            worst = max(worst, abs(ours / theirs - 1))
+            moved = max(moved, abs(sequence_loss(hf_logits(before, ids), ids) / theirs - 1))
+            print(f"user flow {name} ({' '.join(mesh)}): sequence {i} loss {ours:.6f}, transformers {theirs:.6f}",
+                  flush=True)
+        assert worst < 1e-5, f"{name}: the exported model's loss differs from the trained one by {worst:.1e}"
+        assert moved > 1e-3, f"{name}: training did not move the loss"
+        out[name] = {"loss_vs_transformers": worst, "moved": moved}
+    return out
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--trident", required=True)
@@ -578,8 +653,21 @@ def main():
         "import_qwen3_head_dim": import_direction(a, "qwen3", "llama-tiny.yaml",
                                                   {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
                                                   ["model.head_dim=48", "model.qk_norm=true"]),
+        # sliding windows (16 of the 64 positions): Mistral's on every layer, Qwen2's on the layers it names
+        "import_mistral_window": import_direction(a, "mistral", "llama-tiny.yaml",
+                                                  {"sliding_window": 16,
+                                                   "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
+                                                  ["model.sliding_window=16"]),
+        "import_qwen2_sliding_layers": import_direction(
+            a, "qwen2", "llama-tiny.yaml",
+            {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 0,
+             "layer_types": ["full_attention", "sliding_attention"],
+             "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
+            ["model.attention_bias=true", "model.sliding_window=16", "model.layer_types=[full,sliding]"],
+            tag="qwen2_sliding"),
         "import_then_train_gpt2": import_then_train(a),
         "moe": moe_direction(a),
+        "user_flow": user_flow(a),
     }
     print(json.dumps({"max_abs_logit_diff": results, "tolerance": TOL}))
 

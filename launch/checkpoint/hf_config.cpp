@@ -87,7 +87,7 @@ std::pair<std::string, HfFamily> config_family(const std::string& path, const nl
   if (!family)
     fail_input(
         "{}: key 'model_type': expected gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, glm4_moe, "
-        "deepseek_v3 or gpt_oss, found '{}'",
+        "deepseek_v3 (or kimi_k2) or gpt_oss, found '{}'",
         path, type);
   return {type, *family};
 }

@@ -195,6 +195,7 @@ std::optional<HfFamily> hf_family_of(const std::string& model_type) {
        {HfFamily::gpt2, HfFamily::llama, HfFamily::qwen2, HfFamily::qwen3, HfFamily::mixtral, HfFamily::qwen2_moe,
         HfFamily::qwen3_moe, HfFamily::glm4_moe, HfFamily::deepseek_v3, HfFamily::mistral, HfFamily::gpt_oss})
     if (model_type == hf_model_type(f)) return f;
+  if (model_type == "kimi_k2") return HfFamily::deepseek_v3;  // Kimi-K2: DeepSeek-V3's architecture, its own name
   return std::nullopt;
 }
 

@@ -161,14 +161,30 @@ TEST(HfConfig, RecipeFromReleasedConfigs) {
       "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": false}, "rope_theta": 150000,
       "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0, "tie_word_embeddings": false,
       "transformers_version": "4.55.0.dev0", "use_cache": true, "vocab_size": 201088})");
+  const nlohmann::json deepseek = nlohmann::json::parse(R"({"architectures": ["DeepseekV3ForCausalLM"],
+      "attention_bias": false, "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 0,
+      "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
+      "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+      "model_type": "deepseek_v3", "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8,
+      "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": true, "num_attention_heads": 128,
+      "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1,
+      "pretraining_tp": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+      "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                              "weight_block_size": [128, 128]},
+      "rms_norm_eps": 1e-06, "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+      "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"}, "rope_theta": 10000,
+      "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": true, "tie_word_embeddings": false,
+      "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16", "transformers_version": "4.33.1",
+      "use_cache": true, "v_head_dim": 128, "vocab_size": 129280})");
   gpt_oss["layer_types"] = nlohmann::json::array();
   for (int l = 0; l < 36; ++l) gpt_oss["layer_types"].push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
-  for (const auto& [config, shipped] : {std::pair{llama, "llama3.1-8b.yaml"}, std::pair{qwen, "qwen3-30b-a3b.yaml"},
-                                        std::pair{gpt_oss, "gpt-oss-120b.yaml"}}) {
+  for (const auto& [config, shipped] :
+       {std::pair{llama, "llama3.1-8b.yaml"}, std::pair{qwen, "qwen3-30b-a3b.yaml"},
+        std::pair{gpt_oss, "gpt-oss-120b.yaml"}, std::pair{deepseek, "deepseek-v3.yaml"}}) {
     const std::string text = recipe_from_hf_config("config.json", config);
     const Recipe derived = load_recipe_text_on_one_process(text, "recipe.yaml");
     EXPECT_NO_THROW(check_hf_config("config.json", config, derived)) << text;
-    const Recipe rc = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + shipped, {}, 1);
+    const Recipe rc = load_recipe_on_one_process(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + shipped);
     EXPECT_NO_THROW(check_hf_config("config.json", config, rc)) << shipped;
     const ModelConfig &a = derived.model, &b = rc.model;
     EXPECT_EQ(a.layers, b.layers) << shipped;
@@ -199,6 +215,16 @@ TEST(HfConfig, RecipeFromReleasedConfigs) {
   EXPECT_EQ(oss.model.window(0), 128);
   EXPECT_EQ(oss.model.window(1), 0);
   EXPECT_EQ(model::ParamRegistry(oss.model).total(), 116829156672);
+  // DeepSeek-V3 as released: with its multi-token prediction module when the checkpoint holds it; Kimi-K2's
+  // config names DeepSeek-V3's architecture model_type kimi_k2
+  const Recipe ds = load_recipe_text_on_one_process(recipe_from_hf_config("config.json", deepseek, true), "r.yaml");
+  EXPECT_EQ(ds.model.mtp.depth, 1);
+  EXPECT_EQ(ds.model.mla.q_lora_rank, 1536);
+  EXPECT_EQ(ds.model.moe.groups, 8);
+  EXPECT_EQ(ds.model.rope_scaling.mscale_all_dim, 1.0);
+  nlohmann::json kimi = deepseek;
+  kimi["model_type"] = "kimi_k2";
+  EXPECT_NO_THROW(check_hf_config("config.json", kimi, ds));
   // a model_type Trident has no family for is refused naming the key
   nlohmann::json other = llama;
   other["model_type"] = "falcon";

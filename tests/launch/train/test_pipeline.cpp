@@ -206,6 +206,16 @@ bool matches(const std::string& name, const std::string& patterns) {
   return false;
 }
 
+// Each case (those TRIDENT_TEST_CASE names) against the single-rank run of its recipe.
+void expect_each_matches_single_rank(const std::vector<Case>& list) {
+  for (const Case& c : list) {
+    if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
+    const auto& ref = single_rank(c);
+    const test::EquivalenceRun run = test::train_with_step1_gradients(recipe(c, g_world), {.quiet = true});
+    test::expect_equivalent(ref, run, c.name());
+  }
+}
+
 TEST(Pipeline, EveryMeshMatchesSingleRank) {
   if (g_world != 8) GTEST_SKIP() << "the equivalence matrix runs on 8 ranks";
   std::map<std::string, int> seen;
@@ -263,12 +273,7 @@ TEST(Pipeline, MoeMatchesSingleRank) {
   hf_context.context = 2;
   hf_data.sets = hf_context.sets = {"model.moe.balance.kind=hf"};
   for (const Case& c : {hf_data, hf_context}) list.push_back(c);
-  for (const Case& c : list) {
-    if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
-    const auto& ref = single_rank(c);
-    const test::EquivalenceRun run = test::train_with_step1_gradients(recipe(c, g_world), {.quiet = true});
-    test::expect_equivalent(ref, run, c.name());
-  }
+  expect_each_matches_single_rank(list);
 }
 
 // Expert parallelism: each MoE layer's experts split over an expert group
@@ -373,12 +378,7 @@ TEST(Pipeline, ReleasedFamiliesMatchSingleRank) {
                    "model.rope_scaling.original_seq_len=8", "model.rope_scaling.mscale=1",
                    "model.rope_scaling.mscale_all_dim=1",   "parallel.expert=2"};
   list.push_back(deepseek);
-  for (const Case& c : list) {
-    if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
-    const auto& ref = single_rank(c);
-    const test::EquivalenceRun run = test::train_with_step1_gradients(recipe(c, g_world), {.quiet = true});
-    test::expect_equivalent(ref, run, c.name());
-  }
+  expect_each_matches_single_rank(list);
 }
 
 // gpt-oss's attention: sliding windows on alternating layers (3 keys: shorter
@@ -412,12 +412,7 @@ TEST(Pipeline, SlidingWindowsAndSinksMatchSingleRank) {
                             with(ring),
                             with(a2a),
                             with({2, 2, 2, "dualpipev", 0, "moe"})};
-  for (const Case& c : list) {
-    if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
-    const auto& ref = single_rank(c);
-    const test::EquivalenceRun run = test::train_with_step1_gradients(recipe(c, g_world), {.quiet = true});
-    test::expect_equivalent(ref, run, c.name());
-  }
+  expect_each_matches_single_rank(list);
 }
 
 // gpt-oss's MoE: the router's logit bias, the experts' biases (gate|up
@@ -444,12 +439,7 @@ TEST(Pipeline, GptOssMoeMatchesSingleRank) {
                             with({1, 2, 4, "zero_bubble", 0, "moe"}),
                             with(ring, {"parallel.expert=2"}),
                             with(a2a)};
-  for (const Case& c : list) {
-    if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
-    const auto& ref = single_rank(c);
-    const test::EquivalenceRun run = test::train_with_step1_gradients(recipe(c, g_world), {.quiet = true});
-    test::expect_equivalent(ref, run, c.name());
-  }
+  expect_each_matches_single_rank(list);
 }
 
 // A DeepSeek-V3-shaped model (multi-head latent attention with a query
@@ -516,12 +506,7 @@ TEST(Pipeline, DeepseekV3MatchesSingleRank) {
        {v_mtp, v_mtp_experts, one_stage_two_chunks, v_paired, v_paired_selective, v_paired_zero3, v_paired_empty})
     v.push_back(c);
   for (const Case& c : v) list.push_back(c);
-  for (const Case& c : list) {
-    if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
-    const auto& ref = single_rank(c);
-    const test::EquivalenceRun run = test::train_with_step1_gradients(recipe(c, g_world), {.quiet = true});
-    test::expect_equivalent(ref, run, c.name());
-  }
+  expect_each_matches_single_rank(list);
 }
 
 // Mixed precision under every parallel dimension: bf16/fp16 runs match the

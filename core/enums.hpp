@@ -25,6 +25,11 @@ enum class ScheduleKind { gpipe, one_f_one_b, interleaved_1f1b, zero_bubble, dua
 enum class Precision { fp32, bf16, fp16 };
 enum class Recompute { none, selective, full };
 enum class LrDecay { constant, cosine, linear, wsd };
+// optim.name; optim.muon.adjust_lr (torch.optim.Muon's adjust_lr_fn: original, match_rms_adamw,
+// spectral_unclamped); optim.muon.ns_precision
+enum class OptimizerKind { adamw, muon };
+enum class MuonAdjustLr { original, match_rms_adamw, spectral };
+enum class MuonPrecision { fp32, bf16 };
 enum class NonFinite { stop, skip };
 enum class ContextMode { ring, all_to_all };
 enum class TokenizerKind { byte, chars, hf_bpe, sentencepiece };
@@ -61,6 +66,10 @@ TRIDENT_ENUM_NAMES(ScheduleKind, {ScheduleKind::gpipe, "gpipe"}, {ScheduleKind::
 TRIDENT_ENUM_NAMES(Precision, {Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"});
 TRIDENT_ENUM_NAMES(Recompute, {Recompute::none, "none"}, {Recompute::selective, "selective"},
                    {Recompute::full, "full"});
+TRIDENT_ENUM_NAMES(OptimizerKind, {OptimizerKind::adamw, "adamw"}, {OptimizerKind::muon, "muon"});
+TRIDENT_ENUM_NAMES(MuonAdjustLr, {MuonAdjustLr::original, "original"},
+                   {MuonAdjustLr::match_rms_adamw, "match_rms_adamw"}, {MuonAdjustLr::spectral, "spectral"});
+TRIDENT_ENUM_NAMES(MuonPrecision, {MuonPrecision::fp32, "fp32"}, {MuonPrecision::bf16, "bf16"});
 TRIDENT_ENUM_NAMES(LrDecay, {LrDecay::constant, "constant"}, {LrDecay::cosine, "cosine"}, {LrDecay::linear, "linear"},
                    {LrDecay::wsd, "wsd"});
 TRIDENT_ENUM_NAMES(NonFinite, {NonFinite::stop, "stop"}, {NonFinite::skip, "skip"});

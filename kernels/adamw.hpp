@@ -25,6 +25,11 @@ struct AdamWRange {
   int64_t offset, size;
   double weight_decay;
 };
+// A whole rows x cols matrix (row-major) at `offset` of a flat buffer: one
+// of Muon's (optim/muon.hpp, model::muon_matrices).
+struct MatrixRange {
+  int64_t offset, rows, cols;
+};
 // Aux-loss-free balancing (DeepSeek-V3; docs/moe.md): an MoE layer's
 // correction bias [offset, offset + size) of the flat buffer, whose gradient
 // slot holds the step's tokens per expert summed over the data and context

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "core/error.hpp"
 #include "core/philox.hpp"
 
 namespace trident::model {
@@ -279,6 +280,48 @@ std::vector<kernels::AdamWRange> decay_ranges(const ParamRegistry& reg, const Op
     else
       out.push_back({p.offset, p.numel, decay ? cfg.weight_decay : 0.0});
     last = decay;
+  }
+  return out;
+}
+
+std::vector<kernels::MatrixRange> muon_matrices(const ParamRegistry& reg, const ModelConfig& cfg) {
+  std::vector<kernels::MatrixRange> out;
+  const Architecture& arch = architecture(cfg.arch);
+  for (const auto& p : reg.params()) {
+    const ParamRow* row = arch.find(p.name);
+    if (p.kind != ParamKind::weight || p.shape.size() != 2 || p.vocab_rows || !row) continue;
+    if (row->slot == Slot::router_weight || row->slot == Slot::shared_gate_weight || row->slot == Slot::mtp_proj)
+      continue;
+    TRIDENT_CHECK(p.global_shape == p.shape, "Muon needs whole matrices: {} is a slice", p.name);
+    if (!p.expert_major) {
+      out.push_back({p.offset, p.rows(), p.cols()});
+      continue;
+    }
+    // each expert's block, gate and up apart
+    const int64_t E = cfg.moe.experts, block = p.rows() / E, parts = row->rows == Dim::two_EI ? 2 : 1;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t k = 0; k < parts; ++k)
+        out.push_back({p.offset + (e * block + k * block / parts) * p.cols(), block / parts, p.cols()});
+  }
+  return out;
+}
+
+std::vector<kernels::AdamWRange> without_matrices(const std::vector<kernels::AdamWRange>& ranges,
+                                                  const std::vector<kernels::MatrixRange>& matrices) {
+  std::vector<kernels::AdamWRange> out;
+  auto emit = [&](int64_t lo, int64_t hi, double decay) {
+    if (hi > lo) out.push_back({lo, hi - lo, decay});
+  };
+  size_t m = 0;  // both lists in offset order, the matrices disjoint
+  for (const auto& r : ranges) {
+    const int64_t end = r.offset + r.size;
+    while (m < matrices.size() && matrices[m].offset + matrices[m].rows * matrices[m].cols <= r.offset) ++m;
+    int64_t at = r.offset;
+    for (size_t k = m; k < matrices.size() && matrices[k].offset < end; ++k) {
+      emit(at, matrices[k].offset, r.weight_decay);
+      at = std::max(at, matrices[k].offset + matrices[k].rows * matrices[k].cols);
+    }
+    emit(at, end, r.weight_decay);
   }
   return out;
 }

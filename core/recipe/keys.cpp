@@ -149,6 +149,13 @@ Key betas(const char* path, F field, const char* doc) {
           }};
 }
 template <typename F>
+Key coefficients(const char* path, F field, const char* doc) {
+  return {{path, "[a, b, c], each in [-100, 100)", "`[3.4445, -4.775, 2.0315]`", doc}, [=](Reader& in, Recipe& r) {
+            const auto c = in.reals(path, 3, -100, 100, {3.4445, -4.7750, 2.0315});
+            field(r) = {c[0], c[1], c[2]};
+          }};
+}
+template <typename F>
 Key blend(const char* path, F field, const char* doc) {
   return {{path, "prefix, or list of `{path, weight}`", "—", doc},
           [=](Reader& in, Recipe& r) { field(r) = in.blend(path); }};
@@ -479,6 +486,30 @@ const std::vector<Key>& table() {
               "apply weight decay to norm weights and biases too"),
       boolean("optim.decay_embeddings", FIELD(optim.decay_embeddings), value<bool>(false),
               "apply weight decay to embeddings (a tied LM head follows this)"),
+      choice<OptimizerKind>(
+          "optim.name", FIELD(optim.name), value(OptimizerKind::adamw),
+          "`adamw`; `muon`: torch.optim.Muon for the hidden matrices (attention and MLP projections, "
+          "each expert's matrices one by one, MLA's down and up projections), AdamW with the keys "
+          "above for the rest (embeddings, LM head, norms, biases, routers, MTP's projection) "
+          "([optim.md](optim.md#muon)); data, pipeline and context meshes with ZeRO 0 in this version"),
+      section("optim.muon", "Muon's keys (`optim.name: muon`), torch.optim.Muon's"),
+      real("optim.muon.momentum", FIELD(optim.muon.momentum), 0, 1, Open::none, value(0.95),
+           "momentum mu: buf = mu buf + (1 - mu) g (torch's lerp)"),
+      boolean("optim.muon.nesterov", FIELD(optim.muon.nesterov), value(true),
+              "orthogonalise (1 - mu) g + mu buf rather than buf"),
+      integer("optim.muon.ns_steps", FIELD(optim.muon.ns_steps), 1, 99, value<int64_t>(5), "Newton-Schulz iterations"),
+      coefficients("optim.muon.ns_coefficients", FIELD(optim.muon.ns_coefficients),
+                   "the quintic iteration's (a, b, c): X <- a X + (b A + c A^2) X, A = X X^T"),
+      choice<MuonAdjustLr>("optim.muon.adjust_lr", FIELD(optim.muon.adjust_lr), value(MuonAdjustLr::original),
+                           "the update's scale for an A x B matrix: `original` sqrt(max(1, A / B)) (Keller Jordan's); "
+                           "`match_rms_adamw` 0.2 sqrt(max(A, B)) (Moonlight: AdamW's lr and weight decay carry "
+                           "over); `spectral` sqrt(A / B) (torch's spectral_unclamped)"),
+      choice<MuonPrecision>("optim.muon.ns_precision", FIELD(optim.muon.ns_precision), value(MuonPrecision::bf16),
+                            "the iteration's arithmetic: `bf16` as torch.optim.Muon (bf16 operands and results, "
+                            "float32 accumulation); `fp32` exact to compare"),
+      real("optim.muon.weight_decay", FIELD(optim.muon.weight_decay), 0, 10, Open::none,
+           derived("`optim.weight_decay`", [](const Recipe& r) { return r.optim.weight_decay; }),
+           "decoupled weight decay of the Muon matrices: p <- p (1 - lr weight_decay), at the unadjusted lr"),
       blend(
           "data.train", FIELD(data.train),
           "Megatron indexed dataset `PREFIX` (`PREFIX.bin` / `PREFIX.idx`, see [data.md](data.md)), or a weighted "

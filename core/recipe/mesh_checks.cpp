@@ -178,6 +178,16 @@ void validate_mesh(Reader& r, const Recipe& rc, int64_t world) {
                                                   "shared_experts({}) x shared_ffn_hidden({}) % tensor({}) != 0",
                                                   m.moe.shared_experts, m.moe.shared_ffn_hidden, p.tensor));
   validate_expert(r, m, p);
+  // Muon orthogonalises whole matrices: meshes that keep every matrix whole on a rank (docs/optim.md#muon)
+  if (rc.optim.name == OptimizerKind::muon) {
+    const std::string why =
+        "with optim.name muon (which orthogonalises whole matrices; this version keeps each on "
+        "one rank: data, pipeline and context meshes with ZeRO 0)";
+    if (p.tensor > 1) r.inconsistent("parallel.tensor", fmt::format("tensor({}) {}", p.tensor, why));
+    if (p.zero > 0) r.inconsistent("parallel.zero", fmt::format("zero({}) {}", p.zero, why));
+    if (p.expert > 1) r.inconsistent("parallel.expert", fmt::format("expert({}) {}", p.expert, why));
+    if (rc.device == DeviceType::cuda) r.inconsistent("device", "cuda with optim.name muon: the CPU's in this version");
+  }
   if (p.schedule == ScheduleKind::dualpipev && m.tie_embeddings)
     r.inconsistent("model.tie_embeddings",
                    "schedule dualpipev puts the embedding and the LM head on pipeline rank 0, in two chunks; a "

@@ -173,7 +173,21 @@ struct TrainConfig {
   int64_t threads = 0;  // 0 = all cores of this process's share
 };
 
+// optim.muon (docs/optim.md#muon): torch.optim.Muon for the hidden
+// matrices, AdamW (the optim keys above it) for the rest.
+struct MuonConfig {
+  double momentum = 0.95;
+  bool nesterov = true;
+  int64_t ns_steps = 5;
+  std::array<double, 3> ns_coefficients{3.4445, -4.7750, 2.0315};
+  MuonAdjustLr adjust_lr = MuonAdjustLr::original;
+  MuonPrecision ns_precision = MuonPrecision::bf16;
+  double weight_decay = 0.0;
+};
+
 struct OptimConfig {
+  OptimizerKind name = OptimizerKind::adamw;
+  MuonConfig muon;
   double lr = 0, min_lr = 0;
   int64_t warmup = 0;
   LrDecay decay = LrDecay::cosine;

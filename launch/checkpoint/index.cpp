@@ -88,7 +88,8 @@ std::string index_json(const CheckpointIndex& x) {
               {"norm_eps", m.norm_eps},
               {"rope_theta", m.rope_theta}}},
             {"model_keys", model_keys},
-            {"optimizer", {{"type", "adamw"}, {"step", x.optimizer_step}, {"states", {"exp_avg", "exp_avg_sq"}}}},
+            {"optimizer",
+             {{"type", enum_name(x.optimizer)}, {"step", x.optimizer_step}, {"states", {"exp_avg", "exp_avg_sq"}}}},
             {"precision",
              {{"train", enum_name(x.precision.value_or(Precision::fp32))},
               {"master_weights", "F32"},
@@ -190,6 +191,12 @@ void read_mesh(const Reader& r, const Json& j, CheckpointIndex& x) {
 void read_precision(const Reader& r, const Json& j, CheckpointIndex& x) {
   x.optimizer_step =
       r.get_or<int64_t>(j.value("optimizer", Json::object()), "step", "optimizer.", "an integer", x.step);
+  const std::string type =
+      r.get_or<std::string>(j.value("optimizer", Json::object()), "type", "optimizer.", "a string", "adamw");
+  const std::optional<OptimizerKind> kind = parse_enum<OptimizerKind>(type);
+  if (!kind)
+    fail_input("{}: key 'optimizer.type': expected {}, found '{}'", r.file(), enum_choices<OptimizerKind>(), type);
+  x.optimizer = *kind;
   if (!j.contains("precision")) return;  // older checkpoints: fp32, no skipped steps
   const Json& p = j["precision"];
   if (p.contains("train")) {

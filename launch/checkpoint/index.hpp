@@ -69,6 +69,10 @@ struct CheckpointIndex {
   // it back (core/recipe's recipe_values; absent in older indexes: empty)
   std::vector<std::pair<std::string, std::string>> model_keys;
   int64_t optimizer_step = 0;
+  // the optimizer whose state the moments hold (optim.name; absent in older
+  // indexes: adamw). Muon keeps its momentum in exp_avg and leaves
+  // exp_avg_sq zero for its matrices.
+  OptimizerKind optimizer = OptimizerKind::adamw;
   // mixed precision (absent in older indexes: fp32, scale 1)
   std::optional<Precision> precision;
   double loss_scale = 1;

@@ -30,6 +30,12 @@ namespace {
 void restore_scaler(const CheckpointIndex& x, const std::string& index_path, const Recipe& rc, ScalerState& s) {
   s = ScalerState{};
   s.optimizer_steps = x.optimizer_step, s.loss_scale = x.loss_scale;
+  // the moments are one optimizer's: another's cannot continue them (a step-0 checkpoint, an import's, has none)
+  if (x.optimizer != rc.optim.name && x.optimizer_step > 0)
+    fail_input(
+        "{}: key 'optimizer.type': the checkpoint's optimizer state is {}'s ({} steps), the recipe's optim.name is {}: "
+        "resume with optim.name: {} (its moments do not carry over to another optimizer)",
+        index_path, enum_name(x.optimizer), x.optimizer_step, enum_name(rc.optim.name), enum_name(x.optimizer));
   s.good_steps = x.good_steps, s.skipped_steps = x.skipped_steps;
   if (!(s.loss_scale > 0) || s.skipped_steps > x.step || s.optimizer_steps > x.step)
     fail_input(

@@ -259,7 +259,7 @@ void CheckpointSaver::write_index(const std::vector<FileReport>& files, int64_t 
   checkpoint::CheckpointIndex x;
   x.step = steps_done, x.consumed_samples = steps_done * rc.train.global_batch, x.seed = rc.seed;
   x.mesh = par, x.model = m, x.model_keys = recipe_values(rc, "model");
-  x.optimizer_step = scaler.optimizer_steps, x.precision = rc.train.precision;
+  x.optimizer_step = scaler.optimizer_steps, x.precision = rc.train.precision, x.optimizer = rc.optim.name;
   x.loss_scale = scaler.loss_scale, x.good_steps = scaler.good_steps, x.skipped_steps = scaler.skipped_steps;
   x.recipe_file = rc.source, x.recipe_text = rc.text, x.recipe_overrides = rc.overrides;
   x.tokenizer = tokenizer_;

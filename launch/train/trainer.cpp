@@ -35,6 +35,7 @@
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
 #include "optim/mixed_precision.hpp"
+#include "optim/muon.hpp"
 #include "parallel/data_parallel.hpp"
 #include "parallel/mesh.hpp"
 #include "parallel/paired_passes.hpp"
@@ -165,16 +166,41 @@ double global_grad_norm(const model::ParamRegistry& reg, parallel::DataParallelP
   return std::sqrt(sq);
 }
 
-// The optimizer of one part of the flat buffer: AdamW over its shard, with
-// the fp32 master weights of 16-bit runs.
+// The Muon matrices of [begin, end) (optim.name muon), whole ones only.
+std::vector<kernels::MatrixRange> muon_matrices_in(const Recipe& rc, const model::ParamRegistry& reg, int64_t begin,
+                                                   int64_t end) {
+  std::vector<kernels::MatrixRange> out;
+  if (rc.optim.name != OptimizerKind::muon) return out;
+  for (const auto& m : model::muon_matrices(reg, rc.model)) {
+    const int64_t last = m.offset + m.rows * m.cols;
+    if (last <= begin || m.offset >= end) continue;
+    TRIDENT_CHECK(m.offset >= begin && last <= end, "Muon: a matrix [{}, {}) crosses the shard [{}, {})", m.offset,
+                  last, begin, end);
+    out.push_back(m);
+  }
+  return out;
+}
+
+// The optimizer of one part of the flat buffer: AdamW over its shard (with
+// Muon: AdamW over what is not a Muon matrix, Muon over the matrices, its
+// momentum in AdamW's exp_avg slots), with the fp32 master weights of
+// 16-bit runs.
 struct PartOptimizer {
   PartOptimizer(const Recipe& rc, const model::ParamRegistry& reg, parallel::DataParallelPart& part, Device dev)
       : part(part),
-        opt(model::decay_ranges(reg, rc.optim), rc.optim, part.shard_begin(), part.shard_end(), dev,
-            model::bias_ranges(reg, rc)),
+        matrices(muon_matrices_in(rc, reg, part.shard_begin(), part.shard_end())),
+        opt(model::without_matrices(model::decay_ranges(reg, rc.optim), matrices), rc.optim, part.shard_begin(),
+            part.shard_end(), dev, model::bias_ranges(reg, rc)),
+        muon(matrices, rc.optim.muon, part.shard_begin()),
         master(part.dp->param_shard(), part.dp->shard_size(), rc.train.precision, dev) {}
+  void step(double lr, int64_t step, double grad_scale) {
+    opt.step(master.params(), part.dp->grad_shard(), lr, step, grad_scale);
+    if (!matrices.empty()) muon.step(master.params(), part.dp->grad_shard(), opt.exp_avg(), lr, grad_scale);
+  }
   parallel::DataParallelPart& part;
+  std::vector<kernels::MatrixRange> matrices;
   optim::AdamW<float> opt;
+  optim::Muon<float> muon;
   optim::MasterWeights master;
 };
 
@@ -415,8 +441,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     const bool skip = nonfinite || scaler.skips(gnorm);
     if (!skip) {
       for (auto& p : parts)
-        p->opt.step(p->master.params(), p->part.dp->grad_shard(), lr, scaler.next_update(),
-                    optim::clip_scale(gnorm, rc.optim.grad_clip) / used_scale);
+        p->step(lr, scaler.next_update(), optim::clip_scale(gnorm, rc.optim.grad_clip) / used_scale);
       publish();
     }
     if (!nonfinite) scaler.update(skip);

@@ -293,15 +293,11 @@ std::vector<kernels::MatrixRange> muon_matrices(const ParamRegistry& reg, const 
     if (row->slot == Slot::router_weight || row->slot == Slot::shared_gate_weight || row->slot == Slot::mtp_proj)
       continue;
     TRIDENT_CHECK(p.global_shape == p.shape, "Muon needs whole matrices: {} is a slice", p.name);
-    if (!p.expert_major) {
-      out.push_back({p.offset, p.rows(), p.cols()});
-      continue;
-    }
-    // each expert's block, gate and up apart
-    const int64_t E = cfg.moe.experts, block = p.rows() / E, parts = row->rows == Dim::two_EI ? 2 : 1;
-    for (int64_t e = 0; e < E; ++e)
-      for (int64_t k = 0; k < parts; ++k)
-        out.push_back({p.offset + (e * block + k * block / parts) * p.cols(), block / parts, p.cols()});
+    // the logical matrices: each expert's block, and the plan's row blocks in it (GPT-2's c_attn: q, k and v;
+    // an expert's gate and up)
+    const int64_t blocks = (p.expert_major ? cfg.moe.experts : 1) * std::max(1, row->plan.parts);
+    const int64_t rows = p.rows() / blocks;
+    for (int64_t b = 0; b < blocks; ++b) out.push_back({p.offset + b * rows * p.cols(), rows, p.cols()});
   }
   return out;
 }

@@ -148,9 +148,9 @@ std::vector<kernels::AdamWRange> decay_ranges(const ParamRegistry& reg, const Op
 // Muon's matrices (optim.name muon, docs/optim.md#muon): the hidden 2-D
 // weights this registry holds, as the logical matrices Muon orthogonalises
 // one by one, in the flat buffer's order. Attention's q, k and v are
-// parameters of their own; an expert's gate, up and down are one matrix
-// each (the [E, 2I, C] and [E, C, I] weights split); MLA's down and up
-// projections one each. Not Muon's: embeddings, the LM head, norms, biases,
+// parameters of their own (GPT-2's fused c_attn split in three); an
+// expert's gate, up and down are one matrix each (the [E, 2I, C] and
+// [E, C, I] weights split); MLA's down and up projections one each. Not Muon's: embeddings, the LM head, norms, biases,
 // routers, the shared-expert gate, multi-token prediction's eh_proj.
 // The registry must hold whole matrices (tensor 1, experts on one rank).
 std::vector<kernels::MatrixRange> muon_matrices(const ParamRegistry& reg, const ModelConfig& cfg);

@@ -460,8 +460,9 @@ optim: {lr: 1.0e-3}
   const Recipe r = load_recipe_text(llama, "r.yaml", {}, 1);
   EXPECT_EQ(r.model.head_dim(), 16);
   EXPECT_EQ(r.model.q_head_dim(), 16);
-  EXPECT_EQ(load_recipe_text(kGood, "r.yaml", {}, 1).model.head_dim(),
-            load_recipe_text(kGood, "r.yaml", {}, 1).model.hidden / load_recipe_text(kGood, "r.yaml", {}, 1).model.heads);
+  EXPECT_EQ(
+      load_recipe_text(kGood, "r.yaml", {}, 1).model.head_dim(),
+      load_recipe_text(kGood, "r.yaml", {}, 1).model.hidden / load_recipe_text(kGood, "r.yaml", {}, 1).model.heads);
   // with its own head size, the width need not divide by the heads
   EXPECT_EQ(load_recipe_text(llama, "r.yaml", {"model.heads=5", "model.kv_heads=5"}, 1).model.head_dim(), 16);
   std::string plain = llama;
@@ -499,6 +500,27 @@ optim: {lr: 1.0e-3}
   expect_error(llama, {"model.layer_types", "needs model.sliding_window > 0"}, {"model.sliding_window=0"});
   expect_error(llama, {"model.attention_sinks", "arch gpt2"},
                {"model.arch=gpt2", "model.kv_heads=4", "model.layer_types=[]", "model.sliding_window=0"});
+}
+
+// optim.name muon and its keys; the meshes that cut matrices are refused by key.
+TEST(Recipe, MuonKeys) {
+  const std::string muon = R"(model: {arch: llama, layers: 2, hidden: 48, heads: 4, kv_heads: 2, seq_len: 32, vocab: 50}
+train: {global_batch: 8, micro_batch: 2, steps: 10}
+optim: {name: muon, lr: 1.0e-3, weight_decay: 0.1, muon: {ns_steps: 4, adjust_lr: match_rms_adamw,
+        ns_coefficients: [2, -1.5, 0.5]}}
+)";
+  const Recipe r = load_recipe_text(muon, "r.yaml", {}, 1);
+  EXPECT_EQ(r.optim.name, OptimizerKind::muon);
+  EXPECT_EQ(r.optim.muon.ns_steps, 4);
+  EXPECT_EQ(r.optim.muon.adjust_lr, MuonAdjustLr::match_rms_adamw);
+  EXPECT_EQ(r.optim.muon.ns_coefficients[1], -1.5);
+  EXPECT_EQ(r.optim.muon.weight_decay, 0.1);  // optim.weight_decay's by default
+  EXPECT_EQ(r.optim.muon.ns_precision, MuonPrecision::bf16);
+  EXPECT_EQ(load_recipe_text(muon, "r.yaml", {"optim.muon.weight_decay=0"}, 1).optim.muon.weight_decay, 0.0);
+  expect_error(muon, {"parallel.tensor", "tensor(2) with optim.name muon"}, {"parallel.tensor=2"}, 2);
+  expect_error(muon, {"parallel.zero", "zero(1) with optim.name muon"}, {"parallel.data=2", "parallel.zero=1"}, 2);
+  expect_error(muon, {"optim.muon.ns_coefficients", "a list of 3 numbers"}, {"optim.muon.ns_coefficients=[1, 2]"});
+  expect_error(muon, {"optim.name", "adamw", "muon", "found 'sgd'"}, {"optim.name=sgd"});
 }
 
 TEST(Recipe, MoeKeys) {

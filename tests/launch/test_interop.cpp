@@ -331,6 +331,39 @@ TEST_F(Interop, QuantizedCheckpointsImportExactly) {
   EXPECT_NE(config.find("\"model_type\": \"gpt_oss\""), std::string::npos) << config;
 }
 
+// Muon's state resumes exactly: 6 steps saving every 3 against 3 steps
+// resumed to 6 give the same losses bit for bit (the momentum in exp_avg);
+// the checkpoint under AdamW is refused, naming the index key.
+TEST_F(Interop, MuonResumesExactlyAndOnlyAsMuon) {
+  const std::string common = "train " + src("configs/llama-tiny.yaml") +
+                             " --set optim.name=muon --set eval.batches=0 --set checkpoint.every=3 --set train.steps=6";
+  auto losses = [](const std::string& metrics) {
+    std::vector<std::string> out;
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"type\":\"train\"") != std::string::npos || line.find("\"type\": \"train\"") != std::string::npos)
+        out.push_back(line.substr(line.find("\"loss\""), 30));
+    return out;
+  };
+  ASSERT_EQ(run(common + " --set log.metrics=" + path("muon_a.jsonl") + " --set checkpoint.dir=" + path("muon_a")).code,
+            0);
+  const CliRun b = run(common + " --set log.metrics=" + path("muon_b.jsonl") +
+                       " --set checkpoint.dir=" + path("muon_b") + " --resume " + path("muon_a/step_00000003"));
+  ASSERT_EQ(b.code, 0) << b.out;
+  const auto all = losses(path("muon_a.jsonl")), resumed = losses(path("muon_b.jsonl"));
+  ASSERT_EQ(all.size(), 6u);
+  ASSERT_EQ(resumed.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed[i], all[3 + i]) << "step " << 4 + i;
+  const CliRun adamw =
+      run("train " + src("configs/llama-tiny.yaml") + " --set eval.batches=0 --set train.steps=6 " +
+          "--set log.metrics= --set checkpoint.dir=" + path("muon_c") + " --resume " + path("muon_a/step_00000003"));
+  EXPECT_EQ(adamw.code, 2) << adamw.out;
+  EXPECT_TRUE(has(adamw,
+                  "key 'optimizer.type': the checkpoint's optimizer state is muon's (3 steps), the recipe's "
+                  "optim.name is adamw"))
+      << adamw.out;
+}
+
 TEST_F(Interop, PrepareTrainSample) {
   {  // a text of the user's: paragraphs of one sentence
     std::ofstream t(path("story.txt"));

@@ -370,8 +370,8 @@ TEST(Model, SlidingWindowFlopsPerToken) {
   ModelConfig m = tiny("llama");
   m.layers = 4, m.seq_len = 64;
   const double full = flops_per_token(m), per_layer_key = 6.0 * double(m.heads) * 2 * double(m.head_dim());
-  m.sliding_window = 16, m.layer_types = {LayerAttention::sliding, LayerAttention::full, LayerAttention::sliding,
-                                          LayerAttention::full};
+  m.sliding_window = 16,
+  m.layer_types = {LayerAttention::sliding, LayerAttention::full, LayerAttention::sliding, LayerAttention::full};
   EXPECT_DOUBLE_EQ(flops_per_token(m), full - 2 * (64 - 16) * per_layer_key);
   m.layer_types.clear();  // every layer sliding
   EXPECT_DOUBLE_EQ(flops_per_token(m), full - 4 * (64 - 16) * per_layer_key);
@@ -399,7 +399,7 @@ TEST(Model, MlaFlopsPerToken) {
 TEST(Memory, ActivationFormulaMtp) {
   ModelConfig m = tiny("llama");
   m.kv_heads = m.heads, m.attention = AttentionKind::mla, m.mla = {7, 5, 4, 2, 3}, m.mtp = {2, 0.3};
-  m.moe.enabled = true, m.moe.experts = 4, m.moe.top_k = 2, m.moe.ffn_hidden = 6, m.moe.first_dense = 1;
+  m.moe.enabled = true, m.moe.experts = 4, m.moe.top_k = 2, m.moe.ffn_hidden = 5, m.moe.first_dense = 1;
   model::Transformer<float> net(m, 1);
   for (auto rc : {model::Recompute::none, model::Recompute::selective, model::Recompute::full})
     for (bool split : {false, true}) {
@@ -428,6 +428,47 @@ TEST(Model, DecayRangesSkipNormsBiasesEmbeddings) {
   auto all = decay_ranges(reg, o);
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0].weight_decay, 0.1);
+}
+
+// Muon's matrices (optim.name muon): a LLaMA-family MoE with a dense first
+// layer, a shared expert, the router's bias and the experts' biases. Each
+// hidden weight is one matrix (q, k, v, o, gate, up, down), each expert's
+// gate, up and down one each; the embeddings, head, norms, biases, routers
+// and the shared-expert gate are AdamW's. Muon's and AdamW's elements are
+// disjoint and together the decay ranges' (every parameter but buffers).
+TEST(Model, MuonMatricesAreTheHiddenWeights) {
+  ModelConfig m = tiny("llama");
+  m.moe.enabled = true, m.moe.experts = 4, m.moe.top_k = 2, m.moe.ffn_hidden = 5, m.moe.first_dense = 1;
+  m.moe.shared_experts = 1, m.moe.shared_ffn_hidden = 8, m.moe.shared_expert_gate = true;
+  m.moe.router_bias = m.moe.expert_bias = true;
+  ParamRegistry reg(m);
+  const auto matrices = muon_matrices(reg, m);
+  const int64_t C = m.hidden, D = m.head_dim(), H = m.heads, KV = m.kv_heads;
+  // layer 0: q, k, v, o, gate, up, down; layer 1: q, k, v, o, 4 experts x (gate, up, down), shared gate/up/down
+  ASSERT_EQ(matrices.size(), size_t(7 + 4 + 4 * 3 + 3));
+  EXPECT_EQ(matrices[0].rows * 1000 + matrices[0].cols, H * D * 1000 + C);   // q_proj
+  EXPECT_EQ(matrices[1].rows * 1000 + matrices[1].cols, KV * D * 1000 + C);  // k_proj
+  EXPECT_EQ(matrices[3].rows * 1000 + matrices[3].cols, C * 1000 + H * D);   // o_proj
+  int64_t expert_in = 0, expert_out = 0, muon = 0;
+  for (const auto& x : matrices) {
+    muon += x.rows * x.cols;
+    expert_in += x.rows == 5 && x.cols == C, expert_out += x.rows == C && x.cols == 5;
+  }
+  EXPECT_EQ(expert_in, 8);  // 4 experts' gate and up, apart
+  EXPECT_EQ(expert_out, 4);
+  OptimConfig o;
+  const auto all = decay_ranges(reg, o), adamw = without_matrices(all, matrices);
+  int64_t covered = 0, rest = 0;
+  for (const auto& r : all) covered += r.size;
+  for (const auto& r : adamw) {
+    rest += r.size;
+    for (const auto& x : matrices)  // disjoint from every matrix
+      EXPECT_TRUE(r.offset + r.size <= x.offset || x.offset + x.rows * x.cols <= r.offset) << r.offset;
+  }
+  EXPECT_EQ(rest + muon, covered);
+  int64_t embeddings_and_head = 0;
+  for (const auto& p : reg.params()) embeddings_and_head += p.vocab_rows ? p.numel : 0;
+  EXPECT_GT(rest, embeddings_and_head);  // norms, biases, routers, the gate too
 }
 
 }  // namespace trident::model

@@ -442,6 +442,26 @@ TEST(Pipeline, GptOssMoeMatchesSingleRank) {
   expect_each_matches_single_rank(list);
 }
 
+// Muon (optim.name muon) on the meshes that keep each matrix whole: data
+// (ZeRO 0), pipeline (every schedule) and context, GPT-2 (c_attn's q, k, v
+// apart), LLaMA, the MoE model (each expert's gate, up and down apart) and
+// DeepSeek-V3 (MLA's latents, multi-token prediction): the single-rank
+// losses and gradients, every step's update being the single rank's.
+TEST(Pipeline, MuonMatchesSingleRank) {
+  if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
+  auto with = [](Case c) {
+    c.sets = {"optim.name=muon", "optim.muon.ns_precision=fp32", "optim.muon.adjust_lr=match_rms_adamw"};
+    return c;
+  };
+  Case ring{2, 1, 2, "1f1b", 0, "llama"}, a2a{2, 1, 2, "zero_bubble", 0, "moe"};
+  ring.context = 2, a2a.context = 2, a2a.context_mode = "all_to_all";
+  Case interleaved{1, 1, 8, "interleaved_1f1b", 0, "deepseek"}, dualpipe{2, 1, 2, "dualpipev", 0, "moe"};
+  interleaved.layers = 16, dualpipe.context = 2;
+  expect_each_matches_single_rank({with({8, 1, 1, "gpipe", 0, "gpt2"}), with({2, 1, 4, "1f1b", 0, "moe"}),
+                                   with({4, 1, 2, "zero_bubble", 0, "llama"}), with(interleaved), with(dualpipe),
+                                   with(ring), with(a2a)});
+}
+
 // A DeepSeek-V3-shaped model (multi-head latent attention with a query
 // latent, a dense first layer, MoE layers with a shared expert, sigmoid
 // group-limited routing, the per-sequence aux loss and a moving correction

@@ -277,6 +277,9 @@ void plan_time(const PlanContext& x, PlanResult& r) {
   // the optimizer step: memory-bound over this rank's shards (all of each part with ZeRO 0)
   const double shards = x.dense_params / (c.zero >= 1 ? DC : 1) + x.expert_params / (c.zero >= 1 ? x.EDC : 1);
   t.optimizer = optimizer_bytes_per_element(cl.precision) * shards / (cl.memory_bandwidth * cl.memory_fraction);
+  // Muon: every rank orthogonalises its stage's matrices (the data and context replicas the same ones)
+  if (q.optim.name == OptimizerKind::muon)
+    t.optimizer += muon_seconds(m, q.optim.muon, cl.rates()) * most_layers / double(m.layers + m.mtp.depth);
 }
 
 }  // namespace trident::launch

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "model/architecture.hpp"
 #include "model/parallel_plan.hpp"
+#include "model/params.hpp"
 
 namespace trident::launch {
 
@@ -199,6 +201,20 @@ OpTimes stage_op_times(const std::vector<Op>& ops, double dense, double moe, dou
     t.per_op += times * op.forward_s * op.per_op;
   }
   return t;
+}
+
+double muon_seconds(const ModelConfig& m, const MuonConfig& muon, const DeviceRates& rates) {
+  std::map<std::pair<int64_t, int64_t>, int64_t> shapes;  // (m, n), m <= n -> how many
+  for (const auto& x : model::muon_matrices(model::ParamRegistry(m), m))
+    ++shapes[{std::min(x.rows, x.cols), std::max(x.rows, x.cols)}];
+  double s = 0;
+  for (const auto& [mn, count] : shapes) {
+    const auto [a, b] = mn;
+    const double one = gemm("X X^T", a, a, b, 1, rates).forward_s + gemm("A A", a, a, a, 1, rates).forward_s +
+                       gemm("B X", a, b, a, 1, rates).forward_s;
+    s += double(count) * double(muon.ns_steps) * one;
+  }
+  return s;
 }
 
 }  // namespace trident::launch

@@ -79,6 +79,13 @@ struct OpShape {
 // the same FLOPs, larger GEMMs).
 std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const DeviceRates& rates);
 
+// Muon's Newton-Schulz iteration (optim.name muon, docs/optim.md#muon) over
+// every matrix of the whole model, on one device: per m x n matrix (m <= n
+// after the transpose) ns_steps x [X X^T (m x m x n), A A (m x m x m),
+// B X (m x n x m)], 4 m^2 n + 2 m^3 FLOPs an iteration, each GEMM at its
+// shape's efficiency. A rank runs its stage's share.
+double muon_seconds(const ModelConfig& m, const MuonConfig& muon, const DeviceRates& rates);
+
 // Seconds per micro-batch on a stage holding `dense` dense and `moe` MoE
 // layers (and the head `heads` times: 0 off the last stage, 1 + model.mtp.depth on it), by category.
 struct OpTimes {

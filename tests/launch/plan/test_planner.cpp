@@ -341,6 +341,41 @@ TEST(Planner, SlidingWindowAttention) {
   EXPECT_LT(b.time.step(), a.time.step());
 }
 
+// Muon: the Newton-Schulz FLOPs of every matrix, ns_steps x (4 m^2 n +
+// 2 m^3) for m x n (m <= n), at a GEMM's rate; each pipeline stage its
+// share; the meshes that cut matrices are invalid.
+TEST(Planner, MuonCountsTheIteration) {
+  const std::vector<std::string> sets = {"model.layers=4", "train.global_batch=8", "train.micro_batch=1"};
+  std::vector<std::string> with_muon = sets;
+  with_muon.push_back("optim.name=muon");
+  const Recipe adamw = load_plan_recipe(src("configs/llama-tiny.yaml"), sets);
+  const Recipe muon = load_plan_recipe(src("configs/llama-tiny.yaml"), with_muon);
+  DeviceRates flat;  // every GEMM at the peak, no floor, no memory bound: the time is the FLOPs
+  flat.peak_flops = 1e12, flat.memory_bandwidth = 1e30;
+  const ModelConfig& m = muon.model;
+  const int64_t C = m.hidden, HD = m.heads * m.head_dim(), KV = m.kv_heads * m.head_dim(), F = m.ffn_hidden;
+  auto ns = [](double a, double b) {  // one matrix, a x b
+    const double lo = std::min(a, b), hi = std::max(a, b);
+    return 5 * (4 * lo * lo * hi + 2 * lo * lo * lo);
+  };
+  const double per_layer = ns(HD, C) + 2 * ns(KV, C) + ns(C, HD) + 2 * ns(F, C) + ns(C, F);
+  EXPECT_NEAR(muon_seconds(m, muon.optim.muon, flat) * 1e12, 4 * per_layer, 1e-6 * per_layer);
+  PlanConfig one{1, 1, 1, 1, 1, 0, Recompute::none, ScheduleKind::one_f_one_b, false, {}};
+  PlanConfig two = one;
+  two.pipeline = 2;
+  const PlanResult a1 = plan_one(adamw, cpu(), one), m1 = plan_one(muon, cpu(), one);
+  const PlanResult a2 = plan_one(adamw, cpu(), two), m2 = plan_one(muon, cpu(), two);
+  ASSERT_TRUE(a1.feasible && m1.feasible && a2.feasible && m2.feasible) << m1.reason << m2.reason;
+  const double whole = muon_seconds(m, muon.optim.muon, cpu().rates());
+  EXPECT_NEAR(m1.time.optimizer - a1.time.optimizer, whole, 1e-9 * whole);
+  EXPECT_NEAR(m2.time.optimizer - a2.time.optimizer, whole / 2, 1e-9 * whole);  // a stage's half of the layers
+  PlanConfig tensor = one;
+  tensor.tensor = 2;
+  const PlanResult bad = plan_one(muon, cpu(), tensor);
+  EXPECT_FALSE(bad.feasible);
+  EXPECT_NE(bad.reason.find("optim.name muon"), std::string::npos) << bad.reason;
+}
+
 TEST(Planner, EnumerationIsComplete) {
   const Recipe rc = recipe("demo.yaml");
   const auto all = plan_all(rc, cpu(), 2);

@@ -1,9 +1,12 @@
 // One full training step (forward + backward of every micro-batch, clipping,
-// AdamW) for a recipe, at micro-batch 4 x sequence 64 unless overridden.
+// the optimizer) for a recipe, at micro-batch 4 x sequence 64 unless
+// overridden; with `--muon` each recipe also under optim.name muon (its
+// Newton-Schulz in bf16, and in fp32), so the optimizer_ms of AdamW and
+// Muon come from one run.
 // Counters: tokens/s, MFU against the measured sgemm peak (the trainer's
 // reference) and against the measured FMA peak, the bf16 GEMM peak under
 // bf16, and the milliseconds per step of forward, backward and optimizer.
-// Usage: bench_train_step [--recipe configs/X.yaml] [--precision fp32|bf16] [google-benchmark flags]
+// Usage: bench_train_step [--recipe configs/X.yaml] [--precision fp32|bf16] [--muon] [google-benchmark flags]
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -20,6 +23,7 @@
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
+#include "optim/muon.hpp"
 
 namespace trident::bench {
 
@@ -34,7 +38,12 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
   model::Transformer<float> net(rc.model, uint64_t(rc.seed), {.precision = rc.train.precision});
   auto recompute = rc.train.recompute;
   auto ctx = net.make_activations(B, recompute);
-  optim::AdamW<float> opt(model::decay_ranges(net.registry(), rc.optim), rc.optim);
+  // Muon (optim.name muon): its matrices, AdamW over the rest, the momentum in AdamW's exp_avg
+  const std::vector<kernels::MatrixRange> matrices = rc.optim.name == OptimizerKind::muon
+                                                         ? model::muon_matrices(net.registry(), rc.model)
+                                                         : std::vector<kernels::MatrixRange>{};
+  optim::AdamW<float> opt(model::without_matrices(model::decay_ranges(net.registry(), rc.optim), matrices), rc.optim);
+  const optim::Muon<float> muon(matrices, rc.optim.muon, 0);
   std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(size_t(B * T));
   for (size_t i = 0; i < tokens.size(); ++i)
     tokens[i] = int32_t((i * 7919) % uint64_t(rc.model.vocab)),
@@ -58,6 +67,9 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
     double norm = std::sqrt(optim::sum_of_squares(net.grads().data<float>(), net.registry().total()));
     opt.step(net.params().data<float>(), net.grads().data<float>(), 1e-4, ++step,
              optim::clip_scale(norm, rc.optim.grad_clip));
+    if (!matrices.empty())
+      muon.step(net.params().data<float>(), net.grads().data<float>(), opt.exp_avg(), 1e-4,
+                optim::clip_scale(norm, rc.optim.grad_clip));
     lap(t0, 2);
   }
   const char* phase_names[3] = {"forward_ms", "backward_ms", "optimizer_ms"};
@@ -82,11 +94,14 @@ int main(int argc, char** argv) {
   std::vector<std::pair<std::string, std::string>> recipes = {{"demo", root + "/configs/demo.yaml"},
                                                               {"gpt2-124m", root + "/configs/gpt2-124m.yaml"}};
   std::string precision = "fp32";
+  bool muon = false;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--recipe") == 0 && i + 1 < argc) {
       recipes = {{argv[i + 1], argv[i + 1]}};
       ++i;
+    } else if (std::strcmp(argv[i], "--muon") == 0) {
+      muon = true;
     } else if (std::strcmp(argv[i], "--precision") == 0 && i + 1 < argc) {
       precision = argv[i + 1];
       ++i;
@@ -97,14 +112,22 @@ int main(int argc, char** argv) {
   // micro-batch 4 x sequence 64, one micro-batch per step
   std::vector<std::string> sets = {"train.micro_batch=4", "train.global_batch=4", "model.seq_len=64",
                                    "train.precision=" + precision};
+  std::vector<std::pair<std::string, std::vector<std::string>>> optimizers = {{"", {}}};
+  if (muon)
+    optimizers.push_back({"/muon_bf16", {"optim.name=muon"}}),
+        optimizers.push_back({"/muon_fp32", {"optim.name=muon", "optim.muon.ns_precision=fp32"}});
   for (auto& [name, path] : recipes)
-    benchmark::RegisterBenchmark(("train_step/" + name).c_str(), trident::bench::train_step, path, sets)
-        ->Arg(1)
-        ->Arg(2)
-        ->ArgName("threads")
-        ->UseRealTime()
-        ->MinTime(2.0)
-        ->Unit(benchmark::kMillisecond);
+    for (auto& [suffix, more] : optimizers) {
+      std::vector<std::string> all = sets;
+      all.insert(all.end(), more.begin(), more.end());
+      benchmark::RegisterBenchmark(("train_step/" + name + suffix).c_str(), trident::bench::train_step, path, all)
+          ->Arg(1)
+          ->Arg(2)
+          ->ArgName("threads")
+          ->UseRealTime()
+          ->MinTime(2.0)
+          ->Unit(benchmark::kMillisecond);
+    }
   int n = int(rest.size());
   benchmark::Initialize(&n, rest.data());
   benchmark::RunSpecifiedBenchmarks();

@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "kernels/router.hpp"
-#include "launch/checkpoint/hf_names.hpp"
 #include "model/transformer.hpp"
 #include "tests/test_util.hpp"
 
@@ -150,21 +149,43 @@ std::vector<double> to_trident_layout(const std::string& name, const RefTensor& 
   return r;
 }
 
-// The reference's param or grad of Trident's parameter p in Trident's
-// layout: by name (GPT-2's Conv1D transposed, Qwen2-MoE's shared expert),
-// or for gpt_oss through the import's names and layouts (hf_names.hpp).
-std::vector<double> reference_values(const RefModel& ref, const std::string& kind, const ParamSpec& p) {
-  if (ref.family == "gpt_oss") {
-    const auto pieces = launch::hf_pieces(ref.cfg, launch::HfFamily::gpt_oss, p, p.global_shape);
-    EXPECT_EQ(pieces.size(), 1u) << p.name;
-    const launch::HfPiece& x = pieces.at(0);
-    const RefTensor& t = ref.at(kind, x.name);
-    EXPECT_EQ(t.shape, x.shape) << x.name;
-    if (x.layout == launch::HfLayout::same) return t.values;
-    std::vector<double> ours(t.values.size());
-    launch::hf_layout_in(ours.data(), t.values.data(), x);
+// gpt-oss as transformers holds it, written here from GptOssExperts and
+// GptOssTopKRouter (an independent check of the import's map,
+// launch/checkpoint/hf_names.hpp): the router under mlp.router; the experts'
+// gate_up_proj [E, C, 2I] with gate at the even columns, its bias [E, 2I]
+// interleaved alike, down_proj [E, I, C]; Trident's [E, 2I, C] (gate rows,
+// then up rows), [E, 2I], [E, C, I].
+std::vector<double> gpt_oss_values(const RefModel& ref, const std::string& kind, const ParamSpec& p) {
+  std::string name = p.name;
+  for (const char* router : {".mlp.gate.weight", ".mlp.gate.bias"})
+    if (name.ends_with(router)) name.replace(name.size() - std::string(router).size() + 5, 4, "router");
+  const RefTensor& t = ref.at(kind, name);
+  const bool gate_up = name.ends_with("mlp.experts.gate_up_proj"), gate_up_bias = name.ends_with("gate_up_proj_bias");
+  const bool down = name.ends_with("mlp.experts.down_proj");
+  if (!gate_up && !gate_up_bias && !down) return t.values;
+  const int64_t E = t.shape[0];
+  std::vector<double> ours(t.values.size());
+  if (down) {  // theirs [E, I, C] -> ours [E, C, I]
+    const int64_t I = t.shape[1], C = t.shape[2];
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t i = 0; i < I; ++i)
+        for (int64_t c = 0; c < C; ++c) ours[size_t((e * C + c) * I + i)] = t.values[size_t((e * I + i) * C + c)];
     return ours;
   }
+  const int64_t K = gate_up ? t.shape[1] : 1, R = gate_up ? t.shape[2] : t.shape[1], I = R / 2;  // R = 2I
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t j = 0; j < I; ++j)
+      for (int64_t half = 0; half < 2; ++half)  // gate j (their column 2j), up j (2j + 1)
+        for (int64_t k = 0; k < K; ++k)
+          ours[size_t((e * R + half * I + j) * K + k)] = t.values[size_t((e * K + k) * R + 2 * j + half)];
+  return ours;
+}
+
+// The reference's param or grad of Trident's parameter p in Trident's
+// layout: by name (GPT-2's Conv1D transposed, Qwen2-MoE's shared expert;
+// gpt-oss's names and layouts above).
+std::vector<double> reference_values(const RefModel& ref, const std::string& kind, const ParamSpec& p) {
+  if (ref.family == "gpt_oss") return gpt_oss_values(ref, kind, p);
   const std::string name = ref.tensors.count(kind + " " + p.name) ? p.name : hf_name(p.name);
   return to_trident_layout(p.name, ref.at(kind, name));
 }

@@ -43,7 +43,7 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
                                                          ? model::muon_matrices(net.registry(), rc.model)
                                                          : std::vector<kernels::MatrixRange>{};
   optim::AdamW<float> opt(model::without_matrices(model::decay_ranges(net.registry(), rc.optim), matrices), rc.optim);
-  const optim::Muon<float> muon(matrices, rc.optim.muon, 0);
+  optim::Muon<float> muon(matrices, rc.optim.muon, 0, net.registry().total(), 0, net.registry().total());
   std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(size_t(B * T));
   for (size_t i = 0; i < tokens.size(); ++i)
     tokens[i] = int32_t((i * 7919) % uint64_t(rc.model.vocab)),

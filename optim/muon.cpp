@@ -72,30 +72,54 @@ void newton_schulz(T* x, int64_t rows, int64_t cols, const MuonConfig& cfg) {
 }
 
 template <typename T>
-Muon<T>::Muon(std::vector<kernels::MatrixRange> matrices, const MuonConfig& cfg, int64_t begin)
-    : matrices_(std::move(matrices)), cfg_(cfg), begin_(begin) {
-  for (const auto& mr : matrices_)
-    TRIDENT_CHECK(mr.offset >= begin_ && mr.rows > 0 && mr.cols > 0, "Muon: a matrix at {} before the shard's {}",
-                  mr.offset, begin_);
+Muon<T>::Muon(std::vector<kernels::MatrixRange> matrices, const MuonConfig& cfg, int64_t base, int64_t numel,
+              int64_t begin, int64_t end)
+    : cfg_(cfg), base_(base), numel_(numel), begin_(begin), end_(end) {
+  for (const auto& mr : matrices) {
+    TRIDENT_CHECK(mr.offset >= base && mr.offset + mr.rows * mr.cols <= base + numel && mr.rows > 0 && mr.cols > 0,
+                  "Muon: a matrix at {} outside the part [{}, {})", mr.offset, base, base + numel);
+    if (mr.offset < end && mr.offset + mr.rows * mr.cols > begin) matrices_.push_back(mr);
+  }
 }
 
 template <typename T>
-void Muon<T>::step(T* params, const T* grads, T* momentum, double lr, double grad_scale) const {
+void Muon<T>::step(T* params, const T* grads, T* momentum, double lr, double grad_scale,
+                   const std::function<void(T*)>& gather) {
+  if (matrices_.empty() && !gather) return;
   const T mu = T(cfg_.momentum), keep = T(1 - lr * cfg_.weight_decay), scale = T(grad_scale);
-  std::vector<T> u;
-  for (const auto& mr : matrices_) {
-    const int64_t at = mr.offset - begin_, n = mr.rows * mr.cols;
-    T *p = params + at, *buf = momentum + at;
-    const T* g = grads + at;
-    u.resize(size_t(n));
-    for (int64_t i = 0; i < n; ++i) {
-      const T gi = scale * g[i];
-      buf[i] = lerp(buf[i], gi, T(1) - mu);
-      u[size_t(i)] = cfg_.nesterov ? lerp(gi, buf[i], mu) : buf[i];
+  const bool whole = !gather;
+  if (!whole) u_.assign(size_t(numel_), T(0));
+  std::vector<T> own;
+  // the momentum of this rank's elements, and their u (in the part-sized buffer, or per matrix)
+  auto update_momentum = [&](const kernels::MatrixRange& mr, T* u) {
+    const int64_t lo = std::max(mr.offset, begin_), hi = std::min(mr.offset + mr.rows * mr.cols, end_);
+    for (int64_t i = lo; i < hi; ++i) {
+      const T gi = scale * grads[i - begin_];
+      T& buf = momentum[i - begin_];
+      buf = lerp(buf, gi, T(1) - mu);
+      u[i - mr.offset] = cfg_.nesterov ? lerp(gi, buf, mu) : buf;
     }
-    newton_schulz(u.data(), mr.rows, mr.cols, cfg_);
+  };
+  for (const auto& mr : matrices_)
+    if (!whole) update_momentum(mr, u_.data() + (mr.offset - base_));
+  if (!whole) gather(u_.data());
+  for (const auto& mr : matrices_) {
+    const int64_t n = mr.rows * mr.cols;
+    T* u = nullptr;
+    if (whole) {
+      own.resize(size_t(n));
+      update_momentum(mr, own.data());
+      u = own.data();
+    } else {
+      u = u_.data() + (mr.offset - base_);
+    }
+    newton_schulz(u, mr.rows, mr.cols, cfg_);
     const T step = T(lr * muon_lr_ratio(cfg_.adjust_lr, mr.rows, mr.cols));
-    for (int64_t i = 0; i < n; ++i) p[i] = p[i] * keep - step * u[size_t(i)];
+    const int64_t lo = std::max(mr.offset, begin_), hi = std::min(mr.offset + n, end_);
+    for (int64_t i = lo; i < hi; ++i) {
+      T& p = params[i - begin_];
+      p = p * keep - step * u[i - mr.offset];
+    }
   }
 }
 

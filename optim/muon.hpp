@@ -13,6 +13,7 @@
 // elements: one state layout for checkpoints). Knows nothing of the model.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/recipe/recipe.hpp"
@@ -20,20 +21,31 @@
 
 namespace trident::optim {
 
+// Under ZeRO 1-3 a rank holds the shard [begin, end) of a part [base, base
+// + numel) of the flat buffer, and a shard may cut a matrix: each rank
+// updates the momentum of its elements and writes their u into a
+// part-sized buffer, `gather` all-gathers it over the replicas, and every
+// rank holding elements of a matrix orthogonalises the whole matrix and
+// updates its elements (a matrix is orthogonalised by the one or two ranks
+// holding it; the others skip it).
 template <typename T>
 class Muon {
  public:
-  // matrices: whole ones within [begin, end) of the flat buffer (absolute offsets).
-  Muon(std::vector<kernels::MatrixRange> matrices, const MuonConfig& cfg, int64_t begin);
+  // matrices: the part's (absolute offsets); the shard [begin, end) of the part [base, base + numel).
+  Muon(std::vector<kernels::MatrixRange> matrices, const MuonConfig& cfg, int64_t base, int64_t numel, int64_t begin,
+       int64_t end);
   // params, grads and momentum point at element `begin`; gradients are read
-  // as grad_scale * grads.
-  void step(T* params, const T* grads, T* momentum, double lr, double grad_scale) const;
-  const std::vector<kernels::MatrixRange>& matrices() const { return matrices_; }
+  // as grad_scale * grads. gather: all-gathers a part-sized buffer over the
+  // replicas (each rank's shard in place); null when the shard is the part.
+  void step(T* params, const T* grads, T* momentum, double lr, double grad_scale,
+            const std::function<void(T*)>& gather = nullptr);
+  bool empty() const { return matrices_.empty(); }
 
  private:
-  std::vector<kernels::MatrixRange> matrices_;
+  std::vector<kernels::MatrixRange> matrices_;  // those with elements in the shard
   MuonConfig cfg_;
-  int64_t begin_;
+  int64_t base_, numel_, begin_, end_;
+  std::vector<T> u_;  // the part's u, gathered (ZeRO >= 1)
 };
 
 // Newton-Schulz orthogonalisation of x [rows, cols] in place, as above.

@@ -181,10 +181,9 @@ void validate_mesh(Reader& r, const Recipe& rc, int64_t world) {
   // Muon orthogonalises whole matrices: meshes that keep every matrix whole on a rank (docs/optim.md#muon)
   if (rc.optim.name == OptimizerKind::muon) {
     const std::string why =
-        "with optim.name muon (which orthogonalises whole matrices; this version keeps each on "
-        "one rank: data, pipeline and context meshes with ZeRO 0)";
+        "with optim.name muon (which orthogonalises whole matrices; this version gathers them over ZeRO's "
+        "shards, not yet over tensor slices or expert ranks: data with ZeRO 0-3, pipeline and context meshes)";
     if (p.tensor > 1) r.inconsistent("parallel.tensor", fmt::format("tensor({}) {}", p.tensor, why));
-    if (p.zero > 0) r.inconsistent("parallel.zero", fmt::format("zero({}) {}", p.zero, why));
     if (p.expert > 1) r.inconsistent("parallel.expert", fmt::format("expert({}) {}", p.expert, why));
     if (rc.device == DeviceType::cuda) r.inconsistent("device", "cuda with optim.name muon: the CPU's in this version");
   }

@@ -166,18 +166,13 @@ double global_grad_norm(const model::ParamRegistry& reg, parallel::DataParallelP
   return std::sqrt(sq);
 }
 
-// The Muon matrices of [begin, end) (optim.name muon), whole ones only.
-std::vector<kernels::MatrixRange> muon_matrices_in(const Recipe& rc, const model::ParamRegistry& reg, int64_t begin,
-                                                   int64_t end) {
+// The Muon matrices of the part [base, base + numel) (optim.name muon).
+std::vector<kernels::MatrixRange> muon_matrices_in(const Recipe& rc, const model::ParamRegistry& reg, int64_t base,
+                                                   int64_t numel) {
   std::vector<kernels::MatrixRange> out;
   if (rc.optim.name != OptimizerKind::muon) return out;
-  for (const auto& m : model::muon_matrices(reg, rc.model)) {
-    const int64_t last = m.offset + m.rows * m.cols;
-    if (last <= begin || m.offset >= end) continue;
-    TRIDENT_CHECK(m.offset >= begin && last <= end, "Muon: a matrix [{}, {}) crosses the shard [{}, {})", m.offset,
-                  last, begin, end);
-    out.push_back(m);
-  }
+  for (const auto& m : model::muon_matrices(reg, rc.model))
+    if (m.offset >= base && m.offset < base + numel) out.push_back(m);
   return out;
 }
 
@@ -188,14 +183,21 @@ std::vector<kernels::MatrixRange> muon_matrices_in(const Recipe& rc, const model
 struct PartOptimizer {
   PartOptimizer(const Recipe& rc, const model::ParamRegistry& reg, parallel::DataParallelPart& part, Device dev)
       : part(part),
-        matrices(muon_matrices_in(rc, reg, part.shard_begin(), part.shard_end())),
+        matrices(muon_matrices_in(rc, reg, part.base, part.numel)),
         opt(model::without_matrices(model::decay_ranges(reg, rc.optim), matrices), rc.optim, part.shard_begin(),
             part.shard_end(), dev, model::bias_ranges(reg, rc)),
-        muon(matrices, rc.optim.muon, part.shard_begin()),
+        muon(matrices, rc.optim.muon, part.base, part.numel, part.shard_begin(), part.shard_end()),
         master(part.dp->param_shard(), part.dp->shard_size(), rc.train.precision, dev) {}
   void step(double lr, int64_t step, double grad_scale) {
     opt.step(master.params(), part.dp->grad_shard(), lr, step, grad_scale);
-    if (!matrices.empty()) muon.step(master.params(), part.dp->grad_shard(), opt.exp_avg(), lr, grad_scale);
+    if (matrices.empty()) return;
+    // ZeRO >= 1: the shards' u all-gathered over the replicas (optim/muon.hpp)
+    std::function<void(float*)> gather;
+    if (part.dp->sharded())
+      gather = [this](float* u) {
+        part.replicas->all_gather(Tensor::borrow(u, part.numel), {part.dp->shard_counts()})->wait();
+      };
+    muon.step(master.params(), part.dp->grad_shard(), opt.exp_avg(), lr, grad_scale, gather);
   }
   parallel::DataParallelPart& part;
   std::vector<kernels::MatrixRange> matrices;

@@ -518,7 +518,10 @@ optim: {name: muon, lr: 1.0e-3, weight_decay: 0.1, muon: {ns_steps: 4, adjust_lr
   EXPECT_EQ(r.optim.muon.ns_precision, MuonPrecision::bf16);
   EXPECT_EQ(load_recipe_text(muon, "r.yaml", {"optim.muon.weight_decay=0"}, 1).optim.muon.weight_decay, 0.0);
   expect_error(muon, {"parallel.tensor", "tensor(2) with optim.name muon"}, {"parallel.tensor=2"}, 2);
-  expect_error(muon, {"parallel.zero", "zero(1) with optim.name muon"}, {"parallel.data=2", "parallel.zero=1"}, 2);
+  EXPECT_EQ(load_recipe_text(muon, "r.yaml", {"parallel.data=2", "parallel.zero=3"}, 2).parallel.zero, 3);
+  const std::string moe =
+      std::string(muon).replace(muon.find("vocab: 50}"), 10, "vocab: 50, moe: {experts: 4, top_k: 2, ffn_hidden: 16}}");
+  expect_error(moe, {"parallel.expert", "expert(2) with optim.name muon"}, {"parallel.data=2", "parallel.expert=2"}, 2);
   expect_error(muon, {"optim.muon.ns_coefficients", "a list of 3 numbers"}, {"optim.muon.ns_coefficients=[1, 2]"});
   expect_error(muon, {"optim.name", "adamw", "muon", "found 'sgd'"}, {"optim.name=sgd"});
 }

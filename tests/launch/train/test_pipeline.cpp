@@ -442,8 +442,8 @@ TEST(Pipeline, GptOssMoeMatchesSingleRank) {
   expect_each_matches_single_rank(list);
 }
 
-// Muon (optim.name muon) on the meshes that keep each matrix whole: data
-// (ZeRO 0), pipeline (every schedule) and context, GPT-2 (c_attn's q, k, v
+// Muon (optim.name muon) on data (ZeRO 0-3: a matrix a shard cuts is
+// gathered), pipeline (every schedule) and context, GPT-2 (c_attn's q, k, v
 // apart), LLaMA, the MoE model (each expert's gate, up and down apart) and
 // DeepSeek-V3 (MLA's latents, multi-token prediction): the single-rank
 // losses and gradients, every step's update being the single rank's.
@@ -457,6 +457,9 @@ TEST(Pipeline, MuonMatchesSingleRank) {
   ring.context = 2, a2a.context = 2, a2a.context_mode = "all_to_all";
   Case interleaved{1, 1, 8, "interleaved_1f1b", 0, "deepseek"}, dualpipe{2, 1, 2, "dualpipev", 0, "moe"};
   interleaved.layers = 16, dualpipe.context = 2;
+  // ZeRO 1-3: a shard may cut a matrix; its u is gathered over the replicas (optim/muon.hpp)
+  expect_each_matches_single_rank(
+      {with({8, 1, 1, "gpipe", 1, "gpt2"}), with({4, 1, 2, "1f1b", 2, "moe"}), with({8, 1, 1, "1f1b", 3, "deepseek"})});
   expect_each_matches_single_rank({with({8, 1, 1, "gpipe", 0, "gpt2"}), with({2, 1, 4, "1f1b", 0, "moe"}),
                                    with({4, 1, 2, "zero_bubble", 0, "llama"}), with(interleaved), with(dualpipe),
                                    with(ring), with(a2a)});

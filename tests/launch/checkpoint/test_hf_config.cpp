@@ -15,24 +15,27 @@
 
 namespace trident::launch {
 
+// A LLaMA-family config.json of model_type `type` with the recipe model's sizes (each test adds its family's keys).
+nlohmann::json config_of(const std::string& type, const ModelConfig& m, int64_t intermediate_size) {
+  return {{"model_type", type},
+          {"num_hidden_layers", m.layers},
+          {"hidden_size", m.hidden},
+          {"num_attention_heads", m.heads},
+          {"num_key_value_heads", m.kv_heads},
+          {"intermediate_size", intermediate_size},
+          {"vocab_size", m.vocab},
+          {"max_position_embeddings", m.seq_len},
+          {"rms_norm_eps", m.norm_eps},
+          {"rope_theta", m.rope_theta},
+          {"tie_word_embeddings", false}};
+}
+
 TEST(HfConfig, MixtralSlidingWindowShorterThanTheSequenceIsRefused) {
   const Recipe rc = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/moe-tiny.yaml",
                                 {"model.moe.first_dense=0", "model.moe.balance.kind=hf"}, 1);
   const auto& m = rc.model;
-  nlohmann::json c = {{"model_type", "mixtral"},
-                      {"num_hidden_layers", m.layers},
-                      {"hidden_size", m.hidden},
-                      {"num_attention_heads", m.heads},
-                      {"num_key_value_heads", m.kv_heads},
-                      {"intermediate_size", m.moe.ffn_hidden},
-                      {"vocab_size", m.vocab},
-                      {"max_position_embeddings", m.seq_len},
-                      {"rms_norm_eps", m.norm_eps},
-                      {"rope_theta", m.rope_theta},
-                      {"tie_word_embeddings", false},
-                      {"num_local_experts", m.moe.experts},
-                      {"num_experts_per_tok", m.moe.top_k},
-                      {"sliding_window", nullptr}};
+  nlohmann::json c = config_of("mixtral", m, m.moe.ffn_hidden);
+  c["num_local_experts"] = m.moe.experts, c["num_experts_per_tok"] = m.moe.top_k, c["sliding_window"] = nullptr;
   EXPECT_NO_THROW(check_hf_config("config.json", c, rc));
   c["sliding_window"] = m.seq_len;  // covers every position trained on
   EXPECT_NO_THROW(check_hf_config("config.json", c, rc));
@@ -59,18 +62,8 @@ TEST(HfConfig, HeadSizeIsCompared) {
   const Recipe rc = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/llama-tiny.yaml",
                                 {"model.qk_norm=true", "model.head_dim=48"}, 1);
   const auto& m = rc.model;
-  nlohmann::json c = {{"model_type", "qwen3"},
-                      {"num_hidden_layers", m.layers},
-                      {"hidden_size", m.hidden},
-                      {"num_attention_heads", m.heads},
-                      {"num_key_value_heads", m.kv_heads},
-                      {"head_dim", 48},
-                      {"intermediate_size", m.ffn_hidden},
-                      {"vocab_size", m.vocab},
-                      {"max_position_embeddings", m.seq_len},
-                      {"rms_norm_eps", m.norm_eps},
-                      {"rope_theta", m.rope_theta},
-                      {"tie_word_embeddings", false}};
+  nlohmann::json c = config_of("qwen3", m, m.ffn_hidden);
+  c["head_dim"] = 48;
   EXPECT_NO_THROW(check_hf_config("config.json", c, rc));
   for (const nlohmann::json& other : {nlohmann::json(32), nlohmann::json()}) {
     if (other.is_null())
@@ -94,19 +87,9 @@ TEST(HfConfig, HeadSizeIsCompared) {
 TEST(HfConfig, MistralImportsAsLlama) {
   const Recipe rc = load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/llama-tiny.yaml", {"model.head_dim=48"}, 1);
   const auto& m = rc.model;
-  nlohmann::json c = {{"model_type", "mistral"},
-                      {"num_hidden_layers", m.layers},
-                      {"hidden_size", m.hidden},
-                      {"num_attention_heads", m.heads},
-                      {"num_key_value_heads", m.kv_heads},
-                      {"head_dim", 48},
-                      {"intermediate_size", m.ffn_hidden},
-                      {"vocab_size", m.vocab},
-                      {"max_position_embeddings", m.seq_len},
-                      {"rms_norm_eps", m.norm_eps},
-                      {"rope_theta", m.rope_theta},
-                      {"tie_word_embeddings", false},
-                      {"sliding_window", nullptr}};
+  nlohmann::json c = config_of("mistral", m, m.ffn_hidden);
+  c["head_dim"] = 48;
+  c["sliding_window"] = nullptr;
   EXPECT_NO_THROW(check_hf_config("config.json", c, rc));
   c["sliding_window"] = m.seq_len;
   EXPECT_NO_THROW(check_hf_config("config.json", c, rc));

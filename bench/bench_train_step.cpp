@@ -39,11 +39,13 @@ static void train_step(benchmark::State& st, std::string recipe_path, std::vecto
   auto recompute = rc.train.recompute;
   auto ctx = net.make_activations(B, recompute);
   // Muon (optim.name muon): its matrices, AdamW over the rest, the momentum in AdamW's exp_avg
-  const std::vector<kernels::MatrixRange> matrices = rc.optim.name == OptimizerKind::muon
-                                                         ? model::muon_matrices(net.registry(), rc.model)
-                                                         : std::vector<kernels::MatrixRange>{};
-  optim::AdamW<float> opt(model::without_matrices(model::decay_ranges(net.registry(), rc.optim), matrices), rc.optim);
-  optim::Muon<float> muon(matrices, rc.optim.muon, 0, net.registry().total(), 0, net.registry().total());
+  const int64_t total = net.registry().total();
+  const std::vector<kernels::MuonMatrix> matrices =
+      rc.optim.name == OptimizerKind::muon ? model::muon_matrices(net.registry(), rc.model, 0, total, false)
+                                           : std::vector<kernels::MuonMatrix>{};
+  optim::AdamW<float> opt(model::without_matrices(model::decay_ranges(net.registry(), rc.optim), matrices, 0),
+                          rc.optim);
+  optim::Muon<float> muon(matrices, rc.optim.muon, 0, total, 0, total);
   std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(size_t(B * T));
   for (size_t i = 0; i < tokens.size(); ++i)
     tokens[i] = int32_t((i * 7919) % uint64_t(rc.model.vocab)),

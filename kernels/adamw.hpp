@@ -25,10 +25,21 @@ struct AdamWRange {
   int64_t offset, size;
   double weight_decay;
 };
-// A whole rows x cols matrix (row-major) at `offset` of a flat buffer: one
-// of Muon's (optim/muon.hpp, model::muon_matrices).
-struct MatrixRange {
-  int64_t offset, rows, cols;
+// Where a logical matrix's elements lie on one rank: the rank's flat
+// elements offset + i cols + j (i < rows, j < cols) are the matrix's
+// element (row + i, col + j).
+struct MatrixBlock {
+  int64_t offset, row, col, rows, cols;
+  bool operator==(const MatrixBlock&) const = default;
+};
+// A rows x cols matrix Muon orthogonalises whole (optim/muon.hpp,
+// model::muon_matrices): held[r], its blocks on rank r of the group its
+// slices are spread over (the tensor group; one entry when each rank holds
+// it whole). Ranks may hold equal blocks (replicated KV heads, a weight
+// every tensor rank keeps whole), or none.
+struct MuonMatrix {
+  int64_t rows = 0, cols = 0;
+  std::vector<std::vector<MatrixBlock>> held;
 };
 // Aux-loss-free balancing (DeepSeek-V3; docs/moe.md): an MoE layer's
 // correction bias [offset, offset + size) of the flat buffer, whose gradient

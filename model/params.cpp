@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 
 #include "core/error.hpp"
 #include "core/philox.hpp"
@@ -284,38 +285,78 @@ std::vector<kernels::AdamWRange> decay_ranges(const ParamRegistry& reg, const Op
   return out;
 }
 
-std::vector<kernels::MatrixRange> muon_matrices(const ParamRegistry& reg, const ModelConfig& cfg) {
-  std::vector<kernels::MatrixRange> out;
+std::vector<kernels::MuonMatrix> muon_matrices(const ParamRegistry& reg, const ModelConfig& cfg, int64_t begin,
+                                               int64_t end, bool sliced) {
+  std::vector<kernels::MuonMatrix> out;
   const Architecture& arch = architecture(cfg.arch);
-  for (const auto& p : reg.params()) {
+  // the registries of the tensor group's ranks (this rank's own when not sliced)
+  std::vector<std::unique_ptr<ParamRegistry>> made;
+  std::vector<const ParamRegistry*> ranks = {&reg};
+  if (sliced && reg.shard().size > 1) {
+    ranks.assign(size_t(reg.shard().size), nullptr);
+    for (int r = 0; r < reg.shard().size; ++r) {
+      if (r == reg.shard().rank) {
+        ranks[size_t(r)] = &reg;
+        continue;
+      }
+      made.push_back(
+          std::make_unique<ParamRegistry>(cfg, TensorShard{r, reg.shard().size}, reg.chunks(), reg.experts()));
+      ranks[size_t(r)] = made.back().get();
+    }
+  }
+  for (size_t i = 0; i < reg.params().size(); ++i) {
+    const ParamSpec& p = reg.params()[i];
     const ParamRow* row = arch.find(p.name);
-    if (p.kind != ParamKind::weight || p.shape.size() != 2 || p.vocab_rows || !row) continue;
+    if (p.kind != ParamKind::weight || p.shape.size() != 2 || p.vocab_rows || !row || p.offset < begin ||
+        p.offset >= end)
+      continue;
     if (row->slot == Slot::router_weight || row->slot == Slot::shared_gate_weight || row->slot == Slot::mtp_proj)
       continue;
-    TRIDENT_CHECK(p.global_shape == p.shape, "Muon needs whole matrices: {} is a slice", p.name);
-    // the logical matrices: each expert's block, and the plan's row blocks in it (GPT-2's c_attn: q, k and v;
-    // an expert's gate and up)
+    // the logical matrices: each expert's block of rows, and the plan's row blocks in it (GPT-2's c_attn: q, k
+    // and v; an expert's gate and up)
     const int64_t blocks = (p.expert_major ? cfg.moe.experts : 1) * std::max(1, row->plan.parts);
-    const int64_t rows = p.rows() / blocks;
-    for (int64_t b = 0; b < blocks; ++b) out.push_back({p.offset + b * rows * p.cols(), rows, p.cols()});
+    const int64_t rows = p.global_shape[0] / blocks, cols = p.global_cols();
+    std::vector<kernels::MuonMatrix> mine(size_t(blocks), kernels::MuonMatrix{rows, cols, {}});
+    for (auto& m : mine) m.held.resize(ranks.size());
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const ParamSpec& q = ranks[r]->params()[i];
+      TRIDENT_CHECK(q.name == p.name && q.offset == p.offset, "Muon: tensor rank {}'s layout differs at {}", r, p.name);
+      int64_t local = 0;  // local row of the range's first row
+      for (auto [lo, hi] : q.row_ranges) {
+        for (int64_t g = lo; g < hi;) {
+          const int64_t k = g / rows, n = std::min(hi, (k + 1) * rows) - g;
+          mine[size_t(k)].held[r].push_back(
+              {q.offset + (local + g - lo) * q.cols(), g - k * rows, q.col_begin, n, q.cols()});
+          g += n;
+        }
+        local += hi - lo;
+      }
+    }
+    for (auto& m : mine)  // blocks no rank of the group holds: other expert ranks' experts
+      if (std::any_of(m.held.begin(), m.held.end(), [](const auto& h) { return !h.empty(); }))
+        out.push_back(std::move(m));
   }
   return out;
 }
 
 std::vector<kernels::AdamWRange> without_matrices(const std::vector<kernels::AdamWRange>& ranges,
-                                                  const std::vector<kernels::MatrixRange>& matrices) {
+                                                  const std::vector<kernels::MuonMatrix>& matrices, int slice) {
+  std::vector<std::pair<int64_t, int64_t>> held;  // this rank's matrix elements, in order
+  for (const auto& m : matrices)
+    for (const auto& b : m.held[size_t(slice)]) held.push_back({b.offset, b.offset + b.rows * b.cols});
+  std::sort(held.begin(), held.end());
   std::vector<kernels::AdamWRange> out;
   auto emit = [&](int64_t lo, int64_t hi, double decay) {
     if (hi > lo) out.push_back({lo, hi - lo, decay});
   };
-  size_t m = 0;  // both lists in offset order, the matrices disjoint
+  size_t m = 0;  // both lists in offset order, the blocks disjoint
   for (const auto& r : ranges) {
     const int64_t end = r.offset + r.size;
-    while (m < matrices.size() && matrices[m].offset + matrices[m].rows * matrices[m].cols <= r.offset) ++m;
+    while (m < held.size() && held[m].second <= r.offset) ++m;
     int64_t at = r.offset;
-    for (size_t k = m; k < matrices.size() && matrices[k].offset < end; ++k) {
-      emit(at, matrices[k].offset, r.weight_decay);
-      at = std::max(at, matrices[k].offset + matrices[k].rows * matrices[k].cols);
+    for (size_t k = m; k < held.size() && held[k].first < end; ++k) {
+      emit(at, held[k].first, r.weight_decay);
+      at = std::max(at, held[k].second);
     }
     emit(at, end, r.weight_decay);
   }

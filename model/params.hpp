@@ -146,17 +146,21 @@ std::string layer_prefix(const ModelConfig& cfg, int64_t layer);
 std::vector<kernels::AdamWRange> decay_ranges(const ParamRegistry& reg, const OptimConfig& cfg);
 
 // Muon's matrices (optim.name muon, docs/optim.md#muon): the hidden 2-D
-// weights this registry holds, as the logical matrices Muon orthogonalises
-// one by one, in the flat buffer's order. Attention's q, k and v are
-// parameters of their own (GPT-2's fused c_attn split in three); an
-// expert's gate, up and down are one matrix each (the [E, 2I, C] and
-// [E, C, I] weights split); MLA's down and up projections one each. Not Muon's: embeddings, the LM head, norms, biases,
-// routers, the shared-expert gate, multi-token prediction's eh_proj.
-// The registry must hold whole matrices (tensor 1, experts on one rank).
-std::vector<kernels::MatrixRange> muon_matrices(const ParamRegistry& reg, const ModelConfig& cfg);
-// ranges without the elements of the matrices (AdamW's share under Muon).
+// weights, as the logical matrices Muon orthogonalises one by one, in the
+// flat buffer's order, those of this rank's parameters in [begin, end).
+// Attention's q, k and v are matrices of their own (GPT-2's fused c_attn
+// split in three); an expert's gate, up and down one each (the [E, 2I, C]
+// and [E, C, I] weights split); MLA's down and up projections one each. Not
+// Muon's: embeddings, the LM head, norms, biases, routers, the shared-expert
+// gate, multi-token prediction's eh_proj. sliced: the tensor group holds
+// slices of them, and held[r] gives tensor rank r's blocks (every tensor
+// rank's registry has the same shapes and offsets); else held has this
+// rank's blocks only (experts whole on their rank).
+std::vector<kernels::MuonMatrix> muon_matrices(const ParamRegistry& reg, const ModelConfig& cfg, int64_t begin,
+                                               int64_t end, bool sliced);
+// ranges without the elements of held[slice] of the matrices (AdamW's share under Muon).
 std::vector<kernels::AdamWRange> without_matrices(const std::vector<kernels::AdamWRange>& ranges,
-                                                  const std::vector<kernels::MatrixRange>& matrices);
+                                                  const std::vector<kernels::MuonMatrix>& matrices, int slice);
 
 // The MoE layers' correction biases and their update (kernels::BiasRange):
 // moved by model.moe.balance.bias_rate from the step's counts, whose mean is

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -71,55 +72,179 @@ void newton_schulz(T* x, int64_t rows, int64_t cols, const MuonConfig& cfg) {
     for (int64_t j = 0; j < cols; ++j) x[i * cols + j] = X[size_t(tall ? j * n + i : i * n + j)];
 }
 
+double newton_schulz_flops(int64_t rows, int64_t cols, int64_t ns_steps) {
+  const double m = double(std::min(rows, cols)), n = double(std::max(rows, cols));
+  return double(ns_steps) * (4 * m * m * n + 2 * m * m * m);
+}
+
 template <typename T>
-Muon<T>::Muon(std::vector<kernels::MatrixRange> matrices, const MuonConfig& cfg, int64_t base, int64_t numel,
-              int64_t begin, int64_t end)
-    : cfg_(cfg), base_(base), numel_(numel), begin_(begin), end_(end) {
-  for (const auto& mr : matrices) {
-    TRIDENT_CHECK(mr.offset >= base && mr.offset + mr.rows * mr.cols <= base + numel && mr.rows > 0 && mr.cols > 0,
-                  "Muon: a matrix at {} outside the part [{}, {})", mr.offset, base, base + numel);
-    if (mr.offset < end && mr.offset + mr.rows * mr.cols > begin) matrices_.push_back(mr);
+Muon<T>::Muon(std::vector<kernels::MuonMatrix> matrices, const MuonConfig& cfg, int64_t base, int64_t numel,
+              int64_t begin, int64_t end, MuonGroup<T> group)
+    : matrices_(std::move(matrices)),
+      cfg_(cfg),
+      base_(base),
+      numel_(numel),
+      begin_(begin),
+      end_(end),
+      group_(std::move(group)) {
+  const int S = group_.slices, slots = S * group_.replicas;
+  TRIDENT_CHECK(
+      S >= 1 && group_.replicas >= 1 && (S == 1 || group_.exchange) && (group_.replicas == 1 || group_.combine),
+      "Muon: a group of {} slices x {} replicas without its collectives", S, group_.replicas);
+  // owners: the largest matrices first, each to the least loaded rank (ties: the lowest)
+  std::vector<size_t> order(matrices_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto cost = [&](size_t i) { return newton_schulz_flops(matrices_[i].rows, matrices_[i].cols, cfg_.ns_steps); };
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return cost(x) > cost(y); });
+  flops_.assign(size_t(slots), 0);
+  owner_.resize(matrices_.size());
+  for (size_t i : order) {
+    const int slot = int(std::min_element(flops_.begin(), flops_.end()) - flops_.begin());
+    flops_[size_t(slot)] += cost(i);
+    owner_[i].slice = slot % S, owner_[i].replica = slot / S;
+  }
+  for (size_t i = 0; i < matrices_.size(); ++i) {
+    const kernels::MuonMatrix& m = matrices_[i];
+    TRIDENT_CHECK(int(m.held.size()) == S, "Muon: a matrix held by {} slices, the group has {}", m.held.size(), S);
+    // what each slice sends the owner: its blocks the owner or a lower slice does not hold
+    const int a = owner_[i].slice;
+    std::vector<kernels::MatrixBlock> have = m.held[size_t(a)];
+    owner_[i].sent.assign(size_t(S), {});
+    for (int r = 0; r < S; ++r)
+      for (const auto& b : m.held[size_t(r)]) {
+        TRIDENT_CHECK(b.offset >= base && b.offset + b.rows * b.cols <= base + numel && b.row >= 0 &&
+                          b.row + b.rows <= m.rows && b.col >= 0 && b.col + b.cols <= m.cols,
+                      "Muon: a block at {} outside the part [{}, {}) or its {} x {} matrix", b.offset, base,
+                      base + numel, m.rows, m.cols);
+        if (r == a || std::find(have.begin(), have.end(), b) != have.end()) continue;
+        owner_[i].sent[size_t(r)].push_back(b);
+        have.push_back(b);
+      }
+    int64_t area = 0;
+    for (const auto& b : have) area += b.rows * b.cols;
+    TRIDENT_CHECK(area == m.rows * m.cols, "Muon: the blocks of a {} x {} matrix cover {} elements, not each once",
+                  m.rows, m.cols, area);
   }
 }
 
 template <typename T>
-void Muon<T>::step(T* params, const T* grads, T* momentum, double lr, double grad_scale,
-                   const std::function<void(T*)>& gather) {
-  if (matrices_.empty() && !gather) return;
+void Muon<T>::step(T* params, const T* grads, T* momentum, double lr, double grad_scale) {
+  if (matrices_.empty()) return;
   const T mu = T(cfg_.momentum), keep = T(1 - lr * cfg_.weight_decay), scale = T(grad_scale);
-  const bool whole = !gather;
-  if (!whole) u_.assign(size_t(numel_), T(0));
-  std::vector<T> own;
-  // the momentum of this rank's elements, and their u (in the part-sized buffer, or per matrix)
-  auto update_momentum = [&](const kernels::MatrixRange& mr, T* u) {
-    const int64_t lo = std::max(mr.offset, begin_), hi = std::min(mr.offset + mr.rows * mr.cols, end_);
-    for (int64_t i = lo; i < hi; ++i) {
-      const T gi = scale * grads[i - begin_];
-      T& buf = momentum[i - begin_];
-      buf = lerp(buf, gi, T(1) - mu);
-      u[i - mr.offset] = cfg_.nesterov ? lerp(gi, buf, mu) : buf;
-    }
+  const int s = group_.slice, S = group_.slices, y = group_.replica;
+  // a block's elements, row by row: f(flat element of the rank's buffer, element of the row-major matrix, count)
+  auto rows_of = [](const kernels::MatrixBlock& b, int64_t cols, auto&& f) {
+    for (int64_t i = 0; i < b.rows; ++i) f(b.offset + i * b.cols, (b.row + i) * cols + b.col, b.cols);
   };
-  for (const auto& mr : matrices_)
-    if (!whole) update_momentum(mr, u_.data() + (mr.offset - base_));
-  if (!whole) gather(u_.data());
-  for (const auto& mr : matrices_) {
-    const int64_t n = mr.rows * mr.cols;
-    T* u = nullptr;
-    if (whole) {
-      own.resize(size_t(n));
-      update_momentum(mr, own.data());
-      u = own.data();
-    } else {
-      u = u_.data() + (mr.offset - base_);
+  // 1. the momentum of this rank's elements, their u into the part-sized buffer
+  u_.assign(size_t(numel_), T(0));
+  for (const auto& m : matrices_)
+    for (const auto& b : m.held[size_t(s)])
+      rows_of(b, m.cols, [&](int64_t at, int64_t, int64_t n) {
+        for (int64_t e = std::max(at, begin_); e < std::min(at + n, end_); ++e) {
+          const T gi = scale * grads[e - begin_];
+          T& buf = momentum[e - begin_];
+          buf = lerp(buf, gi, T(1) - mu);
+          u_[size_t(e - base_)] = cfg_.nesterov ? lerp(gi, buf, mu) : buf;
+        }
+      });
+  if (group_.gather) group_.gather(u_.data());
+  // 2. the owners of this replica's matrices assemble, orthogonalise and send back
+  auto mine = [&](size_t i, int slice) { return owner_[i].replica == y && owner_[i].slice == slice; };
+  std::vector<std::vector<T>> whole(matrices_.size());
+  std::vector<int64_t> send_counts(size_t(S), 0), recv_counts(size_t(S), 0);
+  std::vector<T> send, recv;
+  // appends a block's elements to send: from the part's buffer, or from the whole matrix w
+  auto pack = [&](const kernels::MatrixBlock& b, int64_t cols, const std::vector<T>* w) {
+    rows_of(b, cols, [&](int64_t at, int64_t el, int64_t n) {
+      const T* src = w ? w->data() + el : u_.data() + (at - base_);
+      send.insert(send.end(), src, src + n);
+    });
+  };
+  if (S > 1) {
+    for (int a = 0; a < S; ++a)
+      for (size_t i = 0; i < matrices_.size() && a != s; ++i) {
+        if (mine(i, a))
+          for (const auto& b : owner_[i].sent[size_t(s)]) {
+            pack(b, matrices_[i].cols, nullptr);
+            send_counts[size_t(a)] += b.rows * b.cols;
+          }
+        if (mine(i, s))
+          for (const auto& b : owner_[i].sent[size_t(a)]) recv_counts[size_t(a)] += b.rows * b.cols;
+      }
+    recv.resize(size_t(std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t(0))));
+    group_.exchange(send.data(), send_counts, recv.data(), recv_counts);
+  }
+  int64_t at_recv = 0;
+  for (int r = 0; r < S; ++r)  // recv: slice r's blocks of my matrices, in matrix order
+    for (size_t i = 0; i < matrices_.size(); ++i) {
+      if (!mine(i, s)) continue;
+      const kernels::MuonMatrix& m = matrices_[i];
+      std::vector<T>& w = whole[i];
+      if (w.empty()) {
+        w.assign(size_t(m.rows * m.cols), T(0));
+        for (const auto& b : m.held[size_t(s)])
+          rows_of(b, m.cols,
+                  [&](int64_t at, int64_t el, int64_t n) { std::copy_n(u_.data() + (at - base_), n, w.data() + el); });
+      }
+      if (r == s) continue;
+      for (const auto& b : owner_[i].sent[size_t(r)])
+        rows_of(b, m.cols, [&](int64_t, int64_t el, int64_t n) {
+          std::copy_n(recv.data() + at_recv, n, w.data() + el);
+          at_recv += n;
+        });
     }
-    newton_schulz(u, mr.rows, mr.cols, cfg_);
-    const T step = T(lr * muon_lr_ratio(cfg_.adjust_lr, mr.rows, mr.cols));
-    const int64_t lo = std::max(mr.offset, begin_), hi = std::min(mr.offset + n, end_);
-    for (int64_t i = lo; i < hi; ++i) {
-      T& p = params[i - begin_];
-      p = p * keep - step * u[i - mr.offset];
+  for (size_t i = 0; i < matrices_.size(); ++i)
+    if (mine(i, s)) {
+      newton_schulz(whole[i].data(), matrices_[i].rows, matrices_[i].cols, cfg_);
+      for (const auto& b : matrices_[i].held[size_t(s)])
+        rows_of(b, matrices_[i].cols, [&](int64_t at, int64_t el, int64_t n) {
+          std::copy_n(whole[i].data() + el, n, u_.data() + (at - base_));
+        });
     }
+  if (S > 1) {  // back: every holder its blocks
+    send.clear();
+    std::fill(send_counts.begin(), send_counts.end(), 0);
+    std::fill(recv_counts.begin(), recv_counts.end(), 0);
+    for (int r = 0; r < S; ++r)
+      for (size_t i = 0; i < matrices_.size(); ++i) {
+        if (r == s) continue;
+        if (mine(i, s))
+          for (const auto& b : matrices_[i].held[size_t(r)]) {
+            pack(b, matrices_[i].cols, &whole[i]);
+            send_counts[size_t(r)] += b.rows * b.cols;
+          }
+        if (mine(i, r))
+          for (const auto& b : matrices_[i].held[size_t(s)]) recv_counts[size_t(r)] += b.rows * b.cols;
+      }
+    recv.resize(size_t(std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t(0))));
+    group_.exchange(send.data(), send_counts, recv.data(), recv_counts);
+    at_recv = 0;
+    for (int r = 0; r < S; ++r)
+      for (size_t i = 0; i < matrices_.size(); ++i)
+        if (r != s && mine(i, r))
+          for (const auto& b : matrices_[i].held[size_t(s)])
+            rows_of(b, matrices_[i].cols, [&](int64_t at, int64_t, int64_t n) {
+              std::copy_n(recv.data() + at_recv, n, u_.data() + (at - base_));
+              at_recv += n;
+            });
+  }
+  // 3. the other replicas' matrices from their owners
+  if (group_.replicas > 1) {
+    for (size_t i = 0; i < matrices_.size(); ++i)
+      if (owner_[i].replica != y)
+        for (const auto& b : matrices_[i].held[size_t(s)])
+          std::fill_n(u_.data() + (b.offset - base_), b.rows * b.cols, T(0));
+    group_.combine(u_.data());
+  }
+  // the update of this rank's elements
+  for (const auto& m : matrices_) {
+    const T step = T(lr * muon_lr_ratio(cfg_.adjust_lr, m.rows, m.cols));
+    for (const auto& b : m.held[size_t(s)])
+      for (int64_t e = std::max(b.offset, begin_); e < std::min(b.offset + b.rows * b.cols, end_); ++e) {
+        T& p = params[e - begin_];
+        p = p * keep - step * u_[size_t(e - base_)];
+      }
   }
 }
 

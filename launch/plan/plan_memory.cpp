@@ -147,6 +147,8 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
   mem.optimizer = dense.optimizer + experts.optimizer;
   if (c.zero == 1 && DC > 1) mem.buffers += 4 * x.dense_params / DC;
   if (c.zero == 1 && x.EDC > 1) mem.buffers += 4 * x.expert_params / x.EDC;
+  // Muon: the part-sized buffer its u and update pass through (fp32, kept between steps; docs/optim.md#muon)
+  if (x.q.optim.name == OptimizerKind::muon) mem.buffers += 4 * (x.dense_params + x.expert_params);
   const bool paired = pairs_overlap(x);  // each paired pass has its own exchange buffers and MoE scratch
   if (x.EP > 1)  // the exchange's rows in arrival order and the experts' output until it is sent back
     mem.buffers += (paired ? 2 : 1) * 2 * pb * double(c.micro_batch * m.seq_len / CP * m.moe.top_k * m.hidden);

@@ -203,6 +203,36 @@ void expert_comm_time(const PlanContext& x, PlanResult& r, double passes) {
         std::min(x.schedule.paired * r.time.expert_comm, x.schedule.paired * (r.time.compute() + r.time.recompute));
 }
 
+// Muon (optim/muon.hpp): the stage's matrices (its `share` of the model's)
+// are spread over its tensor x data x context ranks, each orthogonalised by
+// one owner, so a rank runs 1 / (T DC) of the stage's iterations. The
+// exchanges, in fp32: each rank sends the owners in its tensor group its
+// slices of its replica's matrices (1 / DC of them; (T - 1) / T leave) and
+// gets the results back, two all-to-alls over the tensor link; over the
+// replicas the part-sized buffer is all-gathered (ZeRO >= 1) and summed
+// (reduce-scatter with ZeRO >= 1, else all-reduce), each part over its own
+// replicas (the dense part's data x context, the experts' expert-data).
+void muon_time(const PlanContext& x, PlanResult& r, double share) {
+  const ModelConfig& m = x.q.model;
+  const int T = x.c.tensor;
+  PlanTime& t = r.time;
+  t.muon_iteration = muon_seconds(m, x.q.optim.muon, x.cl.rates()) * share / double(T * x.DC);
+  t.optimizer += t.muon_iteration;
+  if (T > 1) {
+    const Link tl = group_link(x.cl, x.where[kTensor]);
+    const double bytes = 4.0 * double(muon_elements(m)) * share / T / x.DC * double(T - 1) / T;
+    t.optimizer_comm += 2 * (bytes / tl.bandwidth_at(bytes / (T - 1)) + double(T - 1) * tl.latency);
+  }
+  auto replicas = [&](double elements, int g, const GroupPlacement& where) {
+    if (g <= 1 || elements <= 0) return 0.0;
+    const Link l = group_link(x.cl, where);
+    const double bytes = 4.0 * elements;
+    return x.c.zero >= 1 ? 2 * half_collective_time(bytes, g, l) : all_reduce_time(bytes, g, l);
+  };
+  t.optimizer_comm +=
+      replicas(x.dense_params, x.DC, x.where[kDataContext]) + replicas(x.expert_params, x.EDC, x.where[kExpertData]);
+}
+
 }  // namespace
 
 bool pairs_overlap(const PlanContext& x) {
@@ -277,9 +307,7 @@ void plan_time(const PlanContext& x, PlanResult& r) {
   // the optimizer step: memory-bound over this rank's shards (all of each part with ZeRO 0)
   const double shards = x.dense_params / (c.zero >= 1 ? DC : 1) + x.expert_params / (c.zero >= 1 ? x.EDC : 1);
   t.optimizer = optimizer_bytes_per_element(cl.precision) * shards / (cl.memory_bandwidth * cl.memory_fraction);
-  // Muon: every rank orthogonalises its stage's matrices (the data and context replicas the same ones)
-  if (q.optim.name == OptimizerKind::muon)
-    t.optimizer += muon_seconds(m, q.optim.muon, cl.rates()) * most_layers / double(m.layers + m.mtp.depth);
+  if (q.optim.name == OptimizerKind::muon) muon_time(x, r, most_layers / double(m.layers + m.mtp.depth));
 }
 
 }  // namespace trident::launch

@@ -328,7 +328,9 @@ std::string plan_json(const std::vector<PlanResult>& results) {
                      {"context_comm_hidden", timed ? r.time.context_comm_hidden : 0.0},
                      {"expert_comm", timed ? r.time.expert_comm : 0.0},
                      {"expert_comm_hidden", timed ? r.time.expert_comm_hidden : 0.0},
-                     {"optimizer", timed ? r.time.optimizer : 0.0}}},
+                     {"optimizer", timed ? r.time.optimizer : 0.0},
+                     {"muon_iteration", timed ? r.time.muon_iteration : 0.0},
+                     {"optimizer_comm", timed ? r.time.optimizer_comm : 0.0}}},
                    {"tokens_per_s", timed ? r.tokens_per_s : 0.0},
                    {"tflops_per_device", timed ? r.tflops_per_device : 0.0},
                    {"mfu", timed ? r.mfu : 0.0},
@@ -382,6 +384,12 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
         "expert comm {:.4g} ({}): each MoE layer's dispatch and combine, forward and backward; {:.4g} of it under "
         "the other pass of dualpipev's paired steps: {:.4g} exposed\n",
         t.expert_comm, link(r.expert_intra_node), t.expert_comm_hidden, t.expert_comm - t.expert_comm_hidden);
+  if (t.muon_iteration > 0 || t.optimizer_comm > 0)
+    s += fmt::format(
+        "muon: Newton-Schulz {:.4g} s on this rank (in optimizer; the stage's matrices spread over tensor x data x "
+        "context {} ranks, one owner each) | exchanges {:.4g} s (to the owners and back over the tensor group, "
+        "gathered and summed over the replicas)\n",
+        t.muon_iteration, c.tensor * c.data * c.context, t.optimizer_comm);
   if (!r.ops.empty()) {
     s += fmt::format(
         "operations of one micro-batch on one tensor rank ({} attention, {:.0f} GB/s for memory-bound "

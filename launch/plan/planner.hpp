@@ -97,11 +97,14 @@ struct PlanTime {
   // expert parallelism: the MoE layers' token dispatch and combine (all-to-all over the expert group),
   // and the part a dualpipev paired step runs under the other pass's compute
   double expert_comm = 0, expert_comm_hidden = 0;
+  // Muon (optim.name muon): this rank's Newton-Schulz iterations (in `optimizer`), and the exchanges that
+  // bring each matrix to its owner and back (the tensor group's all-to-alls, the replicas' gather and sum)
+  double muon_iteration = 0, optimizer_comm = 0;
   double compute() const { return gemm + attention + memory; }
   double step() const {
     return compute() + recompute + bubble + tensor_comm - tensor_comm_hidden + pipeline_comm - pipeline_comm_hidden +
-           data_comm - data_comm_hidden + optimizer + context_comm - context_comm_hidden + expert_comm -
-           expert_comm_hidden;
+           data_comm - data_comm_hidden + optimizer + optimizer_comm + context_comm - context_comm_hidden +
+           expert_comm - expert_comm_hidden;
   }
 };
 

@@ -205,7 +205,8 @@ OpTimes stage_op_times(const std::vector<Op>& ops, double dense, double moe, dou
 
 double muon_seconds(const ModelConfig& m, const MuonConfig& muon, const DeviceRates& rates) {
   std::map<std::pair<int64_t, int64_t>, int64_t> shapes;  // (m, n), m <= n -> how many
-  for (const auto& x : model::muon_matrices(model::ParamRegistry(m), m))
+  const model::ParamRegistry reg(m);
+  for (const auto& x : model::muon_matrices(reg, m, 0, reg.total(), false))
     ++shapes[{std::min(x.rows, x.cols), std::max(x.rows, x.cols)}];
   double s = 0;
   for (const auto& [mn, count] : shapes) {
@@ -215,6 +216,13 @@ double muon_seconds(const ModelConfig& m, const MuonConfig& muon, const DeviceRa
     s += double(count) * double(muon.ns_steps) * one;
   }
   return s;
+}
+
+int64_t muon_elements(const ModelConfig& m) {
+  const model::ParamRegistry reg(m);
+  int64_t n = 0;
+  for (const auto& x : model::muon_matrices(reg, m, 0, reg.total(), false)) n += x.rows * x.cols;
+  return n;
 }
 
 }  // namespace trident::launch

@@ -85,6 +85,8 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
 // B X (m x n x m)], 4 m^2 n + 2 m^3 FLOPs an iteration, each GEMM at its
 // shape's efficiency. A rank runs its stage's share.
 double muon_seconds(const ModelConfig& m, const MuonConfig& muon, const DeviceRates& rates);
+// The elements of Muon's matrices in the whole model (the rest is AdamW's).
+int64_t muon_elements(const ModelConfig& m);
 
 // Seconds per micro-batch on a stage holding `dense` dense and `moe` MoE
 // layers (and the head `heads` times: 0 off the last stage, 1 + model.mtp.depth on it), by category.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <optional>
 #include <tuple>
 
@@ -166,41 +167,77 @@ double global_grad_norm(const model::ParamRegistry& reg, parallel::DataParallelP
   return std::sqrt(sq);
 }
 
-// The Muon matrices of the part [base, base + numel) (optim.name muon).
-std::vector<kernels::MatrixRange> muon_matrices_in(const Recipe& rc, const model::ParamRegistry& reg, int64_t base,
-                                                   int64_t numel) {
-  std::vector<kernels::MatrixRange> out;
-  if (rc.optim.name != OptimizerKind::muon) return out;
-  for (const auto& m : model::muon_matrices(reg, rc.model))
-    if (m.offset >= base && m.offset < base + numel) out.push_back(m);
-  return out;
+// The Muon matrices of a part (optim.name muon): sliced over the tensor
+// group, but for experts each whole on its rank.
+std::vector<kernels::MuonMatrix> muon_matrices_in(const Recipe& rc, const model::ParamRegistry& reg,
+                                                  const parallel::DataParallelPart& part, bool sliced) {
+  if (rc.optim.name != OptimizerKind::muon) return {};
+  return model::muon_matrices(reg, rc.model, part.base, part.base + part.numel, sliced);
+}
+
+// How a part's Muon matrices are spread, and the collectives that join them (optim::MuonGroup).
+optim::MuonGroup<float> muon_group(parallel::DataParallelPart& part, parallel::Communicator* slices) {
+  optim::MuonGroup<float> g;
+  if (slices && slices->size() > 1) {
+    g.slice = slices->rank(), g.slices = slices->size();
+    g.exchange = [slices](const float* send, const std::vector<int64_t>& send_counts, float* recv,
+                          const std::vector<int64_t>& recv_counts) {
+      const int64_t out = std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t(0));
+      const int64_t in = std::accumulate(send_counts.begin(), send_counts.end(), int64_t(0));
+      slices
+          ->all_to_all(Tensor::borrow(recv, out), Tensor::borrow(const_cast<float*>(send), in),
+                       {send_counts, recv_counts})
+          ->wait();
+    };
+  }
+  if (part.replicas && part.replicas->size() > 1) {
+    g.replica = part.replicas->rank(), g.replicas = part.replicas->size();
+    parallel::DataParallel& dp = *part.dp;
+    const int64_t numel = part.numel;
+    if (dp.sharded()) {
+      g.gather = [&part, numel](float* u) {
+        part.replicas->all_gather(Tensor::borrow(u, numel), {part.dp->shard_counts()})->wait();
+      };
+      g.combine = [&part, numel](float* u) {  // the sum into this rank's shard of u
+        std::vector<float> shard(size_t(part.dp->shard_size()));
+        part.replicas
+            ->reduce_scatter(Tensor::borrow(shard.data(), int64_t(shard.size())), Tensor::borrow(u, numel),
+                             {parallel::ReduceOp::sum, part.dp->shard_counts()})
+            ->wait();
+        std::copy(shard.begin(), shard.end(), u + part.dp->shard_begin());
+      };
+    } else {
+      g.combine = [&part, numel](float* u) { part.replicas->all_reduce(Tensor::borrow(u, numel))->wait(); };
+    }
+  }
+  return g;
 }
 
 // The optimizer of one part of the flat buffer: AdamW over its shard (with
 // Muon: AdamW over what is not a Muon matrix, Muon over the matrices, its
 // momentum in AdamW's exp_avg slots), with the fp32 master weights of
-// 16-bit runs.
+// 16-bit runs. The expert part's matrices are sliced over the tensor group
+// unless each expert is whole on its rank (expert_tensor 1).
 struct PartOptimizer {
-  PartOptimizer(const Recipe& rc, const model::ParamRegistry& reg, parallel::DataParallelPart& part, Device dev)
+  PartOptimizer(const Recipe& rc, const model::ParamRegistry& reg, parallel::DataParallelPart& part,
+                parallel::Mesh& mesh)
       : part(part),
-        matrices(muon_matrices_in(rc, reg, part.base, part.numel)),
-        opt(model::without_matrices(model::decay_ranges(reg, rc.optim), matrices), rc.optim, part.shard_begin(),
-            part.shard_end(), dev, model::bias_ranges(reg, rc)),
-        muon(matrices, rc.optim.muon, part.base, part.numel, part.shard_begin(), part.shard_end()),
-        master(part.dp->param_shard(), part.dp->shard_size(), rc.train.precision, dev) {}
+        slices(reg.experts().whole && part.base >= reg.expert_begin() && reg.expert_begin() < reg.total()
+                   ? nullptr
+                   : mesh.tensor()),
+        matrices(muon_matrices_in(rc, reg, part, slices != nullptr)),
+        opt(model::without_matrices(model::decay_ranges(reg, rc.optim), matrices, slices ? slices->rank() : 0),
+            rc.optim, part.shard_begin(), part.shard_end(), mesh.device(), model::bias_ranges(reg, rc)),
+        muon(matrices, rc.optim.muon, part.base, part.numel, part.shard_begin(), part.shard_end(),
+             matrices.empty() ? optim::MuonGroup<float>{} : muon_group(part, slices)),
+        master(part.dp->param_shard(), part.dp->shard_size(), rc.train.precision, mesh.device()) {}
   void step(double lr, int64_t step, double grad_scale) {
     opt.step(master.params(), part.dp->grad_shard(), lr, step, grad_scale);
-    if (matrices.empty()) return;
-    // ZeRO >= 1: the shards' u all-gathered over the replicas (optim/muon.hpp)
-    std::function<void(float*)> gather;
-    if (part.dp->sharded())
-      gather = [this](float* u) {
-        part.replicas->all_gather(Tensor::borrow(u, part.numel), {part.dp->shard_counts()})->wait();
-      };
-    muon.step(master.params(), part.dp->grad_shard(), opt.exp_avg(), lr, grad_scale, gather);
+    muon.step(master.params(), part.dp->grad_shard(), opt.exp_avg(), lr, grad_scale);
   }
   parallel::DataParallelPart& part;
-  std::vector<kernels::MatrixRange> matrices;
+  parallel::Communicator* slices;  // the tensor group the part's matrices are sliced over, or none
+  std::vector<kernels::MuonMatrix> matrices;
   optim::AdamW<float> opt;
   optim::Muon<float> muon;
   optim::MasterWeights master;
@@ -340,8 +377,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   parallel::DataParallelParts& dp = *pm.dp;
   const model::ParamRegistry& reg = net.registry();
   std::vector<std::unique_ptr<PartOptimizer>> parts;  // the dense part, then the experts' (split over ranks)
-  for (parallel::DataParallelPart& part : dp)
-    parts.push_back(std::make_unique<PartOptimizer>(rc, reg, part, mesh.device()));
+  for (parallel::DataParallelPart& part : dp) parts.push_back(std::make_unique<PartOptimizer>(rc, reg, part, mesh));
   PartOptimizer& first = *parts[0];  // the dense part (all of it without split experts)
   optim::LossScaler scaler(rc.train);
   auto publish = [&] {

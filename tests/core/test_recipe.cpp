@@ -502,7 +502,7 @@ optim: {lr: 1.0e-3}
                {"model.arch=gpt2", "model.kv_heads=4", "model.layer_types=[]", "model.sliding_window=0"});
 }
 
-// optim.name muon and its keys; the meshes that cut matrices are refused by key.
+// optim.name muon and its keys, on meshes that cut matrices (tensor slices, expert shards) too; device cuda refused.
 TEST(Recipe, MuonKeys) {
   const std::string muon = R"(model: {arch: llama, layers: 2, hidden: 48, heads: 4, kv_heads: 2, seq_len: 32, vocab: 50}
 train: {global_batch: 8, micro_batch: 2, steps: 10}
@@ -517,11 +517,12 @@ optim: {name: muon, lr: 1.0e-3, weight_decay: 0.1, muon: {ns_steps: 4, adjust_lr
   EXPECT_EQ(r.optim.muon.weight_decay, 0.1);  // optim.weight_decay's by default
   EXPECT_EQ(r.optim.muon.ns_precision, MuonPrecision::bf16);
   EXPECT_EQ(load_recipe_text(muon, "r.yaml", {"optim.muon.weight_decay=0"}, 1).optim.muon.weight_decay, 0.0);
-  expect_error(muon, {"parallel.tensor", "tensor(2) with optim.name muon"}, {"parallel.tensor=2"}, 2);
+  EXPECT_EQ(load_recipe_text(muon, "r.yaml", {"parallel.tensor=2"}, 2).parallel.tensor, 2);
+  expect_error(muon, {"device", "cuda with optim.name muon"}, {"device=cuda"});
   EXPECT_EQ(load_recipe_text(muon, "r.yaml", {"parallel.data=2", "parallel.zero=3"}, 2).parallel.zero, 3);
   const std::string moe =
       std::string(muon).replace(muon.find("vocab: 50}"), 10, "vocab: 50, moe: {experts: 4, top_k: 2, ffn_hidden: 16}}");
-  expect_error(moe, {"parallel.expert", "expert(2) with optim.name muon"}, {"parallel.data=2", "parallel.expert=2"}, 2);
+  EXPECT_EQ(load_recipe_text(moe, "r.yaml", {"parallel.data=2", "parallel.expert=2"}, 2).parallel.expert, 2);
   expect_error(muon, {"optim.muon.ns_coefficients", "a list of 3 numbers"}, {"optim.muon.ns_coefficients=[1, 2]"});
   expect_error(muon, {"optim.name", "adamw", "muon", "found 'sgd'"}, {"optim.name=sgd"});
 }

@@ -442,7 +442,7 @@ TEST(Model, MuonMatricesAreTheHiddenWeights) {
   m.moe.shared_experts = 1, m.moe.shared_ffn_hidden = 8, m.moe.shared_expert_gate = true;
   m.moe.router_bias = m.moe.expert_bias = true;
   ParamRegistry reg(m);
-  const auto matrices = muon_matrices(reg, m);
+  const auto matrices = muon_matrices(reg, m, 0, reg.total(), false);
   const int64_t C = m.hidden, D = m.head_dim(), H = m.heads, KV = m.kv_heads;
   // layer 0: q, k, v, o, gate, up, down; layer 1: q, k, v, o, 4 experts x (gate, up, down), shared gate/up/down
   ASSERT_EQ(matrices.size(), size_t(7 + 4 + 4 * 3 + 3));
@@ -457,18 +457,75 @@ TEST(Model, MuonMatricesAreTheHiddenWeights) {
   EXPECT_EQ(expert_in, 8);  // 4 experts' gate and up, apart
   EXPECT_EQ(expert_out, 4);
   OptimConfig o;
-  const auto all = decay_ranges(reg, o), adamw = without_matrices(all, matrices);
+  const auto all = decay_ranges(reg, o), adamw = without_matrices(all, matrices, 0);
   int64_t covered = 0, rest = 0;
   for (const auto& r : all) covered += r.size;
   for (const auto& r : adamw) {
     rest += r.size;
-    for (const auto& x : matrices)  // disjoint from every matrix
-      EXPECT_TRUE(r.offset + r.size <= x.offset || x.offset + x.rows * x.cols <= r.offset) << r.offset;
+    for (const auto& x : matrices)  // disjoint from every matrix (each whole in one block)
+      EXPECT_TRUE(r.offset + r.size <= x.held[0][0].offset || x.held[0][0].offset + x.rows * x.cols <= r.offset)
+          << r.offset;
   }
   EXPECT_EQ(rest + muon, covered);
   int64_t embeddings_and_head = 0;
   for (const auto& p : reg.params()) embeddings_and_head += p.vocab_rows ? p.numel : 0;
   EXPECT_GT(rest, embeddings_and_head);  // norms, biases, routers, the gate too
+}
+
+// Muon's matrices sliced over a tensor group (optim/muon.hpp): GPT-2's
+// c_attn (three matrices in one column-parallel weight), LLaMA's q, k, v
+// with the KV heads replicated (tensor 4 > 2 KV heads) and an MoE's
+// experts split by rows and columns. Each matrix is assembled from every
+// tensor rank's blocks of its initialised buffer, each element once (equal
+// blocks: the same values), and equals the single-rank model's matrix.
+TEST(Model, MuonMatricesSlicedOverTheTensorGroup) {
+  ModelConfig moe = tiny("llama");
+  moe.moe.enabled = true, moe.moe.experts = 4, moe.moe.top_k = 2, moe.moe.ffn_hidden = 8;
+  ModelConfig gpt2 = tiny("gpt2");
+  gpt2.ffn_hidden = 24;  // split over 3 ranks
+  for (const auto& [m, t] : std::vector<std::pair<ModelConfig, int>>{{gpt2, 3}, {tiny("llama"), 4}, {moe, 2}}) {
+    ParamRegistry whole(m);
+    std::vector<double> ref(size_t(whole.total()));
+    whole.initialize(ref.data(), 5);
+    const auto single = muon_matrices(whole, m, 0, whole.total(), false);
+    std::vector<std::vector<double>> bufs;
+    std::vector<std::vector<kernels::MuonMatrix>> per_rank;
+    for (int r = 0; r < t; ++r) {
+      ParamRegistry reg(m, TensorShard{r, t});
+      bufs.emplace_back(size_t(reg.total()));
+      reg.initialize(bufs.back().data(), 5);
+      per_rank.push_back(muon_matrices(reg, m, 0, reg.total(), true));
+      ASSERT_EQ(per_rank.back().size(), single.size());
+    }
+    int64_t equal_blocks = 0;
+    for (size_t i = 0; i < single.size(); ++i) {
+      const kernels::MuonMatrix& x = per_rank[0][i];
+      ASSERT_EQ(x.rows * 1000 + x.cols, single[i].rows * 1000 + single[i].cols);
+      std::vector<double> got(size_t(x.rows * x.cols), 0);
+      std::vector<int> seen(got.size(), 0);
+      for (int r = 0; r < t; ++r) {
+        EXPECT_EQ(per_rank[size_t(r)][i].held.size(), size_t(t));
+        for (const auto& b : x.held[size_t(r)]) {
+          EXPECT_TRUE(per_rank[size_t(r)][i].held[size_t(r)] == x.held[size_t(r)]);  // every rank sees the same
+          for (int64_t a = 0; a < b.rows; ++a)
+            for (int64_t c = 0; c < b.cols; ++c) {
+              const size_t at = size_t((b.row + a) * x.cols + b.col + c);
+              const double v = bufs[size_t(r)][size_t(b.offset + a * b.cols + c)];
+              if (seen[at]++) EXPECT_EQ(got[at], v);
+              got[at] = v;
+            }
+          for (int q = 0; q < r; ++q) equal_blocks += std::count(x.held[size_t(q)].begin(), x.held[size_t(q)].end(), b);
+        }
+      }
+      const auto& s = single[i].held[0][0];
+      for (size_t e = 0; e < got.size(); ++e) {
+        ASSERT_GT(seen[e], 0) << "matrix " << i << " element " << e;
+        ASSERT_EQ(got[e], ref[size_t(s.offset) + e]) << "matrix " << i << " element " << e;
+      }
+    }
+    // the replicated KV heads of tensor 4 over 2 KV heads: k and v of each layer, one equal pair each
+    EXPECT_EQ(equal_blocks, m.arch == Arch::llama && t == 4 ? m.layers * 2 * 2 : 0);
+  }
 }
 
 }  // namespace trident::model

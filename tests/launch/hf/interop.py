@@ -585,8 +585,10 @@ def muon_against_torch(a):
     batch. With the Newton-Schulz iteration in float32 on both sides
     (torch's patched to float32) every step's loss agrees within 1e-5
     relative; with bf16 on both (torch's own) within 5e-3. Then the same run
-    on 8 ranks (data 2 x pipeline 2 x context 2, and data 4 with ZeRO 3 x
-    pipeline 2) gives the one-rank losses."""
+    on 8 ranks (data 2 x pipeline 2 x context 2; data 4 with ZeRO 3 x
+    pipeline 2; data 2 x tensor 2 x pipeline 2 with sequence parallelism and
+    ZeRO 1; data 2 x tensor 4, the KV heads replicated, ZeRO 2) gives the
+    one-rank losses."""
     import torch.optim._muon as muon_module
     torch.manual_seed(5)
     cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
@@ -681,7 +683,10 @@ def muon_against_torch(a):
         result[precision] = worst
     one = trident_losses("fp32", "fp32")
     for tag, mesh in [("mesh8", ["parallel.data=2", "parallel.pipeline=2", "parallel.context=2"]),
-                      ("zero3", ["parallel.data=4", "parallel.zero=3", "parallel.pipeline=2"])]:
+                      ("zero3", ["parallel.data=4", "parallel.zero=3", "parallel.pipeline=2"]),
+                      ("tensor2", ["parallel.data=2", "parallel.tensor=2", "parallel.pipeline=2", "parallel.zero=1",
+                                   "parallel.sequence_parallel=true"]),
+                      ("tensor4", ["parallel.data=2", "parallel.tensor=4", "parallel.zero=2"])]:
         losses = trident_losses(tag, "fp32", 8, mesh)
         worst = max(abs(x / y - 1) for x, y in zip(losses, one))
         print(f"muon on {' '.join(mesh)}: worst step loss rel diff to one rank {worst:.2e}", flush=True)

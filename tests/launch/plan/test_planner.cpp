@@ -369,11 +369,18 @@ TEST(Planner, MuonCountsTheIteration) {
   const double whole = muon_seconds(m, muon.optim.muon, cpu().rates());
   EXPECT_NEAR(m1.time.optimizer - a1.time.optimizer, whole, 1e-9 * whole);
   EXPECT_NEAR(m2.time.optimizer - a2.time.optimizer, whole / 2, 1e-9 * whole);  // a stage's half of the layers
-  PlanConfig tensor = one;
-  tensor.tensor = 2;
-  const PlanResult bad = plan_one(muon, cpu(), tensor);
-  EXPECT_FALSE(bad.feasible);
-  EXPECT_NE(bad.reason.find("optim.name muon"), std::string::npos) << bad.reason;
+  EXPECT_EQ(m1.time.optimizer_comm, 0);                                         // one rank: nothing to exchange
+  // tensor 2 x data 2: a rank orthogonalises a quarter of the matrices, and exchanges them
+  PlanConfig mesh = one;
+  mesh.tensor = 2, mesh.data = 2;
+  const PlanResult a4 = plan_one(adamw, cpu(), mesh), m4 = plan_one(muon, cpu(), mesh);
+  ASSERT_TRUE(a4.feasible && m4.feasible) << m4.reason;
+  EXPECT_NEAR(m4.time.muon_iteration, whole / 4, 1e-9 * whole);
+  EXPECT_NEAR(m4.time.optimizer - a4.time.optimizer, whole / 4, 1e-9 * whole);
+  EXPECT_GT(m4.time.optimizer_comm, 0);
+  EXPECT_EQ(a4.time.optimizer_comm, 0);
+  EXPECT_NEAR(m4.time.step() - a4.time.step(), whole / 4 + m4.time.optimizer_comm, 1e-9 * whole);
+  EXPECT_NE(plan_explain(m4, cpu()).find("muon: Newton-Schulz"), std::string::npos);
 }
 
 TEST(Planner, EnumerationIsComplete) {
@@ -908,6 +915,15 @@ TEST(Planner, KimiK2Sizes) {
   const PlanResult r = plan_one(rc, cl, mesh_choices(rc, 256, 1, 16, 1, 16));
   ASSERT_TRUE(r.feasible) << r.reason;
   EXPECT_LT(r.memory.total(), 80.0 * (1 << 30));
+  // trained with Muon: each of a stage's 256 ranks orthogonalises 1/256 of its matrices; the exchanges are
+  // timed, and its fp32 buffer of the rank's part is counted
+  EXPECT_EQ(rc.optim.name, OptimizerKind::muon);
+  EXPECT_GT(r.time.muon_iteration, 0);
+  EXPECT_GT(r.time.optimizer_comm, 0);
+  Recipe adamw = rc;
+  adamw.optim.name = OptimizerKind::adamw;
+  const PlanResult a = plan_one(adamw, cl, mesh_choices(adamw, 256, 1, 16, 1, 16));
+  EXPECT_NEAR(r.memory.buffers - a.memory.buffers, 4 * double(r.stage_params), 0.01 * 4 * double(r.stage_params));
 }
 
 // A sweep over 2 ranks: every mesh runs (context 2 among them), each with

@@ -465,6 +465,29 @@ TEST(Pipeline, MuonMatchesSingleRank) {
                                    with(ring), with(a2a)});
 }
 
+// Muon on meshes that cut its matrices: tensor slices (GPT-2's c_attn,
+// LLaMA's KV heads replicated over tensor 4 > 2 KV heads, MLA's heads with
+// its latents whole on every tensor rank), +- sequence, with ZeRO shards
+// over them; expert shards with each expert sliced over the tensor group
+// (expert_tensor = tensor) or whole on its rank (expert_tensor 1). Every
+// matrix is orthogonalised whole by one owner (optim/muon.hpp): the
+// single-rank losses and gradients, every step.
+TEST(Pipeline, MuonSlicedMatchesSingleRank) {
+  if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
+  auto with = [](Case c, std::vector<std::string> more = {}) {
+    c.sets = {"optim.name=muon", "optim.muon.ns_precision=fp32", "optim.muon.adjust_lr=match_rms_adamw"};
+    c.sets.insert(c.sets.end(), more.begin(), more.end());
+    return c;
+  };
+  expect_each_matches_single_rank(
+      {with({2, 2, 2, "1f1b", 1, "gpt2", true}), with({1, 4, 2, "interleaved_1f1b", 0, "llama"}),
+       with({2, 4, 1, "gpipe", 3, "llama", true}),
+       with({2, 2, 2, "zero_bubble", 3, "moe", true}, {"parallel.expert=2"}),
+       with({4, 2, 1, "1f1b", 2, "moe"}, {"parallel.expert=4", "parallel.expert_tensor=1"}),
+       with({8, 1, 1, "1f1b", 1, "moe"}, {"parallel.expert=8"}),
+       with({2, 2, 2, "1f1b", 1, "deepseek", true}, {"parallel.expert=2"}), with({2, 2, 2, "dualpipev", 0, "moe"})});
+}
+
 // A DeepSeek-V3-shaped model (multi-head latent attention with a query
 // latent, a dense first layer, MoE layers with a shared expert, sigmoid
 // group-limited routing, the per-sequence aux loss and a moving correction

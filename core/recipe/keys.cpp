@@ -491,7 +491,7 @@ const std::vector<Key>& table() {
           "`adamw`; `muon`: torch.optim.Muon for the hidden matrices (attention and MLP projections, "
           "each expert's matrices one by one, MLA's down and up projections), AdamW with the keys "
           "above for the rest (embeddings, LM head, norms, biases, routers, MTP's projection) "
-          "([optim.md](optim.md#muon)); data (ZeRO 0-3), pipeline and context meshes in this version"),
+          "([optim.md](optim.md#muon)); every mesh (each matrix orthogonalised whole by one owner rank); CPU only"),
       section("optim.muon", "Muon's keys (`optim.name: muon`), torch.optim.Muon's"),
       real("optim.muon.momentum", FIELD(optim.muon.momentum), 0, 1, Open::none, value(0.95),
            "momentum mu: buf = mu buf + (1 - mu) g (torch's lerp)"),

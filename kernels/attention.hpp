@@ -85,6 +85,9 @@ struct AttentionBlock {
   const int32_t* k_pos = nullptr;      // [Tk]
   const int32_t* doc_start = nullptr;  // [B*Tq], in the positions' terms
   int64_t window = 0;                  // > 0: keys with q_pos - k_pos < window only
+  // QK-clip (docs/optim.md#qk-clip; CPU): [H] each head's largest logit (the
+  // scaled q . k of a visible key; the sinks are not logits) max'ed in, or null
+  T* head_max = nullptr;
 };
 
 // out[B,Tq,H*Dv] (row stride ldo), lse[B,H,Tq]; merge = false overwrites them.

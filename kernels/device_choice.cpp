@@ -135,7 +135,10 @@ KERNEL_OP(void, attention_sink_backward,
           (dsinks, lse, delta, sinks, B, Tq, H), lse,
           cuda::attention_sink_backward(dsinks, lse, delta, sinks, B, Tq, H));
 KERNEL_OP(void, attention_block_forward, (T * out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool merge),
-          (out, ldo, lse, a, merge), a.q, cuda::attention_block_forward(out, ldo, lse, a, merge));
+          (out, ldo, lse, a, merge), a.q, ([&] {
+            TRIDENT_CHECK(!a.head_max, "attention: the largest logit per head (QK-clip) is the CPU's in this version");
+            return cuda::attention_block_forward(out, ldo, lse, a, merge);
+          }()));
 KERNEL_OP(void, attention_block_backward,
           (T * dq, int64_t lddq, T* dk, T* dv, int64_t lddkv, const T* dout, int64_t lddo, const T* lse, const T* delta,
            const AttentionBlock<T>& a),

@@ -66,6 +66,7 @@ parallel::AttentionArgs<T> Attention<T>::kernel_args(const LayerParams<T>& p, in
   x.B = B, x.H = ops_.dims().heads, x.KV = ops_.dims().kv_heads, x.D = ops_.dq(), x.Dv = ops_.dv();
   x.doc_start = w.doc_start, x.window = window;
   x.sinks = p.sinks(), x.dsinks = grads ? p.dsinks() : nullptr;
+  x.head_max = grads ? nullptr : p.max_logit;
   return x;
 }
 

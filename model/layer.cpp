@@ -17,7 +17,8 @@ template <typename T>
 void Transformer<T>::layer_forward(Activations<T>& ctx, int l, int li, T* x_out, Run run, Workspace<T>& w) {
   const int64_t B = ctx.B, C = cfg_.hidden, N = B * seq(), R = tp_->rows(N);
   const LayerActs<T>& a = ctx.layers[size_t(l)];
-  const LayerParams<T>& p = layers_[size_t(li)];
+  LayerParams<T> p = layers_[size_t(li)];
+  if (run == Run::eval) p.max_logit = nullptr;  // QK-clip counts the training forwards' logits only
   ensure_scratch(w, B);
   ops_.norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x_in, p.n1w(), p.n1b(), R);
   store(a.ln1, R * C);

@@ -16,6 +16,7 @@ namespace trident::model {
 template <typename T>
 struct LayerParams {
   std::array<T*, kLayerSlots> param{}, grad{};
+  T* max_logit = nullptr;  // QK-clip: [heads] the layer's largest logits, max'ed in by training forwards (or null)
   T* n1w() const { return param[size_t(Slot::norm1_weight)]; }
   T* dn1w() const { return grad[size_t(Slot::norm1_weight)]; }
   T* n1b() const { return param[size_t(Slot::norm1_bias)]; }

@@ -4,6 +4,7 @@
 #include "model/transformer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/activation.hpp"
@@ -437,6 +438,15 @@ template <typename T>
 void Transformer<T>::reset_moe_step() {
   if (moe_) moe_->reset_step();
   if (mtp_) mtp_->reset_step();
+  std::fill(max_logits_.begin(), max_logits_.end(), T(-INFINITY));
+}
+
+template <typename T>
+void Transformer<T>::track_max_logits() {
+  TRIDENT_CHECK(device_.type == DeviceType::cpu, "QK-clip's largest logits are tracked on the CPU in this version");
+  const int64_t H = dims_.heads;
+  max_logits_.assign(size_t(int64_t(layers_.size()) * H), T(-INFINITY));
+  for (size_t l = 0; l < layers_.size(); ++l) layers_[l].max_logit = max_logits_.data() + int64_t(l) * H;
 }
 
 template <typename T>

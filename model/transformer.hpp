@@ -154,6 +154,15 @@ class Transformer {
   // Multi-token prediction: this rank's summed token losses of each depth
   // since reset_moe_step() (training forwards of the head chunk; unweighted).
   const std::vector<double>& mtp_losses() const;
+  // QK-clip (optim.muon.qk_clip, docs/optim.md#qk-clip): once tracked, each
+  // training forward max's every local layer's per-head largest attention
+  // logit (this rank's heads of the tensor split) into max_logits()[l x
+  // heads + h], reset to -inf by reset_moe_step(); global_layer(l): local
+  // layer l's index in the model (multi-token prediction's after the layers).
+  void track_max_logits();
+  const std::vector<T>& max_logits() const { return max_logits_; }
+  int local_layers() const { return int(layers_.size()); }
+  int64_t global_layer(int l) const { return global_[size_t(l)]; }
 
   // The whole model on one pipeline rank (one chunk with embedding and head).
   double forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale) {
@@ -247,6 +256,7 @@ class Transformer {
   std::vector<Mlp<T>*> mlp_;                    // each local layer's
   std::unique_ptr<Mtp<T>> mtp_;                 // multi-token prediction's modules (null without model.mtp)
   std::vector<int64_t> global_;                 // each local layer's index in the whole model
+  std::vector<T> max_logits_;                   // QK-clip: [local layers, heads] (track_max_logits)
   Tensor params_, grads_;
   std::vector<Chunk> chunks_;
   std::vector<LayerParams<T>> layers_;  // every local layer, in order

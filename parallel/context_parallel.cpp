@@ -119,6 +119,7 @@ void ContextParallel::ring_forward(T* out, T* lse, const T* qkv, const Attention
   kernels::AttentionBlock<T> a;
   a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D, a.Dv = Dv;
   a.q = qkv, a.ldq = W, a.ldkv = KW, a.q_pos = positions().data(), a.doc_start = x.doc_start, a.window = x.window;
+  a.head_max = x.head_max;
   for (int s = 0; s < N; ++s) {
     WorkPtr sent, got;
     if (s + 1 < N) {  // the next block travels while this one is attended to
@@ -229,7 +230,8 @@ void ContextParallel::all_to_all_forward(T* out, T* lse, const T* qkv, const Att
   const int64_t B = x.B, H = x.H, Dv = x.Dv;
   const int N = size();
   const int64_t Tl = local_len(), Hs = H / N;
-  const kernels::AttentionBlock<T> a = gather_heads(qkv, x);
+  kernels::AttentionBlock<T> a = gather_heads(qkv, x);
+  if (x.head_max) a.head_max = x.head_max + rank() * Hs;
   const int64_t per = B * Tl * Hs * Dv;
   T* o = scratch<T>(3, N * per);  // [B][Tf][Hs Dv], then the rows of rank i at (b * N + i) * Tl
   kernels::attention_block_forward(o, Hs * Dv, lse, a, false);
@@ -304,6 +306,16 @@ void ContextParallel::all_to_all_backward(T* dqkv, const T* dout, const T* qkv, 
 
 template <typename T>
 void ContextParallel::attention_forward(T* out, T* state, const T* qkv, const AttentionArgs<T>& x) {
+  if (!group_ && x.head_max) {  // the whole sequence as one block, its heads' largest logits tracked
+    const int64_t W = kernels::attention_qkv_width(x.H, x.KV, x.D, x.Dv);
+    kernels::AttentionBlock<T> a;
+    a.B = x.B, a.Tq = a.Tk = seq_len_, a.H = x.H, a.KV = x.KV, a.D = x.D, a.Dv = x.Dv;
+    a.q = qkv, a.ldq = W, a.k = qkv + x.H * x.D, a.v = qkv + (x.H + x.KV) * x.D, a.ldkv = W;
+    a.doc_start = x.doc_start, a.window = x.window, a.head_max = x.head_max;
+    kernels::attention_block_forward(out, x.H * x.Dv, state, a, false);
+    if (x.sinks) kernels::attention_sink_forward(out, x.H * x.Dv, state, x.sinks, x.B, seq_len_, x.H, x.Dv);
+    return;
+  }
   if (!group_)
     return kernels::attention_forward(out, state, qkv, x.B, seq_len_, x.H, x.KV, x.D, x.Dv, x.doc_start, x.window,
                                       x.sinks);

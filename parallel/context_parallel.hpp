@@ -63,6 +63,9 @@ struct AttentionArgs {
   int64_t window = 0;
   const T* sinks = nullptr;
   T* dsinks = nullptr;
+  // QK-clip (forward, CPU): [H] this rank's heads' largest logit, max'ed in (under all_to_all this rank's
+  // share of the heads only; the others stay as they were), or null
+  T* head_max = nullptr;
 };
 
 class ContextParallel {

@@ -2,6 +2,7 @@
 #include "parallel/rank_reductions.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -23,12 +24,22 @@ double reduce_scalar(Communicator* group, double local, ReduceOp op) {
 double sum_over(Communicator* group, double local) { return reduce_scalar(group, local, ReduceOp::sum); }
 double max_over(Communicator* group, double local) { return reduce_scalar(group, local, ReduceOp::max); }
 
-std::vector<double> sum_over(Communicator* group, std::vector<double> local) {
+namespace {
+std::vector<double> reduce_vector(Communicator* group, std::vector<double> local, ReduceOp op) {
   if (alone(group) || local.empty()) return local;
   Tensor t = Tensor::empty({int64_t(local.size())}, DType::f64, MemCategory::comm);
   std::copy(local.begin(), local.end(), t.data<double>());
-  group->all_reduce(t)->wait();
+  group->all_reduce(t, {op})->wait();
   return {t.data<double>(), t.data<double>() + local.size()};
+}
+}  // namespace
+
+std::vector<double> sum_over(Communicator* group, std::vector<double> local) {
+  return reduce_vector(group, std::move(local), ReduceOp::sum);
+}
+
+std::vector<double> max_over(Communicator* group, std::vector<double> local) {
+  return reduce_vector(group, std::move(local), ReduceOp::max);
 }
 
 void agree_or_fail(Communicator* group, const std::function<void()>& check, const std::string& elsewhere) {

@@ -18,6 +18,8 @@ double sum_over(Communicator* group, double local);
 double max_over(Communicator* group, double local);
 // Element-wise sum of a small vector (the same length on every rank).
 std::vector<double> sum_over(Communicator* group, std::vector<double> local);
+// Element-wise max of a small vector (the same length on every rank).
+std::vector<double> max_over(Communicator* group, std::vector<double> local);
 // Every rank's count, in group rank order.
 std::vector<int64_t> gather_counts(Communicator* group, int64_t mine);
 // Every rank's values, concatenated in group rank order (lengths may differ);

@@ -510,6 +510,12 @@ const std::vector<Key>& table() {
       real("optim.muon.weight_decay", FIELD(optim.muon.weight_decay), 0, 10, Open::none,
            derived("`optim.weight_decay`", [](const Recipe& r) { return r.optim.weight_decay; }),
            "decoupled weight decay of the Muon matrices: p <- p (1 - lr weight_decay), at the unadjusted lr"),
+      section("optim.muon.qk_clip", "QK-clip (Kimi K2's MuonClip, [optim.md](optim.md#qk-clip))"),
+      boolean("optim.muon.qk_clip.on", FIELD(optim.muon.qk_clip.on), value(false),
+              "after each update, scale the query and key weights of every head whose largest attention logit of "
+              "the step exceeded the threshold, so that its logits shrink to it"),
+      real("optim.muon.qk_clip.threshold", FIELD(optim.muon.qk_clip.threshold), 0, 1e6, Open::low, value(100.0),
+           "tau: the largest logit (the scaled q . k) a head may keep (Kimi K2: 100)"),
       blend(
           "data.train", FIELD(data.train),
           "Megatron indexed dataset `PREFIX` (`PREFIX.bin` / `PREFIX.idx`, see [data.md](data.md)), or a weighted "

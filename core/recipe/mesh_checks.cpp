@@ -181,6 +181,8 @@ void validate_mesh(Reader& r, const Recipe& rc, int64_t world) {
   // Muon's Newton-Schulz iteration runs on the CPU in this version (docs/optim.md#muon)
   if (rc.optim.name == OptimizerKind::muon && rc.device == DeviceType::cuda)
     r.inconsistent("device", "cuda with optim.name muon: its iteration runs on the CPU in this version");
+  if (rc.optim.muon.qk_clip.on && rc.optim.name != OptimizerKind::muon)
+    r.inconsistent("optim.muon.qk_clip.on", "QK-clip is Muon's (MuonClip): set optim.name muon");
   if (p.schedule == ScheduleKind::dualpipev && m.tie_embeddings)
     r.inconsistent("model.tie_embeddings",
                    "schedule dualpipev puts the embedding and the LM head on pipeline rank 0, in two chunks; a "

@@ -81,6 +81,10 @@ void validate_qk_norm(Reader& r, const Recipe& rc) {
   if (rc.model.arch != Arch::llama)
     r.inconsistent("model.qk_norm",
                    fmt::format("QK-norm is built for arch llama, found arch {}", enum_name(rc.model.arch)));
+  if (rc.optim.muon.qk_clip.on)  // the norm undoes a scaled projection; its weight is shared by every head
+    r.inconsistent("optim.muon.qk_clip.on",
+                   "QK-clip scales each head's query and key projections, which model.qk_norm normalises away "
+                   "(set one of them false)");
 }
 
 // model.attention: mla (docs/mla.md): its sizes, and what is not built yet.

@@ -183,6 +183,11 @@ struct MuonConfig {
   MuonAdjustLr adjust_lr = MuonAdjustLr::original;
   MuonPrecision ns_precision = MuonPrecision::bf16;
   double weight_decay = 0.0;
+  // QK-clip (docs/optim.md#qk-clip)
+  struct QkClip {
+    bool on = false;
+    double threshold = 100.0;
+  } qk_clip;
 };
 
 struct OptimConfig {

@@ -131,6 +131,11 @@ void block_forward(T* out, int64_t ldo, T* lse, const AttentionBlock<T>& a, bool
             }
             tile_gemm(false, false, tn, Dv, sn, T(1), S.data(), sn, v, a.ldkv, T(1), acc.data(), Dv);
           }
+          if (a.head_max) {  // the tile's rows' largest visible logit
+            const T top = *std::max_element(mx.begin(), mx.begin() + tn);
+#pragma omp critical(trident_attention_head_max)
+            a.head_max[h] = std::max(a.head_max[h], top);
+          }
           for (int64_t r = 0; r < tn; ++r) {
             const T l = sum[size_t(r)];
             const T row_lse = l > 0 ? mx[size_t(r)] + std::log(l) : T(-INFINITY);

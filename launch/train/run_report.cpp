@@ -393,6 +393,7 @@ void RunReport::keep(const StepFacts& f, const StepMeasures& m) {
   out_.step_seconds.push_back(m.seconds);
   out_.bubbles.push_back(m.bubble);
   if (f.moe) out_.expert_tokens.push_back(f.moe->counts);
+  if (f.qk_clipped >= 0) out_.qk_clipped.push_back(f.qk_clipped), out_.qk_margin.push_back(f.qk_margin);
   out_.comm_wait_s += f.comm_wait_s;
 }
 
@@ -421,6 +422,11 @@ Json RunReport::train_record(const StepFacts& f, const StepMeasures& m) const {
     Json mtp = Json::array();
     for (double x : f.mtp_loss) mtp.push_back(rounded(x, 6));
     r["mtp_loss"] = mtp;
+  }
+  if (f.qk_clipped >= 0) {
+    Json top = Json::array();
+    for (double x : f.max_logit) top.push_back(std::isfinite(x) ? Json(rounded(x, 4)) : Json(nullptr));
+    r["max_logit"] = top, r["qk_clipped"] = f.qk_clipped;
   }
   if (f.moe) {
     r["aux_loss"] = rounded(f.moe->aux_loss, 8), r["z_loss"] = rounded(f.moe->z_loss, 8);
@@ -465,6 +471,9 @@ std::string RunReport::progress_line(const StepFacts& f, const StepMeasures& m, 
     extra += fmt::format(" | mem {} of {} ({:.0f}% free)", human_bytes(peak), human_bytes(capacity),
                          100 * std::max(0.0, 1 - peak / capacity));
   if (!f.mtp_loss.empty()) extra += fmt::format(" | mtp {:.4f}", fmt::join(f.mtp_loss, " "));
+  if (f.qk_clipped >= 0 && !f.max_logit.empty())
+    extra += fmt::format(" | max logit {:.2f} ({} heads clipped)",
+                         *std::max_element(f.max_logit.begin(), f.max_logit.end()), f.qk_clipped);
   if (f.moe && !f.moe->imbalance.empty())
     extra += fmt::format(" | aux {:.4f}{} | expert load max/mean {:.2f}", f.moe->aux_loss,
                          rc_.model.moe.z_loss > 0 ? fmt::format(" | z {:.4f}", f.moe->z_loss) : "",

@@ -62,6 +62,9 @@ struct StepFacts {
   std::vector<int64_t> samples_per_dataset;  // a blend: training samples drawn from each dataset so far
   std::optional<MoeLoad> moe;                // MoE models only
   std::vector<double> mtp_loss;              // model.mtp: each depth's mean loss (unweighted)
+  std::vector<double> max_logit;             // QK-clip: each layer's largest attention logit of the step
+  int64_t qk_clipped = -1;                   // QK-clip: the heads it scaled (-1: off)
+  double qk_margin = 0;                      // QK-clip: the heads' smallest |S_h / threshold - 1|
 };
 
 // What end_step measured of a step, shared by its record, trace and line.

@@ -32,6 +32,7 @@
 #include "launch/train/step.hpp"
 #include "launch/train/stop_signals.hpp"
 #include "model/parallelize.hpp"
+#include "model/qk_clip.hpp"
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
@@ -213,6 +214,36 @@ optim::MuonGroup<float> muon_group(parallel::DataParallelPart& part, parallel::C
   return g;
 }
 
+// QK-clip (optim.muon.qk_clip): every layer's heads' largest logit of the
+// step, [layers + mtp depth, heads], the max over every rank (each holds
+// its pipeline stage's layers and its tensor rank's heads, -inf elsewhere).
+std::vector<double> step_max_logits(const model::Transformer<float>& net, parallel::Mesh& mesh) {
+  const ModelConfig& m = net.config();
+  const int64_t H = m.heads, Hl = net.dims().heads, first = int64_t(mesh.tensor() ? mesh.tensor()->rank() : 0) * Hl;
+  std::vector<double> all(size_t((m.layers + m.mtp.depth) * H), -INFINITY);
+  for (int l = 0; l < net.local_layers(); ++l)
+    for (int64_t j = 0; j < Hl; ++j)
+      all[size_t(net.global_layer(l) * H + first + j)] = double(net.max_logits()[size_t(l * Hl + j)]);
+  return parallel::max_over(mesh.world(), std::move(all));
+}
+
+// How near a head's largest logit came to the threshold: the clip's
+// decision, which rounding could flip within about 1e-6 of it.
+double qk_margin(const std::vector<double>& max_logit, double threshold) {
+  double m = INFINITY;
+  for (double x : max_logit)
+    if (std::isfinite(x)) m = std::min(m, std::abs(x / threshold - 1));
+  return m;
+}
+
+// Each layer's largest logit (over its heads), for the metrics.
+std::vector<double> layer_max(const std::vector<double>& max_logit, int64_t heads) {
+  std::vector<double> out;
+  for (size_t i = 0; i < max_logit.size(); i += size_t(heads))
+    out.push_back(*std::max_element(max_logit.begin() + int64_t(i), max_logit.begin() + int64_t(i) + heads));
+  return out;
+}
+
 // The optimizer of one part of the flat buffer: AdamW over its shard (with
 // Muon: AdamW over what is not a Muon matrix, Muon over the matrices, its
 // momentum in AdamW's exp_avg slots), with the fp32 master weights of
@@ -378,7 +409,12 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   const model::ParamRegistry& reg = net.registry();
   std::vector<std::unique_ptr<PartOptimizer>> parts;  // the dense part, then the experts' (split over ranks)
   for (parallel::DataParallelPart& part : dp) parts.push_back(std::make_unique<PartOptimizer>(rc, reg, part, mesh));
-  PartOptimizer& first = *parts[0];  // the dense part (all of it without split experts)
+  PartOptimizer& first = *parts[0];        // the dense part (all of it without split experts)
+  std::unique_ptr<model::QkClip> qk_clip;  // optim.muon.qk_clip (docs/optim.md#qk-clip)
+  if (rc.optim.muon.qk_clip.on) {
+    net.track_max_logits();
+    qk_clip = std::make_unique<model::QkClip>(reg, rc.model, rc.optim.muon.qk_clip.threshold);
+  }
   optim::LossScaler scaler(rc.train);
   auto publish = [&] {
     for (auto& p : parts) p->master.publish();
@@ -474,12 +510,16 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
           if (saver.pending()) saver.finish();  // the earlier (finite) state's save completes
         });
 
+    const std::vector<double> max_logit = qk_clip ? step_max_logits(net, mesh) : std::vector<double>{};
+    int64_t clipped = 0;
     const double lr = optim::learning_rate(rc.optim, step, rc.train.steps);
     const double opt_start = report.seconds(), used_scale = scaler.scale();
     const bool skip = nonfinite || scaler.skips(gnorm);
     if (!skip) {
       for (auto& p : parts)
         p->step(lr, scaler.next_update(), optim::clip_scale(gnorm, rc.optim.grad_clip) / used_scale);
+      if (qk_clip)  // the attention weights are the dense part's
+        clipped = qk_clip->apply(first.master.params(), first.part.shard_begin(), first.part.shard_end(), max_logit);
       publish();
     }
     if (!nonfinite) scaler.update(skip);
@@ -489,11 +529,12 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     const int stop = rc.checkpoint.dir.empty() ? 0 : int(parallel::max_over(mesh.world(), stop_window.pending()));
     const double ckpt_start = report.seconds();
     saver.after_step(step + 1, stop != 0, ckpt, opts.quiet);
-    report.end_step({step, loss, lr, gnorm, used_scale, scaler.scale(), skip && !nonfinite, nonfinite,
-                     dp.take_wait_seconds(), report.seconds() - ckpt_start,
-                     sampler->train_samples_per_source(uint64_t((step + 1) * rc.train.global_batch)),
-                     rc.model.moe.enabled ? std::optional<MoeLoad>(runner.moe_load()) : std::nullopt,
-                     rc.model.mtp.depth > 0 ? runner.mtp_loss() : std::vector<double>{}});
+    report.end_step(
+        {step, loss, lr, gnorm, used_scale, scaler.scale(), skip && !nonfinite, nonfinite, dp.take_wait_seconds(),
+         report.seconds() - ckpt_start, sampler->train_samples_per_source(uint64_t((step + 1) * rc.train.global_batch)),
+         rc.model.moe.enabled ? std::optional<MoeLoad>(runner.moe_load()) : std::nullopt,
+         rc.model.mtp.depth > 0 ? runner.mtp_loss() : std::vector<double>{}, layer_max(max_logit, rc.model.heads),
+         qk_clip ? clipped : -1, qk_clip ? qk_margin(max_logit, rc.optim.muon.qk_clip.threshold) : 0.0});
 
     if ((rc.eval.every > 0 && (step + 1) % rc.eval.every == 0) || step + 1 == rc.train.steps)
       report.evaluated(step, runner.evaluate(rc.eval.batches), runner.evaluate_sources(rc.eval.batches));

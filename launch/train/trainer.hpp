@@ -40,6 +40,10 @@ struct TrainSummary {
   // MoE models, per step: the tokens routed to each expert of each MoE layer
   // (layers in order, E each), over every rank
   std::vector<std::vector<double>> expert_tokens;
+  // QK-clip (optim.muon.qk_clip), per step: the heads it scaled, and how near
+  // a head's largest logit came to the threshold (min |S_h / tau - 1|)
+  std::vector<int64_t> qk_clipped;
+  std::vector<double> qk_margin;
   int64_t peak_params = 0, peak_grads = 0, peak_optimizer = 0;  // this rank's allocator peaks
   int64_t peak_activations = 0, peak_comm = 0, peak_other = 0, peak_total = 0;
 };

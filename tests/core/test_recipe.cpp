@@ -519,6 +519,14 @@ optim: {name: muon, lr: 1.0e-3, weight_decay: 0.1, muon: {ns_steps: 4, adjust_lr
   EXPECT_EQ(load_recipe_text(muon, "r.yaml", {"optim.muon.weight_decay=0"}, 1).optim.muon.weight_decay, 0.0);
   EXPECT_EQ(load_recipe_text(muon, "r.yaml", {"parallel.tensor=2"}, 2).parallel.tensor, 2);
   expect_error(muon, {"device", "cuda with optim.name muon"}, {"device=cuda"});
+  // QK-clip: its keys, refused with QK-norm (which undoes the scaling) and without Muon
+  const Recipe clip = load_recipe_text(muon, "r.yaml", {"optim.muon.qk_clip.on=true"}, 1);
+  EXPECT_TRUE(clip.optim.muon.qk_clip.on);
+  EXPECT_EQ(clip.optim.muon.qk_clip.threshold, 100.0);
+  expect_error(muon, {"optim.muon.qk_clip.on", "model.qk_norm"}, {"optim.muon.qk_clip.on=true", "model.qk_norm=true"});
+  expect_error(muon, {"optim.muon.qk_clip.on", "set optim.name muon"},
+               {"optim.muon.qk_clip.on=true", "optim.name=adamw"});
+  expect_error(muon, {"optim.muon.qk_clip.threshold"}, {"optim.muon.qk_clip.threshold=0"});
   EXPECT_EQ(load_recipe_text(muon, "r.yaml", {"parallel.data=2", "parallel.zero=3"}, 2).parallel.zero, 3);
   const std::string moe =
       std::string(muon).replace(muon.find("vocab: 50}"), 10, "vocab: 50, moe: {experts: 4, top_k: 2, ffn_hidden: 16}}");

@@ -289,11 +289,27 @@ void check_blocks(bool documents, int64_t D, int64_t Dv, int64_t window = 0) {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < Tl; ++t) lstart[size_t(r)].push_back(ds[size_t(b * T + pos[size_t(r)][size_t(t)])]);
   }
+  // QK-clip's largest logit per head of rank r's rows (AttentionBlock::head_max), by the formula
+  auto head_max = [&](int64_t r) {
+    V top(size_t(H), -INFINITY);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int32_t t : pos[size_t(r)])
+          for (int64_t s = 0; s <= t; ++s) {
+            if ((documents && s < ds[size_t(b * T + t)]) || (window > 0 && t - s >= window)) continue;
+            double dot = 0;
+            for (int64_t e = 0; e < D; ++e)
+              dot +=
+                  qkv[size_t((b * T + t) * W + h * D + e)] * qkv[size_t((b * T + s) * W + (H + h / (H / KV)) * D + e)];
+            top[size_t(h)] = std::max(top[size_t(h)], dot / std::sqrt(double(D)));
+          }
+    return top;
+  };
   for (bool merge : {true, false}) {
     std::vector<V> dkv(N, V(size_t(B * Tl * W), 0.0));
     double worst = 0;
     for (int64_t r = 0; r < N; ++r) {
-      V o(size_t(B * Tl * H * Dv)), l(size_t(B * H * Tl));
+      V o(size_t(B * Tl * H * Dv)), l(size_t(B * H * Tl)), top(size_t(H), -INFINITY);
       auto block = [&](int64_t src) {
         AttentionBlock<double> a;
         a.B = B, a.Tq = Tl, a.Tk = Tl, a.H = H, a.KV = KV, a.D = D, a.Dv = Dv;
@@ -303,8 +319,14 @@ void check_blocks(bool documents, int64_t D, int64_t Dv, int64_t window = 0) {
         a.doc_start = documents ? lstart[size_t(r)].data() : nullptr, a.window = window;
         return a;
       };
-      for (int64_t step = 0; step < N; ++step)  // ring order: own block first, then r-1, r-2, ...
-        attention_block_forward(o.data(), H * Dv, l.data(), block((r - step + N) % N), merge ? step > 0 : false);
+      for (int64_t step = 0; step < N; ++step) {  // ring order: own block first, then r-1, r-2, ...
+        AttentionBlock<double> a = block((r - step + N) % N);
+        a.head_max = top.data();
+        attention_block_forward(o.data(), H * Dv, l.data(), a, merge ? step > 0 : false);
+      }
+      const V want_top = head_max(r);
+      for (int64_t h = 0; h < H; ++h)
+        ASSERT_NEAR(top[size_t(h)], want_top[size_t(h)], 1e-12) << "rank " << r << " head " << h;
       const V want = local(out, H * Dv, r);
       for (size_t i = 0; i < o.size(); ++i) worst = std::max(worst, std::abs(o[i] - want[i]));
       if (!merge) continue;

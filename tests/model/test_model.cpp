@@ -7,6 +7,7 @@
 #include "core/allocator.hpp"
 #include "core/philox.hpp"
 #include "model/memory.hpp"
+#include "model/qk_clip.hpp"
 #include "model/transformer.hpp"
 #include "tests/test_util.hpp"
 
@@ -526,6 +527,67 @@ TEST(Model, MuonMatricesSlicedOverTheTensorGroup) {
     // the replicated KV heads of tensor 4 over 2 KV heads: k and v of each layer, one equal pair each
     EXPECT_EQ(equal_blocks, m.arch == Arch::llama && t == 4 ? m.layers * 2 * 2 : 0);
   }
+}
+
+}  // namespace trident::model
+
+namespace trident::model {
+
+// QK-clip (model/qk_clip.hpp) through the model's own attention: a
+// training forward records each head's largest logit S_h; with the
+// threshold between the heads' maxima and one layer's heads given (the
+// others' -inf: no clip), apply() scales that layer's query and key
+// weights, and the next forward's largest logit is tau for every clipped
+// head of it (all of a head's logits scale by gamma_h = tau / S_h, so its
+// largest pair stays the largest) and S_h, to rounding, for every other
+// head of it and of the layers before (whose inputs did not change).
+// GPT-2 (fused c_attn with biases), LLaMA with grouped queries and q/k
+// biases (a clipped and an unclipped head may share a KV head), MLA with
+// and without a query latent, multi-token prediction's block included.
+TEST(Model, QkClipBringsEveryClippedHeadToTheThreshold) {
+  ModelConfig gqa = tiny("llama"), mla = tiny("llama"), mla_direct, gpt2 = tiny("gpt2");
+  gqa.attention_bias = true;
+  mla.kv_heads = mla.heads, mla.attention = AttentionKind::mla, mla.mla = {7, 5, 4, 2, 3}, mla.mtp = {1, 0.3};
+  mla_direct = mla, mla_direct.mla.q_lora_rank = 0, mla_direct.mtp = {};
+  int64_t clipped_heads = 0, kept_heads = 0;
+  for (ModelConfig m : {gpt2, gqa, mla, mla_direct}) {
+    m.init_std = 1.0;  // logits of a few units: room for a threshold between the heads
+    const int64_t B = 2, N = B * m.seq_len, H = m.heads, L = m.layers + m.mtp.depth;
+    for (int64_t layer = 0; layer < L; ++layer) {
+      Transformer<double> net(m, 11);
+      net.track_max_logits();
+      auto ctx = net.make_activations(B, Recompute::none);
+      const Batch batch(N, m.vocab, 3);
+      auto max_logits = [&] {
+        net.reset_moe_step();
+        net.forward(*ctx, batch.tokens.data(), batch.targets.data(), 1.0 / double(N));
+        std::vector<double> all(size_t(L * H));
+        for (int l = 0; l < net.local_layers(); ++l)
+          for (int64_t h = 0; h < H; ++h)
+            all[size_t(net.global_layer(l) * H + h)] = net.max_logits()[size_t(l * H + h)];
+        return all;
+      };
+      const std::vector<double> before = max_logits();
+      std::vector<double> mine(before.begin() + layer * H, before.begin() + (layer + 1) * H);
+      std::sort(mine.begin(), mine.end());
+      const size_t mid = mine.size() / 2;
+      ASSERT_GT(mine[mid] - mine[mid - 1], 1e-6);  // a margin on both sides of tau
+      const double tau = (mine[mid] + mine[mid - 1]) / 2;
+      std::vector<double> given(before.size(), -INFINITY);
+      std::copy_n(before.begin() + layer * H, H, given.begin() + layer * H);
+      const QkClip clip(net.registry(), m, tau);
+      EXPECT_EQ(clip.apply(net.params().data<double>(), 0, net.registry().total(), given), int64_t(mine.size() - mid));
+      const std::vector<double> after = max_logits();
+      for (int64_t i = 0; i < (layer + 1) * H; ++i) {
+        const bool clipped = i >= layer * H && before[size_t(i)] > tau;
+        (clipped ? clipped_heads : kept_heads) += 1;
+        EXPECT_NEAR(after[size_t(i)], clipped ? tau : before[size_t(i)], 1e-9 * std::abs(before[size_t(i)]))
+            << enum_name(m.arch) << (m.is_mla() ? " mla" : "") << " layer " << i / H << " head " << i % H;
+      }
+    }
+  }
+  EXPECT_GT(clipped_heads, 10);
+  EXPECT_GT(kept_heads, 10);
 }
 
 }  // namespace trident::model

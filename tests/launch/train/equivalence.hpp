@@ -160,6 +160,25 @@ inline void expect_equivalent(const EquivalenceRun& ref, const EquivalenceRun& r
         compared = s;
         break;
       }
+  // QK-clip: the heads clipped are a discrete decision too (a head's largest logit against the threshold);
+  // the first step where the runs decide differently ends the comparison, when a head came within 1e-4 of
+  // the threshold there (rounding's reach), else it is a failure
+  if (run.qk_clipped.size() == ref.qk_clipped.size())
+    for (size_t s = 0; s < std::min(compared, ref.qk_clipped.size()); ++s)
+      if (run.qk_clipped[s] != ref.qk_clipped[s]) {
+        EXPECT_LT(std::min(ref.qk_margin[s], run.qk_margin[s]), 1e-4)
+            << what << ", step " << s + 1 << ": " << run.qk_clipped[s] << " heads clipped vs single-rank "
+            << ref.qk_clipped[s] << ", with every head's largest logit away from the threshold";
+        int rank = 0, mpi = 0;  // said once, by the world's rank 0
+        MPI_Initialized(&mpi);
+        if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        if (rank == 0)
+          std::fprintf(stderr, "[clip flip] %s: step %zu, %lld vs %lld heads clipped; steps 1-%zu compared\n",
+                       what.c_str(), s + 1, (long long)run.qk_clipped[s], (long long)ref.qk_clipped[s], s + 1);
+        compared = s + 1;  // the clip acts after the step: its loss is still the same
+        break;
+      }
+  ASSERT_EQ(run.qk_clipped.size(), ref.qk_clipped.size()) << what << ": steps with QK-clip";
   const double rel = relative_l2(ref.step1_grads, run.step1_grads);
   if (!(rel <= tol.grads)) {
     size_t worst = 0;

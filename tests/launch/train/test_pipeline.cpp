@@ -488,6 +488,41 @@ TEST(Pipeline, MuonSlicedMatchesSingleRank) {
        with({2, 2, 2, "1f1b", 1, "deepseek", true}, {"parallel.expert=2"}), with({2, 2, 2, "dualpipev", 0, "moe"})});
 }
 
+// QK-clip (optim.muon.qk_clip) on meshes that split the heads (tensor),
+// the sequence (context: ring and all-to-all, each rank's rows or heads),
+// the layers (pipeline, every schedule) and the data: each head's largest
+// logit is the max over every rank, so the same heads are clipped by the
+// same factors as on one rank. The threshold sits among the heads' logits:
+// some heads are clipped at some steps, others not.
+TEST(Pipeline, QkClipMatchesSingleRank) {
+  if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
+  auto with = [](Case c, std::vector<std::string> more = {}) {
+    c.sets = {"optim.name=muon", "optim.muon.ns_precision=fp32", "optim.muon.adjust_lr=match_rms_adamw",
+              "optim.muon.qk_clip.on=true", "optim.muon.qk_clip.threshold=0.15"};
+    c.sets.insert(c.sets.end(), more.begin(), more.end());
+    return c;
+  };
+  Case ring = with({2, 1, 2, "1f1b", 1, "llama"}), a2a = with({2, 1, 2, "gpipe", 0, "gpt2"});
+  ring.context = 2, a2a.context = 2, a2a.context_mode = "all_to_all";
+  const std::vector<Case> list = {
+      with({2, 2, 2, "1f1b", 1, "llama", true}),
+      with({1, 4, 2, "interleaved_1f1b", 3, "gpt2"}),
+      with({1, 2, 4, "zero_bubble", 0, "llama"}),
+      ring,
+      a2a,
+      with({2, 2, 2, "1f1b", 1, "deepseek", true}, {"parallel.expert=2", "optim.muon.qk_clip.threshold=0.07"})};
+  expect_each_matches_single_rank(list);
+  for (const Case& c : list) {
+    if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
+    const auto& ref = single_rank(c);
+    int64_t clipped = 0;
+    for (int64_t n : ref.qk_clipped) clipped += n;
+    const int64_t heads = 8 * int64_t(c.layers + (c.arch == "deepseek" ? 1 : 0)) * int64_t(ref.qk_clipped.size());
+    EXPECT_GT(clipped, 0) << c.name() << ": no head clipped";
+    EXPECT_LT(clipped, heads) << c.name() << ": every head clipped at every step";
+  }
+}
+
 // A DeepSeek-V3-shaped model (multi-head latent attention with a query
 // latent, a dense first layer, MoE layers with a shared expert, sigmoid
 // group-limited routing, the per-sequence aux loss and a moving correction

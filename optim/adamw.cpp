@@ -30,7 +30,7 @@ double clip_grad_norm(T* grads, int64_t n, double max_norm) {
 
 template <typename T>
 AdamW<T>::AdamW(const std::vector<kernels::AdamWRange>& ranges, const OptimConfig& cfg, int64_t begin, int64_t end,
-                Device dev, const std::vector<kernels::BiasRange>& biases)
+                Device dev, const std::vector<kernels::BiasRange>& biases, bool packed)
     : cfg_(cfg),
       begin_(begin),
       end_(end >= 0         ? end
@@ -44,14 +44,35 @@ AdamW<T>::AdamW(const std::vector<kernels::AdamWRange>& ranges, const OptimConfi
     int64_t lo = std::max(b.offset, begin_), hi = std::min(b.offset + b.size, end_);
     if (hi > lo) biases_.push_back({lo - begin_, hi - lo, b.rate, b.mean});
   }
+  packed_ = packed;
+  TRIDENT_CHECK(!packed || dev.type == DeviceType::cpu, "AdamW: a packed second moment is the CPU's");
+  int64_t held = 0;
+  for (const auto& r : ranges_) held += r.size;
   m_ = Tensor::zeros({end_ - begin_}, dtype_of<T>(), MemCategory::optimizer, dev);
-  v_ = Tensor::zeros({end_ - begin_}, dtype_of<T>(), MemCategory::optimizer, dev);
+  v_ = Tensor::zeros({packed ? held : end_ - begin_}, dtype_of<T>(), MemCategory::optimizer, dev);
+}
+
+template <typename T>
+std::vector<std::pair<int64_t, int64_t>> AdamW<T>::second_moment_runs() const {
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  if (packed_)
+    for (const auto& r : ranges_) runs.push_back({r.offset, r.offset + r.size});
+  return runs;
 }
 
 template <typename T>
 void AdamW<T>::step(T* params, const T* grads, double lr, int64_t step, double grad_scale) {
   kernels::AdamWParams hp{lr, cfg_.betas[0], cfg_.betas[1], cfg_.eps, 0.0, step, grad_scale};
-  kernels::adamw_update_multi(params, m_.data<T>(), v_.data<T>(), grads, ranges_, hp);
+  if (packed_) {  // each range's second moment after the previous range's
+    T* v = v_.data<T>();
+    for (const auto& r : ranges_) {
+      hp.weight_decay = r.weight_decay;
+      kernels::adamw_update(params + r.offset, m_.data<T>() + r.offset, v, grads + r.offset, r.size, hp);
+      v += r.size;
+    }
+  } else {
+    kernels::adamw_update_multi(params, m_.data<T>(), v_.data<T>(), grads, ranges_, hp);
+  }
   for (const auto& b : biases_)  // the gradient slot holds counts: never scaled
     kernels::bias_sign_update(params + b.offset, grads + b.offset, b.size, b.rate, b.mean);
 }

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/recipe/recipe.hpp"
@@ -47,6 +48,12 @@ struct RankState {
   int dp = 0, pp = 0, tp = 0;
   int64_t shard_begin = 0, shard_end = 0;                              // elements of the flat buffer
   float *params = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;  // shard_end - shard_begin each
+  // exp_avg_sq packed (Muon: AdamW's elements only, optim::AdamW's
+  // second_moment_runs): the runs of the shard it holds, one after another
+  // (none: a shard of Muon's matrices only); the file's exp_avg_sq has the
+  // shard's layout, zeros elsewhere.
+  bool exp_avg_sq_packed = false;
+  std::vector<std::pair<int64_t, int64_t>> exp_avg_sq_runs;
   ScalerState* scaler = nullptr;  // saved with the index; filled on load (null: optimizer step = step)
   // Experts split over ranks (parallel.expert > 1): the expert part of the
   // flat buffer (model/params.hpp, expert_begin) has a shard of its own over
@@ -57,8 +64,15 @@ struct RankState {
     int dp = 0;                              // ... in the expert-data group (ZeRO 0: its rank 0 writes)
     int64_t shard_begin = 0, shard_end = 0;  // elements of the flat buffer
     float *params = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
+    bool exp_avg_sq_packed = false;
+    std::vector<std::pair<int64_t, int64_t>> exp_avg_sq_runs;
   } experts = {};
 };
+
+// A packed exp_avg_sq (RankState::exp_avg_sq_runs) in the shard's layout
+// (n elements, zeros off the runs), and back.
+void unpack_runs(float* full, int64_t n, const float* packed, const std::vector<std::pair<int64_t, int64_t>>& runs);
+void pack_runs(float* packed, const float* full, const std::vector<std::pair<int64_t, int64_t>>& runs);
 
 // Saves in two halves. start() (collective) copies this rank's shard into
 // host buffers it keeps (3 x 4 bytes per element of the shard: the memory

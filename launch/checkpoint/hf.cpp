@@ -510,7 +510,7 @@ void import_hf(const std::string& hf_dir, const std::string& recipe, const std::
   rc.checkpoint.keep = 1;
   StagedDir out(out_dir);
   rc.checkpoint.dir = out.tmp;
-  const RankState s{&reg, 0, 0, 0, 0, reg.total(), params.data(), zeros.data(), zeros.data()};
+  const RankState s{&reg, 0, 0, 0, 0, reg.total(), params.data(), zeros.data(), zeros.data(), false, {}};
   if (save_checkpoint(rc, 0, s, nullptr).empty())
     throw Error(fmt::format("{}: writing the checkpoint failed", out.tmp));
   if (!derived.empty()) write_text(out.tmp + "/recipe.yaml", derived);

@@ -243,7 +243,9 @@ std::string describe_mesh(const ParallelConfig& p) {
 // The expert part of a rank's state, as a state of its own.
 RankState expert_part(const RankState& s) {
   const RankState::ExpertPart& e = s.experts;
-  return {s.registry, e.dp, s.pp, s.tp, e.shard_begin, e.shard_end, e.params, e.exp_avg, e.exp_avg_sq};
+  return {s.registry,       e.dp,     s.pp,      s.tp,         e.shard_begin,
+          e.shard_end,      e.params, e.exp_avg, e.exp_avg_sq, e.exp_avg_sq_packed,
+          e.exp_avg_sq_runs};
 }
 
 // What a rank reads: its own file (same mesh) or a resharding plan (and one
@@ -311,17 +313,21 @@ void read_shard(const RankState& s, const std::string& dir, const std::function<
   std::vector<float> host[3];
   RankState h = s;
   float** fields[3] = {&h.params, &h.exp_avg, &h.exp_avg_sq};
-  if (device)
-    for (int i = 0; i < 3; ++i)
-      if (*fields[i]) host[i].resize(static_cast<size_t>(n)), *fields[i] = host[i].data();
+  // a packed exp_avg_sq (Muon) is read in the shard's layout, then packed
+  const bool staged[3] = {device, device, device || s.exp_avg_sq_packed};
+  for (int i = 0; i < 3; ++i)
+    if (*fields[i] && staged[i]) host[i].resize(static_cast<size_t>(n)), *fields[i] = host[i].data();
   read(h);
   check_finite(s, h, dir);
-  if (device) {
-    float* dst[3] = {s.params, s.exp_avg, s.exp_avg_sq};
-    for (int i = 0; i < 3; ++i)
-      if (dst[i]) copy_bytes(dst[i], host[i].data(), size_t(n) * sizeof(float));
-    device_synchronize();
+  float* dst[3] = {s.params, s.exp_avg, s.exp_avg_sq};
+  for (int i = 0; i < 3; ++i) {
+    if (!dst[i] || !staged[i]) continue;
+    if (i == 2 && s.exp_avg_sq_packed)
+      pack_runs(dst[i], host[i].data(), s.exp_avg_sq_runs);
+    else
+      copy_bytes(dst[i], host[i].data(), size_t(n) * sizeof(float));
   }
+  if (device) device_synchronize();
 }
 
 void read_state(const LoadPlan& plan, const std::string& dir, const RankState& s) {
@@ -379,7 +385,7 @@ WholeModel load_whole_model(const std::string& path) {
   w.recipe = load_recipe_text_on_one_process(x.recipe_text, name, x.recipe_overrides);
   const model::ParamRegistry reg(w.recipe.model);
   w.params.assign(static_cast<size_t>(reg.total()), 0.0f);
-  const RankState s{&reg, 0, 0, 0, 0, reg.total(), w.params.data(), nullptr, nullptr};
+  const RankState s{&reg, 0, 0, 0, 0, reg.total(), w.params.data(), nullptr, nullptr, false, {}};
   w.step = load_checkpoint(w.recipe, w.dir, s, nullptr);
   w.tokenizer = x.tokenizer;
   if (w.tokenizer && !w.tokenizer->file.empty()) {

@@ -23,6 +23,18 @@
 namespace trident::launch {
 
 namespace fs = std::filesystem;
+
+void unpack_runs(float* full, int64_t n, const float* packed, const std::vector<std::pair<int64_t, int64_t>>& runs) {
+  std::fill(full, full + n, 0.0f);
+  for (auto [lo, hi] : runs) {
+    std::copy(packed, packed + (hi - lo), full + lo);
+    packed += hi - lo;
+  }
+}
+
+void pack_runs(float* packed, const float* full, const std::vector<std::pair<int64_t, int64_t>>& runs) {
+  for (auto [lo, hi] : runs) packed = std::copy(full + lo, full + hi, packed);
+}
 using checkpoint::file_name;
 using checkpoint::step_name;
 
@@ -165,11 +177,19 @@ std::string CheckpointSaver::start(int64_t steps_done, const RankState& s) {
   const int64_t nd = dense ? s.shard_end - s.shard_begin : 0;
   const int64_t ne = experts ? s.experts.shard_end - s.experts.shard_begin : 0, n = nd + ne;
   const float *src_p = s.params, *src_m = s.exp_avg, *src_v = s.exp_avg_sq;
-  if (rc_.checkpoint.async || is_device_pointer(s.params) || split) {
+  const bool packed = s.exp_avg_sq_packed || s.experts.exp_avg_sq_packed;
+  if (rc_.checkpoint.async || is_device_pointer(s.params) || split || packed) {
     for (auto [dst, d, e] : {std::tuple{&params_, s.params, s.experts.params},
                              {&exp_avg_, s.exp_avg, s.experts.exp_avg},
                              {&exp_avg_sq_, s.exp_avg_sq, s.experts.exp_avg_sq}}) {
       dst->resize(static_cast<size_t>(n));
+      if (dst == &exp_avg_sq_ && packed) {  // Muon's: the shard's layout, zeros at the matrices
+        if (nd > 0 && s.exp_avg_sq_packed) unpack_runs(dst->data(), nd, d, s.exp_avg_sq_runs);
+        if (nd > 0 && !s.exp_avg_sq_packed) copy_bytes(dst->data(), d, size_t(nd) * sizeof(float));
+        if (ne > 0 && s.experts.exp_avg_sq_packed) unpack_runs(dst->data() + nd, ne, e, s.experts.exp_avg_sq_runs);
+        if (ne > 0 && !s.experts.exp_avg_sq_packed) copy_bytes(dst->data() + nd, e, size_t(ne) * sizeof(float));
+        continue;
+      }
       if (nd > 0) copy_bytes(dst->data(), d, size_t(nd) * sizeof(float));  // waits for the device's queued work
       if (ne > 0) copy_bytes(dst->data() + nd, e, size_t(ne) * sizeof(float));
     }

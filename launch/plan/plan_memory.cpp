@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "launch/plan/plan_parts.hpp"
+#include "launch/plan/step_model.hpp"
 #include "model/memory.hpp"
 #include "model/parallel_plan.hpp"
 #include "model/params.hpp"
@@ -145,6 +146,11 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
   const double windows = whole ? 4 * Ps : 3 * 4 * segment;
   mem.grads = dense.grads + experts.grads + (c.zero >= 2 && DC > 1 ? windows : 0);
   mem.optimizer = dense.optimizer + experts.optimizer;
+  // Muon: its matrices keep the momentum alone (4 bytes, not AdamW's 8): the model's share of them, f
+  if (x.q.optim.name == OptimizerKind::muon) {
+    const double f = double(muon_elements(m)) / double(model::ParamRegistry(m).total());
+    mem.optimizer -= 4 * f * (x.dense_params / (c.zero >= 1 ? DC : 1) + x.expert_params / (c.zero >= 1 ? x.EDC : 1));
+  }
   if (c.zero == 1 && DC > 1) mem.buffers += 4 * x.dense_params / DC;
   if (c.zero == 1 && x.EDC > 1) mem.buffers += 4 * x.expert_params / x.EDC;
   // Muon: the part-sized buffer its u and update pass through (fp32, kept between steps; docs/optim.md#muon)

@@ -258,7 +258,8 @@ struct PartOptimizer {
                    : mesh.tensor()),
         matrices(muon_matrices_in(rc, reg, part, slices != nullptr)),
         opt(model::without_matrices(model::decay_ranges(reg, rc.optim), matrices, slices ? slices->rank() : 0),
-            rc.optim, part.shard_begin(), part.shard_end(), mesh.device(), model::bias_ranges(reg, rc)),
+            rc.optim, part.shard_begin(), part.shard_end(), mesh.device(), model::bias_ranges(reg, rc),
+            /*packed=*/rc.optim.name == OptimizerKind::muon),
         muon(matrices, rc.optim.muon, part.base, part.numel, part.shard_begin(), part.shard_end(),
              matrices.empty() ? optim::MuonGroup<float>{} : muon_group(part, slices)),
         master(part.dp->param_shard(), part.dp->shard_size(), rc.train.precision, mesh.device()) {}
@@ -447,6 +448,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
                  first.master.params(),
                  first.opt.exp_avg(),
                  first.opt.exp_avg_sq(),
+                 first.opt.packed(),
+                 first.opt.second_moment_runs(),
                  &scaler.state()};
   if (dp.size() > 1) {  // the expert part: its shard over expert-data, after the dense one in the same file
     PartOptimizer& e = *parts[1];
@@ -456,7 +459,9 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
                     .shard_end = e.part.shard_end(),
                     .params = e.master.params(),
                     .exp_avg = e.opt.exp_avg(),
-                    .exp_avg_sq = e.opt.exp_avg_sq()};
+                    .exp_avg_sq = e.opt.exp_avg_sq(),
+                    .exp_avg_sq_packed = e.opt.packed(),
+                    .exp_avg_sq_runs = e.opt.second_moment_runs()};
   }
   const std::unique_ptr<CheckpointDirLock> dir_lock = lock_checkpoint_dir(rc, mesh);
   const std::optional<int64_t> resumed = resume(rc, opts.resume, ckpt, mesh, data_record);

@@ -332,8 +332,10 @@ TEST_F(Interop, QuantizedCheckpointsImportExactly) {
 }
 
 // Muon's state resumes exactly: 6 steps saving every 3 against 3 steps
-// resumed to 6 give the same losses bit for bit (the momentum in exp_avg);
-// the checkpoint under AdamW is refused, naming the index key.
+// resumed to 6 give the same losses bit for bit (the momentum in exp_avg,
+// AdamW's second moment packed over its own elements); resharded onto
+// another mesh it continues the run; the checkpoint under AdamW is refused,
+// naming the index key.
 TEST_F(Interop, MuonResumesExactlyAndOnlyAsMuon) {
   const std::string common = "train " + src("configs/llama-tiny.yaml") +
                              " --set optim.name=muon --set eval.batches=0 --set checkpoint.every=3 --set train.steps=6";
@@ -354,6 +356,22 @@ TEST_F(Interop, MuonResumesExactlyAndOnlyAsMuon) {
   ASSERT_EQ(all.size(), 6u);
   ASSERT_EQ(resumed.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed[i], all[3 + i]) << "step " << 4 + i;
+  // resharded onto 4 ranks (data 2 with ZeRO 1 x pipeline 2: other shards of the momentum and of AdamW's
+  // packed second moment): the uninterrupted run's losses, to the summation order's rounding
+  const CliRun four = test::run_cli(
+      "OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 mpirun --allow-run-as-root --oversubscribe --bind-to none "
+      "-np 4 " +
+          std::string(TRIDENT_BINARY),
+      common + " --set log.metrics=" + path("muon_d.jsonl") + " --set checkpoint.dir=" + path("muon_d") +
+          " --set parallel.data=2 --set parallel.zero=1 --set parallel.pipeline=2 --resume " +
+          path("muon_a/step_00000003"));
+  ASSERT_EQ(four.code, 0) << four.out;
+  EXPECT_TRUE(has(four, "resharding")) << four.out;
+  const auto value = [](const std::string& field) { return std::stod(field.substr(field.find(':') + 1)); };
+  const auto resharded = losses(path("muon_d.jsonl"));
+  ASSERT_EQ(resharded.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(value(resharded[i]), value(all[3 + i]), 1e-5 * value(all[3 + i])) << "step " << 4 + i;
   const CliRun adamw =
       run("train " + src("configs/llama-tiny.yaml") + " --set eval.batches=0 --set train.steps=6 " +
           "--set log.metrics= --set checkpoint.dir=" + path("muon_c") + " --resume " + path("muon_a/step_00000003"));

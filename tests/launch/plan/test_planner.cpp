@@ -370,6 +370,8 @@ TEST(Planner, MuonCountsTheIteration) {
   EXPECT_NEAR(m1.time.optimizer - a1.time.optimizer, whole, 1e-9 * whole);
   EXPECT_NEAR(m2.time.optimizer - a2.time.optimizer, whole / 2, 1e-9 * whole);  // a stage's half of the layers
   EXPECT_EQ(m1.time.optimizer_comm, 0);                                         // one rank: nothing to exchange
+  // the state: 4 bytes per element of Muon's matrices (the momentum), 8 per AdamW element
+  EXPECT_NEAR(a1.memory.optimizer - m1.memory.optimizer, 4.0 * double(muon_elements(m)), 1.0);
   // tensor 2 x data 2: a rank orthogonalises a quarter of the matrices, and exchanges them
   PlanConfig mesh = one;
   mesh.tensor = 2, mesh.data = 2;

@@ -33,6 +33,7 @@
 #include "core/recipe/recipe.hpp"
 #include "kernels/backends.hpp"
 #include "launch/train/trainer.hpp"
+#include "model/params.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 #include "tests/launch/train/equivalence.hpp"
 #include "tests/mpi_test_main.hpp"
@@ -486,6 +487,27 @@ TEST(Pipeline, MuonSlicedMatchesSingleRank) {
        with({4, 2, 1, "1f1b", 2, "moe"}, {"parallel.expert=4", "parallel.expert_tensor=1"}),
        with({8, 1, 1, "1f1b", 1, "moe"}, {"parallel.expert=8"}),
        with({2, 2, 2, "1f1b", 1, "deepseek", true}, {"parallel.expert=2"}), with({2, 2, 2, "dualpipev", 0, "moe"})});
+}
+
+// Muon's state: 4 bytes per element of its matrices (the momentum, in
+// exp_avg), 8 per AdamW element (exp_avg_sq packed over AdamW's ranges):
+// the optimizer category's peak on a rank holding the whole model.
+TEST(Pipeline, MuonStateIsFourBytesPerMatrixElement) {
+  if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
+  for (const char* arch : {"llama", "moe"}) {
+    Case c{8, 1, 1, "1f1b", 0, arch};
+    c.sets = {"train.steps=1"};
+    const Recipe adamw = recipe(c, g_world);
+    c.sets.push_back("optim.name=muon");
+    const Recipe muon = recipe(c, g_world);
+    const model::ParamRegistry reg(muon.model);
+    int64_t matrices = 0;
+    for (const auto& m : model::muon_matrices(reg, muon.model, 0, reg.total(), false)) matrices += m.rows * m.cols;
+    const launch::TrainSummary a = launch::train(adamw, {.quiet = true}), b = launch::train(muon, {.quiet = true});
+    EXPECT_EQ(a.peak_optimizer, 8 * reg.total()) << arch;
+    EXPECT_EQ(b.peak_optimizer, 8 * reg.total() - 4 * matrices) << arch;
+    EXPECT_GT(matrices, reg.total() / 2) << arch;  // most of the model: the saving is real
+  }
 }
 
 // QK-clip (optim.muon.qk_clip) on meshes that split the heads (tensor),

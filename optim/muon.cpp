@@ -103,6 +103,15 @@ Muon<T>::Muon(std::vector<kernels::MuonMatrix> matrices, const MuonConfig& cfg, 
     flops_[size_t(slot)] += cost(i);
     owner_[i].slice = slot % S, owner_[i].replica = slot / S;
   }
+  // rounds: runs of consecutive matrices of about equal elements (one without a tensor group to exchange over)
+  int64_t total = 0, so_far = 0;
+  for (const auto& m : matrices_) total += m.rows * m.cols;
+  const int R = S > 1 ? int(std::min<size_t>(size_t(std::max(1, group_.rounds)), matrices_.size())) : 1;
+  rounds_ = {0};
+  for (size_t i = 0; i < matrices_.size(); ++i) {
+    so_far += matrices_[i].rows * matrices_[i].cols;
+    if (i + 1 == matrices_.size() || so_far * R >= total * int64_t(rounds_.size())) rounds_.push_back(i + 1);
+  }
   for (size_t i = 0; i < matrices_.size(); ++i) {
     const kernels::MuonMatrix& m = matrices_[i];
     TRIDENT_CHECK(int(m.held.size()) == S, "Muon: a matrix held by {} slices, the group has {}", m.held.size(), S);
@@ -149,86 +158,119 @@ void Muon<T>::step(T* params, const T* grads, T* momentum, double lr, double gra
         }
       });
   if (group_.gather) group_.gather(u_.data());
-  // 2. the owners of this replica's matrices assemble, orthogonalise and send back
+  // 2. the owners of this replica's matrices assemble, orthogonalise and send back, in rounds of matrices (the
+  // same on every rank): round r + 1's blocks travel to their owners, and round r - 1's results back, while
+  // round r's are orthogonalised
   auto mine = [&](size_t i, int slice) { return owner_[i].replica == y && owner_[i].slice == slice; };
   std::vector<std::vector<T>> whole(matrices_.size());
-  std::vector<int64_t> send_counts(size_t(S), 0), recv_counts(size_t(S), 0);
-  std::vector<T> send, recv;
-  // appends a block's elements to send: from the part's buffer, or from the whole matrix w
-  auto pack = [&](const kernels::MatrixBlock& b, int64_t cols, const std::vector<T>* w) {
+  struct Transfer {
+    std::vector<T> send, recv;
+    std::vector<int64_t> send_counts, recv_counts;
+    MuonTransfer<T> done;
+  };
+  const size_t R = rounds_.size() - 1;
+  std::vector<Transfer> to(R), back(R);
+  auto pending = [&] {  // drives the transfers in flight (MPI progresses inside its calls)
+    for (auto* list : {&to, &back})
+      for (Transfer& t : *list)
+        if (t.done.poll) t.done.poll();
+  };
+  // appends a block's elements to t.send: from the part's buffer, or from the whole matrix w
+  auto pack = [&](Transfer& t, const kernels::MatrixBlock& b, int64_t cols, const std::vector<T>* w) {
     rows_of(b, cols, [&](int64_t at, int64_t el, int64_t n) {
       const T* src = w ? w->data() + el : u_.data() + (at - base_);
-      send.insert(send.end(), src, src + n);
+      t.send.insert(t.send.end(), src, src + n);
     });
   };
-  if (S > 1) {
+  auto post = [&](Transfer& t) {
+    t.recv.resize(size_t(std::accumulate(t.recv_counts.begin(), t.recv_counts.end(), int64_t(0))));
+    t.done = group_.exchange(t.send.data(), t.send_counts, t.recv.data(), t.recv_counts);
+  };
+  auto send_to_owners = [&](size_t r) {
+    Transfer& t = to[r];
+    t.send_counts.assign(size_t(S), 0), t.recv_counts.assign(size_t(S), 0);
     for (int a = 0; a < S; ++a)
-      for (size_t i = 0; i < matrices_.size() && a != s; ++i) {
+      for (size_t i = rounds_[r]; i < rounds_[r + 1] && a != s; ++i) {
         if (mine(i, a))
           for (const auto& b : owner_[i].sent[size_t(s)]) {
-            pack(b, matrices_[i].cols, nullptr);
-            send_counts[size_t(a)] += b.rows * b.cols;
+            pack(t, b, matrices_[i].cols, nullptr);
+            t.send_counts[size_t(a)] += b.rows * b.cols;
           }
         if (mine(i, s))
-          for (const auto& b : owner_[i].sent[size_t(a)]) recv_counts[size_t(a)] += b.rows * b.cols;
+          for (const auto& b : owner_[i].sent[size_t(a)]) t.recv_counts[size_t(a)] += b.rows * b.cols;
       }
-    recv.resize(size_t(std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t(0))));
-    group_.exchange(send.data(), send_counts, recv.data(), recv_counts);
-  }
-  int64_t at_recv = 0;
-  for (int r = 0; r < S; ++r)  // recv: slice r's blocks of my matrices, in matrix order
-    for (size_t i = 0; i < matrices_.size(); ++i) {
-      if (!mine(i, s)) continue;
-      const kernels::MuonMatrix& m = matrices_[i];
-      std::vector<T>& w = whole[i];
-      if (w.empty()) {
-        w.assign(size_t(m.rows * m.cols), T(0));
-        for (const auto& b : m.held[size_t(s)])
-          rows_of(b, m.cols,
-                  [&](int64_t at, int64_t el, int64_t n) { std::copy_n(u_.data() + (at - base_), n, w.data() + el); });
+    post(t);
+  };
+  auto orthogonalise = [&](size_t r) {  // round r's matrices this rank owns, from its blocks and the others'
+    Transfer& t = to[r];
+    if (t.done.wait) t.done.wait();
+    int64_t at_recv = 0;
+    for (int q = 0; q < S; ++q)  // recv: slice q's blocks of my matrices, in matrix order
+      for (size_t i = rounds_[r]; i < rounds_[r + 1]; ++i) {
+        if (!mine(i, s)) continue;
+        const kernels::MuonMatrix& m = matrices_[i];
+        std::vector<T>& w = whole[i];
+        if (w.empty()) {
+          w.assign(size_t(m.rows * m.cols), T(0));
+          for (const auto& b : m.held[size_t(s)])
+            rows_of(b, m.cols, [&](int64_t at, int64_t el, int64_t n) {
+              std::copy_n(u_.data() + (at - base_), n, w.data() + el);
+            });
+        }
+        if (q == s) continue;
+        for (const auto& b : owner_[i].sent[size_t(q)])
+          rows_of(b, m.cols, [&](int64_t, int64_t el, int64_t n) {
+            std::copy_n(t.recv.data() + at_recv, n, w.data() + el);
+            at_recv += n;
+          });
       }
-      if (r == s) continue;
-      for (const auto& b : owner_[i].sent[size_t(r)])
-        rows_of(b, m.cols, [&](int64_t, int64_t el, int64_t n) {
-          std::copy_n(recv.data() + at_recv, n, w.data() + el);
-          at_recv += n;
-        });
-    }
-  for (size_t i = 0; i < matrices_.size(); ++i)
-    if (mine(i, s)) {
-      newton_schulz(whole[i].data(), matrices_[i].rows, matrices_[i].cols, cfg_);
-      for (const auto& b : matrices_[i].held[size_t(s)])
-        rows_of(b, matrices_[i].cols, [&](int64_t at, int64_t el, int64_t n) {
-          std::copy_n(whole[i].data() + el, n, u_.data() + (at - base_));
-        });
-    }
-  if (S > 1) {  // back: every holder its blocks
-    send.clear();
-    std::fill(send_counts.begin(), send_counts.end(), 0);
-    std::fill(recv_counts.begin(), recv_counts.end(), 0);
-    for (int r = 0; r < S; ++r)
-      for (size_t i = 0; i < matrices_.size(); ++i) {
-        if (r == s) continue;
+    for (size_t i = rounds_[r]; i < rounds_[r + 1]; ++i)
+      if (mine(i, s)) {
+        newton_schulz(whole[i].data(), matrices_[i].rows, matrices_[i].cols, cfg_);
+        for (const auto& b : matrices_[i].held[size_t(s)])
+          rows_of(b, matrices_[i].cols, [&](int64_t at, int64_t el, int64_t n) {
+            std::copy_n(whole[i].data() + el, n, u_.data() + (at - base_));
+          });
+        pending();
+      }
+  };
+  auto send_back = [&](size_t r) {  // every holder its blocks of round r's results
+    Transfer& t = back[r];
+    t.send_counts.assign(size_t(S), 0), t.recv_counts.assign(size_t(S), 0);
+    for (int q = 0; q < S; ++q)
+      for (size_t i = rounds_[r]; i < rounds_[r + 1]; ++i) {
+        if (q == s) continue;
         if (mine(i, s))
-          for (const auto& b : matrices_[i].held[size_t(r)]) {
-            pack(b, matrices_[i].cols, &whole[i]);
-            send_counts[size_t(r)] += b.rows * b.cols;
+          for (const auto& b : matrices_[i].held[size_t(q)]) {
+            pack(t, b, matrices_[i].cols, &whole[i]);
+            t.send_counts[size_t(q)] += b.rows * b.cols;
           }
-        if (mine(i, r))
-          for (const auto& b : matrices_[i].held[size_t(s)]) recv_counts[size_t(r)] += b.rows * b.cols;
+        if (mine(i, q))
+          for (const auto& b : matrices_[i].held[size_t(s)]) t.recv_counts[size_t(q)] += b.rows * b.cols;
       }
-    recv.resize(size_t(std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t(0))));
-    group_.exchange(send.data(), send_counts, recv.data(), recv_counts);
-    at_recv = 0;
-    for (int r = 0; r < S; ++r)
-      for (size_t i = 0; i < matrices_.size(); ++i)
-        if (r != s && mine(i, r))
+    post(t);
+  };
+  auto receive_back = [&](size_t r) {
+    Transfer& t = back[r];
+    t.done.wait();
+    int64_t at_recv = 0;
+    for (int q = 0; q < S; ++q)
+      for (size_t i = rounds_[r]; i < rounds_[r + 1]; ++i)
+        if (q != s && mine(i, q))
           for (const auto& b : matrices_[i].held[size_t(s)])
             rows_of(b, matrices_[i].cols, [&](int64_t at, int64_t, int64_t n) {
-              std::copy_n(recv.data() + at_recv, n, u_.data() + (at - base_));
+              std::copy_n(t.recv.data() + at_recv, n, u_.data() + (at - base_));
               at_recv += n;
             });
+  };
+  if (S > 1) send_to_owners(0);
+  for (size_t r = 0; r < R; ++r) {
+    if (S > 1 && r + 1 < R) send_to_owners(r + 1);
+    orthogonalise(r);
+    if (S > 1) send_back(r);
   }
+  if (S > 1)
+    for (size_t r = 0; r < R; ++r) receive_back(r);
   // 3. the other replicas' matrices from their owners
   if (group_.replicas > 1) {
     for (size_t i = 0; i < matrices_.size(); ++i)

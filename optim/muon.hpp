@@ -32,17 +32,28 @@ namespace trident::optim {
 //   2. `exchange` (all-to-all over the slices, the tensor group) sends each
 //      owner the blocks of its matrices (a block several ranks hold, once);
 //      the owner orthogonalises the whole matrix and sends every holder its
-//      blocks back;
+//      blocks back; in rounds of matrices, the next round's blocks and the
+//      last round's results in flight while a round is orthogonalised;
 //   3. `combine` sums the buffer over the replicas, each matrix's result
 //      coming from its owner's replica (the others add zeros: exact), so a
 //      rank's shard holds the update of every element it keeps.
+// A transfer in flight: poll() drives it and says whether it is done; wait() waits for it.
+template <typename T>
+struct MuonTransfer {
+  std::function<bool()> poll;
+  std::function<void()> wait;
+};
+
 template <typename T>
 struct MuonGroup {
   int slice = 0, slices = 1;       // this rank in the tensor group the matrices are sliced over (MuonMatrix::held)
   int replica = 0, replicas = 1;   // this rank among the ranks holding the same slices (data x context)
   std::function<void(T*)> gather;  // ZeRO >= 1: all-gathers the buffer's shards over the replicas
-  // all-to-all over the slices: send_counts[r] elements of send go to slice r, recv_counts[r] come from it
-  std::function<void(const T*, const std::vector<int64_t>&, T*, const std::vector<int64_t>&)> exchange;
+  // starts an all-to-all over the slices: send_counts[r] elements of send go to slice r, recv_counts[r] come
+  // from it (the buffers stay alive until it is waited for)
+  std::function<MuonTransfer<T>(const T*, const std::vector<int64_t>&, T*, const std::vector<int64_t>&)> exchange;
+  // the matrices' exchanges go in this many rounds, each overlapping the iterations of the round before
+  int rounds = 4;
   // replicas > 1: the buffer summed over the replicas, into this rank's shard of it at least
   std::function<void(T*)> combine;
 };
@@ -65,11 +76,10 @@ class Muon {
     int slice, replica;                                   // the owner
     std::vector<std::vector<kernels::MatrixBlock>> sent;  // by slice: the blocks each sends the owner
   };
-  void to_owners(std::vector<T>& whole);
-  void from_owners(const std::vector<T>& whole);
   std::vector<kernels::MuonMatrix> matrices_;
   std::vector<Owned> owner_;
-  std::vector<double> flops_;  // by slot slice + slices x replica
+  std::vector<double> flops_;   // by slot slice + slices x replica
+  std::vector<size_t> rounds_;  // round r: matrices [rounds_[r], rounds_[r + 1])
   MuonConfig cfg_;
   int64_t base_, numel_, begin_, end_;
   MuonGroup<T> group_;

@@ -510,6 +510,9 @@ const std::vector<Key>& table() {
       real("optim.muon.weight_decay", FIELD(optim.muon.weight_decay), 0, 10, Open::none,
            derived("`optim.weight_decay`", [](const Recipe& r) { return r.optim.weight_decay; }),
            "decoupled weight decay of the Muon matrices: p <- p (1 - lr weight_decay), at the unadjusted lr"),
+      integer("optim.muon.rounds", FIELD(optim.muon.rounds), 1, 1024, value<int64_t>(4),
+              "tensor parallelism: the matrices' exchanges with their owner ranks go in this many rounds, each in "
+              "flight while the round before is orthogonalised (1: one exchange each way, no overlap)"),
       section("optim.muon.qk_clip", "QK-clip (Kimi K2's MuonClip, [optim.md](optim.md#qk-clip))"),
       boolean("optim.muon.qk_clip.on", FIELD(optim.muon.qk_clip.on), value(false),
               "after each update, scale the query and key weights of every head whose largest attention logit of "

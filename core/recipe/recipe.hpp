@@ -183,6 +183,7 @@ struct MuonConfig {
   MuonAdjustLr adjust_lr = MuonAdjustLr::original;
   MuonPrecision ns_precision = MuonPrecision::bf16;
   double weight_decay = 0.0;
+  int64_t rounds = 4;  // the exchanges over the tensor group go in this many rounds (1: no overlap)
   // QK-clip (docs/optim.md#qk-clip)
   struct QkClip {
     bool on = false;

@@ -309,6 +309,7 @@ void RunReport::schedule_done(const parallel::PipelineExecutor& executor, double
 }
 
 void RunReport::span(Span kind, double start, double end) {
+  if (kind == Span::optimizer) optimizer_s_ = end - start;
   if (traced_)
     trace_->add(int64_t(out_.losses.size()) + 1, kind == Span::grad_sync ? Trace::grad_sync : Trace::optimizer, 0, 0,
                 start, end);
@@ -353,6 +354,7 @@ StepMeasures RunReport::measure(const StepFacts& f) {
   std::sort(sorted.begin(), sorted.end());
   m.median_busy = sorted[(sorted.size() - 1) / 2];
   m.straggler_excess = m.median_busy > 0 ? m.busy[m.slowest] / m.median_busy - 1 : 0;
+  m.optimizer_s = parallel::max_over(mesh_.world(), optimizer_s_);
   return m;
 }
 
@@ -408,7 +410,7 @@ Json RunReport::train_record(const StepFacts& f, const StepMeasures& m) const {
   if (f.nonfinite) r["nonfinite_skipped"] = true;
   r["tokens_per_s"] = rounded(m.tokens_per_s, 1), r["mfu"] = rounded(m.mfu, 4), r["step_s"] = rounded(m.seconds, 4);
   r["comm_wait_s"] = rounded(f.comm_wait_s, 4), r["tensor_comm_s"] = rounded(tensor_comm_s_, 4);
-  r["checkpoint_s"] = rounded(f.checkpoint_s, 4);
+  r["checkpoint_s"] = rounded(f.checkpoint_s, 4), r["optimizer_s"] = rounded(m.optimizer_s, 4);
   r["busy_s_median"] = rounded(m.median_busy, 4), r["busy_s_max"] = rounded(m.busy[m.slowest], 4);
   r["slowest_rank"] = int64_t(m.slowest), r["straggler_excess"] = rounded(m.straggler_excess, 4);
   if (!m.kernel_times.empty()) r["kernel_s"] = rounded(m.kernel_s, 5);

@@ -76,6 +76,7 @@ struct StepMeasures {
   std::vector<double> busy;    // per world rank: the step less its waits for the others
   size_t slowest = 0;
   double median_busy = 0, straggler_excess = 0;
+  double optimizer_s = 0;  // the optimizer step (Muon's exchanges and iterations included), the slowest rank's
 };
 
 class RunReport {
@@ -126,7 +127,7 @@ class RunReport {
   TrainSummary out_;
   std::chrono::steady_clock::time_point run_start_, step_start_;
   bool traced_ = false;
-  double sched_s_ = 0, idle_s_ = 0, tensor_comm_s_ = 0;
+  double sched_s_ = 0, idle_s_ = 0, tensor_comm_s_ = 0, optimizer_s_ = 0;
   std::optional<parallel::ExpertTraffic> expert_;
   int pairs_ = 0;
   long switches_ = 0;

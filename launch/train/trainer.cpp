@@ -177,18 +177,18 @@ std::vector<kernels::MuonMatrix> muon_matrices_in(const Recipe& rc, const model:
 }
 
 // How a part's Muon matrices are spread, and the collectives that join them (optim::MuonGroup).
-optim::MuonGroup<float> muon_group(parallel::DataParallelPart& part, parallel::Communicator* slices) {
+optim::MuonGroup<float> muon_group(parallel::DataParallelPart& part, parallel::Communicator* slices, int rounds) {
   optim::MuonGroup<float> g;
+  g.rounds = rounds;
   if (slices && slices->size() > 1) {
     g.slice = slices->rank(), g.slices = slices->size();
     g.exchange = [slices](const float* send, const std::vector<int64_t>& send_counts, float* recv,
                           const std::vector<int64_t>& recv_counts) {
       const int64_t out = std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t(0));
       const int64_t in = std::accumulate(send_counts.begin(), send_counts.end(), int64_t(0));
-      slices
-          ->all_to_all(Tensor::borrow(recv, out), Tensor::borrow(const_cast<float*>(send), in),
-                       {send_counts, recv_counts})
-          ->wait();
+      std::shared_ptr<parallel::Work> w = slices->all_to_all(
+          Tensor::borrow(recv, out), Tensor::borrow(const_cast<float*>(send), in), {send_counts, recv_counts});
+      return optim::MuonTransfer<float>{[w] { return w->is_completed(); }, [w] { w->wait(); }};
     };
   }
   if (part.replicas && part.replicas->size() > 1) {
@@ -261,7 +261,7 @@ struct PartOptimizer {
             rc.optim, part.shard_begin(), part.shard_end(), mesh.device(), model::bias_ranges(reg, rc),
             /*packed=*/rc.optim.name == OptimizerKind::muon),
         muon(matrices, rc.optim.muon, part.base, part.numel, part.shard_begin(), part.shard_end(),
-             matrices.empty() ? optim::MuonGroup<float>{} : muon_group(part, slices)),
+             matrices.empty() ? optim::MuonGroup<float>{} : muon_group(part, slices, int(rc.optim.muon.rounds))),
         master(part.dp->param_shard(), part.dp->shard_size(), rc.train.precision, mesh.device()) {}
   void step(double lr, int64_t step, double grad_scale) {
     opt.step(master.params(), part.dp->grad_shard(), lr, step, grad_scale);

@@ -42,6 +42,7 @@ loaded by transformers: the same logits.
 Usage: interop.py --trident BUILD/launch/trident --root SOURCE_DIR --work DIR
 """
 import argparse
+import shutil
 import json
 import os
 import subprocess
@@ -695,6 +696,165 @@ def muon_against_torch(a):
     return result
 
 
+def write_tokens(prefix, ids):
+    """A Megatron indexed dataset (docs/data.md) of one document of u16 tokens."""
+    import struct
+    with open(prefix + ".bin", "wb") as f:
+        f.write(struct.pack(f"<{len(ids)}H", *ids))
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 1, 2))
+        f.write(struct.pack("<i", len(ids)) + struct.pack("<q", 0) + struct.pack("<qq", 0, 1))
+
+
+def muon_matrices_of(model):
+    """The matrices Trident's Muon orthogonalises (model::muon_matrices), as views of
+    transformers' parameters in Trident's [out, in] orientation: each Linear of a
+    layer; GPT-2's Conv1D transposed, c_attn cut into q, k and v; each routed
+    expert's gate, up and down apart (the fused [E, 2I, C] and [E, C, I] tensors);
+    not the routers. The rest is AdamW's: decay on the LM head and the routers,
+    none on norms, biases and embeddings (Trident's decay_ranges)."""
+    views, decay, no_decay = [], [], []
+    for name, p in model.named_parameters():
+        layer = ".layers." in name or ".h." in name
+        router = name.endswith("mlp.gate.weight") or name.endswith("mlp.router.weight")
+        if not layer or p.dim() == 1 or router:
+            (decay if p.dim() == 2 and "embed" not in name and "wte" not in name and "wpe" not in name
+             else no_decay).append(p)
+        elif p.dim() == 3:  # [E, 2I, C] gate|up or [E, C, I] down
+            for e in range(p.shape[0]):
+                if name.endswith("gate_up_proj"):
+                    half = p.shape[1] // 2
+                    views += [(p, lambda t, e=e, h=half: t[e, :h]), (p, lambda t, e=e, h=half: t[e, h:])]
+                else:
+                    views.append((p, lambda t, e=e: t[e]))
+        elif name.endswith("c_attn.weight"):  # Conv1D [C, 3C]
+            c = p.shape[0]
+            views += [(p, lambda t, k=k, c=c: t.T[k * c:(k + 1) * c]) for k in range(3)]
+        elif ".attn.c_proj." in name or ".mlp.c_fc." in name or ".mlp.c_proj." in name:
+            views.append((p, lambda t: t.T))
+        else:
+            views.append((p, lambda t: t))
+    return views, decay, no_decay
+
+
+def muon_shapes_against_torch(a):
+    """optim.name muon against torch.optim.Muon on GPT-2 (c_attn's q, k, v
+    apart, its Conv1D weights as [out, in]), a Qwen3 mixture of experts (each
+    expert's gate, up and down apart, the router AdamW's) and DeepSeek-V3
+    (multi-head latent attention's down and up projections, a dense first
+    layer, shared and routed experts): made by transformers, imported, trained
+    20 steps by Trident and by PyTorch's loop, torch.optim.Muon over the
+    matrices (its Newton-Schulz in float32; each expert's matrices are
+    parameters of their own, copied in and out of the fused tensors each step)
+    and torch.optim.AdamW over the rest. Every step's loss within 1e-5
+    relative. The mixtures of experts send every token to every expert
+    (top-k = all 8, one group), so that no routing decision near a tie can
+    flip between the two over 20 steps."""
+    import torch.optim._muon as muon_module
+    from transformers import GPT2Config, GPT2LMHeadModel
+    # AdamW's eps 1e-4 on both sides: at eps 1e-8 its first steps turn the rounding of gradients that are nearly
+    # zero (a few elements of a token's embedding row, a router's) into steps of lr x sign, different on each side
+    lr, wd, eps, steps = 0.005, 0.1, 1e-4, 20
+    torch.manual_seed(21)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=64, n_layer=2, n_head=4, n_inner=256,
+                                      activation_function="gelu_new", layer_norm_epsilon=1e-5, resid_pdrop=0.0,
+                                      embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=0.1, bos_token_id=0,
+                                      eos_token_id=0))
+    gpt2_src = os.path.join(a.work, "hf_src_muon_gpt2")
+    gpt2.save_pretrained(gpt2_src, safe_serialization=True)
+    # the mixtures of experts route every token to every expert (top-k = the 8 experts, one group): the same
+    # expert matrices, and no routing decision that rounding could flip over 20 steps of training
+    cases = [("gpt2", gpt2_src)]
+    for name, cfg, _, _ in moe_families():
+        if name not in ("qwen3_moe_norm_topk", "deepseek_v3"):
+            continue
+        cfg.num_experts_per_tok = 8
+        if name == "deepseek_v3":
+            cfg.n_group, cfg.topk_group = 1, 1
+        torch.manual_seed(5)
+        src = os.path.join(a.work, f"hf_src_muon_{name}")
+        AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(src, safe_serialization=True)
+        cases.append((name, src))
+
+    def fp32(grad, ns_coefficients, ns_steps, eps):  # torch's iteration, in float32
+        a_, b_, c_ = ns_coefficients
+        x = grad.to(dtype=torch.float32, copy=True)
+        if grad.size(0) > grad.size(1):
+            x = x.T
+        x.div_(x.norm().clamp(min=eps))
+        for _ in range(ns_steps):
+            gram = x @ x.T
+            x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b_, alpha=c_), x, beta=a_)
+        return x.T if grad.size(0) > grad.size(1) else x
+
+    def torch_losses(src, windows):
+        """PyTorch's 20 steps from the checkpoint in src."""
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+        vocab, T = model.config.vocab_size, windows.shape[1] - 1
+        views, decay, no_decay = muon_matrices_of(model)
+        proxies = [torch.nn.Parameter(view(p).detach().clone()) for p, view in views]
+        original = muon_module._zeropower_via_newtonschulz
+        muon_module._zeropower_via_newtonschulz = fp32
+        losses = []
+        try:
+            opt_muon = torch.optim.Muon(proxies, lr=lr, weight_decay=wd, momentum=0.95, nesterov=True,
+                                        adjust_lr_fn="original")
+            opt_adam = torch.optim.AdamW([{"params": decay, "weight_decay": wd},
+                                          {"params": no_decay, "weight_decay": 0.0}],
+                                         lr=lr, betas=(0.9, 0.95), eps=eps)
+            for _ in range(steps):
+                logits = model(windows[:, :T]).logits
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), windows[:, 1:].reshape(-1))
+                losses.append(loss.item())
+                model.zero_grad()  # the fused tensors' too: neither optimizer holds them
+                loss.backward()
+                with torch.no_grad():
+                    for (p, view), q in zip(views, proxies):
+                        q.grad = view(p.grad).clone()
+                opt_muon.step(), opt_adam.step()
+                with torch.no_grad():
+                    for (p, view), q in zip(views, proxies):
+                        view(p.data).copy_(q.data)
+        finally:
+            muon_module._zeropower_via_newtonschulz = original
+        return losses, len(views)
+
+    out = {}
+    for name, src in cases:
+        config = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).config
+        vocab, T = config.vocab_size, config.max_position_embeddings  # the imported recipe's seq_len
+        g = torch.Generator().manual_seed(9)
+        ids = torch.randint(0, vocab, (8 * T + 1,), generator=g).tolist()  # one epoch: 8 windows of T + 1
+        windows = torch.tensor([ids[T * k: T * k + T + 1] for k in range(8)])
+        theirs, matrices = torch_losses(src, windows)
+        prefix = os.path.join(a.work, f"muon_tokens_{name}")
+        write_tokens(prefix, ids)
+        ckpt = os.path.join(a.work, f"imported_muon_{name}")
+        shutil.rmtree(ckpt, ignore_errors=True)
+        run([a.trident, "import", src, "--out", ckpt])
+        metrics = os.path.join(a.work, f"muon_{name}.jsonl")
+        cmd = [a.trident, "train", os.path.join(ckpt, "recipe.yaml"), "--resume", ckpt]
+        moe = name != "gpt2"
+        for x in [f"data.train={prefix}", "train.global_batch=8", "train.micro_batch=2",
+                         f"train.steps={steps}", "train.precision=fp32", "optim.name=muon",
+                         "optim.muon.ns_precision=fp32", f"optim.lr={lr}", "optim.warmup=0", "optim.decay=constant",
+                         f"optim.weight_decay={wd}", "optim.grad_clip=0", "optim.betas=[0.9, 0.95]", f"optim.eps={eps}",
+                         "eval.every=0", "eval.batches=0", "log.every=1", f"log.metrics={metrics}", "checkpoint.dir="] + (
+                ["model.moe.balance.kind=none", "model.moe.balance.bias_rate=0"] if moe else []):
+            cmd += ["--set", x]
+        run(cmd)
+        with open(metrics) as f:
+            ours = [r["loss"] for r in map(json.loads, f) if r.get("type") == "train"]
+        worst = max(abs(x / y - 1) for x, y in zip(ours, theirs))
+        print(f"muon {name} against torch.optim.Muon ({matrices} matrices): worst step loss rel diff {worst:.2e}; "
+              f"trident {' '.join(f'{x:.6f}' for x in ours)}; torch {' '.join(f'{x:.6f}' for x in theirs)}",
+              flush=True)
+        assert len(ours) == steps and worst < 1e-5, f"muon {name}: {worst:.2e} >= 1e-5"
+        assert ours[-1] < ours[0] - 0.1, f"muon {name}: did not train"
+        out[name] = worst
+    return out
+
+
 def sequence_loss(logits, ids):
     """The mean next-token cross-entropy of one sequence's logits."""
     return torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(ids[1:])).item()
@@ -789,6 +949,7 @@ def main():
         "moe": moe_direction(a),
         "user_flow": user_flow(a),
         "muon": muon_against_torch(a),
+        "muon_shapes": muon_shapes_against_torch(a),
     }
     print(json.dumps({"max_abs_logit_diff": results, "tolerance": TOL}))
 

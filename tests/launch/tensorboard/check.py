@@ -3,7 +3,8 @@
 with checkpoints, resumed to 10 steps (a second events file), every number of
 every metrics record equal to the TensorBoard scalar of the same tag and
 step, no scalar without a metrics value, one continuous loss curve, and the
-resolved recipe as text."""
+resolved recipe as text. The run trains with Muon and QK-clip, whose
+max_logit per layer and qk_clipped are among the scalars."""
 import argparse, glob, json, math, os, subprocess, sys
 
 from tensorboard.backend.event_processing import event_accumulator
@@ -30,7 +31,9 @@ def main():
     a = ap.parse_args()
     tb, metrics, ckpt = (os.path.join(a.work, x) for x in ("tb", "metrics.jsonl", "ckpt"))
     sets = ["train.steps=6", f"log.tensorboard={tb}", f"log.metrics={metrics}", f"checkpoint.dir={ckpt}",
-            "checkpoint.every=3", "eval.every=2", "eval.batches=2", "log.every=1"]
+            "checkpoint.every=3", "eval.every=2", "eval.batches=2", "log.every=1",
+            # Muon with QK-clip: each layer's largest logit (max_logit/<layer>) and the heads clipped
+            "optim.name=muon", "optim.muon.qk_clip.on=true", "optim.muon.qk_clip.threshold=0.1"]
     def train(extra, more=()):
         cmd = [a.trident, "train", os.path.join(a.root, "configs/demo.yaml"), *more]
         for s in sets + extra:
@@ -56,6 +59,9 @@ def main():
         for tag, v in vals.items():
             expected[(tag, r["step"])] = v
 
+    for tag in ("train/max_logit/0", "train/max_logit/3", "train/qk_clipped", "train/optimizer_s"):
+        if (tag, 1) not in expected:
+            sys.exit(f"FAIL: the metrics have no {tag} at step 1")
     ea = event_accumulator.EventAccumulator(tb, size_guidance={"scalars": 0, "tensors": 0})
     ea.Reload()
     got = {}

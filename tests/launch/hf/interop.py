@@ -576,6 +576,19 @@ def moe_direction(a):
     return out
 
 
+def newton_schulz_fp32(grad, ns_coefficients, ns_steps, eps):
+    """torch.optim.Muon's _zeropower_via_newtonschulz in float32 (torch's runs it in bf16)."""
+    a_, b_, c_ = ns_coefficients
+    x = grad.to(dtype=torch.float32, copy=True)
+    if grad.size(0) > grad.size(1):
+        x = x.T
+    x.div_(x.norm().clamp(min=eps))
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b_, alpha=c_), x, beta=a_)
+    return x.T if grad.size(0) > grad.size(1) else x
+
+
 def muon_against_torch(a):
     """optim.name muon against torch.optim.Muon: a transformers LLaMA (2 layers,
     64 wide, grouped-query attention) imported and trained 20 steps by
@@ -639,18 +652,8 @@ def muon_against_torch(a):
     def torch_losses(precision):
         original = muon_module._zeropower_via_newtonschulz
 
-        def fp32(grad, ns_coefficients, ns_steps, eps):  # torch's iteration, in float32
-            a_, b_, c_ = ns_coefficients
-            x = grad.to(dtype=torch.float32, copy=True)
-            if grad.size(0) > grad.size(1):
-                x = x.T
-            x.div_(x.norm().clamp(min=eps))
-            for _ in range(ns_steps):
-                gram = x @ x.T
-                x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b_, alpha=c_), x, beta=a_)
-            return x.T if grad.size(0) > grad.size(1) else x
         if precision == "fp32":
-            muon_module._zeropower_via_newtonschulz = fp32
+            muon_module._zeropower_via_newtonschulz = newton_schulz_fp32
         try:
             m = LlamaForCausalLM.from_pretrained(src, dtype=torch.float32)
             hidden = [p for n, p in m.named_parameters() if p.dim() == 2 and ".layers." in n]
@@ -776,17 +779,6 @@ def muon_shapes_against_torch(a):
         AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(src, safe_serialization=True)
         cases.append((name, src))
 
-    def fp32(grad, ns_coefficients, ns_steps, eps):  # torch's iteration, in float32
-        a_, b_, c_ = ns_coefficients
-        x = grad.to(dtype=torch.float32, copy=True)
-        if grad.size(0) > grad.size(1):
-            x = x.T
-        x.div_(x.norm().clamp(min=eps))
-        for _ in range(ns_steps):
-            gram = x @ x.T
-            x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b_, alpha=c_), x, beta=a_)
-        return x.T if grad.size(0) > grad.size(1) else x
-
     def torch_losses(src, windows):
         """PyTorch's 20 steps from the checkpoint in src."""
         model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
@@ -794,7 +786,7 @@ def muon_shapes_against_torch(a):
         views, decay, no_decay = muon_matrices_of(model)
         proxies = [torch.nn.Parameter(view(p).detach().clone()) for p, view in views]
         original = muon_module._zeropower_via_newtonschulz
-        muon_module._zeropower_via_newtonschulz = fp32
+        muon_module._zeropower_via_newtonschulz = newton_schulz_fp32
         losses = []
         try:
             opt_muon = torch.optim.Muon(proxies, lr=lr, weight_decay=wd, momentum=0.95, nesterov=True,

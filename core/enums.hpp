@@ -32,6 +32,9 @@ enum class MuonAdjustLr { original, match_rms_adamw, spectral };
 enum class MuonPrecision { fp32, bf16 };
 enum class NonFinite { stop, skip };
 enum class ContextMode { ring, all_to_all };
+// ZeRO 2-3 with several micro-batches a step: the gradients accumulate in a
+// full-size buffer reduced once, or in the shard, reduced every micro-batch
+enum class ZeroAccumulate { full, shard };
 enum class TokenizerKind { byte, chars, hf_bpe, sentencepiece };
 enum class RouterScore { softmax, sigmoid };  // a mixture-of-experts router's scores (model.moe.router.score)
 // a mixture-of-experts model's load-balancing loss (model.moe.balance.kind)
@@ -60,6 +63,7 @@ TRIDENT_ENUM_NAMES(Arch, {Arch::gpt2, "gpt2"}, {Arch::llama, "llama"});
 TRIDENT_ENUM_NAMES(MeshAxis, {MeshAxis::tensor, "tensor"}, {MeshAxis::context, "context"}, {MeshAxis::data, "data"},
                    {MeshAxis::pipeline, "pipeline"});
 TRIDENT_ENUM_NAMES(ContextMode, {ContextMode::ring, "ring"}, {ContextMode::all_to_all, "all_to_all"});
+TRIDENT_ENUM_NAMES(ZeroAccumulate, {ZeroAccumulate::full, "full"}, {ZeroAccumulate::shard, "shard"});
 TRIDENT_ENUM_NAMES(ScheduleKind, {ScheduleKind::gpipe, "gpipe"}, {ScheduleKind::one_f_one_b, "1f1b"},
                    {ScheduleKind::interleaved_1f1b, "interleaved_1f1b"}, {ScheduleKind::zero_bubble, "zero_bubble"},
                    {ScheduleKind::dualpipev, "dualpipev"});

@@ -20,7 +20,8 @@ parallel::DataParallelSpec data_parallel_spec(const Recipe& rc, parallel::Mesh& 
           pipelined,
           rc.micro_batches_per_step(p.data),
           mesh.data_context(),  // replicas of this model shard: data x context
-          {shared.tied, shared.tensor_replicated, shared.kv_replicated, mesh.embedding(), mesh.tensor(), mesh.kv()}};
+          {shared.tied, shared.tensor_replicated, shared.kv_replicated, mesh.embedding(), mesh.tensor(), mesh.kv()},
+          p.zero_accumulate == ZeroAccumulate::shard};
 }
 
 }  // namespace

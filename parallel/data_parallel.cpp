@@ -68,6 +68,10 @@ class ShardedDataParallel final : public DataParallel {
   }
   std::function<void(int64_t)> begin_backward(int64_t micro) override {
     const bool last = micro + 1 == spec_.micro_batches;
+    if (spec_.shard_accumulation && !spec_.pipelined) {  // every micro-batch reduced into the shard, added
+      store_->begin_backward(false, last, micro > 0);
+      return {};
+    }
     store_->begin_backward(spec_.pipelined || spec_.micro_batches > 1, !spec_.pipelined && last);
     return {};
   }

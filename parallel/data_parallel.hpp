@@ -58,6 +58,9 @@ struct DataParallelSpec {
   int64_t micro_batches = 1;  // per step (gradient accumulation)
   Communicator* data = nullptr;
   SharedGradients shared;
+  // ZeRO 2-3, several micro-batches, not pipelined: each micro-batch's gradients reduce-scattered and added
+  // into the shard (parallel.zero_accumulate shard), no full-size accumulation buffer
+  bool shard_accumulation = false;
 };
 
 // ZeRO 0-1: the model keeps full parameter and gradient buffers.

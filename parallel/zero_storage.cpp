@@ -7,6 +7,8 @@
 
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
+#include "kernels/buffer.hpp"
+#include "kernels/residual.hpp"
 
 namespace trident::parallel {
 
@@ -115,9 +117,10 @@ void ZeroStorage::gather_params() {
 
 // ---- gradients ----
 
-void ZeroStorage::begin_backward(bool accumulating, bool last_micro) {
+void ZeroStorage::begin_backward(bool accumulating, bool last_micro, bool add_to_shard) {
   accumulating_ = accumulating && dp_;  // one rank accumulates straight into its (whole) shard
   last_micro_ = last_micro;
+  add_to_shard_ = add_to_shard && dp_ && !accumulating_;
   if (accumulating_ && !accum_.defined())
     accum_ = Tensor::empty({segments_.back().end}, DType::f32, MemCategory::grads, device_);
 }
@@ -131,6 +134,7 @@ float* ZeroStorage::acquire_grads(int s) {
   w.base = take(seg.size(), MemCategory::grads);
   w.buf = w.base.view(0, {seg.size()});
   float* p = w.buf.data<float>();
+  if (add_to_shard_) kernels::fill_zero(p, seg.size());  // the model adds this micro-batch's gradients into it
   grad_windows_[s] = std::move(w);
   return p;
 }
@@ -139,6 +143,11 @@ void ZeroStorage::reduce(int s, Window w) {
   const Segment& seg = segments_[size_t(s)];
   const int64_t lo = std::max(seg.begin, shard_begin_), hi = std::min(seg.end, shard_end_);
   Tensor out = grad_shard_.view(hi > lo ? lo - shard_begin_ : 0, {std::max<int64_t>(0, hi - lo)});
+  if (add_to_shard_ && w.base.defined() && hi > lo) {  // into a piece of its own, added to the shard when it arrives
+    w.sum = Tensor::empty({hi - lo}, DType::f32, MemCategory::grads, device_);
+    w.add_at = lo - shard_begin_, w.add_n = hi - lo;
+    out = w.sum;
+  }
   w.work = dp_->reduce_scatter(out, w.buf, {ReduceOp::sum, counts_for(seg)});
   reducing_.push_back(std::move(w));
 }
@@ -164,7 +173,14 @@ void ZeroStorage::grads_done(int s) {
 
 void ZeroStorage::retire_grad_windows(size_t keep) {
   while (reducing_.size() > keep) {
-    wait(reducing_.front());
+    Window& w = reducing_.front();
+    wait(w);
+    if (w.sum.defined()) {  // zero_accumulate shard: this micro-batch's share, added to the shard
+      float* shard = grad_shard_.data<float>() + w.add_at;
+      if (w.add_n > 0)
+        kernels::residual_forward(shard, shard, w.sum.data<float>(), static_cast<const float*>(nullptr), 1, w.add_n);
+      w.sum = Tensor();
+    }
     give_back(std::move(reducing_.front().base), MemCategory::grads);
     reducing_.erase(reducing_.begin());
   }

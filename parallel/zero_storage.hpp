@@ -13,7 +13,9 @@
 // gradient accumulation (several micro-batches), gradients accumulate in a
 // full-size buffer for the step and are reduce-scattered once, during the
 // last micro-batch's backward: that costs a transient 4P bytes; the
-// alternative, reducing every micro-batch, costs a reduction per micro-batch.
+// alternative (parallel.zero_accumulate shard), reducing every micro-batch
+// through the windows and adding each reduction into the shard, costs a
+// reduction per micro-batch and no full-size buffer.
 //
 // Parameters: stage 2 keeps a full replica (gathered after each step);
 // stage 3 keeps only the shard: acquire_params(s, next) all-gathers segment
@@ -51,8 +53,11 @@ class ZeroStorage : public SegmentStorage<float> {
   Tensor& full_params() { return params_; }
 
   // Before each backward: whether gradients accumulate over several
-  // micro-batches this step, and whether this is the step's last one.
-  void begin_backward(bool accumulating, bool last_micro);
+  // micro-batches this step in the full-size buffer, and whether this is the
+  // step's last one. add_to_shard (not accumulating: parallel.zero_accumulate
+  // shard, a micro-batch after the first): the windows start at zero (the
+  // model adds into them) and their reductions are added into the shard.
+  void begin_backward(bool accumulating, bool last_micro, bool add_to_shard = false);
   // After the last backward of a step: wait for every reduction.
   void finish_step();
   // stage 2: all-gather the updated shards into the replica.
@@ -75,6 +80,8 @@ class ZeroStorage : public SegmentStorage<float> {
     Tensor buf;     // the segment's view of it
     WorkPtr work;   // gather (params) or reduce-scatter (grads) in flight
     int users = 0;  // params: acquisitions not yet released (pipelines hold a head for several micro-batches)
+    Tensor sum;     // grads added to the shard: the reduction's output (pooled), added at [add_at, add_at + add_n)
+    int64_t add_at = 0, add_n = 0;
   };
   // Window buffers are pooled per category: allocating fresh memory for every
   // window would page-fault it in again on every use.
@@ -96,7 +103,7 @@ class ZeroStorage : public SegmentStorage<float> {
   Tensor params_;      // stage 2: full replica; stage 3: shard
   Tensor grad_shard_;  // 4P/d
   Tensor accum_;       // full gradients while accumulating over micro-batches
-  bool accumulating_ = false, last_micro_ = true;
+  bool accumulating_ = false, last_micro_ = true, add_to_shard_ = false;
   std::map<int, Window> param_windows_;
   std::map<int, Window> grad_windows_;  // acquired, not yet done
   std::vector<Window> reducing_;        // done, reduction in flight (oldest first)

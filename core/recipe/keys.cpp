@@ -416,6 +416,13 @@ const std::vector<Key>& table() {
       integer("parallel.zero", FIELD(parallel.zero), 0, 3, value<int64_t>(0),
               "ZeRO stage of the data-parallel group: 0 replicate, 1 shard optimizer state, 2 also gradients, 3 also "
               "parameters"),
+      choice<ZeroAccumulate>(
+          "parallel.zero_accumulate", FIELD(parallel.zero_accumulate), value<ZeroAccumulate>(ZeroAccumulate::full),
+          "ZeRO 2 and 3 with several micro-batches a step: `full` accumulates the gradients in a full-size fp32 "
+          "buffer (4P bytes) reduce-scattered once, during the last micro-batch's backward; `shard` "
+          "reduce-scatters every micro-batch's gradients, segment by segment as its backward produces them, and "
+          "adds them into the fp32 shard (4P/d bytes and the windows in flight; a reduction per micro-batch), as "
+          "DeepSpeed, FSDP2 and Megatron-FSDP do ([parallelism.md](parallelism.md#zero)); not yet with a pipeline"),
       boolean("parallel.sequence_parallel", FIELD(parallel.sequence_parallel), value<bool>(false),
               "Megatron sequence parallelism: with `tensor > 1`, norms, residual adds and the other token-wise work "
               "run on `1/tensor` of the micro-batch's token rows, and the tensor-parallel regions all-gather before / "

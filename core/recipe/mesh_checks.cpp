@@ -178,6 +178,19 @@ void validate_mesh(Reader& r, const Recipe& rc, int64_t world) {
                                                   "shared_experts({}) x shared_ffn_hidden({}) % tensor({}) != 0",
                                                   m.moe.shared_experts, m.moe.shared_ffn_hidden, p.tensor));
   validate_expert(r, m, p);
+  if (p.zero_accumulate == ZeroAccumulate::shard) {
+    if (p.zero < 2)
+      r.inconsistent("parallel.zero_accumulate",
+                     fmt::format("shard accumulates gradients in the ZeRO 2-3 gradient shard; ZeRO {} keeps the "
+                                 "model's whole gradient buffer (set parallel.zero 2 or 3, or zero_accumulate full)",
+                                 p.zero));
+    else if (p.pipeline > 1 || p.virtual_stages > 1 || p.schedule == ScheduleKind::zero_bubble)
+      r.inconsistent(
+          "parallel.zero_accumulate",
+          fmt::format("shard with a pipeline schedule (pipeline {}, virtual_stages {}, schedule {}): its "
+                      "gradients are reduced after the whole schedule in this version (zero_accumulate full)",
+                      p.pipeline, p.virtual_stages, enum_name(p.schedule)));
+  }
   // Muon's Newton-Schulz iteration runs on the CPU in this version (docs/optim.md#muon)
   if (rc.optim.name == OptimizerKind::muon && rc.device == DeviceType::cuda)
     r.inconsistent("device", "cuda with optim.name muon: its iteration runs on the CPU in this version");

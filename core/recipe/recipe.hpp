@@ -148,6 +148,7 @@ struct ParallelConfig {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int64_t virtual_stages = 1;
   int64_t zero = 0;
+  ZeroAccumulate zero_accumulate = ZeroAccumulate::full;
   bool sequence_parallel = false;
   bool overlap_paired = true;  // dualpipev: paired passes overlap their expert exchanges
   int64_t bucket_bytes = 25 << 20;

@@ -142,7 +142,8 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
   // software reduce-scatters every micro-batch into the shard
   // (`zero_grad_accumulation: shard`); otherwise the windows in flight (two
   // reducing, one being written)
-  const bool whole = r.micro_batches > 1 && !x.cl.sharded_grad_accumulation;
+  const bool whole = r.micro_batches > 1 && !x.cl.sharded_grad_accumulation &&
+                     x.q.parallel.zero_accumulate != ZeroAccumulate::shard;  // Trident's parallel.zero_accumulate
   const double windows = whole ? 4 * Ps : 3 * 4 * segment;
   mem.grads = dense.grads + experts.grads + (c.zero >= 2 && DC > 1 ? windows : 0);
   mem.optimizer = dense.optimizer + experts.optimizer;

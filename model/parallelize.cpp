@@ -19,9 +19,10 @@ parallel::DataParallelSpec data_parallel_spec(const Recipe& rc, parallel::Mesh& 
           mesh.device(),
           pipelined,
           rc.micro_batches_per_step(p.data),
-          mesh.data_context(),  // replicas of this model shard: data x context
+          mesh.data_shard(),  // the ranks sharing ZeRO's shards: data x context, or HSDP's shard group
           {shared.tied, shared.tensor_replicated, shared.kv_replicated, mesh.embedding(), mesh.tensor(), mesh.kv()},
-          p.zero_accumulate == ZeroAccumulate::shard};
+          p.zero_accumulate == ZeroAccumulate::shard,
+          mesh.data_replicate()};  // HSDP: the replicas of this rank's shard (else alone)
 }
 
 }  // namespace
@@ -51,7 +52,8 @@ ParallelModel parallelize(const Recipe& rc, parallel::Mesh& mesh) {
   // 5. data parallelism over the model's segments, then the storage it owns, then the initial values
   const ParamRegistry& reg = m.net->registry();
   parallel::DataParallelSpec dense = data_parallel_spec(rc, mesh, reg), experts = dense;
-  experts.data = mesh.expert_data();  // the replicas of this rank's experts
+  experts.data = mesh.expert_shard();  // the ranks sharing the experts' shards: expert_data, or its HSDP shard group
+  experts.replicas = mesh.expert_replicate();
   m.dp =
       std::make_unique<parallel::DataParallelParts>(dense, experts, mesh.expert(), reg.expert_begin(),
                                                     m.net->segments(), reg.total(), &m.net->params(), &m.net->grads());

@@ -125,11 +125,13 @@ std::unique_ptr<DataParallel> make_data_parallel(const DataParallelSpec& spec, c
   if (model_owns_buffers(spec.zero)) {
     TRIDENT_CHECK(params && grads, "ZeRO {} reduces the model's own buffers: pass them", spec.zero);
     return std::make_unique<BucketedDataParallel>(
-        spec, std::make_unique<GradientSync>(spec.data, numel, DType::f32, spec.zero, spec.bucket_bytes, spec.device),
+        spec,
+        std::make_unique<GradientSync>(spec.data, numel, DType::f32, spec.zero, spec.bucket_bytes, spec.device,
+                                       spec.replicas),
         params, grads);
   }
   return std::make_unique<ShardedDataParallel>(
-      spec, std::make_unique<ZeroStorage>(spec.data, segments, numel, spec.zero, spec.device), numel);
+      spec, std::make_unique<ZeroStorage>(spec.data, segments, numel, spec.zero, spec.device, spec.replicas), numel);
 }
 
 // ZeRO 2-3 over parts: segment s of the model is segment s - first of the
@@ -158,14 +160,14 @@ DataParallelParts::DataParallelParts(const DataParallelSpec& dense, const DataPa
                                      Communicator* peers, int64_t expert_begin, const std::vector<Segment>& segments,
                                      int64_t numel, Tensor* params, Tensor* grads) {
   if (expert_begin >= numel) {  // one part: the buffers as they are
-    parts_.push_back({0, numel, make_data_parallel(dense, segments, numel, params, grads), dense.data});
+    parts_.push_back({0, numel, make_data_parallel(dense, segments, numel, params, grads), dense.data, dense.replicas});
     return;
   }
   std::vector<Router::Place> places;
   parts_.reserve(2);  // the parts' views stay where their DataParallel sees them
   for (const auto& [spec, lo, hi, group] : {std::tuple{&dense, int64_t(0), expert_begin, (Communicator*)nullptr},
                                             std::tuple{&experts, expert_begin, numel, peers}}) {
-    DataParallelPart part{lo, hi - lo, nullptr, spec->data, group};
+    DataParallelPart part{lo, hi - lo, nullptr, spec->data, spec->replicas, group};
     DataParallelSpec s = *spec;  // the shared ranges inside the part, in its coordinates
     s.shared.tied = clip(spec->shared.tied, lo, hi);
     s.shared.tensor_replicated = clip(spec->shared.tensor_replicated, lo, hi);

@@ -61,6 +61,9 @@ struct DataParallelSpec {
   // ZeRO 2-3, several micro-batches, not pipelined: each micro-batch's gradients reduce-scattered and added
   // into the shard (parallel.zero_accumulate shard), no full-size accumulation buffer
   bool shard_accumulation = false;
+  // HSDP: the replicas of this rank's shard (`data` is then the shard group):
+  // each reduced piece of the shard is all-reduced over them, once a step.
+  Communicator* replicas = nullptr;
 };
 
 // ZeRO 0-1: the model keeps full parameter and gradient buffers.
@@ -127,11 +130,12 @@ std::unique_ptr<DataParallel> make_data_parallel(const DataParallelSpec& spec, c
 // group's ranks hold other experts). Each part is one DataParallel, in the
 // part's own coordinates; shard_begin()/shard_end() are flat.
 struct DataParallelPart {
-  int64_t base = 0, numel = 0;       // [base, base + numel) of the flat buffer
-  std::unique_ptr<DataParallel> dp;  // over the part (its element 0 is flat element base)
-  Communicator* replicas = nullptr;  // the ranks holding the same part (dp's group)
-  Communicator* peers = nullptr;     // the ranks holding the other, disjoint shares of it (the expert group), or none
-  Tensor params_view, grads_view;    // ZeRO 0-1: the part of the model's buffers
+  int64_t base = 0, numel = 0;            // [base, base + numel) of the flat buffer
+  std::unique_ptr<DataParallel> dp;       // over the part (its element 0 is flat element base)
+  Communicator* shard_group = nullptr;    // the ranks sharing the part's ZeRO shards (dp's group)
+  Communicator* replica_group = nullptr;  // HSDP: the ranks holding the same shard, or none
+  Communicator* peers = nullptr;   // the ranks holding the other, disjoint shares of it (the expert group), or none
+  Tensor params_view, grads_view;  // ZeRO 0-1: the part of the model's buffers
   int64_t shard_begin() const { return base + dp->shard_begin(); }
   int64_t shard_end() const { return base + dp->shard_end(); }
 };

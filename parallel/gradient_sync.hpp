@@ -17,6 +17,9 @@
 //          equal split of the buffer). After finish() only that shard of the
 //          gradient buffer holds the reduced sum; the optimizer steps the
 //          shard and gather_params() all-gathers the parameters.
+// HSDP (replicas: the ranks holding the same shard in the other shard
+// groups): each bucket's reduced piece is all-reduced over them as soon as
+// its reduce-scatter completes (stage 1; stage 0 has no shards to replicate).
 // A one-rank group (or none) makes every call a no-op.
 #pragma once
 #include <cstdint>
@@ -36,7 +39,8 @@ std::vector<Bucket> make_buckets(int64_t numel, int64_t elems);
 class GradientSync {
  public:
   // device: where the gradients live (its receive buffer goes there too).
-  GradientSync(Communicator* dp, int64_t numel, DType dtype, int zero_stage, int64_t bucket_bytes, Device device = {});
+  GradientSync(Communicator* dp, int64_t numel, DType dtype, int zero_stage, int64_t bucket_bytes, Device device = {},
+               Communicator* replicas = nullptr);
 
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_end() const { return shard_end_; }
@@ -53,11 +57,18 @@ class GradientSync {
   double take_wait_seconds();
 
  private:
-  Communicator* dp_;
+  Communicator *dp_, *replicas_;
   int zero_;
   std::vector<Bucket> buckets_;
   size_t next_ = 0;  // next bucket to launch
-  std::vector<WorkPtr> inflight_;
+  struct InFlight {
+    WorkPtr work;     // the data group's reduction
+    Tensor piece;     // HSDP: this rank's reduced piece, all-reduced over the replicas once `work` completes
+    WorkPtr replica;  // that all-reduce
+  };
+  std::vector<InFlight> inflight_;
+  size_t replicated_ = 0;  // HSDP: the buckets whose replica all-reduce was launched (in bucket order)
+  void launch_replicas(bool block);
   std::vector<int64_t> counts_;
   int64_t shard_begin_ = 0, shard_end_ = 0;
   Tensor recv_;  // stage 1: this rank's reduced part of every bucket (shard-sized, comm memory)

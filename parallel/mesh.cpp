@@ -24,11 +24,18 @@ MeshSpec mesh_spec(const Recipe& rc, bool single_process) {
                                                              : "";
   MeshSpec s{int(p.data),       int(p.tensor),     int(p.pipeline), int(p.context), p.order,        int(p.expert),
              p.whole_experts(), rc.model.kv_heads, rc.device,       p.timeout_s,    single_process, flight};
+  s.data_shard = int(p.data_shard_size());
   return s;
 }
 
+Topology topology_of(const ParallelConfig& p) {
+  return Topology(int(p.data), int(p.pipeline), int(p.tensor), p.order, int(p.context), int(p.expert),
+                  p.whole_experts(), int(p.data_shard_size()));
+}
+
 Mesh::Mesh(const MeshSpec& spec, const std::string& source)
-    : topology_(spec.data, spec.pipeline, spec.tensor, spec.order, spec.context, spec.expert, spec.whole_experts),
+    : topology_(spec.data, spec.pipeline, spec.tensor, spec.order, spec.context, spec.expert, spec.whole_experts,
+                spec.data_shard),
       groups_(kAllGroupKinds.size(), nullptr) {
   int mpi_on = 0;
   MPI_Initialized(&mpi_on);

@@ -36,8 +36,11 @@ struct MeshSpec {
   double timeout_s = 600;       // every collective and transfer (parallel.timeout_s)
   bool single_process = false;  // ignore MPI even when it is initialised (reference runs in tests)
   std::string flight_dir;       // the flight recorder's ("": /tmp/trident-flight-<rank 0's PID>)
+  int data_shard = 0;           // HSDP: the ZeRO shard group's size (0: data x context)
 };
 MeshSpec mesh_spec(const Recipe& rc, bool single_process = false);
+// The recipe's topology (every axis, experts and the HSDP shard).
+Topology topology_of(const ParallelConfig& p);
 
 class Mesh {
  public:
@@ -69,6 +72,13 @@ class Mesh {
   // rank's experts (topology.hpp).
   Communicator* expert() { return group(GroupKind::expert); }
   Communicator* expert_data() { return group(GroupKind::expert_data); }
+  // HSDP (topology.hpp): the ranks sharing this rank's ZeRO shards, and the
+  // replicas of its shard; without HSDP data_context and none (alone). The
+  // expert part's the same within expert_data.
+  Communicator* data_shard() { return group(GroupKind::data_shard); }
+  Communicator* data_replicate() { return group(GroupKind::data_replicate); }
+  Communicator* expert_shard() { return group(GroupKind::expert_shard); }
+  Communicator* expert_replicate() { return group(GroupKind::expert_replicate); }
   Communicator* kv() { return kv_; }
   Coords coords() const;
   const Topology& topology() const { return topology_; }

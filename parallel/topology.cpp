@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "core/error.hpp"
@@ -22,8 +23,10 @@ std::vector<MeshAxis> full_order(const std::vector<MeshAxis>& order) {
 }
 
 Topology::Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order, int context, int expert,
-                   bool whole_experts)
-    : expert_(expert), whole_(whole_experts && tensor > 1) {
+                   bool whole_experts, int data_shard)
+    : expert_(expert), whole_(whole_experts && tensor > 1), shard_(data_shard > 0 ? data_shard : data * context) {
+  TRIDENT_CHECK((data * context) % shard_ == 0, "data_shard({}) does not divide data x context = {}", shard_,
+                data * context);
   TRIDENT_CHECK(data >= 1 && pipeline >= 1 && tensor >= 1 && context >= 1, "mesh sizes must be >= 1");
   const int domain = data * context * (whole_ ? tensor : 1);
   TRIDENT_CHECK(expert >= 1 && domain % expert == 0, "expert({}) does not divide data x context{} = {}", expert,
@@ -74,6 +77,10 @@ std::vector<Dim> varied_axes(GroupKind kind) {
     case GroupKind::data_context:
     case GroupKind::expert:
     case GroupKind::expert_data:
+    case GroupKind::data_shard:
+    case GroupKind::data_replicate:
+    case GroupKind::expert_shard:
+    case GroupKind::expert_replicate:
       return {Dim::data, Dim::context};
     case GroupKind::model_parallel:
       return {Dim::tensor, Dim::pipeline};
@@ -84,6 +91,8 @@ std::vector<Dim> varied_axes(GroupKind kind) {
 }
 
 }  // namespace
+
+int Topology::expert_shard_size(int expert_data) const { return expert_data / std::gcd(data_replicate(), expert_data); }
 
 std::pair<int, std::vector<int>> Topology::replica_place(int rank) const {
   std::vector<int> dc = members(GroupKind::data_context, rank);
@@ -103,6 +112,17 @@ std::pair<int, std::vector<int>> Topology::replica_place(int rank) const {
 std::vector<int> Topology::members(GroupKind kind, int rank) const {
   const Coords me = coords(rank);
   std::vector<int> out;
+  if (kind == GroupKind::data_shard || kind == GroupKind::data_replicate || kind == GroupKind::expert_shard ||
+      kind == GroupKind::expert_replicate) {  // runs of `run` consecutive members of the whole group
+    const bool dense = kind == GroupKind::data_shard || kind == GroupKind::data_replicate;
+    const std::vector<int> all = members(dense ? GroupKind::data_context : GroupKind::expert_data, rank);
+    const int run = dense ? shard_ : expert_shard_size(int(all.size()));
+    const int place = int(std::lower_bound(all.begin(), all.end(), rank) - all.begin());
+    const bool shard = kind == GroupKind::data_shard || kind == GroupKind::expert_shard;
+    for (int i = 0; i < int(all.size()); ++i)
+      if (shard ? i / run == place / run : i % run == place % run) out.push_back(all[size_t(i)]);
+    return out;
+  }
   if (kind == GroupKind::expert || kind == GroupKind::expert_data) {
     const auto [place, dc] = replica_place(rank);
     for (int i = 0; i < int(dc.size()); ++i)
@@ -158,7 +178,7 @@ std::string group_text(const std::vector<int>& m) {
 }  // namespace
 
 std::string Topology::describe(int ranks_per_node) const {
-  const bool cp = size(Dim::context) > 1, ep = expert_ > 1;
+  const bool cp = size(Dim::context) > 1, ep = expert_ > 1, hsdp = data_replicate() > 1;
   std::string s =
       cp ? fmt::format("mesh data {} x context {} x pipeline {} x tensor {} = world {} | {} ranks per node\n",
                        size(Dim::data), size(Dim::context), size(Dim::pipeline), size(Dim::tensor), world(),
@@ -175,6 +195,12 @@ std::string Topology::describe(int ranks_per_node) const {
     s += fmt::format("experts: expert {} x expert_data {} (data x context = {}) x pipeline {} x tensor {}\n", expert_,
                      size(Dim::data) * size(Dim::context) / expert_, size(Dim::data) * size(Dim::context),
                      size(Dim::pipeline), size(Dim::tensor));
+  if (hsdp)
+    s += fmt::format(
+        "hsdp: data_shard {} x data_replicate {} (data x context = {}): ZeRO shards within a data_shard "
+        "group, replicated over data_replicate{}\n",
+        shard_, data_replicate(), size(Dim::data) * size(Dim::context),
+        ep ? " (experts: expert_shard x expert_replicate of expert_data)" : "");
   s += fmt::format("{:>5} {:>5} {:>4} ", "rank", "node", "dp");
   if (cp) s += fmt::format("{:>4} ", "cp");
   s += fmt::format("{:>4} {:>4}  {:<14} ", "pp", "tp", "tensor");
@@ -182,9 +208,13 @@ std::string Topology::describe(int ranks_per_node) const {
   s += fmt::format("{:<14} {:<14} ", "pipeline", "data");
   if (cp) s += fmt::format("{:<16} ", "data_context");
   if (ep) s += fmt::format("{:<14} {:<14} ", "expert", "expert_data");
+  if (hsdp) s += fmt::format("{:<14} {:<14} ", "data_shard", "data_replicate");
+  if (hsdp && ep) s += fmt::format("{:<14} {:<16} ", "expert_shard", "expert_replicate");
   s += fmt::format("{:<16} {}\n", "model_parallel", "embedding");
   std::map<std::pair<int, int>, std::string> texts;  // (group kind, lowest member) -> text
   std::map<int, std::vector<int>> replicas;          // data_context groups by lowest member
+  std::map<int, std::vector<int>> data_context;      // (HSDP) the same without whole experts' tensor ranks
+  std::map<int, std::vector<int>> expert_data;       // (HSDP) expert_data groups by lowest member
   for (int r = 0; r < world(); ++r) {
     Coords c = coords(r);
     auto g = [&](GroupKind k) -> const std::string& {  // each group's text made once
@@ -207,6 +237,28 @@ std::string Topology::describe(int ranks_per_node) const {
       if (it == texts.end()) it = texts.emplace(std::pair<int, int>{int(k), first}, group_text(members(k, r))).first;
       return it->second;
     };
+    auto run_g = [&](GroupKind k) -> const std::string& {  // HSDP: runs of a data_context or expert_data group
+      const bool dense = k == GroupKind::data_shard || k == GroupKind::data_replicate;
+      const bool shard = k == GroupKind::data_shard || k == GroupKind::expert_shard;
+      Coords low = c;
+      low.dp = low.cp = 0;
+      if (!dense && whole_) low.tp = 0;
+      std::vector<int>& dc = (dense ? data_context : replicas)[rank_of(low)];
+      if (dc.empty()) dc = dense ? members(GroupKind::data_context, r) : replica_place(r).second;
+      int place = int(std::lower_bound(dc.begin(), dc.end(), r) - dc.begin());
+      const std::vector<int>* all = &dc;
+      if (!dense) {  // this rank's expert_data group: every expert-th member of dc
+        std::vector<int>& ed = expert_data[dc[size_t(place % expert_)]];
+        if (ed.empty())
+          for (size_t i = size_t(place % expert_); i < dc.size(); i += size_t(expert_)) ed.push_back(dc[i]);
+        all = &ed, place /= expert_;
+      }
+      const int run = dense ? shard_ : expert_shard_size(int(all->size()));
+      const int first = (*all)[size_t(shard ? place / run * run : place % run)];
+      auto it = texts.find({int(k), first});
+      if (it == texts.end()) it = texts.emplace(std::pair<int, int>{int(k), first}, group_text(members(k, r))).first;
+      return it->second;
+    };
     s += fmt::format("{:>5} {:>5} {:>4} ", r, r / ranks_per_node, c.dp);
     if (cp) s += fmt::format("{:>4} ", c.cp);
     s += fmt::format("{:>4} {:>4}  {:<14} ", c.pp, c.tp, g(GroupKind::tensor));
@@ -214,6 +266,9 @@ std::string Topology::describe(int ranks_per_node) const {
     s += fmt::format("{:<14} {:<14} ", g(GroupKind::pipeline), g(GroupKind::data));
     if (cp) s += fmt::format("{:<16} ", g(GroupKind::data_context));
     if (ep) s += fmt::format("{:<14} {:<14} ", expert_g(GroupKind::expert), expert_g(GroupKind::expert_data));
+    if (hsdp) s += fmt::format("{:<14} {:<14} ", run_g(GroupKind::data_shard), run_g(GroupKind::data_replicate));
+    if (hsdp && ep)
+      s += fmt::format("{:<14} {:<16} ", run_g(GroupKind::expert_shard), run_g(GroupKind::expert_replicate));
     s += fmt::format("{:<16} {}\n", g(GroupKind::model_parallel), g(GroupKind::embedding));
   }
   return s;

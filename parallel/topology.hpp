@@ -25,6 +25,17 @@
 // under the default order); expert_data: the members at this rank's place
 // in every run (the replicas of its experts, over which their gradients are
 // reduced). expert = 1: each rank alone, and expert_data = data_context.
+// HSDP (data_shard S < data x context): each data_context group, members in
+// ascending rank, is cut into runs of S consecutive members: data_shard is
+// this rank's run (ZeRO shards, reduce-scatters and gathers inside it),
+// data_replicate the members at this rank's place in every run (R = data x
+// context / S of them: the replicas of its shard, all-reduced). The expert
+// part splits its expert_data group (E_d members, ascending) the same way
+// into R_e = gcd(R, E_d) replicas of E_d / R_e consecutive members:
+// expert_shard and expert_replicate (R_e = R whenever R divides E_d, as in
+// Megatron-Core's distributed-optimizer instances). Without HSDP, data_shard
+// = data_context, expert_shard = expert_data and the replicate groups are
+// each rank alone.
 #pragma once
 #include <array>
 #include <string>
@@ -35,10 +46,26 @@
 namespace trident::parallel {
 
 using Dim = MeshAxis;  // core/enums.hpp
-enum class GroupKind { tensor, pipeline, data, model_parallel, embedding, context, data_context, expert, expert_data };
-inline constexpr std::array<GroupKind, 9> kAllGroupKinds = {
-    GroupKind::tensor,  GroupKind::pipeline,     GroupKind::data,   GroupKind::model_parallel, GroupKind::embedding,
-    GroupKind::context, GroupKind::data_context, GroupKind::expert, GroupKind::expert_data};
+enum class GroupKind {
+  tensor,
+  pipeline,
+  data,
+  model_parallel,
+  embedding,
+  context,
+  data_context,
+  expert,
+  expert_data,
+  data_shard,
+  data_replicate,
+  expert_shard,
+  expert_replicate
+};
+inline constexpr std::array<GroupKind, 13> kAllGroupKinds = {
+    GroupKind::tensor,          GroupKind::pipeline,   GroupKind::data,           GroupKind::model_parallel,
+    GroupKind::embedding,       GroupKind::context,    GroupKind::data_context,   GroupKind::expert,
+    GroupKind::expert_data,     GroupKind::data_shard, GroupKind::data_replicate, GroupKind::expert_shard,
+    GroupKind::expert_replicate};
 
 struct Coords {
   int dp = 0, pp = 0, tp = 0, cp = 0;
@@ -55,12 +82,15 @@ class Topology {
   // expert must divide data x context (the recipe loader says so with the
   // arithmetic); with whole_experts (expert_tensor 1 < tensor) it is carved
   // out of data x context x tensor instead and must divide that.
+  // data_shard: the HSDP shard group's size, dividing data x context (0: all of it).
   Topology(int data, int pipeline, int tensor, const std::vector<MeshAxis>& order, int context = 1, int expert = 1,
-           bool whole_experts = false);
+           bool whole_experts = false, int data_shard = 0);
 
   int world() const { return size(Dim::data) * size(Dim::context) * size(Dim::pipeline) * size(Dim::tensor); }
   int size(Dim d) const { return size_[size_t(d)]; }
   int expert() const { return expert_; }
+  int data_shard() const { return shard_; }  // the ZeRO shard group's size (HSDP), data x context without it
+  int data_replicate() const { return size(Dim::data) * size(Dim::context) / shard_; }
   // expert_tensor 1 < tensor: each expert whole on one rank, the expert grid
   // over data x context x tensor (the tensor ranks hold different experts).
   bool whole_experts() const { return whole_; }
@@ -78,9 +108,12 @@ class Topology {
   std::array<Dim, 4> order_;   // innermost first
   int expert_ = 1;
   bool whole_ = false;
+  int shard_ = 1;
   // rank's place in the ranks the expert grid is folded over (its
   // data_context group; with whole experts, its pipeline stage) and those ranks
   std::pair<int, std::vector<int>> replica_place(int rank) const;
+  // HSDP: the expert_shard group's size for an expert_data group of this many members
+  int expert_shard_size(int expert_data) const;
 };
 
 // A recipe's order with `context` inserted just inside `data` when it is not named.
@@ -94,5 +127,8 @@ TRIDENT_ENUM_NAMES(parallel::GroupKind, {parallel::GroupKind::tensor, "tensor"},
                    {parallel::GroupKind::model_parallel, "model_parallel"},
                    {parallel::GroupKind::embedding, "embedding"}, {parallel::GroupKind::context, "context"},
                    {parallel::GroupKind::data_context, "data_context"}, {parallel::GroupKind::expert, "expert"},
-                   {parallel::GroupKind::expert_data, "expert_data"});
+                   {parallel::GroupKind::expert_data, "expert_data"}, {parallel::GroupKind::data_shard, "data_shard"},
+                   {parallel::GroupKind::data_replicate, "data_replicate"},
+                   {parallel::GroupKind::expert_shard, "expert_shard"},
+                   {parallel::GroupKind::expert_replicate, "expert_replicate"});
 }  // namespace trident

@@ -12,8 +12,13 @@
 
 namespace trident::parallel {
 
-ZeroStorage::ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_t numel, int stage, Device device)
-    : dp_(dp && dp->size() > 1 ? dp : nullptr), segments_(std::move(segments)), stage_(stage), device_(device) {
+ZeroStorage::ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_t numel, int stage, Device device,
+                         Communicator* replicas)
+    : dp_(dp && dp->size() > 1 ? dp : nullptr),
+      replicas_(replicas && replicas->size() > 1 ? replicas : nullptr),
+      segments_(std::move(segments)),
+      stage_(stage),
+      device_(device) {
   TRIDENT_CHECK(stage == 2 || stage == 3, "ZeroStorage serves stages 2 and 3, not {}", stage);
   const int n = dp_ ? dp_->size() : 1, r = dp_ ? dp_->rank() : 0;
   counts_ = split_counts(numel, n, {});
@@ -41,6 +46,7 @@ void ZeroStorage::give_back(Tensor base, MemCategory cat) {
 ZeroStorage::~ZeroStorage() {
   for (auto& w : reducing_)
     if (w.work) w.work->wait();
+  for (auto& w : replicating_) w->wait();
   for (auto& [s, w] : param_windows_)
     if (w.work) w.work->wait();
 }
@@ -139,13 +145,13 @@ float* ZeroStorage::acquire_grads(int s) {
   return p;
 }
 
-void ZeroStorage::reduce(int s, Window w) {
+void ZeroStorage::reduce(int s, Window w, bool last) {
   const Segment& seg = segments_[size_t(s)];
   const int64_t lo = std::max(seg.begin, shard_begin_), hi = std::min(seg.end, shard_end_);
   Tensor out = grad_shard_.view(hi > lo ? lo - shard_begin_ : 0, {std::max<int64_t>(0, hi - lo)});
+  w.add_at = hi > lo ? lo - shard_begin_ : 0, w.add_n = std::max<int64_t>(0, hi - lo), w.last = last;
   if (add_to_shard_ && w.base.defined() && hi > lo) {  // into a piece of its own, added to the shard when it arrives
     w.sum = Tensor::empty({hi - lo}, DType::f32, MemCategory::grads, device_);
-    w.add_at = lo - shard_begin_, w.add_n = hi - lo;
     out = w.sum;
   }
   w.work = dp_->reduce_scatter(out, w.buf, {ReduceOp::sum, counts_for(seg)});
@@ -159,13 +165,13 @@ void ZeroStorage::grads_done(int s) {
     if (last_micro_) {
       Window w;
       w.buf = accum_.view(seg.begin, {seg.size()});
-      reduce(s, std::move(w));
+      reduce(s, std::move(w), true);
     }
     return;
   }
   auto it = grad_windows_.find(s);
   TRIDENT_CHECK(it != grad_windows_.end(), "grads_done of segment {} that was not acquired", s);
-  reduce(s, std::move(it->second));
+  reduce(s, std::move(it->second), last_micro_);
   grad_windows_.erase(it);
   for (auto& w : reducing_)
     if (w.work) w.work->is_completed();  // drive progress
@@ -181,6 +187,7 @@ void ZeroStorage::retire_grad_windows(size_t keep) {
         kernels::residual_forward(shard, shard, w.sum.data<float>(), static_cast<const float*>(nullptr), 1, w.add_n);
       w.sum = Tensor();
     }
+    if (replicas_ && w.last) replicating_.push_back(replicas_->all_reduce(grad_shard_.view(w.add_at, {w.add_n})));
     give_back(std::move(reducing_.front().base), MemCategory::grads);
     reducing_.erase(reducing_.begin());
   }
@@ -197,13 +204,21 @@ void ZeroStorage::reduce_accumulated() {
   for (int s = 0; s < int(segments_.size()); ++s) {
     Window w;
     w.buf = accum_.view(segments_[size_t(s)].begin, {segments_[size_t(s)].size()});
-    reduce(s, std::move(w));
+    reduce(s, std::move(w), true);
   }
   retire_grad_windows(0);
 }
 
 void ZeroStorage::finish_step() {
   retire_grad_windows(0);
+  if (!dp_ && replicas_)  // a one-rank shard group: the shard is the whole buffer, all-reduced once
+    replicating_.push_back(replicas_->all_reduce(grad_shard_));
+  for (WorkPtr& w : replicating_) {
+    auto t0 = std::chrono::steady_clock::now();
+    w->wait();
+    wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  replicating_.clear();
   if (last_micro_) accum_ = Tensor();  // release the accumulation buffer
 }
 

@@ -17,6 +17,12 @@
 // through the windows and adding each reduction into the shard, costs a
 // reduction per micro-batch and no full-size buffer.
 //
+// HSDP (replicas: the ranks holding the same shard in the other shard
+// groups): when a segment's reduction into the shard is the step's last
+// (the last micro-batch's, or the step's only one), that piece of the shard
+// is all-reduced over the replicas as soon as the reduction completes;
+// finish_step() waits for them. Gathers stay inside the shard group.
+//
 // Parameters: stage 2 keeps a full replica (gathered after each step);
 // stage 3 keeps only the shard: acquire_params(s, next) all-gathers segment
 // s into a window (or waits for the prefetch already issued for it) and
@@ -39,7 +45,8 @@ namespace trident::parallel {
 class ZeroStorage : public SegmentStorage<float> {
  public:
   // device: where the shards, windows and accumulation buffer live.
-  ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_t numel, int stage, Device device = {});
+  ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_t numel, int stage, Device device = {},
+              Communicator* replicas = nullptr);
   ~ZeroStorage() override;
 
   int64_t shard_begin() const { return shard_begin_; }
@@ -81,7 +88,8 @@ class ZeroStorage : public SegmentStorage<float> {
     WorkPtr work;   // gather (params) or reduce-scatter (grads) in flight
     int users = 0;  // params: acquisitions not yet released (pipelines hold a head for several micro-batches)
     Tensor sum;     // grads added to the shard: the reduction's output (pooled), added at [add_at, add_at + add_n)
-    int64_t add_at = 0, add_n = 0;
+    int64_t add_at = 0, add_n = 0;  // the shard's piece this reduction is for
+    bool last = false;              // HSDP: the piece's last reduction of the step (then all-reduced over replicas)
   };
   // Window buffers are pooled per category: allocating fresh memory for every
   // window would page-fault it in again on every use.
@@ -90,11 +98,12 @@ class ZeroStorage : public SegmentStorage<float> {
   std::vector<Tensor> pool_[2];  // params, grads
   std::vector<int64_t> counts_for(const Segment& seg) const;
   void start_gather(int s);
-  void reduce(int s, Window w);
+  void reduce(int s, Window w, bool last);
   void wait(Window& w);
   void retire_grad_windows(size_t keep);
 
-  Communicator* dp_;
+  Communicator *dp_, *replicas_;
+  std::vector<WorkPtr> replicating_;  // HSDP: the replica all-reduces in flight
   std::vector<Segment> segments_;
   int stage_;
   Device device_;

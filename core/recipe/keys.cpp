@@ -416,6 +416,15 @@ const std::vector<Key>& table() {
       integer("parallel.zero", FIELD(parallel.zero), 0, 3, value<int64_t>(0),
               "ZeRO stage of the data-parallel group: 0 replicate, 1 shard optimizer state, 2 also gradients, 3 also "
               "parameters"),
+      integer("parallel.data_shard", FIELD(parallel.data_shard), 0, 1 << 24, value<int64_t>(0),
+              "HSDP ([parallelism.md](parallelism.md#hsdp)): the ZeRO shard group's size, a divisor of `data x "
+              "context`; 0: all of `data x context` (plain ZeRO). Shard groups are runs of consecutive ranks of "
+              "`data x context` (a node); gradients are reduce-scattered and parameters all-gathered inside them, and "
+              "each rank's shard is all-reduced over the `data_replicate` groups that hold the same shard; needs "
+              "`zero >= 1` when smaller than `data x context`"),
+      integer("parallel.data_replicate", FIELD(parallel.data_replicate), 0, 1 << 24, value<int64_t>(0),
+              "HSDP: how many replicas of the shard group; 0: `data x context / data_shard`. Given with "
+              "`data_shard`, `data_replicate x data_shard` must equal `data x context`"),
       choice<ZeroAccumulate>(
           "parallel.zero_accumulate", FIELD(parallel.zero_accumulate), value<ZeroAccumulate>(ZeroAccumulate::full),
           "ZeRO 2 and 3 with several micro-batches a step: `full` accumulates the gradients in a full-size fp32 "

@@ -101,6 +101,27 @@ void validate_expert(Reader& r, const ModelConfig& m, const ParallelConfig& p) {
   }
 }
 
+// HSDP: data x context = data_replicate x data_shard, ZeRO >= 1.
+void validate_hsdp(Reader& r, const ParallelConfig& p) {
+  const int64_t dc = p.data * p.context;
+  const std::string grid = p.context > 1 ? fmt::format("data x context = {} x {} = {}", p.data, p.context, dc)
+                                         : fmt::format("data = {}", dc);
+  if (p.data_shard > 0 && dc % p.data_shard != 0)
+    r.inconsistent("parallel.data_shard", fmt::format("data_shard({}) does not divide {}", p.data_shard, grid));
+  if (p.data_replicate > 0 && dc % p.data_replicate != 0)
+    r.inconsistent("parallel.data_replicate",
+                   fmt::format("data_replicate({}) does not divide {}", p.data_replicate, grid));
+  if (p.data_shard > 0 && p.data_replicate > 0 && p.data_shard * p.data_replicate != dc)
+    r.inconsistent("parallel.data_replicate",
+                   fmt::format("data_replicate({}) x data_shard({}) = {} != {}", p.data_replicate, p.data_shard,
+                               p.data_replicate * p.data_shard, grid));
+  if (p.hsdp() && p.zero < 1)
+    r.inconsistent("parallel.data_shard",
+                   fmt::format("data_shard({}) < {} shards ZeRO's state within groups, but parallel.zero is 0 (no "
+                               "shards): set parallel.zero 1, 2 or 3, or leave data_shard unset",
+                               p.data_shard_size(), grid));
+}
+
 }  // namespace
 
 // The one `auto` mesh size becomes the world size over the others; `data`
@@ -178,6 +199,7 @@ void validate_mesh(Reader& r, const Recipe& rc, int64_t world) {
                                                   "shared_experts({}) x shared_ffn_hidden({}) % tensor({}) != 0",
                                                   m.moe.shared_experts, m.moe.shared_ffn_hidden, p.tensor));
   validate_expert(r, m, p);
+  validate_hsdp(r, p);
   if (p.zero_accumulate == ZeroAccumulate::shard) {
     if (p.zero < 2)
       r.inconsistent("parallel.zero_accumulate",

@@ -5,6 +5,7 @@
 // and what was found. Every key and default is documented in docs/recipes.md
 // (generated from the key table, core/recipe/keys.cpp; a test keeps it so).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -148,6 +149,14 @@ struct ParallelConfig {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int64_t virtual_stages = 1;
   int64_t zero = 0;
+  // HSDP: ZeRO shards within groups of data_shard ranks of data x context,
+  // replicated over data_replicate of them (0: derived; both 0: one group).
+  int64_t data_shard = 0, data_replicate = 0;
+  int64_t data_shard_size() const {
+    return data_shard > 0 ? data_shard : data_replicate > 0 ? data * context / data_replicate : data * context;
+  }
+  int64_t data_replicate_size() const { return data * context / std::max<int64_t>(1, data_shard_size()); }
+  bool hsdp() const { return data_replicate_size() > 1; }
   ZeroAccumulate zero_accumulate = ZeroAccumulate::full;
   bool sequence_parallel = false;
   bool overlap_paired = true;  // dualpipev: paired passes overlap their expert exchanges

@@ -7,7 +7,8 @@
 // Each writing rank saves its shard [shard_begin, shard_end) of its flat
 // buffer: fp32 parameters and AdamW's exp_avg and exp_avg_sq ("params",
 // "exp_avg", "exp_avg_sq"). Data-parallel replicas with ZeRO 0 hold the same
-// state, so only data rank 0 writes it. The index records the step, the
+// state, so only data rank 0 writes it; under HSDP only the first replica of
+// each shard group writes (RankState::writes). The index records the step, the
 // consumed samples (the data order and the LR schedule are functions of the
 // step), the mesh and model, every file's coordinates, shard, size and
 // CRC-32C checksum, and for every parameter the pieces of it each file holds
@@ -44,9 +45,9 @@ using optim::ScalerState;  // optim/mixed_precision.hpp
 // What one rank contributes to (or takes from) a checkpoint. params are the
 // fp32 (master) weights, whatever train.precision is.
 struct RankState {
-  const model::ParamRegistry* registry;  // this rank's slices
-  int dp = 0, pp = 0, tp = 0;
-  int64_t shard_begin = 0, shard_end = 0;                              // elements of the flat buffer
+  const model::ParamRegistry* registry;    // this rank's slices
+  int dp = 0, pp = 0, tp = 0;              // dp: the rank in data x context (names the file)
+  int64_t shard_begin = 0, shard_end = 0;  // elements of the flat buffer
   float *params = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;  // shard_end - shard_begin each
   // exp_avg_sq packed (Muon: AdamW's elements only, optim::AdamW's
   // second_moment_runs): the runs of the shard it holds, one after another
@@ -61,12 +62,16 @@ struct RankState {
   // params null: none (the shard above is the whole buffer's).
   struct ExpertPart {
     int rank = 0;                            // this rank's place in the expert group
-    int dp = 0;                              // ... in the expert-data group (ZeRO 0: its rank 0 writes)
+    int dp = 0;                              // ... in the expert-data group
+    bool writes = true;                      // (ZeRO 0: expert-data rank 0 writes; HSDP: expert_replicate rank 0)
     int64_t shard_begin = 0, shard_end = 0;  // elements of the flat buffer
     float *params = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
     bool exp_avg_sq_packed = false;
     std::vector<std::pair<int64_t, int64_t>> exp_avg_sq_runs;
   } experts = {};
+  // Whether this rank writes its (dense) shard: ZeRO 0's replicas and HSDP's
+  // hold the same state, only the first of them writes it.
+  bool writes = true;
 };
 
 // A packed exp_avg_sq (RankState::exp_avg_sq_runs) in the shard's layout

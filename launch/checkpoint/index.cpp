@@ -73,7 +73,8 @@ std::string index_json(const CheckpointIndex& x) {
               {"zero", x.mesh.zero},
               {"stage_layers", x.mesh.stage_layers},
               {"expert", x.mesh.expert},
-              {"expert_tensor", x.mesh.expert_tensor}}},
+              {"expert_tensor", x.mesh.expert_tensor},
+              {"data_shard", x.mesh.data_shard_size()}}},
             {"model",
              {{"arch", enum_name(m.arch)},
               {"layers", m.layers},
@@ -185,6 +186,7 @@ void read_mesh(const Reader& r, const Json& j, CheckpointIndex& x) {
   x.mesh.context = r.get_or<int64_t>(m, "context", "mesh.", "an integer", 1);  // older checkpoints: none
   x.mesh.expert = r.get_or<int64_t>(m, "expert", "mesh.", "an integer", 1);    // likewise
   x.mesh.expert_tensor = r.get_or<int64_t>(m, "expert_tensor", "mesh.", "an integer", 0);
+  x.mesh.data_shard = r.get_or<int64_t>(m, "data_shard", "mesh.", "an integer", 0);  // older: plain ZeRO
   x.mesh.stage_layers = r.get<std::vector<int64_t>>(m, "stage_layers", "mesh.", "a list of integers");
 }
 

@@ -209,10 +209,11 @@ std::string follow_latest(const fs::path& root) {
   return dir.string();
 }
 
-// Same mesh: this rank's own file (data rank 0's with ZeRO 0), whole.
+// Same mesh: this rank's own file (data rank 0's with ZeRO 0; HSDP: the
+// first replica's rank at its place in the shard group), whole.
 std::string check_own_file(const CheckpointIndex& x, const std::string& index_path, const std::string& dir,
                            const Recipe& rc, const RankState& s) {
-  const int dp = rc.parallel.zero >= 1 ? s.dp : 0;
+  const int dp = rc.parallel.zero >= 1 ? s.dp % int(rc.parallel.data_shard_size()) : 0;
   const auto& entry = check_file(x, index_path, dir, checkpoint::file_name(dp, s.pp, s.tp));
   const std::string file = (fs::path(dir) / entry.file).string();
   if (entry.shard_begin != s.shard_begin || entry.shard_end != s.shard_end)
@@ -232,9 +233,9 @@ std::string check_own_file(const CheckpointIndex& x, const std::string& index_pa
 }
 
 std::string describe_mesh(const ParallelConfig& p) {
-  return fmt::format("data {}{} x tensor {} x pipeline {} (virtual stages {}), ZeRO {}{}", p.data,
+  return fmt::format("data {}{} x tensor {} x pipeline {} (virtual stages {}), ZeRO {}{}{}", p.data,
                      p.context > 1 ? fmt::format(" x context {}", p.context) : "", p.tensor, p.pipeline,
-                     p.virtual_stages, p.zero,
+                     p.virtual_stages, p.zero, p.hsdp() ? fmt::format(" in shards of {}", p.data_shard_size()) : "",
                      p.expert > 1 || p.whole_experts()
                          ? fmt::format(", expert {}{}", p.expert, p.whole_experts() ? " (expert_tensor 1)" : "")
                          : "");

@@ -159,10 +159,9 @@ std::string CheckpointSaver::start(int64_t steps_done, const RankState& s) {
   }
   if (world_) world_->barrier()->wait();
   p->report.dp = s.dp, p->report.pp = s.pp, p->report.tp = s.tp;
-  // ZeRO 0: replicas hold the same state, only rank 0 of each part's replicas writes it
+  // ZeRO 0 and HSDP: replicas hold the same state, only the first of each part's replicas writes it
   const bool split = s.experts.params != nullptr;
-  const bool dense = rc_.parallel.zero >= 1 || s.dp == 0,
-             experts = split && (rc_.parallel.zero >= 1 || s.experts.dp == 0);
+  const bool dense = s.writes, experts = split && s.experts.writes;
   if (dense) p->report.shard_begin = s.shard_begin, p->report.shard_end = s.shard_end;
   p->report.ep = s.experts.rank;
   if (experts) p->report.expert_begin = s.experts.shard_begin, p->report.expert_end = s.experts.shard_end;

@@ -6,9 +6,9 @@
 #include "core/error.hpp"
 #include "launch/plan/planner.hpp"
 #include "launch/plan/sweep.hpp"
+#include "parallel/mesh.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 #include "parallel/schedule.hpp"
-#include "parallel/topology.hpp"
 
 namespace trident::launch {
 namespace {
@@ -58,8 +58,7 @@ void print_plan_table(const PlanCommand& c, const Cluster& cl, const std::vector
 int run_topology(const TopologyCommand& c) {
   const Recipe rc = load_recipe(c.recipe, c.sets, c.world);
   const auto& p = rc.parallel;
-  const parallel::Topology topo(int(p.data), int(p.pipeline), int(p.tensor), p.order, int(p.context), int(p.expert),
-                                p.whole_experts());
+  const parallel::Topology topo = parallel::topology_of(p);
   fmt::print("{}", topo.describe(int(c.ranks_per_node > 0 ? c.ranks_per_node : c.world)));
   return kExitOk;
 }

@@ -36,24 +36,24 @@ optim::MuonGroup<float> muon_group(parallel::DataParallelPart& part, parallel::C
       return optim::MuonTransfer<float>{[w] { return w->is_completed(); }, [w] { w->wait(); }};
     };
   }
-  if (part.replicas && part.replicas->size() > 1) {
-    g.replica = part.replicas->rank(), g.replicas = part.replicas->size();
+  if (part.shard_group && part.shard_group->size() > 1) {
+    g.replica = part.shard_group->rank(), g.replicas = part.shard_group->size();
     parallel::DataParallel& dp = *part.dp;
     const int64_t numel = part.numel;
     if (dp.sharded()) {
       g.gather = [&part, numel](float* u) {
-        part.replicas->all_gather(Tensor::borrow(u, numel), {part.dp->shard_counts()})->wait();
+        part.shard_group->all_gather(Tensor::borrow(u, numel), {part.dp->shard_counts()})->wait();
       };
       g.combine = [&part, numel](float* u) {  // the sum into this rank's shard of u
         std::vector<float> shard(size_t(part.dp->shard_size()));
-        part.replicas
+        part.shard_group
             ->reduce_scatter(Tensor::borrow(shard.data(), int64_t(shard.size())), Tensor::borrow(u, numel),
                              {parallel::ReduceOp::sum, part.dp->shard_counts()})
             ->wait();
         std::copy(shard.begin(), shard.end(), u + part.dp->shard_begin());
       };
     } else {
-      g.combine = [&part, numel](float* u) { part.replicas->all_reduce(Tensor::borrow(u, numel))->wait(); };
+      g.combine = [&part, numel](float* u) { part.shard_group->all_reduce(Tensor::borrow(u, numel))->wait(); };
     }
   }
   return g;

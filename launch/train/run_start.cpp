@@ -77,13 +77,16 @@ void log_run_start(const Recipe& rc, const parallel::Mesh& mesh, const RunFacts&
   const MemStats mem0 =
       mesh.device().type == DeviceType::cuda ? device_memory_stats() : HostAllocator::instance().stats();
   log::info(
-      "data parallel {}{} x ZeRO {} | per rank: params {} grads {} optimizer {} activations {} | ZeRO formula: {}",
+      "data parallel {}{} x ZeRO {}{} | per rank: params {} grads {} optimizer {} activations {} | ZeRO formula: {}",
       par.data,
       par.inferred.empty() ? ""
                            : fmt::format(" ({} inferred: parallel.{} auto = {} ranks / the other axes)", par.inferred,
                                          par.inferred, mesh.world_size()),
-      par.zero, mib(mem0.current[0]), mib(mem0.current[1]), mib(mem0.current[2]), mib(mem0.current[3]),
-      start.zero_memory);
+      par.zero,
+      par.hsdp() ? fmt::format(" (HSDP: sharded over data_shard {}, replicated over data_replicate {})",
+                               par.data_shard_size(), par.data_replicate_size())
+                 : "",
+      mib(mem0.current[0]), mib(mem0.current[1]), mib(mem0.current[2]), mib(mem0.current[3]), start.zero_memory);
   if (rc.model.moe.enabled && par.expert > 1)
     log::info(
         "expert parallel {}: each rank holds {} of each MoE layer's {} experts{}; their gradients reduce over "

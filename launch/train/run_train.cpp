@@ -6,8 +6,8 @@
 #include "core/recipe/recipe.hpp"
 #include "launch/train/trainer.hpp"
 #include "parallel/launch_env.hpp"
+#include "parallel/mesh.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
-#include "parallel/topology.hpp"
 
 namespace trident::launch {
 namespace {
@@ -36,14 +36,21 @@ void log_placement(const parallel::LaunchEnv& env, parallel::MpiCommunicator& wo
   log::info("{}\nmesh: data {} x tensor {} x pipeline {}{} (order {}, innermost first)", placement, p.data, p.tensor,
             p.pipeline, p.context > 1 ? fmt::format(" x context {} ({})", p.context, enum_name(p.context_mode)) : "",
             fmt::join(parallel::full_order(p.order), ", "));
-  const parallel::Topology topo(int(p.data), int(p.pipeline), int(p.tensor), p.order, int(p.context), int(p.expert),
-                                p.whole_experts());
+  const parallel::Topology topo = parallel::topology_of(p);
   const std::string split = parallel::groups_across_nodes(topo.groups(parallel::GroupKind::tensor), node_of_rank);
   if (!split.empty() && world.rank() == 0)
     log::warn(
         "tensor groups {} span nodes: tensor-parallel traffic crosses the network (make the ranks per node a "
         "multiple of parallel.tensor and keep tensor first in parallel.order)",
         split);
+  const std::string shards = topo.data_replicate() > 1 ? parallel::groups_across_nodes(
+                                                             topo.groups(parallel::GroupKind::data_shard), node_of_rank)
+                                                       : "";
+  if (!shards.empty() && world.rank() == 0)
+    log::warn(
+        "HSDP shard groups {} span nodes: ZeRO's gathers and reduce-scatters cross the network (make "
+        "parallel.data_shard x the ranks inside it fit a node)",
+        shards);
 }
 
 }  // namespace

@@ -154,12 +154,15 @@ void poison_gradients(parallel::DataParallelParts& parts) {
 // replicas), the expert group's ranks disjoint experts (summed over them);
 // tensor and pipeline ranks hold disjoint slices (replicated ones and the
 // tied copy counted once).
+// Whether this rank is the first of a group (or has none).
+bool first_of(const parallel::Communicator* group) { return !group || group->rank() == 0; }
+
 double global_grad_norm(const model::ParamRegistry& reg, parallel::DataParallelParts& parts, parallel::Mesh& mesh) {
   double sq = 0, whole = 0;
   for (const parallel::DataParallelPart& part : parts) {
     double mine = kernels::sum_of_squares_ranges(part.dp->grad_shard(),
                                                  model::norm_counted_runs(reg, part.shard_begin(), part.shard_end()));
-    if (part.dp->sharded()) mine = parallel::sum_over(part.replicas, mine);
+    if (part.dp->sharded()) mine = parallel::sum_over(part.shard_group, mine);
     if (part.peers) mine = parallel::sum_over(part.peers, mine);
     // whole experts (expert_tensor 1): their expert group spans the tensor ranks; the pipeline stages are left
     (&part != &parts[0] && reg.experts().whole ? whole : sq) += mine;
@@ -326,11 +329,10 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
       parallel::simulate(shape.schedule, shape.stages, shape.virtual_stages, int(shape.micro_batches))
           .bubble_fraction();
   RunReport report(rc, mesh, facts, opts.quiet);
-  log_run_start(
-      rc, mesh, facts,
-      {&net.dims(), reg.total(),
-       model::chunk_layer_counts(rc.model, shape.stages, shape.virtual_stages, rc.parallel.stage_layers),
-       parallel::describe_zero_memory(int(rc.parallel.zero), reg.total(), rc.parallel.data * rc.parallel.context)});
+  log_run_start(rc, mesh, facts,
+                {&net.dims(), reg.total(),
+                 model::chunk_layer_counts(rc.model, shape.stages, shape.virtual_stages, rc.parallel.stage_layers),
+                 parallel::describe_zero_memory(int(rc.parallel.zero), reg.total(), rc.parallel.data_shard_size())});
   // checkpoint files are per replica of a model shard: the rank in data x context
   const int replica = mesh.data_context() ? mesh.data_context()->rank() : 0;
   RankState ckpt{&reg,
@@ -345,10 +347,14 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
                  first.opt.packed(),
                  first.opt.second_moment_runs(),
                  &scaler.state()};
+  // ZeRO 0's replicas and HSDP's hold the same state: the first of them writes it
+  ckpt.writes = first_of(rc.parallel.zero >= 1 ? first.part.replica_group : mesh.data_context());
   if (dp.size() > 1) {  // the expert part: its shard over expert-data, after the dense one in the same file
     PartOptimizer& e = *parts[1];
+    const parallel::Communicator* expert_data = mesh.expert_data();
     ckpt.experts = {.rank = e.part.peers ? e.part.peers->rank() : 0,
-                    .dp = e.part.replicas ? e.part.replicas->rank() : 0,
+                    .dp = expert_data ? expert_data->rank() : 0,
+                    .writes = first_of(rc.parallel.zero >= 1 ? e.part.replica_group : mesh.expert_data()),
                     .shard_begin = e.part.shard_begin(),
                     .shard_end = e.part.shard_end(),
                     .params = e.master.params(),
@@ -423,6 +429,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
     }
     if (!nonfinite) scaler.update(skip);
     report.span(RunReport::Span::optimizer, opt_start, report.seconds());
+    if (opts.on_updated) opts.on_updated({step, rc, mesh, reg, dp});
 
     // all ranks agree whether any of them was signalled (one number per step)
     const int stop = rc.checkpoint.dir.empty() ? 0 : int(parallel::max_over(mesh.world(), stop_window.pending()));
@@ -459,10 +466,10 @@ std::vector<float> StepGradients::consolidated() const {
     parallel::DataParallel& dp = *part.dp;
     float* at = mine.data() + part.base;
     copy_bytes(at + dp.shard_begin(), dp.grad_shard(), size_t(dp.shard_size()) * sizeof(float));
-    if (dp.sharded() && part.replicas && part.replicas->size() > 1) {
+    if (dp.sharded() && part.shard_group && part.shard_group->size() > 1) {
       Tensor t = Tensor::zeros({part.numel}, DType::f32, MemCategory::other);
       std::copy(at, at + part.numel, t.data<float>());
-      part.replicas->all_gather(t, {dp.shard_counts()})->wait();
+      part.shard_group->all_gather(t, {dp.shard_counts()})->wait();
       std::copy(t.data<float>(), t.data<float>() + part.numel, at);
     }
   }

@@ -66,6 +66,8 @@ struct TrainOptions {
   bool single_process = false;  // ignore MPI even when initialised (reference runs in tests)
   std::string resume;           // "", "auto" or a checkpoint directory (trident train --resume)
   std::function<void(const StepGradients&)> on_gradients = {};  // called every step when set
+  // called every step after the update reached every replica (the parameter shards are the new ones)
+  std::function<void(const StepGradients&)> on_updated = {};
 };
 
 TrainSummary train(const Recipe& recipe, const TrainOptions& opts = {});

@@ -528,6 +528,29 @@ optim: {name: muon, lr: 1.0e-3, weight_decay: 0.1, muon: {ns_steps: 4, adjust_lr
                {"parallel.data=2", "parallel.zero=1", "parallel.zero_accumulate=shard"}, 2);
   expect_error(muon, {"parallel.zero_accumulate", "pipeline 2"},
                {"parallel.pipeline=2", "parallel.zero=2", "parallel.zero_accumulate=shard"}, 2);
+  // HSDP: data x context = data_replicate x data_shard, with the arithmetic in the message; needs ZeRO >= 1
+  {
+    const Recipe h = load_recipe_text(
+        muon, "r.yaml", {"parallel.data=8", "parallel.zero=3", "parallel.data_shard=2", "train.global_batch=16"}, 8);
+    EXPECT_EQ(h.parallel.data_shard_size(), 2);
+    EXPECT_EQ(h.parallel.data_replicate_size(), 4);
+    const Recipe g = load_recipe_text(muon, "r.yaml",
+                                      {"parallel.data=4", "parallel.context=2", "parallel.zero=1",
+                                       "parallel.data_replicate=2", "train.global_batch=16"},
+                                      8);
+    EXPECT_EQ(g.parallel.data_shard_size(), 4);
+    EXPECT_TRUE(g.parallel.hsdp());
+    EXPECT_FALSE(load_recipe_text(muon, "r.yaml", {"parallel.data=8", "parallel.zero=3", "train.global_batch=16"}, 8)
+                     .parallel.hsdp());
+    expect_error(muon, {"parallel.data_shard", "data_shard(3) does not divide data = 8"},
+                 {"parallel.data=8", "parallel.zero=1", "parallel.data_shard=3", "train.global_batch=16"}, 8);
+    expect_error(muon, {"parallel.data_replicate", "data_replicate(2) x data_shard(2) = 4 != data = 8"},
+                 {"parallel.data=8", "parallel.zero=1", "parallel.data_shard=2", "parallel.data_replicate=2",
+                  "train.global_batch=16"},
+                 8);
+    expect_error(muon, {"parallel.data_shard", "parallel.zero is 0"},
+                 {"parallel.data=8", "parallel.data_shard=4", "train.global_batch=16"}, 8);
+  }
   // QK-clip: its keys, refused with QK-norm (which undoes the scaling) and without Muon
   const Recipe clip = load_recipe_text(muon, "r.yaml", {"optim.muon.qk_clip.on=true"}, 1);
   EXPECT_TRUE(clip.optim.muon.qk_clip.on);

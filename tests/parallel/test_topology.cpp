@@ -1,5 +1,9 @@
 // Topology arithmetic: rank <-> coordinates for several meshes and orders,
 // every group kind, and validation messages of the recipe loader for meshes.
+#include <algorithm>
+#include <iterator>
+#include <tuple>
+
 #include "core/error.hpp"
 #include "core/recipe/recipe.hpp"
 #include "parallel/topology.hpp"
@@ -254,6 +258,57 @@ TEST(Topology, ExpertRecipeValidationMessages) {
       "train: {global_batch: 8, micro_batch: 1, steps: 1}\noptim: {lr: 1.0e-3}\n";
   EXPECT_NE(recipe_error(dense, {"parallel.data=2", "parallel.expert=2"}, 2).find("expert(2) needs model.moe"),
             std::string::npos);
+}
+
+// HSDP: data_shard groups are runs of consecutive data x context replicas,
+// data_replicate the same place in every run; shard x replicate covers each
+// data_context group once (their only common member is the rank itself).
+// The expert part splits expert_data into gcd(replicas, expert_data)
+// replicas; without HSDP the shard groups are the whole groups.
+TEST(Topology, HsdpShardGroupsAreRunsAndReplicasCrossThem) {
+  const std::vector<MeshAxis> order{MeshAxis::tensor, MeshAxis::data, MeshAxis::pipeline};
+  Topology c(4, 1, 1, order, 2, 1, false, 4);  // data 4 x context 2, shard 4: two replicas
+  EXPECT_EQ(c.data_shard(), 4);
+  EXPECT_EQ(c.data_replicate(), 2);
+  EXPECT_EQ(c.members(GroupKind::data_shard, 5), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(c.members(GroupKind::data_replicate, 5), (std::vector<int>{1, 5}));
+  Topology t(4, 2, 2, order, 1, 2, false, 2);  // data 4 x pipeline 2 x tensor 2, expert 2, shard 2
+  EXPECT_EQ(t.members(GroupKind::data_context, 9), (std::vector<int>{9, 11, 13, 15}));
+  EXPECT_EQ(t.members(GroupKind::data_shard, 13), (std::vector<int>{13, 15}));
+  EXPECT_EQ(t.members(GroupKind::data_replicate, 13), (std::vector<int>{9, 13}));
+  // expert_data {9, 13} (2 members), replicas gcd(2, 2) = 2: expert shards of one rank
+  EXPECT_EQ(t.members(GroupKind::expert_data, 13), (std::vector<int>{9, 13}));
+  EXPECT_EQ(t.members(GroupKind::expert_shard, 13), (std::vector<int>{13}));
+  EXPECT_EQ(t.members(GroupKind::expert_replicate, 13), (std::vector<int>{9, 13}));
+  Topology e(8, 1, 1, order, 1, 2, false, 4);  // expert_data of 4, 2 replicas: expert shards of 2
+  EXPECT_EQ(e.members(GroupKind::expert_shard, 6), (std::vector<int>{4, 6}));
+  EXPECT_EQ(e.members(GroupKind::expert_replicate, 6), (std::vector<int>{2, 6}));
+  Topology g(8, 1, 1, order, 1, 4, false, 2);  // expert_data of 2, 4 replicas: gcd 2, expert shards of 1
+  EXPECT_EQ(g.members(GroupKind::expert_data, 1), (std::vector<int>{1, 5}));
+  EXPECT_EQ(g.members(GroupKind::expert_shard, 1), (std::vector<int>{1}));
+  EXPECT_EQ(g.members(GroupKind::expert_replicate, 1), (std::vector<int>{1, 5}));
+  Topology plain(4, 1, 2, order, 1, 2);
+  for (const Topology* m : {&c, &t, &e, &g, &plain})
+    for (int r = 0; r < m->world(); ++r)
+      for (auto [whole, shard, rep] :
+           {std::tuple{GroupKind::data_context, GroupKind::data_shard, GroupKind::data_replicate},
+            {GroupKind::expert_data, GroupKind::expert_shard, GroupKind::expert_replicate}}) {
+        const std::vector<int> s = m->members(shard, r), p = m->members(rep, r), all = m->members(whole, r);
+        EXPECT_EQ(s.size() * p.size(), all.size()) << r;
+        std::vector<int> both;
+        std::set_intersection(s.begin(), s.end(), p.begin(), p.end(), std::back_inserter(both));
+        EXPECT_EQ(both, std::vector<int>{r});
+        for (int q : s) EXPECT_TRUE(std::binary_search(all.begin(), all.end(), q));
+        for (int q : p) EXPECT_TRUE(std::binary_search(all.begin(), all.end(), q));
+      }
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(plain.members(GroupKind::data_shard, r), plain.members(GroupKind::data_context, r));
+    EXPECT_EQ(plain.members(GroupKind::data_replicate, r), std::vector<int>{r});
+  }
+  const std::string s = t.describe(4);
+  EXPECT_NE(s.find("hsdp: data_shard 2 x data_replicate 2 (data x context = 4)"), std::string::npos) << s;
+  EXPECT_NE(s.find("[13,15]        [9,13]         [13]           [9,13]"), std::string::npos) << s;
+  EXPECT_EQ(plain.describe(8).find("hsdp"), std::string::npos);
 }
 
 }  // namespace trident::parallel

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
@@ -19,15 +20,41 @@
 #include "core/recipe/recipe.hpp"
 #include "launch/train/trainer.hpp"
 #include "model/params.hpp"
+#include "parallel/data_parallel.hpp"
 
 namespace trident::test {
 
 struct EquivalenceRun : launch::TrainSummary {
+  // HSDP: the checks (every step: the reduced gradient shards, the updated
+  // parameter shards) in which this rank's shard differed in any bit from
+  // another replica's (0 without replicas)
+  int64_t replica_mismatches = 0, replica_checks = 0;
   std::vector<float> step1_grads;  // consolidated, the same on every rank; MoE correction biases' slots zeroed
   // MoE models with a correction bias: what its slots hold after each step's
   // reduction, the tokens per expert over every rank (exact integers)
   std::vector<std::vector<float>> expert_counts;
 };
+
+// Whether this rank's n floats equal, bit for bit, those of every other rank of the group.
+inline bool same_on_every_rank(parallel::Communicator& group, const float* x, int64_t n) {
+  Tensor all = Tensor::zeros({n * group.size()}, DType::f32, MemCategory::other);
+  std::copy(x, x + n, all.data<float>() + n * group.rank());
+  group.all_gather(all)->wait();
+  bool same = true;  // what one rank finds, its replicas find too (a difference is seen from both sides)
+  for (int r = 0; r < group.size(); ++r)
+    same = same && std::memcmp(all.data<float>() + n * r, x, size_t(n) * sizeof(float)) == 0;
+  return same;
+}
+
+// HSDP: each part's shard (gradients or parameters) against its replicas'.
+inline void check_replicas(const launch::StepGradients& g, bool grads, EquivalenceRun& run) {
+  for (parallel::DataParallelPart& part : g.data_parallel) {
+    if (!part.replica_group || part.replica_group->size() < 2) continue;
+    const float* x = grads ? part.dp->grad_shard() : part.dp->param_shard();
+    run.replica_checks += 1;
+    if (!same_on_every_rank(*part.replica_group, x, part.dp->shard_size())) run.replica_mismatches += 1;
+  }
+}
 
 inline EquivalenceRun train_with_step1_gradients(const Recipe& rc, launch::TrainOptions opts) {
   EquivalenceRun run;
@@ -41,6 +68,7 @@ inline EquivalenceRun train_with_step1_gradients(const Recipe& rc, launch::Train
     at += n;
   }
   opts.on_gradients = [&](const launch::StepGradients& g) {
+    check_replicas(g, true, run);
     if (g.step > 0 && buffers.empty()) return;
     std::vector<float> all = g.consolidated();
     std::vector<float> counts;
@@ -51,6 +79,7 @@ inline EquivalenceRun train_with_step1_gradients(const Recipe& rc, launch::Train
     if (g.step == 0) run.step1_grads = std::move(all);
     if (!buffers.empty()) run.expert_counts.push_back(std::move(counts));
   };
+  opts.on_updated = [&](const launch::StepGradients& g) { check_replicas(g, false, run); };
   static_cast<launch::TrainSummary&>(run) = launch::train(rc, opts);
   return run;
 }
@@ -123,6 +152,10 @@ inline RouteFlip first_route_flip(const EquivalenceRun& ref, const EquivalenceRu
 inline void expect_equivalent(const EquivalenceRun& ref, const EquivalenceRun& run, const std::string& what,
                               const Tolerance& tol = {}) {
   ASSERT_EQ(run.step1_grads.size(), ref.step1_grads.size()) << what << ": consolidated gradient sizes";
+  EXPECT_EQ(run.replica_mismatches, 0) << what << ": of " << run.replica_checks
+                                       << " checks, this many found this rank's shard differing from a replica's";
+  if (what.find("data_shard") != std::string::npos)
+    EXPECT_GT(run.replica_checks, 0) << what << ": HSDP replicas were never compared";
   ASSERT_EQ(run.losses.size(), ref.losses.size()) << what << ": steps";
   ASSERT_EQ(run.expert_tokens.size(), ref.expert_tokens.size()) << what << ": steps with MoE statistics";
   ASSERT_EQ(run.expert_counts.size(), ref.expert_counts.size()) << what << ": steps with expert counts";

@@ -485,6 +485,41 @@ TEST(Pipeline, ZeroAccumulateShardMatchesSingleRank) {
   }
 }
 
+// HSDP (parallel.data_shard): ZeRO 1, 2 and 3 sharded within groups of 1,
+// 2 or 4 ranks and all-reduced across their replicas, on data, tensor +-
+// sequence, pipeline (every gradient reduced after the schedule), context
+// and expert meshes (the expert-data group split too), with accumulation in
+// the full buffer and in the shard, with Muon: the single-rank losses,
+// gradient norms and gradients, and every replica's gradient and parameter
+// shards the same in every bit after every step (the harness checks them).
+TEST(Pipeline, HsdpMatchesSingleRank) {
+  if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
+  auto with = [](Case c, int shard, std::vector<std::string> more = {}) {
+    c.sets = {"parallel.data_shard=" + std::to_string(shard)};
+    c.sets.insert(c.sets.end(), more.begin(), more.end());
+    return c;
+  };
+  Case context{2, 2, 1, "1f1b", 1, "llama", true};
+  context.context = 2;
+  Case accumulate_context{4, 1, 1, "gpipe", 3, "llama"};
+  accumulate_context.context = 2;
+  const std::vector<Case> list = {
+      with({8, 1, 1, "1f1b", 1, "gpt2"}, 2),
+      with({8, 1, 1, "1f1b", 3, "llama"}, 4, {"train.global_batch=64"}),
+      with({8, 1, 1, "gpipe", 2, "llama"}, 1),
+      with({4, 2, 1, "1f1b", 2, "llama", true}, 2),
+      with({4, 1, 2, "1f1b", 3, "gpt2"}, 2, {"train.global_batch=32"}),
+      with({4, 1, 2, "interleaved_1f1b", 1, "llama"}, 2, {"train.global_batch=32"}),
+      with(context, 2),
+      with(accumulate_context, 4, {"parallel.zero_accumulate=shard", "train.global_batch=64"}),
+      with({8, 1, 1, "1f1b", 3, "moe"}, 4, {"parallel.expert=2"}),
+      with({4, 2, 1, "1f1b", 2, "moe", true}, 2, {"parallel.expert=4"}),
+      with({4, 1, 2, "1f1b", 1, "deepseek"}, 2, {"parallel.expert=2"}),
+      with({4, 2, 1, "1f1b", 1, "llama"}, 2,
+           {"optim.name=muon", "optim.muon.ns_precision=fp32", "optim.muon.adjust_lr=match_rms_adamw"})};
+  expect_each_matches_single_rank(list);
+}
+
 // Muon (optim.name muon) on data (ZeRO 0-3: a matrix a shard cuts is
 // gathered), pipeline (every schedule) and context, GPT-2 (c_attn's q, k, v
 // apart), LLaMA, the MoE model (each expert's gate, up and down apart) and

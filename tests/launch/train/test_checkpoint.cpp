@@ -11,6 +11,7 @@
 // the uninterrupted single-rank run's losses within 1e-4.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -86,7 +87,10 @@ std::vector<std::vector<std::string>> meshes() {
       {"parallel.data=2", "parallel.tensor=2", "parallel.zero=3", "parallel.sequence_parallel=true"},
       {"parallel.data=2", "parallel.context=2", "parallel.zero=1"},  // ZeRO shards over data x context
       {"parallel.pipeline=2", "parallel.tensor=2", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2"},
-      {"parallel.data=2", "parallel.pipeline=2", "parallel.zero=1"}};
+      {"parallel.data=2", "parallel.pipeline=2", "parallel.zero=1"},
+      // HSDP: ZeRO 3 in shard groups of 2, ZeRO 1 over data x context in shards of 2
+      {"parallel.data=4", "parallel.zero=3", "parallel.data_shard=2"},
+      {"parallel.data=2", "parallel.context=2", "parallel.zero=1", "parallel.data_shard=2"}};
 }
 
 // A run resumed from its step-3 checkpoint gives steps 4-6 of the whole run, bit for bit.
@@ -107,6 +111,13 @@ TEST(Checkpoint, ResumeIsExact) {
     const launch::TrainSummary full = launch::train(rc, {.quiet = true});
     ASSERT_TRUE(fs::exists(dir + "/step_00000003/index.json"));
     ASSERT_TRUE(fs::exists(dir + "/step_00000006/index.json"));
+    if (rc.parallel.hsdp()) {  // one writer per shard group: the replicas write nothing
+      int files = 0;
+      for (const auto& e : fs::directory_iterator(dir + "/step_00000003"))
+        files += e.path().extension() == ".safetensors";
+      EXPECT_EQ(files, rc.parallel.data_shard_size() * rc.parallel.tensor * rc.parallel.pipeline)
+          << ::testing::PrintToString(mesh);
+    }
     const launch::TrainSummary resumed = launch::train(rc, {.quiet = true, .resume = dir + "/step_00000003"});
     expect_resumed_steps_4_to_6(full, resumed, mesh);
     // --resume auto picks `latest` (step 6, the end): nothing left to train
@@ -147,8 +158,8 @@ TEST(Checkpoint, MoeResumesExactlyAndReshards) {
 // Experts split over ranks: each rank's file holds its dense shard and its
 // expert shard. Resuming on the same mesh is exact; each checkpoint resumed
 // under the next mesh (expert 4 -> 2 -> 1 -> 2 -> 2 -> 4 whole over data x
-// tensor -> 1 whole -> 4, ZeRO 0-3, with tensor + sequence and pipeline
-// parallelism) continues the one-process run.
+// tensor -> 1 whole -> 2 under HSDP -> 4, ZeRO 0-3, with tensor + sequence
+// and pipeline parallelism) continues the one-process run.
 TEST(Checkpoint, ExpertParallelResumesExactlyAndReshards) {
   if (g_world != 4) GTEST_SKIP() << "runs on 4 ranks";
   const std::vector<std::vector<std::string>> all = {
@@ -160,7 +171,9 @@ TEST(Checkpoint, ExpertParallelResumesExactlyAndReshards) {
       {"parallel.data=2", "parallel.pipeline=2", "parallel.expert=2", "parallel.zero=2"},
       // whole experts (expert_tensor 1): over data x tensor, and whole on every tensor rank (expert 1)
       {"parallel.data=2", "parallel.tensor=2", "parallel.expert=4", "parallel.expert_tensor=1", "parallel.zero=1"},
-      {"parallel.data=2", "parallel.tensor=2", "parallel.expert_tensor=1", "parallel.zero=3"}};
+      {"parallel.data=2", "parallel.tensor=2", "parallel.expert_tensor=1", "parallel.zero=3"},
+      // HSDP: dense shards of 2 replicated twice, experts (expert-data 2) replicated, not sharded
+      {"parallel.data=4", "parallel.expert=2", "parallel.zero=3", "parallel.data_shard=2"}};
   std::vector<std::string> saved;
   int i = 0;
   for (const auto& mesh : all) {
@@ -560,6 +573,60 @@ TEST(Checkpoint, ReshardsAcrossMeshes) {
                      "saved under mesh " + std::to_string(a) + ", resumed by one process");
     }
     barrier();
+  }
+}
+
+// The whole state (parameters and both moments) of a checkpoint, read on this rank alone.
+struct WholeState {
+  std::vector<float> params, exp_avg, exp_avg_sq;
+};
+WholeState read_whole(const Recipe& rc, const std::string& dir) {
+  Recipe one = rc;
+  one.parallel = ParallelConfig{};
+  const model::ParamRegistry reg(one.model);
+  WholeState w;
+  for (auto* v : {&w.params, &w.exp_avg, &w.exp_avg_sq}) v->assign(size_t(reg.total()), 0.0f);
+  const launch::RankState s{&reg, 0, 0, 0, 0, reg.total(), w.params.data(), w.exp_avg.data(), w.exp_avg_sq.data()};
+  launch::load_checkpoint(one, dir, s, nullptr);
+  return w;
+}
+
+// HSDP checkpoints: one writer per shard group (the first replica's ranks;
+// the others write nothing), and resharding plain ZeRO 3 (data 4) -> HSDP
+// (shards of 2, then of 1) -> plain again moves every bit of the parameters
+// and both moments: each save, read whole, is the first checkpoint's state.
+TEST(Checkpoint, HsdpWritesOneCopyAndReshardsBitExactly) {
+  if (g_world != 4) GTEST_SKIP() << "runs on 4 ranks";
+  const std::string first = fresh_dir("hsdp_plain");
+  const Recipe plain = recipe(first, {"parallel.data=4", "parallel.zero=3"}, 3, 3);
+  launch::train(plain, {.quiet = true});
+  const WholeState want = read_whole(plain, first + "/step_00000003");
+  const model::ParamRegistry reg(plain.model);
+  std::string from = first + "/step_00000003";
+  for (int shard : {2, 1, 4}) {
+    const std::string dir = fresh_dir("hsdp_" + std::to_string(shard));
+    Recipe rc = recipe(dir, {"parallel.data=4", "parallel.zero=3", "parallel.data_shard=" + std::to_string(shard)});
+    // this rank's shard as the trainer lays it out: an equal split over its shard group
+    const int place = g_comm->rank() % shard, replica = g_comm->rank() / shard;
+    const std::vector<int64_t> counts = parallel::split_counts(reg.total(), shard, {});
+    int64_t begin = 0;
+    for (int q = 0; q < place; ++q) begin += counts[size_t(q)];
+    const int64_t n = counts[size_t(place)];
+    std::vector<float> p(static_cast<size_t>(n)), m(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+    launch::RankState s{&reg, g_comm->rank(), 0, 0, begin, begin + n, p.data(), m.data(), v.data()};
+    s.writes = replica == 0;
+    EXPECT_EQ(launch::load_checkpoint(rc, from, s, g_comm), 3);
+    launch::save_checkpoint(rc, 3, s, g_comm);
+    from = dir + "/step_00000003";
+    int files = 0;
+    for (const auto& e : fs::directory_iterator(from)) files += e.path().extension() == ".safetensors";
+    EXPECT_EQ(files, shard) << "data 4 in shards of " << shard << ": one file per rank of a shard group";
+    const WholeState got = read_whole(plain, from);
+    for (auto [a, b, name] : {std::tuple{&want.params, &got.params, "params"},
+                              {&want.exp_avg, &got.exp_avg, "exp_avg"},
+                              {&want.exp_avg_sq, &got.exp_avg_sq, "exp_avg_sq"}})
+      EXPECT_EQ(std::memcmp(a->data(), b->data(), a->size() * sizeof(float)), 0)
+          << name << " after resharding into shards of " << shard;
   }
 }
 

@@ -10,6 +10,7 @@
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
 #include "kernels/backends.hpp"
+#include "parallel/counted_communicator.hpp"
 #include "parallel/device_communicator.hpp"
 #include "parallel/flight_recorder.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
@@ -68,7 +69,10 @@ Mesh::Mesh(const MeshSpec& spec, const std::string& source)
   }
   flight::configure(flight_dir, world_->rank());
   mpi_groups_ = std::make_unique<ProcessGroups>(topology_, *world_);
-  for (GroupKind k : kAllGroupKinds) groups_[size_t(k)] = on_device(mpi_groups_->get(k));
+  for (GroupKind k : kAllGroupKinds) {
+    counted_.push_back(std::make_unique<CountedCommunicator>(on_device(mpi_groups_->get(k))));
+    groups_[size_t(k)] = counted_.back().get();
+  }
   if (spec.kv_heads < spec.tensor) {  // KV head r * kv_heads / tensor is held by tensor / kv_heads ranks
     auto& tg = mpi_groups_->get(GroupKind::tensor);
     kv_mpi_ = tg.split(int(tg.rank() * spec.kv_heads / spec.tensor), tg.rank(), "kv");
@@ -85,6 +89,11 @@ Communicator* Mesh::on_device(MpiCommunicator& g) {
   if (nccl_) nccl = std::make_unique<NcclCommunicator>(g, device_.index);
   device_groups_.push_back(std::make_unique<DeviceCommunicator>(g, std::move(nccl)));
   return device_groups_.back().get();
+}
+
+double Mesh::traffic(GroupKind kind) const {
+  const Communicator* g = groups_[size_t(kind)];
+  return g ? static_cast<const CountedCommunicator*>(g)->bytes() : 0.0;
 }
 
 int Mesh::world_size() const { return world_ ? world_->size() : 1; }

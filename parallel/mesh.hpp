@@ -10,6 +10,7 @@
 // one-rank group.
 // Replicated KV heads (kv_heads < tensor) get one more group: the tensor
 // ranks holding the same KV head, tensor / kv_heads of them.
+// Every group counts the bytes this rank sends through it (traffic()).
 // What is not here: which group reduces which gradient (data_parallel.hpp).
 #pragma once
 #include <memory>
@@ -25,6 +26,7 @@ namespace trident::parallel {
 
 class MpiCommunicator;
 class ProcessGroups;
+class CountedCommunicator;
 
 struct MeshSpec {
   int data = 1, tensor = 1, pipeline = 1, context = 1;
@@ -80,6 +82,9 @@ class Mesh {
   Communicator* expert_shard() { return group(GroupKind::expert_shard); }
   Communicator* expert_replicate() { return group(GroupKind::expert_replicate); }
   Communicator* kv() { return kv_; }
+  // The bytes this rank has sent through its group of this kind so far
+  // (counted_communicator.hpp; 0 without the group).
+  double traffic(GroupKind kind) const;
   Coords coords() const;
   const Topology& topology() const { return topology_; }
   // The model-parallel group's members' coordinates, in its rank order.
@@ -95,6 +100,7 @@ class Mesh {
   std::unique_ptr<ProcessGroups> mpi_groups_;
   std::unique_ptr<MpiCommunicator> kv_mpi_;
   std::vector<std::unique_ptr<Communicator>> device_groups_;
+  std::vector<std::unique_ptr<CountedCommunicator>> counted_;  // each group, counting its bytes
   std::vector<Communicator*> groups_;
   Communicator* world_group_ = nullptr;
   Communicator* kv_ = nullptr;

@@ -355,6 +355,16 @@ StepMeasures RunReport::measure(const StepFacts& f) {
   m.median_busy = sorted[(sorted.size() - 1) / 2];
   m.straggler_excess = m.median_busy > 0 ? m.busy[m.slowest] / m.median_busy - 1 : 0;
   m.optimizer_s = parallel::max_over(mesh_.world(), optimizer_s_);
+  // each group kind's bytes this step, the busiest rank's (one max over the world for all kinds)
+  traffic_.resize(parallel::kAllGroupKinds.size(), 0.0);
+  std::vector<double> step_bytes(traffic_.size());
+  for (size_t k = 0; k < traffic_.size(); ++k) {
+    const double total = mesh_.traffic(parallel::kAllGroupKinds[k]);
+    step_bytes[k] = total - traffic_[k], traffic_[k] = total;
+  }
+  step_bytes = parallel::max_over(mesh_.world(), step_bytes);
+  for (size_t k = 0; k < step_bytes.size(); ++k)
+    if (step_bytes[k] > 0) m.comm_bytes.push_back({enum_name(parallel::kAllGroupKinds[k]), step_bytes[k]});
   return m;
 }
 
@@ -412,6 +422,11 @@ Json RunReport::train_record(const StepFacts& f, const StepMeasures& m) const {
   r["comm_wait_s"] = rounded(f.comm_wait_s, 4), r["tensor_comm_s"] = rounded(tensor_comm_s_, 4);
   r["checkpoint_s"] = rounded(f.checkpoint_s, 4), r["optimizer_s"] = rounded(m.optimizer_s, 4);
   r["busy_s_median"] = rounded(m.median_busy, 4), r["busy_s_max"] = rounded(m.busy[m.slowest], 4);
+  if (!m.comm_bytes.empty()) {
+    Json bytes = Json::object();
+    for (const auto& [kind, b] : m.comm_bytes) bytes[kind] = int64_t(std::llround(b));
+    r["comm_bytes"] = bytes;
+  }
   r["slowest_rank"] = int64_t(m.slowest), r["straggler_excess"] = rounded(m.straggler_excess, 4);
   if (!m.kernel_times.empty()) r["kernel_s"] = rounded(m.kernel_s, 5);
   r["bubble"] = bubble_json(m.bubble), r["bubble_predicted"] = rounded(facts_.predicted_bubble, 4);

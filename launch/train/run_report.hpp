@@ -77,6 +77,8 @@ struct StepMeasures {
   size_t slowest = 0;
   double median_busy = 0, straggler_excess = 0;
   double optimizer_s = 0;  // the optimizer step (Muon's exchanges and iterations included), the slowest rank's
+  // bytes sent through each group kind this step (the busiest rank's; kinds that sent nothing left out)
+  std::vector<std::pair<std::string, double>> comm_bytes;
 };
 
 class RunReport {
@@ -128,6 +130,7 @@ class RunReport {
   std::chrono::steady_clock::time_point run_start_, step_start_;
   bool traced_ = false;
   double sched_s_ = 0, idle_s_ = 0, tensor_comm_s_ = 0, optimizer_s_ = 0;
+  std::vector<double> traffic_;  // each group kind's bytes sent up to the last step
   std::optional<parallel::ExpertTraffic> expert_;
   int pairs_ = 0;
   long switches_ = 0;

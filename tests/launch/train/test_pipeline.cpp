@@ -34,6 +34,7 @@
 #include "kernels/backends.hpp"
 #include "launch/train/trainer.hpp"
 #include "model/params.hpp"
+#include "parallel/mesh.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 #include "tests/launch/train/equivalence.hpp"
 #include "tests/mpi_test_main.hpp"
@@ -518,6 +519,67 @@ TEST(Pipeline, HsdpMatchesSingleRank) {
       with({4, 2, 1, "1f1b", 1, "llama"}, 2,
            {"optim.name=muon", "optim.muon.ns_precision=fp32", "optim.muon.adjust_lr=match_rms_adamw"})};
   expect_each_matches_single_rank(list);
+}
+
+// HSDP traffic: the bytes each rank sends per step through its shard group
+// and across the replicas, counted by the mesh's groups, against the
+// formulas: inside the shard group ZeRO's traffic of an S-way group
+// (reduce-scatter and all-gather, (S-1)/S x 4P each, and the gradient norm's
+// one double); across replicas the all-reduce of this rank's shard only,
+// 2 (R-1)/R x 4P/S. The metrics' comm_bytes say the same.
+TEST(Pipeline, HsdpTrafficMatchesTheFormula) {
+  if (g_world != 8) GTEST_SKIP() << "runs on 8 ranks";
+  for (auto [zero, shard] : {std::pair{1, 2}, {2, 4}, {3, 2}}) {
+    Case c{8, 1, 1, "1f1b", zero, "llama"};
+    c.sets = {"parallel.data_shard=" + std::to_string(shard), "train.steps=3"};
+    Recipe rc = recipe(c, g_world);
+    const std::string dir = std::string(TRIDENT_BINARY_DIR) + "/hsdp_traffic";
+    std::filesystem::create_directories(dir);
+    rc.log.metrics = dir + "/metrics.jsonl";
+    const double S = shard, R = 8.0 / shard;
+    std::vector<std::array<double, 2>> per_step;  // shard group, replicas
+    std::array<double, 2> before{0, 0};
+    double P = 0, mine = 0, ends = 0;  // ends: the embeddings' and the head's segments (not in a layer)
+    launch::TrainOptions opts{.quiet = true};
+    opts.on_updated = [&](const launch::StepGradients& g) {
+      const std::array<double, 2> now{g.mesh.traffic(parallel::GroupKind::data_shard),
+                                      g.mesh.traffic(parallel::GroupKind::data_replicate)};
+      per_step.push_back({now[0] - before[0], now[1] - before[1]});
+      before = now;
+      P = double(g.registry.total()), mine = double(g.data_parallel[0].dp->shard_size()), ends = 0;
+      for (const auto& p : g.registry.params()) {
+        bool layer = false;
+        for (int64_t l = 0; l < rc.model.layers; ++l)
+          layer = layer || p.name.starts_with(model::layer_prefix(rc.model, l));
+        if (!layer) ends += double(p.numel);
+      }
+    };
+    launch::train(rc, opts);
+    ASSERT_EQ(per_step.size(), 3u);
+    const double ring = (S - 1) / S * 4 * P, norm = 2 * (S - 1) / S * 8;
+    const double replicas = 2 * (R - 1) / R * 4 * mine;
+    // ZeRO 3 gathers each layer for the forward and again for the backward; the embeddings and the head
+    // are held from their forward to their backward
+    const double inside = (zero == 3 ? 3 * ring - (S - 1) / S * 4 * ends : 2 * ring) + norm;
+    for (size_t s = 1; s < per_step.size(); ++s) {  // step 1 also carries the start-up's collectives
+      EXPECT_NEAR(per_step[s][1], replicas, 1e-6 * replicas)
+          << "ZeRO " << zero << " shard " << shard << " step " << s + 1;
+      EXPECT_NEAR(per_step[s][0], inside, 1e-6 * inside) << "ZeRO " << zero << " shard " << shard << " step " << s + 1;
+    }
+    // the metrics' last train record: the busiest rank's bytes of each kind
+    std::array<double, 2> busiest = per_step.back();
+    MPI_Allreduce(MPI_IN_PLACE, busiest.data(), 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    std::ifstream mf(rc.log.metrics);
+    std::string line, last;
+    while (std::getline(mf, line))
+      if (line.find("\"type\":\"train\"") != std::string::npos) last = line;
+    for (auto [kind, bytes] : {std::pair{"data_shard", busiest[0]}, {"data_replicate", busiest[1]}}) {
+      const size_t at = last.find(fmt::format("\"{}\":", kind), last.find("\"comm_bytes\":{"));
+      ASSERT_NE(at, std::string::npos) << kind << " in " << last;
+      EXPECT_NEAR(std::stod(last.substr(at + std::strlen(kind) + 3)), bytes, 1.0) << kind << " in " << last;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
 }
 
 // Muon (optim.name muon) on data (ZeRO 0-3: a matrix a shard cuts is

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "kernels/buffer.hpp"
 #include "parallel/gradient_sync.hpp"
 #include "parallel/tensor_parallel.hpp"
 #include "parallel/zero_storage.hpp"
@@ -68,7 +69,15 @@ class ShardedDataParallel final : public DataParallel {
   }
   std::function<void(int64_t)> begin_backward(int64_t micro) override {
     const bool last = micro + 1 == spec_.micro_batches;
-    if (spec_.shard_accumulation && !spec_.pipelined) {  // every micro-batch reduced into the shard, added
+    if (spec_.shard_accumulation && spec_.pipelined) {
+      // every backward (a chunk's, or half of a split one) reduced into the shard and added: the step's
+      // first zeroes the shard; the replicas' all-reduce waits for the end of the schedule
+      if (!started_) kernels::fill_zero(store_->grad_shard(), shard_size());
+      started_ = true;
+      store_->begin_backward(false, false, true);
+      return {};
+    }
+    if (spec_.shard_accumulation) {  // every micro-batch reduced into the shard, added
       store_->begin_backward(false, last, micro > 0);
       return {};
     }
@@ -81,11 +90,14 @@ class ShardedDataParallel final : public DataParallel {
  private:
   float* local_grads() override { return store_->accumulated_grads(); }
   void reduce() override {
-    if (spec_.pipelined) store_->reduce_accumulated();
-    store_->finish_step();
+    const bool added = spec_.shard_accumulation && spec_.pipelined;
+    if (spec_.pipelined && !added) store_->reduce_accumulated();
+    store_->finish_step(added);
+    started_ = false;
   }
   std::unique_ptr<ZeroStorage> store_;
   int64_t numel_;
+  bool started_ = false;  // pipelined shard accumulation: a backward of this step has begun
 };
 
 }  // namespace

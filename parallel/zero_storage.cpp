@@ -209,9 +209,9 @@ void ZeroStorage::reduce_accumulated() {
   retire_grad_windows(0);
 }
 
-void ZeroStorage::finish_step() {
+void ZeroStorage::finish_step(bool whole) {
   retire_grad_windows(0);
-  if (!dp_ && replicas_)  // a one-rank shard group: the shard is the whole buffer, all-reduced once
+  if ((!dp_ || whole) && replicas_)  // a one-rank shard group (the whole buffer), or the whole shard at once
     replicating_.push_back(replicas_->all_reduce(grad_shard_));
   for (WorkPtr& w : replicating_) {
     auto t0 = std::chrono::steady_clock::now();

@@ -65,8 +65,10 @@ class ZeroStorage : public SegmentStorage<float> {
   // shard, a micro-batch after the first): the windows start at zero (the
   // model adds into them) and their reductions are added into the shard.
   void begin_backward(bool accumulating, bool last_micro, bool add_to_shard = false);
-  // After the last backward of a step: wait for every reduction.
-  void finish_step();
+  // After the last backward of a step: wait for every reduction; whole: the
+  // replicas' all-reduce of the whole shard now (HSDP, when no reduction was
+  // the step's last: a pipeline's shard accumulation), not piece by piece.
+  void finish_step(bool whole = false);
   // stage 2: all-gather the updated shards into the replica.
   void gather_params();
   // Pipelines: every backward of the step accumulates (begin_backward(true,

@@ -431,7 +431,9 @@ const std::vector<Key>& table() {
           "buffer (4P bytes) reduce-scattered once, during the last micro-batch's backward; `shard` "
           "reduce-scatters every micro-batch's gradients, segment by segment as its backward produces them, and "
           "adds them into the fp32 shard (4P/d bytes and the windows in flight; a reduction per micro-batch), as "
-          "DeepSpeed, FSDP2 and Megatron-FSDP do ([parallelism.md](parallelism.md#zero)); not yet with a pipeline"),
+          "DeepSpeed, FSDP2 and Megatron-FSDP do ([parallelism.md](parallelism.md#zero)); with a pipeline each chunk's "
+          "backward "
+          "is added as it finishes (not with tied embeddings over pipeline stages)"),
       boolean("parallel.sequence_parallel", FIELD(parallel.sequence_parallel), value<bool>(false),
               "Megatron sequence parallelism: with `tensor > 1`, norms, residual adds and the other token-wise work "
               "run on `1/tensor` of the micro-batch's token rows, and the tensor-parallel regions all-gather before / "

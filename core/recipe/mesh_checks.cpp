@@ -206,12 +206,12 @@ void validate_mesh(Reader& r, const Recipe& rc, int64_t world) {
                      fmt::format("shard accumulates gradients in the ZeRO 2-3 gradient shard; ZeRO {} keeps the "
                                  "model's whole gradient buffer (set parallel.zero 2 or 3, or zero_accumulate full)",
                                  p.zero));
-    else if (p.pipeline > 1 || p.virtual_stages > 1 || p.schedule == ScheduleKind::zero_bubble)
-      r.inconsistent(
-          "parallel.zero_accumulate",
-          fmt::format("shard with a pipeline schedule (pipeline {}, virtual_stages {}, schedule {}): its "
-                      "gradients are reduced after the whole schedule in this version (zero_accumulate full)",
-                      p.pipeline, p.virtual_stages, enum_name(p.schedule)));
+    else if (p.pipeline > 1 && m.tie_embeddings)
+      r.inconsistent("parallel.zero_accumulate",
+                     fmt::format("shard with pipeline {} and model.tie_embeddings: the first and last stages' "
+                                 "copies of the token table are summed on their whole gradients, which shard "
+                                 "accumulation does not keep (zero_accumulate full, or untied embeddings)",
+                                 p.pipeline));
   }
   // Muon's Newton-Schulz iteration runs on the CPU in this version (docs/optim.md#muon)
   if (rc.optim.name == OptimizerKind::muon && rc.device == DeviceType::cuda)

@@ -519,15 +519,20 @@ optim: {name: muon, lr: 1.0e-3, weight_decay: 0.1, muon: {ns_steps: 4, adjust_lr
   EXPECT_EQ(load_recipe_text(muon, "r.yaml", {"optim.muon.weight_decay=0"}, 1).optim.muon.weight_decay, 0.0);
   EXPECT_EQ(load_recipe_text(muon, "r.yaml", {"parallel.tensor=2"}, 2).parallel.tensor, 2);
   expect_error(muon, {"device", "cuda with optim.name muon"}, {"device=cuda"});
-  // parallel.zero_accumulate: shard needs ZeRO 2-3 and no pipeline schedule (in this version)
+  // parallel.zero_accumulate: shard needs ZeRO 2-3, and untied embeddings with a pipeline
   EXPECT_EQ(
       load_recipe_text(muon, "r.yaml", {"parallel.data=2", "parallel.zero=3", "parallel.zero_accumulate=shard"}, 2)
           .parallel.zero_accumulate,
       ZeroAccumulate::shard);
   expect_error(muon, {"parallel.zero_accumulate", "ZeRO 1"},
                {"parallel.data=2", "parallel.zero=1", "parallel.zero_accumulate=shard"}, 2);
-  expect_error(muon, {"parallel.zero_accumulate", "pipeline 2"},
-               {"parallel.pipeline=2", "parallel.zero=2", "parallel.zero_accumulate=shard"}, 2);
+  expect_error(
+      muon, {"parallel.zero_accumulate", "pipeline 2 and model.tie_embeddings"},
+      {"parallel.pipeline=2", "parallel.zero=2", "parallel.zero_accumulate=shard", "model.tie_embeddings=true"}, 2);
+  EXPECT_EQ(
+      load_recipe_text(muon, "r.yaml", {"parallel.pipeline=2", "parallel.zero=2", "parallel.zero_accumulate=shard"}, 2)
+          .parallel.zero_accumulate,
+      ZeroAccumulate::shard);
   // HSDP: data x context = data_replicate x data_shard, with the arithmetic in the message; needs ZeRO >= 1
   {
     const Recipe h = load_recipe_text(

@@ -446,8 +446,9 @@ TEST(Pipeline, GptOssMoeMatchesSingleRank) {
 
 // parallel.zero_accumulate shard: ZeRO 2 and 3 with 4 micro-batches per
 // rank, each micro-batch's gradients reduce-scattered and added into the
-// shard (no full-size buffer), on data, tensor +- sequence, context and
-// expert meshes: the single-rank losses and gradients; on 32 layers the
+// shard (no full-size buffer), on data, tensor +- sequence, context,
+// expert and pipeline meshes (every schedule: each chunk's backward, or
+// each half of a split one, added): the single-rank losses and gradients; on 32 layers the
 // gradients' allocated peak is the shard and the windows in flight (about
 // four layers'), under half of zero_accumulate full's (the whole buffer).
 TEST(Pipeline, ZeroAccumulateShardMatchesSingleRank) {
@@ -459,12 +460,14 @@ TEST(Pipeline, ZeroAccumulateShardMatchesSingleRank) {
   };
   Case context{4, 1, 1, "gpipe", 2, "llama"};
   context.context = 2;
-  const std::vector<Case> list = {with({8, 1, 1, "gpipe", 3, "gpt2"}),
-                                  with({8, 1, 1, "gpipe", 2, "llama"}),
-                                  with({4, 2, 1, "1f1b", 3, "llama", true}),
-                                  with(context),
+  const std::vector<Case> list = {with({8, 1, 1, "gpipe", 3, "gpt2"}), with({8, 1, 1, "gpipe", 2, "llama"}),
+                                  with({4, 2, 1, "1f1b", 3, "llama", true}), with(context),
                                   with({8, 1, 1, "1f1b", 3, "moe"}, {"parallel.expert=2"}),
-                                  with({4, 2, 1, "1f1b", 2, "deepseek", true}, {"parallel.expert=2"})};
+                                  with({4, 2, 1, "1f1b", 2, "deepseek", true}, {"parallel.expert=2"}),
+                                  // pipelines: each chunk's backward (or each half of a split one) added
+                                  with({4, 1, 2, "1f1b", 3, "llama"}), with({2, 1, 4, "interleaved_1f1b", 2, "llama"}),
+                                  with({2, 1, 4, "zero_bubble", 3, "llama"}), with({4, 1, 2, "dualpipev", 3, "llama"}),
+                                  with({4, 1, 2, "1f1b", 2, "moe"}, {"parallel.expert=2"})};
   expect_each_matches_single_rank(list);
   for (int zero : {2, 3}) {
     Case c{8, 1, 1, "gpipe", zero, "llama"};
@@ -513,6 +516,7 @@ TEST(Pipeline, HsdpMatchesSingleRank) {
       with({4, 1, 2, "interleaved_1f1b", 1, "llama"}, 2, {"train.global_batch=32"}),
       with(context, 2),
       with(accumulate_context, 4, {"parallel.zero_accumulate=shard", "train.global_batch=64"}),
+      with({4, 1, 2, "zero_bubble", 3, "llama"}, 2, {"parallel.zero_accumulate=shard", "train.global_batch=32"}),
       with({8, 1, 1, "1f1b", 3, "moe"}, 4, {"parallel.expert=2"}),
       with({4, 2, 1, "1f1b", 2, "moe", true}, 2, {"parallel.expert=4"}),
       with({4, 1, 2, "1f1b", 1, "deepseek"}, 2, {"parallel.expert=2"}),

@@ -25,19 +25,26 @@ void print_plan_table(const PlanCommand& c, const Cluster& cl, const std::vector
       cl.software);
   fmt::print("{} configurations: {} fit, {} out of memory, {} invalid\n", results.size(), feasible,
              int64_t(results.size()) - feasible - invalid, invalid);
-  fmt::print("{:>4} {:>4} {:>4} {:>7} {:>3} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10} {:>12} {:>8} {:>6} {:>10}\n", "D", "T",
-             "P", "C", "E", "V", "mb", "zero", "recompute", "sp", "mem GiB", "tokens/s", "TFLOP/s", "MFU", "step s");
+  fmt::print(
+      "{:>4} {:>4} {:>4} {:>7} {:>3} {:>3} {:>4} {:>4} {:>5} {:>5} {:>9} {:>3} {:>10} {:>12} {:>8} {:>6} {:>10}\n", "D",
+      "T", "P", "C", "E", "V", "mb", "zero", "shard", "accum", "recompute", "sp", "mem GiB", "tokens/s", "TFLOP/s",
+      "MFU", "step s");
   int64_t shown = 0;
   for (const auto& r : results) {
     if (!r.feasible || shown++ >= c.top) continue;
     const auto& x = r.config;
     const std::string cx =
         x.context == 1 ? "1" : fmt::format("{} {}", x.context, x.context_mode == ContextMode::ring ? "ring" : "a2a");
+    // shard: HSDP's shard group (- : all of data x context); accum: where ZeRO 2-3 accumulate (- : ZeRO 0-1)
+    const std::string shard = x.data_shard > 0 ? std::to_string(x.data_shard) : "-";
     fmt::print(
-        "{:>4} {:>4} {:>4} {:>7} {:>3} {:>3} {:>4} {:>4} {:>9} {:>3} {:>10.2f} {:>12.5g} {:>8.1f} {:>5.1f}% "
-        "{:>10.4g}\n",
-        x.data, x.tensor, x.pipeline, cx, x.expert, x.virtual_stages, x.micro_batch, x.zero, x.recompute,
-        x.sequence_parallel ? "on" : "off", r.memory.total() / (1024.0 * 1024 * 1024), r.tokens_per_s,
+        "{:>4} {:>4} {:>4} {:>7} {:>3} {:>3} {:>4} {:>4} {:>5} {:>5} {:>9} {:>3} {:>10.2f} {:>12.5g} {:>8.1f} "
+        "{:>5.1f}% {:>10.4g}\n",
+        x.data, x.tensor, x.pipeline, cx, x.expert, x.virtual_stages, x.micro_batch, x.zero, shard,
+        x.zero < 2             ? "-"
+        : x.shard_accumulation ? "shard"
+                               : "full",
+        x.recompute, x.sequence_parallel ? "on" : "off", r.memory.total() / (1024.0 * 1024 * 1024), r.tokens_per_s,
         r.tflops_per_device, 100 * r.mfu, r.time.step());
   }
   // why the others were refused: the first few of each kind
@@ -46,10 +53,12 @@ void print_plan_table(const PlanCommand& c, const Cluster& cl, const std::vector
     if (!r.feasible && listed++ < 5) {
       const auto& x = r.config;
       fmt::print(
-          "rejected: data {} x tensor {} x pipeline {} x context {}, expert {}, V {}, mb {}, ZeRO {}, recompute {}, "
-          "sp {}: {}\n",
-          x.data, x.tensor, x.pipeline, x.context, x.expert, x.virtual_stages, x.micro_batch, x.zero, x.recompute,
-          x.sequence_parallel ? "on" : "off", r.reason);
+          "rejected: data {} x tensor {} x pipeline {} x context {}, expert {}, V {}, mb {}, ZeRO {}{}{}, recompute "
+          "{}, sp {}: {}\n",
+          x.data, x.tensor, x.pipeline, x.context, x.expert, x.virtual_stages, x.micro_batch, x.zero,
+          x.data_shard > 0 ? fmt::format(" in shards of {}", x.data_shard) : "",
+          x.shard_accumulation ? " accumulating in the shard" : "", x.recompute, x.sequence_parallel ? "on" : "off",
+          r.reason);
     }
 }
 

@@ -122,7 +122,7 @@ double torchtitan_activation_bytes(const PlanContext& x, const PlanResult& r) {
 void plan_memory(const PlanContext& x, PlanResult& r) {
   const PlanConfig& c = x.c;
   const ModelConfig& m = x.q.model;
-  const int T = x.T, P = x.P, V = x.V, CP = x.CP, DC = x.DC;
+  const int T = x.T, P = x.P, V = x.V, CP = x.CP, S = x.S;  // ZeRO shards over S (data x context, or HSDP's)
   const double pb = x.pb;
   const auto& flight = x.schedule.in_flight;
   const double Ps = double(r.stage_params);
@@ -133,10 +133,10 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
   // hold a few segment windows while they are reduce-scattered; ZeRO 3
   // gathers parameters a segment at a time, the next one prefetched.
   const double segment = double(x.sizes.segment);  // the largest gathered unit, on one tensor rank
-  // the dense part sharded over data x context, this rank's experts over expert-data
-  const parallel::ZeroStateBytes dense = parallel::zero_state_bytes(int(c.zero), x.dense_params, DC, pb);
-  const parallel::ZeroStateBytes experts = parallel::zero_state_bytes(int(c.zero), x.expert_params, x.EDC, pb);
-  mem.params = dense.params + experts.params + (c.zero >= 3 && DC > 1 ? 2 * pb * segment : 0);
+  // the dense part sharded over its shard group (data x context without HSDP), this rank's experts over theirs
+  const parallel::ZeroStateBytes dense = parallel::zero_state_bytes(int(c.zero), x.dense_params, S, pb);
+  const parallel::ZeroStateBytes experts = parallel::zero_state_bytes(int(c.zero), x.expert_params, x.ES, pb);
+  mem.params = dense.params + experts.params + (c.zero >= 3 && S > 1 ? 2 * pb * segment : 0);
   // ZeRO 2/3 gradients beyond the shard: with accumulation (several
   // micro-batches) a whole accumulation buffer (Trident's trainer), unless the
   // software reduce-scatters every micro-batch into the shard
@@ -145,15 +145,15 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
   const bool whole = r.micro_batches > 1 && !x.cl.sharded_grad_accumulation &&
                      x.q.parallel.zero_accumulate != ZeroAccumulate::shard;  // Trident's parallel.zero_accumulate
   const double windows = whole ? 4 * Ps : 3 * 4 * segment;
-  mem.grads = dense.grads + experts.grads + (c.zero >= 2 && DC > 1 ? windows : 0);
+  mem.grads = dense.grads + experts.grads + (c.zero >= 2 && S > 1 ? windows : 0);
   mem.optimizer = dense.optimizer + experts.optimizer;
   // Muon: its matrices keep the momentum alone (4 bytes, not AdamW's 8): the model's share of them, f
   if (x.q.optim.name == OptimizerKind::muon) {
     const double f = double(muon_elements(m)) / double(model::ParamRegistry(m).total());
-    mem.optimizer -= 4 * f * (x.dense_params / (c.zero >= 1 ? DC : 1) + x.expert_params / (c.zero >= 1 ? x.EDC : 1));
+    mem.optimizer -= 4 * f * (x.dense_params / (c.zero >= 1 ? S : 1) + x.expert_params / (c.zero >= 1 ? x.ES : 1));
   }
-  if (c.zero == 1 && DC > 1) mem.buffers += 4 * x.dense_params / DC;
-  if (c.zero == 1 && x.EDC > 1) mem.buffers += 4 * x.expert_params / x.EDC;
+  if (c.zero == 1 && S > 1) mem.buffers += 4 * x.dense_params / S;
+  if (c.zero == 1 && x.ES > 1) mem.buffers += 4 * x.expert_params / x.ES;
   // Muon: the part-sized buffer its u and update pass through (fp32, kept between steps; docs/optim.md#muon)
   if (x.q.optim.name == OptimizerKind::muon) mem.buffers += 4 * (x.dense_params + x.expert_params);
   const bool paired = pairs_overlap(x);  // each paired pass has its own exchange buffers and MoE scratch

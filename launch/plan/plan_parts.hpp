@@ -33,11 +33,23 @@ struct GroupPlacement {
   int per_node = 1;
 };
 // The tensor, data x context, pipeline, context, expert and expert-data
-// groups of a mesh.
-enum PlacedGroup { kTensor, kDataContext, kPipeline, kContext, kExpert, kExpertData };
-using MeshPlacement = std::array<GroupPlacement, 6>;
+// groups of a mesh, and HSDP's shard and replica groups (the dense part's,
+// the experts').
+enum PlacedGroup {
+  kTensor,
+  kDataContext,
+  kPipeline,
+  kContext,
+  kExpert,
+  kExpertData,
+  kDataShard,
+  kDataReplicate,
+  kExpertShard,
+  kExpertReplicate
+};
+using MeshPlacement = std::array<GroupPlacement, 10>;
 MeshPlacement place_groups(int D, int T, int P, int CP, int EP, const std::vector<MeshAxis>& order,
-                           int devices_per_node, bool whole_experts = false);
+                           int devices_per_node, bool whole_experts = false, int data_shard = 0);
 
 // The whole model's parameters, the largest pipeline stage's on one tensor
 // rank, and the largest unit ZeRO 3 gathers (a layer or the embeddings).
@@ -58,13 +70,13 @@ class PlanMemo {
   // InputError when the schedule refuses the shape (its own rules).
   const ScheduleFacts& schedule(ScheduleKind kind, int P, int V, int M);
   const MeshPlacement& placement(int D, int T, int P, int CP, int EP, const std::vector<MeshAxis>& order,
-                                 int devices_per_node, bool whole_experts = false);
+                                 int devices_per_node, bool whole_experts = false, int data_shard = 0);
   const StageSizes& sizes(const ModelConfig& m, int T, int P, int V, const std::vector<int64_t>& stage_layers,
                           ScheduleKind schedule);
 
  private:
   std::map<std::tuple<int, int, int, int>, ScheduleFacts> schedules_;
-  std::map<std::tuple<int, int, int, int, int, std::vector<MeshAxis>, int, bool>, MeshPlacement> placements_;
+  std::map<std::tuple<int, int, int, int, int, std::vector<MeshAxis>, int, bool, int>, MeshPlacement> placements_;
   std::map<std::tuple<int, int, int, std::vector<int64_t>, ScheduleKind>, StageSizes> sizes_;
 };
 
@@ -76,6 +88,7 @@ struct PlanContext {
   const PlanConfig& c;
   int D, T, P, V, CP, DC;  // DC: replicas of a model shard (data x context)
   int EP, EDC;             // the expert group and the expert-data group (replicas of an expert shard: DC / EP)
+  int S, R, ES, ER;        // HSDP: the shard groups and their replicas (S x R = DC), the experts' (ES x ER = EDC)
   bool whole_experts;      // expert_tensor 1 < tensor: the expert grid over data x context x tensor
   double pb;               // bytes of a parameter / activation value
   // this rank's parameters of the largest stage: dense (replicated over DC), its experts' (over EDC)

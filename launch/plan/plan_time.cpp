@@ -128,24 +128,36 @@ void tensor_comm_time(const PlanContext& x, PlanResult& r, double passes) {
       t.tensor_comm - passes * (exposed(fwd, gemm_f) + exposed(again * fwd, gemm_again) + bwd_exposed);
 }
 
+// The time of one part's reductions over its replicas.
+struct ReduceTime {
+  double comm = 0, hide = 0, replicas = 0;  // all, what the backward can hide, the replicas' share of `comm`
+};
+
 // One part's gradient reduction (and ZeRO's parameter gathers) per step
-// over its replicas (g ranks at placement `where`), for `params` elements of
-// this rank's; returns the time and what the backward can hide of it
-// (`busy`: the slowest stage's compute).
-std::pair<double, double> reduce_time(const PlanContext& x, const PlanResult& r, double params, int g,
-                                      const GroupPlacement& where, double busy) {
-  if (g <= 1 || params <= 0) return {0, 0};
+// over its replicas: g ranks sharing ZeRO's shards at placement `where`,
+// and under HSDP the R replicas of each shard at `across`, for `params`
+// elements of this rank's; returns the time, what the backward can hide of
+// it (`busy`: the slowest stage's compute) and the replicas' share.
+ReduceTime reduce_time(const PlanContext& x, const PlanResult& r, double params, int g, const GroupPlacement& where,
+                       int R, const GroupPlacement& across, double busy) {
+  if (g * R <= 1 || params <= 0) return {};
   const PlanConfig& c = x.c;
   const double pb = x.pb;
   const Link dl = group_link(x.cl, where);
   const double grads = x.cl.grad_reduce_bytes * params;  // fp32, or bf16 where the software reduces in bf16
   const double buckets = std::max(1.0, std::ceil(grads / double(x.q.parallel.bucket_bytes)));
   const double M = r.micro_batches;
+  // ZeRO 2/3 reduce-scatter every micro-batch's gradients where the software accumulates in the shard
+  // (`zero_grad_accumulation: shard`, Trident's parallel.zero_accumulate shard), else once per step from the
+  // whole accumulation buffer (Trident's zero_accumulate full)
+  const double reductions = x.cl.sharded_grad_accumulation || c.shard_accumulation ? M : 1;
   // ZeRO 0/1: one reduction of the accumulated gradients per step (all-reduce,
   // or reduce-scatter + parameter all-gather), overlapping only the last
-  // micro-batch's backward. ZeRO 2: a reduce-scatter per micro-batch, behind
-  // each backward. ZeRO 3: also the parameters gathered for every forward and
-  // backward, prefetched behind compute.
+  // micro-batch's backward. ZeRO 2: `reductions` reduce-scatters, behind the
+  // backwards. ZeRO 3: also the parameters gathered for every forward and
+  // backward, prefetched behind compute. HSDP: each rank's reduced shard
+  // (1/g of the gradients) all-reduced over the R replicas once per step,
+  // behind the backward as its pieces arrive.
   // With `data_comm_overlap` (Megatron-Core's --overlap-grad-reduce and
   // --overlap-param-gather) ZeRO 1 also gathers the parameters bucket by
   // bucket behind the next step's first forward, and the overlap holds with a
@@ -159,24 +171,34 @@ std::pair<double, double> reduce_time(const PlanContext& x, const PlanResult& r,
     comm = reduce + gather, hide = busy * 2 / 3 / M;
     if (gather_ahead) hide = std::min(std::min(reduce, hide) + std::min(gather, busy / 3 / M), comm - reduce / buckets);
   } else if (c.zero == 2) {
-    comm = M * half_collective_time(grads, g, dl) + half_collective_time(pb * params, g, dl), hide = busy * 2 / 3;
+    comm = reductions * half_collective_time(grads, g, dl) + half_collective_time(pb * params, g, dl),
+    hide = busy * 2 / 3;
   } else {
-    comm = M * (half_collective_time(grads, g, dl) + 2 * half_collective_time(pb * params, g, dl)), hide = busy;
+    comm = reductions * half_collective_time(grads, g, dl) + M * 2 * half_collective_time(pb * params, g, dl),
+    hide = busy;
   }
-  comm += (c.zero >= 2 ? M : 1) * buckets * 2.0 * (g - 1) * dl.latency;
-  return {comm, hide};
+  comm += (c.zero >= 2 ? reductions : 1) * buckets * 2.0 * (g - 1) * dl.latency;
+  double across_s = 0;
+  if (R > 1) {
+    const Link rl = group_link(x.cl, across);
+    across_s = all_reduce_time(grads / g, R, rl) + buckets * 2.0 * (R - 1) * rl.latency;
+  }
+  return {comm + across_s, hide, across_s};
 }
 
 // The gradient reductions per step: the dense part over data x context, this
 // rank's experts over expert-data; the part the backward hides.
 void data_comm_time(const PlanContext& x, PlanResult& r, double busy) {
-  const auto [dense, dense_hide] = reduce_time(x, r, x.dense_params, x.DC, x.where[kDataContext], busy);
-  const auto [experts, experts_hide] = reduce_time(x, r, x.expert_params, x.EDC, x.where[kExpertData], busy);
+  const ReduceTime dense =
+      reduce_time(x, r, x.dense_params, x.S, x.where[kDataShard], x.R, x.where[kDataReplicate], busy);
+  const ReduceTime experts =
+      reduce_time(x, r, x.expert_params, x.ES, x.where[kExpertShard], x.ER, x.where[kExpertReplicate], busy);
   PlanTime& t = r.time;
-  t.data_comm = dense + experts;
+  t.data_comm = dense.comm + experts.comm;
+  t.replica_comm = dense.replicas + experts.replicas;
   // Trident's trainer overlaps when not piped; `data_comm_overlap` software with a pipeline too
   if ((x.P == 1 && x.V == 1) || x.cl.data_comm_overlap)
-    t.data_comm_hidden = std::min(t.data_comm, std::max(dense_hide, experts_hide));
+    t.data_comm_hidden = std::min(t.data_comm, std::max(dense.hide, experts.hide));
 }
 
 // Expert parallelism's token exchange per step: each MoE layer's dispatch
@@ -204,23 +226,23 @@ void expert_comm_time(const PlanContext& x, PlanResult& r, double passes) {
 }
 
 // Muon (optim/muon.hpp): the stage's matrices (its `share` of the model's)
-// are spread over its tensor x data x context ranks, each orthogonalised by
-// one owner, so a rank runs 1 / (T DC) of the stage's iterations. The
-// exchanges, in fp32: each rank sends the owners in its tensor group its
-// slices of its replica's matrices (1 / DC of them; (T - 1) / T leave) and
-// gets the results back, two all-to-alls over the tensor link; over the
-// replicas the part-sized buffer is all-gathered (ZeRO >= 1) and summed
-// (reduce-scatter with ZeRO >= 1, else all-reduce), each part over its own
-// replicas (the dense part's data x context, the experts' expert-data).
+// are spread over its tensor x shard-group ranks (data x context without
+// HSDP), each orthogonalised by one owner, so a rank runs 1 / (T S) of the
+// stage's iterations. The exchanges, in fp32: each rank sends the owners in
+// its tensor group its slices of its replica's matrices (1 / S of them;
+// (T - 1) / T leave) and gets the results back, two all-to-alls over the
+// tensor link; over the shard group the part-sized buffer is all-gathered
+// (ZeRO >= 1) and summed (reduce-scatter with ZeRO >= 1, else all-reduce),
+// each part over its own (the dense part's shard group, the experts').
 void muon_time(const PlanContext& x, PlanResult& r, double share) {
   const ModelConfig& m = x.q.model;
   const int T = x.c.tensor;
   PlanTime& t = r.time;
-  t.muon_iteration = muon_seconds(m, x.q.optim.muon, x.cl.rates()) * share / double(T * x.DC);
+  t.muon_iteration = muon_seconds(m, x.q.optim.muon, x.cl.rates()) * share / double(T * x.S);
   t.optimizer += t.muon_iteration;
   if (T > 1) {
     const Link tl = group_link(x.cl, x.where[kTensor]);
-    const double bytes = 4.0 * double(muon_elements(m)) * share / T / x.DC * double(T - 1) / T;
+    const double bytes = 4.0 * double(muon_elements(m)) * share / T / x.S * double(T - 1) / T;
     t.optimizer_comm += 2 * (bytes / tl.bandwidth_at(bytes / (T - 1)) + double(T - 1) * tl.latency);
   }
   auto replicas = [&](double elements, int g, const GroupPlacement& where) {
@@ -230,7 +252,7 @@ void muon_time(const PlanContext& x, PlanResult& r, double share) {
     return x.c.zero >= 1 ? 2 * half_collective_time(bytes, g, l) : all_reduce_time(bytes, g, l);
   };
   t.optimizer_comm +=
-      replicas(x.dense_params, x.DC, x.where[kDataContext]) + replicas(x.expert_params, x.EDC, x.where[kExpertData]);
+      replicas(x.dense_params, x.S, x.where[kDataShard]) + replicas(x.expert_params, x.ES, x.where[kExpertShard]);
 }
 
 }  // namespace
@@ -240,14 +262,26 @@ bool pairs_overlap(const PlanContext& x) {
 }
 
 MeshPlacement place_groups(int D, int T, int P, int CP, int EP, const std::vector<MeshAxis>& order,
-                           int devices_per_node, bool whole_experts) {
-  const parallel::Topology topo(D, P, T, order, CP, EP, whole_experts);
-  return {place(topo, parallel::GroupKind::tensor, devices_per_node),
-          place(topo, parallel::GroupKind::data_context, devices_per_node),
-          place(topo, parallel::GroupKind::pipeline, devices_per_node),
-          place(topo, parallel::GroupKind::context, devices_per_node),
-          place(topo, parallel::GroupKind::expert, devices_per_node),
-          place(topo, parallel::GroupKind::expert_data, devices_per_node)};
+                           int devices_per_node, bool whole_experts, int data_shard) {
+  const parallel::Topology topo(D, P, T, order, CP, EP, whole_experts, data_shard);
+  MeshPlacement out;
+  using K = parallel::GroupKind;
+  for (auto [at, kind] : {std::pair{kTensor, K::tensor},
+                          {kDataContext, K::data_context},
+                          {kPipeline, K::pipeline},
+                          {kContext, K::context},
+                          {kExpert, K::expert},
+                          {kExpertData, K::expert_data}})
+    out[size_t(at)] = place(topo, kind, devices_per_node);
+  if (topo.data_replicate() > 1)  // HSDP's groups; without it the shard groups are the whole groups
+    for (auto [at, kind] : {std::pair{kDataShard, K::data_shard},
+                            {kDataReplicate, K::data_replicate},
+                            {kExpertShard, K::expert_shard},
+                            {kExpertReplicate, K::expert_replicate}})
+      out[size_t(at)] = place(topo, kind, devices_per_node);
+  else
+    out[kDataShard] = out[kDataContext], out[kExpertShard] = out[kExpertData];
+  return out;
 }
 
 // Seconds per step on the slowest pipeline stage, by category.
@@ -260,7 +294,8 @@ void plan_time(const PlanContext& x, PlanResult& r) {
   const double pb = x.pb;
   const MeshPlacement& where = x.where;
   r.tensor_intra_node = where[0].intra;
-  r.data_intra_node = where[1].intra;
+  r.data_intra_node = where[kDataShard].intra;
+  r.replica_intra_node = where[kDataReplicate].intra;
   r.pipeline_intra_node = where[2].intra;
   r.context_intra_node = where[3].intra;
   r.expert_intra_node = where[kExpert].intra;
@@ -302,10 +337,10 @@ void plan_time(const PlanContext& x, PlanResult& r) {
     if (cl.pipeline_comm_overlap && V > 1) t.pipeline_comm_hidden = std::max(0.0, t.pipeline_comm - 2 * one);
   }
   if (CP > 1) context_comm_time(x, r, most_layers * mbs);
-  if (DC > 1) data_comm_time(x, r, busy);
+  if (DC > 1 || x.EDC > 1) data_comm_time(x, r, busy);
   if (x.EP > 1) expert_comm_time(x, r, most_moe * mbs);
   // the optimizer step: memory-bound over this rank's shards (all of each part with ZeRO 0)
-  const double shards = x.dense_params / (c.zero >= 1 ? DC : 1) + x.expert_params / (c.zero >= 1 ? x.EDC : 1);
+  const double shards = x.dense_params / (c.zero >= 1 ? x.S : 1) + x.expert_params / (c.zero >= 1 ? x.ES : 1);
   t.optimizer = optimizer_bytes_per_element(cl.precision) * shards / (cl.memory_bandwidth * cl.memory_fraction);
   if (q.optim.name == OptimizerKind::muon) muon_time(x, r, most_layers / double(m.layers + m.mtp.depth));
 }

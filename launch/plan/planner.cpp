@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <tuple>
 
 #include "core/error.hpp"
@@ -46,6 +47,8 @@ Recipe on_mesh(const Recipe& rc, const PlanConfig& c) {
   p.data = c.data, p.tensor = c.tensor, p.pipeline = c.pipeline, p.context = c.context;
   p.context_mode = c.context_mode, p.virtual_stages = c.virtual_stages, p.schedule = c.schedule, p.zero = c.zero;
   p.sequence_parallel = c.sequence_parallel, p.stage_layers = c.stage_layers, p.expert = c.expert;
+  p.data_shard = c.data_shard, p.data_replicate = 0;
+  p.zero_accumulate = c.shard_accumulation ? ZeroAccumulate::shard : ZeroAccumulate::full;
   q.train.micro_batch = c.micro_batch, q.train.recompute = c.recompute;
   validate_on_mesh(q, c.data * c.tensor * c.pipeline * c.context);
   return q;
@@ -68,7 +71,9 @@ PlanConfig mesh_choices(const Recipe& rc, int64_t D, int64_t T, int64_t P, int64
           q.parallel.stage_layers,
           C,
           q.parallel.context_mode,
-          q.parallel.expert};
+          q.parallel.expert,
+          q.parallel.hsdp() ? q.parallel.data_shard_size() : 0,
+          q.parallel.zero_accumulate == ZeroAccumulate::shard};
 }
 
 const ScheduleFacts& PlanMemo::schedule(ScheduleKind kind, int P, int V, int M) {
@@ -140,11 +145,12 @@ const StageSizes& PlanMemo::sizes(const ModelConfig& m, int T, int P, int V, con
 }
 
 const MeshPlacement& PlanMemo::placement(int D, int T, int P, int CP, int EP, const std::vector<MeshAxis>& order,
-                                         int devices_per_node, bool whole_experts) {
-  const auto key = std::make_tuple(D, T, P, CP, EP, order, devices_per_node, whole_experts);
+                                         int devices_per_node, bool whole_experts, int data_shard) {
+  const auto key = std::make_tuple(D, T, P, CP, EP, order, devices_per_node, whole_experts, data_shard);
   auto it = placements_.find(key);
   if (it != placements_.end()) return it->second;
-  return placements_.emplace(key, place_groups(D, T, P, CP, EP, order, devices_per_node, whole_experts)).first->second;
+  return placements_.emplace(key, place_groups(D, T, P, CP, EP, order, devices_per_node, whole_experts, data_shard))
+      .first->second;
 }
 
 PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c) {
@@ -186,7 +192,10 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c, Pl
   r.bubble_fraction = schedule->bubble;
   r.in_flight = 0;
   for (int f : schedule->in_flight[0]) r.in_flight += f;
-  const MeshPlacement& where = memo.placement(D, T, P, CP, EP, q.parallel.order, cl.devices_per_node, whole);
+  const int S = int(q.parallel.data_shard_size()), R = D * CP / S;
+  const int EDC = D * CP * (whole ? T : 1) / EP, ER = std::gcd(R, EDC);  // the experts' replicas (topology.hpp)
+  const MeshPlacement& where =
+      memo.placement(D, T, P, CP, EP, q.parallel.order, cl.devices_per_node, whole, R > 1 ? S : 0);
   const PlanContext x{q,
                       cl,
                       c,
@@ -197,7 +206,11 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c, Pl
                       CP,
                       D * CP,
                       EP,
-                      D * CP * (whole ? T : 1) / EP,
+                      EDC,
+                      S,
+                      R,
+                      EDC / ER,
+                      ER,
                       whole,
                       cl.precision == Precision::fp32 ? 4.0 : 2.0,
                       double(dense),
@@ -227,6 +240,25 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c, Pl
   }
   r.feasible = true;
   return r;
+}
+
+// HSDP shard sizes worth planning on a mesh: 0 (all of data x context) and
+// each divisor of data x context from 2 up whose shard groups span at most
+// kMaxShardNodes nodes (the peers' HSDP keeps its shard group on a node or
+// a few; a larger one is plain ZeRO's all-gathers across the network again).
+constexpr int kMaxShardNodes = 8;
+std::vector<int64_t> hsdp_shards(const Recipe& rc, const Cluster& cl, PlanMemo& memo, int64_t D, int64_t T, int64_t P,
+                                 int64_t CP, int64_t E) {
+  std::vector<int64_t> out = {0};
+  const int64_t DC = D * CP;
+  const bool whole = rc.model.moe.enabled && rc.parallel.expert_tensor == 1 && T > 1;
+  for (int64_t S = 2; S < DC; ++S) {
+    if (DC % S) continue;
+    const MeshPlacement& w = memo.placement(int(D), int(T), int(P), int(CP), rc.model.moe.enabled ? int(E) : 1,
+                                            rc.parallel.order, cl.devices_per_node, whole, int(S));
+    if (S <= int64_t(kMaxShardNodes) * w[kDataShard].per_node) out.push_back(S);
+  }
+  return out;
 }
 
 std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cl, int64_t devices, int64_t max_context) {
@@ -267,8 +299,12 @@ std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cl, int64_t de
                 for (int64_t zero = 0; zero <= 3; ++zero)
                   for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
                     for (int64_t E : expert_sizes)
-                      out.push_back(
-                          plan_one(rc, cl, {D, T, P, V, mb, zero, recompute, schedule, sp, {}, CP, mode, E}, memo));
+                      for (int64_t S : zero >= 1 ? hsdp_shards(rc, cl, memo, D, T, P, CP, E) : std::vector<int64_t>{0})
+                        for (bool acc : {false, true}) {  // ZeRO 2-3 accumulating in the shard, where there is a step
+                          if (acc && (zero < 2 || rc.train.global_batch / D / mb < 2)) continue;
+                          out.push_back(plan_one(
+                              rc, cl, {D, T, P, V, mb, zero, recompute, schedule, sp, {}, CP, mode, E, S, acc}, memo));
+                        }
               }
             }
           }
@@ -298,6 +334,9 @@ std::string plan_json(const std::vector<PlanResult>& results) {
                    {"virtual_stages", c.virtual_stages},
                    {"micro_batch", c.micro_batch},
                    {"zero", c.zero},
+                   {"data_shard", c.shard_size()},
+                   {"data_replicate", c.data * c.context / c.shard_size()},
+                   {"zero_accumulate", c.shard_accumulation ? "shard" : "full"},
                    {"recompute", enum_name(c.recompute)},
                    {"sequence_parallel", c.sequence_parallel},
                    {"schedule", enum_name(c.schedule)},
@@ -324,6 +363,7 @@ std::string plan_json(const std::vector<PlanResult>& results) {
                      {"pipeline_comm_hidden", timed ? r.time.pipeline_comm_hidden : 0.0},
                      {"data_comm", timed ? r.time.data_comm : 0.0},
                      {"data_comm_hidden", timed ? r.time.data_comm_hidden : 0.0},
+                     {"replica_comm", timed ? r.time.replica_comm : 0.0},
                      {"context_comm", timed ? r.time.context_comm : 0.0},
                      {"context_comm_hidden", timed ? r.time.context_comm_hidden : 0.0},
                      {"expert_comm", timed ? r.time.expert_comm : 0.0},
@@ -348,12 +388,16 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
   auto link = [&](bool intra) { return intra ? "intra-node" : "inter-node"; };
   std::string s = fmt::format(
       "data {} x tensor {} x pipeline {}{}{} | virtual stages {} | schedule {} | micro-batch {} ({} per step) | ZeRO "
-      "{} | recompute {} | sequence parallel {}\n",
+      "{}{}{} | recompute {} | sequence parallel {}\n",
       c.data, c.tensor, c.pipeline,
       c.context > 1 ? fmt::format(" x context {} ({})", c.context, enum_name(c.context_mode)) : "",
       c.expert > 1 ? fmt::format(" | expert {} (expert-data {})", c.expert, c.data * c.context / c.expert) : "",
-      c.virtual_stages, c.schedule, c.micro_batch, r.micro_batches, c.zero, c.recompute,
-      c.sequence_parallel ? "on" : "off");
+      c.virtual_stages, c.schedule, c.micro_batch, r.micro_batches, c.zero,
+      c.data_shard > 0
+          ? fmt::format(" in shards of {} x {} replicas (HSDP)", c.data_shard, c.data * c.context / c.data_shard)
+          : "",
+      c.zero >= 2 ? (c.shard_accumulation ? ", accumulating in the shard" : ", accumulating in a full buffer") : "",
+      c.recompute, c.sequence_parallel ? "on" : "off");
   if (!r.feasible && r.memory.total() == 0) return s + "invalid: " + r.reason + "\n";
   s += fmt::format("parameters {:.3f}B in all, {:.3f}B on the largest stage per tensor rank{}\n",
                    double(r.params) / 1e9, double(r.stage_params) / 1e9,
@@ -372,10 +416,14 @@ std::string plan_explain(const PlanResult& r, const Cluster& cl) {
   s += fmt::format(
       "step time {:.4g} s: gemm {:.4g} | attention {:.4g} | memory-bound {:.4g} | recompute {:.4g} | pipeline bubble "
       "{:.4g} ({:.1f}% simulated) | tensor comm {:.4g} ({}, {:.4g} hidden behind its GEMMs) | pipeline comm {:.4g} "
-      "({}, {:.4g} hidden) | data comm {:.4g} ({}, {:.4g} hidden behind compute) | optimizer {:.4g}\n",
+      "({}, {:.4g} hidden) | data comm {:.4g} ({}{}, {:.4g} hidden behind compute) | optimizer {:.4g}\n",
       t.step(), t.gemm, t.attention, t.memory, t.recompute, t.bubble, 100 * r.bubble_fraction, t.tensor_comm,
       link(r.tensor_intra_node), t.tensor_comm_hidden, t.pipeline_comm, link(r.pipeline_intra_node),
-      t.pipeline_comm_hidden, t.data_comm, link(r.data_intra_node), t.data_comm_hidden, t.optimizer);
+      t.pipeline_comm_hidden, t.data_comm, link(r.data_intra_node),
+      c.data_shard > 0
+          ? fmt::format("; {:.4g} of it the replicas' all-reduce, {}", t.replica_comm, link(r.replica_intra_node))
+          : "",
+      t.data_comm_hidden, t.optimizer);
   if (c.context > 1)
     s += fmt::format("context comm {:.4g} ({}), {:.4g} of it hidden behind attention: {:.4g} exposed\n", t.context_comm,
                      link(r.context_intra_node), t.context_comm_hidden, t.context_comm - t.context_comm_hidden);

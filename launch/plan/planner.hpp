@@ -76,7 +76,10 @@ struct PlanConfig {
   std::vector<int64_t> stage_layers;  // layers per chunk (P x V); empty: the even split
   int64_t context = 1;                // the sequence split over this many ranks
   ContextMode context_mode = ContextMode::ring;
-  int64_t expert = 1;  // each MoE layer's experts split over this many ranks (carved out of data x context)
+  int64_t expert = 1;      // each MoE layer's experts split over this many ranks (carved out of data x context)
+  int64_t data_shard = 0;  // HSDP: the ZeRO shard group (0: all of data x context)
+  bool shard_accumulation = false;  // ZeRO 2-3: parallel.zero_accumulate shard
+  int64_t shard_size() const { return data_shard > 0 ? data_shard : data * context; }
 };
 
 struct PlanMemory {
@@ -100,6 +103,8 @@ struct PlanTime {
   // Muon (optim.name muon): this rank's Newton-Schulz iterations (in `optimizer`), and the exchanges that
   // bring each matrix to its owner and back (the tensor group's all-to-alls, the replicas' gather and sum)
   double muon_iteration = 0, optimizer_comm = 0;
+  // HSDP: the part of data_comm that crosses between shard groups (the replicas' all-reduce)
+  double replica_comm = 0;
   double compute() const { return gemm + attention + memory; }
   double step() const {
     return compute() + recompute + bubble + tensor_comm - tensor_comm_hidden + pipeline_comm - pipeline_comm_hidden +
@@ -124,7 +129,7 @@ struct PlanResult {
   double tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
   std::vector<Op> ops;  // one layer's and the head's operations (the per-operation table)
   bool tensor_intra_node = true, data_intra_node = true, pipeline_intra_node = true, context_intra_node = true,
-       expert_intra_node = true;
+       expert_intra_node = true, replica_intra_node = true;  // data: the (shard) group ZeRO reduces over
 };
 
 // Bytes the AdamW step reads and writes per parameter element it updates

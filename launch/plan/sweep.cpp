@@ -127,10 +127,12 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
           max_over(world, {double(s.peak_params), double(s.peak_grads), double(s.peak_optimizer),
                            double(s.peak_activations), double(s.peak_comm + s.peak_other), double(s.peak_total)});
       std::copy(m.begin(), m.end(), row.mem);
-      row.plan = plan_one(base, cl,
-                          {d, t, p, rc.parallel.virtual_stages, rc.train.micro_batch, rc.parallel.zero,
-                           rc.train.recompute, rc.parallel.schedule, rc.parallel.sequence_parallel,
-                           rc.parallel.stage_layers, cx, rc.parallel.context_mode, ex});
+      row.plan =
+          plan_one(base, cl,
+                   {d, t, p, rc.parallel.virtual_stages, rc.train.micro_batch, rc.parallel.zero, rc.train.recompute,
+                    rc.parallel.schedule, rc.parallel.sequence_parallel, rc.parallel.stage_layers, cx,
+                    rc.parallel.context_mode, ex, rc.parallel.hsdp() ? rc.parallel.data_shard_size() : 0,
+                    rc.parallel.zero_accumulate == ZeroAccumulate::shard});
       std::vector<double> sorted = row.runs;  // the median over repeats (the machine is shared)
       std::sort(sorted.begin(), sorted.end());
       row.tokens_per_s = sorted[sorted.size() / 2];

@@ -388,7 +388,12 @@ TEST(Planner, MuonCountsTheIteration) {
 TEST(Planner, EnumerationIsComplete) {
   const Recipe rc = recipe("demo.yaml");
   const auto all = plan_all(rc, cpu(), 2);
-  EXPECT_EQ(all.size(), 348u);
+  // 348 meshes and choices, and the 144 of them with ZeRO 2-3 and several micro-batches a step again
+  // accumulating in the shard (no HSDP: data x context is 2, no shard group smaller than it but 1)
+  EXPECT_EQ(all.size(), 492u);
+  int64_t accumulating = 0;
+  for (const auto& r : all) accumulating += r.config.shard_accumulation;
+  EXPECT_EQ(accumulating, 144);
   int64_t feasible = 0, interleave_refused = 0;
   for (const auto& r : all) {
     feasible += r.feasible;
@@ -456,7 +461,7 @@ TEST(Planner, CommandLine) {
   test::CliRun r = run("plan " + src("configs/demo.yaml") + " --cluster " + src("configs/clusters/cpu-local.yaml") +
                        " --gpus 2 --explain");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("348 configurations"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("492 configurations"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("memory per device: params"), std::string::npos) << r.out;
   r = run("plan " + src("configs/demo.yaml") + " --cluster " + src("configs/clusters/cpu-local.yaml") +
           " --gpus 4 --mesh 2,2,1");
@@ -844,7 +849,76 @@ TEST(Planner, ShardedGradientAccumulation) {
   EXPECT_FALSE(b.feasible);  // the run ran: only the sharded accumulation fits it
   // the whole buffer, against three windows of the largest gathered unit (the 128256 x 4096 embedding)
   EXPECT_NEAR(b.memory.grads - s.memory.grads, 4.0 * double(s.stage_params) - 3 * 4.0 * 128256 * 4096, 1.0);
-  EXPECT_EQ(b.time.step(), s.time.step());  // the traffic is the same
+  // the traffic: the whole buffer is reduce-scattered once a step, the shard's every micro-batch (the
+  // parameters' gathers, per micro-batch in both, the same)
+  EXPECT_LT(b.time.data_comm, s.time.data_comm);
+  Cluster per_step = shard;
+  per_step.sharded_grad_accumulation = false;
+  PlanConfig trident_shard = mesh_choices(rc, 8, 1, 1);
+  trident_shard.shard_accumulation = true;  // parallel.zero_accumulate shard: what Megatron-FSDP does
+  const PlanResult t = plan_one(rc, per_step, trident_shard);
+  EXPECT_EQ(t.time.data_comm, s.time.data_comm);
+  EXPECT_EQ(t.memory.grads, s.memory.grads);
+}
+
+// HSDP against published runs: IBM's Llama 2 7B and 13B with PyTorch FSDP's
+// HYBRID_SHARD on 128 A100s (shards of a node's 8 GPUs, 16 replicas over
+// 400 Gb/s per node; configs/published/llama2-*-hsdp.yaml,
+// configs/clusters/ibm-vela-a100-fsdp.yaml). The cluster file's one fitted
+// figure (its effective bf16 peak) matches the 7B row; the 13B row is
+// predicted within 15% (docs/planner.md gives the figures), and for it the
+// search prefers shard groups to plain ZeRO 3 over all 128 GPUs, as the
+// source chose HSDP for 7B and 13B.
+TEST(Planner, HsdpPublishedRuns) {
+  const Cluster cl = load_cluster(src("configs/clusters/ibm-vela-a100-fsdp.yaml"), Precision::bf16);
+  for (auto [file, published, within] :
+       {std::tuple{"llama2-7b-hsdp.yaml", 3700.0, 0.02}, {"llama2-13b-hsdp.yaml", 1700.0, 0.15}}) {
+    const Recipe rc = load_plan_recipe(src(std::string("configs/published/") + file), {});
+    const PlanResult r = plan_one(rc, cl, mesh_choices(rc, 128, 1, 1));
+    ASSERT_TRUE(r.feasible) << file << ": " << r.reason;
+    EXPECT_EQ(r.config.data_shard, 8);
+    const double measured = double(rc.train.micro_batch * rc.model.seq_len) / published;
+    EXPECT_LE(std::abs(r.time.step() / measured - 1), within)
+        << file << ": predicted " << r.time.step() << " s, published " << measured << " s";
+    EXPECT_FALSE(r.replica_intra_node);
+  }
+  const Recipe rc = load_plan_recipe(src("configs/published/llama2-13b-hsdp.yaml"), {});
+  PlanConfig plain = mesh_choices(rc, 128, 1, 1);
+  plain.data_shard = 0;
+  const PlanResult hsdp = plan_one(rc, cl, mesh_choices(rc, 128, 1, 1)), full = plan_one(rc, cl, plain);
+  EXPECT_LT(hsdp.time.step(), 0.8 * full.time.step());
+}
+
+// HSDP (parallel.data_shard): the shard group's reduce-scatters and
+// gathers on the node's link, each rank's shard all-reduced across the
+// replicas over the network; memory from the shard size; the search plans
+// shard groups of up to 8 nodes and its explanation says which link each
+// part crosses. A 8B LLaMA on 64 H100s under ZeRO 3 with data 64: shards of
+// 8 (a node) cut the data-parallel time, and keep 8x the optimizer state.
+TEST(Planner, HsdpShardGroupsOnTheNode) {
+  const Recipe rc = load_plan_recipe(src("configs/llama3.1-8b.yaml"),
+                                     {"parallel.zero=3", "train.global_batch=64", "train.micro_batch=1"});
+  const Cluster cl = load_cluster(src("configs/clusters/dgx-h100.yaml"), Precision::bf16);
+  PlanConfig plain = mesh_choices(rc, 64, 1, 1);
+  plain.zero = 3, plain.recompute = Recompute::full;
+  PlanConfig hsdp = plain;
+  hsdp.data_shard = 8;
+  const PlanResult p = plan_one(rc, cl, plain), h = plan_one(rc, cl, hsdp);
+  ASSERT_TRUE(p.feasible && h.feasible) << p.reason << h.reason;
+  EXPECT_FALSE(p.data_intra_node);
+  EXPECT_TRUE(h.data_intra_node);      // the shard group: one node
+  EXPECT_FALSE(h.replica_intra_node);  // its replicas: one rank on each of 8 nodes
+  EXPECT_EQ(p.time.replica_comm, 0);
+  EXPECT_GT(h.time.replica_comm, 0);
+  EXPECT_LT(h.time.data_comm, p.time.data_comm);
+  EXPECT_NEAR(h.memory.optimizer, 8 * p.memory.optimizer, 1e-6 * h.memory.optimizer);  // 12P / 8 against / 64
+  const std::string why = plan_explain(h, cl);
+  EXPECT_NE(why.find("ZeRO 3 in shards of 8 x 8 replicas (HSDP)"), std::string::npos) << why;
+  EXPECT_NE(why.find("of it the replicas' all-reduce, inter-node"), std::string::npos) << why;
+  std::set<int64_t> shards;
+  for (const PlanResult& r : plan_all(rc, cl, 64))
+    if (r.config.data == 64 && r.config.zero == 3) shards.insert(r.config.data_shard);
+  EXPECT_EQ(shards, (std::set<int64_t>{0, 2, 4, 8, 16, 32}));  // up to 8 nodes of 8
 }
 
 // The Llama 3 paper's 405B layout (configs/published/llama3-405b-h100.yaml):

@@ -4,17 +4,20 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <tuple>
 
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "kernels/backends.hpp"
 #include "parallel/counted_communicator.hpp"
 #include "parallel/device_communicator.hpp"
 #include "parallel/flight_recorder.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 #include "parallel/nccl/nccl_communicator.hpp"
+#include "parallel/slow_link.hpp"
 
 namespace trident::parallel {
 
@@ -69,9 +72,19 @@ Mesh::Mesh(const MeshSpec& spec, const std::string& source)
   }
   flight::configure(flight_dir, world_->rank());
   mpi_groups_ = std::make_unique<ProcessGroups>(topology_, *world_);
+  const std::optional<SlowLink> slow = slow_link_from_env();  // benchmarks only (slow_link.hpp)
+  if (slow && world_->rank() == 0)
+    log::warn("TRIDENT_SLOW_LINK: groups spanning runs of {} ranks send at {:.3g} GB/s (a simulated network)",
+              slow->ranks_per_node, slow->bytes_per_s / 1e9);
   for (GroupKind k : kAllGroupKinds) {
     counted_.push_back(std::make_unique<CountedCommunicator>(on_device(mpi_groups_->get(k))));
     groups_[size_t(k)] = counted_.back().get();
+    if (!slow) continue;
+    const std::vector<int> members = topology_.members(k, world_->rank());
+    const int node = members.front() / slow->ranks_per_node;
+    if (std::all_of(members.begin(), members.end(), [&](int r) { return r / slow->ranks_per_node == node; })) continue;
+    slowed_.push_back(std::make_unique<SlowLinkCommunicator>(counted_.back().get(), *slow));
+    groups_[size_t(k)] = slowed_.back().get();
   }
   if (spec.kv_heads < spec.tensor) {  // KV head r * kv_heads / tensor is held by tensor / kv_heads ranks
     auto& tg = mpi_groups_->get(GroupKind::tensor);
@@ -93,7 +106,7 @@ Communicator* Mesh::on_device(MpiCommunicator& g) {
 
 double Mesh::traffic(GroupKind kind) const {
   const Communicator* g = groups_[size_t(kind)];
-  return g ? static_cast<const CountedCommunicator*>(g)->bytes() : 0.0;
+  return g ? counted_[size_t(kind)]->bytes() : 0.0;
 }
 
 int Mesh::world_size() const { return world_ ? world_->size() : 1; }

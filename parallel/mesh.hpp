@@ -11,6 +11,8 @@
 // Replicated KV heads (kv_heads < tensor) get one more group: the tensor
 // ranks holding the same KV head, tensor / kv_heads of them.
 // Every group counts the bytes this rank sends through it (traffic()).
+// TRIDENT_SLOW_LINK (benchmarks: slow_link.hpp) slows the groups that span
+// simulated nodes.
 // What is not here: which group reduces which gradient (data_parallel.hpp).
 #pragma once
 #include <memory>
@@ -100,7 +102,8 @@ class Mesh {
   std::unique_ptr<ProcessGroups> mpi_groups_;
   std::unique_ptr<MpiCommunicator> kv_mpi_;
   std::vector<std::unique_ptr<Communicator>> device_groups_;
-  std::vector<std::unique_ptr<CountedCommunicator>> counted_;  // each group, counting its bytes
+  std::vector<std::unique_ptr<CountedCommunicator>> counted_;  // each group (by kind), counting its bytes
+  std::vector<std::unique_ptr<Communicator>> slowed_;          // TRIDENT_SLOW_LINK: the groups across simulated nodes
   std::vector<Communicator*> groups_;
   Communicator* world_group_ = nullptr;
   Communicator* kv_ = nullptr;

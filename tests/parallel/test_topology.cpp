@@ -1,11 +1,14 @@
 // Topology arithmetic: rank <-> coordinates for several meshes and orders,
 // every group kind, and validation messages of the recipe loader for meshes.
 #include <algorithm>
+#include <cstdlib>
 #include <iterator>
+#include <optional>
 #include <tuple>
 
 #include "core/error.hpp"
 #include "core/recipe/recipe.hpp"
+#include "parallel/slow_link.hpp"
 #include "parallel/topology.hpp"
 #include "tests/test_util.hpp"
 
@@ -309,6 +312,31 @@ TEST(Topology, HsdpShardGroupsAreRunsAndReplicasCrossThem) {
   EXPECT_NE(s.find("hsdp: data_shard 2 x data_replicate 2 (data x context = 4)"), std::string::npos) << s;
   EXPECT_NE(s.find("[13,15]        [9,13]         [13]           [9,13]"), std::string::npos) << s;
   EXPECT_EQ(plain.describe(8).find("hsdp"), std::string::npos);
+}
+
+// TRIDENT_SLOW_LINK (benchmarks' simulated network): its three parts, and a
+// malformed value refused naming the variable and the expected form.
+TEST(Topology, SlowLinkFromTheEnvironment) {
+  ::unsetenv("TRIDENT_SLOW_LINK");
+  EXPECT_FALSE(slow_link_from_env().has_value());
+  ::setenv("TRIDENT_SLOW_LINK", "4:0.5:20", 1);
+  const std::optional<SlowLink> l = slow_link_from_env();
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->ranks_per_node, 4);
+  EXPECT_DOUBLE_EQ(l->bytes_per_s, 0.5e9);
+  EXPECT_DOUBLE_EQ(l->latency_s, 20e-6);
+  ::setenv("TRIDENT_SLOW_LINK", "2:1", 1);
+  EXPECT_DOUBLE_EQ(slow_link_from_env()->latency_s, 0.0);
+  for (const char* bad : {"fast", "0:1", "4:-1", "4:1:x"}) {
+    ::setenv("TRIDENT_SLOW_LINK", bad, 1);
+    try {
+      slow_link_from_env();
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("TRIDENT_SLOW_LINK"), std::string::npos) << e.what();
+    }
+  }
+  ::unsetenv("TRIDENT_SLOW_LINK");
 }
 
 }  // namespace trident::parallel

@@ -242,22 +242,25 @@ PlanResult plan_one(const Recipe& rc, const Cluster& cl, const PlanConfig& c, Pl
   return r;
 }
 
-// HSDP shard sizes worth planning on a mesh: 0 (all of data x context) and
-// each divisor of data x context from 2 up whose shard groups span at most
-// kMaxShardNodes nodes (the peers' HSDP keeps its shard group on a node or
-// a few; a larger one is plain ZeRO's all-gathers across the network again).
+// HSDP shard sizes worth planning besides plain ZeRO, given a valid plain
+// plan of the mesh: each divisor S >= 2 of data x context whose shard
+// groups span at most kMaxShardNodes nodes (the peers' HSDP keeps its shard
+// group on a node or a few; a larger one puts ZeRO 3's gathers back on the
+// network). A shard group is S consecutive members of a data x context
+// group, whose first node holds `per_node` of them: it spans S / per_node
+// nodes. Arithmetic only: no placement is worked out for sizes not planned.
 constexpr int kMaxShardNodes = 8;
-std::vector<int64_t> hsdp_shards(const Recipe& rc, const Cluster& cl, PlanMemo& memo, int64_t D, int64_t T, int64_t P,
-                                 int64_t CP, int64_t E) {
-  std::vector<int64_t> out = {0};
-  const int64_t DC = D * CP;
-  const bool whole = rc.model.moe.enabled && rc.parallel.expert_tensor == 1 && T > 1;
-  for (int64_t S = 2; S < DC; ++S) {
-    if (DC % S) continue;
-    const MeshPlacement& w = memo.placement(int(D), int(T), int(P), int(CP), rc.model.moe.enabled ? int(E) : 1,
-                                            rc.parallel.order, cl.devices_per_node, whole, int(S));
-    if (S <= int64_t(kMaxShardNodes) * w[kDataShard].per_node) out.push_back(S);
-  }
+std::vector<int64_t> hsdp_shards(const PlanResult& plain, const Cluster& cl, PlanMemo& memo, const Recipe& rc) {
+  const PlanConfig& c = plain.config;
+  const int64_t DC = c.data * c.context;
+  const bool whole = rc.model.moe.enabled && rc.parallel.expert_tensor == 1 && c.tensor > 1;
+  const MeshPlacement& w =
+      memo.placement(int(c.data), int(c.tensor), int(c.pipeline), int(c.context),
+                     rc.model.moe.enabled ? int(c.expert) : 1, rc.parallel.order, cl.devices_per_node, whole);
+  const int64_t per_node = w[kDataContext].intra ? DC : w[kDataContext].per_node;
+  std::vector<int64_t> out;
+  for (int64_t S = 2; S < DC && S <= kMaxShardNodes * per_node; ++S)
+    if (DC % S == 0) out.push_back(S);
   return out;
 }
 
@@ -299,12 +302,18 @@ std::vector<PlanResult> plan_all(const Recipe& rc, const Cluster& cl, int64_t de
                 for (int64_t zero = 0; zero <= 3; ++zero)
                   for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
                     for (int64_t E : expert_sizes)
-                      for (int64_t S : zero >= 1 ? hsdp_shards(rc, cl, memo, D, T, P, CP, E) : std::vector<int64_t>{0})
-                        for (bool acc : {false, true}) {  // ZeRO 2-3 accumulating in the shard, where there is a step
-                          if (acc && (zero < 2 || rc.train.global_batch / D / mb < 2)) continue;
-                          out.push_back(plan_one(
-                              rc, cl, {D, T, P, V, mb, zero, recompute, schedule, sp, {}, CP, mode, E, S, acc}, memo));
+                      for (bool acc : {false, true}) {  // ZeRO 2-3 accumulating in the shard, where there is a step
+                        if (acc && (zero < 2 || rc.train.global_batch / D / mb < 2)) continue;
+                        const PlanConfig c{D, T, P, V, mb, zero, recompute, schedule, sp, {}, CP, mode, E, 0, acc};
+                        out.push_back(plan_one(rc, cl, c, memo));
+                        if (zero == 0 || (!out.back().feasible && out.back().memory.total() == 0)) continue;
+                        const PlanResult plain = out.back();  // valid: HSDP's shard sizes on the same mesh
+                        for (int64_t S : hsdp_shards(plain, cl, memo, rc)) {
+                          PlanConfig h = c;
+                          h.data_shard = S;
+                          out.push_back(plan_one(rc, cl, h, memo));
                         }
+                      }
               }
             }
           }

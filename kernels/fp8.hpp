@@ -1,0 +1,93 @@
+// FP8 numbers and the scalings of the FP8 training recipes (train.fp8,
+// docs/precision.md#fp8), on the CPU. These are the definitions the other
+// implementations are checked against (tests/kernels/fp8: bit for bit
+// against PyTorch's float8 casts, torchao's tensorwise scaling and
+// DeepSeek-V3's blockwise quantisation).
+//
+// Formats (OCP FP8): e4m3 (PyTorch's float8_e4m3fn: bias 7, no infinity, the
+// largest finite 448, 0x7f / 0xff NaN) and e5m2 (bias 15, IEEE-like: the
+// largest finite 57344, 0x7c infinity). A byte per value.
+//
+// Casts, as PyTorch (2.12 and later) casts float32 to float8: round to
+// nearest, ties to even (subnormals included). e4m3 saturates: a finite
+// value beyond 448's rounding range and an infinity become +-448; NaN
+// becomes NaN. e5m2 rounds past 57344 to infinity as IEEE arithmetic does.
+// `saturated` clamps to +-max first (torchao's to_fp8_saturated,
+// Transformer Engine's casts): no infinity from either format.
+//
+// Scalings (the scale multiplies to go from the high-precision range into
+// FP8's, and divides on the way back, as torchao and Transformer Engine
+// define it; DeepSeek-V3 stores the reciprocal, the dequantisation
+// multiplier, and so does blockwise here):
+//   tensorwise (torchao Float8Linear, current scaling): amax = max |x| in
+//     float32; scale = float32(max_fp8 / max(float64(amax), 1e-12))
+//     (float64 division, as torchao); optionally rounded down to a power
+//     of two; q = saturated(float32(x) * scale); x' = float(q) / scale.
+//   delayed (Transformer Engine's DelayedScaling, amax_compute_algo max):
+//     a tensor is cast with the scale made from the amax history of the
+//     steps before; after the step its amax joins the history (the last
+//     `amax_history` steps) and scale = (max_fp8 / max(history)) / 2^margin
+//     (float32 arithmetic),
+//     kept as it was when that amax is 0 or not finite; the first scale 1.
+//   blockwise (DeepSeek-V3, inference/kernel.py act_quant / weight_dequant,
+//     and Megatron-Core's blockwise recipe): activations and gradients in
+//     1 x 128 tiles along their rows, weights in 128 x 128 blocks; per tile
+//     s = amax / 448 (float32; the power of two at or above it with
+//     `power_of_two`, DeepSeek's ue8m0 scale format), q = e4m3(x / s)
+//     (IEEE division), x' = float(q) * s. A tile of zeros has s = 0 and
+//     quantises to zeros, where the reference's 0 / 0 makes NaN (later
+//     DeepSeek kernels clamp amax at 1e-4 for the same reason).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace trident::kernels::fp8 {
+
+enum class Format { e4m3, e5m2 };
+inline constexpr float kMaxE4m3 = 448.0f, kMaxE5m2 = 57344.0f;
+inline constexpr float max_of(Format f) { return f == Format::e4m3 ? kMaxE4m3 : kMaxE5m2; }
+
+uint8_t encode(Format f, float x);            // PyTorch's cast
+uint8_t encode_saturated(Format f, float x);  // clamped to +-max first
+float decode(Format f, uint8_t b);            // exact
+
+// max |x| over n values (NaN if any is NaN).
+float amax(const float* x, int64_t n);
+
+// tensorwise: the scale for amax (torchao's amax_to_scale).
+float tensorwise_scale(Format f, float amax, bool power_of_two = false);
+// q[i] = saturated(x[i] * scale); and back: y[i] = decode(q[i]) / scale.
+void quantize(Format f, const float* x, int64_t n, float scale, uint8_t* q);
+void dequantize(Format f, const uint8_t* q, int64_t n, float scale, float* y);
+
+// delayed scaling's state for one tensor (Transformer Engine's).
+struct DelayedScale {
+  int64_t history = 16;  // amax_history: steps kept
+  double margin = 0;
+  Format format = Format::e4m3;
+  float scale = 1.0f;            // what this step casts with
+  std::vector<float> amaxes;     // the last `history` steps' amax, oldest first
+  void update(float step_amax);  // after the step: its amax joins the history, the scale is made anew
+};
+
+// blockwise, 1 x 128 tiles along rows of `cols` values (cols % 128 == 0):
+// scales[r * cols / 128 + t] and q, e4m3. And 128 x 128 blocks of a
+// rows x cols matrix (both multiples of 128): scales[(r / 128) * (cols /
+// 128) + c / 128]. power_of_two: DeepSeek's ue8m0 scales.
+inline constexpr int64_t kBlock = 128;
+void quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales);
+void quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales);
+void dequantize_tiles(const uint8_t* q, int64_t rows, int64_t cols, const float* scales, float* y);
+void dequantize_blocks(const uint8_t* q, int64_t rows, int64_t cols, const float* scales, float* y);
+
+// The FP8 GEMM emulated on the CPU (FP8 recipes' GEMMs on hardware without
+// FP8 units): each operand quantised and dequantised into float32 (fake
+// quantisation), then the float32 GEMM on those values, as torchao's
+// Float8Linear does with `emulate`. Tensorwise and delayed scaling with
+// `scale`; blockwise tiles along rows and 128 x 128 blocks.
+void fake_quantize(Format f, const float* x, int64_t n, float scale, float* y);
+void fake_quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y);
+void fake_quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y);
+
+}  // namespace trident::kernels::fp8

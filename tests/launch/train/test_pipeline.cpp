@@ -508,18 +508,17 @@ TEST(Pipeline, HsdpMatchesSingleRank) {
   Case accumulate_context{4, 1, 1, "gpipe", 3, "llama"};
   accumulate_context.context = 2;
   const std::vector<Case> list = {
-      with({8, 1, 1, "1f1b", 1, "gpt2"}, 2),
-      with({8, 1, 1, "1f1b", 3, "llama"}, 4, {"train.global_batch=64"}),
-      with({8, 1, 1, "gpipe", 2, "llama"}, 1),
-      with({4, 2, 1, "1f1b", 2, "llama", true}, 2),
+      with({8, 1, 1, "1f1b", 1, "gpt2"}, 2), with({8, 1, 1, "1f1b", 3, "llama"}, 4, {"train.global_batch=64"}),
+      with({8, 1, 1, "gpipe", 2, "llama"}, 1), with({4, 2, 1, "1f1b", 2, "llama", true}, 2),
       with({4, 1, 2, "1f1b", 3, "gpt2"}, 2, {"train.global_batch=32"}),
-      with({4, 1, 2, "interleaved_1f1b", 1, "llama"}, 2, {"train.global_batch=32"}),
-      with(context, 2),
+      with({4, 1, 2, "interleaved_1f1b", 1, "llama"}, 2, {"train.global_batch=32"}), with(context, 2),
       with(accumulate_context, 4, {"parallel.zero_accumulate=shard", "train.global_batch=64"}),
       with({4, 1, 2, "zero_bubble", 3, "llama"}, 2, {"parallel.zero_accumulate=shard", "train.global_batch=32"}),
       with({8, 1, 1, "1f1b", 3, "moe"}, 4, {"parallel.expert=2"}),
       with({4, 2, 1, "1f1b", 2, "moe", true}, 2, {"parallel.expert=4"}),
       with({4, 1, 2, "1f1b", 1, "deepseek"}, 2, {"parallel.expert=2"}),
+      // whole experts (expert_tensor 1): expert-data 4 over data x tensor, split into 2 replicas of 2
+      with({4, 2, 1, "1f1b", 3, "moe", true}, 2, {"parallel.expert=2", "parallel.expert_tensor=1"}),
       with({4, 2, 1, "1f1b", 1, "llama"}, 2,
            {"optim.name=muon", "optim.muon.ns_precision=fp32", "optim.muon.adjust_lr=match_rms_adamw"})};
   expect_each_matches_single_rank(list);

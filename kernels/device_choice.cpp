@@ -14,6 +14,7 @@
 #include "kernels/buffer.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/fp8.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/moe_permute.hpp"
@@ -330,3 +331,45 @@ KERNEL_OP(void, rope_backward,
           cuda::rope_backward(dqkv, table, B, T_, H, KV, D, doc_start));
 
 }  // namespace trident::kernels
+
+// kernels/fp8.hpp: the codes and scalings that run where the tensor lives
+// (the dequantisations, delayed scaling's state and the scalars are host-only)
+namespace trident::kernels::fp8 {
+namespace cpu {
+float amax(const float* x, int64_t n);
+void quantize(Format f, const float* x, int64_t n, float scale, uint8_t* q);
+void fake_quantize(Format f, const float* x, int64_t n, float scale, float* y);
+void quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales);
+void quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales);
+void fake_quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y);
+void fake_quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y);
+}  // namespace cpu
+namespace {
+[[maybe_unused]] int code(Format f) { return f == Format::e4m3 ? 0 : 1; }
+}  // namespace
+
+float amax(const float* x, int64_t n) { CHOOSE(float, x, cuda::fp8_amax(x, n), cpu::amax(x, n)); }
+void quantize(Format f, const float* x, int64_t n, float scale, uint8_t* q) {
+  CHOOSE(float, x, cuda::fp8_quantize(q, x, n, scale, code(f)), cpu::quantize(f, x, n, scale, q));
+}
+void fake_quantize(Format f, const float* x, int64_t n, float scale, float* y) {
+  CHOOSE(float, x, cuda::fp8_fake_quantize(y, x, n, scale, code(f)), cpu::fake_quantize(f, x, n, scale, y));
+}
+void quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales) {
+  CHOOSE(float, x, cuda::fp8_quantize_tiles(q, scales, x, rows, cols, false, power_of_two),
+         cpu::quantize_tiles(x, rows, cols, power_of_two, q, scales));
+}
+void quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales) {
+  CHOOSE(float, x, cuda::fp8_quantize_tiles(q, scales, x, rows, cols, true, power_of_two),
+         cpu::quantize_blocks(x, rows, cols, power_of_two, q, scales));
+}
+void fake_quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y) {
+  CHOOSE(float, x, cuda::fp8_fake_quantize_tiles(y, x, rows, cols, false, power_of_two),
+         cpu::fake_quantize_tiles(x, rows, cols, power_of_two, y));
+}
+void fake_quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y) {
+  CHOOSE(float, x, cuda::fp8_fake_quantize_tiles(y, x, rows, cols, true, power_of_two),
+         cpu::fake_quantize_blocks(x, rows, cols, power_of_two, y));
+}
+
+}  // namespace trident::kernels::fp8

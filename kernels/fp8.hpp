@@ -32,11 +32,17 @@
 //   blockwise (DeepSeek-V3, inference/kernel.py act_quant / weight_dequant,
 //     and Megatron-Core's blockwise recipe): activations and gradients in
 //     1 x 128 tiles along their rows, weights in 128 x 128 blocks; per tile
-//     s = amax / 448 (float32; the power of two at or above it with
-//     `power_of_two`, DeepSeek's ue8m0 scale format), q = e4m3(x / s)
+//     s = amax / 448 (float32; the power of two at or above it, exactly,
+//     with `power_of_two`: DeepSeek's ue8m0 scale format), q = e4m3(x / s)
 //     (IEEE division), x' = float(q) * s. A tile of zeros has s = 0 and
 //     quantises to zeros, where the reference's 0 / 0 makes NaN (later
 //     DeepSeek kernels clamp amax at 1e-4 for the same reason).
+//
+// Where they run: amax, quantize, fake_quantize and the blockwise
+// quantisations run on the buffer's device (the CUDA twins of
+// kernels/cuda/fp8_cuda.cu for device memory, the same bits;
+// kernels/device_choice.cpp); the dequantisations and the scalars are the
+// host's.
 #pragma once
 #include <cstddef>
 #include <cstdint>

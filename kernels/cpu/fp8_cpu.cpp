@@ -1,94 +1,22 @@
 // FP8 numbers and scalings on the CPU (see kernels/fp8.hpp).
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
 
 #include "core/error.hpp"
 #include "kernels/fp8.hpp"
+#include "kernels/fp8_code.hpp"
 
 namespace trident::kernels::fp8 {
 
-namespace {
-
-// Round-to-nearest-even of a non-negative finite float (bits, sign cleared)
-// into a format of `mant` mantissa bits and exponent bias `bias`: the byte's
-// magnitude bits (may carry into the exponent, past the largest finite
-// value: the caller decides what that means). Normal numbers: the float's
-// exponent rebased and its mantissa rounded at bit 23 - mant; below the
-// smallest normal 2^(1 - bias), by adding a power of two that puts the
-// subnormal grid at the float's last mantissa bits (the hardware adder
-// rounds to nearest even), as PyTorch does.
-uint32_t round_magnitude(uint32_t bits, int mant, int bias) {
-  const uint32_t min_normal = uint32_t(127 + 1 - bias) << 23;
-  if (bits < min_normal) {
-    // 2^(1 - bias) x 2^(23 - mant): the sum's last mantissa bits are the subnormal count
-    const uint32_t denorm = uint32_t(127 + 1 - bias + 23 - mant) << 23;
-    const float sum = std::bit_cast<float>(bits) + std::bit_cast<float>(denorm);
-    return std::bit_cast<uint32_t>(sum) - denorm;
-  }
-  const int drop = 23 - mant;
-  const uint32_t odd = (bits >> drop) & 1u;
-  bits += (uint32_t(bias - 127) << 23) + ((1u << (drop - 1)) - 1) + odd;
-  return bits >> drop;
-}
-
-}  // namespace
-
-uint8_t encode(Format f, float x) {
-  const uint32_t bits = std::bit_cast<uint32_t>(x);
-  const uint8_t sign = uint8_t((bits >> 24) & 0x80u);
-  const uint32_t mag = bits & 0x7fffffffu;
-  if (mag > 0x7f800000u) return uint8_t(sign | 0x7f);  // NaN
-  if (f == Format::e4m3) {
-    // 464 and above round past 448, as does infinity: saturate (no infinity in e4m3fn)
-    if (mag >= std::bit_cast<uint32_t>(464.0f)) return uint8_t(sign | 0x7e);
-    return uint8_t(sign | round_magnitude(mag, 3, 7));
-  }
-  if (mag >= std::bit_cast<uint32_t>(61440.0f)) return uint8_t(sign | 0x7c);  // rounds to infinity
-  return uint8_t(sign | round_magnitude(mag, 2, 15));
-}
-
-uint8_t encode_saturated(Format f, float x) {
-  if (std::isnan(x)) return encode(f, x);
-  const float m = max_of(f);
-  return encode(f, std::clamp(x, -m, m));
-}
-
-float decode(Format f, uint8_t b) {
-  const bool neg = (b & 0x80) != 0;
-  const int mant_bits = f == Format::e4m3 ? 3 : 2, bias = f == Format::e4m3 ? 7 : 15;
-  const int e = (b & 0x7f) >> mant_bits, m = b & ((1 << mant_bits) - 1);
-  const int top = f == Format::e4m3 ? 15 : 31;
-  float v;
-  if (f == Format::e4m3 && e == top && m == 7)
-    v = std::numeric_limits<float>::quiet_NaN();
-  else if (f == Format::e5m2 && e == top)
-    v = m == 0 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
-  else if (e == 0)
-    v = std::ldexp(float(m), 1 - bias - mant_bits);
-  else
-    v = std::ldexp(float((1 << mant_bits) + m), e - bias - mant_bits);
-  return neg ? -v : v;
-}
-
-float amax(const float* x, int64_t n) {
-  float a = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (std::isnan(x[i])) return std::abs(x[i]);  // max |x|: a positive NaN, as torch's abs().max()
-    a = std::max(a, std::abs(x[i]));
-  }
-  return a;
-}
+uint8_t encode(Format f, float x) { return fp8_code::encode(f == Format::e4m3 ? 0 : 1, x); }
+uint8_t encode_saturated(Format f, float x) { return fp8_code::encode_saturated(f == Format::e4m3 ? 0 : 1, x); }
+float decode(Format f, uint8_t b) { return fp8_code::decode(f == Format::e4m3 ? 0 : 1, b); }
 
 float tensorwise_scale(Format f, float a, bool power_of_two) {
   float s = float(double(max_of(f)) / std::max(double(a), 1e-12));
   if (power_of_two) s = std::exp2(std::floor(std::log2(s)));
   return s;
-}
-
-void quantize(Format f, const float* x, int64_t n, float scale, uint8_t* q) {
-  for (int64_t i = 0; i < n; ++i) q[i] = encode_saturated(f, x[i] * scale);
 }
 
 void dequantize(Format f, const uint8_t* q, int64_t n, float scale, float* y) {
@@ -110,7 +38,7 @@ namespace {
 // One tile's or block's scale: amax / 448 (ue8m0: the power of two at or above it).
 float block_scale(float a, bool power_of_two) {
   float s = a / kMaxE4m3;
-  if (power_of_two && s > 0) s = std::exp2(std::ceil(std::log2(s)));
+  if (power_of_two && s > 0 && std::isfinite(s)) s = fp8_code::pow2_at_or_above(s);
   return s;
 }
 
@@ -123,6 +51,35 @@ void check_blocks(int64_t rows, int64_t cols, bool square) {
 }
 
 }  // namespace
+
+void dequantize_tiles(const uint8_t* q, int64_t rows, int64_t cols, const float* scales, float* y) {
+  check_blocks(rows, cols, false);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols; ++i)
+      y[r * cols + i] = decode(Format::e4m3, q[r * cols + i]) * scales[r * (cols / kBlock) + i / kBlock];
+}
+
+void dequantize_blocks(const uint8_t* q, int64_t rows, int64_t cols, const float* scales, float* y) {
+  check_blocks(rows, cols, true);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols; ++i)
+      y[r * cols + i] = decode(Format::e4m3, q[r * cols + i]) * scales[(r / kBlock) * (cols / kBlock) + i / kBlock];
+}
+
+namespace cpu {
+
+float amax(const float* x, int64_t n) {
+  float a = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) return std::abs(x[i]);  // max |x|: a positive NaN, as torch's abs().max()
+    a = std::max(a, std::abs(x[i]));
+  }
+  return a;
+}
+
+void quantize(Format f, const float* x, int64_t n, float scale, uint8_t* q) {
+  for (int64_t i = 0; i < n; ++i) q[i] = encode_saturated(f, x[i] * scale);
+}
 
 void quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales) {
   check_blocks(rows, cols, false);
@@ -152,20 +109,6 @@ void quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_t
     }
 }
 
-void dequantize_tiles(const uint8_t* q, int64_t rows, int64_t cols, const float* scales, float* y) {
-  check_blocks(rows, cols, false);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < cols; ++i)
-      y[r * cols + i] = decode(Format::e4m3, q[r * cols + i]) * scales[r * (cols / kBlock) + i / kBlock];
-}
-
-void dequantize_blocks(const uint8_t* q, int64_t rows, int64_t cols, const float* scales, float* y) {
-  check_blocks(rows, cols, true);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < cols; ++i)
-      y[r * cols + i] = decode(Format::e4m3, q[r * cols + i]) * scales[(r / kBlock) * (cols / kBlock) + i / kBlock];
-}
-
 void fake_quantize(Format f, const float* x, int64_t n, float scale, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = decode(f, encode_saturated(f, x[i] * scale)) / scale;
 }
@@ -183,5 +126,7 @@ void fake_quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power
   quantize_blocks(x, rows, cols, power_of_two, q.data(), s.data());
   dequantize_blocks(q.data(), rows, cols, s.data(), y);
 }
+
+}  // namespace cpu
 
 }  // namespace trident::kernels::fp8

@@ -46,6 +46,17 @@ void grouped_linear_backward(float* dx, float* dw, const float* dy, const float*
 void grouped_bias_forward(float* y, const float* b, const int64_t* offsets, int64_t G, int64_t OC);
 void grouped_bias_backward(float* db, const float* dy, const int64_t* offsets, int64_t G, int64_t OC, bool accumulate);
 
+// As kernels/fp8.hpp (format 0 e4m3, 1 e5m2): max |x| (NaN kept; copied to
+// the host, the stream synchronised); tensorwise quantisation with a given
+// scale, the codes or the fake-quantised values; blockwise 1 x 128 tiles
+// (square: 128 x 128 blocks), e4m3, scales = amax / 448 (pow2: the power of
+// two at or above). Bit for bit the CPU code's.
+float fp8_amax(const float* x, int64_t n);
+void fp8_quantize(uint8_t* q, const float* x, int64_t n, float scale, int format);
+void fp8_fake_quantize(float* y, const float* x, int64_t n, float scale, int format);
+void fp8_quantize_tiles(uint8_t* q, float* scales, const float* x, int64_t rows, int64_t cols, bool square, bool pow2);
+void fp8_fake_quantize_tiles(float* y, const float* x, int64_t rows, int64_t cols, bool square, bool pow2);
+
 // As kernels/rows.hpp.
 void rows_scale_add(float* out, const float* x, const float* g, int64_t N, int64_t C);
 void rows_scale(float* out, const float* x, const float* g, int64_t N, int64_t C);

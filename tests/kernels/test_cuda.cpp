@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -21,6 +22,7 @@
 #include "kernels/buffer.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/fp8.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/moe_permute.hpp"
@@ -511,6 +513,36 @@ TEST(Cuda, RoundingCountsAndSums) {
   EXPECT_NEAR(sum_of_squares_ranges(g.f(), r) / sum_of_squares_ranges(x.data(), r), 1.0, 1e-12);
   fill_zero(g.f(), n);
   EXPECT_EQ(sum(g.f(), n), 0.0);
+}
+
+// FP8 on the GPU (kernels/cuda/fp8_cuda.cu) gives the CPU code's bits:
+// tensorwise fake quantisation in both formats (values past each format's
+// largest, subnormals), the amax, 1 x 128 tiles and 128 x 128 blocks.
+TEST(Cuda, Fp8MatchesTheCpu) {
+  REQUIRE_GPU();
+  F x = randn(128 * 128, 9, 40.f);
+  x[3] = 1e6f, x[4] = -1e-40f, x[5] = 500.f, x[6] = 6e4f;
+  const int64_t n = int64_t(x.size());
+  Dev d(x);
+  EXPECT_EQ(fp8::amax(d.f(), n), fp8::amax(x.data(), n));
+  auto same = [](const F& a, const F& b) { return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0; };
+  for (fp8::Format f : {fp8::Format::e4m3, fp8::Format::e5m2}) {
+    F want(x.size());
+    Dev y(F(x.size()));
+    fp8::fake_quantize(f, x.data(), n, 3.5f, want.data());
+    fp8::fake_quantize(f, d.f(), n, 3.5f, y.f());
+    EXPECT_TRUE(same(y.host(n), want)) << "tensorwise, format " << int(f);
+  }
+  for (bool pow2 : {false, true}) {
+    F want(x.size());
+    Dev y(F(x.size()));
+    fp8::fake_quantize_tiles(x.data(), 128, 128, pow2, want.data());
+    fp8::fake_quantize_tiles(d.f(), 128, 128, pow2, y.f());
+    EXPECT_TRUE(same(y.host(n), want)) << "tiles, pow2 " << pow2;
+    fp8::fake_quantize_blocks(x.data(), 128, 128, pow2, want.data());
+    fp8::fake_quantize_blocks(d.f(), 128, 128, pow2, y.f());
+    EXPECT_TRUE(same(y.host(n), want)) << "blocks, pow2 " << pow2;
+  }
 }
 
 TEST(Cuda, CachingAllocatorAccountsPerCategory) {

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -18,6 +20,7 @@
 #include "kernels/buffer.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/fp8.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/moe_permute.hpp"
 #include "kernels/norm.hpp"
@@ -525,6 +528,74 @@ TEST(CudaEmulated, MoeRowsHeadsAndBiasStep) {
   EXPECT_EQ(bias[2], before[2]) << "a balanced expert's bias stays";
   EXPECT_EQ(bias[0], before[0] + 1e-3f) << "an underloaded expert's bias rises";
   EXPECT_EQ(bias[5], before[5] - 1e-3f) << "an overloaded expert's bias falls";
+}
+
+// FP8 on CUDA against the CPU code, bit for bit: every code's value and its
+// neighbours one float ulp away, subnormals, past-the-largest values,
+// infinities, NaNs, random values over many magnitudes; tensorwise with a
+// given scale (codes and fake-quantised values), the amax (NaN kept),
+// 1 x 128 tiles and 128 x 128 blocks with and without power-of-two scales,
+// a zero tile and a NaN tile among them.
+TEST(CudaEmulated, Fp8CastsAndScalings) {
+  F x;
+  for (fp8::Format f : {fp8::Format::e4m3, fp8::Format::e5m2})
+    for (int b = 0; b < 256; ++b) {
+      const float v = fp8::decode(f, uint8_t(b));
+      x.push_back(v), x.push_back(std::nextafter(v, 1e30f)), x.push_back(std::nextafter(v, -1e30f));
+    }
+  for (float v : {500.f, 1e6f, 61439.f, 61440.f, 1e30f, -3e38f, 1e-40f, -1e-45f, 0.f, -0.f})
+    x.push_back(v), x.push_back(std::numeric_limits<float>::infinity()), x.push_back(-v);
+  for (float scale : {1e-6f, 1e-2f, 1.f, 100.f, 3e4f}) {
+    const F r = randn(96, uint32_t(scale * 7 + 3), scale);
+    x.insert(x.end(), r.begin(), r.end());
+  }
+  ASSERT_LE(x.size(), 32u * 128u);
+  x.resize(32 * 128, 0.5f);  // 32 rows of one 1 x 128 tile (the emulation runs a block's threads one by one)
+  const int64_t n = int64_t(x.size()), cols = 128;
+  for (int64_t i = 0; i < 128; ++i) x[size_t(31 * cols + i)] = 0.f;  // a zero tile (the last row)
+  for (fp8::Format f : {fp8::Format::e4m3, fp8::Format::e5m2}) {
+    const int fi = f == fp8::Format::e4m3 ? 0 : 1;
+    const float scale = 448.f / 3.7f;
+    std::vector<uint8_t> q(x.size()), qc(x.size());
+    F y(x.size()), yc(x.size());
+    emu::fp8_quantize(q.data(), x.data(), n, scale, fi);
+    fp8::quantize(f, x.data(), n, scale, qc.data());
+    EXPECT_EQ(q, qc) << "format " << fi;
+    emu::fp8_fake_quantize(y.data(), x.data(), n, scale, fi);
+    fp8::fake_quantize(f, x.data(), n, scale, yc.data());
+    EXPECT_EQ(std::memcmp(y.data(), yc.data(), y.size() * 4), 0) << "format " << fi;
+  }
+  F finite(x.begin() + 1536, x.end());  // past the codes (NaN among them)
+  for (float& v : finite)
+    if (!std::isfinite(v)) v = 1.f;
+  EXPECT_EQ(emu::fp8_amax(finite.data(), int64_t(finite.size())), fp8::amax(finite.data(), int64_t(finite.size())));
+  EXPECT_TRUE(std::isnan(emu::fp8_amax(x.data(), n)));  // NaN kept, as the CPU's
+  F block(128 * 128);                                   // one 128 x 128 block: the tiles' rows four times over
+  for (size_t i = 0; i < block.size(); ++i) {
+    const float v = x[i % x.size()] * (i < x.size() ? 1.f : 0.25f);
+    block[i] = std::isfinite(v) ? v : 1.f;  // finite: a NaN would make the block's scale NaN (the tiles check that)
+  }
+  for (bool square : {false, true})
+    for (bool pow2 : {false, true}) {
+      const F& in = square ? block : x;
+      const int64_t rows = int64_t(in.size()) / cols, ns = square ? 1 : rows;
+      std::vector<uint8_t> q(in.size()), qc(in.size());
+      F s(static_cast<size_t>(ns)), sc(static_cast<size_t>(ns)), y(in.size()), yc(in.size());
+      emu::fp8_quantize_tiles(q.data(), s.data(), in.data(), rows, cols, square, pow2);
+      emu::fp8_fake_quantize_tiles(y.data(), in.data(), rows, cols, square, pow2);
+      if (square) {
+        fp8::quantize_blocks(in.data(), rows, cols, pow2, qc.data(), sc.data());
+        fp8::fake_quantize_blocks(in.data(), rows, cols, pow2, yc.data());
+      } else {
+        fp8::quantize_tiles(in.data(), rows, cols, pow2, qc.data(), sc.data());
+        fp8::fake_quantize_tiles(in.data(), rows, cols, pow2, yc.data());
+      }
+      EXPECT_EQ(q, qc) << "square " << square << " pow2 " << pow2;
+      EXPECT_EQ(std::memcmp(s.data(), sc.data(), s.size() * 4), 0) << "square " << square << " pow2 " << pow2;
+      EXPECT_EQ(std::memcmp(y.data(), yc.data(), y.size() * 4), 0) << "square " << square << " pow2 " << pow2;
+      if (!square) EXPECT_EQ(s[31], 0.f);  // the zero tile
+      if (square) EXPECT_GT(s[0], 0.f);
+    }
 }
 
 }  // namespace

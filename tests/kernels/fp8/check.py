@@ -126,8 +126,9 @@ def deepseek(w, rows_per_block, pow2):
     r, c = w.shape
     b = w.view(r // rows_per_block, rows_per_block, c // 128, 128).permute(0, 2, 1, 3)
     s = b.abs().amax(dim=(2, 3)) / 448.0
-    if pow2:
-        s = torch.where(s > 0, torch.exp2(torch.ceil(torch.log2(s))), s)
+    if pow2:  # the power of two at or above s, exactly (from its exponent, as DeepSeek's ue8m0 rounding)
+        m, e = torch.frexp(s)
+        s = torch.where(s > 0, torch.where(m == 0.5, s, torch.ldexp(torch.ones_like(s), e)), s)
     y = b / s[:, :, None, None]
     y = torch.where(s[:, :, None, None] == 0, torch.zeros_like(y), y)  # a tile of zeros: q = 0
     q = y.to(torch.float8_e4m3fn)

@@ -343,6 +343,9 @@ void quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_tw
 void quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales);
 void fake_quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y);
 void fake_quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y);
+void quantize_tiled(const float* x, int64_t rows, int64_t cols, Tile t, bool power_of_two, uint8_t* q, float* y,
+                    float* scales);
+int64_t count_saturated(Format f, const float* x, int64_t n, float scale);
 }  // namespace cpu
 namespace {
 [[maybe_unused]] int code(Format f) { return f == Format::e4m3 ? 0 : 1; }
@@ -356,20 +359,28 @@ void fake_quantize(Format f, const float* x, int64_t n, float scale, float* y) {
   CHOOSE(float, x, cuda::fp8_fake_quantize(y, x, n, scale, code(f)), cpu::fake_quantize(f, x, n, scale, y));
 }
 void quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales) {
-  CHOOSE(float, x, cuda::fp8_quantize_tiles(q, scales, x, rows, cols, false, power_of_two),
+  CHOOSE(float, x, cuda::fp8_quantize_tiled(q, nullptr, scales, x, rows, cols, 1, kBlock, power_of_two),
          cpu::quantize_tiles(x, rows, cols, power_of_two, q, scales));
 }
 void quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales) {
-  CHOOSE(float, x, cuda::fp8_quantize_tiles(q, scales, x, rows, cols, true, power_of_two),
+  CHOOSE(float, x, cuda::fp8_quantize_tiled(q, nullptr, scales, x, rows, cols, kBlock, kBlock, power_of_two),
          cpu::quantize_blocks(x, rows, cols, power_of_two, q, scales));
 }
 void fake_quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y) {
-  CHOOSE(float, x, cuda::fp8_fake_quantize_tiles(y, x, rows, cols, false, power_of_two),
+  CHOOSE(float, x, cuda::fp8_quantize_tiled(nullptr, y, nullptr, x, rows, cols, 1, kBlock, power_of_two),
          cpu::fake_quantize_tiles(x, rows, cols, power_of_two, y));
 }
 void fake_quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y) {
-  CHOOSE(float, x, cuda::fp8_fake_quantize_tiles(y, x, rows, cols, true, power_of_two),
+  CHOOSE(float, x, cuda::fp8_quantize_tiled(nullptr, y, nullptr, x, rows, cols, kBlock, kBlock, power_of_two),
          cpu::fake_quantize_blocks(x, rows, cols, power_of_two, y));
+}
+void quantize_tiled(const float* x, int64_t rows, int64_t cols, Tile t, bool power_of_two, uint8_t* q, float* y,
+                    float* scales) {
+  CHOOSE(float, x, cuda::fp8_quantize_tiled(q, y, scales, x, rows, cols, t.rows, t.cols, power_of_two),
+         cpu::quantize_tiled(x, rows, cols, t, power_of_two, q, y, scales));
+}
+int64_t count_saturated(Format f, const float* x, int64_t n, float scale) {
+  CHOOSE(float, x, cuda::fp8_count_saturated(x, n, scale, code(f)), cpu::count_saturated(f, x, n, scale));
 }
 
 }  // namespace trident::kernels::fp8

@@ -1,6 +1,6 @@
 // FP8 numbers and the scalings of the FP8 training recipes (train.fp8,
 // docs/precision.md#fp8), on the CPU. These are the definitions the other
-// implementations are checked against (tests/kernels/fp8: bit for bit
+// implementations are checked against (tests/model/fp8: bit for bit
 // against PyTorch's float8 casts, torchao's tensorwise scaling and
 // DeepSeek-V3's blockwise quantisation).
 //
@@ -86,6 +86,26 @@ void quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_tw
 void quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales);
 void dequantize_tiles(const uint8_t* q, int64_t rows, int64_t cols, const float* scales, float* y);
 void dequantize_blocks(const uint8_t* q, int64_t rows, int64_t cols, const float* scales, float* y);
+
+// Tiles of any shape over any rows x cols (the training GEMMs' operands,
+// model/fp8_linear.hpp): {1, 128} along rows, {128, 1} down columns (the
+// weight gradient's operands, tiled along the tokens it sums over), {128,
+// 128} blocks. Edge tiles are partial: their scale from what they cover.
+// Tiles are numbered row-major over the tile grid (scales[i * ceil(cols /
+// tile.cols) + j]); with whole tiles the layouts above.
+struct Tile {
+  int64_t rows = 1, cols = kBlock;
+};
+inline constexpr Tile kRowTile{1, kBlock}, kColumnTile{kBlock, 1}, kSquareBlock{kBlock, kBlock};
+inline int64_t tile_count(int64_t rows, int64_t cols, Tile t) {
+  return (rows + t.rows - 1) / t.rows * ((cols + t.cols - 1) / t.cols);
+}
+// q and/or y (either may be null), and the scales (may be null)
+void quantize_tiled(const float* x, int64_t rows, int64_t cols, Tile t, bool power_of_two, uint8_t* q, float* y,
+                    float* scales);
+// How many of n values have |x * scale| above the format's largest finite
+// value (clamped to it by the saturating cast); NaN not counted.
+int64_t count_saturated(Format f, const float* x, int64_t n, float scale);
 
 // The FP8 GEMM emulated on the CPU (FP8 recipes' GEMMs on hardware without
 // FP8 units): each operand quantised and dequantised into float32 (fake

@@ -35,6 +35,30 @@ void DelayedScale::update(float step_amax) {
 
 namespace {
 
+// The hot loops (the FP8 GEMMs' operands every step): inline casts with the
+// format fixed, decoding through a table of the 256 codes (decode's values),
+// threads over large tensors.
+constexpr int64_t kThreaded = int64_t(1) << 15;
+
+struct DecodeTable {
+  float v[2][256];
+  DecodeTable() {
+    for (int f = 0; f < 2; ++f)
+      for (int b = 0; b < 256; ++b) v[f][b] = fp8_code::decode(f, uint8_t(b));
+  }
+};
+const DecodeTable& table() {
+  static const DecodeTable t;
+  return t;
+}
+
+template <int F>
+void fake_quantize_n(const float* x, int64_t n, float scale, float* y) {
+  const float* dec = table().v[F];
+#pragma omp parallel for if (n >= kThreaded) schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = dec[fp8_code::encode_saturated(F, x[i] * scale)] / scale;
+}
+
 // One tile's or block's scale: amax / 448 (ue8m0: the power of two at or above it).
 float block_scale(float a, bool power_of_two) {
   float s = a / kMaxE4m3;
@@ -43,7 +67,7 @@ float block_scale(float a, bool power_of_two) {
 }
 
 // A tile of zeros (s = 0) quantises to zeros, not to the reference's 0 / 0 = NaN.
-uint8_t quantize_one(float x, float s) { return s == 0 ? uint8_t(0) : encode_saturated(Format::e4m3, x / s); }
+inline uint8_t quantize_one(float x, float s) { return s == 0 ? uint8_t(0) : fp8_code::encode_saturated(0, x / s); }
 
 void check_blocks(int64_t rows, int64_t cols, bool square) {
   TRIDENT_CHECK(cols % kBlock == 0 && (!square || rows % kBlock == 0),
@@ -70,61 +94,82 @@ namespace cpu {
 
 float amax(const float* x, int64_t n) {
   float a = 0;
+  bool nan = false;
+#pragma omp parallel for if (n >= kThreaded) reduction(max : a) reduction(|| : nan) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    if (std::isnan(x[i])) return std::abs(x[i]);  // max |x|: a positive NaN, as torch's abs().max()
-    a = std::max(a, std::abs(x[i]));
+    const float v = std::abs(x[i]);
+    nan = nan || v != v;
+    a = v > a ? v : a;
   }
-  return a;
+  // max |x|: a positive NaN, as torch's abs().max()
+  return nan ? std::numeric_limits<float>::quiet_NaN() : a;
 }
 
 void quantize(Format f, const float* x, int64_t n, float scale, uint8_t* q) {
   for (int64_t i = 0; i < n; ++i) q[i] = encode_saturated(f, x[i] * scale);
 }
 
+// One tile's amax keeps NaN: a NaN anywhere makes the tile's scale NaN.
+void quantize_tiled(const float* x, int64_t rows, int64_t cols, Tile t, bool power_of_two, uint8_t* q, float* y,
+                    float* scales) {
+  const int64_t grid_rows = (rows + t.rows - 1) / t.rows, grid_cols = (cols + t.cols - 1) / t.cols;
+  const float* dec = table().v[0];
+#pragma omp parallel for if (rows * cols >= kThreaded) schedule(static)
+  for (int64_t i = 0; i < grid_rows * grid_cols; ++i) {
+    const int64_t r0 = i / grid_cols * t.rows, c0 = i % grid_cols * t.cols;
+    const int64_t r1 = std::min(rows, r0 + t.rows), c1 = std::min(cols, c0 + t.cols);
+    float a = 0;
+    bool nan = false;
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = c0; c < c1; ++c) {
+        const float v = std::abs(x[r * cols + c]);
+        nan = nan || v != v;
+        a = v > a ? v : a;
+      }
+    const float s = block_scale(nan ? std::numeric_limits<float>::quiet_NaN() : a, power_of_two);
+    if (scales) scales[i] = s;
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = c0; c < c1; ++c) {
+        const uint8_t b = quantize_one(x[r * cols + c], s);
+        if (q) q[r * cols + c] = b;
+        if (y) y[r * cols + c] = dec[b] * s;
+      }
+  }
+}
+
+int64_t count_saturated(Format f, const float* x, int64_t n, float scale) {
+  const float m = max_of(f);
+  int64_t k = 0;
+#pragma omp parallel for if (n >= kThreaded) reduction(+ : k) schedule(static)
+  for (int64_t i = 0; i < n; ++i) k += std::abs(x[i] * scale) > m;
+  return k;
+}
+
 void quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales) {
   check_blocks(rows, cols, false);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t t = 0; t < cols / kBlock; ++t) {
-      const float* in = x + r * cols + t * kBlock;
-      const float s = block_scale(amax(in, kBlock), power_of_two);
-      scales[r * (cols / kBlock) + t] = s;
-      for (int64_t i = 0; i < kBlock; ++i) q[r * cols + t * kBlock + i] = quantize_one(in[i], s);
-    }
+  cpu::quantize_tiled(x, rows, cols, kRowTile, power_of_two, q, nullptr, scales);
 }
 
 void quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales) {
   check_blocks(rows, cols, true);
-  const int64_t bc = cols / kBlock;
-  for (int64_t br = 0; br < rows / kBlock; ++br)
-    for (int64_t c = 0; c < bc; ++c) {
-      float a = 0;
-      for (int64_t r = br * kBlock; r < (br + 1) * kBlock; ++r) {
-        const float m = amax(x + r * cols + c * kBlock, kBlock);
-        if (!std::isnan(a)) a = std::isnan(m) ? m : std::max(a, m);  // a NaN anywhere makes the block's NaN
-      }
-      const float s = block_scale(a, power_of_two);
-      scales[br * bc + c] = s;
-      for (int64_t r = br * kBlock; r < (br + 1) * kBlock; ++r)
-        for (int64_t i = c * kBlock; i < (c + 1) * kBlock; ++i) q[r * cols + i] = quantize_one(x[r * cols + i], s);
-    }
+  cpu::quantize_tiled(x, rows, cols, kSquareBlock, power_of_two, q, nullptr, scales);
 }
 
 void fake_quantize(Format f, const float* x, int64_t n, float scale, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = decode(f, encode_saturated(f, x[i] * scale)) / scale;
+  if (f == Format::e4m3)
+    fake_quantize_n<0>(x, n, scale, y);
+  else
+    fake_quantize_n<1>(x, n, scale, y);
 }
 
 void fake_quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y) {
-  std::vector<uint8_t> q(size_t(rows * cols));
-  std::vector<float> s(size_t(rows * (cols / kBlock)));
-  quantize_tiles(x, rows, cols, power_of_two, q.data(), s.data());
-  dequantize_tiles(q.data(), rows, cols, s.data(), y);
+  check_blocks(rows, cols, false);
+  cpu::quantize_tiled(x, rows, cols, kRowTile, power_of_two, nullptr, y, nullptr);
 }
 
 void fake_quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y) {
-  std::vector<uint8_t> q(size_t(rows * cols));
-  std::vector<float> s(size_t((rows / kBlock) * (cols / kBlock)));
-  quantize_blocks(x, rows, cols, power_of_two, q.data(), s.data());
-  dequantize_blocks(q.data(), rows, cols, s.data(), y);
+  check_blocks(rows, cols, true);
+  cpu::quantize_tiled(x, rows, cols, kSquareBlock, power_of_two, nullptr, y, nullptr);
 }
 
 }  // namespace cpu

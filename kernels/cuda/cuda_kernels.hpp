@@ -54,8 +54,9 @@ void grouped_bias_backward(float* db, const float* dy, const int64_t* offsets, i
 float fp8_amax(const float* x, int64_t n);
 void fp8_quantize(uint8_t* q, const float* x, int64_t n, float scale, int format);
 void fp8_fake_quantize(float* y, const float* x, int64_t n, float scale, int format);
-void fp8_quantize_tiles(uint8_t* q, float* scales, const float* x, int64_t rows, int64_t cols, bool square, bool pow2);
-void fp8_fake_quantize_tiles(float* y, const float* x, int64_t rows, int64_t cols, bool square, bool pow2);
+void fp8_quantize_tiled(uint8_t* q, float* y, float* scales, const float* x, int64_t rows, int64_t cols, int64_t tr,
+                        int64_t tc, bool pow2);
+int64_t fp8_count_saturated(const float* x, int64_t n, float scale, int format);
 
 // As kernels/rows.hpp.
 void rows_scale_add(float* out, const float* x, const float* g, int64_t N, int64_t C);

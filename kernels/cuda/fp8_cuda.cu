@@ -3,7 +3,7 @@
 // saturation rules differ by instruction and flag), tensorwise quantisation
 // with a given scale (amax and scale come to the host: the scale is a
 // collective's result), and blockwise tiles: one block of 128 threads per
-// 1 x 128 tile (or per 128 x 128 block, looping over its rows), its amax a
+// tile of any shape (1 x 128, 128 x 1, 128 x 128; partial at the edges), its amax a
 // shared-memory tree that keeps NaN, s = amax / 448 (the power of two at or
 // above it, from its bits, for ue8m0).
 #include "kernels/cuda/common.cuh"
@@ -39,16 +39,18 @@ __global__ void fp8_fake_quantize_kernel(float* y, const float* x, int64_t n, fl
   GRID_STRIDE(i, n) y[i] = code::decode(format, code::encode_saturated(format, x[i] * scale)) / scale;
 }
 
-// One block (128 threads) per tile of `rows_per` rows x 128 columns: tile t
-// of row block r covers rows [r rows_per, (r + 1) rows_per), columns
-// [128 t, 128 t + 128). q: the codes (null: only y); y: the dequantised
-// values (null: only q).
-__global__ void fp8_tiles_kernel(uint8_t* q, float* y, float* scales, const float* x, int64_t cols, int64_t rows_per,
-                                 bool pow2) {
+// One block (128 threads) per tile of tr x tc values (edge tiles partial):
+// tile i of the row-major tile grid covers rows [r0, r0 + tr), columns
+// [c0, c0 + tc) clipped to the matrix. q: the codes (null: only y); y: the
+// dequantised values (null: only q); scales (null: not kept).
+__global__ void fp8_tiles_kernel(uint8_t* q, float* y, float* scales, const float* x, int64_t rows, int64_t cols,
+                                 int64_t tr, int64_t tc, bool pow2) {
   __shared__ float m[128];
-  const int64_t tiles = cols / 128, r0 = int64_t(blockIdx.x) / tiles * rows_per, c = int64_t(blockIdx.x) % tiles * 128;
+  const int64_t grid_cols = (cols + tc - 1) / tc;
+  const int64_t r0 = int64_t(blockIdx.x) / grid_cols * tr, c0 = int64_t(blockIdx.x) % grid_cols * tc;
+  const int64_t h = (rows - r0 < tr ? rows - r0 : tr), w = (cols - c0 < tc ? cols - c0 : tc);
   float a = 0.f;
-  for (int64_t r = r0; r < r0 + rows_per; ++r) a = nan_max(a, fabsf(x[r * cols + c + threadIdx.x]));
+  for (int64_t k = threadIdx.x; k < h * w; k += blockDim.x) a = nan_max(a, fabsf(x[(r0 + k / w) * cols + c0 + k % w]));
   m[threadIdx.x] = a;
   __syncthreads();
   for (unsigned s = 64; s > 0; s /= 2) {
@@ -58,20 +60,18 @@ __global__ void fp8_tiles_kernel(uint8_t* q, float* y, float* scales, const floa
   float s = m[0] / 448.0f;
   if (pow2 && s > 0.f && s < 3.4e38f) s = code::pow2_at_or_above(s);
   if (threadIdx.x == 0 && scales) scales[blockIdx.x] = s;
-  for (int64_t r = r0; r < r0 + rows_per; ++r) {
-    const int64_t i = r * cols + c + threadIdx.x;
+  for (int64_t k = threadIdx.x; k < h * w; k += blockDim.x) {
+    const int64_t i = (r0 + k / w) * cols + c0 + k % w;
     const uint8_t b = s == 0.f ? uint8_t(0) : code::encode_saturated(0, x[i] / s);
     if (q) q[i] = b;
     if (y) y[i] = code::decode(0, b) * s;
   }
 }
 
-void launch_tiles(uint8_t* q, float* y, float* scales, const float* x, int64_t rows, int64_t cols, bool square,
-                  bool pow2) {
-  const int64_t rows_per = square ? 128 : 1, blocks = rows / rows_per * (cols / 128);
-  if (blocks == 0) return;
-  KERNEL_LAUNCH(fp8_tiles_kernel, unsigned(blocks), 128, 0)(q, y, scales, x, cols, rows_per, pow2);
-  CUDA_LAUNCHED("fp8_tiles_kernel");
+__global__ void fp8_saturated_kernel(unsigned long long* count, const float* x, int64_t n, float scale, float max) {
+  unsigned long long k = 0;
+  GRID_STRIDE(i, n) k += fabsf(x[i] * scale) > max;
+  if (k) atomicAdd(count, k);
 }
 
 }  // namespace
@@ -106,12 +106,32 @@ void fp8_fake_quantize(float* y, const float* x, int64_t n, float scale, int for
   LAUNCH_GRID_STRIDE(fp8_fake_quantize_kernel, n, y, x, n, scale, format);
 }
 
-void fp8_quantize_tiles(uint8_t* q, float* scales, const float* x, int64_t rows, int64_t cols, bool square, bool pow2) {
-  launch_tiles(q, nullptr, scales, x, rows, cols, square, pow2);
+void fp8_quantize_tiled(uint8_t* q, float* y, float* scales, const float* x, int64_t rows, int64_t cols, int64_t tr,
+                        int64_t tc, bool pow2) {
+  const int64_t blocks = (rows + tr - 1) / tr * ((cols + tc - 1) / tc);
+  if (rows == 0 || cols == 0) return;
+  KERNEL_LAUNCH(fp8_tiles_kernel, unsigned(blocks), 128, 0)(q, y, scales, x, rows, cols, tr, tc, pow2);
+  CUDA_LAUNCHED("fp8_tiles_kernel");
 }
 
-void fp8_fake_quantize_tiles(float* y, const float* x, int64_t rows, int64_t cols, bool square, bool pow2) {
-  launch_tiles(nullptr, y, nullptr, x, rows, cols, square, pow2);
+int64_t fp8_count_saturated(const float* x, int64_t n, float scale, int format) {
+  if (n == 0) return 0;
+  auto* count = static_cast<unsigned long long*>(scratch_alloc(sizeof(unsigned long long)));
+  unsigned long long out = 0;
+#ifdef TRIDENT_CUDA_EMULATION
+  *count = 0;
+#else
+  CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(out), stream()));
+#endif
+  LAUNCH_GRID_STRIDE(fp8_saturated_kernel, n, count, x, n, scale, format == 0 ? 448.0f : 57344.0f);
+#ifdef TRIDENT_CUDA_EMULATION
+  out = *count;
+#else
+  CUDA_CHECK(cudaMemcpyAsync(&out, count, sizeof(out), cudaMemcpyDeviceToHost, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+#endif
+  scratch_free(count, sizeof(out));
+  return int64_t(out);
 }
 
 }  // namespace trident::kernels::cuda

@@ -47,6 +47,12 @@ enum class RopeType { none, linear, llama3, yarn };
 enum class LayerAttention { full, sliding };
 // model.moe.activation: the routed experts' SwiGLU, or gpt-oss's clamped one
 enum class MoeActivation { swiglu, clamped_swiglu };
+// train.fp8 (docs/precision.md#fp8-training): the scaling recipe, the
+// formats (hybrid: e4m3 forward, e5m2 gradients), the module kinds kept in
+// the high precision
+enum class Fp8Recipe { none, tensorwise, delayed, blockwise };
+enum class Fp8Format { e4m3, hybrid };
+enum class Fp8Module { embedding, lm_head, router, norm, attention, mlp, experts, mtp, first_layer, last_layer };
 
 template <typename E>
 struct EnumNames;
@@ -87,6 +93,13 @@ TRIDENT_ENUM_NAMES(RopeType, {RopeType::none, "none"}, {RopeType::linear, "linea
                    {RopeType::yarn, "yarn"});
 TRIDENT_ENUM_NAMES(LayerAttention, {LayerAttention::full, "full"}, {LayerAttention::sliding, "sliding"});
 TRIDENT_ENUM_NAMES(MoeActivation, {MoeActivation::swiglu, "swiglu"}, {MoeActivation::clamped_swiglu, "clamped_swiglu"});
+TRIDENT_ENUM_NAMES(Fp8Recipe, {Fp8Recipe::none, "none"}, {Fp8Recipe::tensorwise, "tensorwise"},
+                   {Fp8Recipe::delayed, "delayed"}, {Fp8Recipe::blockwise, "blockwise"});
+TRIDENT_ENUM_NAMES(Fp8Format, {Fp8Format::e4m3, "e4m3"}, {Fp8Format::hybrid, "hybrid"});
+TRIDENT_ENUM_NAMES(Fp8Module, {Fp8Module::embedding, "embedding"}, {Fp8Module::lm_head, "lm_head"},
+                   {Fp8Module::router, "router"}, {Fp8Module::norm, "norm"}, {Fp8Module::attention, "attention"},
+                   {Fp8Module::mlp, "mlp"}, {Fp8Module::experts, "experts"}, {Fp8Module::mtp, "mtp"},
+                   {Fp8Module::first_layer, "first_layer"}, {Fp8Module::last_layer, "last_layer"});
 TRIDENT_ENUM_NAMES(DeviceType, {DeviceType::cpu, "cpu"}, {DeviceType::cuda, "cuda"});
 
 template <typename E>

@@ -16,7 +16,7 @@
 namespace trident::fault {
 namespace {
 
-enum class Kind { kill, stall, fail_write, nan, slow };
+enum class Kind { kill, stall, fail_write, nan, slow, fp8_frozen_scales, fp8_e5m2_forward };
 
 struct Fault {
   Kind kind;
@@ -30,7 +30,8 @@ struct Fault {
 std::mutex g_mutex;
 std::vector<Fault> g_faults;  // this rank's
 
-const char* kinds[] = {"kill", "stall", "fail_write", "nan", "slow"};
+const char* kinds[] = {"kill", "stall", "fail_write", "nan", "slow", "fp8_frozen_scales", "fp8_e5m2_forward"};
+bool is_break(Kind k) { return k == Kind::fp8_frozen_scales || k == Kind::fp8_e5m2_forward; }
 const char* phases[] = {"forward", "backward", "reduction", "save"};
 
 template <typename E, size_t N>
@@ -102,7 +103,7 @@ bool hit(Phase phase, int64_t step) {
     std::lock_guard<std::mutex> lock(g_mutex);
     const Fault* due = nullptr;
     for (const Fault& f : g_faults)
-      if ((f.step == 0 || f.step == step) && f.phase == phase) due = &f;
+      if ((f.step == 0 || f.step == step) && f.phase == phase && !is_break(f.kind)) due = &f;
     if (!due) return false;
     kind = due->kind, ms = due->ms;
   }
@@ -114,6 +115,14 @@ bool hit(Phase phase, int64_t step) {
   if (kind == Kind::stall)
     for (;;) ::pause();  // until killed: the other ranks' collectives time out
   return true;
+}
+
+bool broken(Break b) {
+  const Kind k = b == Break::fp8_frozen_scales ? Kind::fp8_frozen_scales : Kind::fp8_e5m2_forward;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (const Fault& f : g_faults)
+    if (f.kind == k) return true;
+  return false;
 }
 
 std::string describe() {

@@ -32,6 +32,10 @@ void configure(int world_rank);
 // fault is due.
 bool hit(Phase phase, int64_t step);
 
+// Whether TRIDENT_FAULT breaks these numerics on this rank (configure first).
+enum class Break { fp8_frozen_scales, fp8_e5m2_forward };
+bool broken(Break b);
+
 // Whether any fault is configured (a run says so in its log).
 std::string describe();
 

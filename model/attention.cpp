@@ -79,7 +79,7 @@ void Attention<T>::forward(T* out, const LayerActs<T>& a, const T* h, const Laye
   o.store(a.qkv, N * o.qkv_width());
   o.cp().attention_forward(a.atty, a.lse, a.qkv, kernel_args(p, B, window, w, false));
   o.store(a.atty, N * H * o.dv());
-  o.linear_fwd(out, {a.atty}, {p.ow()}, nullptr, N, H * o.dv(), C);
+  o.linear_fwd(out, {a.atty}, {p.ow()}, nullptr, N, H * o.dv(), C, {p.layer, Linear::proj});
 }
 
 template <typename T>
@@ -93,7 +93,7 @@ void Attention<T>::backward(const Activations<T>& ctx, int l, const T* dy, const
   if (split) k::copy(ctx.saved[size_t(l)].d_attn_out, dy, N * C);
   if (o.gemm_reads_16bit()) k::pack_16(w.dy16, dy, N * C, o.precision());
   o.linear_bwd(w.d_atty, dow, nullptr, {dy, w.dy16}, o.saved_in(ctx, l, o.atty, a.atty), {p.ow()}, N, H * o.dv(), C,
-               acc);
+               acc, {p.layer, Linear::proj});
   o.store(w.d_atty, N * H * o.dv());
   if (p.sinks() && !acc) k::fill_zero(p.dsinks(), H);  // the sinks' gradient is added to
   o.cp().attention_backward(d_qkv, w.d_atty, a.qkv, a.atty, a.lse, kernel_args(p, B, window, w, true));
@@ -107,7 +107,7 @@ void Attention<T>::weight_grads(const Activations<T>& ctx, int l, const LayerPar
   const int64_t N = ctx.B * o.seq(), C = o.cfg().hidden, HD = o.dims().heads * o.dv();
   const LayerActs<T>& a = ctx.layers[size_t(l)];
   o.linear_bwd(nullptr, p.dow(), nullptr, {ctx.saved[size_t(l)].d_attn_out}, o.saved_in(ctx, l, o.atty, a.atty),
-               {p.ow()}, N, HD, C, acc);
+               {p.ow()}, N, HD, C, acc, {p.layer, Linear::proj});
   project_weight_grads(ctx, l, p, acc);
 }
 
@@ -147,7 +147,7 @@ void GqaAttention<T>::project(const LayerActs<T>& a, const T* h, const LayerPara
                               Workspace<T>& w) const {
   const LayerOps<T>& o = this->ops_;
   const int64_t N = B * o.seq(), C = o.cfg().hidden;
-  o.linear_fwd(a.qkv, {h}, {p.qkvw()}, p.qkvb(), N, C, o.qkv_width());
+  o.linear_fwd(a.qkv, {h}, {p.qkvw()}, p.qkvb(), N, C, o.qkv_width(), {p.layer, Linear::qkv});
   if (a.qk_pre) qk_norm_forward(a.qkv, a.qk_pre, a.qk_rstd, p, N, w);
   if (!rope_.empty())
     k::rope_forward(a.qkv, rope_.data(), B, o.seq(), o.dims().heads, o.dims().kv_heads, o.dq(), w.origin);
@@ -164,7 +164,8 @@ void GqaAttention<T>::project_backward(const Activations<T>& ctx, int l, T* d_qk
   if (a.qk_pre) qk_norm_backward(d_qkv, a.qk_pre, a.qk_rstd, p, N, acc, w);
   o.store_grad(d_qkv, w.dqkv16, N * o.qkv_width());
   o.linear_bwd(w.d_ln, split ? nullptr : p.dqkvw(), p.dqkvb(), {d_qkv, w.dqkv16},
-               o.saved_in(ctx, l, o.ln1_full, a.ln1_full), {p.qkvw()}, N, C, o.qkv_width(), acc);
+               o.saved_in(ctx, l, o.ln1_full, a.ln1_full), {p.qkvw()}, N, C, o.qkv_width(), acc,
+               {p.layer, Linear::qkv});
   o.store(w.d_ln, N * C);
 }
 
@@ -173,7 +174,8 @@ void GqaAttention<T>::project_weight_grads(const Activations<T>& ctx, int l, con
   const LayerOps<T>& o = this->ops_;
   const int64_t N = ctx.B * o.seq(), C = o.cfg().hidden;
   o.linear_bwd(nullptr, p.dqkvw(), nullptr, {ctx.saved[size_t(l)].d_qkv},
-               o.saved_in(ctx, l, o.ln1_full, ctx.layers[size_t(l)].ln1_full), {p.qkvw()}, N, C, o.qkv_width(), acc);
+               o.saved_in(ctx, l, o.ln1_full, ctx.layers[size_t(l)].ln1_full), {p.qkvw()}, N, C, o.qkv_width(), acc,
+               {p.layer, Linear::qkv});
 }
 
 // QK-norm: the query heads' rows [N H, D] and the key heads' [N KV, D] of

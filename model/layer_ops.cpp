@@ -31,7 +31,8 @@ LayerOps<T>::LayerOps(const ModelConfig& cfg, const LocalDims& dims, parallel::T
 
 template <typename T>
 bool LayerOps<T>::gemm_reads_16bit() const {
-  return copies && std::is_same_v<T, float> && precision_ == k::Precision::bf16 && device_.type == DeviceType::cpu;
+  return copies && !fp8 && std::is_same_v<T, float> && precision_ == k::Precision::bf16 &&
+         device_.type == DeviceType::cpu;
 }
 
 template <typename T>
@@ -49,9 +50,24 @@ T* LayerOps<T>::scratch(Tensor& t, int64_t n) const {
 }
 
 template <typename T>
-void LayerOps<T>::linear_fwd(T* out, GemmIn<T> inp, GemmIn<T> w, const T* bias, int64_t N, int64_t C,
-                             int64_t OC) const {
+float* LayerOps<T>::fp8_scratch(int slot, int64_t n) const {
+  Tensor& t = fp8_scratch_[slot];
+  if (t.numel() < n) t = Tensor::empty({n}, DType::f32, MemCategory::activations, device_);
+  return t.template data<float>();
+}
+
+// FP8: the GEMMs in fp32 on the operands' dequantised FP8 values (the
+// emulation, model/fp8_linear.hpp); the outputs are rounded by the callers.
+template <typename T>
+void LayerOps<T>::linear_fwd(T* out, GemmIn<T> inp, GemmIn<T> w, const T* bias, int64_t N, int64_t C, int64_t OC,
+                             LinearSite site) const {
   if constexpr (std::is_same_v<T, float>) {
+    if (fp8_applies(site)) {
+      float *xq = fp8_scratch(0, N * C), *wq = fp8_scratch(1, OC * C);
+      fp8->quantize(site, Operand::input, inp.f32, N, C, false, xq);
+      fp8->quantize(site, Operand::weight, w.f32, OC, C, false, wq);
+      return k::linear_forward(out, xq, wq, bias, N, C, OC, k::Precision::fp32);
+    }
     if (gemm_reads_16bit())
       return k::linear_forward16(out, {inp.f32, inp.b16}, {w.f32, w.b16}, bias, N, C, OC, precision_);
   }
@@ -60,8 +76,31 @@ void LayerOps<T>::linear_fwd(T* out, GemmIn<T> inp, GemmIn<T> w, const T* bias, 
 
 template <typename T>
 void LayerOps<T>::linear_bwd(T* dinp, T* dw, T* db, GemmIn<T> dout, GemmIn<T> inp, GemmIn<T> w, int64_t N, int64_t C,
-                             int64_t OC, bool acc) const {
+                             int64_t OC, bool acc, LinearSite site) const {
   if constexpr (std::is_same_v<T, float>) {
+    if (fp8_applies(site)) {
+      float* gq = fp8_scratch(2, N * OC);
+      if (dinp) {
+        float* wq = fp8_scratch(1, OC * C);
+        fp8->quantize(site, Operand::grad, dout.f32, N, OC, false, gq);
+        fp8->quantize(site, Operand::weight, w.f32, OC, C, false, wq);
+        k::linear_backward(dinp, static_cast<float*>(nullptr), static_cast<float*>(nullptr), gq,
+                           static_cast<const float*>(nullptr), wq, N, C, OC, acc, k::Precision::fp32);
+      }
+      if (dw) {  // blockwise tiles along the tokens; one tensorwise quantisation serves both
+        float* xq = fp8_scratch(0, N * C);
+        if (!dinp || fp8->config().recipe == Fp8Recipe::blockwise)
+          fp8->quantize(site, Operand::grad, dout.f32, N, OC, true, gq);
+        fp8->quantize(site, Operand::input, inp.f32, N, C, true, xq);
+        k::linear_backward(static_cast<float*>(nullptr), dw, static_cast<float*>(nullptr), gq, xq,
+                           static_cast<const float*>(nullptr), N, C, OC, acc, k::Precision::fp32);
+      }
+      if (db)  // the bias gradient from the high-precision output gradient (Transformer Engine's)
+        k::linear_backward(static_cast<float*>(nullptr), static_cast<float*>(nullptr), db, dout.f32,
+                           static_cast<const float*>(nullptr), static_cast<const float*>(nullptr), N, C, OC, acc,
+                           k::Precision::fp32);
+      return;
+    }
     if (gemm_reads_16bit())
       return k::linear_backward16(dinp, dw, db, {dout.f32, dout.b16}, {inp.f32, inp.b16}, {w.f32, w.b16}, N, C, OC, acc,
                                   precision_);

@@ -7,6 +7,7 @@
 // its parts hold a reference.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "kernels/precision.hpp"
 #include "model/activations.hpp"
 #include "model/architecture.hpp"
+#include "model/fp8_linear.hpp"
 #include "model/layer_params.hpp"
 #include "model/parallel_plan.hpp"
 #include "parallel/context_parallel.hpp"
@@ -49,8 +51,14 @@ class LayerOps {
   // activations' packed copy, the output gradients' copy (the weights are
   // converted by each GEMM: measured faster than a copy, docs/performance.md).
   // The precision tests turn the copies off to prove the results bitwise equal.
+  // (never with FP8 GEMMs, which read their quantised copies)
   bool copies = true;
   bool gemm_reads_16bit() const;
+
+  // train.fp8 (model/fp8_linear.hpp): set by the model when it is built;
+  // null: every GEMM in the training precision.
+  std::unique_ptr<Fp8Linears> fp8;
+  bool fp8_applies(LinearSite s) const { return fp8 && fp8->applies(s); }
 
   // rounds n elements at p to the storage format (a no-op in fp32)
   void store(T* p, int64_t n) const { kernels::round_to_storage(p, n, precision_); }
@@ -60,9 +68,13 @@ class LayerOps {
   // at least n elements of scratch in t (activation memory, on the model's device)
   T* scratch(Tensor& t, int64_t n) const;
 
-  void linear_fwd(T* out, GemmIn<T> inp, GemmIn<T> w, const T* bias, int64_t N, int64_t C, int64_t OC) const;
+  // A linear's GEMMs; site: which layer's which linear (FP8 where train.fp8 says so).
+  void linear_fwd(T* out, GemmIn<T> inp, GemmIn<T> w, const T* bias, int64_t N, int64_t C, int64_t OC,
+                  LinearSite site = {}) const;
   void linear_bwd(T* dinp, T* dw, T* db, GemmIn<T> dout, GemmIn<T> inp, GemmIn<T> w, int64_t N, int64_t C, int64_t OC,
-                  bool acc) const;
+                  bool acc, LinearSite site = {}) const;
+  // FP8 operands' scratch (activation memory): slot 0 inputs, 1 weights, 2 gradients
+  float* fp8_scratch(int slot, int64_t n) const;
   // the model's norm (model.norm) over rows of the hidden size
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N) const;
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,
@@ -91,6 +103,7 @@ class LayerOps {
   Device device_;
   kernels::Precision precision_;
   int64_t dq_, dv_, qkv_width_, fc_width_;
+  mutable Tensor fp8_scratch_[3];
 };
 
 }  // namespace trident::model

@@ -16,6 +16,7 @@ namespace trident::model {
 template <typename T>
 struct LayerParams {
   std::array<T*, kLayerSlots> param{}, grad{};
+  int layer = -1;          // the model's local layer index (where its FP8 GEMMs are, model/fp8_linear.hpp)
   T* max_logit = nullptr;  // QK-clip: [heads] the layer's largest logits, max'ed in by training forwards (or null)
   T* n1w() const { return param[size_t(Slot::norm1_weight)]; }
   T* dn1w() const { return grad[size_t(Slot::norm1_weight)]; }
@@ -81,7 +82,7 @@ struct LayerParams {
   T* dxb() const { return grad[size_t(Slot::experts_in_bias)]; }
   T* xpb() const { return param[size_t(Slot::experts_out_bias)]; }
   T* dxpb() const { return grad[size_t(Slot::experts_out_bias)]; }
-  MoeWeights<T> moe() const { return {rw(), rb(), xw(), xpw(), fcw(), pw(), sgw(), rlb(), xb(), xpb()}; }
+  MoeWeights<T> moe() const { return {rw(), rb(), xw(), xpw(), fcw(), pw(), sgw(), rlb(), xb(), xpb(), layer}; }
   MoeGrads<T> moe_grads() const { return {drw(), drb(), dxw(), dxpw(), dfcw(), dpw(), dsgw(), drlb(), dxb(), dxpb()}; }
 };
 

@@ -94,20 +94,20 @@ void MlaAttention<T>::project(const LayerActs<T>& a, const T* h, const LayerPara
   const MlaScratch<T> m(this->scratch(w, N));
   const MlaActs<T>& s = a.mla;
   if (QL > 0) {
-    o.linear_fwd(s.q_lat, {h}, {p.qaw()}, nullptr, N, C, QL);
+    o.linear_fwd(s.q_lat, {h}, {p.qaw()}, nullptr, N, C, QL, {p.layer, Linear::q_a});
     o.store(s.q_lat, N * QL);
     k::rmsnorm_forward(s.q_norm, s.q_rstd, s.q_lat, p.qan(), N, QL, kMlaNormEps);
     o.store(s.q_norm, N * QL);
-    o.linear_fwd(m.q, {s.q_norm}, {p.qkvw()}, nullptr, N, QL, H * Dq);
+    o.linear_fwd(m.q, {s.q_norm}, {p.qkvw()}, nullptr, N, QL, H * Dq, {p.layer, Linear::q_b});
   } else {
-    o.linear_fwd(m.q, {h}, {p.qkvw()}, nullptr, N, C, H * Dq);
+    o.linear_fwd(m.q, {h}, {p.qkvw()}, nullptr, N, C, H * Dq, {p.layer, Linear::q_b});
   }
-  o.linear_fwd(s.kv_lat, {h}, {p.kvaw()}, nullptr, N, C, KL);
+  o.linear_fwd(s.kv_lat, {h}, {p.kvaw()}, nullptr, N, C, KL, {p.layer, Linear::kv_a});
   o.store(s.kv_lat, N * KL);
-  o.linear_fwd(m.kr, {h}, {p.kvaw() + KL * C}, nullptr, N, C, Dr);
+  o.linear_fwd(m.kr, {h}, {p.kvaw() + KL * C}, nullptr, N, C, Dr, {p.layer, Linear::kv_rope});
   k::rmsnorm_forward(s.kv_norm, s.kv_rstd, s.kv_lat, p.kvan(), N, KL, kMlaNormEps);
   o.store(s.kv_norm, N * KL);
-  o.linear_fwd(m.kvb, {s.kv_norm}, {p.kvbw()}, nullptr, N, KL, H * (Dn + Dv));
+  o.linear_fwd(m.kvb, {s.kv_norm}, {p.kvbw()}, nullptr, N, KL, H * (Dn + Dv), {p.layer, Linear::kv_b});
   k::rope_pairs_forward(m.q, rope_.data(), B, o.seq(), H, H * Dq, Dq, Dn, Dr, w.origin);
   k::rope_pairs_forward(m.kr, rope_.data(), B, o.seq(), 1, Dr, Dr, 0, Dr, w.origin);
   if (!q_scale_.empty()) k::rope_pairs_forward(m.q, q_scale_.data(), B, o.seq(), H, H * Dq, Dq, 0, Dq, w.origin);
@@ -136,22 +136,25 @@ void MlaAttention<T>::project_backward(const Activations<T>& ctx, int l, T* d_qk
   o.store(m.kvb, N * H * Dkv);
   o.store(m.kr, N * Dr);
   // keys and values: kv_b, kv_a_layernorm, kv_a's two row blocks
-  o.linear_bwd(m.d_kv_norm, p.dkvbw(), nullptr, {m.kvb}, {s.kv_norm}, {p.kvbw()}, N, KL, H * Dkv, acc);
+  o.linear_bwd(m.d_kv_norm, p.dkvbw(), nullptr, {m.kvb}, {s.kv_norm}, {p.kvbw()}, N, KL, H * Dkv, acc,
+               {p.layer, Linear::kv_b});
   k::fill_zero(m.d_kv_lat, N * KL);  // the norm's backward adds to its input gradient
   k::rmsnorm_backward(m.d_kv_lat, p.dkvan(), m.d_kv_norm, s.kv_lat, p.kvan(), s.kv_rstd, N, KL, acc);
   o.store(m.d_kv_lat, N * KL);
-  o.linear_bwd(w.d_ln, p.dkvaw(), nullptr, {m.d_kv_lat}, h, {p.kvaw()}, N, C, KL, acc);
-  o.linear_bwd(m.d_h, p.dkvaw() + KL * C, nullptr, {m.kr}, h, {p.kvaw() + KL * C}, N, C, Dr, acc);
+  o.linear_bwd(w.d_ln, p.dkvaw(), nullptr, {m.d_kv_lat}, h, {p.kvaw()}, N, C, KL, acc, {p.layer, Linear::kv_a});
+  o.linear_bwd(m.d_h, p.dkvaw() + KL * C, nullptr, {m.kr}, h, {p.kvaw() + KL * C}, N, C, Dr, acc,
+               {p.layer, Linear::kv_rope});
   k::residual_forward(w.d_ln, w.d_ln, m.d_h, static_cast<T*>(nullptr), N, C);
   // queries
   if (QL > 0) {
-    o.linear_bwd(m.d_q_norm, p.dqkvw(), nullptr, {m.q}, {s.q_norm}, {p.qkvw()}, N, QL, H * Dq, acc);
+    o.linear_bwd(m.d_q_norm, p.dqkvw(), nullptr, {m.q}, {s.q_norm}, {p.qkvw()}, N, QL, H * Dq, acc,
+                 {p.layer, Linear::q_b});
     k::fill_zero(m.d_q_lat, N * QL);
     k::rmsnorm_backward(m.d_q_lat, p.dqan(), m.d_q_norm, s.q_lat, p.qan(), s.q_rstd, N, QL, acc);
     o.store(m.d_q_lat, N * QL);
-    o.linear_bwd(m.d_h, p.dqaw(), nullptr, {m.d_q_lat}, h, {p.qaw()}, N, C, QL, acc);
+    o.linear_bwd(m.d_h, p.dqaw(), nullptr, {m.d_q_lat}, h, {p.qaw()}, N, C, QL, acc, {p.layer, Linear::q_a});
   } else {
-    o.linear_bwd(m.d_h, p.dqkvw(), nullptr, {m.q}, h, {p.qkvw()}, N, C, H * Dq, acc);
+    o.linear_bwd(m.d_h, p.dqkvw(), nullptr, {m.q}, h, {p.qkvw()}, N, C, H * Dq, acc, {p.layer, Linear::q_b});
   }
   k::residual_forward(w.d_ln, w.d_ln, m.d_h, static_cast<T*>(nullptr), N, C);
   o.store(w.d_ln, N * C);

@@ -18,14 +18,14 @@ void DenseMlp<T>::forward(T* out, Activations<T>& ctx, int l, const T* h, const 
   const LayerOps<T>& o = ops_;
   const int64_t N = ctx.B * o.seq(), C = o.cfg().hidden, F = o.dims().ffn;
   const LayerActs<T>& a = ctx.layers[size_t(l)];
-  o.linear_fwd(a.fc, {h}, {p.fcw()}, p.fcb(), N, C, o.fc_width());
+  o.linear_fwd(a.fc, {h}, {p.fcw()}, p.fcb(), N, C, o.fc_width(), {p.layer, Linear::fc});
   o.store(a.fc, N * o.fc_width());
   if (o.arch().mlp == MlpKind::swiglu)
     k::swiglu_forward(a.act, a.fc, N, F);
   else
     k::gelu_forward(a.act, a.fc, N * F);
   o.store(a.act, N * F);
-  o.linear_fwd(out, {a.act}, {p.pw()}, nullptr, N, F, C);
+  o.linear_fwd(out, {a.act}, {p.pw()}, nullptr, N, F, C, {p.layer, Linear::fc2});
 }
 
 template <typename T>
@@ -38,7 +38,7 @@ void DenseMlp<T>::backward(Activations<T>& ctx, int l, const T* dy, const LayerP
   if (split) k::copy(ctx.saved[size_t(l)].d_mlp_out, dy, N * C);
   if (o.gemm_reads_16bit()) k::pack_16(w.dy16, dy, N * C, o.precision());  // w.d_res is rounded: exact
   o.linear_bwd(w.d_act, split ? nullptr : p.dpw(), nullptr, {dy, w.dy16}, o.saved_in(ctx, l, o.act, a.act), {p.pw()}, N,
-               F, C, acc);
+               F, C, acc, {p.layer, Linear::fc2});
   o.store(w.d_act, N * F);
   if (o.arch().mlp == MlpKind::swiglu)
     k::swiglu_backward(d_fc, a.fc, w.d_act, N, F);
@@ -46,7 +46,7 @@ void DenseMlp<T>::backward(Activations<T>& ctx, int l, const T* dy, const LayerP
     k::gelu_backward(d_fc, a.fc, w.d_act, N * F);
   o.store_grad(d_fc, w.dfc16, N * o.fc_width());
   o.linear_bwd(w.d_ln, split ? nullptr : p.dfcw(), p.dfcb(), {d_fc, w.dfc16},
-               o.saved_in(ctx, l, o.ln2_full, a.ln2_full), {p.fcw()}, N, C, o.fc_width(), acc);
+               o.saved_in(ctx, l, o.ln2_full, a.ln2_full), {p.fcw()}, N, C, o.fc_width(), acc, {p.layer, Linear::fc});
 }
 
 template <typename T>
@@ -55,9 +55,10 @@ void DenseMlp<T>::weight_grads(const Activations<T>& ctx, int l, const LayerPara
   const int64_t N = ctx.B * o.seq(), C = o.cfg().hidden, F = o.dims().ffn;
   const LayerActs<T>& a = ctx.layers[size_t(l)];
   const SavedGrads<T>& g = ctx.saved[size_t(l)];
-  o.linear_bwd(nullptr, p.dpw(), nullptr, {g.d_mlp_out}, o.saved_in(ctx, l, o.act, a.act), {p.pw()}, N, F, C, acc);
+  o.linear_bwd(nullptr, p.dpw(), nullptr, {g.d_mlp_out}, o.saved_in(ctx, l, o.act, a.act), {p.pw()}, N, F, C, acc,
+               {p.layer, Linear::fc2});
   o.linear_bwd(nullptr, p.dfcw(), nullptr, {g.d_fc}, o.saved_in(ctx, l, o.ln2_full, a.ln2_full), {p.fcw()}, N, C,
-               o.fc_width(), acc);
+               o.fc_width(), acc, {p.layer, Linear::fc});
 }
 
 template <typename T>

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <type_traits>
 
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
@@ -140,14 +141,76 @@ void MoeMlp<T>::permute(MoeActs<T>& a, const Rows& r, MoeScratch<T>& s) const {
 template <typename T>
 void MoeMlp<T>::shared_forward(T* so, MoeActs<T>& a, const MoeWeights<T>& w, const Rows& r) const {
   const int64_t N = r.all, C = C_, S = S_;
-  k::linear_forward(a.shared_fc, r.h, w.s_in, static_cast<const T*>(nullptr), N, C, 2 * S, math_);
-  k::swiglu_forward(a.shared_act, a.shared_fc, N, S);
-  k::linear_forward(so, a.shared_act, w.s_out, static_cast<const T*>(nullptr), N, S, C, math_);
+  if (fp8 && fp8->applies({w.layer, Linear::shared_in})) {  // FP8: one group of every row
+    const int64_t all[2] = {0, N};
+    grouped_fwd(a.shared_fc, r.h, w.s_in, all, 1, C, 2 * S, {w.layer, Linear::shared_in}, {true, true});
+    k::swiglu_forward(a.shared_act, a.shared_fc, N, S);
+    grouped_fwd(so, a.shared_act, w.s_out, all, 1, S, C, {w.layer, Linear::shared_out}, {true, true});
+  } else {
+    k::linear_forward(a.shared_fc, r.h, w.s_in, static_cast<const T*>(nullptr), N, C, 2 * S, math_);
+    k::swiglu_forward(a.shared_act, a.shared_fc, N, S);
+    k::linear_forward(so, a.shared_act, w.s_out, static_cast<const T*>(nullptr), N, S, C, math_);
+  }
   if (!a.gate) return;
   k::linear_forward(a.gate, r.h, w.s_gate, static_cast<const T*>(nullptr), N, C, 1, math_);
   mirror(a.gate_h, a.gate, N);
   k::gate_sigmoid(a.gate_h, N);
   mirror(a.gate, a.gate_h, N);
+}
+
+template <typename T>
+float* MoeMlp<T>::fp8_scratch(int slot, int64_t n) const {
+  Tensor& t = fp8_scratch_[slot];
+  if (t.numel() < n) t = Tensor::empty({std::max<int64_t>(n, 1)}, DType::f32, MemCategory::activations, device_);
+  return t.template data<float>();
+}
+
+template <typename T>
+void MoeMlp<T>::grouped_fwd(T* y, const T* x, const T* w, const int64_t* off, int64_t G, int64_t C, int64_t OC,
+                            LinearSite site, Fp8Linears::Spread over) const {
+  if constexpr (std::is_same_v<T, float>) {
+    if (fp8 && fp8->applies(site)) {
+      float *xq = fp8_scratch(0, off[G] * C), *wq = fp8_scratch(1, G * OC * C);
+      fp8->quantize_groups(site, Operand::input, x, off, G, C, false, over, xq);
+      fp8->quantize_weights(site, w, G, OC, C, over, wq);
+      return k::grouped_linear_forward(y, xq, wq, off, G, C, OC, k::Precision::fp32);
+    }
+  }
+  k::grouped_linear_forward(y, x, w, off, G, C, OC, math_);
+}
+
+// FP8: each group's input gradient and weight gradient from the quantised
+// operands (blockwise: the weight gradient's tiled along the group's tokens).
+template <typename T>
+void MoeMlp<T>::grouped_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const int64_t* off, int64_t G, int64_t C,
+                            int64_t OC, bool acc, LinearSite site, Fp8Linears::Spread over) const {
+  if constexpr (std::is_same_v<T, float>) {
+    if (fp8 && fp8->applies(site)) {
+      const int64_t M = off[G];
+      float *xq = fp8_scratch(0, M * C), *wq = fp8_scratch(1, G * OC * C), *gq = fp8_scratch(2, M * OC);
+      float* gt = gq;
+      fp8->quantize_groups(site, Operand::grad, dy, off, G, OC, false, over, gq);
+      fp8->quantize_weights(site, w, G, OC, C, over, wq);
+      if (fp8->config().recipe == Fp8Recipe::blockwise)
+        gt = fp8_scratch(3, M * OC), fp8->quantize_groups(site, Operand::grad, dy, off, G, OC, true, over, gt);
+      fp8->quantize_groups(site, Operand::input, x, off, G, C, true, over, xq);
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t r0 = off[g], rows = off[g + 1] - r0;
+        float* dwg = dw + g * OC * C;
+        if (rows == 0) {
+          if (!acc) k::fill_zero(dwg, OC * C);
+          continue;
+        }
+        if (dx)
+          k::gemm<float>(false, false, rows, C, OC, 1.f, gq + r0 * OC, OC, wq + g * OC * C, C, 0.f, dx + r0 * C, C,
+                         k::Precision::fp32);
+        k::gemm<float>(true, false, OC, C, rows, 1.f, gt + r0 * OC, OC, xq + r0 * C, C, acc ? 1.f : 0.f, dwg, C,
+                       k::Precision::fp32);
+      }
+      return;
+    }
+  }
+  k::grouped_linear_backward(dx, dw, dy, x, w, off, G, C, OC, acc, math_);
 }
 
 // The experts: one grouped GEMM each way, the activation over all rows, into
@@ -159,10 +222,10 @@ void MoeMlp<T>::experts_forward(MoeActs<T>& a, const MoeWeights<T>& w, const Row
                                 const std::function<void()>& shared) {
   const int64_t E = spec_.experts, M = r.n * spec_.top_k, C = C_, I = I_;
   if (!ep_) {
-    k::grouped_linear_forward(a.fc, s.x, w.w_in, a.offsets.data(), E, C, 2 * I, math_);
+    grouped_fwd(a.fc, s.x, w.w_in, a.offsets.data(), E, C, 2 * I, {w.layer, Linear::experts_in}, routed());
     if (w.b_in) k::grouped_bias_forward(a.fc, w.b_in, a.offsets.data(), E, 2 * I);
     activation_forward(a.act, a.fc, M);
-    k::grouped_linear_forward(a.y, a.act, w.w_out, a.offsets.data(), E, I, C, math_);
+    grouped_fwd(a.y, a.act, w.w_out, a.offsets.data(), E, I, C, {w.layer, Linear::experts_out}, routed());
     if (w.b_out && adds_out_bias()) k::grouped_bias_forward(a.y, w.b_out, a.offsets.data(), E, C);
     if (shared) shared();
     return;
@@ -176,10 +239,10 @@ void MoeMlp<T>::experts_forward(MoeActs<T>& a, const MoeWeights<T>& w, const Row
   if (shared) shared();
   ep_->finish_dispatch(rows, a.plan, a.x_in, C, s.staging, parallel::switch_pass);
   const int64_t* off = a.plan.local_offsets.data();
-  k::grouped_linear_forward(a.fc_in, a.x_in, w.w_in, off, L, C, 2 * I, math_);
+  grouped_fwd(a.fc_in, a.x_in, w.w_in, off, L, C, 2 * I, {w.layer, Linear::experts_in}, routed());
   if (w.b_in) k::grouped_bias_forward(a.fc_in, w.b_in, off, L, 2 * I);
   activation_forward(a.act_in, a.fc_in, R);
-  k::grouped_linear_forward(y_in, a.act_in, w.w_out, off, L, I, C, math_);
+  grouped_fwd(y_in, a.act_in, w.w_out, off, L, I, C, {w.layer, Linear::experts_out}, routed());
   if (w.b_out && adds_out_bias()) k::grouped_bias_forward(y_in, w.b_out, off, L, C);
   ep_->combine(a.plan, a.y, y_in, C, s.staging, parallel::switch_pass);
 }
@@ -289,6 +352,14 @@ void MoeMlp<T>::shared_backward(T* sdx, const T* dy, const MoeActs<T>& a, const 
   const int64_t N = r.all, C = C_, S = S_;
   const T* dso = dy;
   if (a.gate) k::rows_scale(s.d_shared, dy, a.gate, N, C), dso = s.d_shared;
+  if (fp8 && fp8->applies({w.layer, Linear::shared_in})) {  // FP8: one group of every row
+    const int64_t all[2] = {0, N};
+    grouped_bwd(s.sdact, g.s_out, dso, a.shared_act, w.s_out, all, 1, S, C, acc, {w.layer, Linear::shared_out},
+                {true, true});
+    k::swiglu_backward(s.sdfc, a.shared_fc, s.sdact, N, S);
+    grouped_bwd(sdx, g.s_in, s.sdfc, r.h, w.s_in, all, 1, C, 2 * S, acc, {w.layer, Linear::shared_in}, {true, true});
+    return;
+  }
   k::linear_backward(s.sdact, g.s_out, static_cast<T*>(nullptr), dso, a.shared_act, w.s_out, N, S, C, acc, math_);
   k::swiglu_backward(s.sdfc, a.shared_fc, s.sdact, N, S);
   k::linear_backward(sdx, g.s_in, static_cast<T*>(nullptr), s.sdfc, r.h, w.s_in, N, C, 2 * S, acc, math_);
@@ -306,10 +377,12 @@ T* MoeMlp<T>::experts_backward(const MoeActs<T>& a, const MoeWeights<T>& w, cons
   if (!ep_) {
     k::moe_permute(s.x, r.hs, a.token, M, C);
     if (g.b_out) k::grouped_bias_backward(g.b_out, s.dys, a.offsets.data(), E, C, acc);
-    k::grouped_linear_backward(s.dact, g.w_out, s.dys, a.act, w.w_out, a.offsets.data(), E, I, C, acc, math_);
+    grouped_bwd(s.dact, g.w_out, s.dys, a.act, w.w_out, a.offsets.data(), E, I, C, acc, {w.layer, Linear::experts_out},
+                routed());
     activation_backward(s.dfc, a.fc, s.dact, M);
     if (g.b_in) k::grouped_bias_backward(g.b_in, s.dfc, a.offsets.data(), E, 2 * I, acc);
-    k::grouped_linear_backward(s.dx, g.w_in, s.dfc, s.x, w.w_in, a.offsets.data(), E, C, 2 * I, acc, math_);
+    grouped_bwd(s.dx, g.w_in, s.dfc, s.x, w.w_in, a.offsets.data(), E, C, 2 * I, acc, {w.layer, Linear::experts_in},
+                routed());
     return nullptr;
   }
   const int64_t R = a.plan.received, L = ep_->local_experts();
@@ -321,10 +394,10 @@ T* MoeMlp<T>::experts_backward(const MoeActs<T>& a, const MoeWeights<T>& w, cons
   ep_->finish_dispatch(rows, a.plan, dy_in, C, s.staging, parallel::switch_pass);
   const int64_t* off = a.plan.local_offsets.data();
   if (g.b_out) k::grouped_bias_backward(g.b_out, dy_in, off, L, C, acc);
-  k::grouped_linear_backward(dact_in, g.w_out, dy_in, a.act_in, w.w_out, off, L, I, C, acc, math_);
+  grouped_bwd(dact_in, g.w_out, dy_in, a.act_in, w.w_out, off, L, I, C, acc, {w.layer, Linear::experts_out}, routed());
   activation_backward(dfc_in, a.fc_in, dact_in, R);
   if (g.b_in) k::grouped_bias_backward(g.b_in, dfc_in, off, L, 2 * I, acc);
-  k::grouped_linear_backward(dx_in, g.w_in, dfc_in, a.x_in, w.w_in, off, L, C, 2 * I, acc, math_);
+  grouped_bwd(dx_in, g.w_in, dfc_in, a.x_in, w.w_in, off, L, C, 2 * I, acc, {w.layer, Linear::experts_in}, routed());
   ep_->combine(a.plan, s.dx, dx_in, C, s.staging, parallel::switch_pass);
   return sdx;
 }

@@ -52,6 +52,7 @@
 #include "core/tensor.hpp"
 #include "kernels/precision.hpp"
 #include "kernels/router.hpp"
+#include "model/fp8_linear.hpp"
 #include "parallel/context_parallel.hpp"
 #include "parallel/expert_parallel.hpp"
 #include "parallel/tensor_parallel.hpp"
@@ -66,6 +67,7 @@ namespace trident::model {
 template <typename T>
 struct MoeWeights {
   const T *router, *bias, *w_in, *w_out, *s_in, *s_out, *s_gate, *logit_bias, *b_in, *b_out;
+  int layer = -1;  // the model's local layer (its FP8 GEMMs, model/fp8_linear.hpp)
 };
 template <typename T>
 struct MoeGrads {
@@ -190,6 +192,10 @@ class MoeMlp {
   // on this rank), their counts summed; sets each layer's share of the loss.
   void finish_hf(const std::vector<MoeActs<T>*>& layers, int64_t N) const;
 
+  // train.fp8: the routed experts' grouped GEMMs in FP8 (the model's, set
+  // when it is built; null: in the layer's precision)
+  const Fp8Linears* fp8 = nullptr;
+
  private:
   MoeConfig cfg_;
   kernels::RouterSpec spec_;
@@ -203,6 +209,19 @@ class MoeMlp {
   // s sized for N rows (the order of model/memory.cpp's scratch_elements)
   void ensure_scratch(MoeScratch<T>& s, int64_t N) const;
   T* exchange_scratch(MoeScratch<T>& s, int64_t n) const;
+  // The experts' grouped GEMMs (kernels/grouped_gemm.hpp), FP8 where fp8 applies to the site.
+  // over: the ranks whose rows or weight slices make one tensor (the
+  // routed experts': routed(); the shared experts' are the dense MLP's)
+  void grouped_fwd(T* y, const T* x, const T* w, const int64_t* off, int64_t G, int64_t C, int64_t OC, LinearSite site,
+                   Fp8Linears::Spread over) const;
+  void grouped_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const int64_t* off, int64_t G, int64_t C,
+                   int64_t OC, bool acc, LinearSite site, Fp8Linears::Spread over) const;
+  // the routed experts' tensors span the tensor group (experts split over it, or whole experts on every
+  // tensor rank, each routing its slice of the rows) unless whole experts are spread over it by expert
+  // parallelism, and the context group unless expert parallelism brings each expert's rows to its rank
+  Fp8Linears::Spread routed() const { return {!(slice_ && ep_), !ep_}; }
+  mutable Tensor fp8_scratch_[4];  // FP8 operands: inputs, weights, gradients, the weight gradient's gradients
+  float* fp8_scratch(int slot, int64_t n) const;
   // The layer's phases, in the order forward and backward run them (each
   // the same on the plain path and under expert parallelism, and whichever
   // pass runs them, on the pass's scratch s).

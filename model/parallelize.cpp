@@ -48,7 +48,8 @@ ParallelModel parallelize(const Recipe& rc, parallel::Mesh& mesh) {
                                                          .whole_experts = p.whole_experts(),
                                                          .chunks = chunks,
                                                          .device = mesh.device(),
-                                                         .precision = rc.train.precision});
+                                                         .precision = rc.train.precision,
+                                                         .fp8 = rc.train.fp8});
   // 5. data parallelism over the model's segments, then the storage it owns, then the initial values
   const ParamRegistry& reg = m.net->registry();
   parallel::DataParallelSpec dense = data_parallel_spec(rc, mesh, reg), experts = dense;

@@ -62,6 +62,11 @@ Transformer<T>::Transformer(const ModelConfig& cfg, uint64_t seed, Placement whe
   if (cfg.mtp.depth > 0) mtp_ = std::make_unique<Mtp<T>>(ops_);
   pool_ = std::make_unique<ActivationPool<T>>(ops_, *attention_, moe_ ? &moe_->experts() : nullptr);
   make_segments();
+  if constexpr (std::is_same_v<T, float>)
+    if (where.fp8.on()) {
+      ops_.fp8 = std::make_unique<Fp8Linears>(where.fp8, cfg.layers, global_, *tp_, *cp_);
+      if (moe_) moe_->experts().fp8 = ops_.fp8.get();
+    }
   TRIDENT_CHECK(cp_->local_len() * cp_->size() == cfg_.seq_len, "context split of {} rows x {} ranks, seq_len {}",
                 cp_->local_len(), cp_->size(), cfg_.seq_len);
   if (where.full_buffers) allocate(seed);
@@ -118,6 +123,7 @@ void Transformer<T>::make_segments() {
       const int64_t global = spec.first_layer + l;
       take(arch_.layer_rows(cfg, global).size() - expert_rows(global), SegKind::layer, int64_t(layers_.size()), global);
       layers_.emplace_back();
+      layers_.back().layer = int(layers_.size()) - 1;
       global_.push_back(global);
     }
     if (spec.head) {
@@ -130,6 +136,7 @@ void Transformer<T>::make_segments() {
         take(arch_.layer_rows(cfg, global).size() - expert_rows(global), SegKind::layer, int64_t(layers_.size()),
              global);
         layers_.emplace_back();
+        layers_.back().layer = int(layers_.size()) - 1;
         global_.push_back(global);
       }
     }
@@ -242,7 +249,8 @@ double Transformer<T>::forward_chunk(Activations<T>& ctx, const int32_t* tokens,
   const int64_t B = ctx.B, Tn = seq(), C = cfg_.hidden, N = B * Tn, R = tp_->rows(N);
   const int L = int(ch.spec.layers);
   Workspace<T>& w = begin_pass(ctx);
-  ctx.aux_scale = dscale * T(B * cfg_.seq_len);  // the loss's weight of this micro-batch's tokens
+  if (ops_.fp8) ops_.fp8->set_training(dscale != T(0));  // delayed scaling records the training forwards' amaxes
+  ctx.aux_scale = dscale * T(B * cfg_.seq_len);          // the loss's weight of this micro-batch's tokens
   T* first_in = L > 0 ? ctx.layers[0].x_in : ctx.x_final;
   // the segment after s in this chunk's forward order (-1: none)
   auto next_seg = [&](int s) { return s + 1 < ch.first_layer_seg + L + (ch.head_seg >= 0 ? 1 : 0) ? s + 1 : -1; };
@@ -326,6 +334,7 @@ void Transformer<T>::backward_chunk(Activations<T>& ctx, const T* d_out, Recompu
   };
   const Chunk& ch = chunks_[size_t(ctx.chunk)];
   const int64_t R = tp_->rows(ctx.B * seq()), C = cfg_.hidden;
+  if (ops_.fp8) ops_.fp8->set_training(true);
   Workspace<T>& w = begin_pass(ctx);
   const int L = int(ch.spec.layers);
   const bool split = part != BackwardPart::all;

@@ -81,6 +81,7 @@ struct Placement {
   Device device;  // where every buffer lives and every kernel runs (cuda: the bound device, core/device_memory.hpp)
   // train.precision: activations stored rounded to it (see Transformer::precision)
   kernels::Precision precision = kernels::Precision::fp32;
+  Fp8Config fp8;  // train.fp8: the linears' GEMMs in FP8 (model/fp8_linear.hpp; float models)
 };
 
 template <typename T>
@@ -162,6 +163,13 @@ class Transformer {
   void track_max_logits();
   const std::vector<T>& max_logits() const { return max_logits_; }
   int local_layers() const { return int(layers_.size()); }
+  // train.fp8 (model/fp8_linear.hpp): null without it. end_fp8_step after
+  // each training step's backward (collective over the tensor, context and
+  // data groups): delayed scaling's next scales and the step's statistics.
+  Fp8Linears* fp8() const { return ops_.fp8.get(); }
+  void end_fp8_step(parallel::Communicator* data) {
+    if (ops_.fp8) ops_.fp8->end_step(data);
+  }
   int64_t global_layer(int l) const { return global_[size_t(l)]; }
 
   // The whole model on one pipeline rank (one chunk with embedding and head).

@@ -76,6 +76,7 @@ class ContextParallel {
 
   int rank() const { return group_ ? group_->rank() : 0; }
   int size() const { return group_ ? group_->size() : 1; }
+  Communicator* group() const { return group_; }
   ContextMode mode() const { return mode_; }
   // This rank's rows of each sequence, and their global positions.
   int64_t local_len() const { return seq_len_ / size(); }

@@ -148,6 +148,50 @@ const std::vector<Key>& table() {
                 "`nonfinite: skip`: consecutive skipped steps after which the run stops"),
         integer("train.threads", FIELD(train.threads), 0, 4096, value<int64_t>(0),
                 "CPU threads per rank; 0 = `OMP_NUM_THREADS` when set, else the node's cores divided by its ranks"),
+        section("train.fp8", "FP8 GEMMs in the linear layers ([precision.md](precision.md#fp8-training))"),
+        choice<Fp8Recipe>(
+            "train.fp8.recipe", FIELD(train.fp8.recipe), value(Fp8Recipe::none),
+            "`tensorwise`: one scale per tensor from its amax at each use (torchao's Float8Linear); `delayed`: the "
+            "scale from the amax history of the steps before (Transformer Engine's DelayedScaling); `blockwise`: "
+            "1 x 128 tiles of activations and gradients, 128 x 128 blocks of weights (DeepSeek-V3). With "
+            "`precision: bf16` (or `fp32`; not `fp16`). The FP8 GEMM is emulated: operands quantised and dequantised, "
+            "fp32 GEMM"),
+        choice<Fp8Format>("train.fp8.format", FIELD(train.fp8.format), value(Fp8Format::e4m3),
+                          "`e4m3` everywhere, or `hybrid`: e4m3 forward, e5m2 for the output gradients (tensorwise, "
+                          "delayed; blockwise is e4m3)"),
+        integer("train.fp8.amax_history", FIELD(train.fp8.amax_history), 1, 1 << 20, value<int64_t>(1024),
+                "`delayed`: steps of amax kept per tensor; the scale comes from their maximum"),
+        real("train.fp8.margin", FIELD(train.fp8.margin), 0, 64, Open::none, value(0.0),
+             "`delayed`: scale = max_fp8 / amax / 2^margin"),
+        boolean("train.fp8.power_of_two", FIELD(train.fp8.power_of_two), value(false),
+                "scales rounded to powers of two: tensorwise down (torchao's round_scales_to_power_of_2), "
+                "blockwise up (DeepSeek's ue8m0 scale format)"),
+        Key{{"train.fp8.keep_high_precision", "list of `" + enum_choices<Fp8Module>("` \\| `") + "`",
+             "`[embedding, lm_head, router, norm]`",
+             "module kinds whose GEMMs stay in `precision`: `attention` (MLA's projections too), `mlp`, `experts`, "
+             "`mtp` (the multi-token prediction depths' blocks; their eh projection never is), `first_layer`, "
+             "`last_layer`; embedding, LM head, router and norms are never "
+             "FP8 (they may be listed)"},
+            [](Reader& in, Recipe& r) {
+              const char* path = "train.fp8.keep_high_precision";
+              if (!in.has(path)) return in.note(path);  // the default list stays
+              std::vector<Fp8Module> out;
+              for (const auto& name : in.texts(path, {})) {
+                const auto e = parse_enum<Fp8Module>(name);
+                if (!e) in.bad(path, "a list of " + enum_choices<Fp8Module>(", ") + ", found '" + name + "'");
+                out.push_back(*e);
+              }
+              r.train.fp8.keep_high_precision = out;
+            },
+            [](const Recipe& r) {
+              std::vector<std::string> names;
+              for (Fp8Module e : r.train.fp8.keep_high_precision) names.push_back(enum_name(e));
+              return fmt::format("[{}]", fmt::join(names, ", "));
+            }},
+        boolean("train.fp8.param_gather", FIELD(train.fp8.param_gather), value(false),
+                "ZeRO 3 all-gathers the weights of FP8 GEMMs as FP8 bytes with their scale (tensorwise, delayed): not "
+                "built "
+                "yet, `true` is refused (exit 2)"),
         real("optim.lr", FIELD(optim.lr), 0, 10, Open::low, required<double>(), "peak learning rate"),
         real("optim.min_lr", FIELD(optim.min_lr), 0, 10, Open::none, value<double>(0.0),
              "final learning rate of the decay; `min_lr <= lr`"),

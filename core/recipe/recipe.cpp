@@ -46,6 +46,35 @@ std::vector<std::string> known_keys(const std::string& section) {
 
 }  // namespace
 
+namespace {
+
+void validate_fp8(Reader& r, const Recipe& rc) {
+  const Fp8Config& f = rc.train.fp8;
+  if (f.on() && rc.train.precision == Precision::fp16)
+    r.inconsistent("train.fp8.recipe",
+                   "FP8 GEMMs train with bf16 (or fp32) activations and fp32 master weights, "
+                   "without loss scaling: expected train.precision bf16 or fp32, found fp16");
+  if (f.recipe == Fp8Recipe::blockwise && f.format == Fp8Format::hybrid)
+    r.inconsistent("train.fp8.format",
+                   "blockwise scaling casts every operand to e4m3 (DeepSeek-V3): expected e4m3, "
+                   "found hybrid");
+  if (f.param_gather)  // the key is the peers' (torchao's float8 all-gather); Trident gathers the master copy's
+    r.inconsistent("train.fp8.param_gather",
+                   "FP8 parameter gathers are not built yet: ZeRO 3 gathers the weights in "
+                   "train.precision, each GEMM quantises them (expected false, found true)");
+  if (f.param_gather && f.recipe != Fp8Recipe::tensorwise && f.recipe != Fp8Recipe::delayed)
+    r.inconsistent("train.fp8.param_gather",
+                   fmt::format("FP8 parameter gathers carry one scale per weight: recipe tensorwise or delayed "
+                               "(found {})",
+                               enum_name(f.recipe)));
+  if (f.param_gather && rc.parallel.zero != 3)
+    r.inconsistent("train.fp8.param_gather",
+                   fmt::format("FP8 parameter gathers are ZeRO 3's all-gathers: parallel.zero must be 3 (found {})",
+                               rc.parallel.zero));
+}
+
+}  // namespace
+
 // placed: the mesh is the run's (false: the planner's and the sweep's
 // recipe before they choose a mesh; what depends on it is checked then).
 void recipe_detail::validate_train(Reader& r, const Recipe& rc, bool placed) {
@@ -73,6 +102,7 @@ void recipe_detail::validate_train(Reader& r, const Recipe& rc, bool placed) {
   if (t.min_loss_scale > t.loss_scale)
     r.inconsistent("train.min_loss_scale",
                    fmt::format("min_loss_scale({}) > loss_scale({})", t.min_loss_scale, t.loss_scale));
+  validate_fp8(r, rc);
   if (!placed) {
     if (rc.optim.min_lr > rc.optim.lr)
       r.inconsistent("optim.min_lr", fmt::format("min_lr({}) > lr({})", rc.optim.min_lr, rc.optim.lr));

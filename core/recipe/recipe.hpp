@@ -165,6 +165,27 @@ struct ParallelConfig {
   double timeout_s = 600;             // a pipeline transfer waiting longer is an error
 };
 
+// train.fp8 (docs/precision.md#fp8-training): the linears' GEMMs on FP8
+// operands, emulated where the hardware has no FP8 GEMM.
+struct Fp8Config {
+  Fp8Recipe recipe = Fp8Recipe::none;
+  Fp8Format format = Fp8Format::e4m3;
+  int64_t amax_history = 1024;  // delayed: steps of amax kept (Transformer Engine's amax_history_len)
+  double margin = 0;            // delayed: scale = max_fp8 / amax / 2^margin
+  bool power_of_two = false;    // scales rounded to powers of two (blockwise: DeepSeek's ue8m0)
+  // module kinds kept in the high precision besides those that always are
+  // (embedding, LM head, router, norms: never FP8 GEMMs)
+  std::vector<Fp8Module> keep_high_precision{Fp8Module::embedding, Fp8Module::lm_head, Fp8Module::router,
+                                             Fp8Module::norm};
+  bool param_gather = false;  // ZeRO 3 all-gathers FP8 weights (tensorwise, delayed)
+  bool on() const { return recipe != Fp8Recipe::none; }
+  bool keeps(Fp8Module m) const {
+    for (Fp8Module k : keep_high_precision)
+      if (k == m) return true;
+    return false;
+  }
+};
+
 struct TrainConfig {
   int64_t global_batch = 0, micro_batch = 0, steps = 0;
   Precision precision = Precision::fp32;  // bf16 / fp16: mixed precision, fp32 master weights
@@ -181,6 +202,7 @@ struct TrainConfig {
   NonFinite nonfinite = NonFinite::stop;
   int64_t nonfinite_limit = 5;
   int64_t threads = 0;  // 0 = all cores of this process's share
+  Fp8Config fp8;
 };
 
 // optim.muon (docs/optim.md#muon): torch.optim.Muon for the hidden

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/recipe/recipe.hpp"
+#include "launch/checkpoint/fp8_state.hpp"
 #include "launch/checkpoint/index.hpp"
 #include "model/params.hpp"
 #include "optim/mixed_precision.hpp"
@@ -72,6 +73,11 @@ struct RankState {
   // Whether this rank writes its (dense) shard: ZeRO 0's replicas and HSDP's
   // hold the same state, only the first of them writes it.
   bool writes = true;
+  // Delayed FP8 scaling (train.fp8.recipe delayed): the model's state, saved
+  // from the ranks where fp8_writes (one per pipeline stage: its state is the
+  // same on the stage's other ranks) and loaded on every rank (null: none).
+  model::Fp8Linears* fp8 = nullptr;
+  bool fp8_writes = false;
 };
 
 // A packed exp_avg_sq (RankState::exp_avg_sq_runs) in the shard's layout
@@ -130,12 +136,13 @@ class CheckpointSaver {
   // in the directory removes it when it starts.
   void mark_stopped(int64_t steps_done, const std::string& signal) const;
   static constexpr const char* kStoppedFile = "stopped.json";
+  static constexpr const char* kFp8StateFile = "fp8_state.json";  // delayed FP8 scaling's state in a step directory
 
  private:
   struct Pending;
   std::string complete();
   void write_index(const std::vector<checkpoint::FileReport>& files, int64_t steps_done, const ScalerState& scaler,
-                   const std::string& tmp_dir) const;
+                   const std::string& tmp_dir, const checkpoint::Fp8State* fp8) const;
   void rotate(const std::string& tmp_dir) const;
   std::string previous_checkpoint() const;  // what `latest` names, or "none"
   const Recipe& rc_;

@@ -107,6 +107,7 @@ std::string index_json(const CheckpointIndex& x) {
     j["tokenizer"] = {
         {"kind", enum_name(t.kind)}, {"file", t.file}, {"crc32c", t.crc32c}, {"vocab", t.vocab}, {"eod", t.eod}};
   }
+  if (x.fp8) j["fp8_state"] = {{"file", x.fp8->file}, {"crc32c", x.fp8->crc32c}};
   // the checksum of every byte before it, as the last key
   std::string body = j.dump(-1, ' ', false, Json::error_handler_t::replace);
   body.pop_back();  // the closing brace
@@ -322,6 +323,15 @@ CheckpointIndex read_index(const std::string& path) {
     tok.vocab = r.get<int64_t>(t, "vocab", "tokenizer.", "an integer");
     tok.eod = r.get<int64_t>(t, "eod", "tokenizer.", "an integer");
     x.tokenizer = tok;
+  }
+  if (j.contains("fp8_state")) {
+    const Json& f = j["fp8_state"];
+    IndexFp8 fp8;
+    fp8.file = r.get<std::string>(f, "file", "fp8_state.", "a file name");
+    if (fp8.file.empty() || fp8.file.find('/') != std::string::npos || fp8.file == "..")
+      fail_input("{}: key 'fp8_state.file': expected a file name in the step directory, found '{}'", path, fp8.file);
+    fp8.crc32c = r.get<std::string>(f, "crc32c", "fp8_state.", "8 hex digits");
+    x.fp8 = fp8;
   }
   return x;
 }

@@ -60,6 +60,12 @@ struct IndexTokenizer {
   int64_t vocab = 0, eod = -1;
 };
 
+// Delayed FP8 scaling's state (launch/checkpoint/fp8_state.hpp): its file in
+// the step directory and the file's checksum.
+struct IndexFp8 {
+  std::string file, crc32c;
+};
+
 struct CheckpointIndex {
   int version = kVersion;
   int64_t step = 0, consumed_samples = 0, seed = 0;
@@ -80,6 +86,7 @@ struct CheckpointIndex {
   std::string recipe_file, recipe_text;
   std::vector<std::string> recipe_overrides;
   std::optional<IndexTokenizer> tokenizer;
+  std::optional<IndexFp8> fp8;  // absent: no delayed scaling state
   std::vector<IndexFile> files;
   std::map<std::string, IndexTensor> tensors;
 

@@ -255,6 +255,7 @@ struct LoadPlan {
   int64_t step = 0;
   std::string own_file;  // same mesh
   checkpoint::ReshardPlan reshard, experts;
+  std::optional<checkpoint::Fp8State> fp8;  // delayed FP8 scaling's state, checked
 };
 
 LoadPlan verify(const Recipe& rc, const std::string& dir, const RankState& s) {
@@ -263,6 +264,15 @@ LoadPlan verify(const Recipe& rc, const std::string& dir, const RankState& s) {
   LoadPlan plan;
   plan.step = x.step;
   if (s.scaler) restore_scaler(x, index_path, rc, *s.scaler);
+  if (s.fp8 && x.fp8) {  // delayed FP8 scaling's state: checked here, taken by read_state
+    const std::string file = (fs::path(dir) / x.fp8->file).string();
+    if (!fs::exists(file)) fail_input("{}: missing (the FP8 state {} records)", file, index_path);
+    if (const std::string sum = fmt::format("{:08x}", crc32c_file(file)); sum != x.fp8->crc32c)
+      fail_input("{}: checksum {} != {} in {} (the FP8 state was changed)", file, sum, x.fp8->crc32c, index_path);
+    plan.fp8 = checkpoint::read_fp8_state(file);
+  } else if (s.fp8) {
+    log::info("{} holds no delayed FP8 scaling state: the scales start at 1", dir);
+  }
   const std::string saved = describe_mesh(x.mesh), mine = describe_mesh(rc.parallel);
   // experts split over ranks: a file holds two shards, always read by the pieces
   const bool split = x.mesh.expert > 1 || x.mesh.whole_experts() || s.experts.params;
@@ -341,6 +351,7 @@ void read_state(const LoadPlan& plan, const std::string& dir, const RankState& s
   });
   if (s.experts.params)
     read_shard(expert_part(s), dir, [&](const RankState& h) { checkpoint::run_reshard(plan.experts, dir, h); });
+  if (plan.fp8 && s.fp8) s.fp8->load_state(*plan.fp8);
 }
 
 }  // namespace

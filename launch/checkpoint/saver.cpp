@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "core/atomic_file.hpp"
+#include "core/crc32c.hpp"
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
 #include "core/fault.hpp"
@@ -74,6 +75,7 @@ struct CheckpointSaver::Pending {
   std::atomic<bool> written{false};
   FileReport report;
   std::string failure;
+  checkpoint::Fp8State fp8;  // this rank's part of delayed FP8 scaling's state at the step
 };
 
 CheckpointSaver::CheckpointSaver(const Recipe& rc, parallel::Communicator* world) : rc_(rc), world_(world) {
@@ -152,6 +154,7 @@ std::string CheckpointSaver::start(int64_t steps_done, const RankState& s) {
   else
     p->scaler.optimizer_steps = steps_done;
   p->final_dir = root / step_name(steps_done), p->tmp_dir = root / (".tmp_" + step_name(steps_done));
+  if (s.fp8 && s.fp8_writes) p->fp8 = s.fp8->state();
   if (!world_ || world_->rank() == 0) {
     fs::create_directories(root);
     fs::remove_all(p->tmp_dir);
@@ -234,6 +237,8 @@ std::string CheckpointSaver::complete() {
   const fs::path root(rc_.checkpoint.dir);
   const int rank = world_ ? world_->rank() : 0;
   const std::vector<FileReport> files = checkpoint::gather_reports(world_, p->report);  // also the barrier
+  const bool delayed = rc_.train.fp8.recipe == Fp8Recipe::delayed;
+  const checkpoint::Fp8State fp8 = delayed ? checkpoint::gather_fp8_state(world_, p->fp8) : checkpoint::Fp8State{};
   const bool failed = std::any_of(files.begin(), files.end(), [](const FileReport& f) { return f.status < 0; });
   if (failed) {
     if (!p->failure.empty()) log::error("checkpoint after step {}: {}", p->step, p->failure);
@@ -246,7 +251,7 @@ std::string CheckpointSaver::complete() {
     return "";
   }
   if (rank == 0) {
-    write_index(files, p->step, p->scaler, p->tmp_dir.string());
+    write_index(files, p->step, p->scaler, p->tmp_dir.string(), delayed ? &fp8 : nullptr);
     fsync_path(p->tmp_dir.string());
     if (fs::exists(p->final_dir)) fs::remove_all(p->final_dir);
     fs::rename(p->tmp_dir, p->final_dir);
@@ -271,7 +276,7 @@ void CheckpointSaver::record_tokenizer(const checkpoint::IndexTokenizer& t, std:
 
 // The index of every written file and, per parameter, the pieces each holds.
 void CheckpointSaver::write_index(const std::vector<FileReport>& files, int64_t steps_done, const ScalerState& scaler,
-                                  const std::string& tmp_dir) const {
+                                  const std::string& tmp_dir, const checkpoint::Fp8State* fp8) const {
   const Recipe& rc = rc_;
   const auto& m = rc.model;
   const auto& par = rc.parallel;
@@ -284,6 +289,11 @@ void CheckpointSaver::write_index(const std::vector<FileReport>& files, int64_t 
   x.tokenizer = tokenizer_;
   if (tokenizer_ && !tokenizer_->file.empty())
     write_file_atomic((fs::path(tmp_dir) / tokenizer_->file).string(), tokenizer_bytes_);
+  if (fp8) {  // delayed FP8 scaling's state, beside the shards
+    const std::string text = checkpoint::fp8_state_json(*fp8);
+    write_file_atomic((fs::path(tmp_dir) / kFp8StateFile).string(), text);
+    x.fp8 = checkpoint::IndexFp8{kFp8StateFile, fmt::format("{:08x}", crc32c(text.data(), text.size()))};
+  }
   const model::ParamRegistry whole(m);  // valid rows per name
   const int experts = m.moe.enabled && par.expert > 1 ? int(par.expert) : 1;
   for (const FileReport& f : files) {

@@ -406,6 +406,11 @@ void RunReport::keep(const StepFacts& f, const StepMeasures& m) {
   out_.bubbles.push_back(m.bubble);
   if (f.moe) out_.expert_tokens.push_back(f.moe->counts);
   if (f.qk_clipped >= 0) out_.qk_clipped.push_back(f.qk_clipped), out_.qk_margin.push_back(f.qk_margin);
+  if (f.fp8) {
+    int64_t n = 0;
+    for (int64_t s : f.fp8->saturated) n += s;
+    out_.fp8_saturated.push_back(n), out_.fp8_scale.push_back(f.fp8->scale);
+  }
   out_.comm_wait_s += f.comm_wait_s;
 }
 
@@ -444,6 +449,14 @@ Json RunReport::train_record(const StepFacts& f, const StepMeasures& m) const {
     Json top = Json::array();
     for (double x : f.max_logit) top.push_back(std::isfinite(x) ? Json(rounded(x, 4)) : Json(nullptr));
     r["max_logit"] = top, r["qk_clipped"] = f.qk_clipped;
+  }
+  if (f.fp8) {  // per layer of the model
+    Json amax = Json::array(), scale = Json::array();
+    int64_t total = 0;
+    for (double a : f.fp8->amax) amax.push_back(rounded(a, 6));
+    for (double x : f.fp8->scale) scale.push_back(rounded(x, 6));
+    for (int64_t s : f.fp8->saturated) total += s;
+    r["fp8"] = {{"amax", amax}, {"scale", scale}, {"saturated", f.fp8->saturated}, {"saturated_total", total}};
   }
   if (f.moe) {
     r["aux_loss"] = rounded(f.moe->aux_loss, 8), r["z_loss"] = rounded(f.moe->z_loss, 8);

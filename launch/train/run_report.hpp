@@ -53,6 +53,15 @@ std::string peak_cache_file();  // "" when there is nowhere to cache
 using model::MoeLoad;  // an MoE model's step (model/moe_stats.hpp)
 
 // What the loop measured in one step (0-based `step`).
+// The FP8 statistics of a step (train.fp8), per layer of the model: the
+// largest |value| an FP8 GEMM quantised, the smallest quantisation scale,
+// the values clamped at the format's largest (model::Fp8LayerStats; 0 where
+// a layer has no FP8 GEMM).
+struct Fp8StepStats {
+  std::vector<double> amax, scale;
+  std::vector<int64_t> saturated;
+};
+
 struct StepFacts {
   int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1, next_loss_scale = 1;
@@ -65,6 +74,7 @@ struct StepFacts {
   std::vector<double> max_logit;             // QK-clip: each layer's largest attention logit of the step
   int64_t qk_clipped = -1;                   // QK-clip: the heads it scaled (-1: off)
   double qk_margin = 0;                      // QK-clip: the heads' smallest |S_h / threshold - 1|
+  std::optional<Fp8StepStats> fp8;           // train.fp8: each layer's amax, scale, saturated values
 };
 
 // What end_step measured of a step, shared by its record, trace and line.

@@ -97,6 +97,7 @@ double StepRunner::forward_backward(double loss_scale) {
   const float dscale = float(loss_scale / std::max(loss_tokens_, 1.0));  // of the mean loss over the counted targets
   net_.reset_moe_step();
   executor_->run(actions_, runner_->hooks(inputs_, &dp_, dscale));
+  net_.end_fp8_step(data_);
   return runner_->loss_sum();
 }
 
@@ -113,6 +114,20 @@ std::vector<double> StepRunner::mtp_loss() const {
   sums = parallel::sum_over(pipeline_, parallel::sum_over(data_, sums));
   for (int64_t k = 1; k <= depth; ++k) sums[size_t(k - 1)] /= double(shape_.global_batch) * double(shape_.seq_len - k);
   return sums;
+}
+
+Fp8StepStats StepRunner::fp8_stats() const {
+  const int64_t L = net_.config().layers + net_.config().mtp.depth;
+  std::vector<double> amax(size_t(L), 0.0), scale(size_t(L), 0.0), saturated(size_t(L), 0.0);
+  if (const model::Fp8Linears* f = net_.fp8())
+    for (int l = 0; l < net_.local_layers(); ++l) {  // each layer on one stage: the others hold zeros
+      const model::Fp8LayerStats& s = f->stats()[size_t(l)];
+      const auto g = size_t(net_.global_layer(l));
+      amax[g] = s.amax, scale[g] = s.scale, saturated[g] = double(s.saturated);
+    }
+  Fp8StepStats out{parallel::max_over(pipeline_, amax), parallel::max_over(pipeline_, scale), {}};
+  for (double n : parallel::max_over(pipeline_, saturated)) out.saturated.push_back(int64_t(n));
+  return out;
 }
 
 double StepRunner::evaluate(int64_t batches) {

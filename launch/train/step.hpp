@@ -67,6 +67,10 @@ class StepRunner {
   // T - k positions of each sequence; collective over the pipeline and data
   // groups, every rank gets them).
   std::vector<double> mtp_loss() const;
+  // train.fp8: the step's FP8 statistics of every layer of the model (the
+  // layers, then multi-token prediction's), over every rank: a collective
+  // of the pipeline group (the stage's are reduced already).
+  Fp8StepStats fp8_stats() const;
   // Mean validation loss per token over `batches` micro-batches (every
   // stage gets it); NaN without a validation split or with batches = 0.
   double evaluate(int64_t batches);

@@ -347,6 +347,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
                  first.opt.packed(),
                  first.opt.second_moment_runs(),
                  &scaler.state()};
+  // delayed FP8 scaling's state: the same on every rank of a stage, written by its first
+  if (rc.train.fp8.recipe == Fp8Recipe::delayed) ckpt.fp8 = net.fp8(), ckpt.fp8_writes = replica == 0 && at.tp == 0;
   // ZeRO 0's replicas and HSDP's hold the same state: the first of them writes it
   ckpt.writes = first_of(rc.parallel.zero >= 1 ? first.part.replica_group : mesh.data_context());
   if (dp.size() > 1) {  // the expert part: its shard over expert-data, after the dense one in the same file
@@ -440,7 +442,8 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
          report.seconds() - ckpt_start, sampler->train_samples_per_source(uint64_t((step + 1) * rc.train.global_batch)),
          rc.model.moe.enabled ? std::optional<MoeLoad>(runner.moe_load()) : std::nullopt,
          rc.model.mtp.depth > 0 ? runner.mtp_loss() : std::vector<double>{}, layer_max(max_logit, rc.model.heads),
-         qk_clip ? clipped : -1, qk_clip ? qk_margin(max_logit, rc.optim.muon.qk_clip.threshold) : 0.0});
+         qk_clip ? clipped : -1, qk_clip ? qk_margin(max_logit, rc.optim.muon.qk_clip.threshold) : 0.0,
+         rc.train.fp8.on() ? std::optional<Fp8StepStats>(runner.fp8_stats()) : std::nullopt});
 
     if ((rc.eval.every > 0 && (step + 1) % rc.eval.every == 0) || step + 1 == rc.train.steps)
       report.evaluated(step, runner.evaluate(rc.eval.batches), runner.evaluate_sources(rc.eval.batches));

@@ -43,6 +43,10 @@ struct TrainSummary {
   // QK-clip (optim.muon.qk_clip), per step: the heads it scaled, and how near
   // a head's largest logit came to the threshold (min |S_h / tau - 1|)
   std::vector<int64_t> qk_clipped;
+  // train.fp8, per step: the values clamped at FP8's largest (all layers),
+  // and each layer's smallest scale (launch/train/run_report.hpp's Fp8StepStats)
+  std::vector<int64_t> fp8_saturated;
+  std::vector<std::vector<double>> fp8_scale;
   std::vector<double> qk_margin;
   int64_t peak_params = 0, peak_grads = 0, peak_optimizer = 0;  // this rank's allocator peaks
   int64_t peak_activations = 0, peak_comm = 0, peak_other = 0, peak_total = 0;

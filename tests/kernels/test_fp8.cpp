@@ -1,6 +1,6 @@
 // FP8 numbers and scalings (kernels/fp8.hpp) by their own definitions; the
 // bit-for-bit comparison with PyTorch, torchao and DeepSeek-V3's reference
-// is tests/kernels/fp8 (ctest: fp8_reference).
+// is tests/model/fp8 (ctest: fp8_reference).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -371,7 +371,7 @@ TEST(Faults, BadFaultSpecIsRefused) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out,
                        "TRIDENT_FAULT: 'explode,step=1': the kind: expected kill | stall | fail_write | nan | "
-                       "slow, found 'explode'"))
+                       "slow | fp8_frozen_scales | fp8_e5m2_forward, found 'explode'"))
       << r.out;
   const auto slow = train("slow,step=1", "--set train.steps=1");
   EXPECT_EQ(slow.code, 2) << slow.out;

@@ -1,5 +1,5 @@
 // The FP8 numerics of kernels/fp8.hpp on a given tensor, written to files
-// for tests/kernels/fp8/check.py to compare with PyTorch's casts, torchao's
+// for tests/model/fp8/check.py to compare with PyTorch's casts, torchao's
 // tensorwise scaling and DeepSeek-V3's blockwise quantisation.
 //   fp8_dump IN.f32 ROWS COLS OUT_DIR
 // IN.f32: ROWS x COLS float32 (row-major). Writes into OUT_DIR, for each
@@ -10,11 +10,12 @@
 // delayed.f32: the scale after each of the first 64 values' magnitudes
 // joins a history of 4 (margin 1, e4m3).
 //   fp8_dump --linear N C OC DIR
-// A linear layer's three GEMMs emulated in FP8 with tensorwise scaling:
-// DIR/x.f32 [N, C], w.f32 [OC, C], g.f32 [N, OC] (the output's gradient)
-// -> out_F.f32 = x' w'^T, dx_F.f32 = g' w', dw_F.f32 = g'^T x', where '
-// is fake quantisation (input and weight e4m3; the gradient e5m2 for F =
-// hybrid, e4m3 for F = e4m3).
+// The model's linear layer (model::LayerOps with train.fp8) under each
+// recipe R: DIR/x.f32 [N, C], w.f32 [OC, C], g.f32 [N, OC] (the output's
+// gradient) -> out_R_S.f32, dx_R_S.f32, dw_R_S.f32 for steps S = 1, 2
+// (the same tensors; delayed scaling's second step casts with the first's
+// amaxes). R: tensorwise_hybrid, tensorwise_e4m3, delayed_hybrid,
+// blockwise, blockwise_pow2.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -22,7 +23,7 @@
 #include <vector>
 
 #include "kernels/fp8.hpp"
-#include "kernels/gemm.hpp"
+#include "model/layer_ops.hpp"
 
 namespace fp8 = trident::kernels::fp8;
 
@@ -42,26 +43,46 @@ std::vector<float> read(const std::string& path, int64_t n) {
   return v;
 }
 
-// The fake-quantised copy of x, tensorwise.
-std::vector<float> fake(fp8::Format f, const std::vector<float>& x) {
-  std::vector<float> y(x.size());
-  fp8::fake_quantize(f, x.data(), int64_t(x.size()), fp8::tensorwise_scale(f, fp8::amax(x.data(), int64_t(x.size()))),
-                     y.data());
-  return y;
-}
-
+// The model's linear (model::LayerOps, the FP8 GEMMs of train.fp8) on one
+// rank: forward, then the input and weight gradients, twice (a step, then
+// the next: delayed scaling casts the second with the first's amaxes).
 int linear(int64_t N, int64_t C, int64_t OC, const std::string& dir) {
+  using namespace trident;
   const std::vector<float> x = read(dir + "/x.f32", N * C), w = read(dir + "/w.f32", OC * C),
                            g = read(dir + "/g.f32", N * OC);
-  for (auto [grad, name] : {std::pair{fp8::Format::e5m2, "hybrid"}, std::pair{fp8::Format::e4m3, "e4m3"}}) {
-    const std::vector<float> xq = fake(fp8::Format::e4m3, x), wq = fake(fp8::Format::e4m3, w), gq = fake(grad, g);
-    std::vector<float> out(static_cast<size_t>(N * OC)), dx(x.size()), dw(w.size());
-    trident::kernels::linear_forward(out.data(), xq.data(), wq.data(), static_cast<const float*>(nullptr), N, C, OC);
-    trident::kernels::linear_backward(dx.data(), dw.data(), static_cast<float*>(nullptr), gq.data(), xq.data(),
-                                      wq.data(), N, C, OC, false);
-    write(dir + "/out_" + name + ".f32", out);
-    write(dir + "/dx_" + name + ".f32", dx);
-    write(dir + "/dw_" + name + ".f32", dw);
+  ModelConfig cfg;
+  cfg.arch = Arch::llama, cfg.layers = 1, cfg.hidden = C, cfg.heads = 1, cfg.kv_heads = 1, cfg.ffn_hidden = OC;
+  cfg.seq_len = N, cfg.vocab = 2;
+  const model::LocalDims dims = model::local_dims(cfg, {});
+  parallel::TensorParallel tp(nullptr, false);
+  parallel::ContextParallel cp(nullptr, ContextMode::ring, N);
+  struct Case {
+    const char* name;
+    Fp8Recipe recipe;
+    Fp8Format format;
+    bool pow2;
+  };
+  for (const Case& c : {Case{"tensorwise_hybrid", Fp8Recipe::tensorwise, Fp8Format::hybrid, false},
+                        Case{"tensorwise_e4m3", Fp8Recipe::tensorwise, Fp8Format::e4m3, false},
+                        Case{"delayed_hybrid", Fp8Recipe::delayed, Fp8Format::hybrid, false},
+                        Case{"blockwise", Fp8Recipe::blockwise, Fp8Format::e4m3, false},
+                        Case{"blockwise_pow2", Fp8Recipe::blockwise, Fp8Format::e4m3, true}}) {
+    model::LayerOps<float> ops(cfg, dims, tp, cp, Device{}, kernels::Precision::bf16);
+    Fp8Config f;
+    f.recipe = c.recipe, f.format = c.format, f.power_of_two = c.pow2, f.amax_history = 4;
+    ops.fp8 = std::make_unique<model::Fp8Linears>(f, 1, std::vector<int64_t>{0}, tp, cp);
+    const model::LinearSite site{0, model::Linear::fc};
+    for (int step = 1; step <= 2; ++step) {
+      std::vector<float> out(static_cast<size_t>(N * OC)), dx(x.size()), dw(w.size());
+      ops.fp8->set_training(true);
+      ops.linear_fwd(out.data(), {x.data()}, {w.data()}, nullptr, N, C, OC, site);
+      ops.linear_bwd(dx.data(), dw.data(), nullptr, {g.data()}, {x.data()}, {w.data()}, N, C, OC, false, site);
+      ops.fp8->end_step(nullptr);
+      const std::string tag = std::string(c.name) + "_" + std::to_string(step) + ".f32";
+      write(dir + "/out_" + tag, out);
+      write(dir + "/dx_" + tag, dx);
+      write(dir + "/dw_" + tag, dw);
+    }
   }
   return 0;
 }

@@ -16,9 +16,10 @@ fp8_dump on it and compares each output with:
     a tile of zeros has s = 0 and q = 0 (the reference's 0 / 0 would be NaN);
   - Transformer Engine's delayed scaling (amax history, margin) as its
     _default_sf_compute defines it;
-  - a linear layer's three GEMMs under tensorwise scaling (input and weight
-    e4m3, the output's gradient e5m2 or e4m3) against torchao's
-    Float8Linear with emulate=True, to float32 rounding.
+  - the model's linear layer (LayerOps under train.fp8), its three GEMMs
+    over two steps, against torchao's Float8Linear with emulate=True
+    (tensorwise), Transformer Engine's delayed scaling and DeepSeek-V3's
+    blockwise quantisation built from torch's casts, to float32 rounding.
 Exit 1 with the first differences on a mismatch.
   check.py FP8_DUMP WORK_DIR
 """
@@ -159,20 +160,31 @@ for v in flat[:64].abs():
     ref.append(float(scale))
 compare("delayed scaling (Transformer Engine)", read("delayed.f32", np.float32), np.array(ref, dtype=np.float32))
 
-# A linear layer's forward and backward against torchao's Float8Linear with emulation (tensorwise, input and
-# weight e4m3, the output's gradient e5m2 by default or e4m3): the same fake-quantised operands, float32 GEMMs
-# (summed in another order: compared to float32 rounding)
+# The model's linear layer (LayerOps with train.fp8), forward and backward, two steps on the same tensors, against:
+#   tensorwise: torchao's Float8Linear with emulation (input and weight e4m3, the output's gradient e5m2 (hybrid)
+#     or e4m3), the same fake-quantised operands and float32 GEMMs (summed in another order: to float32 rounding);
+#   delayed: Transformer Engine's definition from torch's casts: the first step casts with scale 1, the second with
+#     (max_fp8 / amax) of the first step's tensors;
+#   blockwise: DeepSeek-V3's act_quant / weight_quant from torch's casts: the input and the output's gradient in
+#     1 x 128 tiles along their rows for the forward and the input gradient, in 128 x 1 tiles along the tokens for
+#     the weight gradient (its sum runs over them), the weight in 128 x 128 blocks; partial tiles at the edges
+#     (N = 200 tokens, OC = 192 rows: a 64-row block) take their amax over what they cover.
 from torchao.float8 import CastConfig, Float8LinearConfig, convert_to_float8_training
+from torchao.float8.float8_utils import to_fp8_saturated as saturated
 
-N, C, OC = 64, 96, 80
+N, C, OC = 200, 256, 192
 lin_dir = os.path.join(WORK, "linear")
 os.makedirs(lin_dir, exist_ok=True)
 g = torch.Generator().manual_seed(7)
 xl, wl, gl = torch.randn(N, C, generator=g) * 3, torch.randn(OC, C, generator=g) * 0.05, torch.randn(N, OC, generator=g) * 1e-3
+xl[:, 200:] *= 40.0  # tiles of other magnitudes
+gl[150:] *= 1e-2
 for name, t in (("x", xl), ("w", wl), ("g", gl)):
     t.numpy().astype(np.float32).tofile(os.path.join(lin_dir, name + ".f32"))
 subprocess.run([DUMP, "--linear", str(N), str(C), str(OC), lin_dir], check=True)
-for fmt, grad_dtype in (("hybrid", torch.float8_e5m2), ("e4m3", torch.float8_e4m3fn)):
+
+
+def torchao_linear(grad_dtype):
     cfg = Float8LinearConfig(emulate=True, cast_config_grad_output=CastConfig(target_dtype=grad_dtype))
     m = torch.nn.Sequential(torch.nn.Linear(C, OC, bias=False))
     with torch.no_grad():
@@ -181,18 +193,68 @@ for fmt, grad_dtype in (("hybrid", torch.float8_e5m2), ("e4m3", torch.float8_e4m
     xin = xl.clone().requires_grad_(True)
     out = m(xin)
     out.backward(gl)
-    for part, ref in (("out", out.detach()), ("dx", xin.grad), ("dw", m[0].weight.grad)):
-        ours = torch.from_numpy(read(f"linear/{part}_{fmt}.f32", np.float32)).view(ref.shape)
-        rel = float((ours - ref).norm() / ref.norm())
-        if rel <= 1e-6:
-            print(f"  linear {fmt} {part} (torchao Float8Linear, emulate): relative L2 {rel:.2e}")
-        else:
-            failures.append(f"linear {fmt} {part}: relative L2 {rel:.3e} against torchao's Float8Linear")
-    # and the quantisation is what the GEMMs saw: bf16-free, a plain float32 linear layer differs by far more
-    plain = xl @ wl.T
-    rel_plain = float((plain - out.detach()).norm() / out.detach().norm())
+    return out.detach(), xin.grad, m[0].weight.grad
+
+
+def scaled(t, dtype, scale):
+    return saturated(t * scale, dtype).float() / scale
+
+
+def delayed_step(step):
+    scale = lambda t, top: torch.tensor(1.0) if step == 1 else (top / t.abs().max()).float()
+    e4, e5 = torch.float8_e4m3fn, torch.float8_e5m2
+    xq, wq, gq = scaled(xl, e4, scale(xl, 448.0)), scaled(wl, e4, scale(wl, 448.0)), scaled(gl, e5, scale(gl, 57344.0))
+    return xq @ wq.T, gq @ wq, gq.T @ xq
+
+
+def tiled(t, tr, tc, pow2):
+    r, c = t.shape
+    R, Cc = -(-r // tr) * tr, -(-c // tc) * tc
+    p = torch.zeros(R, Cc)
+    p[:r, :c] = t
+    b = p.view(R // tr, tr, Cc // tc, tc).permute(0, 2, 1, 3)
+    s = b.abs().amax(dim=(2, 3)) / 448.0
+    if pow2:
+        m, e = torch.frexp(s)
+        s = torch.where(s > 0, torch.where(m == 0.5, s, torch.ldexp(torch.ones_like(s), e)), s)
+    y = b / s[:, :, None, None]
+    y = torch.where(s[:, :, None, None] == 0, torch.zeros_like(y), y)
+    back = y.to(torch.float8_e4m3fn).float() * s[:, :, None, None]
+    return back.permute(0, 2, 1, 3).reshape(R, Cc)[:r, :c]
+
+
+def blockwise(pow2):
+    xq, wq, gq = tiled(xl, 1, 128, pow2), tiled(wl, 128, 128, pow2), tiled(gl, 1, 128, pow2)
+    xt, gt = tiled(xl, 128, 1, pow2), tiled(gl, 128, 1, pow2)
+    return xq @ wq.T, gq @ wq, gt.T @ xt
+
+
+cases = {
+    "tensorwise_hybrid": ("torchao Float8Linear, emulate", lambda s: torchao_linear(torch.float8_e5m2)),
+    "tensorwise_e4m3": ("torchao Float8Linear, emulate", lambda s: torchao_linear(torch.float8_e4m3fn)),
+    "delayed_hybrid": ("Transformer Engine delayed scaling", delayed_step),
+    "blockwise": ("DeepSeek-V3 act_quant / weight_quant", lambda s: blockwise(False)),
+    "blockwise_pow2": ("DeepSeek-V3, ue8m0 scales", lambda s: blockwise(True)),
+}
+for tag, (what, ref_of) in cases.items():
+    for step in (1, 2):
+        for part, ref in zip(("out", "dx", "dw"), ref_of(step)):
+            ours = torch.from_numpy(read(f"linear/{part}_{tag}_{step}.f32", np.float32)).view(ref.shape)
+            rel = float((ours - ref).norm() / ref.norm())
+            if rel <= 1e-6:
+                print(f"  linear {tag} step {step} {part} ({what}): relative L2 {rel:.2e}")
+            else:
+                failures.append(f"linear {tag} step {step} {part}: relative L2 {rel:.3e} against {what}")
+    # the quantisation is what the GEMMs saw: a plain float32 layer differs by far more
+    out = torch.from_numpy(read(f"linear/out_{tag}_2.f32", np.float32)).view(N, OC)
+    rel_plain = float((xl @ wl.T - out).norm() / out.norm())
     if rel_plain < 1e-3:
-        failures.append(f"linear {fmt}: the FP8 output is within {rel_plain:.1e} of the float32 layer's: nothing quantised?")
+        failures.append(f"linear {tag}: the FP8 output is within {rel_plain:.1e} of the float32 layer's: nothing quantised?")
+# delayed scaling's first step (scale 1) differs from its second
+d1 = read("linear/out_delayed_hybrid_1.f32", np.float32)
+d2 = read("linear/out_delayed_hybrid_2.f32", np.float32)
+if np.array_equal(d1, d2):
+    failures.append("linear delayed_hybrid: the second step cast with the same scales as the first")
 
 if failures:
     print("\n".join(["FAILED:"] + failures))

@@ -101,10 +101,12 @@ Key integers(const char* path, F field, int64_t lo, int64_t hi, const char* defa
           [=](Reader& in, Recipe& r) { field(r) = in.integers(path, lo, hi); },
           [=](const Recipe& r) { return fmt::format("[{}]", fmt::join(field(r), ", ")); }};
 }
+// keep_default: an absent key leaves the field's own default list (else: an empty list)
 template <typename E, typename F>
-Key choices(const char* path, F field, const char* default_text, const char* doc) {
+Key choices(const char* path, F field, const char* default_text, const char* doc, bool keep_default = false) {
   return {{path, "list of `" + enum_choices<E>("` \\| `") + "`", default_text, doc},
           [=](Reader& in, Recipe& r) {
+            if (keep_default && !in.has(path)) return in.note(path);
             std::vector<E> out;
             for (const auto& name : in.texts(path, {})) {
               const auto e = parse_enum<E>(name);

@@ -166,28 +166,13 @@ const std::vector<Key>& table() {
         boolean("train.fp8.power_of_two", FIELD(train.fp8.power_of_two), value(false),
                 "scales rounded to powers of two: tensorwise down (torchao's round_scales_to_power_of_2), "
                 "blockwise up (DeepSeek's ue8m0 scale format)"),
-        Key{{"train.fp8.keep_high_precision", "list of `" + enum_choices<Fp8Module>("` \\| `") + "`",
-             "`[embedding, lm_head, router, norm]`",
-             "module kinds whose GEMMs stay in `precision`: `attention` (MLA's projections too), `mlp`, `experts`, "
-             "`mtp` (the multi-token prediction depths' blocks; their eh projection never is), `first_layer`, "
-             "`last_layer`; embedding, LM head, router and norms are never "
-             "FP8 (they may be listed)"},
-            [](Reader& in, Recipe& r) {
-              const char* path = "train.fp8.keep_high_precision";
-              if (!in.has(path)) return in.note(path);  // the default list stays
-              std::vector<Fp8Module> out;
-              for (const auto& name : in.texts(path, {})) {
-                const auto e = parse_enum<Fp8Module>(name);
-                if (!e) in.bad(path, "a list of " + enum_choices<Fp8Module>(", ") + ", found '" + name + "'");
-                out.push_back(*e);
-              }
-              r.train.fp8.keep_high_precision = out;
-            },
-            [](const Recipe& r) {
-              std::vector<std::string> names;
-              for (Fp8Module e : r.train.fp8.keep_high_precision) names.push_back(enum_name(e));
-              return fmt::format("[{}]", fmt::join(names, ", "));
-            }},
+        choices<Fp8Module>("train.fp8.keep_high_precision", FIELD(train.fp8.keep_high_precision),
+                           "`[embedding, lm_head, router, norm]`",
+                           "module kinds whose GEMMs stay in `precision`: `attention` (MLA's projections too), "
+                           "`mlp`, `experts`, `mtp` (the multi-token prediction depths' blocks; their eh projection "
+                           "never is), `first_layer`, `last_layer`; embedding, LM head, router and norms are never "
+                           "FP8 (they may be listed)",
+                           /*keep_default=*/true),
         boolean("train.fp8.param_gather", FIELD(train.fp8.param_gather), value(false),
                 "ZeRO 3 all-gathers the weights of FP8 GEMMs as FP8 bytes with their scale (tensorwise, delayed): not "
                 "built "

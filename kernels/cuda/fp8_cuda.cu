@@ -6,6 +6,8 @@
 // tile of any shape (1 x 128, 128 x 1, 128 x 128; partial at the edges), its amax a
 // shared-memory tree that keeps NaN, s = amax / 448 (the power of two at or
 // above it, from its bits, for ue8m0).
+#include <cstring>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/fp8_code.hpp"
 
@@ -74,6 +76,16 @@ __global__ void fp8_saturated_kernel(unsigned long long* count, const float* x, 
   if (k) atomicAdd(count, k);
 }
 
+// A scratch result back to the host (the wrappers return scalars: they wait for it).
+void read_back(void* host, const void* device, size_t bytes) {
+#ifdef TRIDENT_CUDA_EMULATION
+  std::memcpy(host, device, bytes);
+#else
+  CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+#endif
+}
+
 }  // namespace
 
 float fp8_amax(const float* x, int64_t n) {
@@ -87,12 +99,7 @@ float fp8_amax(const float* x, int64_t n) {
   KERNEL_LAUNCH(fp8_amax_kernel, 1, threads, 0)(one, partial, int64_t(blocks));
   CUDA_LAUNCHED("fp8_amax_kernel");
   float out = 0.f;
-#ifdef TRIDENT_CUDA_EMULATION
-  out = *one;
-#else
-  CUDA_CHECK(cudaMemcpyAsync(&out, one, sizeof(float), cudaMemcpyDeviceToHost, stream()));
-  CUDA_CHECK(cudaStreamSynchronize(stream()));
-#endif
+  read_back(&out, one, sizeof(out));
   scratch_free(one, sizeof(float));
   scratch_free(partial, blocks * sizeof(float));
   return out;
@@ -124,12 +131,7 @@ int64_t fp8_count_saturated(const float* x, int64_t n, float scale, int format) 
   CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(out), stream()));
 #endif
   LAUNCH_GRID_STRIDE(fp8_saturated_kernel, n, count, x, n, scale, format == 0 ? 448.0f : 57344.0f);
-#ifdef TRIDENT_CUDA_EMULATION
-  out = *count;
-#else
-  CUDA_CHECK(cudaMemcpyAsync(&out, count, sizeof(out), cudaMemcpyDeviceToHost, stream()));
-  CUDA_CHECK(cudaStreamSynchronize(stream()));
-#endif
+  read_back(&out, count, sizeof(out));
   scratch_free(count, sizeof(out));
   return int64_t(out);
 }

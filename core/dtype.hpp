@@ -65,6 +65,10 @@ template <>
 constexpr DType dtype_of<int32_t>() {
   return DType::i32;
 }
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::u8;
+}
 
 // bf16 <-> f32, round to nearest even (NaN kept quiet).
 inline uint16_t f32_to_bf16(float f) {

@@ -333,11 +333,12 @@ KERNEL_OP(void, rope_backward,
 }  // namespace trident::kernels
 
 // kernels/fp8.hpp: the codes and scalings that run where the tensor lives
-// (the dequantisations, delayed scaling's state and the scalars are host-only)
+// (the blockwise dequantisations, delayed scaling's state and the scalars are host-only)
 namespace trident::kernels::fp8 {
 namespace cpu {
 float amax(const float* x, int64_t n);
 void quantize(Format f, const float* x, int64_t n, float scale, uint8_t* q);
+void dequantize(Format f, const uint8_t* q, int64_t n, float scale, float* y);
 void fake_quantize(Format f, const float* x, int64_t n, float scale, float* y);
 void quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales);
 void quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, uint8_t* q, float* scales);
@@ -354,6 +355,9 @@ namespace {
 float amax(const float* x, int64_t n) { CHOOSE(float, x, cuda::fp8_amax(x, n), cpu::amax(x, n)); }
 void quantize(Format f, const float* x, int64_t n, float scale, uint8_t* q) {
   CHOOSE(float, x, cuda::fp8_quantize(q, x, n, scale, code(f)), cpu::quantize(f, x, n, scale, q));
+}
+void dequantize(Format f, const uint8_t* q, int64_t n, float scale, float* y) {
+  CHOOSE(float, y, cuda::fp8_dequantize(y, q, n, scale, code(f)), cpu::dequantize(f, q, n, scale, y));
 }
 void fake_quantize(Format f, const float* x, int64_t n, float scale, float* y) {
   CHOOSE(float, x, cuda::fp8_fake_quantize(y, x, n, scale, code(f)), cpu::fake_quantize(f, x, n, scale, y));

@@ -38,11 +38,11 @@
 //     quantises to zeros, where the reference's 0 / 0 makes NaN (later
 //     DeepSeek kernels clamp amax at 1e-4 for the same reason).
 //
-// Where they run: amax, quantize, fake_quantize and the blockwise
-// quantisations run on the buffer's device (the CUDA twins of
+// Where they run: amax, quantize, dequantize, fake_quantize and the
+// blockwise quantisations run on the buffer's device (the CUDA twins of
 // kernels/cuda/fp8_cuda.cu for device memory, the same bits;
-// kernels/device_choice.cpp); the dequantisations and the scalars are the
-// host's.
+// kernels/device_choice.cpp); the blockwise dequantisations and the
+// scalars are the host's.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/fault.hpp"
+#include "kernels/buffer.hpp"
 #include "parallel/rank_reductions.hpp"
 
 namespace trident::model {
@@ -105,9 +106,46 @@ void Fp8Linears::note(LinearSite s, float amax, float scale, int64_t saturated) 
   st.saturated += saturated;
 }
 
+std::vector<float> Fp8Linears::gather_scales(const std::vector<LinearSite>& sites, std::vector<float>& amaxes,
+                                             const std::vector<bool>& over_tensor,
+                                             parallel::Communicator* group) const {
+  std::vector<float> scales(sites.size(), 1.0f);
+  if (frozen_) return scales;
+  if (cfg_.recipe == Fp8Recipe::delayed) {
+    for (size_t i = 0; i < sites.size(); ++i) scales[i] = scale_of(sites[i], Operand::weight, amaxes[i]);
+    return scales;
+  }
+  std::vector<double> whole(amaxes.begin(), amaxes.end()), split;  // split: the tensor group's share of it
+  whole = parallel::max_over(group, std::move(whole));
+  for (size_t i = 0; i < sites.size(); ++i)
+    if (over_tensor[i]) split.push_back(whole[i]);
+  split = parallel::max_over(tp_.group(), std::move(split));
+  for (size_t i = 0, j = 0; i < sites.size(); ++i) {
+    amaxes[i] = float(over_tensor[i] ? split[j++] : whole[i]);
+    scales[i] = f8::tensorwise_scale(format(Operand::weight), amaxes[i], cfg_.power_of_two);
+  }
+  return scales;
+}
+
+bool Fp8Linears::precast(LinearSite s, Operand op, const float* x, int64_t n, float* y) const {
+  if (op != Operand::weight || precast_.empty()) return false;
+  auto it = precast_.find(x);
+  if (it == precast_.end()) return false;
+  TRIDENT_CHECK(it->second.n == n, "layer {} {}: a gathered FP8 weight of {} values read as {}", s.layer,
+                linear_name(s.linear), it->second.n, n);
+  kernels::copy(y, x, n);
+  if (training_) {
+    if (cfg_.recipe == Fp8Recipe::delayed) scale_of(s, op, it->second.amax);
+    note(s, it->second.amax, it->second.scale, it->second.saturated);
+    it->second.saturated = 0;
+  }
+  return true;
+}
+
 void Fp8Linears::quantize(LinearSite s, Operand op, const float* x, int64_t rows, int64_t cols, bool along_tokens,
                           float* y) const {
   const int64_t n = rows * cols;
+  if (precast(s, op, x, n, y)) return;
   if (frozen_) {  // broken on purpose: every tensor cast as it is (scale 1)
     f8::fake_quantize(format(op), x, n, 1.0f, y);
     return;
@@ -130,7 +168,7 @@ void Fp8Linears::quantize(LinearSite s, Operand op, const float* x, int64_t rows
 
 void Fp8Linears::quantize_groups(LinearSite s, Operand op, const float* x, const int64_t* offsets, int64_t G,
                                  int64_t cols, bool along_tokens, Spread over, float* y) const {
-  if (cfg_.recipe == Fp8Recipe::delayed || tiled() || frozen_) {
+  if (cfg_.recipe == Fp8Recipe::delayed || tiled() || frozen_ || precast_.count(x)) {  // a group at a time
     for (int64_t g = 0; g < G; ++g) {
       const int64_t r0 = offsets[g], r1 = offsets[g + 1];
       if (r1 > r0) quantize(s, op, x + r0 * cols, r1 - r0, cols, along_tokens, y + r0 * cols);

@@ -113,6 +113,29 @@ class Fp8Linears {
   void quantize_weights(LinearSite s, const float* w, int64_t G, int64_t rows, int64_t cols, Spread over,
                         float* y) const;
 
+  // ZeRO 3's FP8 parameter gathers (train.fp8.param_gather,
+  // model/fp8_gather.hpp). gather_scales: the scale each weight is cast with
+  // on the wire, from amaxes[i], this rank's share of weight i's values:
+  // tensorwise max-reduces them over `group` (the ranks sharing ZeRO's
+  // shards) and, where over_tensor[i], the tensor group (amaxes then hold
+  // the whole weight's), exactly the scale the GEMM would make from the
+  // gathered weight; delayed takes the site's state's scale and records the
+  // share's amax (end_step max-reduces it with the rest).
+  std::vector<float> gather_scales(const std::vector<LinearSite>& sites, std::vector<float>& amaxes,
+                                   const std::vector<bool>& over_tensor, parallel::Communicator* group) const;
+  kernels::fp8::Format weight_format() const { return format(Operand::weight); }
+  // A gathered weight of n values at w already holds its FP8 values
+  // (decoded codes, cast with `scale`): quantize() hands them on as they are
+  // and notes amax, scale and the saturated count of this rank's share
+  // (once), until forget(w).
+  struct PreCast {
+    int64_t n = 0;
+    float amax = 0, scale = 1;
+    int64_t saturated = 0;
+  };
+  void precast(const float* w, PreCast p) const { precast_[w] = p; }
+  void forget(const float* w) const { precast_.erase(w); }
+
   // Forwards for training record delayed scaling's amaxes (evaluation's do not).
   void set_training(bool training) const { training_ = training; }
   // After a step's backward: the step's amaxes max-reduced over the tensor,
@@ -159,7 +182,9 @@ class Fp8Linears {
   parallel::ContextParallel& cp_;
   mutable bool training_ = false;
   mutable std::map<int64_t, Delayed> delayed_;  // by (local layer, linear, operand)
-  mutable std::vector<Fp8LayerStats> step_;     // this step's, per local layer
+  mutable std::map<const float*, PreCast> precast_;
+  bool precast(LinearSite s, Operand op, const float* x, int64_t n, float* y) const;
+  mutable std::vector<Fp8LayerStats> step_;  // this step's, per local layer
   std::vector<Fp8LayerStats> stats_;
 };
 

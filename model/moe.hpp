@@ -195,6 +195,9 @@ class MoeMlp {
   // train.fp8: the routed experts' grouped GEMMs in FP8 (the model's, set
   // when it is built; null: in the layer's precision)
   const Fp8Linears* fp8 = nullptr;
+  // the routed experts' FP8 tensors' spread (below); the local experts
+  Fp8Linears::Spread routed_spread() const { return routed(); }
+  int64_t local_experts() const { return ep_ ? ep_->local_experts() : cfg_.experts; }
 
  private:
   MoeConfig cfg_;

@@ -55,6 +55,7 @@ ParallelModel parallelize(const Recipe& rc, parallel::Mesh& mesh) {
   parallel::DataParallelSpec dense = data_parallel_spec(rc, mesh, reg), experts = dense;
   experts.data = mesh.expert_shard();  // the ranks sharing the experts' shards: expert_data, or its HSDP shard group
   experts.replicas = mesh.expert_replicate();
+  if (rc.train.fp8.param_gather) dense.cast = experts.cast = m.net->fp8_param_gather();
   m.dp =
       std::make_unique<parallel::DataParallelParts>(dense, experts, mesh.expert(), reg.expert_begin(),
                                                     m.net->segments(), reg.total(), &m.net->params(), &m.net->grads());

@@ -82,11 +82,14 @@ void Transformer<T>::make_segments() {
   const auto& params = reg_.params();
   size_t i = 0;
   auto take = [&](size_t count, SegKind kind, int64_t local, int64_t global) {
-    SegInfo info{kind, local, global, {}};
+    SegInfo info{kind, local, global, {}, {}};
     for (size_t j = i; j < i + count; ++j) {
       const ParamRow* row = arch_.find(params[j].name);
       TRIDENT_CHECK(row, "parameter {} is not in the {} table", params[j].name, cfg.arch);
-      if (row->slot != Slot::fused) info.slots.push_back({row->slot, params[j].offset - params[i].offset});
+      if (row->slot != Slot::fused)
+        info.slots.push_back({row->slot, params[j].offset - params[i].offset}), info.numel.push_back(params[j].numel);
+      else
+        info.numel.back() += params[j].numel;
     }
     segments_.push_back({params[i].offset, params[i + count - 1].offset + params[i + count - 1].numel});
     seg_info_.push_back(std::move(info));
@@ -481,6 +484,71 @@ std::pair<double, double> Transformer<T>::balance_losses(const Activations<T>& c
 template <typename T>
 T* Transformer<T>::mtp_lnf_grad(Workspace<T>& w, int64_t R) {
   return ops_.scratch(w.mtp_lnf_grad, R * cfg_.hidden);
+}
+
+// Each segment's weights whose GEMMs run in FP8, one scale each: MLA's
+// kv_a weight is two (the latent's rows, the rotary key's), a routed
+// experts' weight one per local expert.
+template <typename T>
+parallel::GatherCast* Transformer<T>::fp8_param_gather() {
+  if (!ops_.fp8 || !std::is_same_v<T, float>) return nullptr;
+  if (fp8_gather_) return fp8_gather_.get();
+  const Fp8Linears& fp8 = *ops_.fp8;
+  std::vector<std::vector<Fp8ParamGather::Weight>> all;
+  for (const SegInfo& info : seg_info_) {
+    std::vector<Fp8ParamGather::Weight>& ws = all.emplace_back();
+    if (info.kind != SegKind::layer && info.kind != SegKind::experts) continue;
+    const int layer = int(info.layer);
+    const bool moe = cfg_.moe.is_moe(info.global);
+    auto add = [&](int64_t begin, int64_t n, Linear l, bool over_tensor = true) {
+      if (fp8.applies({layer, l})) ws.push_back({begin, begin + n, {layer, l}, over_tensor});
+    };
+    for (size_t j = 0; j < info.slots.size(); ++j) {
+      const auto [slot, at] = info.slots[j];
+      const int64_t n = info.numel[j];
+      switch (slot) {
+        case Slot::qkv_weight:
+          add(at, n, cfg_.is_mla() ? Linear::q_b : Linear::qkv);
+          break;
+        case Slot::attn_out_weight:
+          add(at, n, Linear::proj);
+          break;
+        case Slot::mlp_in_weight:
+          add(at, n, moe ? Linear::shared_in : Linear::fc);
+          break;
+        case Slot::mlp_out_weight:
+          add(at, n, moe ? Linear::shared_out : Linear::fc2);
+          break;
+        case Slot::q_down_weight:
+          add(at, n, Linear::q_a);
+          break;
+        case Slot::kv_up_weight:
+          add(at, n, Linear::kv_b);
+          break;
+        case Slot::kv_down_weight: {
+          const int64_t latent = cfg_.mla.kv_lora_rank * cfg_.hidden;
+          add(at, latent, Linear::kv_a);
+          add(at + latent, n - latent, Linear::kv_rope);
+          break;
+        }
+        case Slot::experts_in_weight:
+        case Slot::experts_out_weight: {
+          const MoeMlp<T>& experts = moe_->experts();
+          const int64_t G = experts.local_experts(), each = n / G;
+          TRIDENT_CHECK(each * G == n, "layer {}: {} expert weights of {} values", info.global, G, n);
+          for (int64_t g = 0; g < G; ++g)
+            add(at + g * each, each, slot == Slot::experts_in_weight ? Linear::experts_in : Linear::experts_out,
+                experts.routed_spread().tensor);
+          break;
+        }
+        default:
+          break;
+      }
+    }
+    std::sort(ws.begin(), ws.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+  }
+  fp8_gather_ = std::make_unique<Fp8ParamGather>(fp8, std::move(all));
+  return fp8_gather_.get();
 }
 
 template class Transformer<float>;

@@ -38,6 +38,7 @@
 #include "model/activations.hpp"
 #include "model/architecture.hpp"
 #include "model/attention.hpp"
+#include "model/fp8_gather.hpp"
 #include "model/layer_ops.hpp"
 #include "model/layer_params.hpp"
 #include "model/mlp.hpp"
@@ -171,6 +172,9 @@ class Transformer {
     if (ops_.fp8) ops_.fp8->end_step(data);
   }
   int64_t global_layer(int l) const { return global_[size_t(l)]; }
+  // train.fp8.param_gather: ZeRO 3's gathers of this model's segments with
+  // the FP8 GEMMs' weights cast (model/fp8_gather.hpp); null without FP8.
+  parallel::GatherCast* fp8_param_gather();
 
   // The whole model on one pipeline rank (one chunk with embedding and head).
   double forward(Activations<T>& ctx, const int32_t* tokens, const int32_t* targets, T dscale) {
@@ -218,6 +222,7 @@ class Transformer {
     int64_t layer;                                // local layer index (SegKind::layer)
     int64_t global;                               // the layer's index in the whole model (SegKind::layer)
     std::vector<std::pair<Slot, int64_t>> slots;  // each bound parameter: its slot, offset in the segment
+    std::vector<int64_t> numel;                   // each bound parameter's values (with the rows fused to it)
   };
   struct Chunk {
     ChunkSpec spec;
@@ -266,6 +271,7 @@ class Transformer {
   std::vector<int64_t> global_;                 // each local layer's index in the whole model
   std::vector<T> max_logits_;                   // QK-clip: [local layers, heads] (track_max_logits)
   Tensor params_, grads_;
+  std::unique_ptr<Fp8ParamGather> fp8_gather_;
   std::vector<Chunk> chunks_;
   std::vector<LayerParams<T>> layers_;  // every local layer, in order
   std::vector<Segment> segments_;

@@ -143,7 +143,10 @@ std::unique_ptr<DataParallel> make_data_parallel(const DataParallelSpec& spec, c
         params, grads);
   }
   return std::make_unique<ShardedDataParallel>(
-      spec, std::make_unique<ZeroStorage>(spec.data, segments, numel, spec.zero, spec.device, spec.replicas), numel);
+      spec,
+      std::make_unique<ZeroStorage>(spec.data, segments, numel, spec.zero, spec.device, spec.replicas, spec.cast,
+                                    spec.cast_first),
+      numel);
 }
 
 // ZeRO 2-3 over parts: segment s of the model is segment s - first of the
@@ -172,23 +175,25 @@ DataParallelParts::DataParallelParts(const DataParallelSpec& dense, const DataPa
                                      Communicator* peers, int64_t expert_begin, const std::vector<Segment>& segments,
                                      int64_t numel, Tensor* params, Tensor* grads) {
   if (expert_begin >= numel) {  // one part: the buffers as they are
-    parts_.push_back({0, numel, make_data_parallel(dense, segments, numel, params, grads), dense.data, dense.replicas});
+    parts_.push_back({0, numel, make_data_parallel(dense, segments, numel, params, grads), dense.data, dense.replicas,
+                      nullptr, Tensor(), Tensor()});
     return;
   }
   std::vector<Router::Place> places;
   parts_.reserve(2);  // the parts' views stay where their DataParallel sees them
   for (const auto& [spec, lo, hi, group] : {std::tuple{&dense, int64_t(0), expert_begin, (Communicator*)nullptr},
                                             std::tuple{&experts, expert_begin, numel, peers}}) {
-    DataParallelPart part{lo, hi - lo, nullptr, spec->data, spec->replicas, group};
+    DataParallelPart part{lo, hi - lo, nullptr, spec->data, spec->replicas, group, Tensor(), Tensor()};
     DataParallelSpec s = *spec;  // the shared ranges inside the part, in its coordinates
     s.shared.tied = clip(spec->shared.tied, lo, hi);
     s.shared.tensor_replicated = clip(spec->shared.tensor_replicated, lo, hi);
     s.shared.kv_replicated = clip(spec->shared.kv_replicated, lo, hi);
     std::vector<Segment> mine;
     for (const Segment& g : segments)
-      if (g.begin >= lo && g.end <= hi)
+      if (g.begin >= lo && g.end <= hi) {
+        if (mine.empty()) s.cast_first = int(&g - segments.data());  // the part's segments are one run
         mine.push_back({g.begin - lo, g.end - lo});
-      else
+      } else
         TRIDENT_CHECK(g.end <= lo || g.begin >= hi, "segment [{}, {}) straddles parts at {}", g.begin, g.end, lo);
     if (model_owns_buffers(s.zero)) {
       part.params_view = Tensor::borrow(params->data<float>() + lo, hi - lo, params->device());

@@ -34,6 +34,7 @@
 
 #include "core/segment_storage.hpp"
 #include "parallel/communicator.hpp"
+#include "parallel/gather_cast.hpp"
 
 namespace trident::parallel {
 
@@ -64,6 +65,10 @@ struct DataParallelSpec {
   // HSDP: the replicas of this rank's shard (`data` is then the shard group):
   // each reduced piece of the shard is all-reduced over them, once a step.
   Communicator* replicas = nullptr;
+  // ZeRO 3: the parameter gathers cast (parallel/gather_cast.hpp; null:
+  // float32); this part's segment s is the cast's segment cast_first + s.
+  GatherCast* cast = nullptr;
+  int cast_first = 0;
 };
 
 // ZeRO 0-1: the model keeps full parameter and gradient buffers.

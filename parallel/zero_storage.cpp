@@ -13,9 +13,11 @@
 namespace trident::parallel {
 
 ZeroStorage::ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_t numel, int stage, Device device,
-                         Communicator* replicas)
+                         Communicator* replicas, GatherCast* cast, int cast_first)
     : dp_(dp && dp->size() > 1 ? dp : nullptr),
       replicas_(replicas && replicas->size() > 1 ? replicas : nullptr),
+      cast_(stage == 3 ? cast : nullptr),
+      cast_first_(cast_first),
       segments_(std::move(segments)),
       stage_(stage),
       device_(device) {
@@ -28,19 +30,20 @@ ZeroStorage::ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_
   grad_shard_ = Tensor::zeros({shard_end_ - shard_begin_}, DType::f32, MemCategory::grads, device_);
 }
 
-Tensor ZeroStorage::take(int64_t n, MemCategory cat) {
-  auto& pool = pool_[cat == MemCategory::params ? 0 : 1];
+Tensor ZeroStorage::take(int64_t n, MemCategory cat, DType dtype) {
+  auto& pool = pool_[dtype == DType::u8 ? 2 : cat == MemCategory::params ? 0 : 1];
   size_t best = pool.size();  // the smallest pooled buffer that fits
   for (size_t i = 0; i < pool.size(); ++i)
     if (pool[i].numel() >= n && (best == pool.size() || pool[i].numel() < pool[best].numel())) best = i;
-  if (best == pool.size()) return Tensor::empty({n}, DType::f32, cat, device_);
+  if (best == pool.size()) return Tensor::empty({n}, dtype, cat, device_);
   Tensor t = pool[best];
   pool.erase(pool.begin() + long(best));
   return t;
 }
 
 void ZeroStorage::give_back(Tensor base, MemCategory cat) {
-  if (base.defined()) pool_[cat == MemCategory::params ? 0 : 1].push_back(std::move(base));
+  if (base.defined())
+    pool_[base.dtype() == DType::u8 ? 2 : cat == MemCategory::params ? 0 : 1].push_back(std::move(base));
 }
 
 ZeroStorage::~ZeroStorage() {
@@ -84,6 +87,11 @@ void ZeroStorage::start_gather(int s) {
   Window w;
   w.base = take(seg.size(), MemCategory::params);
   w.buf = w.base.view(0, {seg.size()});
+  if (casts(s)) {
+    start_cast_gather(s, w);
+    param_windows_[s] = std::move(w);
+    return;
+  }
   const int64_t lo = std::max(seg.begin, shard_begin_), hi = std::min(seg.end, shard_end_);
   if (hi > lo)
     copy_bytes(w.buf.data<float>() + (lo - seg.begin), params_.data<float>() + (lo - shard_begin_),
@@ -101,6 +109,7 @@ float* ZeroStorage::acquire_params(int s, int next) {
   Window& w = param_windows_.at(s);
   w.users += 1;
   wait(w);
+  if (w.packed.defined()) decode(s, w);
   return w.buf.data<float>();
 }
 
@@ -111,7 +120,80 @@ void ZeroStorage::release_params(int s) {
   if (--it->second.users > 0) return;
   wait(it->second);
   give_back(std::move(it->second.base), MemCategory::params);
+  give_back(std::move(it->second.packed), MemCategory::params);
   param_windows_.erase(it);
+  if (casts(s)) cast_->released(cast_first_ + s);
+}
+
+// ---- cast gathers ----
+
+template <typename F>
+void ZeroStorage::walk(int s, int64_t a, int64_t b, F f) const {
+  const std::vector<GatherCast::Range>& R = cast_->ranges(cast_first_ + s);
+  size_t r = size_t(std::partition_point(R.begin(), R.end(), [&](const GatherCast::Range& x) { return x.end <= a; }) -
+                    R.begin());
+  for (int64_t p = a; p < b;) {
+    if (r < R.size() && R[r].begin <= p) {
+      const int64_t e = std::min(b, R[r].end);
+      f(p, e, int(r));
+      p = e, r += e == R[r].end;
+    } else {
+      const int64_t e = r < R.size() ? std::min(b, R[r].begin) : b;
+      f(p, e, -1);
+      p = e;
+    }
+  }
+}
+
+int64_t ZeroStorage::wire_bytes(int s, int64_t a, int64_t b) const {
+  int64_t n = 0;
+  walk(s, a, b, [&](int64_t p, int64_t e, int r) { n += (e - p) * (r >= 0 ? 1 : int64_t(sizeof(float))); });
+  return n;
+}
+
+std::vector<std::pair<int64_t, int64_t>> ZeroStorage::pieces(int s) const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t at = 0;
+  for (int64_t c : counts_for(segments_[size_t(s)])) out.push_back({at, at + c}), at += c;
+  return out;
+}
+
+void ZeroStorage::start_cast_gather(int s, Window& w) {
+  const Segment& seg = segments_[size_t(s)];
+  const auto ranks = pieces(s);
+  std::vector<int64_t> bytes;
+  for (const auto& [a, b] : ranks) bytes.push_back(wire_bytes(s, a, b));
+  int64_t total = 0, mine = 0;
+  for (size_t q = 0; q < bytes.size(); ++q) mine += q < size_t(dp_->rank()) ? bytes[q] : 0, total += bytes[q];
+  w.packed = take(std::max<int64_t>(total, 1), MemCategory::params, DType::u8).view(0, {total});
+  const auto [lo, hi] = ranks[size_t(dp_->rank())];
+  const float* x = params_.data<float>() + (seg.begin + lo - shard_begin_);  // this rank's values of the segment
+  cast_->prepare(cast_first_ + s, x, lo, hi, dp_);
+  uint8_t* out = w.packed.data<uint8_t>() + mine;
+  walk(s, lo, hi, [&](int64_t p, int64_t e, int r) {
+    if (r >= 0)
+      cast_->encode(cast_first_ + s, size_t(r), x + (p - lo), e - p, out);
+    else
+      copy_bytes(out, x + (p - lo), size_t(e - p) * sizeof(float));
+    out += (e - p) * (r >= 0 ? 1 : int64_t(sizeof(float)));
+  });
+  w.work = dp_->all_gather(w.packed, {bytes});
+}
+
+void ZeroStorage::decode(int s, Window& w) {
+  const uint8_t* in = w.packed.data<uint8_t>();
+  float* y = w.buf.data<float>();
+  for (const auto& [a, b] : pieces(s))
+    walk(s, a, b, [&](int64_t p, int64_t e, int r) {
+      if (r >= 0)
+        cast_->decode(cast_first_ + s, size_t(r), in, e - p, y + p);
+      else
+        copy_bytes(y + p, in, size_t(e - p) * sizeof(float));
+      in += (e - p) * (r >= 0 ? 1 : int64_t(sizeof(float)));
+    });
+  give_back(std::move(w.packed), MemCategory::params);
+  w.packed = Tensor();
+  cast_->gathered(cast_first_ + s, y);
 }
 
 void ZeroStorage::gather_params() {

@@ -33,20 +33,29 @@
 // released when its last user releases it. Window buffers are pooled and reused. With a
 // single rank there is nothing to gather or reduce: segments are served
 // straight from the shard (which is then the whole buffer).
+//
+// Cast gathers (a GatherCast, parallel/gather_cast.hpp: train.fp8's
+// param_gather): the parts of a segment it names travel as one byte a value;
+// each rank packs its share (prepare, then encode), the bytes are
+// all-gathered and every rank decodes them into the window when it is
+// acquired, before the model reads it.
 #pragma once
 #include <map>
 #include <vector>
 
 #include "core/segment_storage.hpp"
 #include "parallel/communicator.hpp"
+#include "parallel/gather_cast.hpp"
 
 namespace trident::parallel {
 
 class ZeroStorage : public SegmentStorage<float> {
  public:
   // device: where the shards, windows and accumulation buffer live.
+  // cast: stage 3's gathers cast (null: float32); segment s is the cast's
+  // segment cast_first + s.
   ZeroStorage(Communicator* dp, std::vector<Segment> segments, int64_t numel, int stage, Device device = {},
-              Communicator* replicas = nullptr);
+              Communicator* replicas = nullptr, GatherCast* cast = nullptr, int cast_first = 0);
   ~ZeroStorage() override;
 
   int64_t shard_begin() const { return shard_begin_; }
@@ -88,6 +97,7 @@ class ZeroStorage : public SegmentStorage<float> {
     Tensor base;    // pooled buffer (returned to the pool when the window retires)
     Tensor buf;     // the segment's view of it
     WorkPtr work;   // gather (params) or reduce-scatter (grads) in flight
+    Tensor packed;  // a cast gather's bytes, until decoded into buf
     int users = 0;  // params: acquisitions not yet released (pipelines hold a head for several micro-batches)
     Tensor sum;     // grads added to the shard: the reduction's output (pooled), added at [add_at, add_at + add_n)
     int64_t add_at = 0, add_n = 0;  // the shard's piece this reduction is for
@@ -95,9 +105,19 @@ class ZeroStorage : public SegmentStorage<float> {
   };
   // Window buffers are pooled per category: allocating fresh memory for every
   // window would page-fault it in again on every use.
-  Tensor take(int64_t n, MemCategory cat);
+  Tensor take(int64_t n, MemCategory cat, DType dtype = DType::f32);
   void give_back(Tensor base, MemCategory cat);
-  std::vector<Tensor> pool_[2];  // params, grads
+  std::vector<Tensor> pool_[3];  // params, grads, cast gathers' bytes
+  // Cast gathers: [a, b) of segment s (segment-relative) in pieces f(p, e,
+  // range index or -1), each inside one cast range or outside all; the bytes
+  // that interval takes on the wire; the ranks' intervals of segment s.
+  template <typename F>
+  void walk(int s, int64_t a, int64_t b, F f) const;
+  int64_t wire_bytes(int s, int64_t a, int64_t b) const;
+  std::vector<std::pair<int64_t, int64_t>> pieces(int s) const;
+  bool casts(int s) const { return cast_ && !cast_->ranges(cast_first_ + s).empty(); }
+  void start_cast_gather(int s, Window& w);
+  void decode(int s, Window& w);
   std::vector<int64_t> counts_for(const Segment& seg) const;
   void start_gather(int s);
   void reduce(int s, Window w, bool last);
@@ -105,6 +125,8 @@ class ZeroStorage : public SegmentStorage<float> {
   void retire_grad_windows(size_t keep);
 
   Communicator *dp_, *replicas_;
+  GatherCast* cast_;
+  int cast_first_;
   std::vector<WorkPtr> replicating_;  // HSDP: the replica all-reduces in flight
   std::vector<Segment> segments_;
   int stage_;

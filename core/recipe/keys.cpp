@@ -174,9 +174,9 @@ const std::vector<Key>& table() {
                            "FP8 (they may be listed)",
                            /*keep_default=*/true),
         boolean("train.fp8.param_gather", FIELD(train.fp8.param_gather), value(false),
-                "ZeRO 3 all-gathers the weights of FP8 GEMMs as FP8 bytes with their scale (tensorwise, delayed): not "
-                "built "
-                "yet, `true` is refused (exit 2)"),
+                "ZeRO 3 all-gathers the weights of the FP8 GEMMs as FP8 codes, a byte a value, each with the scale "
+                "its GEMM uses (the same run bit for bit, a quarter of those bytes); needs `parallel.zero: 3` and "
+                "recipe `tensorwise` or `delayed` ([precision.md](precision.md#fp8-parameter-gathers))"),
         real("optim.lr", FIELD(optim.lr), 0, 10, Open::low, required<double>(), "peak learning rate"),
         real("optim.min_lr", FIELD(optim.min_lr), 0, 10, Open::none, value<double>(0.0),
              "final learning rate of the decay; `min_lr <= lr`"),

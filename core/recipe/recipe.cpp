@@ -58,10 +58,6 @@ void validate_fp8(Reader& r, const Recipe& rc) {
     r.inconsistent("train.fp8.format",
                    "blockwise scaling casts every operand to e4m3 (DeepSeek-V3): expected e4m3, "
                    "found hybrid");
-  if (f.param_gather)  // the key is the peers' (torchao's float8 all-gather); Trident gathers the master copy's
-    r.inconsistent("train.fp8.param_gather",
-                   "FP8 parameter gathers are not built yet: ZeRO 3 gathers the weights in "
-                   "train.precision, each GEMM quantises them (expected false, found true)");
   if (f.param_gather && f.recipe != Fp8Recipe::tensorwise && f.recipe != Fp8Recipe::delayed)
     r.inconsistent("train.fp8.param_gather",
                    fmt::format("FP8 parameter gathers carry one scale per weight: recipe tensorwise or delayed "

@@ -19,10 +19,6 @@ float tensorwise_scale(Format f, float a, bool power_of_two) {
   return s;
 }
 
-void dequantize(Format f, const uint8_t* q, int64_t n, float scale, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = decode(f, q[i]) / scale;
-}
-
 void DelayedScale::update(float step_amax) {
   amaxes.push_back(step_amax);
   if (int64_t(amaxes.size()) > history) amaxes.erase(amaxes.begin());
@@ -107,6 +103,12 @@ float amax(const float* x, int64_t n) {
 
 void quantize(Format f, const float* x, int64_t n, float scale, uint8_t* q) {
   for (int64_t i = 0; i < n; ++i) q[i] = encode_saturated(f, x[i] * scale);
+}
+
+void dequantize(Format f, const uint8_t* q, int64_t n, float scale, float* y) {
+  const float* dec = table().v[f == Format::e4m3 ? 0 : 1];
+#pragma omp parallel for if (n >= kThreaded) schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = dec[q[i]] / scale;
 }
 
 // One tile's amax keeps NaN: a NaN anywhere makes the tile's scale NaN.

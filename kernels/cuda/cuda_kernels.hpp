@@ -48,11 +48,12 @@ void grouped_bias_backward(float* db, const float* dy, const int64_t* offsets, i
 
 // As kernels/fp8.hpp (format 0 e4m3, 1 e5m2): max |x| (NaN kept; copied to
 // the host, the stream synchronised); tensorwise quantisation with a given
-// scale, the codes or the fake-quantised values; blockwise 1 x 128 tiles
+// scale, the codes (and back) or the fake-quantised values; blockwise 1 x 128 tiles
 // (square: 128 x 128 blocks), e4m3, scales = amax / 448 (pow2: the power of
 // two at or above). Bit for bit the CPU code's.
 float fp8_amax(const float* x, int64_t n);
 void fp8_quantize(uint8_t* q, const float* x, int64_t n, float scale, int format);
+void fp8_dequantize(float* y, const uint8_t* q, int64_t n, float scale, int format);
 void fp8_fake_quantize(float* y, const float* x, int64_t n, float scale, int format);
 void fp8_quantize_tiled(uint8_t* q, float* y, float* scales, const float* x, int64_t rows, int64_t cols, int64_t tr,
                         int64_t tc, bool pow2);

@@ -37,6 +37,10 @@ __global__ void fp8_quantize_kernel(uint8_t* q, const float* x, int64_t n, float
   GRID_STRIDE(i, n) q[i] = code::encode_saturated(format, x[i] * scale);
 }
 
+__global__ void fp8_dequantize_kernel(float* y, const uint8_t* q, int64_t n, float scale, int format) {
+  GRID_STRIDE(i, n) y[i] = code::decode(format, q[i]) / scale;
+}
+
 __global__ void fp8_fake_quantize_kernel(float* y, const float* x, int64_t n, float scale, int format) {
   GRID_STRIDE(i, n) y[i] = code::decode(format, code::encode_saturated(format, x[i] * scale)) / scale;
 }
@@ -107,6 +111,10 @@ float fp8_amax(const float* x, int64_t n) {
 
 void fp8_quantize(uint8_t* q, const float* x, int64_t n, float scale, int format) {
   LAUNCH_GRID_STRIDE(fp8_quantize_kernel, n, q, x, n, scale, format);
+}
+
+void fp8_dequantize(float* y, const uint8_t* q, int64_t n, float scale, int format) {
+  LAUNCH_GRID_STRIDE(fp8_dequantize_kernel, n, y, q, n, scale, format);
 }
 
 void fp8_fake_quantize(float* y, const float* x, int64_t n, float scale, int format) {

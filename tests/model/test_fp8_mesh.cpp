@@ -19,12 +19,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "model/fp8_gather.hpp"
 #include "model/layer_ops.hpp"
+#include "parallel/counted_communicator.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
+#include "parallel/zero_storage.hpp"
 #include "tests/mpi_test_main.hpp"
 #include "tests/test_util.hpp"
 
@@ -179,6 +183,88 @@ TEST(Fp8Mesh, ContextSplitLinearMatchesOneRank) {
       expect_close(at + " context output", got.y[s], rows_of(ref.y[s], OC, r * Nl, Nl));
       expect_close(at + " context input gradient", got.dx[s], rows_of(ref.dx[s], C, r * Nl, Nl));
       expect_close(at + " context weight gradient", got.dw[s], ref.dw[s]);
+    }
+  }
+}
+
+// ZeRO 3's FP8 parameter gathers (model/fp8_gather.hpp) over the world as
+// the shard group: two segments whose weights, norms and biases the equal
+// shards cut anywhere. The window holds, bit for bit, each weight cast with
+// the whole weight's scale (what the GEMM's own cast of the float32 weight
+// gives) and every other value as it was; the GEMM's cast of the window
+// hands it on unchanged with the whole weight's amax (delayed scaling's
+// next scale is the one-rank run's, once the step's amaxes are reduced over
+// the data group as the trainer does); the wire carries one byte per weight
+// value and four per other value.
+TEST(Fp8Mesh, ZeroThreeGathersWeightsInFp8Exactly) {
+  using model::Linear;
+  struct Piece {
+    int64_t n;
+    int linear;  // -1: float32 (a norm, a bias)
+  };
+  const std::vector<std::vector<Piece>> layout = {
+      {{37, -1}, {24 * 13, int(Linear::qkv)}, {11, -1}, {20 * 25, int(Linear::proj)}},
+      {{16 * 16, int(Linear::fc)}, {20, -1}}};
+  std::vector<Segment> segments;
+  std::vector<std::vector<model::Fp8ParamGather::Weight>> weights;
+  int64_t numel = 0, cast = 0;
+  for (const auto& seg : layout) {
+    const int64_t begin = numel;
+    weights.emplace_back();
+    for (const Piece& p : seg) {
+      if (p.linear >= 0)
+        weights.back().push_back({numel - begin, numel - begin + p.n, {0, Linear(p.linear)}, true}), cast += p.n;
+      numel += p.n;
+    }
+    segments.push_back({begin, numel});
+  }
+  F full = randf(numel, 11, 0.05);
+  full[40] = 3.5f;           // the first weight's amax near its start (rank 0's shard)
+  full[numel - 30] = -2.0f;  // the third's near its end (the last rank's)
+  for (Fp8Recipe recipe : {Fp8Recipe::tensorwise, Fp8Recipe::delayed}) {
+    const std::string name = recipe == Fp8Recipe::tensorwise ? "tensorwise" : "delayed";
+    parallel::TensorParallel tp(nullptr, false);
+    parallel::ContextParallel cp(nullptr, ContextMode::ring, 8);
+    Fp8Config f;
+    f.recipe = recipe, f.amax_history = 4;
+    model::Fp8Linears mine(f, 1, {0}, tp, cp), one(f, 1, {0}, tp, cp);  // one: the float32 weights, whole
+    model::Fp8ParamGather gather(mine, weights);
+    parallel::CountedCommunicator counted(g_comm);
+    parallel::ZeroStorage zero(&counted, segments, numel, 3, Device{}, nullptr, &gather, 0);
+    std::copy(full.begin() + zero.shard_begin(), full.begin() + zero.shard_end(), zero.param_shard());
+    for (int step = 0; step < 2; ++step) {  // delayed: the second step casts with the first's amaxes
+      mine.set_training(true), one.set_training(true);
+      const double before = counted.bytes();
+      for (int s = 0; s < 2; ++s) {
+        const float* window = zero.acquire_params(s, -1);
+        const float* whole = full.data() + segments[size_t(s)].begin;
+        for (const auto& w : weights[size_t(s)]) {
+          const int64_t n = w.end - w.begin;
+          F want(static_cast<size_t>(n)), got(want), handed(want);
+          one.quantize(w.site, model::Operand::weight, whole + w.begin, 1, n, false, want.data());
+          std::copy(window + w.begin, window + w.end, got.begin());
+          mine.quantize(w.site, model::Operand::weight, window + w.begin, 1, n, false, handed.data());
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), size_t(n) * 4))
+              << name << " step " << step << ": " << model::linear_name(w.site.linear) << " gathered";
+          EXPECT_EQ(0, std::memcmp(handed.data(), want.data(), size_t(n) * 4))
+              << name << ": " << model::linear_name(w.site.linear) << " handed to the GEMM";
+        }
+        for (int64_t i = 0, k = 0; i < segments[size_t(s)].size(); ++i) {  // the values outside the weights
+          while (k < int64_t(weights[size_t(s)].size()) && weights[size_t(s)][size_t(k)].end <= i) ++k;
+          const bool in = k < int64_t(weights[size_t(s)].size()) && weights[size_t(s)][size_t(k)].begin <= i;
+          if (!in) EXPECT_EQ(window[i], whole[i]) << name << " segment " << s << " value " << i;
+        }
+        zero.release_params(s);
+      }
+      // the gathers' bytes, and tensorwise's all-reduce of an amax (a double) per weight
+      const double n = g_world, amaxes = recipe == Fp8Recipe::tensorwise ? 3 * 8 * 2 * (n - 1) / n : 0;
+      EXPECT_DOUBLE_EQ(counted.bytes() - before, double(cast + 4 * (numel - cast)) * (n - 1) / n + amaxes) << name;
+      mine.end_step(g_comm), one.end_step(nullptr);  // the shards' amaxes reduced over the data group
+    }
+    if (recipe == Fp8Recipe::delayed) {  // each weight's history: the whole weight's amaxes
+      const auto a = mine.state(), b = one.state();
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].amaxes, b[i].amaxes) << model::linear_name(a[i].linear);
     }
   }
 }

@@ -7,7 +7,12 @@
 // The single-rank reference runs in the same process (MPI ignored).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <map>
 
 #include "core/recipe/recipe.hpp"
@@ -94,6 +99,83 @@ TEST_P(ZeroMemory, PeaksMatchFormulas) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Zero, ZeroMemory, ::testing::Values(0, 1, 2, 3));
+
+// The last train record's data_shard bytes in a metrics file.
+double shard_bytes(const std::string& metrics) {
+  std::ifstream in(metrics);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (line.find("\"type\":\"train\"") != std::string::npos) last = line;
+  const size_t at = last.find("\"data_shard\":", last.find("\"comm_bytes\":{"));
+  EXPECT_NE(at, std::string::npos) << last;
+  return at == std::string::npos ? 0 : std::stod(last.substr(at + 13));
+}
+
+// train.fp8.param_gather: ZeRO 3 gathering the FP8 GEMMs' weights as FP8
+// codes (model/fp8_gather.hpp) is the run that gathers them in float32, bit
+// for bit (every loss, the step-1 gradients), with fewer bytes through the
+// shard group: dense (LLaMA under tensor parallelism: the amax over the
+// tensor group too), MoE with its experts split (their own part and shard
+// group, a scale per expert) and DeepSeek-V3 (MLA's projections, kv_a's two
+// scales), under tensorwise and delayed scaling.
+TEST(Fp8ParamGather, IsTheFloat32GatherBitForBit) {
+  if (g_world < 2) GTEST_SKIP() << "gathers over 2 or more ranks";
+  struct Run {
+    const char* config;
+    const char* recipe;
+    int data;
+    std::vector<std::string> sets;
+  };
+  const std::vector<std::string> small = {"model.vocab=64",  "data.synthetic.vocab=64", "model.vocab_multiple=1",
+                                          "model.hidden=64", "model.heads=4",           "model.kv_heads=2",
+                                          "model.layers=3"};
+  std::vector<Run> runs = {{"llama-tiny.yaml", "tensorwise", g_world, {}}, {"moe-tiny.yaml", "delayed", g_world, {}}};
+  if (g_world == 4) {
+    runs[0] = {"llama-tiny.yaml", "tensorwise", 2, {"parallel.tensor=2", "parallel.sequence_parallel=true"}};
+    runs[1].sets = {"parallel.expert=2"};
+    runs.push_back({"deepseek-v3-tiny.yaml",
+                    "delayed",
+                    4,
+                    {"parallel.expert=2", "model.mtp=null", "model.kv_heads=4", "model.moe.ffn_hidden=48",
+                     "model.moe.shared_ffn_hidden=32"}});
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (const Run& r : runs) {
+    auto recipe_of = [&](bool gather) {
+      std::vector<std::string> sets = {"train.steps=3",
+                                       "train.micro_batch=2",
+                                       "train.global_batch=8",
+                                       "eval.batches=0",
+                                       "train.threads=1",
+                                       "parallel.zero=3",
+                                       "parallel.data=" + std::to_string(r.data),
+                                       "train.fp8.format=hybrid",
+                                       "train.fp8.recipe=" + std::string(r.recipe),
+                                       "train.fp8.param_gather=" + std::string(gather ? "true" : "false"),
+                                       fmt::format("log.metrics={}/fp8_gather_{}.jsonl", TRIDENT_BINARY_DIR, gather)};
+      sets.insert(sets.end(), small.begin(), small.end());
+      sets.insert(sets.end(), r.sets.begin(), r.sets.end());
+      return load_recipe(std::string(TRIDENT_SOURCE_DIR) + "/configs/" + r.config, sets, g_world);
+    };
+    const Recipe plain = recipe_of(false), cast = recipe_of(true);
+    if (rank == 0) std::remove(plain.log.metrics.c_str()), std::remove(cast.log.metrics.c_str());
+    const test::EquivalenceRun a = test::train_with_step1_gradients(plain, {.quiet = true});
+    const test::EquivalenceRun b = test::train_with_step1_gradients(cast, {.quiet = true});
+    const std::string what = fmt::format("{} {} on {} ranks", r.config, r.recipe, g_world);
+    EXPECT_EQ(a.losses, b.losses) << what;
+    ASSERT_EQ(a.step1_grads.size(), b.step1_grads.size()) << what;
+    EXPECT_EQ(0, std::memcmp(a.step1_grads.data(), b.step1_grads.data(), a.step1_grads.size() * sizeof(float)))
+        << what << ": step-1 gradients";
+    if (rank == 0) {  // the metrics' writer
+      const double bytes_plain = shard_bytes(plain.log.metrics), bytes_cast = shard_bytes(cast.log.metrics);
+      std::printf("%s: data_shard bytes of step 3: %.0f float32, %.0f FP8 (%.2fx)\n", what.c_str(), bytes_plain,
+                  bytes_cast, bytes_cast / bytes_plain);
+      EXPECT_LT(bytes_cast, 0.75 * bytes_plain) << what;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
 
 }  // namespace trident
 

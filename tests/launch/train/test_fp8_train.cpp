@@ -63,6 +63,10 @@ TEST(Fp8Train, RecipeKeysAreValidated) {
   EXPECT_NE(hybrid.find("train.fp8.format"), std::string::npos) << hybrid;
   const std::string gather = error_of({"train.fp8.recipe=tensorwise", "train.fp8.param_gather=true"});
   EXPECT_NE(gather.find("train.fp8.param_gather"), std::string::npos) << gather;
+  EXPECT_NE(gather.find("parallel.zero must be 3 (found 0)"), std::string::npos) << gather;
+  const std::string tiled = error_of({"train.fp8.recipe=blockwise", "train.fp8.param_gather=true", "parallel.zero=3"});
+  EXPECT_NE(tiled.find("recipe tensorwise or delayed (found blockwise)"), std::string::npos) << tiled;
+  EXPECT_EQ(error_of({"train.fp8.recipe=delayed", "train.fp8.param_gather=true", "parallel.zero=3"}), "");
   const std::string kind = error_of({"train.fp8.recipe=tensorwise", "train.fp8.keep_high_precision=[lm_head, mpl]"});
   EXPECT_NE(kind.find("train.fp8.keep_high_precision"), std::string::npos) << kind;
   EXPECT_NE(kind.find("found 'mpl'"), std::string::npos) << kind;

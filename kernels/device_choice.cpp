@@ -347,6 +347,9 @@ void fake_quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power
 void quantize_tiled(const float* x, int64_t rows, int64_t cols, Tile t, bool power_of_two, uint8_t* q, float* y,
                     float* scales);
 int64_t count_saturated(Format f, const float* x, int64_t n, float scale);
+void linear_forward8(float* out, Operand8 x, Operand8 w, const float* bias, int64_t N, int64_t C, int64_t OC);
+void linear_dgrad8(float* dinp, Operand8 dout, Operand8 w, int64_t N, int64_t C, int64_t OC);
+void linear_wgrad8(float* dweight, Operand8 dout, Operand8 x, int64_t N, int64_t C, int64_t OC, bool accumulate);
 }  // namespace cpu
 namespace {
 [[maybe_unused]] int code(Format f) { return f == Format::e4m3 ? 0 : 1; }
@@ -387,4 +390,20 @@ int64_t count_saturated(Format f, const float* x, int64_t n, float scale) {
   CHOOSE(float, x, cuda::fp8_count_saturated(x, n, scale, code(f)), cpu::count_saturated(f, x, n, scale));
 }
 
+void linear_forward8(float* out, Operand8 x, Operand8 w, const float* bias, int64_t N, int64_t C, int64_t OC) {
+  CHOOSE(float, out,
+         cuda::fp8_linear_forward(out, x.q, code(x.format), x.scale, w.q, code(w.format), w.scale, bias, N, C, OC),
+         cpu::linear_forward8(out, x, w, bias, N, C, OC));
+}
+void linear_dgrad8(float* dinp, Operand8 dout, Operand8 w, int64_t N, int64_t C, int64_t OC) {
+  CHOOSE(float, dinp,
+         cuda::fp8_linear_dgrad(dinp, dout.q, code(dout.format), dout.scale, w.q, code(w.format), w.scale, N, C, OC),
+         cpu::linear_dgrad8(dinp, dout, w, N, C, OC));
+}
+void linear_wgrad8(float* dweight, Operand8 dout, Operand8 x, int64_t N, int64_t C, int64_t OC, bool accumulate) {
+  CHOOSE(float, dweight,
+         cuda::fp8_linear_wgrad(dweight, dout.q, code(dout.format), dout.scale, x.q, code(x.format), x.scale, N, C, OC,
+                                accumulate),
+         cpu::linear_wgrad8(dweight, dout, x, N, C, OC, accumulate));
+}
 }  // namespace trident::kernels::fp8

@@ -116,4 +116,23 @@ void fake_quantize(Format f, const float* x, int64_t n, float scale, float* y);
 void fake_quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y);
 void fake_quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y);
 
+// The linear layers' FP8 GEMMs under one scale per operand (tensorwise and
+// delayed scaling): each operand its codes (row-major), format and scale
+// (the value is decode(code) / scale); float32 accumulation and output.
+//   linear_forward8  out[N, OC] = X W^T (+ bias)   X [N, C], W [OC, C]
+//   linear_dgrad8    dX[N, C] = dY W (overwritten)  dY [N, OC]
+//   linear_wgrad8    dW[OC, C] (+)= dY^T X
+// On the CPU the operands are decoded into float32 and the float32 GEMM
+// runs (the emulation: the values of fake_quantize, bit for bit); on CUDA
+// cuBLASLt's FP8 GEMM (kernels/cuda/gemm_fp8_cuda.cu: sm_89 and later,
+// dimensions multiples of 16; else the decoded operands' float32 GEMM).
+struct Operand8 {
+  const uint8_t* q = nullptr;
+  Format format = Format::e4m3;
+  float scale = 1.0f;
+};
+void linear_forward8(float* out, Operand8 x, Operand8 w, const float* bias, int64_t N, int64_t C, int64_t OC);
+void linear_dgrad8(float* dinp, Operand8 dout, Operand8 w, int64_t N, int64_t C, int64_t OC);
+void linear_wgrad8(float* dweight, Operand8 dout, Operand8 x, int64_t N, int64_t C, int64_t OC, bool accumulate);
+
 }  // namespace trident::kernels::fp8

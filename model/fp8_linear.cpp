@@ -127,30 +127,10 @@ std::vector<float> Fp8Linears::gather_scales(const std::vector<LinearSite>& site
   return scales;
 }
 
-bool Fp8Linears::precast(LinearSite s, Operand op, const float* x, int64_t n, float* y) const {
-  if (op != Operand::weight || precast_.empty()) return false;
-  auto it = precast_.find(x);
-  if (it == precast_.end()) return false;
-  TRIDENT_CHECK(it->second.n == n, "layer {} {}: a gathered FP8 weight of {} values read as {}", s.layer,
-                linear_name(s.linear), it->second.n, n);
-  kernels::copy(y, x, n);
-  if (training_) {
-    if (cfg_.recipe == Fp8Recipe::delayed) scale_of(s, op, it->second.amax);
-    note(s, it->second.amax, it->second.scale, it->second.saturated);
-    it->second.saturated = 0;
-  }
-  return true;
-}
-
 void Fp8Linears::quantize(LinearSite s, Operand op, const float* x, int64_t rows, int64_t cols, bool along_tokens,
                           float* y) const {
   const int64_t n = rows * cols;
-  if (precast(s, op, x, n, y)) return;
-  if (frozen_) {  // broken on purpose: every tensor cast as it is (scale 1)
-    f8::fake_quantize(format(op), x, n, 1.0f, y);
-    return;
-  }
-  if (tiled()) {
+  if (tiled() && !frozen_) {
     const f8::Tile t = op == Operand::weight ? f8::kSquareBlock : along_tokens ? f8::kColumnTile : f8::kRowTile;
     f8::quantize_tiled(x, rows, cols, t, cfg_.power_of_two, nullptr, y, nullptr);
     if (training_) {
@@ -159,11 +139,37 @@ void Fp8Linears::quantize(LinearSite s, Operand op, const float* x, int64_t rows
     }
     return;
   }
+  const float scale = cast_scale(s, op, x, n);
+  f8::fake_quantize(format(op), x, n, scale, y);
+}
+
+float Fp8Linears::cast_scale(LinearSite s, Operand op, const float* x, int64_t n) const {
+  if (frozen_) return 1.0f;  // broken on purpose: every tensor cast as it is
+  if (op == Operand::weight && !precast_.empty())
+    if (auto it = precast_.find(x); it != precast_.end()) {  // a gathered FP8 weight: the gather's cast
+      TRIDENT_CHECK(it->second.n == n, "layer {} {}: a gathered FP8 weight of {} values read as {}", s.layer,
+                    linear_name(s.linear), it->second.n, n);
+      if (training_) {
+        if (cfg_.recipe == Fp8Recipe::delayed) scale_of(s, op, it->second.amax);
+        note(s, it->second.amax, it->second.scale, it->second.saturated);
+        it->second.saturated = 0;
+      }
+      return it->second.scale;
+    }
   // delayed scaling casts with the state's scale: the local amax is recorded, reduced once a step
   const float a = cfg_.recipe == Fp8Recipe::delayed ? f8::amax(x, n) : reduced_amax(op, x, n);
   const float scale = scale_of(s, op, a);
-  f8::fake_quantize(format(op), x, n, scale, y);
   if (training_) note(s, a, scale, f8::count_saturated(format(op), x, n, scale));
+  return scale;
+}
+
+f8::Operand8 Fp8Linears::quantize_codes(LinearSite s, Operand op, const float* x, int64_t rows, int64_t cols,
+                                        uint8_t* q) const {
+  TRIDENT_CHECK(!tiled(), "FP8 codes with one scale: tensorwise or delayed scaling, not blockwise");
+  const int64_t n = rows * cols;
+  const float scale = cast_scale(s, op, x, n);
+  f8::quantize(format(op), x, n, scale, q);
+  return {q, format(op), scale};
 }
 
 void Fp8Linears::quantize_groups(LinearSite s, Operand op, const float* x, const int64_t* offsets, int64_t G,

@@ -99,6 +99,11 @@ class Fp8Linears {
   // tensorwise scaling (every rank of them calls it in the same order).
   void quantize(LinearSite s, Operand op, const float* x, int64_t rows, int64_t cols, bool along_tokens,
                 float* y) const;
+  // Tensorwise and delayed scaling: the same cast as quantize(), kept as
+  // the codes q[rows x cols] with their format and scale, for the FP8
+  // GEMMs of kernels/fp8.hpp (cuBLASLt's on CUDA).
+  kernels::fp8::Operand8 quantize_codes(LinearSite s, Operand op, const float* x, int64_t rows, int64_t cols,
+                                        uint8_t* q) const;
   // The experts' operands: G groups of rows (offsets[G + 1], host memory)
   // of one grouped tensor, each quantised with its own scale (tensorwise;
   // blockwise tiles within each group; delayed: one state for the grouped
@@ -183,7 +188,8 @@ class Fp8Linears {
   mutable bool training_ = false;
   mutable std::map<int64_t, Delayed> delayed_;  // by (local layer, linear, operand)
   mutable std::map<const float*, PreCast> precast_;
-  bool precast(LinearSite s, Operand op, const float* x, int64_t n, float* y) const;
+  // tensorwise and delayed: the scale x (n values) is cast with, its amax, and the statistics noted
+  float cast_scale(LinearSite s, Operand op, const float* x, int64_t n) const;
   mutable std::vector<Fp8LayerStats> step_;  // this step's, per local layer
   std::vector<Fp8LayerStats> stats_;
 };

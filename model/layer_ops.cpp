@@ -12,6 +12,8 @@
 
 namespace trident::model {
 
+namespace f8 = trident::kernels::fp8;
+
 namespace k = trident::kernels;
 
 template <typename T>
@@ -56,12 +58,27 @@ float* LayerOps<T>::fp8_scratch(int slot, int64_t n) const {
   return t.template data<float>();
 }
 
-// FP8: the GEMMs in fp32 on the operands' dequantised FP8 values (the
-// emulation, model/fp8_linear.hpp); the outputs are rounded by the callers.
+template <typename T>
+uint8_t* LayerOps<T>::fp8_codes(int slot, int64_t n) const {
+  Tensor& t = fp8_codes_[slot];
+  if (t.numel() < n) t = Tensor::empty({n}, DType::u8, MemCategory::activations, device_);
+  return t.template data<uint8_t>();
+}
+
+// FP8: tensorwise and delayed scaling cast each operand to its codes and
+// one scale, and the FP8 GEMMs of kernels/fp8.hpp run (cuBLASLt's on CUDA;
+// on the CPU the fp32 GEMM of the decoded values); blockwise runs the fp32
+// GEMM on the operands' dequantised tiles (the emulation on every device,
+// model/fp8_linear.hpp). The outputs are rounded by the callers.
 template <typename T>
 void LayerOps<T>::linear_fwd(T* out, GemmIn<T> inp, GemmIn<T> w, const T* bias, int64_t N, int64_t C, int64_t OC,
                              LinearSite site) const {
   if constexpr (std::is_same_v<T, float>) {
+    if (fp8_applies(site) && fp8->config().recipe != Fp8Recipe::blockwise) {
+      const f8::Operand8 x = fp8->quantize_codes(site, Operand::input, inp.f32, N, C, fp8_codes(0, N * C));
+      const f8::Operand8 wq = fp8->quantize_codes(site, Operand::weight, w.f32, OC, C, fp8_codes(1, OC * C));
+      return f8::linear_forward8(out, x, wq, bias, N, C, OC);
+    }
     if (fp8_applies(site)) {
       float *xq = fp8_scratch(0, N * C), *wq = fp8_scratch(1, OC * C);
       fp8->quantize(site, Operand::input, inp.f32, N, C, false, xq);
@@ -78,6 +95,20 @@ template <typename T>
 void LayerOps<T>::linear_bwd(T* dinp, T* dw, T* db, GemmIn<T> dout, GemmIn<T> inp, GemmIn<T> w, int64_t N, int64_t C,
                              int64_t OC, bool acc, LinearSite site) const {
   if constexpr (std::is_same_v<T, float>) {
+    if (fp8_applies(site) && fp8->config().recipe != Fp8Recipe::blockwise) {  // one cast of dY serves both
+      const f8::Operand8 g = fp8->quantize_codes(site, Operand::grad, dout.f32, N, OC, fp8_codes(2, N * OC));
+      if (dinp)
+        f8::linear_dgrad8(dinp, g, fp8->quantize_codes(site, Operand::weight, w.f32, OC, C, fp8_codes(1, OC * C)), N, C,
+                          OC);
+      if (dw)
+        f8::linear_wgrad8(dw, g, fp8->quantize_codes(site, Operand::input, inp.f32, N, C, fp8_codes(0, N * C)), N, C,
+                          OC, acc);
+      if (db)  // the bias gradient from the high-precision output gradient (Transformer Engine's)
+        k::linear_backward(static_cast<float*>(nullptr), static_cast<float*>(nullptr), db, dout.f32,
+                           static_cast<const float*>(nullptr), static_cast<const float*>(nullptr), N, C, OC, acc,
+                           k::Precision::fp32);
+      return;
+    }
     if (fp8_applies(site)) {
       float* gq = fp8_scratch(2, N * OC);
       if (dinp) {

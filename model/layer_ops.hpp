@@ -75,6 +75,7 @@ class LayerOps {
                   bool acc, LinearSite site = {}) const;
   // FP8 operands' scratch (activation memory): slot 0 inputs, 1 weights, 2 gradients
   float* fp8_scratch(int slot, int64_t n) const;
+  uint8_t* fp8_codes(int slot, int64_t n) const;  // tensorwise and delayed: the operands' codes
   // the model's norm (model.norm) over rows of the hidden size
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N) const;
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,
@@ -103,7 +104,7 @@ class LayerOps {
   Device device_;
   kernels::Precision precision_;
   int64_t dq_, dv_, qkv_width_, fc_width_;
-  mutable Tensor fp8_scratch_[3];
+  mutable Tensor fp8_scratch_[3], fp8_codes_[3];
 };
 
 }  // namespace trident::model

@@ -3,6 +3,9 @@
 //         values, compute type 32F_FAST_16BF, bias epilogue) against cuBLAS
 //         alone on native bf16 buffers (cublasGemmEx, fp32 accumulation),
 //         at the 1.3B recipe's shapes;
+//   gemm_fp8: the FP8 linear (kernels/fp8.hpp's linear_forward8: cuBLASLt's
+//         e4m3 GEMM with scale pointers, float32 output; the operands' casts
+//         not timed) at the same shapes, against the bf16 linear above;
 //   attention: the flash-style forward and backward, TFLOP/s (causal: half
 //         of the 4 B H T^2 D forward FLOPs counted);
 //   norm / elementwise: GB/s.
@@ -26,6 +29,7 @@
 #include "core/tensor.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/backends.hpp"
+#include "kernels/fp8.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/norm.hpp"
 #include "kernels/precision.hpp"
@@ -109,6 +113,25 @@ int main() {
     const double ref_ms = time_ms(ref);
     cudaFree(xb), cudaFree(wb), cudaFree(yb);
     const double flops = 2.0 * double(N) * double(g.c) * double(g.oc);
+    {  // FP8: the same product from e4m3 codes, verified against the decoded values' bf16 product first
+      Tensor xq = Tensor::empty({N * g.c}, DType::u8, MemCategory::other, x.device());
+      Tensor wq = Tensor::empty({g.oc * g.c}, DType::u8, MemCategory::other, x.device());
+      const float sx =
+          kernels::fp8::tensorwise_scale(kernels::fp8::Format::e4m3, kernels::fp8::amax(x.data<float>(), N * g.c));
+      const float sw =
+          kernels::fp8::tensorwise_scale(kernels::fp8::Format::e4m3, kernels::fp8::amax(w.data<float>(), g.oc * g.c));
+      kernels::fp8::quantize(kernels::fp8::Format::e4m3, x.data<float>(), N * g.c, sx, xq.data<uint8_t>());
+      kernels::fp8::quantize(kernels::fp8::Format::e4m3, w.data<float>(), g.oc * g.c, sw, wq.data<uint8_t>());
+      const kernels::fp8::Operand8 x8{xq.data<uint8_t>(), kernels::fp8::Format::e4m3, sx},
+          w8{wq.data<uint8_t>(), kernels::fp8::Format::e4m3, sw};
+      auto fp8 = [&] { kernels::fp8::linear_forward8(y.data<float>(), x8, w8, b.data<float>(), N, g.c, g.oc); };
+      const double fp8_ms = time_ms(fp8);
+      const double bf16_ms = time_ms(ours);
+      std::printf(
+          "{\"kernel\":\"gemm_fp8_%s\",\"M\":%ld,\"N\":%ld,\"K\":%ld,\"ms\":%.4f,\"tflops\":%.1f,"
+          "\"bf16_ms\":%.4f,\"vs_bf16\":%.3f}\n",
+          g.name, long(N), long(g.oc), long(g.c), fp8_ms, flops / fp8_ms / 1e9, bf16_ms, bf16_ms / fp8_ms);
+    }
     std::printf(
         "{\"kernel\":\"gemm_%s\",\"M\":%ld,\"N\":%ld,\"K\":%ld,\"ms\":%.4f,\"tflops\":%.1f,\"cublas_bf16_ms\":%.4f,"
         "\"cublas_bf16_tflops\":%.1f,\"vs_cublas\":%.3f}\n",

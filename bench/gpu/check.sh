@@ -3,8 +3,10 @@
 # (every kernel against its CPU twin, training on device: cuda against the
 # CPU, the mesh equivalence with 4 ranks sharing the GPU), then measure
 #   - kernel throughput (bench_cuda: GEMM against cuBLAS alone on bf16,
-#     flash attention TFLOP/s, LayerNorm GB/s),
-#   - a single-GPU bf16 training step of GPT-2 124M and GPT-3 XL 1.3B:
+#     the FP8 GEMM against the bf16 one, flash attention TFLOP/s, LayerNorm
+#     GB/s),
+#   - a single-GPU bf16 training step of GPT-2 124M and GPT-3 XL 1.3B (and
+#     the 1.3B with train.fp8 tensorwise, against its bf16 step):
 #     tokens/s, MFU against the device's dense bf16 peak, peak memory, and
 #     the step time against the sum of its kernels' GPU times.
 # Writes OUT/gpu_check.json (OUT: $OUT, else build-gpu/out) and the logs
@@ -99,10 +101,12 @@ PY
   }
   run_train gpt2-124m configs/gpt2-124m.yaml 8 --set train.micro_batch=16 --set train.global_batch=16
   run_train gpt3-1.3b configs/gpt3-1.3b.yaml 6 --set train.micro_batch=4 --set train.global_batch=4
+  run_train gpt3-1.3b-fp8 configs/gpt3-1.3b.yaml 6 --set train.micro_batch=4 --set train.global_batch=4 \
+    --set train.fp8.recipe=tensorwise
   TRAIN=$(python3 - "$OUT" <<'PY'
 import json, sys, os
 out = []
-for name in ["gpt2-124m", "gpt3-1.3b"]:
+for name in ["gpt2-124m", "gpt3-1.3b", "gpt3-1.3b-fp8"]:
     path = os.path.join(sys.argv[1], name + ".jsonl")
     try:
         recs = [json.loads(l) for l in open(path) if l.strip()]

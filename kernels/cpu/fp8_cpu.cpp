@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "kernels/fp8.hpp"
 #include "kernels/fp8_code.hpp"
+#include "kernels/gemm.hpp"
 
 namespace trident::kernels::fp8 {
 
@@ -172,6 +173,30 @@ void fake_quantize_tiles(const float* x, int64_t rows, int64_t cols, bool power_
 void fake_quantize_blocks(const float* x, int64_t rows, int64_t cols, bool power_of_two, float* y) {
   check_blocks(rows, cols, true);
   cpu::quantize_tiled(x, rows, cols, kSquareBlock, power_of_two, nullptr, y, nullptr);
+}
+
+// Each operand decoded into a float32 buffer of this thread's (kept, grown as needed), then the float32 GEMM.
+const float* decoded(int slot, Operand8 a, int64_t n) {
+  thread_local std::vector<float> buf[2];
+  std::vector<float>& b = buf[slot];
+  if (int64_t(b.size()) < n) b.resize(size_t(n));
+  cpu::dequantize(a.format, a.q, n, a.scale, b.data());
+  return b.data();
+}
+
+void linear_forward8(float* out, Operand8 x, Operand8 w, const float* bias, int64_t N, int64_t C, int64_t OC) {
+  kernels::linear_forward(out, decoded(0, x, N * C), decoded(1, w, OC * C), bias, N, C, OC, Precision::fp32);
+}
+
+void linear_dgrad8(float* dinp, Operand8 dout, Operand8 w, int64_t N, int64_t C, int64_t OC) {
+  kernels::linear_backward(dinp, static_cast<float*>(nullptr), static_cast<float*>(nullptr), decoded(0, dout, N * OC),
+                           static_cast<const float*>(nullptr), decoded(1, w, OC * C), N, C, OC, false, Precision::fp32);
+}
+
+void linear_wgrad8(float* dweight, Operand8 dout, Operand8 x, int64_t N, int64_t C, int64_t OC, bool accumulate) {
+  kernels::linear_backward(static_cast<float*>(nullptr), dweight, static_cast<float*>(nullptr),
+                           decoded(0, dout, N * OC), decoded(1, x, N * C), static_cast<const float*>(nullptr), N, C, OC,
+                           accumulate, Precision::fp32);
 }
 
 }  // namespace cpu

@@ -58,6 +58,14 @@ void fp8_fake_quantize(float* y, const float* x, int64_t n, float scale, int for
 void fp8_quantize_tiled(uint8_t* q, float* y, float* scales, const float* x, int64_t rows, int64_t cols, int64_t tr,
                         int64_t tc, bool pow2);
 int64_t fp8_count_saturated(const float* x, int64_t n, float scale, int format);
+// The linear layers' FP8 GEMMs (kernels/fp8.hpp's linear_forward8 and so on;
+// gemm_fp8_cuda.cu): codes q with format f (0 e4m3, 1 e5m2) and scale s each.
+void fp8_linear_forward(float* out, const uint8_t* x, int fx, float sx, const uint8_t* w, int fw, float sw,
+                        const float* bias, int64_t N, int64_t C, int64_t OC);
+void fp8_linear_dgrad(float* dinp, const uint8_t* dy, int fg, float sg, const uint8_t* w, int fw, float sw, int64_t N,
+                      int64_t C, int64_t OC);
+void fp8_linear_wgrad(float* dw, const uint8_t* dy, int fg, float sg, const uint8_t* x, int fx, float sx, int64_t N,
+                      int64_t C, int64_t OC, bool accumulate);
 
 // As kernels/rows.hpp.
 void rows_scale_add(float* out, const float* x, const float* g, int64_t N, int64_t C);

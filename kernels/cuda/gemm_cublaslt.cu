@@ -3,26 +3,17 @@
 // heuristic's algorithm are cached per shape; one 32 MiB workspace. The bias
 // of linear_forward is the BIAS epilogue; where cuBLASLt offers no algorithm
 // with it, a separate bias kernel runs after the plain GEMM.
-#include <cublasLt.h>
-
 #include <map>
 #include <mutex>
 #include <tuple>
 
-#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublaslt.cuh"
 
 namespace trident::kernels::cuda {
 
-#define CUBLAS_CHECK(stmt)                                                                   \
-  do {                                                                                       \
-    cublasStatus_t trident_s_ = (stmt);                                                      \
-    if (trident_s_ != CUBLAS_STATUS_SUCCESS)                                                 \
-      cuda_fail("cuBLASLt", #stmt, __FILE__, __LINE__, cublasLtGetStatusString(trident_s_)); \
-  } while (0)
-
 namespace {
 
-constexpr size_t kWorkspace = size_t(32) << 20;
+constexpr size_t kWorkspace = kLtWorkspace;
 
 // The pointers' alignment is part of a plan: cuBLASLt's heuristic assumes
 // 256-byte operands unless told otherwise, and parameters are views at any
@@ -63,10 +54,7 @@ struct State {
 
 State& state() {
   static State s;
-  if (!s.handle) {
-    CUBLAS_CHECK(cublasLtCreate(&s.handle));
-    CUDA_CHECK(cudaMalloc(&s.workspace, kWorkspace));
-  }
+  if (!s.handle) s.handle = lt_context().handle, s.workspace = lt_context().workspace;
   return s;
 }
 
@@ -132,6 +120,16 @@ __global__ void scale_plus_bias(float* C, float beta, const float* bias, int64_t
 }
 
 }  // namespace
+
+LtContext& lt_context() {
+  static LtContext c = [] {
+    LtContext made;
+    CUBLAS_CHECK(cublasLtCreate(&made.handle));
+    CUDA_CHECK(cudaMalloc(&made.workspace, kLtWorkspace));
+    return made;
+  }();
+  return c;
+}
 
 void matmul_cublaslt(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* A,
                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,

@@ -12,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "core/device_memory.hpp"
 #include "core/tensor.hpp"
@@ -542,6 +543,59 @@ TEST(Cuda, Fp8MatchesTheCpu) {
     fp8::fake_quantize_blocks(x.data(), 128, 128, pow2, want.data());
     fp8::fake_quantize_blocks(d.f(), 128, 128, pow2, y.f());
     EXPECT_TRUE(same(y.host(n), want)) << "blocks, pow2 " << pow2;
+  }
+}
+
+// The linear layers' FP8 GEMMs on the device (cuBLASLt's FP8 matmul where
+// the shapes are multiples of 16 on sm_89+, else the decoded operands'
+// float32 GEMM) against the CPU's (the decoded codes' float32 GEMM):
+// forward with a bias, the input gradient (the weight transposed on the
+// device) and the weight gradient overwritten and accumulated, e4m3 times
+// e4m3 and e5m2 gradients. FP8 tensor cores accumulate in their own order
+// and precision: 2e-3 of the largest value.
+TEST(Cuda, Fp8GemmsMatchTheCpu) {
+  REQUIRE_GPU();
+  namespace f8 = kernels::fp8;
+  for (const auto& [N, C, OC] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 384}, {40, 48, 36}}) {
+    auto operand = [&](int64_t n, uint32_t seed, f8::Format f, std::vector<uint8_t>& host, Tensor& dev) {
+      const F x = randn(n, seed, 2.f);
+      const float scale = f8::tensorwise_scale(f, f8::amax(x.data(), n));
+      host.resize(size_t(n));
+      f8::quantize(f, x.data(), n, scale, host.data());
+      dev = Tensor::empty({n}, DType::u8, MemCategory::other, Device{DeviceType::cuda, 0});
+      copy_to_device(dev.raw(), host.data(), size_t(n), 0);
+      return scale;
+    };
+    std::vector<uint8_t> xh, wh, gh;
+    Tensor xd, wd, gd;
+    const float sx = operand(N * C, 1, f8::Format::e4m3, xh, xd), sw = operand(OC * C, 2, f8::Format::e4m3, wh, wd);
+    const float sg = operand(N * OC, 3, f8::Format::e5m2, gh, gd);
+    const f8::Operand8 x{xh.data(), f8::Format::e4m3, sx}, w{wh.data(), f8::Format::e4m3, sw},
+        g{gh.data(), f8::Format::e5m2, sg};
+    const f8::Operand8 xg{xd.data<uint8_t>(), x.format, sx}, wg{wd.data<uint8_t>(), w.format, sw},
+        gg{gd.data<uint8_t>(), g.format, sg};
+    auto close = [](const F& got, const F& want, const char* what) {
+      float top = 0, err = 0;
+      for (size_t i = 0; i < want.size(); ++i)
+        top = std::max(top, std::abs(want[i])), err = std::max(err, std::abs(got[i] - want[i]));
+      EXPECT_LE(err, 2e-3f * top) << what << ": largest " << top;
+    };
+    const F bias = randn(OC, 4, 1.f);
+    Dev b(bias), y(F(size_t(N * OC))), dx(F(size_t(N * C)));
+    F yc(size_t(N * OC)), dxc(size_t(N * C));
+    f8::linear_forward8(y.f(), xg, wg, b.f(), N, C, OC);
+    f8::linear_forward8(yc.data(), x, w, bias.data(), N, C, OC);
+    close(y.host(N * OC), yc, "forward");
+    f8::linear_dgrad8(dx.f(), gg, wg, N, C, OC);
+    f8::linear_dgrad8(dxc.data(), g, w, N, C, OC);
+    close(dx.host(N * C), dxc, "input gradient");
+    for (bool acc : {false, true}) {
+      F dwc = randn(OC * C, 5, 1.f);
+      Dev dw(dwc);
+      f8::linear_wgrad8(dw.f(), gg, xg, N, C, OC, acc);
+      f8::linear_wgrad8(dwc.data(), g, x, N, C, OC, acc);
+      close(dw.host(OC * C), dwc, acc ? "weight gradient, accumulated" : "weight gradient");
+    }
   }
 }
 

@@ -628,5 +628,46 @@ TEST(CudaEmulated, Fp8CastsAndScalings) {
   }
 }
 
+// The linear layers' FP8 GEMMs (gemm_fp8_cuda.cu) against the CPU's
+// (kernels/fp8.hpp: the decoded codes' float32 GEMM): forward with a bias,
+// the input gradient (the weight's transposed copy), the weight gradient
+// (the input's and the gradient's transposed copies) overwritten and
+// accumulated, e4m3 and e5m2 operands with their own scales, sizes that are
+// not multiples of the transposes' 32 x 32 tiles. The sums run in another
+// order: float32 rounding apart.
+TEST(CudaEmulated, Fp8LinearGemmsMatchTheCpu) {
+  const int64_t N = 40, C = 48, OC = 36;
+  auto codes = [](int64_t n, uint32_t seed, fp8::Format f, float scale) {
+    F x = randn(n, seed, 3.0f);
+    std::vector<uint8_t> q(static_cast<size_t>(n));
+    fp8::quantize(f, x.data(), n, scale, q.data());
+    return q;
+  };
+  const fp8::Format e4 = fp8::Format::e4m3, e5 = fp8::Format::e5m2;
+  const auto xq = codes(N * C, 1, e4, 60.f), wq = codes(OC * C, 2, e4, 140.f), gq = codes(N * OC, 3, e5, 900.f);
+  const fp8::Operand8 x{xq.data(), e4, 60.f}, w{wq.data(), e4, 140.f}, g{gq.data(), e5, 900.f};
+  const F bias = randn(OC, 4, 1.0f);
+  auto close = [](const F& a, const F& b) {
+    float top = 0, err = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      top = std::max(top, std::abs(b[i])), err = std::max(err, std::abs(a[i] - b[i]));
+    return err <= 1e-5f * top && top > 0;
+  };
+  F y(size_t(N * OC)), yc(y.size());
+  emu::fp8_linear_forward(y.data(), xq.data(), 0, x.scale, wq.data(), 0, w.scale, bias.data(), N, C, OC);
+  fp8::linear_forward8(yc.data(), x, w, bias.data(), N, C, OC);
+  EXPECT_TRUE(close(y, yc)) << "forward";
+  F dx(size_t(N * C)), dxc(dx.size());
+  emu::fp8_linear_dgrad(dx.data(), gq.data(), 1, g.scale, wq.data(), 0, w.scale, N, C, OC);
+  fp8::linear_dgrad8(dxc.data(), g, w, N, C, OC);
+  EXPECT_TRUE(close(dx, dxc)) << "input gradient";
+  for (bool acc : {false, true}) {
+    F dw = randn(OC * C, 5, 1.0f), dwc = dw;
+    emu::fp8_linear_wgrad(dw.data(), gq.data(), 1, g.scale, xq.data(), 0, x.scale, N, C, OC, acc);
+    fp8::linear_wgrad8(dwc.data(), g, x, N, C, OC, acc);
+    EXPECT_TRUE(close(dw, dwc)) << "weight gradient, accumulate " << acc;
+  }
+}
+
 }  // namespace
 }  // namespace trident::kernels

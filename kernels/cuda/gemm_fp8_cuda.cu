@@ -1,0 +1,245 @@
+// The linear layers' FP8 GEMMs on CUDA (kernels/fp8.hpp: linear_forward8,
+// linear_dgrad8, linear_wgrad8; tensorwise and delayed scaling, one scale
+// per operand) through cuBLASLt's FP8 matmul: e4m3 or e5m2 operands (not
+// both e5m2), float32 accumulation and output, each operand's
+// dequantisation factor 1 / scale through CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER.
+//
+// cuBLASLt's FP8 GEMMs take only the "TN" layout (column-major: A
+// transposed, B not), so the row-major calls read:
+//   forward   out^T[OC, N]  = W[OC, C] . X^T[C, N]        A = W, B = X (as stored)
+//   dgrad     dX^T[C, N]    = W^T[C, OC] . dY^T[OC, N]    A = W^T (a transposed copy), B = dY
+//   wgrad     dW^T[C, OC] (+)= X^T[C, N] . dY[N, OC]      A = X^T, B = dY^T (transposed copies)
+// the transposed FP8 copies made by fp8_transpose_kernel into scratch
+// (Transformer Engine keeps them beside the rowwise copies; here they live
+// for the one call). Where cuBLASLt's FP8 path does not apply (before
+// sm_89; a dimension not a multiple of 16, an operand not 16-byte aligned;
+// e5m2 times e5m2) the operands are decoded into float32 scratch and the
+// float32 GEMM runs: the emulation's numbers.
+//
+// Under TRIDENT_CUDA_EMULATION (tests/kernels/test_cuda_emulated.cpp) the
+// cuBLASLt call is replaced by its definition, a float32 loop over the
+// decoded codes: what the emulation checks is everything around it (which
+// operand, which transpose, which leading dimension, which scale).
+#ifndef TRIDENT_CUDA_EMULATION
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "kernels/cuda/cublaslt.cuh"
+#endif
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/fp8_code.hpp"
+
+namespace trident::kernels::cuda {
+
+namespace {
+
+namespace code = ::trident::kernels::fp8_code;
+
+// out[c, r] = in[r, c] for a rows x cols byte matrix, in 32 x 32 tiles through shared memory
+__global__ void fp8_transpose_kernel(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols) {
+  __shared__ uint8_t tile[32][33];
+  const int64_t tiles_c = (cols + 31) / 32;
+  const int64_t r0 = int64_t(blockIdx.x) / tiles_c * 32, c0 = int64_t(blockIdx.x) % tiles_c * 32;
+  for (int k = threadIdx.x; k < 32 * 32; k += blockDim.x) {
+    const int64_t r = r0 + k / 32, c = c0 + k % 32;
+    if (r < rows && c < cols) tile[k / 32][k % 32] = in[r * cols + c];
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < 32 * 32; k += blockDim.x) {
+    const int64_t c = c0 + k / 32, r = r0 + k % 32;
+    if (r < rows && c < cols) out[c * rows + r] = tile[k % 32][k / 32];
+  }
+}
+
+__global__ void fp8_add_bias_kernel(float* out, const float* bias, int64_t N, int64_t OC) {
+  GRID_STRIDE(i, N * OC) out[i] += bias[i % OC];
+}
+
+uint8_t* transposed(const uint8_t* in, int64_t rows, int64_t cols) {
+  auto* out = static_cast<uint8_t*>(scratch_alloc(size_t(rows * cols)));
+  const int64_t blocks = (rows + 31) / 32 * ((cols + 31) / 32);
+  if (blocks > 0) {
+    KERNEL_LAUNCH(fp8_transpose_kernel, unsigned(blocks), 256, 0)(out, in, rows, cols);
+    CUDA_LAUNCHED("fp8_transpose_kernel");
+  }
+  return out;
+}
+
+// The dequantisation factors 1 / scale of A and B, in device memory (the scale pointers).
+float* factors(float scale_a, float scale_b) {
+  const float host[2] = {1.0f / scale_a, 1.0f / scale_b};
+  auto* dev = static_cast<float*>(scratch_alloc(sizeof(host)));
+  CUDA_CHECK(cudaMemcpyAsync(dev, host, sizeof(host), cudaMemcpyHostToDevice, stream()));
+  return dev;
+}
+
+#ifdef TRIDENT_CUDA_EMULATION
+// cublasLtMatmul's definition for FP8 A and B in the TN layout: column-major
+// D[m, n] = sa sb sum_k A[k + i lda] B[k + j ldb] + beta D (float32 sums)
+void matmul8(int64_t m, int64_t n, int64_t k, const uint8_t* A, int fa, int64_t lda, const uint8_t* B, int fb,
+             int64_t ldb, const float* sab, float beta, float* D, int64_t ldd) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < m; ++i) {
+      float acc = 0.f;
+      for (int64_t p = 0; p < k; ++p) acc += code::decode(fa, A[p + i * lda]) * code::decode(fb, B[p + j * ldb]);
+      float& d = D[i + j * ldd];
+      d = sab[0] * sab[1] * acc + (beta == 0.f ? 0.f : beta * d);
+    }
+}
+#else
+struct Key {
+  int64_t m, n, k, lda, ldb, ldd;
+  int fa, fb;
+  bool accumulate;
+  bool operator<(const Key& o) const {
+    return std::tie(m, n, k, lda, ldb, ldd, fa, fb, accumulate) <
+           std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.fa, o.fb, o.accumulate);
+  }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+struct Plans {
+  std::mutex mutex;
+  std::map<Key, Plan> plans;
+};
+
+cudaDataType_t fp8_type(int format) { return format == 0 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+
+Plan make_plan(const LtContext& s, const Key& key) {
+  Plan p;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  const int8_t fast = 0;  // accumulate in float32 throughout (no fast accumulation)
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, fp8_type(key.fa), uint64_t(key.k), uint64_t(key.m), key.lda));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, fp8_type(key.fb), uint64_t(key.k), uint64_t(key.n), key.ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, uint64_t(key.m), uint64_t(key.n), key.ldd));
+  cublasLtMatmulPreference_t pref;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  size_t ws = kLtWorkspace;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(s.handle, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+    cuda_fail("cuBLASLt", "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__, "no FP8 algorithm for this GEMM");
+  p.algo = result.algo;
+  return p;
+}
+
+void matmul8(int64_t m, int64_t n, int64_t k, const uint8_t* A, int fa, int64_t lda, const uint8_t* B, int fb,
+             int64_t ldb, const float* sab, float beta, float* D, int64_t ldd) {
+  static Plans cache;
+  const LtContext& s = lt_context();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  const Key key{m, n, k, lda, ldb, ldd, fa, fb, beta != 0.f};
+  auto it = cache.plans.find(key);
+  if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(s, key)).first;
+  Plan& p = it->second;
+  const float* sa = sab;
+  const float* sb = sab + 1;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof(sa)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof(sb)));
+  const float alpha = 1.f;
+  CUBLAS_CHECK(cublasLtMatmul(s.handle, p.op, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.algo, s.workspace,
+                              kLtWorkspace, stream()));
+}
+
+bool fp8_device() {            // sm_89 and later have FP8 tensor cores
+  static int cached[64] = {};  // per device: 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  int& c = cached[dev & 63];
+  if (c == 0) {
+    int major = 0, minor = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    c = major > 8 || (major == 8 && minor >= 9) ? 1 : 2;
+  }
+  return c == 1;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+bool fp8_gemm_fits(int64_t m, int64_t n, int64_t k, int fa, int fb, const void* A, const void* B, const void* D) {
+  return !(fa == 1 && fb == 1) && m % 16 == 0 && n % 16 == 0 && k % 16 == 0 && aligned16(A) && aligned16(B) &&
+         aligned16(D) && fp8_device();
+}
+#endif
+
+#ifndef TRIDENT_CUDA_EMULATION
+// Decoded into float32 scratch (freed by the caller): the fallback's operand.
+float* decoded(const uint8_t* q, int64_t n, float scale, int format) {
+  auto* y = static_cast<float*>(scratch_alloc(size_t(n) * sizeof(float)));
+  fp8_dequantize(y, q, n, scale, format);
+  return y;
+}
+#endif
+
+}  // namespace
+
+void fp8_linear_forward(float* out, const uint8_t* x, int fx, float sx, const uint8_t* w, int fw, float sw,
+                        const float* bias, int64_t N, int64_t C, int64_t OC) {
+  if (N == 0 || OC == 0) return;
+#ifndef TRIDENT_CUDA_EMULATION  // the emulation's matmul8 takes every shape and format
+  if (!fp8_gemm_fits(OC, N, C, fw, fx, w, x, out)) {
+    float *xd = decoded(x, N * C, sx, fx), *wd = decoded(w, OC * C, sw, fw);
+    linear_forward(out, xd, wd, bias, N, C, OC, 0);
+    scratch_free(xd, size_t(N * C) * sizeof(float)), scratch_free(wd, size_t(OC * C) * sizeof(float));
+    return;
+  }
+#endif
+  float* sab = factors(sw, sx);
+  matmul8(OC, N, C, w, fw, C, x, fx, C, sab, 0.f, out, OC);
+  scratch_free(sab, 2 * sizeof(float));
+  if (bias) LAUNCH_GRID_STRIDE(fp8_add_bias_kernel, N * OC, out, bias, N, OC);
+}
+
+void fp8_linear_dgrad(float* dinp, const uint8_t* dy, int fg, float sg, const uint8_t* w, int fw, float sw, int64_t N,
+                      int64_t C, int64_t OC) {
+  if (N == 0 || C == 0) return;
+  uint8_t* wt = transposed(w, OC, C);  // [C, OC]
+#ifndef TRIDENT_CUDA_EMULATION         // the emulation's matmul8 takes every shape and format
+  if (!fp8_gemm_fits(C, N, OC, fw, fg, wt, dy, dinp)) {
+    scratch_free(wt, size_t(OC * C));
+    float *gd = decoded(dy, N * OC, sg, fg), *wd = decoded(w, OC * C, sw, fw);
+    linear_backward(dinp, nullptr, nullptr, gd, nullptr, wd, N, C, OC, false, 0);
+    scratch_free(gd, size_t(N * OC) * sizeof(float)), scratch_free(wd, size_t(OC * C) * sizeof(float));
+    return;
+  }
+#endif
+  float* sab = factors(sw, sg);
+  matmul8(C, N, OC, wt, fw, OC, dy, fg, OC, sab, 0.f, dinp, C);
+  scratch_free(sab, 2 * sizeof(float)), scratch_free(wt, size_t(OC * C));
+}
+
+void fp8_linear_wgrad(float* dw, const uint8_t* dy, int fg, float sg, const uint8_t* x, int fx, float sx, int64_t N,
+                      int64_t C, int64_t OC, bool accumulate) {
+  if (C == 0 || OC == 0) return;
+  uint8_t *xt = transposed(x, N, C), *gt = transposed(dy, N, OC);  // [C, N], [OC, N]
+#ifndef TRIDENT_CUDA_EMULATION  // the emulation's matmul8 takes every shape and format
+  if (!fp8_gemm_fits(C, OC, N, fx, fg, xt, gt, dw)) {
+    scratch_free(xt, size_t(N * C)), scratch_free(gt, size_t(N * OC));
+    float *gd = decoded(dy, N * OC, sg, fg), *xd = decoded(x, N * C, sx, fx);
+    linear_backward(nullptr, dw, nullptr, gd, xd, nullptr, N, C, OC, accumulate, 0);
+    scratch_free(gd, size_t(N * OC) * sizeof(float)), scratch_free(xd, size_t(N * C) * sizeof(float));
+    return;
+  }
+#endif
+  float* sab = factors(sx, sg);
+  matmul8(C, OC, N, xt, fx, N, gt, fg, N, sab, accumulate ? 1.f : 0.f, dw, C);
+  scratch_free(sab, 2 * sizeof(float)), scratch_free(xt, size_t(N * C)), scratch_free(gt, size_t(N * OC));
+}
+
+}  // namespace trident::kernels::cuda

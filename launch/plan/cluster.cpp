@@ -128,16 +128,27 @@ Cluster load_cluster(const std::string& path, Precision prec, const std::vector<
     c.sharded_grad_accumulation = one_of(r, "software.zero_grad_accumulation", {"buffer", "shard"}) == "shard";
     // Transformer Engine's fp8 recipes: the GEMMs (forward, input and weight gradients) in fp8, the rest as planned
     const std::string gemms = one_of(r, "software.gemm_precision", {std::string(enum_name(prec)), "fp8"});
-    if (gemms == "fp8") {
-      if (!r.has("peak_tflops.fp8"))
-        fail_input("{}: key 'peak_tflops.fp8': missing (software.gemm_precision is fp8)", r.where("peak_tflops"));
-      // fp8 GEMMs reach this fraction of what the GEMM table gives bf16 ones of their peak (scaling and
-      // amax reductions included; the casts are costed apart, step_model.cpp)
-      c.gemm_peak_flops =
-          r.positive("peak_tflops.fp8", std::nullopt) * 1e12 * r.real("software.fp8_gemm_fraction", 0, 1, 1.0, true);
-    }
+    if (gemms == "fp8" && !r.has("peak_tflops.fp8"))
+      fail_input("{}: key 'peak_tflops.fp8': missing (software.gemm_precision is fp8)", r.where("peak_tflops"));
+    c.fp8_saved_inputs = gemms == "fp8";
   }
+  // fp8 GEMMs reach this fraction of what the GEMM table gives bf16 ones of their peak (scaling and
+  // amax reductions included; the casts are costed apart, step_model.cpp)
+  if (r.has("peak_tflops.fp8"))
+    c.fp8_peak_flops = r.positive("peak_tflops.fp8", std::nullopt) * 1e12 *
+                       (r.has("software") ? r.real("software.fp8_gemm_fraction", 0, 1, 1.0, true) : 1.0);
+  if (c.fp8_saved_inputs) c.gemm_peak_flops = c.fp8_peak_flops;
   return c;
+}
+
+void apply_recipe_fp8(Cluster& cl, const Recipe& rc, const std::string& path) {
+  if (!rc.train.fp8.on() || cl.gemm_peak_flops > 0) return;
+  if (cl.fp8_peak_flops <= 0)
+    fail_input(
+        "{}: key 'peak_tflops.fp8': missing (the recipe's train.fp8.recipe is {}: its linears' GEMMs are "
+        "planned at the device's fp8 peak)",
+        path, enum_name(rc.train.fp8.recipe));
+  cl.gemm_peak_flops = cl.fp8_peak_flops, cl.fp8_from_recipe = true, cl.recipe_fp8 = rc.train.fp8;
 }
 
 DeviceRates Cluster::rates() const {
@@ -145,6 +156,7 @@ DeviceRates Cluster::rates() const {
   r.peak_flops = peak_flops;
   r.gemm_peak_flops = gemm_peak_flops > 0 ? gemm_peak_flops : peak_flops;
   r.fp8_casts = gemm_peak_flops > 0;
+  r.fp8_linears_only = fp8_from_recipe, r.fp8 = recipe_fp8;
   if (fp32_cross_entropy) {
     // Megatron-Core's vocab_parallel_cross_entropy: forward the logits cast to fp32 (2 + 4 bytes), the maximum
     // read (4), the shift and the exponential in place (8 + 8), the sum read (4), the normalisation in place (8);

@@ -23,6 +23,12 @@ void print_plan_table(const PlanCommand& c, const Cluster& cl, const std::vector
       c.recipe, c.gpus, cl.name, cl.devices_per_node, cl.memory_bytes / kGiB, cl.usable_bytes / kGiB,
       cl.peak_flops / 1e12, cl.precision, cl.gemm_table.empty() ? cl.gemm_fraction : cl.gemm_table.back().second,
       cl.software);
+  if (cl.fp8_from_recipe)
+    fmt::print(
+        "train.fp8 ({}): the FP8 linears' GEMMs at {:.4g} TFLOP/s (peak_tflops.fp8{}), the rest at the {} "
+        "peak; MFU counts against the {} peak\n",
+        enum_name(cl.recipe_fp8.recipe), cl.fp8_peak_flops / 1e12,
+        cl.recipe_fp8.param_gather ? "; ZeRO 3 gathers their weights in FP8" : "", cl.precision, cl.precision);
   fmt::print("{} configurations: {} fit, {} out of memory, {} invalid\n", results.size(), feasible,
              int64_t(results.size()) - feasible - invalid, invalid);
   fmt::print(
@@ -132,7 +138,8 @@ int run_plan(const PlanCommand& c, int* argc, char*** argv) {
   const Recipe rc = load_plan_recipe(c.recipe, c.sets);
   Precision precision = rc.train.precision;
   if (!c.precision.empty()) precision = *parse_enum<Precision>(c.precision);  // checked by the command line
-  const Cluster cl = load_cluster(c.cluster, precision, c.cluster_sets);
+  Cluster cl = load_cluster(c.cluster, precision, c.cluster_sets);
+  apply_recipe_fp8(cl, rc, c.cluster);
   std::vector<PlanResult> results;
   if (!c.mesh.empty()) {
     const auto dims = parse_mesh("plan: --mesh", c.mesh);

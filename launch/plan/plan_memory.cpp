@@ -62,10 +62,11 @@ double megatron_activation_bytes(const PlanContext& x, const PlanResult& r) {
                  : sp                           ? s * b * h * (18 + 4 * F / h) / T
                                                 : s * b * h * (10 + 24 / T);
   if (c.recompute == Recompute::none && !x.cl.flash_attention) layer += 5 * double(m.heads) * s * s * b / T;
-  // fp8 GEMMs (Transformer Engine) keep their inputs for the weight gradients in fp8, half of bf16's bytes:
+  // fp8 GEMMs (Transformer Engine; not Trident's train.fp8, which keeps them in bf16) keep their inputs for the
+  // weight gradients in fp8, half of bf16's bytes:
   // the two norm outputs and the attention projection's input (1 s b h each) and the MLP's second input (F / h)
   // (the norm outputs whole on every tensor rank without sequence parallelism)
-  if (x.cl.gemm_peak_flops > 0 && c.recompute != Recompute::full)
+  if (x.cl.fp8_saved_inputs && c.recompute != Recompute::full)
     layer -= s * b * h * (2 / (sp ? T : 1) + (1 + F / h) / T);
   double in_flight = 1;  // the first stage's layers in flight, as a fraction of all the layers
   if (x.P > 1) {

@@ -138,11 +138,12 @@ struct ReduceTime {
 // and under HSDP the R replicas of each shard at `across`, for `params`
 // elements of this rank's; returns the time, what the backward can hide of
 // it (`busy`: the slowest stage's compute) and the replicas' share.
+// fp8_share: the part's parameters ZeRO 3 gathers as FP8 codes (train.fp8.param_gather).
 ReduceTime reduce_time(const PlanContext& x, const PlanResult& r, double params, int g, const GroupPlacement& where,
-                       int R, const GroupPlacement& across, double busy) {
+                       int R, const GroupPlacement& across, double busy, double fp8_share = 0) {
   if (g * R <= 1 || params <= 0) return {};
   const PlanConfig& c = x.c;
-  const double pb = x.pb;
+  const double pb = x.pb, gathered_bytes = params * (fp8_share + pb * (1 - fp8_share));
   const Link dl = group_link(x.cl, where);
   const double grads = x.cl.grad_reduce_bytes * params;  // fp32, or bf16 where the software reduces in bf16
   const double buckets = std::max(1.0, std::ceil(grads / double(x.q.parallel.bucket_bytes)));
@@ -173,8 +174,8 @@ ReduceTime reduce_time(const PlanContext& x, const PlanResult& r, double params,
   } else if (c.zero == 2) {
     comm = reductions * half_collective_time(grads, g, dl) + half_collective_time(pb * params, g, dl),
     hide = busy * 2 / 3;
-  } else {
-    comm = reductions * half_collective_time(grads, g, dl) + M * 2 * half_collective_time(pb * params, g, dl),
+  } else {  // train.fp8.param_gather: the FP8 linears' weights a byte each
+    comm = reductions * half_collective_time(grads, g, dl) + M * 2 * half_collective_time(gathered_bytes, g, dl),
     hide = busy;
   }
   comm += (c.zero >= 2 ? reductions : 1) * buckets * 2.0 * (g - 1) * dl.latency;
@@ -189,10 +190,24 @@ ReduceTime reduce_time(const PlanContext& x, const PlanResult& r, double params,
 // The gradient reductions per step: the dense part over data x context, this
 // rank's experts over expert-data; the part the backward hides.
 void data_comm_time(const PlanContext& x, PlanResult& r, double busy) {
+  // train.fp8.param_gather: the share of each part's parameters gathered as FP8 codes: the experts' weights;
+  // the dense part's all but the embeddings and the head (norms, biases and routers are left in it: a small
+  // overcount), of the model's average stage
+  double dense_fp8 = 0, experts_fp8 = 0;
+  if (x.q.train.fp8.param_gather && x.q.train.fp8.on()) {
+    const ModelConfig& m = x.q.model;
+    const double whole = double(x.sizes.whole), experts = double(x.expert_params) * x.EP * x.T * x.P;
+    const double tables = double(m.padded_vocab(1)) * double(m.hidden) * (m.tie_embeddings ? 1 : 2);
+    const double dense = std::max(1.0, whole - experts);
+    dense_fp8 = x.q.train.fp8.keeps(Fp8Module::attention) && x.q.train.fp8.keeps(Fp8Module::mlp)
+                    ? 0
+                    : std::clamp((dense - tables) / dense, 0.0, 1.0);
+    experts_fp8 = x.q.train.fp8.keeps(Fp8Module::experts) ? 0 : 1;
+  }
   const ReduceTime dense =
-      reduce_time(x, r, x.dense_params, x.S, x.where[kDataShard], x.R, x.where[kDataReplicate], busy);
-  const ReduceTime experts =
-      reduce_time(x, r, x.expert_params, x.ES, x.where[kExpertShard], x.ER, x.where[kExpertReplicate], busy);
+      reduce_time(x, r, x.dense_params, x.S, x.where[kDataShard], x.R, x.where[kDataReplicate], busy, dense_fp8);
+  const ReduceTime experts = reduce_time(x, r, x.expert_params, x.ES, x.where[kExpertShard], x.ER,
+                                         x.where[kExpertReplicate], busy, experts_fp8);
   PlanTime& t = r.time;
   t.data_comm = dense.comm + experts.comm;
   t.replica_comm = dense.replicas + experts.replicas;

@@ -57,7 +57,12 @@ struct Cluster {
   // `activations:` what the software keeps for the backward: Trident's allocation, Megatron-Core's formula, or
   // torchtitan's activation checkpointing (docs/planner.md#software)
   enum class Kept { trident, megatron, torchtitan } kept = Kept::trident;
-  double gemm_peak_flops = 0;              // `gemm_precision: fp8`: the GEMMs at peak_tflops.fp8 (else peak_flops)
+  double gemm_peak_flops = 0;     // `gemm_precision: fp8`: the GEMMs at peak_tflops.fp8 (else peak_flops)
+  double fp8_peak_flops = 0;      // peak_tflops.fp8 x fp8_gemm_fraction, where the file has it
+  bool fp8_saved_inputs = false;  // `gemm_precision: fp8`: Transformer Engine keeps GEMM inputs in fp8
+  // the recipe's train.fp8 planned (apply_recipe_fp8): its FP8 linears at fp8_peak_flops
+  bool fp8_from_recipe = false;
+  Fp8Config recipe_fp8;
   bool sharded_grad_accumulation = false;  // `zero_grad_accumulation: shard`: ZeRO 2/3 accumulate in the shard
   bool fp32_cross_entropy = false;         // `cross_entropy: fp32`: Megatron-Core's unfused loss over fp32 logits
   double grad_reduce_bytes = 4;            // `grad_reduce: fp32 | bf16`: bytes per gradient the data group reduces
@@ -67,6 +72,12 @@ struct Cluster {
 // fp16: 2-byte parameters and activations, fp32 master weights, gradients and
 // optimizer states).
 Cluster load_cluster(const std::string& path, Precision precision, const std::vector<std::string>& overrides = {});
+// A recipe with train.fp8 planned on cluster `cl` (read from `path`): the
+// GEMMs of the linears Trident runs in FP8 at peak_tflops.fp8 (InputError
+// naming the file when it lacks that key), ZeRO 3's gathers with
+// param_gather in FP8; a cluster whose software already runs its GEMMs in
+// fp8 (`gemm_precision: fp8`) is left as it is.
+void apply_recipe_fp8(Cluster& cl, const Recipe& rc, const std::string& path);
 
 struct PlanConfig {
   int64_t data = 1, tensor = 1, pipeline = 1, virtual_stages = 1, micro_batch = 1, zero = 0;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "model/architecture.hpp"
 #include "model/parallel_plan.hpp"
@@ -30,14 +31,18 @@ namespace {
 // A GEMM [m, k] x [k, n] (batch of them): the slower of its FLOPs at the
 // shape's efficiency and its operands through memory. Backward: the input
 // and weight gradients, each the forward's size.
-Op gemm(const std::string& name, int64_t m, int64_t n, int64_t k, int64_t batch, const DeviceRates& r) {
+// linear: the module kind of a linear layer's GEMM (none: the router, the
+// head, attention's own GEMMs), for FP8 planned from the recipe.
+Op gemm(const std::string& name, int64_t m, int64_t n, int64_t k, int64_t batch, const DeviceRates& r,
+        std::optional<Fp8Module> linear = std::nullopt) {
   Op op;
   op.name = name, op.kind = OpKind::gemm, op.m = m, op.n = n, op.k = k, op.batch = batch;
   op.flops = 2.0 * double(m) * double(n) * double(k) * double(batch);
   op.bytes =
       double(batch) * (double(m) * double(k) + double(k) * double(n) + double(m) * double(n)) * r.bytes_per_value;
   op.efficiency = r.gemm_efficiency(double(std::min({m, n, k})));
-  const double peak = r.gemm_peak_flops > 0 ? r.gemm_peak_flops : r.peak_flops;
+  const bool fp8 = !r.fp8_linears_only || (linear && !r.fp8.keeps(*linear));
+  const double peak = r.gemm_peak_flops > 0 && fp8 ? r.gemm_peak_flops : r.peak_flops;
   const double one = std::max({op.flops / (peak * op.efficiency), op.bytes / r.memory_bandwidth, r.kernel_floor});
   op.forward_s = one;
   op.backward_s = 2 * one;
@@ -74,18 +79,18 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
     const MlaConfig& a = m.mla;
     const int64_t QL = a.q_lora_rank, KL = a.kv_lora_rank, Dr = a.qk_rope_head_dim;
     if (QL > 0) {
-      ops.push_back(gemm("q down", M, QL, C, 1, r));
+      ops.push_back(gemm("q down", M, QL, C, 1, r, Fp8Module::attention));
       ops.push_back(memory("q latent norm", 2.0 * double(M) * double(QL), 2, 1, r));
-      ops.push_back(gemm("q up", M, H * dq, QL, 1, r));
+      ops.push_back(gemm("q up", M, H * dq, QL, 1, r, Fp8Module::attention));
     } else {
-      ops.push_back(gemm("q", M, H * dq, C, 1, r));
+      ops.push_back(gemm("q", M, H * dq, C, 1, r, Fp8Module::attention));
     }
-    ops.push_back(gemm("kv down", M, KL + Dr, C, 1, r));
+    ops.push_back(gemm("kv down", M, KL + Dr, C, 1, r, Fp8Module::attention));
     ops.push_back(memory("kv latent norm", 2.0 * double(M) * double(KL), 2, 1, r));
-    ops.push_back(gemm("kv up", M, H * (a.qk_nope_head_dim + dv), KL, 1, r));
+    ops.push_back(gemm("kv up", M, H * (a.qk_nope_head_dim + dv), KL, 1, r, Fp8Module::attention));
     ops.push_back(memory("rotary", 2.0 * double(M) * double(H + 1) * double(Dr), 1, 1, r));
   } else {
-    ops.push_back(gemm("qkv", M, (H + 2 * KV) * hd, C, 1, r));
+    ops.push_back(gemm("qkv", M, (H + 2 * KV) * hd, C, 1, r, Fp8Module::attention));
     if (arch.positions == model::Positions::rotary)
       ops.push_back(memory("rotary", 2.0 * double(M) * double(H + KV) * double(hd), 1, 1, r));
   }
@@ -124,15 +129,15 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
     for (Op* op : {&scores, &softmax, &values}) op->kind = OpKind::attention, op->recomputed = true;
     ops.push_back(scores), ops.push_back(softmax), ops.push_back(values);
   }
-  ops.push_back(gemm("attention output", M, C, H * dv, 1, r));
+  ops.push_back(gemm("attention output", M, C, H * dv, 1, r, Fp8Module::attention));
   ops.push_back(memory("residual add (attention)", 3 * R * double(C), 1, 1, r));
   ops.push_back(memory("norm (mlp)", 2 * R * double(C), 2, 1, r));
   const size_t dense_first = ops.size();
-  ops.push_back(gemm("mlp in", M, arch.mlp_in_width(F), C, 1, r));
+  ops.push_back(gemm("mlp in", M, arch.mlp_in_width(F), C, 1, r, Fp8Module::mlp));
   // GELU: read and write [M, F]; SwiGLU: read two halves, write one
   const double act = double(M) * double(F) * (arch.mlp == model::MlpKind::swiglu ? 3 : 2);
   ops.push_back(memory(arch.mlp == model::MlpKind::swiglu ? "swiglu" : "gelu", act, 1.5, 1, r));
-  ops.push_back(gemm("mlp out", M, C, F, 1, r));
+  ops.push_back(gemm("mlp out", M, C, F, 1, r, Fp8Module::mlp));
   const MoeConfig& e = m.moe;
   if (e.enabled) {
     for (size_t i = dense_first; i < ops.size(); ++i) ops[i].layers = OpLayers::dense;
@@ -142,16 +147,17 @@ std::vector<Op> layer_ops(const ModelConfig& m, const OpShape& shape, const Devi
     const int64_t E = e.experts, K = e.top_k, I = e.ffn_hidden * W / shape.tensor, S = e.shared_width() / shape.tensor;
     // with the experts split, each rank's E / expert experts take every expert rank's rows: as many in all
     const int64_t X = std::max(shape.expert, 1), routed = Mr * K, per = std::max<int64_t>(routed * X / E, 1);
-    std::vector<Op> moe = {
-        gemm("router", Mr, E, C, 1, r), memory("routing", 3.0 * double(Mr) * double(E), 1, 1, r),
-        // permute: gather the routed rows; combine: read them weighted, write the tokens
-        memory("permute", 2.0 * double(routed) * double(C), 1, 1, r), gemm("experts in", per, 2 * I, C, E / X, r),
-        memory("swiglu (experts)", 3.0 * double(routed) * double(I), 1.5, 1, r),
-        gemm("experts out", per, C, I, E / X, r), memory("combine", double(routed + Mr) * double(C), 1, 1, r)};
+    std::vector<Op> moe = {gemm("router", Mr, E, C, 1, r), memory("routing", 3.0 * double(Mr) * double(E), 1, 1, r),
+                           // permute: gather the routed rows; combine: read them weighted, write the tokens
+                           memory("permute", 2.0 * double(routed) * double(C), 1, 1, r),
+                           gemm("experts in", per, 2 * I, C, E / X, r, Fp8Module::experts),
+                           memory("swiglu (experts)", 3.0 * double(routed) * double(I), 1.5, 1, r),
+                           gemm("experts out", per, C, I, E / X, r, Fp8Module::experts),
+                           memory("combine", double(routed + Mr) * double(C), 1, 1, r)};
     if (S > 0) {
-      moe.push_back(gemm("shared experts in", M, 2 * S, C, 1, r));
+      moe.push_back(gemm("shared experts in", M, 2 * S, C, 1, r, Fp8Module::experts));
       moe.push_back(memory("swiglu (shared)", 3.0 * double(M) * double(S), 1.5, 1, r));
-      moe.push_back(gemm("shared experts out", M, C, S, 1, r));
+      moe.push_back(gemm("shared experts out", M, C, S, 1, r, Fp8Module::experts));
     }
     for (Op& op : moe) op.layers = OpLayers::moe, ops.push_back(op);
   }

@@ -34,6 +34,11 @@ struct DeviceRates {
   // forward and three backward)
   double loss_bytes_forward = 0, loss_bytes_backward = 0;
   bool fp8_casts = false;  // fp8 GEMMs: each GEMM input cast (and transposed) to fp8 first
+  // FP8 from the recipe (train.fp8, Trident's FP8 linears): only the linears' GEMMs that recipe runs in FP8 (not
+  // the router, the LM head, attention's own GEMMs, what keep_high_precision names) take gemm_peak_flops; from
+  // the software's `gemm_precision: fp8` (Transformer Engine's recipes) every GEMM does
+  bool fp8_linears_only = false;
+  Fp8Config fp8;
   // The efficiency of a GEMM whose smallest dimension is `dim`.
   double gemm_efficiency(double dim) const;
 };

@@ -54,7 +54,8 @@ void sweep(const SweepOptions& o, parallel::MpiCommunicator& world) {
   const int n = world.size();
   if (o.cluster.empty()) fail_input("sweep: missing --cluster CLUSTER.yaml (the planner's prediction needs one)");
   const Recipe base = load_plan_recipe(o.recipe, o.sets);  // as `trident plan` reads it
-  const Cluster cl = load_cluster(o.cluster, base.train.precision);
+  Cluster cl = load_cluster(o.cluster, base.train.precision);
+  apply_recipe_fp8(cl, base, o.cluster);
   std::vector<std::array<int64_t, 5>> meshes = o.meshes;
   // every data x tensor x pipeline x context of the world size; MoE models also every expert size (of data x context)
   const MoeConfig& moe = base.model.moe;

@@ -861,6 +861,75 @@ TEST(Planner, ShardedGradientAccumulation) {
   EXPECT_EQ(t.memory.grads, s.memory.grads);
 }
 
+// A recipe's train.fp8 planned: the linears Trident runs in FP8 (attention's
+// projections, the MLP's, the experts') at peak_tflops.fp8, the router, the
+// LM head and attention's own GEMMs at the bf16 peak, what
+// keep_high_precision names too; by hand for compute-bound GEMMs (twice the
+// peak: half the time). Activation memory stays bf16's (Trident keeps the
+// GEMM inputs in bf16, unlike Transformer Engine). param_gather moves ZeRO
+// 3's gathers to a byte per FP8 weight. A cluster file without the FP8 peak
+// is refused, naming the file and key.
+TEST(Planner, RecipeFp8PlansTheFp8Linears) {
+  const std::string h100 = src("configs/clusters/dgx-h100.yaml");
+  const std::vector<std::string> sets = {"parallel.data=8", "train.micro_batch=4", "train.global_batch=32"};
+  const Recipe bf16 = load_plan_recipe(src("configs/gpt3-1.3b.yaml"), sets);
+  std::vector<std::string> fp8_sets = sets;
+  fp8_sets.push_back("train.fp8.recipe=tensorwise");
+  const Recipe fp8 = load_plan_recipe(src("configs/gpt3-1.3b.yaml"), fp8_sets);
+  fp8_sets.push_back("train.fp8.keep_high_precision=[mlp]");
+  const Recipe kept = load_plan_recipe(src("configs/gpt3-1.3b.yaml"), fp8_sets);
+  const Cluster plain = load_cluster(h100, Precision::bf16);
+  Cluster c8 = plain, ck = plain;
+  apply_recipe_fp8(c8, fp8, h100);
+  apply_recipe_fp8(ck, kept, h100);
+  ASSERT_TRUE(c8.fp8_from_recipe);
+  EXPECT_DOUBLE_EQ(c8.gemm_peak_flops, 1979e12);
+  const PlanResult a = plan_one(bf16, plain, mesh_choices(bf16, 8, 1, 1));
+  const PlanResult b = plan_one(fp8, c8, mesh_choices(fp8, 8, 1, 1));
+  const PlanResult k = plan_one(kept, ck, mesh_choices(kept, 8, 1, 1));
+  auto op = [](const PlanResult& r, const std::string& name) {
+    for (const Op& o : r.ops)
+      if (o.name == name) return o;
+    ADD_FAILURE() << "no op " << name;
+    return Op{};
+  };
+  for (const char* name : {"qkv", "attention output", "mlp in", "mlp out"}) {  // 8192 x 2048 x ...: compute-bound
+    EXPECT_NEAR(op(b, name).forward_s / op(a, name).forward_s, 989.0 / 1979.0, 1e-9) << name;
+    const bool mlp = std::string(name).starts_with("mlp");
+    EXPECT_NEAR(op(k, name).forward_s / op(a, name).forward_s, mlp ? 1.0 : 989.0 / 1979.0, 1e-9) << name << " kept";
+  }
+  EXPECT_DOUBLE_EQ(op(b, "lm head").forward_s, op(a, "lm head").forward_s);
+  EXPECT_LT(b.time.gemm, 0.6 * a.time.gemm);
+  EXPECT_DOUBLE_EQ(b.memory.activations, a.memory.activations);
+  // ZeRO 3's gathers: the layers' weights (all but the 50304 x 2048 tied table of 1.3B's) a byte each
+  std::vector<std::string> z = {"parallel.data=64", "train.micro_batch=4", "train.global_batch=256", "parallel.zero=3",
+                                "train.fp8.recipe=tensorwise"};
+  const Recipe z3 = load_plan_recipe(src("configs/gpt3-1.3b.yaml"), z);
+  z.push_back("train.fp8.param_gather=true");
+  const Recipe zg = load_plan_recipe(src("configs/gpt3-1.3b.yaml"), z);
+  Cluster cz = plain;
+  apply_recipe_fp8(cz, z3, h100);
+  const PlanResult g0 = plan_one(z3, cz, mesh_choices(z3, 64, 1, 1)), g1 = plan_one(zg, cz, mesh_choices(zg, 64, 1, 1));
+  // by hand: the forward's and the backward's gather (one micro-batch) of P bf16 parameters over 64 ranks, 8
+  // a node (the group's link: the node's 8 x 45 GB/s inter-node links), send (63 / 64) P f (2 - 1) fewer bytes
+  // each, f the share outside the 50304 x 2048 table
+  const double P = double(g0.stage_params), f = (P - 50304.0 * 2048) / P;
+  ASSERT_EQ(g0.micro_batches, 1);
+  EXPECT_NEAR((g0.time.data_comm - g1.time.data_comm) / (2 * 63.0 / 64 * P * f / (8 * 45e9)), 1.0, 0.03);
+  // no FP8 peak in the file
+  const std::string a100 = src("configs/clusters/dgx-a100-80gb.yaml");
+  Cluster no8 = load_cluster(a100, Precision::bf16);
+  try {
+    apply_recipe_fp8(no8, fp8, a100);
+    ADD_FAILURE() << "a cluster without peak_tflops.fp8 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("dgx-a100-80gb.yaml: key 'peak_tflops.fp8': missing (the recipe's "
+                                         "train.fp8.recipe is tensorwise"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // HSDP against published runs: IBM's Llama 2 7B and 13B with PyTorch FSDP's
 // HYBRID_SHARD on 128 A100s (shards of a node's 8 GPUs, 16 replicas over
 // 400 Gb/s per node; configs/published/llama2-*-hsdp.yaml,

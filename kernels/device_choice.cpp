@@ -350,6 +350,8 @@ int64_t count_saturated(Format f, const float* x, int64_t n, float scale);
 void linear_forward8(float* out, Operand8 x, Operand8 w, const float* bias, int64_t N, int64_t C, int64_t OC);
 void linear_dgrad8(float* dinp, Operand8 dout, Operand8 w, int64_t N, int64_t C, int64_t OC);
 void linear_wgrad8(float* dweight, Operand8 dout, Operand8 x, int64_t N, int64_t C, int64_t OC, bool accumulate);
+void grouped_linear_forward8(float* y, const uint8_t* x, Format fx, const float* x_scales, const uint8_t* w, Format fw,
+                             const float* w_scales, const int64_t* offsets, int64_t G, int64_t C, int64_t OC);
 }  // namespace cpu
 namespace {
 [[maybe_unused]] int code(Format f) { return f == Format::e4m3 ? 0 : 1; }
@@ -405,5 +407,10 @@ void linear_wgrad8(float* dweight, Operand8 dout, Operand8 x, int64_t N, int64_t
          cuda::fp8_linear_wgrad(dweight, dout.q, code(dout.format), dout.scale, x.q, code(x.format), x.scale, N, C, OC,
                                 accumulate),
          cpu::linear_wgrad8(dweight, dout, x, N, C, OC, accumulate));
+}
+void grouped_linear_forward8(float* y, const uint8_t* x, Format fx, const float* x_scales, const uint8_t* w, Format fw,
+                             const float* w_scales, const int64_t* offsets, int64_t G, int64_t C, int64_t OC) {
+  CHOOSE(float, y, cuda::fp8_grouped_linear_forward(y, x, code(fx), x_scales, w, code(fw), w_scales, offsets, G, C, OC),
+         cpu::grouped_linear_forward8(y, x, fx, x_scales, w, fw, w_scales, offsets, G, C, OC));
 }
 }  // namespace trident::kernels::fp8

@@ -134,5 +134,13 @@ struct Operand8 {
 void linear_forward8(float* out, Operand8 x, Operand8 w, const float* bias, int64_t N, int64_t C, int64_t OC);
 void linear_dgrad8(float* dinp, Operand8 dout, Operand8 w, int64_t N, int64_t C, int64_t OC);
 void linear_wgrad8(float* dweight, Operand8 dout, Operand8 x, int64_t N, int64_t C, int64_t OC, bool accumulate);
+// The experts' grouped forward (kernels/grouped_gemm.hpp's layout: G groups
+// of rows, offsets[G + 1] in host memory, W the G matrices [OC, C]), each
+// group's rows and matrix with their own scale (x_scales[G], w_scales[G],
+// host memory). CPU: every group decoded, then the float32 grouped GEMM;
+// CUDA: the FP8 GEMM group by group. The backward is linear_dgrad8 /
+// linear_wgrad8 group by group.
+void grouped_linear_forward8(float* y, const uint8_t* x, Format fx, const float* x_scales, const uint8_t* w, Format fw,
+                             const float* w_scales, const int64_t* offsets, int64_t G, int64_t C, int64_t OC);
 
 }  // namespace trident::kernels::fp8

@@ -204,6 +204,37 @@ void Fp8Linears::quantize_weights(LinearSite s, const float* w, int64_t G, int64
   quantize_groups(s, Operand::weight, w, offsets.data(), G, cols, false, over, y);
 }
 
+void Fp8Linears::quantize_groups_codes(LinearSite s, Operand op, const float* x, const int64_t* offsets, int64_t G,
+                                       int64_t cols, Spread over, uint8_t* q, float* scales) const {
+  TRIDENT_CHECK(!tiled(), "FP8 codes with one scale a group: tensorwise or delayed scaling, not blockwise");
+  std::vector<float> a(size_t(G), 0.0f);
+  const bool each = cfg_.recipe == Fp8Recipe::delayed || frozen_ || (op == Operand::weight && precast_.count(x));
+  if (!each) {  // tensorwise: each group's amax (the same vector of G on every rank of the groups)
+    for (int64_t g = 0; g < G; ++g)
+      a[size_t(g)] = f8::amax(x + offsets[g] * cols, (offsets[g + 1] - offsets[g]) * cols);
+    reduce_max(a, op, over);
+  }
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t r0 = offsets[g], n = (offsets[g + 1] - r0) * cols;
+    scales[g] = 1.0f;
+    if (n == 0) continue;
+    if (each) {
+      scales[g] = cast_scale(s, op, x + r0 * cols, n);
+    } else {
+      scales[g] = f8::tensorwise_scale(format(op), a[size_t(g)], cfg_.power_of_two);
+      if (training_) note(s, a[size_t(g)], scales[g], f8::count_saturated(format(op), x + r0 * cols, n, scales[g]));
+    }
+    f8::quantize(format(op), x + r0 * cols, n, scales[g], q + r0 * cols);
+  }
+}
+
+void Fp8Linears::quantize_weights_codes(LinearSite s, const float* w, int64_t G, int64_t rows, int64_t cols,
+                                        Spread over, uint8_t* q, float* scales) const {
+  std::vector<int64_t> offsets(size_t(G + 1));
+  for (int64_t g = 0; g <= G; ++g) offsets[size_t(g)] = g * rows;
+  quantize_groups_codes(s, Operand::weight, w, offsets.data(), G, cols, over, q, scales);
+}
+
 void Fp8Linears::end_step(parallel::Communicator* data) {
   // one vector: the delayed amaxes, then each layer's amax and -scale (max-reduced), then the saturated counts (summed)
   std::vector<double> mx, sum;

@@ -117,6 +117,12 @@ class Fp8Linears {
                        bool along_tokens, Spread over, float* y) const;
   void quantize_weights(LinearSite s, const float* w, int64_t G, int64_t rows, int64_t cols, Spread over,
                         float* y) const;
+  // Tensorwise and delayed: the same casts kept as codes q, each group's
+  // scale in scales[G] (host memory; 1 for an empty group).
+  void quantize_groups_codes(LinearSite s, Operand op, const float* x, const int64_t* offsets, int64_t G, int64_t cols,
+                             Spread over, uint8_t* q, float* scales) const;
+  void quantize_weights_codes(LinearSite s, const float* w, int64_t G, int64_t rows, int64_t cols, Spread over,
+                              uint8_t* q, float* scales) const;
 
   // ZeRO 3's FP8 parameter gathers (train.fp8.param_gather,
   // model/fp8_gather.hpp). gather_scales: the scale each weight is cast with
@@ -129,6 +135,7 @@ class Fp8Linears {
   std::vector<float> gather_scales(const std::vector<LinearSite>& sites, std::vector<float>& amaxes,
                                    const std::vector<bool>& over_tensor, parallel::Communicator* group) const;
   kernels::fp8::Format weight_format() const { return format(Operand::weight); }
+  kernels::fp8::Format format_of(Operand op) const { return format(op); }
   // A gathered weight of n values at w already holds its FP8 values
   // (decoded codes, cast with `scale`): quantize() hands them on as they are
   // and notes amax, scale and the saturated count of this rank's share

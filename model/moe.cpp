@@ -18,6 +18,8 @@
 
 namespace trident::model {
 
+namespace f8 = trident::kernels::fp8;
+
 namespace k = trident::kernels;
 
 namespace {
@@ -159,6 +161,13 @@ void MoeMlp<T>::shared_forward(T* so, MoeActs<T>& a, const MoeWeights<T>& w, con
 }
 
 template <typename T>
+uint8_t* MoeMlp<T>::fp8_codes(int slot, int64_t n) const {
+  Tensor& t = fp8_codes_[slot];
+  if (t.numel() < n) t = Tensor::empty({std::max<int64_t>(n, 1)}, DType::u8, MemCategory::activations, device_);
+  return t.template data<uint8_t>();
+}
+
+template <typename T>
 float* MoeMlp<T>::fp8_scratch(int slot, int64_t n) const {
   Tensor& t = fp8_scratch_[slot];
   if (t.numel() < n) t = Tensor::empty({std::max<int64_t>(n, 1)}, DType::f32, MemCategory::activations, device_);
@@ -169,6 +178,14 @@ template <typename T>
 void MoeMlp<T>::grouped_fwd(T* y, const T* x, const T* w, const int64_t* off, int64_t G, int64_t C, int64_t OC,
                             LinearSite site, Fp8Linears::Spread over) const {
   if constexpr (std::is_same_v<T, float>) {
+    if (fp8 && fp8->applies(site) && fp8->config().recipe != Fp8Recipe::blockwise) {  // codes, a scale a group
+      std::vector<float> sx(static_cast<size_t>(G)), sw(sx);
+      uint8_t *xq = fp8_codes(0, off[G] * C), *wq = fp8_codes(1, G * OC * C);
+      fp8->quantize_groups_codes(site, Operand::input, x, off, G, C, over, xq, sx.data());
+      fp8->quantize_weights_codes(site, w, G, OC, C, over, wq, sw.data());
+      const f8::Format fx = fp8->format_of(Operand::input), fw = fp8->format_of(Operand::weight);
+      return f8::grouped_linear_forward8(y, xq, fx, sx.data(), wq, fw, sw.data(), off, G, C, OC);
+    }
     if (fp8 && fp8->applies(site)) {
       float *xq = fp8_scratch(0, off[G] * C), *wq = fp8_scratch(1, G * OC * C);
       fp8->quantize_groups(site, Operand::input, x, off, G, C, false, over, xq);
@@ -185,6 +202,28 @@ template <typename T>
 void MoeMlp<T>::grouped_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const int64_t* off, int64_t G, int64_t C,
                             int64_t OC, bool acc, LinearSite site, Fp8Linears::Spread over) const {
   if constexpr (std::is_same_v<T, float>) {
+    if (fp8 && fp8->applies(site) && fp8->config().recipe != Fp8Recipe::blockwise) {  // codes, a scale a group
+      const int64_t M = off[G];
+      std::vector<float> sg(static_cast<size_t>(G)), sw(sg), sx(sg);
+      uint8_t *gq = fp8_codes(2, M * OC), *wq = fp8_codes(1, G * OC * C), *xq = fp8_codes(0, M * C);
+      fp8->quantize_groups_codes(site, Operand::grad, dy, off, G, OC, over, gq, sg.data());
+      fp8->quantize_weights_codes(site, w, G, OC, C, over, wq, sw.data());
+      fp8->quantize_groups_codes(site, Operand::input, x, off, G, C, over, xq, sx.data());
+      const f8::Format fg = fp8->format_of(Operand::grad), fw = fp8->format_of(Operand::weight),
+                       fx = fp8->format_of(Operand::input);
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t r0 = off[g], rows = off[g + 1] - r0;
+        float* dwg = dw + g * OC * C;
+        if (rows == 0) {
+          if (!acc) k::fill_zero(dwg, OC * C);
+          continue;
+        }
+        const f8::Operand8 dyg{gq + r0 * OC, fg, sg[size_t(g)]};
+        if (dx) f8::linear_dgrad8(dx + r0 * C, dyg, {wq + g * OC * C, fw, sw[size_t(g)]}, rows, C, OC);
+        f8::linear_wgrad8(dwg, dyg, {xq + r0 * C, fx, sx[size_t(g)]}, rows, C, OC, acc);
+      }
+      return;
+    }
     if (fp8 && fp8->applies(site)) {
       const int64_t M = off[G];
       float *xq = fp8_scratch(0, M * C), *wq = fp8_scratch(1, G * OC * C), *gq = fp8_scratch(2, M * OC);

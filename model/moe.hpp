@@ -225,6 +225,8 @@ class MoeMlp {
   Fp8Linears::Spread routed() const { return {!(slice_ && ep_), !ep_}; }
   mutable Tensor fp8_scratch_[4];  // FP8 operands: inputs, weights, gradients, the weight gradient's gradients
   float* fp8_scratch(int slot, int64_t n) const;
+  mutable Tensor fp8_codes_[3];  // tensorwise and delayed: the operands' codes (inputs, weights, gradients)
+  uint8_t* fp8_codes(int slot, int64_t n) const;
   // The layer's phases, in the order forward and backward run them (each
   // the same on the plain path and under expert parallelism, and whichever
   // pass runs them, on the pass's scratch s).

@@ -7,6 +7,7 @@
 #include "kernels/fp8.hpp"
 #include "kernels/fp8_code.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/grouped_gemm.hpp"
 
 namespace trident::kernels::fp8 {
 
@@ -197,6 +198,19 @@ void linear_wgrad8(float* dweight, Operand8 dout, Operand8 x, int64_t N, int64_t
   kernels::linear_backward(static_cast<float*>(nullptr), dweight, static_cast<float*>(nullptr),
                            decoded(0, dout, N * OC), decoded(1, x, N * C), static_cast<const float*>(nullptr), N, C, OC,
                            accumulate, Precision::fp32);
+}
+
+void grouped_linear_forward8(float* y, const uint8_t* x, Format fx, const float* x_scales, const uint8_t* w, Format fw,
+                             const float* w_scales, const int64_t* offsets, int64_t G, int64_t C, int64_t OC) {
+  thread_local std::vector<float> xd, wd;
+  if (int64_t(xd.size()) < offsets[G] * C) xd.resize(size_t(offsets[G] * C));
+  if (int64_t(wd.size()) < G * OC * C) wd.resize(size_t(G * OC * C));
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
+    cpu::dequantize(fx, x + r0 * C, rows * C, x_scales[g], xd.data() + r0 * C);
+    cpu::dequantize(fw, w + g * OC * C, OC * C, w_scales[g], wd.data() + g * OC * C);
+  }
+  kernels::grouped_linear_forward(y, xd.data(), wd.data(), offsets, G, C, OC, Precision::fp32);
 }
 
 }  // namespace cpu

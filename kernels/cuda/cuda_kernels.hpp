@@ -66,6 +66,9 @@ void fp8_linear_dgrad(float* dinp, const uint8_t* dy, int fg, float sg, const ui
                       int64_t C, int64_t OC);
 void fp8_linear_wgrad(float* dw, const uint8_t* dy, int fg, float sg, const uint8_t* x, int fx, float sx, int64_t N,
                       int64_t C, int64_t OC, bool accumulate);
+// group by group (offsets and scales in host memory)
+void fp8_grouped_linear_forward(float* y, const uint8_t* x, int fx, const float* x_scales, const uint8_t* w, int fw,
+                                const float* w_scales, const int64_t* offsets, int64_t G, int64_t C, int64_t OC);
 
 // As kernels/rows.hpp.
 void rows_scale_add(float* out, const float* x, const float* g, int64_t N, int64_t C);

@@ -242,4 +242,12 @@ void fp8_linear_wgrad(float* dw, const uint8_t* dy, int fg, float sg, const uint
   scratch_free(sab, 2 * sizeof(float)), scratch_free(xt, size_t(N * C)), scratch_free(gt, size_t(N * OC));
 }
 
+void fp8_grouped_linear_forward(float* y, const uint8_t* x, int fx, const float* x_scales, const uint8_t* w, int fw,
+                                const float* w_scales, const int64_t* offsets, int64_t G, int64_t C, int64_t OC) {
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
+    fp8_linear_forward(y + r0 * OC, x + r0 * C, fx, x_scales[g], w + g * OC * C, fw, w_scales[g], nullptr, rows, C, OC);
+  }
+}
+
 }  // namespace trident::kernels::cuda

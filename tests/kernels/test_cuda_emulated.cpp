@@ -634,7 +634,8 @@ TEST(CudaEmulated, Fp8CastsAndScalings) {
 // (the input's and the gradient's transposed copies) overwritten and
 // accumulated, e4m3 and e5m2 operands with their own scales, sizes that are
 // not multiples of the transposes' 32 x 32 tiles. The sums run in another
-// order: float32 rounding apart.
+// order: float32 rounding apart. And the experts' grouped forward, a scale
+// a group.
 TEST(CudaEmulated, Fp8LinearGemmsMatchTheCpu) {
   const int64_t N = 40, C = 48, OC = 36;
   auto codes = [](int64_t n, uint32_t seed, fp8::Format f, float scale) {
@@ -667,6 +668,14 @@ TEST(CudaEmulated, Fp8LinearGemmsMatchTheCpu) {
     fp8::linear_wgrad8(dwc.data(), g, x, N, C, OC, acc);
     EXPECT_TRUE(close(dw, dwc)) << "weight gradient, accumulate " << acc;
   }
+  // the experts' grouped forward: 3 groups of rows (one empty), each with its own scales
+  const std::vector<int64_t> off = {0, 24, 24, N};
+  const std::vector<float> sxs = {60.f, 11.f, 60.f}, sws = {140.f, 90.f, 35.f};
+  const auto wg = codes(3 * OC * C, 6, e4, 140.f);
+  F yg(size_t(N * OC)), ygc(yg.size());
+  emu::fp8_grouped_linear_forward(yg.data(), xq.data(), 0, sxs.data(), wg.data(), 0, sws.data(), off.data(), 3, C, OC);
+  fp8::grouped_linear_forward8(ygc.data(), xq.data(), e4, sxs.data(), wg.data(), e4, sws.data(), off.data(), 3, C, OC);
+  EXPECT_TRUE(close(yg, ygc)) << "grouped forward";
 }
 
 }  // namespace

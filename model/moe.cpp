@@ -196,6 +196,25 @@ void MoeMlp<T>::grouped_fwd(T* y, const T* x, const T* w, const int64_t* off, in
   k::grouped_linear_forward(y, x, w, off, G, C, OC, math_);
 }
 
+namespace {
+
+// The FP8 backward's groups: f(g, first row, rows, the group's weight
+// gradient [per]) for each group with rows; an expert that received none
+// gets a zero weight gradient (unless accumulating).
+template <typename F>
+void each_group(const int64_t* off, int64_t G, float* dw, int64_t per, bool acc, F f) {
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t r0 = off[g], rows = off[g + 1] - r0;
+    float* dwg = dw + g * per;
+    if (rows > 0)
+      f(g, r0, rows, dwg);
+    else if (!acc)
+      k::fill_zero(dwg, per);
+  }
+}
+
+}  // namespace
+
 // FP8: each group's input gradient and weight gradient from the quantised
 // operands (blockwise: the weight gradient's tiled along the group's tokens).
 template <typename T>
@@ -211,17 +230,11 @@ void MoeMlp<T>::grouped_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, c
       fp8->quantize_groups_codes(site, Operand::input, x, off, G, C, over, xq, sx.data());
       const f8::Format fg = fp8->format_of(Operand::grad), fw = fp8->format_of(Operand::weight),
                        fx = fp8->format_of(Operand::input);
-      for (int64_t g = 0; g < G; ++g) {
-        const int64_t r0 = off[g], rows = off[g + 1] - r0;
-        float* dwg = dw + g * OC * C;
-        if (rows == 0) {
-          if (!acc) k::fill_zero(dwg, OC * C);
-          continue;
-        }
+      each_group(off, G, dw, OC * C, acc, [&](int64_t g, int64_t r0, int64_t rows, float* dwg) {
         const f8::Operand8 dyg{gq + r0 * OC, fg, sg[size_t(g)]};
         if (dx) f8::linear_dgrad8(dx + r0 * C, dyg, {wq + g * OC * C, fw, sw[size_t(g)]}, rows, C, OC);
         f8::linear_wgrad8(dwg, dyg, {xq + r0 * C, fx, sx[size_t(g)]}, rows, C, OC, acc);
-      }
+      });
       return;
     }
     if (fp8 && fp8->applies(site)) {
@@ -233,19 +246,13 @@ void MoeMlp<T>::grouped_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, c
       if (fp8->config().recipe == Fp8Recipe::blockwise)
         gt = fp8_scratch(3, M * OC), fp8->quantize_groups(site, Operand::grad, dy, off, G, OC, true, over, gt);
       fp8->quantize_groups(site, Operand::input, x, off, G, C, true, over, xq);
-      for (int64_t g = 0; g < G; ++g) {
-        const int64_t r0 = off[g], rows = off[g + 1] - r0;
-        float* dwg = dw + g * OC * C;
-        if (rows == 0) {
-          if (!acc) k::fill_zero(dwg, OC * C);
-          continue;
-        }
+      each_group(off, G, dw, OC * C, acc, [&](int64_t g, int64_t r0, int64_t rows, float* dwg) {
         if (dx)
           k::gemm<float>(false, false, rows, C, OC, 1.f, gq + r0 * OC, OC, wq + g * OC * C, C, 0.f, dx + r0 * C, C,
                          k::Precision::fp32);
         k::gemm<float>(true, false, OC, C, rows, 1.f, gt + r0 * OC, OC, xq + r0 * C, C, acc ? 1.f : 0.f, dwg, C,
                        k::Precision::fp32);
-      }
+      });
       return;
     }
   }

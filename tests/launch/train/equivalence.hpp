@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/recipe/recipe.hpp"
@@ -84,13 +85,77 @@ inline EquivalenceRun train_with_step1_gradients(const Recipe& rc, launch::Train
   return run;
 }
 
+// An EquivalenceRun as bytes, every field (the reference's copy for the other ranks).
+class RunBytes {
+ public:
+  std::vector<char> bytes;
+  size_t at = 0;
+
+  template <typename T>
+  void put(const T& v) {
+    if constexpr (std::is_arithmetic_v<T>) {
+      const char* p = reinterpret_cast<const char*>(&v);
+      bytes.insert(bytes.end(), p, p + sizeof(T));
+    } else {  // a vector
+      put(static_cast<int64_t>(v.size()));
+      for (const auto& e : v) put(static_cast<typename T::value_type>(e));
+    }
+  }
+  template <typename T>
+  void get(T& v) {
+    if constexpr (std::is_arithmetic_v<T>) {
+      std::memcpy(&v, bytes.data() + at, sizeof(T));
+      at += sizeof(T);
+    } else {
+      int64_t n = 0;
+      get(n);
+      v.resize(size_t(n));
+      for (int64_t i = 0; i < n; ++i) {
+        typename T::value_type e{};
+        get(e);
+        v[size_t(i)] = e;
+      }
+    }
+  }
+  // both directions, field by field (one list: a field added to the summary is added here once)
+  template <typename Run, typename F>
+  static void fields(Run& r, F&& f) {
+    f(r.losses), f(r.grad_norms), f(r.loss_scales), f(r.skipped), f(r.step_seconds), f(r.final_val_loss);
+    f(r.entropy_floor), f(r.tokens_per_s), f(r.mfu), f(r.comm_wait_s), f(r.bubbles), f(r.predicted_bubble);
+    f(r.stopped_by_signal), f(r.expert_tokens), f(r.qk_clipped), f(r.fp8_saturated), f(r.fp8_scale), f(r.qk_margin);
+    f(r.peak_params), f(r.peak_grads), f(r.peak_optimizer), f(r.peak_activations), f(r.peak_comm), f(r.peak_other);
+    f(r.peak_total), f(r.replica_mismatches), f(r.replica_checks), f(r.step1_grads), f(r.expert_counts);
+  }
+};
+// the summary's size, to catch a field added to it and not to fields()
+static_assert(sizeof(launch::TrainSummary) == 10 * sizeof(std::vector<double>) + sizeof(std::vector<bool>) +
+                                                  6 * sizeof(double) + sizeof(int64_t) /* the int, padded */ +
+                                                  7 * sizeof(int64_t),
+              "TrainSummary changed: add the new field to RunBytes::fields");
+
 // The single-rank run of a recipe, once per key for the whole test program.
+// Under MPI the world's rank 0 runs it and sends it to the others (which
+// would otherwise each run the same single-process training on the shared
+// cores); every rank asks for the same keys in the same order.
 inline const EquivalenceRun& single_rank_reference(const std::string& key, const std::function<Recipe()>& recipe) {
   static std::map<std::string, EquivalenceRun> cache;
   auto it = cache.find(key);
-  if (it == cache.end())
-    it = cache.emplace(key, train_with_step1_gradients(recipe(), {.quiet = true, .single_process = true})).first;
-  return it->second;
+  if (it != cache.end()) return it->second;
+  int mpi = 0, rank = 0, world = 1;
+  MPI_Initialized(&mpi);
+  if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank), MPI_Comm_size(MPI_COMM_WORLD, &world);
+  EquivalenceRun run;
+  if (rank == 0) run = train_with_step1_gradients(recipe(), {.quiet = true, .single_process = true});
+  if (world > 1) {
+    RunBytes b;
+    if (rank == 0) RunBytes::fields(run, [&](const auto& v) { b.put(v); });
+    int64_t n = int64_t(b.bytes.size());
+    MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    b.bytes.resize(size_t(n));
+    MPI_Bcast(b.bytes.data(), int(n), MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (rank != 0) RunBytes::fields(run, [&](auto& v) { b.get(v); });
+  }
+  return cache.emplace(key, std::move(run)).first->second;
 }
 
 inline double relative_l2(const std::vector<float>& ref, const std::vector<float>& run) {

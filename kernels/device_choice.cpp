@@ -352,6 +352,10 @@ void linear_dgrad8(float* dinp, Operand8 dout, Operand8 w, int64_t N, int64_t C,
 void linear_wgrad8(float* dweight, Operand8 dout, Operand8 x, int64_t N, int64_t C, int64_t OC, bool accumulate);
 void grouped_linear_forward8(float* y, const uint8_t* x, Format fx, const float* x_scales, const uint8_t* w, Format fw,
                              const float* w_scales, const int64_t* offsets, int64_t G, int64_t C, int64_t OC);
+void dequantize_tiled(const uint8_t* q, int64_t rows, int64_t cols, Tile t, const float* factors, float* y);
+void linear_forward8b(float* out, Tiled8 x, Tiled8 w, const float* bias, int64_t N, int64_t C, int64_t OC);
+void linear_dgrad8b(float* dinp, Tiled8 dout, Tiled8 w, int64_t N, int64_t C, int64_t OC);
+void linear_wgrad8b(float* dweight, Tiled8 dout, Tiled8 x, int64_t N, int64_t C, int64_t OC, bool accumulate);
 }  // namespace cpu
 namespace {
 [[maybe_unused]] int code(Format f) { return f == Format::e4m3 ? 0 : 1; }
@@ -407,6 +411,23 @@ void linear_wgrad8(float* dweight, Operand8 dout, Operand8 x, int64_t N, int64_t
          cuda::fp8_linear_wgrad(dweight, dout.q, code(dout.format), dout.scale, x.q, code(x.format), x.scale, N, C, OC,
                                 accumulate),
          cpu::linear_wgrad8(dweight, dout, x, N, C, OC, accumulate));
+}
+void dequantize_tiled(const uint8_t* q, int64_t rows, int64_t cols, Tile t, const float* factors, float* y) {
+  CHOOSE(float, y, cuda::fp8_dequantize_tiled(y, q, factors, rows, cols, t.rows, t.cols),
+         cpu::dequantize_tiled(q, rows, cols, t, factors, y));
+}
+void linear_forward8b(float* out, Tiled8 x, Tiled8 w, const float* bias, int64_t N, int64_t C, int64_t OC) {
+  CHOOSE(float, out, cuda::fp8_linear_forward_blocks(out, x.q, x.factors, w.q, w.factors, bias, N, C, OC),
+         cpu::linear_forward8b(out, x, w, bias, N, C, OC));
+}
+void linear_dgrad8b(float* dinp, Tiled8 dout, Tiled8 w, int64_t N, int64_t C, int64_t OC) {
+  CHOOSE(float, dinp, cuda::fp8_linear_dgrad_blocks(dinp, dout.q, dout.factors, w.q, w.factors, N, C, OC),
+         cpu::linear_dgrad8b(dinp, dout, w, N, C, OC));
+}
+void linear_wgrad8b(float* dweight, Tiled8 dout, Tiled8 x, int64_t N, int64_t C, int64_t OC, bool accumulate) {
+  CHOOSE(float, dweight,
+         cuda::fp8_linear_wgrad_blocks(dweight, dout.q, dout.factors, x.q, x.factors, N, C, OC, accumulate),
+         cpu::linear_wgrad8b(dweight, dout, x, N, C, OC, accumulate));
 }
 void grouped_linear_forward8(float* y, const uint8_t* x, Format fx, const float* x_scales, const uint8_t* w, Format fw,
                              const float* w_scales, const int64_t* offsets, int64_t G, int64_t C, int64_t OC) {

@@ -134,6 +134,25 @@ struct Operand8 {
 void linear_forward8(float* out, Operand8 x, Operand8 w, const float* bias, int64_t N, int64_t C, int64_t OC);
 void linear_dgrad8(float* dinp, Operand8 dout, Operand8 w, int64_t N, int64_t C, int64_t OC);
 void linear_wgrad8(float* dweight, Operand8 dout, Operand8 x, int64_t N, int64_t C, int64_t OC, bool accumulate);
+// The same GEMMs under blockwise scaling (DeepSeek-V3): e4m3 codes with a
+// factor per tile (the value is decode(code) * factor), numbered row-major
+// over the tile grid (quantize_tiled's layout and scales):
+//   linear_forward8b  X in 1 x 128 tiles along C, W in 128 x 128 blocks
+//   linear_dgrad8b    dY in 1 x 128 tiles along OC, W in 128 x 128 blocks
+//   linear_wgrad8b    dY and X in 128 x 1 tiles along the N tokens
+// CPU: the operands decoded (quantize_tiled's y, bit for bit) and the
+// float32 GEMM; CUDA: cuBLASLt's block-scaled FP8 GEMM (VEC128_32F and
+// BLK128x128_32F scale modes: Hopper, cuBLAS 12.9 and later, dimensions
+// multiples of 16), else the decoded operands' float32 GEMM.
+struct Tiled8 {
+  const uint8_t* q = nullptr;
+  const float* factors = nullptr;
+};
+void linear_forward8b(float* out, Tiled8 x, Tiled8 w, const float* bias, int64_t N, int64_t C, int64_t OC);
+void linear_dgrad8b(float* dinp, Tiled8 dout, Tiled8 w, int64_t N, int64_t C, int64_t OC);
+void linear_wgrad8b(float* dweight, Tiled8 dout, Tiled8 x, int64_t N, int64_t C, int64_t OC, bool accumulate);
+// y = decode(q) * its tile's factor: quantize_tiled's y from its q and scales
+void dequantize_tiled(const uint8_t* q, int64_t rows, int64_t cols, Tile t, const float* factors, float* y);
 // The experts' grouped forward (kernels/grouped_gemm.hpp's layout: G groups
 // of rows, offsets[G + 1] in host memory, W the G matrices [OC, C]), each
 // group's rows and matrix with their own scale (x_scales[G], w_scales[G],

@@ -114,9 +114,11 @@ void ActivationPool<T>::make_layers(Activations<T>& ctx, const ChunkSpec& spec, 
   }
   if (packed) {
     const DType half = ops_.precision() == k::Precision::bf16 ? DType::bf16 : DType::f16;
+    keep_fp8_inputs(ctx, spec);
     for (const auto& a : ctx.layers) {
       int64_t n = 0;
-      for (const auto& [p, count] : ops_.saved_buffers(a, ctx.B, recompute)) n += count;
+      const auto bufs = ops_.saved_buffers(a, ctx.B, recompute);
+      for (size_t i = 0; i < bufs.size(); ++i) n += ops_.fp8_input(a, i) ? 0 : bufs[i].second;
       ctx.storage.push_back(Tensor::empty({n}, half, MemCategory::activations, ops_.device()));
       ctx.packed.push_back(static_cast<uint16_t*>(ctx.storage.back().raw()));
     }
@@ -128,6 +130,29 @@ void ActivationPool<T>::make_layers(Activations<T>& ctx, const ChunkSpec& spec, 
   for (int64_t l = 0; l < L; ++l)
     if (ops_.cfg().moe.is_moe(spec.first_layer + l))
       ctx.moe[size_t(l)] = recompute == Recompute::full ? s.moe[size_t(l)] : moe_->make_acts(z.N, ctx.storage);
+}
+
+// train.fp8.saved_inputs: the codes' buffers of the inputs each layer keeps
+// in FP8 (LayerOps::fp8_saved_inputs), a byte a value, for the packed copy
+// to leave out. The chunk's layers, then its multi-token prediction depths.
+template <typename T>
+void ActivationPool<T>::keep_fp8_inputs(Activations<T>& ctx, const ChunkSpec& spec) const {
+  const int64_t L = int64_t(ctx.layers.size());
+  if (ctx.recompute == Recompute::full || !ops_.fp8 || !ops_.fp8->config().saved_inputs) return;
+  ctx.fp8_inputs.resize(size_t(L));
+  for (int64_t l = 0; l < L; ++l) {
+    LayerActs<T>& a = ctx.layers[size_t(l)];
+    const int64_t g = l < spec.layers ? spec.first_layer + l : ops_.cfg().layers + (l - spec.layers);
+    const std::array<bool, 3> kept = fp8_kept_inputs(ops_.cfg(), ops_.fp8->config(), g);
+    const auto bufs = ops_.saved_buffers(a, ctx.B, ctx.recompute);
+    const size_t which[3] = {LayerOps<T>::ln1_full, LayerOps<T>::ln2_full, LayerOps<T>::act};
+    for (size_t j = 0; j < 3; ++j) {
+      if (!kept[j]) continue;
+      ctx.storage.push_back(Tensor::empty({bufs[which[j]].second}, DType::u8, MemCategory::activations, ops_.device()));
+      ctx.fp8_inputs[size_t(l)][j].q = ctx.storage.back().template data<uint8_t>();
+    }
+    a.fp8_inputs = ctx.fp8_inputs[size_t(l)].data();
+  }
 }
 
 // The chunk's output, and on the head chunk (depth >= 0) the final norm,

@@ -68,6 +68,7 @@ class ActivationPool {
                        bool packed);
   void make_layers(Activations<T>& ctx, const ChunkSpec& spec, const ActivationSizes& z, bool packed);
   void make_head(Activations<T>& ctx, int64_t depth, const ActivationSizes& z, const Alloc& alloc) const;
+  void keep_fp8_inputs(Activations<T>& ctx, const ChunkSpec& spec) const;
 
   const LayerOps<T>& ops_;
   const Attention<T>& attention_;

@@ -4,11 +4,13 @@
 // (model/attention.hpp, model/mlp.hpp, model/mtp.hpp) read and write them;
 // what a pass writes and drops is its Workspace (model/workspace.hpp).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <vector>
 
 #include "core/enums.hpp"
 #include "core/tensor.hpp"
+#include "kernels/fp8.hpp"
 #include "model/moe.hpp"
 #include "model/workspace.hpp"
 
@@ -31,11 +33,22 @@ template <typename T>
 struct MlaActs {
   T *q_lat = nullptr, *q_rstd = nullptr, *q_norm = nullptr, *kv_lat = nullptr, *kv_rstd = nullptr, *kv_norm = nullptr;
 };
+// train.fp8.saved_inputs: a linear's input kept, for its weight gradient,
+// as the FP8 codes its forward GEMM read (one byte a value, in place of the
+// packed 2-byte copy): q the context's buffer, op the last forward's codes
+// and scale.
+struct Fp8Input {
+  uint8_t* q = nullptr;
+  kernels::fp8::Operand8 op{};
+};
 template <typename T>
 struct LayerActs {
   T *x_in, *ln1, *ln1_full, *ln1_mean, *ln1_rstd, *qkv, *lse, *atty, *x_mid, *ln2, *ln2_full, *ln2_mean, *ln2_rstd, *fc,
       *act, *qk_pre = nullptr, *qk_rstd = nullptr;
   MlaActs<T> mla{};
+  // [3]: ln1_full's (the qkv linear's input), ln2_full's (a dense MLP's fc), act's (fc2) kept in FP8 where
+  // their q is set (Activations::fp8_inputs); null: none
+  Fp8Input* fp8_inputs = nullptr;
 };
 
 // Output gradients of a layer's four linears, kept from the input pass for
@@ -80,6 +93,8 @@ struct Activations {
   std::vector<uint16_t*> packed;
   bool is_packed() const { return !packed.empty(); }
   std::vector<Tensor> storage;  // owns the buffers the pointers below see
+  // train.fp8.saved_inputs: each layer's three (LayerActs::fp8_inputs points here; empty: off)
+  std::vector<std::array<Fp8Input, 3>> fp8_inputs;
   std::vector<LayerActs<T>> layers;
   std::vector<SavedGrads<T>> saved;  // split backward only
   // MoE layers (model/moe.hpp): each local layer's buffers (empty for a dense

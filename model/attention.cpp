@@ -147,7 +147,8 @@ void GqaAttention<T>::project(const LayerActs<T>& a, const T* h, const LayerPara
                               Workspace<T>& w) const {
   const LayerOps<T>& o = this->ops_;
   const int64_t N = B * o.seq(), C = o.cfg().hidden;
-  o.linear_fwd(a.qkv, {h}, {p.qkvw()}, p.qkvb(), N, C, o.qkv_width(), {p.layer, Linear::qkv});
+  o.linear_fwd(a.qkv, {h}, {p.qkvw()}, p.qkvb(), N, C, o.qkv_width(), {p.layer, Linear::qkv},
+               o.fp8_input(a, o.ln1_full));
   if (a.qk_pre) qk_norm_forward(a.qkv, a.qk_pre, a.qk_rstd, p, N, w);
   if (!rope_.empty())
     k::rope_forward(a.qkv, rope_.data(), B, o.seq(), o.dims().heads, o.dims().kv_heads, o.dq(), w.origin);

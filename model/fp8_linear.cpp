@@ -55,14 +55,25 @@ Fp8Linears::Fp8Linears(const Fp8Config& cfg, int64_t layers, std::vector<int64_t
       }
 }
 
-bool Fp8Linears::applies(LinearSite s) const {
-  if (!cfg_.on() || s.layer < 0) return false;
-  const int64_t g = global_[size_t(s.layer)];
-  if (g >= layers_ && cfg_.keeps(Fp8Module::mtp)) return false;  // a multi-token prediction depth's block
-  if (cfg_.keeps(module_of(s.linear))) return false;
-  if (cfg_.keeps(Fp8Module::first_layer) && g == 0) return false;
-  if (cfg_.keeps(Fp8Module::last_layer) && g == layers_ - 1) return false;
+bool fp8_applies(const Fp8Config& f, int64_t layers, int64_t g, Linear linear) {
+  if (!f.on()) return false;
+  if (g >= layers && f.keeps(Fp8Module::mtp)) return false;  // a multi-token prediction depth's block
+  if (f.keeps(module_of(linear))) return false;
+  if (f.keeps(Fp8Module::first_layer) && g == 0) return false;
+  if (f.keeps(Fp8Module::last_layer) && g == layers - 1) return false;
   return true;
+}
+
+std::array<bool, 3> fp8_kept_inputs(const ModelConfig& cfg, const Fp8Config& f, int64_t g) {
+  if (!f.saved_inputs || (f.recipe != Fp8Recipe::tensorwise && f.recipe != Fp8Recipe::delayed))
+    return {false, false, false};
+  const bool dense = !cfg.moe.is_moe(g);
+  return {cfg.attention != AttentionKind::mla && fp8_applies(f, cfg.layers, g, Linear::qkv),
+          dense && fp8_applies(f, cfg.layers, g, Linear::fc), dense && fp8_applies(f, cfg.layers, g, Linear::fc2)};
+}
+
+bool Fp8Linears::applies(LinearSite s) const {
+  return s.layer >= 0 && fp8_applies(cfg_, layers_, global_[size_t(s.layer)], s.linear);
 }
 
 f8::Format Fp8Linears::format(Operand op) const {
@@ -141,6 +152,18 @@ void Fp8Linears::quantize(LinearSite s, Operand op, const float* x, int64_t rows
   }
   const float scale = cast_scale(s, op, x, n);
   f8::fake_quantize(format(op), x, n, scale, y);
+}
+
+f8::Tiled8 Fp8Linears::quantize_tiled_codes(LinearSite s, Operand op, const float* x, int64_t rows, int64_t cols,
+                                            bool along_tokens, uint8_t* q, float* factors) const {
+  TRIDENT_CHECK(tiled_codes(), "FP8 codes with a factor per tile: blockwise scaling");
+  const f8::Tile t = op == Operand::weight ? f8::kSquareBlock : along_tokens ? f8::kColumnTile : f8::kRowTile;
+  f8::quantize_tiled(x, rows, cols, t, cfg_.power_of_two, q, nullptr, factors);
+  if (training_) {  // as quantize()
+    const float a = f8::amax(x, rows * cols);
+    note(s, a, a > 0 ? f8::kMaxE4m3 / a : 0, 0);
+  }
+  return {q, factors};
 }
 
 float Fp8Linears::cast_scale(LinearSite s, Operand op, const float* x, int64_t n) const {

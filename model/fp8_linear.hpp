@@ -23,6 +23,7 @@
 // over tensor, context and data ranks. Blockwise needs none: each tile is
 // on one rank where the splits are multiples of 128 (docs/precision.md).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -80,6 +81,15 @@ struct Fp8LayerStats {
   int64_t saturated = 0;  // values clamped to the format's largest (|x * scale| above it)
 };
 
+// Whether the model's layer g (of `layers`; multi-token prediction depths
+// after them) runs the linear's GEMMs in FP8 under f.
+bool fp8_applies(const Fp8Config& f, int64_t layers, int64_t g, Linear linear);
+// train.fp8.saved_inputs: which of layer g's inputs ln1_full, ln2_full and
+// act (model/activations.hpp) are kept as FP8 codes: those only one FP8
+// GEMM's weight gradient reads (not MLA's shared input, which three GEMMs
+// cast; not an MoE layer's MLP input, which its router reads).
+std::array<bool, 3> fp8_kept_inputs(const ModelConfig& cfg, const Fp8Config& f, int64_t g);
+
 class Fp8Linears {
  public:
   // global_layers[l]: local layer l's index in the model (MTP depths after
@@ -104,6 +114,13 @@ class Fp8Linears {
   // GEMMs of kernels/fp8.hpp (cuBLASLt's on CUDA).
   kernels::fp8::Operand8 quantize_codes(LinearSite s, Operand op, const float* x, int64_t rows, int64_t cols,
                                         uint8_t* q) const;
+  // Blockwise: the same tiles as quantize() kept as e4m3 codes q with a
+  // factor per tile (quantize_tiled's layout, factors[tile_count]), for the
+  // block-scaled GEMMs of kernels/fp8.hpp (cuBLASLt's on CUDA). Not with
+  // the scales frozen on purpose (fp8_frozen_scales: quantize()'s path).
+  bool tiled_codes() const { return tiled() && !frozen_; }
+  kernels::fp8::Tiled8 quantize_tiled_codes(LinearSite s, Operand op, const float* x, int64_t rows, int64_t cols,
+                                            bool along_tokens, uint8_t* q, float* factors) const;
   // The experts' operands: G groups of rows (offsets[G + 1], host memory)
   // of one grouped tensor, each quantised with its own scale (tensorwise;
   // blockwise tiles within each group; delayed: one state for the grouped

@@ -6,6 +6,7 @@
 // and the layout of a layer's packed saved activations. The model owns one;
 // its parts hold a reference.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -68,9 +69,10 @@ class LayerOps {
   // at least n elements of scratch in t (activation memory, on the model's device)
   T* scratch(Tensor& t, int64_t n) const;
 
-  // A linear's GEMMs; site: which layer's which linear (FP8 where train.fp8 says so).
+  // A linear's GEMMs; site: which layer's which linear (FP8 where train.fp8 says so);
+  // keep: where the forward leaves its input's FP8 codes (train.fp8.saved_inputs; null: none).
   void linear_fwd(T* out, GemmIn<T> inp, GemmIn<T> w, const T* bias, int64_t N, int64_t C, int64_t OC,
-                  LinearSite site = {}) const;
+                  LinearSite site = {}, Fp8Input* keep = nullptr) const;
   void linear_bwd(T* dinp, T* dw, T* db, GemmIn<T> dout, GemmIn<T> inp, GemmIn<T> w, int64_t N, int64_t C, int64_t OC,
                   bool acc, LinearSite site = {}) const;
   // FP8 operands' scratch (activation memory): slot 0 inputs, 1 weights, 2 gradients
@@ -89,8 +91,12 @@ class LayerOps {
   // Buffers [first, last) of layer l to its packed copy, and all of them back.
   void pack(Activations<T>& ctx, int l, size_t first, size_t last) const;
   void unpack(Activations<T>& ctx, int l) const;
-  // The dweight input i of layer l (saved_buffers order): fp32 and/or packed.
+  // The dweight input i of layer l (saved_buffers order): fp32 and/or packed, or its FP8 codes.
   GemmIn<T> saved_in(const Activations<T>& ctx, int l, size_t i, const T* f32) const;
+
+  // train.fp8.saved_inputs (model/fp8_linear.hpp's fp8_kept_inputs): saved
+  // buffer i of a layer's where it is kept as FP8 codes, else null
+  Fp8Input* fp8_input(const LayerActs<T>& a, size_t i) const;
 
  private:
   // Whether saved buffer i is left packed in backward (only GEMMs read it).

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 
+#include "kernels/fp8.hpp"
 #include "model/architecture.hpp"
 #include "model/moe.hpp"
 
@@ -88,11 +89,13 @@ struct LayerParams {
 
 // A GEMM input: its values, its 2-byte copy, or both (kernels::In16): the
 // CPU's bf16 path reads 2-byte operands where the model has them
-// (docs/precision.md).
+// (docs/precision.md). q8: a weight gradient's input kept as the FP8 codes
+// its forward read (train.fp8.saved_inputs; f32 and b16 then null).
 template <typename T>
 struct GemmIn {
   const T* f32 = nullptr;
   const uint16_t* b16 = nullptr;
+  const kernels::fp8::Operand8* q8 = nullptr;
 };
 
 }  // namespace trident::model

@@ -6,6 +6,7 @@
 #include "kernels/attention.hpp"
 #include "model/architecture.hpp"
 #include "model/attention.hpp"
+#include "model/fp8_linear.hpp"
 #include "model/mtp.hpp"
 
 namespace trident::model {
@@ -78,6 +79,21 @@ int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, in
   if (head) n += z.norm_full + 2 * z.stats + z.logits + z.losses;
   // each depth's embedding rows, norms, eh_proj input, block output, head norm, logits, losses, d_emb
   n += depth * (7 * z.R * z.C + 3 * z.stats + z.norm_full + z.logits + z.losses);
+  return n;
+}
+
+int64_t fp8_kept_values(const ModelConfig& cfg, const Fp8Config& f, const ActivationShape& s, int64_t first,
+                        int64_t layers, bool head) {
+  if (s.recompute == Recompute::full) return 0;
+  const ActivationSizes z = activation_sizes(cfg, s);
+  const int64_t sizes[3] = {z.norm_full, z.norm_full, z.act};  // ln1_full, ln2_full, act
+  int64_t n = 0;
+  auto add = [&](int64_t g) {
+    const std::array<bool, 3> kept = fp8_kept_inputs(cfg, f, g);
+    for (int j = 0; j < 3; ++j) n += kept[size_t(j)] ? sizes[j] : 0;
+  };
+  for (int64_t g = first; g < first + layers; ++g) add(g);
+  for (int64_t k = 0; head && k < cfg.mtp.depth; ++k) add(cfg.layers + k);
   return n;
 }
 

@@ -43,6 +43,12 @@ struct ActivationSizes {
 };
 ActivationSizes activation_sizes(const ModelConfig& cfg, const ActivationShape& s);
 
+// train.fp8.saved_inputs: the values of one context of the chunk with
+// layers [first, first + layers) (and, on the head chunk, model.mtp's
+// blocks) kept as FP8 codes, a byte each, in place of the 2-byte copies
+// activation_elements counts (model/fp8_linear.hpp's fp8_kept_inputs).
+int64_t fp8_kept_values(const ModelConfig& cfg, const Fp8Config& f, const ActivationShape& s, int64_t first,
+                        int64_t layers, bool head);
 // One Activations context of a chunk with `layers` layers, `moe_layers` of
 // them MoE layers (and the head, with model.mtp's blocks and buffers).
 int64_t activation_elements(const ModelConfig& cfg, const ActivationShape& s, int64_t layers, bool head,

@@ -18,14 +18,14 @@ void DenseMlp<T>::forward(T* out, Activations<T>& ctx, int l, const T* h, const 
   const LayerOps<T>& o = ops_;
   const int64_t N = ctx.B * o.seq(), C = o.cfg().hidden, F = o.dims().ffn;
   const LayerActs<T>& a = ctx.layers[size_t(l)];
-  o.linear_fwd(a.fc, {h}, {p.fcw()}, p.fcb(), N, C, o.fc_width(), {p.layer, Linear::fc});
+  o.linear_fwd(a.fc, {h}, {p.fcw()}, p.fcb(), N, C, o.fc_width(), {p.layer, Linear::fc}, o.fp8_input(a, o.ln2_full));
   o.store(a.fc, N * o.fc_width());
   if (o.arch().mlp == MlpKind::swiglu)
     k::swiglu_forward(a.act, a.fc, N, F);
   else
     k::gelu_forward(a.act, a.fc, N * F);
   o.store(a.act, N * F);
-  o.linear_fwd(out, {a.act}, {p.pw()}, nullptr, N, F, C, {p.layer, Linear::fc2});
+  o.linear_fwd(out, {a.act}, {p.pw()}, nullptr, N, F, C, {p.layer, Linear::fc2}, o.fp8_input(a, o.act));
 }
 
 template <typename T>

@@ -6,6 +6,8 @@
 //   gemm_fp8: the FP8 linear (kernels/fp8.hpp's linear_forward8: cuBLASLt's
 //         e4m3 GEMM with scale pointers, float32 output; the operands' casts
 //         not timed) at the same shapes, against the bf16 linear above;
+//         gemm_fp8_blockwise: the same with DeepSeek-V3's tiles and blocks
+//         (linear_forward8b: cuBLASLt's block-scaled GEMM);
 //   attention: the flash-style forward and backward, TFLOP/s (causal: half
 //         of the 4 B H T^2 D forward FLOPs counted);
 //   norm / elementwise: GB/s.
@@ -131,6 +133,23 @@ int main() {
           "{\"kernel\":\"gemm_fp8_%s\",\"M\":%ld,\"N\":%ld,\"K\":%ld,\"ms\":%.4f,\"tflops\":%.1f,"
           "\"bf16_ms\":%.4f,\"vs_bf16\":%.3f}\n",
           g.name, long(N), long(g.oc), long(g.c), fp8_ms, flops / fp8_ms / 1e9, bf16_ms, bf16_ms / fp8_ms);
+      // blockwise (DeepSeek-V3's 1 x 128 tiles and 128 x 128 blocks): cuBLASLt's block-scaled GEMM
+      namespace f8 = kernels::fp8;
+      Tensor xs = Tensor::empty({f8::tile_count(N, g.c, f8::kRowTile)}, DType::f32, MemCategory::other, x.device());
+      Tensor ws =
+          Tensor::empty({f8::tile_count(g.oc, g.c, f8::kSquareBlock)}, DType::f32, MemCategory::other, x.device());
+      f8::quantize_tiled(x.data<float>(), N, g.c, f8::kRowTile, false, xq.data<uint8_t>(), nullptr, xs.data<float>());
+      f8::quantize_tiled(w.data<float>(), g.oc, g.c, f8::kSquareBlock, false, wq.data<uint8_t>(), nullptr,
+                         ws.data<float>());
+      const f8::Tiled8 xb8{xq.data<uint8_t>(), xs.data<float>()}, wb8{wq.data<uint8_t>(), ws.data<float>()};
+      auto blocks = [&] { f8::linear_forward8b(y.data<float>(), xb8, wb8, b.data<float>(), N, g.c, g.oc); };
+      const double block_ms = time_ms(blocks);
+      const double bf16_again_ms = time_ms(ours);
+      std::printf(
+          "{\"kernel\":\"gemm_fp8_blockwise_%s\",\"M\":%ld,\"N\":%ld,\"K\":%ld,\"ms\":%.4f,\"tflops\":%.1f,"
+          "\"bf16_ms\":%.4f,\"vs_bf16\":%.3f}\n",
+          g.name, long(N), long(g.oc), long(g.c), block_ms, flops / block_ms / 1e9, bf16_again_ms,
+          bf16_again_ms / block_ms);
     }
     std::printf(
         "{\"kernel\":\"gemm_%s\",\"M\":%ld,\"N\":%ld,\"K\":%ld,\"ms\":%.4f,\"tflops\":%.1f,\"cublas_bf16_ms\":%.4f,"

@@ -177,6 +177,12 @@ const std::vector<Key>& table() {
                 "ZeRO 3 all-gathers the weights of the FP8 GEMMs as FP8 codes, a byte a value, each with the scale "
                 "its GEMM uses (the same run bit for bit, a quarter of those bytes); needs `parallel.zero: 3` and "
                 "recipe `tensorwise` or `delayed` ([precision.md](precision.md#fp8-parameter-gathers))"),
+        boolean("train.fp8.saved_inputs", FIELD(train.fp8.saved_inputs), value(false),
+                "keep the inputs that only a weight gradient reads (the norms' outputs entering the attention's "
+                "and a dense MLP's first linear, the MLP's second linear's input) as the FP8 codes their forward "
+                "GEMM read, a byte a value in place of bf16's two (the same run bit for bit); needs "
+                "`precision: bf16`, recipe `tensorwise` or `delayed`, and `recompute` none or selective "
+                "([precision.md](precision.md#fp8-saved-inputs))"),
         real("optim.lr", FIELD(optim.lr), 0, 10, Open::low, required<double>(), "peak learning rate"),
         real("optim.min_lr", FIELD(optim.min_lr), 0, 10, Open::none, value<double>(0.0),
              "final learning rate of the decay; `min_lr <= lr`"),

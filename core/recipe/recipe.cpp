@@ -67,6 +67,21 @@ void validate_fp8(Reader& r, const Recipe& rc) {
     r.inconsistent("train.fp8.param_gather",
                    fmt::format("FP8 parameter gathers are ZeRO 3's all-gathers: parallel.zero must be 3 (found {})",
                                rc.parallel.zero));
+  if (!f.saved_inputs) return;
+  if (f.recipe != Fp8Recipe::tensorwise && f.recipe != Fp8Recipe::delayed)
+    r.inconsistent("train.fp8.saved_inputs",
+                   fmt::format("the weight gradient reads the forward's codes only where both cast the input "
+                               "alike: recipe tensorwise or delayed (found {}; blockwise tiles it along the tokens)",
+                               enum_name(f.recipe)));
+  if (rc.train.precision != Precision::bf16)
+    r.inconsistent("train.fp8.saved_inputs",
+                   fmt::format("FP8 codes replace the 2-byte copies of the saved activations: expected "
+                               "train.precision bf16, found {}",
+                               enum_name(rc.train.precision)));
+  if (rc.train.recompute == Recompute::full)
+    r.inconsistent("train.fp8.saved_inputs",
+                   "train.recompute full keeps each layer's input alone: there is no linear's input to keep in FP8 "
+                   "(expected recompute none or selective)");
 }
 
 }  // namespace

@@ -178,6 +178,10 @@ struct Fp8Config {
   std::vector<Fp8Module> keep_high_precision{Fp8Module::embedding, Fp8Module::lm_head, Fp8Module::router,
                                              Fp8Module::norm};
   bool param_gather = false;  // ZeRO 3 all-gathers FP8 weights (tensorwise, delayed)
+  // the inputs only a weight gradient reads (the norms' outputs before the
+  // attention's and the MLP's first linear, the MLP's second input) kept as
+  // the FP8 codes the forward GEMM read (tensorwise, delayed; precision bf16)
+  bool saved_inputs = false;
   bool on() const { return recipe != Fp8Recipe::none; }
   bool keeps(Fp8Module m) const {
     for (Fp8Module k : keep_high_precision)

@@ -200,6 +200,41 @@ void linear_wgrad8(float* dweight, Operand8 dout, Operand8 x, int64_t N, int64_t
                            accumulate, Precision::fp32);
 }
 
+void dequantize_tiled(const uint8_t* q, int64_t rows, int64_t cols, Tile t, const float* factors, float* y) {
+  const int64_t grid_cols = (cols + t.cols - 1) / t.cols;
+  const float* dec = table().v[0];
+#pragma omp parallel for if (rows * cols >= kThreaded) schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      y[r * cols + c] = dec[q[r * cols + c]] * factors[(r / t.rows) * grid_cols + c / t.cols];
+}
+
+// A blockwise operand decoded into this thread's float32 buffer (kept, grown as needed).
+const float* decoded_tiles(int slot, Tiled8 a, int64_t rows, int64_t cols, Tile t) {
+  thread_local std::vector<float> buf[2];
+  std::vector<float>& b = buf[slot];
+  if (int64_t(b.size()) < rows * cols) b.resize(size_t(rows * cols));
+  cpu::dequantize_tiled(a.q, rows, cols, t, a.factors, b.data());
+  return b.data();
+}
+
+void linear_forward8b(float* out, Tiled8 x, Tiled8 w, const float* bias, int64_t N, int64_t C, int64_t OC) {
+  kernels::linear_forward(out, decoded_tiles(0, x, N, C, kRowTile), decoded_tiles(1, w, OC, C, kSquareBlock), bias, N,
+                          C, OC, Precision::fp32);
+}
+
+void linear_dgrad8b(float* dinp, Tiled8 dout, Tiled8 w, int64_t N, int64_t C, int64_t OC) {
+  kernels::linear_backward(dinp, static_cast<float*>(nullptr), static_cast<float*>(nullptr),
+                           decoded_tiles(0, dout, N, OC, kRowTile), static_cast<const float*>(nullptr),
+                           decoded_tiles(1, w, OC, C, kSquareBlock), N, C, OC, false, Precision::fp32);
+}
+
+void linear_wgrad8b(float* dweight, Tiled8 dout, Tiled8 x, int64_t N, int64_t C, int64_t OC, bool accumulate) {
+  kernels::linear_backward(static_cast<float*>(nullptr), dweight, static_cast<float*>(nullptr),
+                           decoded_tiles(0, dout, N, OC, kColumnTile), decoded_tiles(1, x, N, C, kColumnTile),
+                           static_cast<const float*>(nullptr), N, C, OC, accumulate, Precision::fp32);
+}
+
 void grouped_linear_forward8(float* y, const uint8_t* x, Format fx, const float* x_scales, const uint8_t* w, Format fw,
                              const float* w_scales, const int64_t* offsets, int64_t G, int64_t C, int64_t OC) {
   thread_local std::vector<float> xd, wd;

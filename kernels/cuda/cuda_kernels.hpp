@@ -66,6 +66,16 @@ void fp8_linear_dgrad(float* dinp, const uint8_t* dy, int fg, float sg, const ui
                       int64_t C, int64_t OC);
 void fp8_linear_wgrad(float* dw, const uint8_t* dy, int fg, float sg, const uint8_t* x, int fx, float sx, int64_t N,
                       int64_t C, int64_t OC, bool accumulate);
+// blockwise (kernels/fp8.hpp's linear_forward8b and so on): e4m3 codes, a
+// factor per tile in quantize_tiled's layout; the tiles' decoded values
+void fp8_linear_forward_blocks(float* out, const uint8_t* x, const float* fx, const uint8_t* w, const float* fw,
+                               const float* bias, int64_t N, int64_t C, int64_t OC);
+void fp8_linear_dgrad_blocks(float* dinp, const uint8_t* dy, const float* fg, const uint8_t* w, const float* fw,
+                             int64_t N, int64_t C, int64_t OC);
+void fp8_linear_wgrad_blocks(float* dw, const uint8_t* dy, const float* fg, const uint8_t* x, const float* fx,
+                             int64_t N, int64_t C, int64_t OC, bool accumulate);
+void fp8_dequantize_tiled(float* y, const uint8_t* q, const float* factors, int64_t rows, int64_t cols, int64_t tr,
+                          int64_t tc);
 // group by group (offsets and scales in host memory)
 void fp8_grouped_linear_forward(float* y, const uint8_t* x, int fx, const float* x_scales, const uint8_t* w, int fw,
                                 const float* w_scales, const int64_t* offsets, int64_t G, int64_t C, int64_t OC);

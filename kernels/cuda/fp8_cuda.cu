@@ -80,6 +80,12 @@ __global__ void fp8_saturated_kernel(unsigned long long* count, const float* x, 
   if (k) atomicAdd(count, k);
 }
 
+__global__ void fp8_dequantize_tiled_kernel(float* y, const uint8_t* q, const float* f, int64_t rows, int64_t cols,
+                                            int64_t tr, int64_t tc) {
+  const int64_t grid_cols = (cols + tc - 1) / tc;
+  GRID_STRIDE(i, rows * cols) y[i] = code::decode(0, q[i]) * f[(i / cols / tr) * grid_cols + i % cols / tc];
+}
+
 // A scratch result back to the host (the wrappers return scalars: they wait for it).
 void read_back(void* host, const void* device, size_t bytes) {
 #ifdef TRIDENT_CUDA_EMULATION
@@ -127,6 +133,11 @@ void fp8_quantize_tiled(uint8_t* q, float* y, float* scales, const float* x, int
   if (rows == 0 || cols == 0) return;
   KERNEL_LAUNCH(fp8_tiles_kernel, unsigned(blocks), 128, 0)(q, y, scales, x, rows, cols, tr, tc, pow2);
   CUDA_LAUNCHED("fp8_tiles_kernel");
+}
+
+void fp8_dequantize_tiled(float* y, const uint8_t* q, const float* factors, int64_t rows, int64_t cols, int64_t tr,
+                          int64_t tc) {
+  LAUNCH_GRID_STRIDE(fp8_dequantize_tiled_kernel, rows * cols, y, q, factors, rows, cols, tr, tc);
 }
 
 int64_t fp8_count_saturated(const float* x, int64_t n, float scale, int format) {

@@ -16,10 +16,23 @@
 // e5m2 times e5m2) the operands are decoded into float32 scratch and the
 // float32 GEMM runs: the emulation's numbers.
 //
+// Blockwise scaling (linear_forward8b and so on) runs cuBLASLt's block-scaled
+// FP8 GEMM (Hopper, cuBLAS 12.9 and later): the 1 x 128 tiles of the
+// activations and gradients as CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F (a
+// factor per 128 values of k for each row: factors [ceil(k / 128), outer],
+// outer-major), the weights' 128 x 128 blocks as BLK128x128_32F (factors
+// [ceil(outer / 128), L4], k-major, L4 = ceil(k / 128) rounded up to a
+// multiple of 4), never both operands in blocks; Transformer Engine's
+// operands: forward A = W (blocks), B = X; dgrad A = W^T (its blocks
+// transposed), B = dY; wgrad A = X^T, B = dY^T, both tiled along the tokens
+// (their 128 x 1 tiles' factors are already VEC128's layout). Elsewhere the
+// tiles are decoded into float32 and the float32 GEMM runs.
+//
 // Under TRIDENT_CUDA_EMULATION (tests/kernels/test_cuda_emulated.cpp) the
 // cuBLASLt call is replaced by its definition, a float32 loop over the
 // decoded codes: what the emulation checks is everything around it (which
 // operand, which transpose, which leading dimension, which scale).
+#include <cstring>
 #ifndef TRIDENT_CUDA_EMULATION
 #include <map>
 #include <mutex>
@@ -110,6 +123,22 @@ struct Plans {
   std::map<Key, Plan> plans;
 };
 
+// cuBLASLt's first choice for the plan's GEMM (within the shared workspace), or a failure saying `none`
+cublasLtMatmulAlgo_t best_algo(const LtContext& s, const Plan& p, const char* none) {
+  cublasLtMatmulPreference_t pref;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  size_t ws = kLtWorkspace;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(s.handle, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+    cuda_fail("cuBLASLt", "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__, none);
+  return result.algo;
+}
+
 cudaDataType_t fp8_type(int format) { return format == 0 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
 
 Plan make_plan(const LtContext& s, const Key& key) {
@@ -123,18 +152,7 @@ Plan make_plan(const LtContext& s, const Key& key) {
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, fp8_type(key.fa), uint64_t(key.k), uint64_t(key.m), key.lda));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, fp8_type(key.fb), uint64_t(key.k), uint64_t(key.n), key.ldb));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, uint64_t(key.m), uint64_t(key.n), key.ldd));
-  cublasLtMatmulPreference_t pref;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  size_t ws = kLtWorkspace;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(s.handle, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-    cuda_fail("cuBLASLt", "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__, "no FP8 algorithm for this GEMM");
-  p.algo = result.algo;
+  p.algo = best_algo(s, p, "no FP8 algorithm for this GEMM");
   return p;
 }
 
@@ -175,6 +193,125 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 bool fp8_gemm_fits(int64_t m, int64_t n, int64_t k, int fa, int fb, const void* A, const void* B, const void* D) {
   return !(fa == 1 && fb == 1) && m % 16 == 0 && n % 16 == 0 && k % 16 == 0 && aligned16(A) && aligned16(B) &&
          aligned16(D) && fp8_device();
+}
+#endif
+
+// A block-scaled operand's factors as cuBLASLt reads them: VEC128 s[(p / 128) * outer_n + i], BLK128x128
+// s[(i / 128) * ld + p / 128] (i the outer index, p the index along k)
+enum BlockMode { kVec128 = 1, kBlk128 = 2 };
+struct Factors {
+  const float* s = nullptr;
+  int mode = kVec128;
+  int64_t ld = 0;  // BLK128x128: L4
+};
+
+__global__ void fp8_relay_factors_kernel(float* out, const float* in, int64_t rows, int64_t cols, int64_t rs,
+                                         int64_t cs) {
+  GRID_STRIDE(i, rows * cols) out[(i / cols) * rs + (i % cols) * cs] = in[i];
+}
+
+// in [rows, cols] row-major to out[r * rs + c * cs], n_out values (the padding zeroed), freed by the caller
+float* relaid(const float* in, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t n_out) {
+  auto* out = static_cast<float*>(scratch_alloc(size_t(n_out) * sizeof(float)));
+#ifdef TRIDENT_CUDA_EMULATION
+  std::memset(out, 0, size_t(n_out) * sizeof(float));
+#else
+  CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(n_out) * sizeof(float), stream()));
+#endif
+  LAUNCH_GRID_STRIDE(fp8_relay_factors_kernel, rows * cols, out, in, rows, cols, rs, cs);
+  return out;
+}
+
+int64_t pad4(int64_t x) { return (x + 3) / 4 * 4; }
+int64_t tiles128(int64_t x) { return (x + 127) / 128; }
+
+#ifdef TRIDENT_CUDA_EMULATION
+float factor(const Factors& f, int64_t i, int64_t p, int64_t outer_n) {
+  return f.mode == kVec128 ? f.s[(p / 128) * outer_n + i] : f.s[(i / 128) * f.ld + p / 128];
+}
+// cublasLtMatmul's definition for e4m3 A and B with block scales in the TN layout: column-major
+// D[m, n] = sum_k (A[k + i lda] fa(i, k)) (B[k + j ldb] fb(j, k)) + beta D (float32 sums)
+void matmul8_blocks(int64_t m, int64_t n, int64_t k, const uint8_t* A, int64_t lda, Factors fa, const uint8_t* B,
+                    int64_t ldb, Factors fb, float beta, float* D, int64_t ldd) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < m; ++i) {
+      float acc = 0.f;
+      for (int64_t p = 0; p < k; ++p)
+        acc += (code::decode(0, A[p + i * lda]) * factor(fa, i, p, m)) *
+               (code::decode(0, B[p + j * ldb]) * factor(fb, j, p, n));
+      float& d = D[i + j * ldd];
+      d = acc + (beta == 0.f ? 0.f : beta * d);
+    }
+}
+#else
+struct BlockKey {
+  int64_t m, n, k, lda, ldb, ldd;
+  int ma, mb;
+  bool accumulate;
+  bool operator<(const BlockKey& o) const {
+    return std::tie(m, n, k, lda, ldb, ldd, ma, mb, accumulate) <
+           std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.ma, o.mb, o.accumulate);
+  }
+};
+
+cublasLtMatmulMatrixScale_t scale_mode(int mode) {
+  return mode == kVec128 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+}
+
+Plan make_block_plan(const LtContext& s, const BlockKey& key) {
+  Plan p;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  const int8_t fast = 0;  // float32 accumulation throughout (Transformer Engine's blockwise recipe; PyTorch refuses it)
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+  const cublasLtMatmulMatrixScale_t am = scale_mode(key.ma), bm = scale_mode(key.mb);
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &am, sizeof(am)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof(bm)));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, uint64_t(key.k), uint64_t(key.m), key.lda));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, uint64_t(key.k), uint64_t(key.n), key.ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, uint64_t(key.m), uint64_t(key.n), key.ldd));
+  p.algo = best_algo(s, p, "no block-scaled FP8 algorithm for this GEMM");
+  return p;
+}
+
+void matmul8_blocks(int64_t m, int64_t n, int64_t k, const uint8_t* A, int64_t lda, Factors fa, const uint8_t* B,
+                    int64_t ldb, Factors fb, float beta, float* D, int64_t ldd) {
+  static std::mutex mutex;
+  static std::map<BlockKey, Plan> plans;
+  const LtContext& s = lt_context();
+  std::lock_guard<std::mutex> lock(mutex);
+  const BlockKey key{m, n, k, lda, ldb, ldd, fa.mode, fb.mode, beta != 0.f};
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_block_plan(s, key)).first;
+  Plan& p = it->second;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &fa.s, sizeof(fa.s)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &fb.s, sizeof(fb.s)));
+  const float alpha = 1.f;
+  CUBLAS_CHECK(cublasLtMatmul(s.handle, p.op, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.algo, s.workspace,
+                              kLtWorkspace, stream()));
+}
+
+// Hopper (sm_90) with cuBLAS 12.9 or later: the block scale modes; 16-byte aligned operands and factors,
+// dimensions multiples of 16 (the factors' outer dimensions multiples of 4)
+bool block_gemm_fits(int64_t m, int64_t n, int64_t k, const void* A, const void* B, const void* D, const void* sa,
+                     const void* sb) {
+  static const bool hopper_lt = [] {
+    int dev = 0, major = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major == 9 && cublasLtGetVersion() >= 120900;
+  }();
+  return hopper_lt && m % 16 == 0 && n % 16 == 0 && k % 16 == 0 && aligned16(A) && aligned16(B) && aligned16(D) &&
+         aligned16(sa) && aligned16(sb);
+}
+
+// A blockwise operand decoded into float32 scratch (freed by the caller): the fallback's.
+float* decoded_tiles(const uint8_t* q, const float* f, int64_t rows, int64_t cols, int64_t tr, int64_t tc) {
+  auto* y = static_cast<float*>(scratch_alloc(size_t(rows * cols) * sizeof(float)));
+  fp8_dequantize_tiled(y, q, f, rows, cols, tr, tc);
+  return y;
 }
 #endif
 
@@ -248,6 +385,65 @@ void fp8_grouped_linear_forward(float* y, const uint8_t* x, int fx, const float*
     const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
     fp8_linear_forward(y + r0 * OC, x + r0 * C, fx, x_scales[g], w + g * OC * C, fw, w_scales[g], nullptr, rows, C, OC);
   }
+}
+
+void fp8_linear_forward_blocks(float* out, const uint8_t* x, const float* fx, const uint8_t* w, const float* fw,
+                               const float* bias, int64_t N, int64_t C, int64_t OC) {
+  if (N == 0 || OC == 0) return;
+  const int64_t L = tiles128(C), L4 = pad4(L), Bo = tiles128(OC);
+  float* sa = relaid(fw, Bo, L, L4, 1, Bo * L4);  // W's blocks [Bo, L]: k-major rows of L4
+  float* sb = relaid(fx, N, L, 1, N, L * N);      // X's tiles [N, L]: [L, N]
+#ifndef TRIDENT_CUDA_EMULATION                    // the emulation's matmul8_blocks takes every shape
+  if (!block_gemm_fits(OC, N, C, w, x, out, sa, sb)) {
+    scratch_free(sa, size_t(Bo * L4) * sizeof(float)), scratch_free(sb, size_t(L * N) * sizeof(float));
+    float *xd = decoded_tiles(x, fx, N, C, 1, 128), *wd = decoded_tiles(w, fw, OC, C, 128, 128);
+    linear_forward(out, xd, wd, bias, N, C, OC, 0);
+    scratch_free(xd, size_t(N * C) * sizeof(float)), scratch_free(wd, size_t(OC * C) * sizeof(float));
+    return;
+  }
+#endif
+  matmul8_blocks(OC, N, C, w, C, {sa, kBlk128, L4}, x, C, {sb, kVec128, 0}, 0.f, out, OC);
+  scratch_free(sa, size_t(Bo * L4) * sizeof(float)), scratch_free(sb, size_t(L * N) * sizeof(float));
+  if (bias) LAUNCH_GRID_STRIDE(fp8_add_bias_kernel, N * OC, out, bias, N, OC);
+}
+
+void fp8_linear_dgrad_blocks(float* dinp, const uint8_t* dy, const float* fg, const uint8_t* w, const float* fw,
+                             int64_t N, int64_t C, int64_t OC) {
+  if (N == 0 || C == 0) return;
+  const int64_t L = tiles128(OC), L4 = pad4(L), Bc = tiles128(C);
+  uint8_t* wt = transposed(w, OC, C);             // [C, OC]: W^T, whose blocks are W's transposed
+  float* sa = relaid(fw, L, Bc, 1, L4, Bc * L4);  // W's blocks [L, Bc]: W^T's [Bc, L4]
+  float* sb = relaid(fg, N, L, 1, N, L * N);      // dY's tiles [N, L]: [L, N]
+#ifndef TRIDENT_CUDA_EMULATION                    // the emulation's matmul8_blocks takes every shape
+  if (!block_gemm_fits(C, N, OC, wt, dy, dinp, sa, sb)) {
+    scratch_free(sa, size_t(Bc * L4) * sizeof(float)), scratch_free(sb, size_t(L * N) * sizeof(float));
+    scratch_free(wt, size_t(OC * C));
+    float *gd = decoded_tiles(dy, fg, N, OC, 1, 128), *wd = decoded_tiles(w, fw, OC, C, 128, 128);
+    linear_backward(dinp, nullptr, nullptr, gd, nullptr, wd, N, C, OC, false, 0);
+    scratch_free(gd, size_t(N * OC) * sizeof(float)), scratch_free(wd, size_t(OC * C) * sizeof(float));
+    return;
+  }
+#endif
+  matmul8_blocks(C, N, OC, wt, OC, {sa, kBlk128, L4}, dy, OC, {sb, kVec128, 0}, 0.f, dinp, C);
+  scratch_free(sa, size_t(Bc * L4) * sizeof(float)), scratch_free(sb, size_t(L * N) * sizeof(float));
+  scratch_free(wt, size_t(OC * C));
+}
+
+void fp8_linear_wgrad_blocks(float* dw, const uint8_t* dy, const float* fg, const uint8_t* x, const float* fx,
+                             int64_t N, int64_t C, int64_t OC, bool accumulate) {
+  if (C == 0 || OC == 0) return;
+    // X's and dY's 128 x 1 tiles: factors [ceil(N / 128), C] and [.., OC], VEC128's layout for X^T and dY^T
+#ifndef TRIDENT_CUDA_EMULATION  // the emulation's matmul8_blocks takes every shape
+  if (!block_gemm_fits(C, OC, N, x, dy, dw, fx, fg)) {
+    float *gd = decoded_tiles(dy, fg, N, OC, 128, 1), *xd = decoded_tiles(x, fx, N, C, 128, 1);
+    linear_backward(nullptr, dw, nullptr, gd, xd, nullptr, N, C, OC, accumulate, 0);
+    scratch_free(gd, size_t(N * OC) * sizeof(float)), scratch_free(xd, size_t(N * C) * sizeof(float));
+    return;
+  }
+#endif
+  uint8_t *xt = transposed(x, N, C), *gt = transposed(dy, N, OC);  // [C, N], [OC, N]
+  matmul8_blocks(C, OC, N, xt, N, {fx, kVec128, 0}, gt, N, {fg, kVec128, 0}, accumulate ? 1.f : 0.f, dw, C);
+  scratch_free(xt, size_t(N * C)), scratch_free(gt, size_t(N * OC));
 }
 
 }  // namespace trident::kernels::cuda

@@ -169,8 +169,10 @@ void plan_memory(const PlanContext& x, PlanResult& r) {
     for (int v = 0; v < V; ++v) {
       const auto& ch = chunks[size_t(v)];
       const int64_t moe = model::moe_layers_in(m, ch.first_layer, ch.layers);
+      // train.fp8.saved_inputs: a byte a kept value, not pb
+      const double kept = double(model::fp8_kept_values(m, x.q.train.fp8, shape, ch.first_layer, ch.layers, ch.head));
       a += double(flight[size_t(pp)][size_t(v)]) *
-               double(model::activation_elements(m, shape, ch.layers, ch.head, moe)) +
+               (double(model::activation_elements(m, shape, ch.layers, ch.head, moe)) - kept * (1 - 1 / pb)) +
            double(model::shared_recompute_elements(
                m, shape, ch.layers, moe + (ch.head ? model::moe_layers_in(m, m.layers, m.mtp.depth) : 0)));
     }

@@ -599,6 +599,60 @@ TEST(Cuda, Fp8GemmsMatchTheCpu) {
   }
 }
 
+// Blockwise: cuBLASLt's block-scaled FP8 GEMMs (Hopper) or the decoded
+// tiles' float32 GEMM elsewhere, against the CPU's decoded operands; 384
+// wide (3 tiles: the blocks' factor rows padded to 4) and shapes that do not
+// fit cuBLASLt (the fallback).
+TEST(Cuda, Fp8BlockGemmsMatchTheCpu) {
+  REQUIRE_GPU();
+  namespace f8 = kernels::fp8;
+  for (const auto& [N, C, OC] : {std::tuple<int64_t, int64_t, int64_t>{256, 384, 512}, {40, 48, 36}}) {
+    struct Operand {
+      std::vector<uint8_t> q;
+      F f;
+      Tensor qd, fd;
+      f8::Tiled8 host() const { return {q.data(), f.data()}; }
+      f8::Tiled8 dev() const { return {qd.data<uint8_t>(), fd.data<float>()}; }
+    };
+    auto operand = [](int64_t rows, int64_t cols, f8::Tile t, uint32_t seed) {
+      const F x = randn(rows * cols, seed, 2.f);
+      Operand o{std::vector<uint8_t>(size_t(rows * cols)), F(size_t(f8::tile_count(rows, cols, t))), {}, {}};
+      f8::quantize_tiled(x.data(), rows, cols, t, false, o.q.data(), nullptr, o.f.data());
+      const Device gpu{DeviceType::cuda, 0};
+      o.qd = Tensor::empty({rows * cols}, DType::u8, MemCategory::other, gpu);
+      o.fd = Tensor::empty({int64_t(o.f.size())}, DType::f32, MemCategory::other, gpu);
+      copy_to_device(o.qd.raw(), o.q.data(), o.q.size(), 0);
+      copy_to_device(o.fd.raw(), o.f.data(), o.f.size() * sizeof(float), 0);
+      return o;
+    };
+    const Operand x = operand(N, C, f8::kRowTile, 1), w = operand(OC, C, f8::kSquareBlock, 2),
+                  g = operand(N, OC, f8::kRowTile, 3), xt = operand(N, C, f8::kColumnTile, 4),
+                  gt = operand(N, OC, f8::kColumnTile, 5);
+    auto close = [](const F& got, const F& want, const char* what) {
+      float top = 0, err = 0;
+      for (size_t i = 0; i < want.size(); ++i)
+        top = std::max(top, std::abs(want[i])), err = std::max(err, std::abs(got[i] - want[i]));
+      EXPECT_LE(err, 2e-3f * top) << what << ": largest " << top;
+    };
+    const F bias = randn(OC, 6, 1.f);
+    Dev b(bias), y(F(size_t(N * OC))), dx(F(size_t(N * C)));
+    F yc(size_t(N * OC)), dxc(size_t(N * C));
+    f8::linear_forward8b(y.f(), x.dev(), w.dev(), b.f(), N, C, OC);
+    f8::linear_forward8b(yc.data(), x.host(), w.host(), bias.data(), N, C, OC);
+    close(y.host(N * OC), yc, "forward");
+    f8::linear_dgrad8b(dx.f(), g.dev(), w.dev(), N, C, OC);
+    f8::linear_dgrad8b(dxc.data(), g.host(), w.host(), N, C, OC);
+    close(dx.host(N * C), dxc, "input gradient");
+    for (bool acc : {false, true}) {
+      F dwc = randn(OC * C, 7, 1.f);
+      Dev dw(dwc);
+      f8::linear_wgrad8b(dw.f(), gt.dev(), xt.dev(), N, C, OC, acc);
+      f8::linear_wgrad8b(dwc.data(), gt.host(), xt.host(), N, C, OC, acc);
+      close(dw.host(OC * C), dwc, acc ? "weight gradient, accumulated" : "weight gradient");
+    }
+  }
+}
+
 TEST(Cuda, CachingAllocatorAccountsPerCategory) {
   REQUIRE_GPU();
   device_empty_cache();

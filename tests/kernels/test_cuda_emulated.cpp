@@ -636,6 +636,13 @@ TEST(CudaEmulated, Fp8CastsAndScalings) {
 // not multiples of the transposes' 32 x 32 tiles. The sums run in another
 // order: float32 rounding apart. And the experts' grouped forward, a scale
 // a group.
+// within 1e-5 of b's largest magnitude (float32 sums in another order), b not all zero
+bool close(const F& a, const F& b) {
+  float top = 0, err = 0;
+  for (size_t i = 0; i < a.size(); ++i) top = std::max(top, std::abs(b[i])), err = std::max(err, std::abs(a[i] - b[i]));
+  return err <= 1e-5f * top && top > 0;
+}
+
 TEST(CudaEmulated, Fp8LinearGemmsMatchTheCpu) {
   const int64_t N = 40, C = 48, OC = 36;
   auto codes = [](int64_t n, uint32_t seed, fp8::Format f, float scale) {
@@ -648,12 +655,6 @@ TEST(CudaEmulated, Fp8LinearGemmsMatchTheCpu) {
   const auto xq = codes(N * C, 1, e4, 60.f), wq = codes(OC * C, 2, e4, 140.f), gq = codes(N * OC, 3, e5, 900.f);
   const fp8::Operand8 x{xq.data(), e4, 60.f}, w{wq.data(), e4, 140.f}, g{gq.data(), e5, 900.f};
   const F bias = randn(OC, 4, 1.0f);
-  auto close = [](const F& a, const F& b) {
-    float top = 0, err = 0;
-    for (size_t i = 0; i < a.size(); ++i)
-      top = std::max(top, std::abs(b[i])), err = std::max(err, std::abs(a[i] - b[i]));
-    return err <= 1e-5f * top && top > 0;
-  };
   F y(size_t(N * OC)), yc(y.size());
   emu::fp8_linear_forward(y.data(), xq.data(), 0, x.scale, wq.data(), 0, w.scale, bias.data(), N, C, OC);
   fp8::linear_forward8(yc.data(), x, w, bias.data(), N, C, OC);
@@ -676,6 +677,58 @@ TEST(CudaEmulated, Fp8LinearGemmsMatchTheCpu) {
   emu::fp8_grouped_linear_forward(yg.data(), xq.data(), 0, sxs.data(), wg.data(), 0, sws.data(), off.data(), 3, C, OC);
   fp8::grouped_linear_forward8(ygc.data(), xq.data(), e4, sxs.data(), wg.data(), e4, sws.data(), off.data(), 3, C, OC);
   EXPECT_TRUE(close(yg, ygc)) << "grouped forward";
+}
+
+// Blockwise: the wrappers' operands, transposes and factor layouts around
+// cuBLASLt's block-scaled matmul (VEC128_32F for the 1 x 128 tiles,
+// BLK128x128_32F for the weights' blocks, k-major rows padded to a multiple
+// of 4), which the emulation replaces by its definition, against the CPU's
+// decoded operands. C = 384 (3 tiles: the rows padded to 4), OC = 144 and
+// N = 136 (partial blocks and tiles at the edges), factors spread over
+// powers of two so that a factor read from the wrong tile shows.
+TEST(CudaEmulated, Fp8BlockGemmsMatchTheCpu) {
+  const int64_t N = 136, C = 384, OC = 144;
+  struct Operand {
+    std::vector<uint8_t> q;
+    F factors;
+    fp8::Tiled8 view() const { return {q.data(), factors.data()}; }
+  };
+  auto tiled = [](int64_t rows, int64_t cols, fp8::Tile t, uint32_t seed) {
+    F x = randn(rows * cols, seed, 1.0f);
+    for (int64_t r = 0; r < rows; ++r)  // magnitudes that differ from tile to tile
+      for (int64_t c = 0; c < cols; ++c) x[size_t(r * cols + c)] *= std::ldexp(1.0f, int((r / 37 + c / 53) % 9) - 4);
+    Operand o{std::vector<uint8_t>(size_t(rows * cols)), F(size_t(fp8::tile_count(rows, cols, t)))};
+    fp8::quantize_tiled(x.data(), rows, cols, t, false, o.q.data(), nullptr, o.factors.data());
+    return o;
+  };
+  const Operand x = tiled(N, C, fp8::kRowTile, 11), w = tiled(OC, C, fp8::kSquareBlock, 12),
+                g = tiled(N, OC, fp8::kRowTile, 13), xt = tiled(N, C, fp8::kColumnTile, 14),
+                gt = tiled(N, OC, fp8::kColumnTile, 15);
+  const F bias = randn(OC, 16, 1.0f);
+  F y(size_t(N * OC)), yc(y.size());
+  emu::fp8_linear_forward_blocks(y.data(), x.q.data(), x.factors.data(), w.q.data(), w.factors.data(), bias.data(), N,
+                                 C, OC);
+  fp8::linear_forward8b(yc.data(), x.view(), w.view(), bias.data(), N, C, OC);
+  EXPECT_TRUE(close(y, yc)) << "forward";
+  F dx(size_t(N * C)), dxc(dx.size());
+  emu::fp8_linear_dgrad_blocks(dx.data(), g.q.data(), g.factors.data(), w.q.data(), w.factors.data(), N, C, OC);
+  fp8::linear_dgrad8b(dxc.data(), g.view(), w.view(), N, C, OC);
+  EXPECT_TRUE(close(dx, dxc)) << "input gradient";
+  for (bool acc : {false, true}) {
+    F dw = randn(OC * C, 17, 1.0f), dwc = dw;
+    emu::fp8_linear_wgrad_blocks(dw.data(), gt.q.data(), gt.factors.data(), xt.q.data(), xt.factors.data(), N, C, OC,
+                                 acc);
+    fp8::linear_wgrad8b(dwc.data(), gt.view(), xt.view(), N, C, OC, acc);
+    EXPECT_TRUE(close(dw, dwc)) << "weight gradient, accumulate " << acc;
+  }
+  // the CPU's decoded operands are quantize_tiled's values, bit for bit
+  F yq(size_t(N * C)), yd(yq.size());
+  F xs = randn(N * C, 18, 3.0f);
+  std::vector<uint8_t> q(yq.size());
+  F f(size_t(fp8::tile_count(N, C, fp8::kColumnTile)));
+  fp8::quantize_tiled(xs.data(), N, C, fp8::kColumnTile, false, q.data(), yq.data(), f.data());
+  fp8::dequantize_tiled(q.data(), N, C, fp8::kColumnTile, f.data(), yd.data());
+  EXPECT_EQ(yq, yd);
 }
 
 }  // namespace

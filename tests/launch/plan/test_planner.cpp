@@ -222,6 +222,36 @@ TEST(Planner, ActivationBytesEqualTheMeasuredPeak) {
     }
 }
 
+// train.fp8.saved_inputs: each kept input costs a byte a value in place of
+// its 2-byte copy; the plan's activation bytes fall by what the measured
+// peak falls by (llama-tiny: every layer's three inputs; moe-tiny: the MoE
+// layers' attention input; deepseek-v3-tiny: MLA's shared input never, the
+// dense layer's MLP inputs and the multi-token prediction block's). The
+// dense MLPs are made as wide as the model (ffn_hidden = hidden) so that the
+// FP8 operands' scratch, which the plan leaves out (docs/planner.md), holds
+// the same largest input either way.
+TEST(Planner, Fp8SavedInputsAreTheMeasuredSaving) {
+  const Cluster bf16 = load_cluster(src("configs/clusters/cpu-local.yaml"), Precision::bf16);
+  for (const char* file : {"llama-tiny.yaml", "moe-tiny.yaml", "deepseek-v3-tiny.yaml"})
+    for (Recompute rc : {Recompute::none, Recompute::selective}) {
+      std::vector<std::string> sets = {
+          "train.steps=2",       "train.global_batch=4", "train.micro_batch=2",  "eval.batches=0",
+          "log.metrics=",        "train.threads=1",      "train.precision=bf16", "train.fp8.recipe=tensorwise",
+          "model.ffn_hidden=128"};
+      sets.push_back(fmt::format("train.recompute={}", rc));
+      const Recipe cast = load_recipe_on_one_process(src(std::string("configs/") + file), sets);
+      sets.push_back("train.fp8.saved_inputs=true");
+      const Recipe kept = load_recipe_on_one_process(src(std::string("configs/") + file), sets);
+      const PlanConfig mesh{1, 1, 1, 1, 2, 0, rc, ScheduleKind::one_f_one_b, false, {}};
+      const double planned =
+          plan_one(cast, bf16, mesh).memory.activations - plan_one(kept, bf16, mesh).memory.activations;
+      const int64_t measured = train(cast, {.quiet = true, .single_process = true}).peak_activations -
+                               train(kept, {.quiet = true, .single_process = true}).peak_activations;
+      EXPECT_GT(measured, 0) << file << " recompute " << rc;
+      EXPECT_EQ(int64_t(planned), measured) << file << " recompute " << rc;
+    }
+}
+
 // DualPipeV's two chunks on one rank (the V folded onto itself): the plan's
 // activation bytes, its 2 P + 1 chunk-micro-batches in flight and the split
 // backward's kept gradients, equal the measured peak.

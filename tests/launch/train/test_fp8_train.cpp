@@ -4,11 +4,14 @@
 // scaling's state resumed exactly from a checkpoint (and a damaged state
 // refused), the metrics' FP8 statistics, and the modules kept in bf16.
 // Fp8Full.* is the 600-step comparison of every recipe with bf16 on
-// llama-tiny and moe-tiny (ctest -L full: test_fp8_train_full; about 15
-// minutes on two cores); the CI runs a 100-step one.
+// llama-tiny and moe-tiny, three seeds each (ctest -L full:
+// test_fp8_train_full_llama and _moe; about 25 minutes each on one core);
+// the CI runs a 100-step one.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -67,6 +70,15 @@ TEST(Fp8Train, RecipeKeysAreValidated) {
   const std::string tiled = error_of({"train.fp8.recipe=blockwise", "train.fp8.param_gather=true", "parallel.zero=3"});
   EXPECT_NE(tiled.find("recipe tensorwise or delayed (found blockwise)"), std::string::npos) << tiled;
   EXPECT_EQ(error_of({"train.fp8.recipe=delayed", "train.fp8.param_gather=true", "parallel.zero=3"}), "");
+  const std::string saved = error_of({"train.fp8.recipe=blockwise", "train.fp8.saved_inputs=true"});
+  EXPECT_NE(saved.find("train.fp8.saved_inputs"), std::string::npos) << saved;
+  EXPECT_NE(saved.find("recipe tensorwise or delayed (found blockwise"), std::string::npos) << saved;
+  const std::string saved32 = error_of({"train.fp8.recipe=tensorwise", "train.fp8.saved_inputs=true"});
+  EXPECT_NE(saved32.find("expected train.precision bf16, found fp32"), std::string::npos) << saved32;
+  const std::string full = error_of(
+      {"train.fp8.recipe=delayed", "train.fp8.saved_inputs=true", "train.precision=bf16", "train.recompute=full"});
+  EXPECT_NE(full.find("(expected recompute none or selective)"), std::string::npos) << full;
+  EXPECT_EQ(error_of({"train.fp8.recipe=delayed", "train.fp8.saved_inputs=true", "train.precision=bf16"}), "");
   const std::string kind = error_of({"train.fp8.recipe=tensorwise", "train.fp8.keep_high_precision=[lm_head, mpl]"});
   EXPECT_NE(kind.find("train.fp8.keep_high_precision"), std::string::npos) << kind;
   EXPECT_NE(kind.find("found 'mpl'"), std::string::npos) << kind;
@@ -76,6 +88,42 @@ TEST(Fp8Train, RecipeKeysAreValidated) {
   const Recipe r = load_recipe(src("configs/llama-tiny.yaml"), {"train.fp8.recipe=tensorwise"});
   EXPECT_TRUE(r.train.fp8.keeps(Fp8Module::lm_head) && r.train.fp8.keeps(Fp8Module::router)) << "the default list";
   EXPECT_FALSE(r.train.fp8.keeps(Fp8Module::mlp));
+}
+
+// train.fp8.saved_inputs: the weight gradients read the codes the forward
+// GEMMs read (kept a byte a value) instead of casting the unpacked 2-byte
+// copies again, the same cast: the same run bit for bit, in fewer bytes
+// (Planner.Fp8SavedInputsAreTheMeasuredSaving counts them). llama-tiny
+// (every layer's three inputs; selective recompute; the split backward's
+// weight pass), moe-tiny (its MoE layers' attention input; the dense
+// layer's three), deepseek-v3-tiny (MLA, whose input three GEMMs cast: the
+// dense layer's MLP inputs; the multi-token prediction block's), tensorwise
+// and delayed scaling.
+TEST(Fp8Train, SavedInputsAreTheSameRunInFewerBytes) {
+  struct Run {
+    const char* config;
+    std::vector<std::string> sets;
+  };
+  const std::vector<Run> runs = {
+      {"configs/llama-tiny.yaml", {"train.fp8.recipe=tensorwise", "train.fp8.format=hybrid"}},
+      {"configs/llama-tiny.yaml",
+       {"train.fp8.recipe=delayed", "train.fp8.amax_history=4", "train.recompute=selective"}},
+      {"configs/llama-tiny.yaml",
+       {"train.fp8.recipe=tensorwise", "parallel.schedule=zero_bubble", "train.fp8.keep_high_precision=[first_layer]"}},
+      {"configs/moe-tiny.yaml", {"train.fp8.recipe=tensorwise"}},
+      {"configs/deepseek-v3-tiny.yaml", {"train.fp8.recipe=delayed"}}};
+  for (const Run& r : runs) {
+    std::vector<std::string> sets = r.sets;
+    sets.insert(sets.end(), {"train.steps=3", "eval.every=0", "eval.batches=2", "train.threads=1"});
+    const launch::TrainSummary cast = train(r.config, sets);
+    sets.push_back("train.fp8.saved_inputs=true");
+    const launch::TrainSummary kept = train(r.config, sets);
+    const std::string what = std::string(r.config) + " " + r.sets[0] + (r.sets.size() > 1 ? " " + r.sets[1] : "");
+    EXPECT_EQ(kept.losses, cast.losses) << what;
+    EXPECT_EQ(kept.grad_norms, cast.grad_norms) << what;
+    EXPECT_EQ(kept.final_val_loss, cast.final_val_loss) << what;
+    EXPECT_LT(kept.peak_activations, cast.peak_activations) << what << ": nothing kept in FP8?";
+  }
 }
 
 // Every recipe learns (100 steps of a one-layer llama-tiny: the validation
@@ -163,27 +211,40 @@ TEST(Fp8Train, MetricsAndKeptLayers) {
 }
 
 // 600 steps, every recipe against bf16 on llama-tiny and moe-tiny: the
-// validation loss within 1% of bf16's, and the scales frozen at 1 far from
-// it. ctest -L full. Measured (docs/precision.md#fp8-training): tensorwise
-// on llama-tiny sits at the 1% line (+0.86% with two threads, +1.01% with
-// one); e5m2 for the forward is printed, not asserted: on these models it
-// does no worse than e4m3 (llama-tiny +0.63%), their loss cannot tell two
-// mantissa bits from three.
+// validation loss, the mean of three seeds' runs (a run's own trajectory
+// moves its final loss by about 1% from seed to seed on these tiny models,
+// the size of the gap asserted, so one seed cannot tell a recipe's gap from
+// its noise), within 1% of bf16's mean, and the scales frozen at 1 far from
+// it. ctest -L full (two tests: one a model). Measured in
+// docs/precision.md#fp8-training. e5m2 for the forward is printed, not
+// asserted: on these models it does no worse than e4m3, their loss cannot
+// tell two mantissa bits from three.
 class Fp8Full : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Fp8Full, SixHundredStepsTrackBf16) {
   if (!std::getenv("TRIDENT_FP8_FULL")) GTEST_SKIP() << "600 steps a run: ctest -L full (test_fp8_train_full)";
   const std::string config = std::string("configs/") + GetParam() + ".yaml";
   const std::vector<std::string> run = {"train.steps=600"};
-  const launch::TrainSummary bf16 = train(config, run);
+  auto mean_of_seeds = [&](const char* what, std::vector<std::string> sets) {
+    double sum = 0;
+    std::string each;
+    for (const char* seed : {"seed=1234", "seed=1235", "seed=1236"}) {
+      sets.push_back(seed);
+      const double v = train(config, sets).final_val_loss;
+      sets.pop_back();
+      sum += v, each += fmt::format(" {:.4f}", v);
+    }
+    std::printf("[fp8] %s %s: val loss%s, mean %.4f\n", GetParam(), what, each.c_str(), sum / 3);
+    std::fflush(stdout);
+    return sum / 3;
+  };
+  const double bf16 = mean_of_seeds("bf16", run);
   double worst_gap = 0;
   for (const char* recipe : {"tensorwise", "delayed", "blockwise"}) {
     std::vector<std::string> sets = run;
     sets.push_back(std::string("train.fp8.recipe=") + recipe);
-    const launch::TrainSummary s = train(config, sets);
-    const double gap = s.final_val_loss / bf16.final_val_loss - 1;
-    std::printf("[fp8] %s %s: val loss %.4f, bf16 %.4f (%+.2f%%)\n", GetParam(), recipe, s.final_val_loss,
-                bf16.final_val_loss, 100 * gap);
+    const double gap = mean_of_seeds(recipe, sets) / bf16 - 1;
+    std::printf("[fp8] %s %s: %+.2f%% from bf16's mean\n", GetParam(), recipe, 100 * gap);
     EXPECT_LT(std::abs(gap), 0.01) << GetParam() << " " << recipe;
     worst_gap = std::max(worst_gap, std::abs(gap));
   }
@@ -191,12 +252,16 @@ TEST_P(Fp8Full, SixHundredStepsTrackBf16) {
   broken.push_back("train.fp8.recipe=tensorwise");
   const launch::TrainSummary frozen = train(config, broken, "fp8_frozen_scales");
   const launch::TrainSummary e5m2 = train(config, broken, "fp8_e5m2_forward");
-  std::printf("[fp8] %s breaks: frozen scales %.4f, e5m2 forward %.4f, bf16 %.4f\n", GetParam(), frozen.final_val_loss,
-              e5m2.final_val_loss, bf16.final_val_loss);
-  EXPECT_GT(frozen.final_val_loss, 1.2 * bf16.final_val_loss) << GetParam() << ": scales frozen at 1";
+  std::printf("[fp8] %s breaks (seed 1234): frozen scales %.4f, e5m2 forward %.4f, bf16's mean %.4f\n", GetParam(),
+              frozen.final_val_loss, e5m2.final_val_loss, bf16);
+  EXPECT_GT(frozen.final_val_loss, 1.2 * bf16) << GetParam() << ": scales frozen at 1";
   std::printf("[fp8] %s: the recipes' largest gap %.2f%%, e5m2 forward's %+.2f%%\n", GetParam(), 100 * worst_gap,
-              100 * (e5m2.final_val_loss / bf16.final_val_loss - 1));
+              100 * (e5m2.final_val_loss / bf16 - 1));
 }
-INSTANTIATE_TEST_SUITE_P(Models, Fp8Full, ::testing::Values("llama-tiny", "moe-tiny"));
+INSTANTIATE_TEST_SUITE_P(Models, Fp8Full, ::testing::Values("llama-tiny", "moe-tiny"), [](const auto& info) {
+  std::string name = info.param;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+});
 
 }  // namespace trident

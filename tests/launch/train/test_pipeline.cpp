@@ -816,6 +816,13 @@ TEST(Pipeline, Fp8MatchesSingleRank) {
       fp8({2, 2, 2, "dualpipev", 0, "moe"}, "tensorwise", {"parallel.expert=2"}),
       fp8({2, 2, 2, "1f1b", 1, "deepseek", true}, "delayed", {"parallel.expert=2"}),
       fp8(wide, "blockwise", {"model.hidden=256", "model.heads=2", "model.kv_heads=2", "model.ffn_hidden=512"})};
+  // train.fp8.saved_inputs (bf16): the weight gradients read the forward's codes, those of the gathered input
+  // under sequence parallelism, in the split backward's weight pass, under context parallelism
+  Case kept_split{2, 2, 2, "zero_bubble", 1, "llama", true}, kept_ring{2, 1, 2, "1f1b", 3, "moe"};
+  kept_ring.context = 2;
+  kept_split.precision = kept_ring.precision = "bf16";
+  list.push_back(fp8(kept_split, "tensorwise", {"train.fp8.saved_inputs=true"}));
+  list.push_back(fp8(kept_ring, "delayed", {"train.fp8.saved_inputs=true"}));
   for (const Case& c : list) {
     if (const char* only = std::getenv("TRIDENT_TEST_CASE"); only && !matches(c.name(), only)) continue;
     const auto& ref = single_rank(c);

@@ -24,7 +24,8 @@ struct Fault {
   int rank = -1;  // every rank
   Phase phase;
   std::string text;
-  int64_t ms = 0;  // slow: how long this rank sleeps
+  int64_t ms = 0;    // slow: how long this rank sleeps
+  int attempt = -1;  // only in this attempt of a supervised run (TRIDENT_ATTEMPT); -1: every one
 };
 
 std::mutex g_mutex;
@@ -68,8 +69,10 @@ Fault parse_fault(const std::string& text) {
       f.phase = parse_name<Phase>(value, phases, "phase", text);
     else if (key == "ms" && f.kind == Kind::slow)
       f.ms = parse_int(value, key, text, 1);
+    else if (key == "attempt")
+      f.attempt = int(parse_int(value, key, text, 0));
     else
-      fail_input("TRIDENT_FAULT: '{}': expected step=, rank={}or phase=, found '{}'", text,
+      fail_input("TRIDENT_FAULT: '{}': expected step=, rank=, attempt={}or phase=, found '{}'", text,
                  f.kind == Kind::slow ? ", ms= " : " ", word);
   }
   if (f.kind == Kind::fail_write && f.phase != Phase::save)
@@ -84,12 +87,14 @@ Fault parse_fault(const std::string& text) {
 
 void configure(int world_rank) {
   std::vector<Fault> mine;
+  const char* attempt_env = std::getenv("TRIDENT_ATTEMPT");  // set by `trident supervise`
+  const int attempt = attempt_env ? std::atoi(attempt_env) : 0;
   if (const char* env = std::getenv("TRIDENT_FAULT")) {
     std::istringstream in(env);
     for (std::string one; std::getline(in, one, ';');) {
       if (one.find_first_not_of(" ") == std::string::npos) continue;
       const Fault f = parse_fault(one.substr(one.find_first_not_of(" ")));
-      if (f.rank < 0 || f.rank == world_rank) mine.push_back(f);
+      if ((f.rank < 0 || f.rank == world_rank) && (f.attempt < 0 || f.attempt == attempt)) mine.push_back(f);
     }
   }
   std::lock_guard<std::mutex> lock(g_mutex);

@@ -1,6 +1,6 @@
 // Deterministic fault injection for tests (docs/testing.md). TRIDENT_FAULT
 // holds faults separated by ';', each
-//   KIND[,step=N][,rank=R][,phase=PHASE][,ms=M]
+//   KIND[,step=N][,rank=R][,phase=PHASE][,ms=M][,attempt=A]
 // KIND   kill (SIGKILL to this process), stall (this rank stops making
 //        progress: it sleeps until killed), fail_write (this rank's
 //        checkpoint file write fails, as on a full disk), nan (a non-finite
@@ -14,6 +14,9 @@
 //        the gradient synchronization completes), reduction (after it),
 //        save (the checkpoint file write of step N); default: save for
 //        fail_write, forward otherwise
+// attempt  only in attempt A (0 first) of a supervised run, whose attempts
+//        `trident supervise` numbers in TRIDENT_ATTEMPT (unset: 0); default:
+//        every attempt
 // A malformed TRIDENT_FAULT is an InputError naming the variable.
 #pragma once
 #include <cstdint>

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <new>
 #include <string>
@@ -24,6 +25,7 @@
 #include "launch/tools/report.hpp"
 #include "launch/tools/sample.hpp"
 #include "launch/tools/submit.hpp"
+#include "launch/tools/supervise.hpp"
 #include "launch/train/run_train.hpp"
 #include "launch/train/stop_signals.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
@@ -78,6 +80,7 @@ struct Options {
   SampleOptions sample;
   std::string prompt_ids;
   SubmitOptions submit;
+  SuperviseOptions supervise;
   PlanCommand plan;
   SweepOptions sweep;
   ReportOptions report;
@@ -112,6 +115,8 @@ std::vector<Command> commands() {
            std::swap(t.recipe, t.resume);
          if (t.recipe.empty()) fail_input("train: missing RECIPE.yaml (try configs/demo.yaml)");
          if (o.train_resume && t.resume.empty()) t.resume = "auto";
+         // a restart by `trident supervise`: resume from checkpoint.dir's latest (a given CHECKPOINT stays)
+         if (const char* r = std::getenv("TRIDENT_RESUME"); r && t.resume.empty()) t.resume = r;
          return run_train(t, g_argc, g_argv);
        }},
       {"prepare", "text or JSONL corpora -> indexed datasets (PREFIX_train, PREFIX_valid)",
@@ -257,6 +262,18 @@ std::vector<Command> commands() {
          submit(o.submit);
          return 0;
        }},
+      {"supervise", "run a launch command and restart it, resuming, when it fails",
+       [](CLI::App& c, Options& o) {
+         auto& s = o.supervise;
+         c.add_option("--restarts", s.restarts, "restarts after a failure before giving up")
+             ->check(integer_in(0, 1000000))
+             ->capture_default_str();
+         c.add_option("--grace", s.grace, "seconds from SIGTERM to SIGKILL for what is left of a failed attempt")
+             ->check(number_in(0, 86400))
+             ->capture_default_str();
+         c.add_option("command", s.command, "the launch command, after --")->type_name("-- LAUNCH...");
+       },
+       [](Options& o) { return supervise(o.supervise); }},
       {"plan", "predict memory and step time of every parallel configuration",
        [](CLI::App& c, Options& o) {
          auto& p = o.plan;

@@ -316,6 +316,71 @@ TEST(Faults, KillOneRankAndResumeMatchesTheUninterruptedRun) {
   EXPECT_EQ(losses_in(s / "resumed.jsonl"), straight);
 }
 
+// The bytes of a checkpoint's rank files (params, optimizer state), by name.
+std::map<std::string, std::string> state_files(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") {
+      std::ifstream in(e.path(), std::ios::binary);
+      out[e.path().filename().string()] = std::string(std::istreambuf_iterator<char>(in), {});
+    }
+  return out;
+}
+
+// `trident supervise` around `mpirun -np 4 trident train` (data 2 x tensor
+// 2, ZeRO 1, a checkpoint every step): rank 1 killed at step 3 (attempt 0),
+// rank 2 at step 5 (attempt 1), rank 3 stalled at step 6 (attempt 2: the
+// others time out after parallel.timeout_s, their error ends the attempt,
+// the stalled rank is torn down). Each restart resumes from the newest
+// checkpoint by itself, and every step's loss and the final state (every
+// rank file of the last checkpoint) equal the uninterrupted run's, bit for
+// bit. With no restart left the job's own exit code comes back; bad words
+// are exit 2.
+TEST(Faults, SupervisedRunSurvivesKillsAndAHangBitForBit) {
+  Scratch s("supervise");
+  const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4";
+  const std::string sets =
+      "--set train.steps=7 --set parallel.data=2 --set parallel.tensor=2 --set parallel.zero=1 "
+      "--set model.layers=2 --set checkpoint.every=1 --set checkpoint.keep=2 --set parallel.timeout_s=4 "
+      "--set log.metrics=";
+  ASSERT_EQ(train("", sets + s / "straight.jsonl" + " --set checkpoint.dir=" + s / "straight", mpirun).code, 0);
+  const std::string faults = "kill,step=3,rank=1,attempt=0;kill,step=5,rank=2,attempt=1;stall,step=6,rank=3,attempt=2";
+  auto supervised = [&](const std::string& options, const std::string& fault, const std::string& name) {
+    return test::run_cli(fmt::format("TRIDENT_FAULT='{}' OMPI_MCA_mpi_yield_when_idle=1 {} supervise {} -- {} {}",
+                                     fault, TRIDENT_BINARY, options, mpirun, TRIDENT_BINARY),
+                         fmt::format("train {} --set eval.batches=0 {}{} --set checkpoint.dir={}",
+                                     src("configs/demo.yaml"), sets, s / (name + ".jsonl"), s / name));
+  };
+  const test::CliRun r = supervised("--restarts 3 --grace 5", faults, "supervised");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (int a : {1, 2, 3}) EXPECT_TRUE(contains(r.out, fmt::format("supervise: attempt {} failed after", a))) << r.out;
+  EXPECT_TRUE(contains(r.out, "supervise: the job finished (attempt 4, 3 restarts)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "rank 3 wrote no flight record")) << "the hang, diagnosed: " << r.out;
+  const auto straight = losses_in(s / "straight.jsonl");
+  ASSERT_EQ(straight.size(), 7u);
+  EXPECT_EQ(losses_in(s / "supervised.jsonl"), straight);
+  ASSERT_EQ(latest(s / "supervised"), "step_00000007");
+  const auto want = state_files(s / "straight/step_00000007");
+  EXPECT_FALSE(want.empty());
+  EXPECT_TRUE(state_files(s / "supervised/step_00000007") == want) << "the final state differs";
+  // no restart left: the launcher's own exit code, said
+  const test::CliRun once = supervised("--restarts 0", "kill,step=2,rank=1", "once");
+  EXPECT_NE(once.code, 0) << once.out;
+  EXPECT_NE(once.code, 2) << once.out;
+  EXPECT_TRUE(contains(once.out, "supervise: restarts exhausted (0)")) << once.out;
+  const test::CliRun none = test::run_cli(TRIDENT_BINARY, "supervise --restarts 2");
+  EXPECT_EQ(none.code, 2) << none.out;
+  EXPECT_TRUE(contains(none.out, "supervise: expected the launch command after --")) << none.out;
+  EXPECT_EQ(test::run_cli(TRIDENT_BINARY, "supervise --restarts -1 -- true").code, 2);
+  // a job refusing its input is not restarted
+  const test::CliRun refused =
+      test::run_cli(TRIDENT_BINARY, fmt::format("supervise --restarts 3 -- {} train {} --set train.steps=0",
+                                                TRIDENT_BINARY, src("configs/demo.yaml")));
+  EXPECT_EQ(refused.code, 2) << refused.out;
+  EXPECT_TRUE(contains(refused.out, "supervise: attempt 1 refused its input (exit code 2): no restart")) << refused.out;
+  EXPECT_FALSE(contains(refused.out, "attempt 2")) << refused.out;
+}
+
 // The flight recorder: rank 3 of a data 2 x tensor 2 mesh stalls (it stops
 // making progress before step 2's forward). Its tensor peer (rank 2) and its
 // data peers time out after parallel.timeout_s, write their records, and the

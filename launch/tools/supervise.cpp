@@ -28,6 +28,10 @@ std::atomic<int> g_stop{0};  // the stop signal received, passed on to the attem
 
 extern "C" void on_stop(int sig) { g_stop.store(sig); }
 
+double epoch_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -65,7 +69,7 @@ int exit_code_of(int status) {
 }
 
 // Runs the command in a process group of its own; returns its wait status.
-int run_attempt(const SuperviseOptions& o, int attempt, pid_t& pgid) {
+int run_attempt(const SuperviseOptions& o, int attempt, const std::string& restart, pid_t& pgid) {
   std::vector<char*> argv;
   for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -74,7 +78,7 @@ int run_attempt(const SuperviseOptions& o, int attempt, pid_t& pgid) {
   if (pid == 0) {
     ::setpgid(0, 0);
     ::setenv("TRIDENT_ATTEMPT", std::to_string(attempt).c_str(), 1);
-    if (attempt > 0) ::setenv("TRIDENT_RESUME", "auto", 1);
+    if (attempt > 0) ::setenv("TRIDENT_RESUME", "auto", 1), ::setenv("TRIDENT_RESTART", restart.c_str(), 1);
     ::execvp(argv[0], argv.data());
     std::fprintf(stderr, "error: supervise: cannot run '%s': %s\n", argv[0], std::strerror(errno));
     ::_exit(127);
@@ -108,14 +112,15 @@ int supervise(const SuperviseOptions& o) {
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGTERM, SIGINT, SIGUSR1}) ::sigaction(sig, &sa, nullptr);
   int code = kExitFailure;
+  std::string restart;  // the last failure, for the next attempt's accounting (TRIDENT_RESTART)
   for (int attempt = 0; attempt <= o.restarts; ++attempt) {
     const auto start = std::chrono::steady_clock::now();
     if (attempt > 0)
       log::info("supervise: attempt {} of {} starts (resuming from the newest checkpoint)", attempt + 1,
                 o.restarts + 1);
     pid_t pgid = 0;
-    const int status = run_attempt(o, attempt, pgid);
-    const double ran = seconds_since(start);
+    const int status = run_attempt(o, attempt, restart, pgid);
+    const double ran = seconds_since(start), ended_at = epoch_seconds();
     code = exit_code_of(status);
     if (code == 0) {
       tear_down(pgid, o.grace);  // nothing should be left; a straggler is not the next attempt's
@@ -138,6 +143,7 @@ int supervise(const SuperviseOptions& o) {
       log::error("supervise: restarts exhausted ({}): exit code {}", o.restarts, code);
       return code;
     }
+    restart = fmt::format("failed_at={:.3f};teardown={:.3f};cause={}", ended_at, teardown, describe_status(status));
   }
   return code;
 }

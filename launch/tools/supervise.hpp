@@ -7,7 +7,10 @@
 // continue after a rank dies: a restart is of every rank. The restarted
 // ranks resume by themselves from the newest checkpoint (TRIDENT_RESUME=auto,
 // which `trident train` reads as `--resume auto`); TRIDENT_ATTEMPT tells
-// each attempt its number (0 first), for the log and for fault injection.
+// each attempt its number (0 first), for the log and for fault injection;
+// TRIDENT_RESTART tells a restarted one when the last attempt ended, how
+// long its teardown took and why it failed (the trainer's `restart` record:
+// the time the failure cost).
 // A stop signal (SIGTERM, SIGINT, SIGUSR1) is passed on to the command and
 // ends supervision: no restart follows.
 #pragma once

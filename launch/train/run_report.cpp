@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <sstream>
 
 #include <unistd.h>
 
@@ -56,6 +57,10 @@ Json rounded(double x, int digits) {
   return std::round(x * scale) / scale;
 }
 Json finite_or_null(double x) { return std::isfinite(x) ? Json(x) : Json(nullptr); }
+
+double epoch_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 void write_record(FILE* f, const Json& record) {
   std::fprintf(f, "%s\n", record.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
@@ -354,6 +359,7 @@ Json RunReport::train_record(const StepFacts& f, const StepMeasures& m) const {
   if (rc_.train.precision == Precision::fp16) r["loss_scale"] = f.loss_scale, r["skipped"] = f.skipped;
   if (f.nonfinite) r["nonfinite_skipped"] = true;
   r["tokens_per_s"] = rounded(m.tokens_per_s, 1), r["mfu"] = rounded(m.mfu, 4), r["step_s"] = rounded(m.seconds, 4);
+  r["time"] = rounded(epoch_seconds(), 3);
   r["comm_wait_s"] = rounded(f.comm_wait_s, 4), r["tensor_comm_s"] = rounded(tensor_comm_s_, 4);
   r["checkpoint_s"] = rounded(f.checkpoint_s, 4), r["optimizer_s"] = rounded(m.optimizer_s, 4);
   r["busy_s_median"] = rounded(m.median_busy, 4), r["busy_s_max"] = rounded(m.busy[m.slowest], 4);
@@ -454,8 +460,60 @@ std::string RunReport::progress_line(const StepFacts& f, const StepMeasures& m, 
       rc_.train.steps, f.loss, f.lr, f.grad_norm, m.tokens_per_s, 100 * m.mfu, log::format_duration(eta), extra);
 }
 
+void RunReport::restarted(int64_t resumed) {
+  const char* env = std::getenv("TRIDENT_RESTART");
+  if (!env || !mesh_.leader()) return;
+  Restart r;
+  r.resumed = resumed, r.loop_at = epoch_seconds();
+  if (const char* a = std::getenv("TRIDENT_ATTEMPT")) r.attempt = std::atoi(a);
+  std::istringstream in(env);  // failed_at=S;teardown=S;cause=TEXT
+  for (std::string part; std::getline(in, part, ';');) {
+    const size_t eq = part.find('=');
+    const std::string key = part.substr(0, eq), value = eq == std::string::npos ? "" : part.substr(eq + 1);
+    if (key == "failed_at") r.failed_at = std::atof(value.c_str());
+    if (key == "teardown") r.teardown_s = std::atof(value.c_str());
+    if (key == "cause") r.cause = value;
+  }
+  // the last step the failed attempt finished: the metrics file's last train record before this run's
+  std::ifstream metrics(rc_.log.metrics);
+  for (std::string line; std::getline(metrics, line);) {
+    if (line.find("\"type\":\"train\"") == std::string::npos) continue;
+    const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j.contains("time"))
+      r.last_step = j["step"].get<int64_t>(), r.last_time = j["time"].get<double>();
+  }
+  restart_ = r;
+}
+
+// The failure's cost, once the restarted run has redone the steps the failed attempt had finished:
+// detection (from that attempt's last finished step to its end), teardown, restart (launch, start-up,
+// loading the checkpoint), the steps redone.
+void RunReport::restart_record(int64_t step, double step_s) {
+  Restart& r = *restart_;
+  if (step <= r.last_step) r.redo_s += step_s;
+  if (step < r.last_step) return;
+  const bool known = r.last_step >= 0;
+  const double detect = known ? std::max(0.0, r.failed_at - r.last_time) : 0.0;
+  const double restart = std::max(0.0, r.loop_at - r.failed_at - r.teardown_s);
+  const double lost = detect + r.teardown_s + restart + r.redo_s;
+  const int64_t redone = known ? std::max<int64_t>(0, r.last_step - r.resumed) : 0;
+  if (metrics_) {
+    Json j = {{"type", "restart"}, {"attempt", r.attempt}, {"cause", r.cause}, {"resumed_step", r.resumed}};
+    j["last_step"] = known ? Json(r.last_step) : Json(nullptr);
+    j["steps_redone"] = redone, j["detect_s"] = rounded(detect, 3), j["teardown_s"] = rounded(r.teardown_s, 3);
+    j["restart_s"] = rounded(restart, 3), j["redo_s"] = rounded(r.redo_s, 3), j["lost_s"] = rounded(lost, 3);
+    emit(j);
+  }
+  log::info(
+      "restart (attempt {}) after {}: {:.1f} s lost: detection {:.1f} s, teardown {:.1f} s, restart and load {:.1f} "
+      "s, {} step{} redone {:.1f} s (resumed after step {})",
+      r.attempt + 1, r.cause, lost, detect, r.teardown_s, restart, redone, redone == 1 ? "" : "s", r.redo_s, r.resumed);
+  restart_.reset();
+}
+
 void RunReport::end_step(const StepFacts& f) {
   const StepMeasures m = measure(f);
+  if (restart_) restart_record(f.step + 1, m.seconds);
   const bool last = f.step + 1 == rc_.train.steps;
   if (!m.kernel_times.empty() && !quiet_ && last) {  // the step should take little more than their sum
     auto sorted = m.kernel_times;

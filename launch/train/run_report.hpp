@@ -100,6 +100,11 @@ class RunReport {
   // Before the first step: peaks and the clock start here; the metrics
   // file gets its start record (appended to on resume).
   void start(bool resumed);
+  // A restart by `trident supervise` (TRIDENT_RESTART set), resumed after
+  // step `resumed`: once the run passes the last step the metrics file
+  // holds from before the failure, the `restart` record and a line say what
+  // the failure cost (docs/metrics.md).
+  void restarted(int64_t resumed);
   void begin_step(int64_t step);  // aligns the ranks' clocks on traced steps
   double seconds() const;         // since begin_step
   void schedule_done(const parallel::PipelineExecutor& executor, double tensor_comm_s);
@@ -146,6 +151,14 @@ class RunReport {
   long switches_ = 0;
   double timed_seconds_ = 0, timed_steps_ = 0;
   int64_t stopped_after_ = 0;  // the step a stop signal ended the run after
+  struct Restart {
+    int attempt = 0;
+    double failed_at = 0, teardown_s = 0, loop_at = 0, last_time = 0, redo_s = 0;
+    std::string cause;
+    int64_t resumed = 0, last_step = -1;  // -1: no step record from before the failure
+  };
+  std::optional<Restart> restart_;  // rank 0, until its record is written
+  void restart_record(int64_t step, double step_s);
 };
 
 // One line each: model, vocabulary, tensor / pipeline / data layout, memory,

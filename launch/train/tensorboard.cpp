@@ -154,7 +154,7 @@ void TensorBoardWriter::metrics(const nlohmann::ordered_json& record) {
   const std::string type = record["type"].get<std::string>();
   const int64_t step = record["step"].get<int64_t>();
   for (const auto& [k, x] : record.items())
-    if (k != "type" && k != "step") flatten(*this, type + "/" + k, step, x);
+    if (k != "type" && k != "step" && k != "time") flatten(*this, type + "/" + k, step, x);  // the clock: no curve
 }
 
 }  // namespace trident::launch

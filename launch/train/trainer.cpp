@@ -372,6 +372,7 @@ TrainSummary train(const Recipe& rc, const TrainOptions& opts) {
   // checkpoint (an imported model) is as much the model as a later one.
   if (resumed) publish();
   report.start(/*resumed=*/start_step > 0);
+  report.restarted(start_step);
   CheckpointSaver saver(rc, mesh.world());
   if (data_record.tokenizer && !rc.checkpoint.dir.empty()) {
     auto [tokenizer, bytes] = tokenizer_record(data_record);

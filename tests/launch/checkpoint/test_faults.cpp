@@ -359,6 +359,24 @@ TEST(Faults, SupervisedRunSurvivesKillsAndAHangBitForBit) {
   const auto straight = losses_in(s / "straight.jsonl");
   ASSERT_EQ(straight.size(), 7u);
   EXPECT_EQ(losses_in(s / "supervised.jsonl"), straight);
+  // what each failure cost: a restart record per restart, the hang's detection at least the timeout
+  std::vector<std::string> restarts;
+  std::ifstream metrics(s / "supervised.jsonl");
+  for (std::string l; std::getline(metrics, l);)
+    if (contains(l, "\"type\":\"restart\"")) restarts.push_back(l);
+  ASSERT_EQ(restarts.size(), 3u) << r.out;
+  auto number = [](const std::string& l, const std::string& key) {
+    const size_t at = l.find("\"" + key + "\":");
+    return at == std::string::npos ? -1.0 : std::stod(l.substr(at + key.size() + 3));
+  };
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(number(restarts[i], "attempt"), double(i + 1)) << restarts[i];
+    EXPECT_GT(number(restarts[i], "lost_s"), 0) << restarts[i];
+    EXPECT_GE(number(restarts[i], "steps_redone"), 0) << restarts[i];
+  }
+  EXPECT_TRUE(contains(restarts[0], "\"cause\":\"exit code 137\"")) << restarts[0];
+  EXPECT_GE(number(restarts[2], "detect_s"), 4.0) << "the hang: its peers waited parallel.timeout_s " << restarts[2];
+  EXPECT_TRUE(contains(r.out, "restart (attempt 2) after exit code 137: ")) << r.out;
   ASSERT_EQ(latest(s / "supervised"), "step_00000007");
   const auto want = state_files(s / "straight/step_00000007");
   EXPECT_FALSE(want.empty());

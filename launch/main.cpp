@@ -255,6 +255,11 @@ std::vector<Command> commands() {
          c.add_option("--signal-seconds", s.signal_seconds, "SIGUSR1 this long before the limit")
              ->check(integer_in(0, 86400))
              ->capture_default_str();
+         c.add_option("--restarts", s.restarts,
+                      "srun restarted inside the allocation after a failure, up to this many times (trident "
+                      "supervise; 0: not supervised)")
+             ->check(integer_in(0, 1000000))
+             ->capture_default_str();
          c.add_flag("--dry-run", s.dry_run, "write and print the script, do not submit it");
          add_sets(c, s.sets);
        },
@@ -414,7 +419,9 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  trident::launch::install_stop_signals();  // before MPI and OpenMP start threads
+  // before MPI and OpenMP start threads; not for the supervisor, which handles them itself and whose
+  // launched commands must not inherit them blocked
+  if (!(argc > 1 && std::string(argv[1]) == "supervise")) trident::launch::install_stop_signals();
   g_argc = &argc;
   g_argv = &argv;
   try {

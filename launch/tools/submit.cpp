@@ -72,6 +72,8 @@ std::string sbatch_script(const SubmitOptions& o, const std::string& script_path
       {"{{WORKDIR}}", fs::current_path().string()},
       {"{{SIGNAL_SECONDS}}", std::to_string(o.signal_seconds)},
       {"{{MPI}}", o.mpi},
+      {"{{SUPERVISE}}",
+       o.restarts > 0 ? fmt::format("{} supervise --restarts {} -- ", shell_word(this_binary()), o.restarts) : ""},
       {"{{TRIDENT}}", shell_word(this_binary())},
       {"{{RECIPE}}", shell_word(fs::absolute(o.recipe).lexically_normal().string())},
       {"{{SETS}}", sets},

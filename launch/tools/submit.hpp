@@ -4,7 +4,9 @@
 // embedded in the binary), written beside the job logs, printed, and given
 // to sbatch unless dry_run (which writes the script and stops). The job runs `srun --mpi=MPI trident train
 // RECIPE --resume auto`, is signalled before its time limit, saves, and
-// requeues itself to resume.
+// requeues itself to resume. Under `trident supervise` (restarts > 0) a
+// failed srun (a rank's exit, a hang's timeout) is started again inside the
+// allocation, resuming from the newest checkpoint.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,6 +27,7 @@ struct SubmitOptions {
   std::string log_dir = "runs/slurm";
   std::string name;              // job name (default: trident-<recipe stem>)
   int64_t signal_seconds = 120;  // SIGUSR1 this long before the time limit
+  int64_t restarts = 3;          // srun runs under `trident supervise --restarts N` (0: not supervised)
   bool dry_run = false;
   std::string checkpoint_dir;  // filled by submit(): where the job saves (its stop marker too)
 };

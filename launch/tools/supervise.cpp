@@ -1,6 +1,7 @@
 // `trident supervise` (see supervise.hpp): the restart loop.
 #include "launch/tools/supervise.hpp"
 
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,6 +77,10 @@ int run_attempt(const SuperviseOptions& o, int attempt, const std::string& resta
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(fmt::format("supervise: fork failed: {}", std::strerror(errno)));
   if (pid == 0) {
+    sigset_t none;  // the command starts with every signal deliverable and the default actions
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig : {SIGTERM, SIGINT, SIGUSR1}) ::signal(sig, SIG_DFL);
     ::setpgid(0, 0);
     ::setenv("TRIDENT_ATTEMPT", std::to_string(attempt).c_str(), 1);
     if (attempt > 0) ::setenv("TRIDENT_RESUME", "auto", 1), ::setenv("TRIDENT_RESTART", restart.c_str(), 1);
@@ -92,8 +97,10 @@ int run_attempt(const SuperviseOptions& o, int attempt, const std::string& resta
     if (r == pid) break;
     if (r < 0 && errno != EINTR)
       throw std::runtime_error(fmt::format("supervise: waitpid failed: {}", std::strerror(errno)));
-    if (const int sig = g_stop.load(); sig != 0 && sig != passed) {  // pass the stop on to every process
-      ::kill(-pgid, sig);
+    // pass the stop on to the launcher, which passes it to the ranks (mpirun and srun forward SIGTERM,
+    // SIGINT and SIGUSR1; the other processes of its group, such as srun's helper, may not take them)
+    if (const int sig = g_stop.load(); sig != 0 && sig != passed) {
+      ::kill(pid, sig);
       passed = sig;
     }
   }
@@ -110,7 +117,10 @@ int supervise(const SuperviseOptions& o) {
   struct sigaction sa {};
   sa.sa_handler = on_stop;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) ::sigaction(sig, &sa, nullptr);
+  sigset_t stops;  // caught here (trident's main leaves them unblocked for this command)
+  sigemptyset(&stops);
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) ::sigaction(sig, &sa, nullptr), sigaddset(&stops, sig);
+  ::pthread_sigmask(SIG_UNBLOCK, &stops, nullptr);
   int code = kExitFailure;
   std::string restart;  // the last failure, for the next attempt's accounting (TRIDENT_RESTART)
   for (int attempt = 0; attempt <= o.restarts; ++attempt) {

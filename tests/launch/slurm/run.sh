@@ -14,6 +14,9 @@
 #   5. A bad recipe (missing dataset) fails fast: state FAILED, exit code 2,
 #      the message in the job's log.
 #   6. srun without the MPI plugin (N singleton worlds) is refused.
+#   7. A rank killed (TRIDENT_FAULT) inside a job: `trident supervise`
+#      restarts srun inside the allocation (no requeue), the run resumes and
+#      its losses equal an uninterrupted run's bit for bit.
 #   tests/launch/slurm/run.sh TRIDENT_BINARY BUILD_DIR
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
@@ -183,6 +186,30 @@ out=$(srun -N 1 -n 2 --mpi=none "$TRIDENT" train "$ROOT/configs/demo.yaml" --set
 code=$?
 [ "$code" != 0 ] && grep -q "srun started 2 tasks without an MPI plugin" <<<"$out" &&
   ok "srun --mpi=none: refused, naming srun --mpi=pmix" || { fail "srun --mpi=none: exit $code"; echo "$out"; }
+
+# 7. a rank killed inside the job: `trident supervise` (the script's default) starts srun again inside the
+#    allocation, not requeued, resuming from the newest checkpoint; the losses equal the uninterrupted run's
+SUP=(--set train.steps=6 --set eval.batches=0 --set checkpoint.every=1)
+job=$(TRIDENT_FAULT='kill,step=3,rank=1,attempt=0' submit --nodes 1 --tasks-per-node 4 --set parallel.data=4 \
+      "${SUP[@]}" --set log.metrics="$W/sup.jsonl" --set checkpoint.dir="$W/ck_sup")
+st=$(wait_job "$job" 300)
+log=$(log_of "$job")
+[ "$st" = COMPLETED ] && [ "$(field "$job" Restarts)" = 0 ] && grep -q "supervise: attempt 1 failed" "$log" &&
+  grep -q "restart (attempt 2) after" "$log" && grep -q '"type":"restart"' "$W/sup.jsonl" &&
+  ok "a killed rank: srun restarted inside job $job, resumed, the failure's cost recorded" ||
+  { fail "supervised job $job: $st, requeues $(field "$job" Restarts)"; cat "$log"; }
+OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 \
+  "$TRIDENT" train "$ROOT/configs/demo.yaml" --set parallel.data=4 "${SUP[@]}" --set log.metrics="$W/sup_ref.jsonl" \
+  >"$W/sup_ref.out" 2>&1 || fail "the supervised case's reference run failed"
+python3 - "$W/sup.jsonl" "$W/sup_ref.jsonl" <<'PY' && ok "restarted losses equal the uninterrupted run's" || fail "losses differ"
+import json, sys
+def losses(path):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(path)) if r["type"] == "train"}
+got, ref = losses(sys.argv[1]), losses(sys.argv[2])
+bad = [s for s in ref if got.get(s) != ref[s]]
+print(f"{len(got)} steps supervised, {len(ref)} uninterrupted; differing steps: {bad[:5]}")
+sys.exit(0 if len(ref) == 6 and not bad else 1)
+PY
 
 [ "$failures" = 0 ] && echo "all Slurm checks passed" || echo "$failures Slurm check(s) failed"
 exit $((failures > 0))

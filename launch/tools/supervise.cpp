@@ -92,11 +92,12 @@ int run_attempt(const SuperviseOptions& o, int attempt, const std::string& resta
   pgid = pid;
   int status = 0;
   int passed = 0;
-  for (;;) {
-    const pid_t r = ::waitpid(pid, &status, 0);
+  for (;;) {  // every 20 ms: a stop signal is passed on however it falls against the wait
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
     if (r == pid) break;
     if (r < 0 && errno != EINTR)
       throw std::runtime_error(fmt::format("supervise: waitpid failed: {}", std::strerror(errno)));
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     // pass the stop on to the launcher, which passes it to the ranks (mpirun and srun forward SIGTERM,
     // SIGINT and SIGUSR1; the other processes of its group, such as srun's helper, may not take them)
     if (const int sig = g_stop.load(); sig != 0 && sig != passed) {
@@ -134,8 +135,11 @@ int supervise(const SuperviseOptions& o) {
     code = exit_code_of(status);
     if (code == 0) {
       tear_down(pgid, o.grace);  // nothing should be left; a straggler is not the next attempt's
-      log::info("supervise: the job finished (attempt {}, {} restart{})", attempt + 1, attempt,
-                attempt == 1 ? "" : "s");
+      if (const int sig = g_stop.load())
+        log::info("supervise: the job stopped cleanly on {} (attempt {}): no restart", strsignal(sig), attempt + 1);
+      else
+        log::info("supervise: the job finished (attempt {}, {} restart{})", attempt + 1, attempt,
+                  attempt == 1 ? "" : "s");
       return 0;
     }
     const double teardown = tear_down(pgid, o.grace);
